@@ -1,0 +1,99 @@
+// Command testenv runs a command (the test suite, the benchmarks) with the
+// services relaybus's tests need: a throwaway PostgreSQL cluster, the
+// Firestore emulator and the Pub/Sub emulator, each started once for the
+// whole run unless the environment already names one, and stopped afterwards.
+//
+//	go run ./internal/cmd/testenv -- go test ./...
+//
+// It sets RELAYBUS_TEST_DATABASE_URL, FIRESTORE_EMULATOR_HOST and
+// PUBSUB_EMULATOR_HOST for the command. A missing prerequisite is reported in
+// one line that says what to install.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/internal/pgcluster"
+	"github.com/relaybus/relaybus/internal/pgtest"
+)
+
+func main() {
+	args := os.Args[1:]
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: testenv -- command [args...]")
+		os.Exit(2)
+	}
+	os.Exit(run(args))
+}
+
+func run(args []string) int {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "testenv: "+format+"\n", a...) }
+
+	if os.Getenv(pgtest.EnvURL) == "" {
+		dir, err := os.MkdirTemp("", "relaybus-testenv-")
+		if err != nil {
+			logf("%v", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		_ = os.Chmod(dir, 0o755)
+		start := time.Now()
+		logFile, _ := os.Create(filepath.Join(dir, "postgres.log"))
+		c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "data"), Log: logFile, Settings: map[string]string{"max_connections": "400"}})
+		if err != nil {
+			logf("%v", err)
+			return 1
+		}
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer scancel()
+			_ = c.Stop(sctx)
+		}()
+		os.Setenv(pgtest.EnvURL, c.URL)
+		logf("PostgreSQL on port %d (%v)", c.Port, time.Since(start).Round(time.Millisecond))
+	}
+	for _, kind := range []emulator.Kind{emulator.Firestore, emulator.PubSub} {
+		if os.Getenv(kind.EnvHost()) != "" {
+			continue
+		}
+		start := time.Now()
+		p, err := emulator.Start(ctx, kind, emulator.Options{})
+		if err != nil {
+			logf("%v", err)
+			return 1
+		}
+		defer p.Stop()
+		os.Setenv(kind.EnvHost(), p.Host)
+		logf("%s emulator on %s (%v)", kind, p.Host, time.Since(start).Round(time.Millisecond))
+	}
+
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 30 * time.Second
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	default:
+		logf("%v", err)
+		return 1
+	}
+}

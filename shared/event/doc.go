@@ -1,0 +1,57 @@
+// Package event is relaybus's event model: one Go type for one business fact,
+// modeled as a CloudEvent, with its Pub/Sub encoding, a tolerant decoder and the
+// validation rules every entry point shares.
+//
+// # The event as a CloudEvent
+//
+// An [Event] maps onto CloudEvents 1.0 like this:
+//
+//	Event field     CloudEvents attribute      Pub/Sub attribute (mirrored)
+//	ID              id                         event_id
+//	Type            type                       event_type
+//	Source          source                     source_service
+//	AggregateID     subject                    aggregate_id (and the ordering key)
+//	OccurredAt      time                       occurred_at (RFC 3339, UTC)
+//	PayloadType     datacontenttype            (content-type of the data, see below)
+//	Payload         data / data_base64         -
+//	Topic           topic                      -
+//	AggregateType   aggregatetype              aggregate_type
+//	Version         version                    version
+//	SchemaVersion   schemaversion              schema_version
+//	TraceID         traceid                    trace_id
+//	SpanID          spanid                     span_id
+//	ParentEventID   causationid                causation_id
+//	CorrelationID   correlationid              correlation_id
+//	Initiator.*     initiatorservice,          user_id (= Initiator.UserID)
+//	                initiatoroperation,
+//	                initiatoruserid,
+//	                initiatorrequestid
+//	ExpireAt        expireat                   expire_at
+//
+// Extension names are the Pub/Sub attribute names without underscores, so a
+// reader who knows one knows the other. They are part of relaybus's public
+// contract and do not change.
+//
+// # On Pub/Sub
+//
+// [Encode] writes the event in CloudEvents structured mode into the message
+// data: JSON (application/cloudevents+json) by default, protobuf
+// (application/cloudevents+protobuf) for topics that ask for it. The message's
+// content-type attribute names the format, as the CloudEvents Pub/Sub binding
+// says, and the attributes above are mirrored so that subscription filters,
+// dashboards and legacy readers need not parse the data. The ordering key is
+// the aggregate id.
+//
+// [Decode] accepts three shapes: structured mode (JSON or protobuf), binary
+// mode (ce-* attributes, the data is the payload) and legacy messages that
+// carry only the attributes above with the raw payload as data. The aggregate
+// id is taken from the envelope first, then the aggregate_id attribute, then
+// the ordering key ([ExtractAggregateID]).
+//
+// # Errors
+//
+// Every validation failure is a [*FieldError] that names the field (in the
+// envelope's JSON spelling) and the rule it broke. Several failures are joined
+// with [errors.Join]; use [errors.As] to reach them and [errors.Is] with
+// [ErrInvalid] or [ErrTooLarge] to classify.
+package event

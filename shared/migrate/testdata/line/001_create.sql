@@ -1,0 +1,1 @@
+CREATE TABLE IF NOT EXISTS widgets (id bigint PRIMARY KEY);

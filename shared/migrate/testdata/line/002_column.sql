@@ -1,0 +1,1 @@
+ALTER TABLE widgets ADD COLUMN IF NOT EXISTS name text;

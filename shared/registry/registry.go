@@ -1,0 +1,100 @@
+// Package registry answers "which consumers expect events on this topic?",
+// the question publish asks before it accepts an event (a topic nobody
+// consumes is refused, per the ledger design §3.2) and the relay asks when it
+// records an event's expected consumers in the ledger.
+//
+// The production registry is the ledger's topic_consumers collection
+// (shared/ledger); [FromTopology] answers from the topology file, and [Cached]
+// puts a short-lived cache in front of either.
+package registry
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+// Consumer is one consumer registered for a topic (a topic_consumers entry).
+type Consumer struct {
+	Topic       string `json:"topic" firestore:"topic"`
+	ConsumerID  string `json:"consumerId" firestore:"consumerId"`
+	Enabled     bool   `json:"enabled" firestore:"enabled"`
+	SortOrder   int    `json:"sortOrder" firestore:"sortOrder"`
+	Description string `json:"description,omitempty" firestore:"description"`
+}
+
+// Registry looks up a topic's consumers.
+type Registry interface {
+	// ExpectedConsumers returns the enabled consumers of topic, ordered by
+	// sort order then consumer id. No consumers is an empty result, not an
+	// error.
+	ExpectedConsumers(ctx context.Context, topic string) ([]Consumer, error)
+}
+
+// FromTopology returns a registry that answers from a topology.
+func FromTopology(t *topology.Topology) Registry { return topologyRegistry{t} }
+
+type topologyRegistry struct{ t *topology.Topology }
+
+func (r topologyRegistry) ExpectedConsumers(_ context.Context, topic string) ([]Consumer, error) {
+	var out []Consumer
+	for _, c := range r.t.EnabledConsumers(topic) {
+		out = append(out, Consumer{Topic: topic, ConsumerID: c.Service, Enabled: true, SortOrder: c.SortOrder, Description: c.Description})
+	}
+	return out, nil
+}
+
+// Consumers lists every consumer a topology declares, disabled ones too, as
+// registry entries: what the ledger's topic_consumers collection is seeded with.
+func Consumers(t *topology.Topology) []Consumer {
+	var out []Consumer
+	for _, c := range t.Consumers() {
+		out = append(out, Consumer{Topic: c.Topic, ConsumerID: c.Service, Enabled: c.IsEnabled(), SortOrder: c.SortOrder, Description: c.Description})
+	}
+	return out
+}
+
+// DefaultCacheTTL is how long Cached keeps an answer when given no TTL.
+const DefaultCacheTTL = 30 * time.Second
+
+// Cached returns a registry that keeps each topic's answer for ttl (errors
+// are not kept), so a burst of publishes costs one lookup per topic.
+func Cached(r Registry, ttl time.Duration) Registry {
+	if ttl <= 0 {
+		ttl = DefaultCacheTTL
+	}
+	return &cached{next: r, ttl: ttl, now: time.Now, entries: map[string]cacheEntry{}}
+}
+
+type cacheEntry struct {
+	consumers []Consumer
+	expires   time.Time
+}
+
+type cached struct {
+	next    Registry
+	ttl     time.Duration
+	now     func() time.Time
+	mu      sync.Mutex
+	entries map[string]cacheEntry
+}
+
+func (c *cached) ExpectedConsumers(ctx context.Context, topic string) ([]Consumer, error) {
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.entries[topic]
+	c.mu.Unlock()
+	if ok && now.Before(e.expires) {
+		return e.consumers, nil
+	}
+	consumers, err := c.next.ExpectedConsumers(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.entries[topic] = cacheEntry{consumers: consumers, expires: now.Add(c.ttl)}
+	c.mu.Unlock()
+	return consumers, nil
+}

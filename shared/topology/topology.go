@@ -1,0 +1,397 @@
+// Package topology reads infra/topology.yaml, the one declaration of relaybus's
+// topics, consumers and delivery settings that Terraform, the local stack and
+// the ledger's topic_consumers seeding all read.
+//
+// [Load] applies the defaults and validates everything, so code that holds a
+// *Topology can use every field without checking it again: a consumer's
+// AckDeadlineSeconds is set, its Delivery is push or eventarc, its names follow
+// shared/names.
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/names"
+)
+
+// EnvPath names the environment variable that points at the topology file.
+const EnvPath = "RELAYBUS_TOPOLOGY"
+
+// DefaultPath is the topology file's path relative to the repository root.
+const DefaultPath = "infra/topology.yaml"
+
+// Delivery modes.
+const (
+	// DeliveryPush is an ordered push subscription to the consume service.
+	DeliveryPush = "push"
+	// DeliveryEventarc is an Eventarc Pub/Sub trigger on the consume service.
+	DeliveryEventarc = "eventarc"
+)
+
+// Built-in handler names; the consume binary may register more.
+const (
+	HandlerProjection = "projection"
+	HandlerStrict     = "strict"
+	HandlerForward    = "forward"
+)
+
+// TargetConsumerAttr is the message attribute that addresses a re-push or a
+// dead-letter replay to one consumer. Every consumer subscription filters on
+// it (see Consumer.Filter), so such a message reaches only that consumer.
+const TargetConsumerAttr = "target_consumer"
+
+// Topology is the whole declaration.
+type Topology struct {
+	Defaults Settings `yaml:"defaults"`
+	Rollup   Rollup   `yaml:"rollup"`
+	Relay    Relay    `yaml:"relay"`
+	Topics   []Topic  `yaml:"topics"`
+}
+
+// Settings are the values a topic or consumer may override.
+type Settings struct {
+	AckDeadlineSeconds      int    `yaml:"ack_deadline_seconds"`
+	MessageRetentionSeconds int    `yaml:"message_retention_seconds"`
+	MinBackoffSeconds       int    `yaml:"min_backoff_seconds"`
+	MaxBackoffSeconds       int    `yaml:"max_backoff_seconds"`
+	MaxDeliveryAttempts     int    `yaml:"max_delivery_attempts"`
+	Delivery                string `yaml:"delivery"`
+	Role                    string `yaml:"role"`
+	Handler                 string `yaml:"handler"`
+	Encoding                string `yaml:"encoding"`
+}
+
+// Rollup configures the topic consume reports handled events on.
+type Rollup struct {
+	Topic    string `yaml:"topic"`
+	Delivery string `yaml:"delivery"`
+}
+
+// Relay configures the Scheduler job that drains the outbox.
+type Relay struct {
+	Schedule               string `yaml:"schedule"`
+	TimeBudgetSeconds      int    `yaml:"time_budget_seconds"`
+	AttemptDeadlineSeconds int    `yaml:"attempt_deadline_seconds"`
+}
+
+// Topic is one Pub/Sub topic and its consumers.
+type Topic struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	// Encoding is json or protobuf: how events are written into message data.
+	Encoding                string     `yaml:"encoding"`
+	MessageRetentionSeconds int        `yaml:"message_retention_seconds"`
+	Consumers               []Consumer `yaml:"consumers"`
+}
+
+// Consumer is one consuming service's subscription to a topic.
+type Consumer struct {
+	Service             string `yaml:"service"`
+	Role                string `yaml:"role"`
+	Description         string `yaml:"description"`
+	Delivery            string `yaml:"delivery"`
+	Handler             string `yaml:"handler"`
+	ForwardURL          string `yaml:"forward_url"`
+	AckDeadlineSeconds  int    `yaml:"ack_deadline_seconds"`
+	MinBackoffSeconds   int    `yaml:"min_backoff_seconds"`
+	MaxBackoffSeconds   int    `yaml:"max_backoff_seconds"`
+	MaxDeliveryAttempts int    `yaml:"max_delivery_attempts"`
+	// ExtraFilter is the topology's filter field: ANDed with the replay filter.
+	ExtraFilter string `yaml:"filter"`
+	// Enabled defaults to true; a disabled consumer is not expected by the ledger.
+	Enabled   *bool `yaml:"enabled"`
+	SortOrder int   `yaml:"sort_order"`
+
+	// Topic is the name of the topic the consumer is declared under (set by Load).
+	Topic string `yaml:"-"`
+}
+
+// IsEnabled reports whether the consumer is enabled (the default).
+func (c Consumer) IsEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
+// Subscription returns the consumer's subscription id: <topic>.<service>-<role>.
+func (c Consumer) Subscription() string { return c.Topic + "." + c.Service + "-" + c.Role }
+
+// DeadLetterTopic returns the consumer's dead-letter topic, <topic>.dlq.
+func (c Consumer) DeadLetterTopic() string { return names.DeadLetter(c.Topic) }
+
+// ReplayFilter is the Pub/Sub filter that lets a message through unless it is
+// addressed (TargetConsumerAttr) to another consumer.
+func (c Consumer) ReplayFilter() string {
+	return fmt.Sprintf(`NOT attributes:%s OR attributes.%s = "%s"`, TargetConsumerAttr, TargetConsumerAttr, c.Service)
+}
+
+// Filter is the subscription's whole filter: the replay filter, ANDed with
+// the topology's extra filter when there is one.
+func (c Consumer) Filter() string {
+	if c.ExtraFilter == "" {
+		return c.ReplayFilter()
+	}
+	return "(" + c.ExtraFilter + ") AND (" + c.ReplayFilter() + ")"
+}
+
+// Load reads the topology from path, or, when path is empty, from
+// $RELAYBUS_TOPOLOGY or infra/topology.yaml found by walking up from the
+// working directory.
+func Load(path string) (*Topology, error) {
+	if path == "" {
+		path = os.Getenv(EnvPath)
+	}
+	if path == "" {
+		p, err := find(DefaultPath)
+		if err != nil {
+			return nil, err
+		}
+		path = p
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read topology: %w", err)
+	}
+	t, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("topology %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// find walks up from the working directory looking for rel.
+func find(rel string) (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, rel)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no %s here or above, and $%s is not set", rel, EnvPath)
+		}
+		dir = parent
+	}
+}
+
+// Parse decodes and validates a topology document, applying defaults.
+// Unknown keys are errors, so a misspelt setting is not silently ignored.
+func Parse(b []byte) (*Topology, error) {
+	var t Topology
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("decode: %w", err)
+	}
+	t.applyDefaults()
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Built-in defaults, the company's Pub/Sub conventions. A topology's defaults
+// section overrides them.
+var builtin = Settings{
+	AckDeadlineSeconds:      60,
+	MessageRetentionSeconds: 7 * 24 * 3600,
+	MinBackoffSeconds:       10,
+	MaxBackoffSeconds:       600,
+	MaxDeliveryAttempts:     5,
+	Delivery:                DeliveryPush,
+	Role:                    "processor",
+	Handler:                 HandlerProjection,
+	Encoding:                string(event.EncodingJSON),
+}
+
+func orInt(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+func orStr(v, d string) string {
+	if v == "" {
+		return d
+	}
+	return v
+}
+
+func (t *Topology) applyDefaults() {
+	d := &t.Defaults
+	d.AckDeadlineSeconds = orInt(d.AckDeadlineSeconds, builtin.AckDeadlineSeconds)
+	d.MessageRetentionSeconds = orInt(d.MessageRetentionSeconds, builtin.MessageRetentionSeconds)
+	d.MinBackoffSeconds = orInt(d.MinBackoffSeconds, builtin.MinBackoffSeconds)
+	d.MaxBackoffSeconds = orInt(d.MaxBackoffSeconds, builtin.MaxBackoffSeconds)
+	d.MaxDeliveryAttempts = orInt(d.MaxDeliveryAttempts, builtin.MaxDeliveryAttempts)
+	d.Delivery = orStr(d.Delivery, builtin.Delivery)
+	d.Role = orStr(d.Role, builtin.Role)
+	d.Handler = orStr(d.Handler, builtin.Handler)
+	d.Encoding = orStr(d.Encoding, builtin.Encoding)
+	t.Rollup.Delivery = orStr(t.Rollup.Delivery, DeliveryPush)
+	t.Relay.Schedule = orStr(t.Relay.Schedule, "* * * * *")
+	t.Relay.TimeBudgetSeconds = orInt(t.Relay.TimeBudgetSeconds, 45)
+	t.Relay.AttemptDeadlineSeconds = orInt(t.Relay.AttemptDeadlineSeconds, 120)
+	for i := range t.Topics {
+		tp := &t.Topics[i]
+		tp.Encoding = orStr(tp.Encoding, d.Encoding)
+		tp.MessageRetentionSeconds = orInt(tp.MessageRetentionSeconds, d.MessageRetentionSeconds)
+		for j := range tp.Consumers {
+			c := &tp.Consumers[j]
+			c.Topic = tp.Name
+			c.Role = orStr(c.Role, d.Role)
+			c.Delivery = orStr(c.Delivery, d.Delivery)
+			c.Handler = orStr(c.Handler, d.Handler)
+			c.AckDeadlineSeconds = orInt(c.AckDeadlineSeconds, d.AckDeadlineSeconds)
+			c.MinBackoffSeconds = orInt(c.MinBackoffSeconds, d.MinBackoffSeconds)
+			c.MaxBackoffSeconds = orInt(c.MaxBackoffSeconds, d.MaxBackoffSeconds)
+			c.MaxDeliveryAttempts = orInt(c.MaxDeliveryAttempts, d.MaxDeliveryAttempts)
+		}
+	}
+}
+
+func (t *Topology) validate() error {
+	var errs []error
+	bad := func(where, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", where, fmt.Sprintf(format, args...)))
+	}
+	if err := names.ValidateTopic(t.Rollup.Topic); err != nil {
+		bad("rollup.topic", "%v", err)
+	}
+	if !validDelivery(t.Rollup.Delivery) {
+		bad("rollup.delivery", "must be push or eventarc, not %q", t.Rollup.Delivery)
+	}
+	if strings.TrimSpace(t.Relay.Schedule) == "" || len(strings.Fields(t.Relay.Schedule)) != 5 {
+		bad("relay.schedule", "must be a five-field cron expression, not %q", t.Relay.Schedule)
+	}
+	if a := t.Relay.AttemptDeadlineSeconds; a < 15 || a > 1800 {
+		bad("relay.attempt_deadline_seconds", "must be 15 to 1800 (Cloud Scheduler's limits for HTTP targets), not %d", a)
+	}
+	if b := t.Relay.TimeBudgetSeconds; b < 1 || b >= t.Relay.AttemptDeadlineSeconds {
+		bad("relay.time_budget_seconds", "must be at least 1 and below attempt_deadline_seconds (%d), not %d", t.Relay.AttemptDeadlineSeconds, b)
+	}
+	if len(t.Topics) == 0 {
+		bad("topics", "declare at least one topic")
+	}
+	seenTopic := map[string]bool{t.Rollup.Topic: true}
+	for i, tp := range t.Topics {
+		where := fmt.Sprintf("topics[%d] (%s)", i, tp.Name)
+		if err := names.ValidateTopic(tp.Name); err != nil {
+			bad(where, "%v", err)
+		} else if names.IsDeadLetter(tp.Name) {
+			bad(where, "dead-letter topics are derived (<topic>.dlq), do not declare them")
+		}
+		if seenTopic[tp.Name] {
+			bad(where, "topic declared twice (or is the rollup topic)")
+		}
+		seenTopic[tp.Name] = true
+		if _, err := event.ParseEncoding(tp.Encoding); err != nil {
+			bad(where+".encoding", "%v", err)
+		}
+		if r := tp.MessageRetentionSeconds; r < 600 || r > 31*24*3600 {
+			bad(where+".message_retention_seconds", "must be 600 (10 minutes) to 2678400 (31 days), not %d", r)
+		}
+		seenConsumer := map[string]bool{}
+		for j, c := range tp.Consumers {
+			cw := fmt.Sprintf("%s.consumers[%d] (%s)", where, j, c.Service)
+			if err := names.ValidateConsumer(c.Service); err != nil {
+				bad(cw+".service", "%v", err)
+			}
+			if err := names.ValidateRole(c.Role); err != nil {
+				bad(cw+".role", "%v", err)
+			}
+			if seenConsumer[c.Service] {
+				bad(cw, "consumer declared twice on this topic (topic_consumers is unique per topic and consumer)")
+			}
+			seenConsumer[c.Service] = true
+			if n := len(c.Subscription()); n > 255 {
+				bad(cw, "subscription name %q is %d characters, over Pub/Sub's 255", c.Subscription(), n)
+			}
+			if !validDelivery(c.Delivery) {
+				bad(cw+".delivery", "must be push or eventarc, not %q", c.Delivery)
+			}
+			if c.Handler == HandlerForward && !strings.HasPrefix(c.ForwardURL, "http://") && !strings.HasPrefix(c.ForwardURL, "https://") {
+				bad(cw+".forward_url", "the forward handler needs an http(s) URL")
+			}
+			if c.Handler != HandlerForward && c.ForwardURL != "" {
+				bad(cw+".forward_url", "only the forward handler uses forward_url (handler is %q)", c.Handler)
+			}
+			if a := c.AckDeadlineSeconds; a < 10 || a > 600 {
+				bad(cw+".ack_deadline_seconds", "must be 10 to 600, not %d", a)
+			}
+			if c.MinBackoffSeconds < 0 || c.MinBackoffSeconds > 600 {
+				bad(cw+".min_backoff_seconds", "must be 0 to 600, not %d", c.MinBackoffSeconds)
+			}
+			if c.MaxBackoffSeconds < c.MinBackoffSeconds || c.MaxBackoffSeconds > 600 {
+				bad(cw+".max_backoff_seconds", "must be min_backoff_seconds (%d) to 600, not %d", c.MinBackoffSeconds, c.MaxBackoffSeconds)
+			}
+			if m := c.MaxDeliveryAttempts; m < 5 || m > 100 {
+				bad(cw+".max_delivery_attempts", "must be 5 to 100 (Pub/Sub's dead-letter limits), not %d", m)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func validDelivery(d string) bool { return d == DeliveryPush || d == DeliveryEventarc }
+
+// Topic returns the named topic, or nil.
+func (t *Topology) Topic(name string) *Topic {
+	for i := range t.Topics {
+		if t.Topics[i].Name == name {
+			return &t.Topics[i]
+		}
+	}
+	return nil
+}
+
+// Consumers returns every consumer of every topic, in declaration order.
+func (t *Topology) Consumers() []Consumer {
+	var out []Consumer
+	for _, tp := range t.Topics {
+		out = append(out, tp.Consumers...)
+	}
+	return out
+}
+
+// Consumer returns the consumer whose subscription id is sub, or false.
+func (t *Topology) Consumer(sub string) (Consumer, bool) {
+	sub = names.ResourceID(sub)
+	for _, c := range t.Consumers() {
+		if c.Subscription() == sub {
+			return c, true
+		}
+	}
+	return Consumer{}, false
+}
+
+// EnabledConsumers returns the enabled consumers of a topic ordered by
+// sort_order then service: the ledger's expected consumers for its events.
+func (t *Topology) EnabledConsumers(topic string) []Consumer {
+	tp := t.Topic(topic)
+	if tp == nil {
+		return nil
+	}
+	var out []Consumer
+	for _, c := range tp.Consumers {
+		if c.IsEnabled() {
+			out = append(out, c)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].SortOrder != out[j].SortOrder {
+			return out[i].SortOrder < out[j].SortOrder
+		}
+		return out[i].Service < out[j].Service
+	})
+	return out
+}

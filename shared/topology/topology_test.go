@@ -1,0 +1,103 @@
+package topology
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLoadTheRepositoryTopology(t *testing.T) {
+	top, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if top.Rollup.Topic != "relaybus.ledger.rollup" {
+		t.Errorf("rollup topic %q", top.Rollup.Topic)
+	}
+	c, ok := top.Consumer("projects/p/subscriptions/shop.order.events.member-service-processor")
+	if !ok {
+		t.Fatal("member-service subscription not found")
+	}
+	if c.AckDeadlineSeconds != 60 || c.MinBackoffSeconds != 10 || c.MaxBackoffSeconds != 600 || c.MaxDeliveryAttempts != 5 || c.Delivery != DeliveryPush {
+		t.Errorf("defaults not applied: %+v", c)
+	}
+	if c.DeadLetterTopic() != "shop.order.events.dlq" {
+		t.Errorf("dlq %q", c.DeadLetterTopic())
+	}
+	exp := top.EnabledConsumers("shop.order.events")
+	if len(exp) != 2 || exp[0].Service != "member-service" || exp[1].Service != "message-service" {
+		t.Errorf("expected consumers %+v", exp)
+	}
+	if top.Topic("message.notification.events").Encoding != "protobuf" || top.Topic("shop.order.events").Encoding != "json" {
+		t.Error("encodings")
+	}
+}
+
+func TestFilter(t *testing.T) {
+	c := Consumer{Service: "member-service"}
+	if got := c.Filter(); got != `NOT attributes:target_consumer OR attributes.target_consumer = "member-service"` {
+		t.Errorf("filter %s", got)
+	}
+	c.ExtraFilter = `attributes.event_type = "order.purchased"`
+	if got := c.Filter(); got != `(attributes.event_type = "order.purchased") AND (NOT attributes:target_consumer OR attributes.target_consumer = "member-service")` {
+		t.Errorf("filter %s", got)
+	}
+}
+
+func TestParseRefusesWithTheRule(t *testing.T) {
+	base := `
+rollup: {topic: relaybus.ledger.rollup}
+topics:
+  - name: shop.order.events
+    consumers:
+      - service: member-service
+`
+	if _, err := Parse([]byte(base)); err != nil {
+		t.Fatalf("minimal topology refused: %v", err)
+	}
+	for _, tc := range []struct{ doc, want string }{
+		{strings.Replace(base, "shop.order.events", "Shop_Orders", 1), "<domain>.<aggregate>.<category>"},
+		{strings.Replace(base, "member-service", "Member", 1), "consumer service is"},
+		{base + "        delivery: pull\n", "must be push or eventarc"},
+		{base + "        max_delivery_attempts: 3\n", "must be 5 to 100"},
+		{base + "        ack_deadline_seconds: 601\n", "must be 10 to 600"},
+		{base + "        min_backoff_seconds: 30\n        max_backoff_seconds: 20\n", "max_backoff_seconds"},
+		{base + "        handler: forward\n", "forward handler needs an http(s) URL"},
+		{base + "        retries: 3\n", "field retries not found"},
+		{base + "      - service: member-service\n", "declared twice"},
+		{strings.Replace(base, "relaybus.ledger.rollup", "shop.order.events", 1), "rollup topic"},
+		{base + "    encoding: avro\n", "unknown payload encoding"},
+		{base + "relay: {time_budget_seconds: 200, attempt_deadline_seconds: 120}\n", "below attempt_deadline_seconds"},
+		{strings.Replace(base, "shop.order.events", "shop.order.events.dlq", 1), "derived"},
+	} {
+		_, err := Parse([]byte(tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want error containing %q, got %v\n%s", tc.want, err, tc.doc)
+		}
+	}
+}
+
+func TestEnabledConsumersOrderAndDisabled(t *testing.T) {
+	top, err := Parse([]byte(`
+rollup: {topic: relaybus.ledger.rollup}
+topics:
+  - name: shop.order.events
+    consumers:
+      - {service: zeta, sort_order: 1}
+      - {service: alpha, sort_order: 2}
+      - {service: beta, sort_order: 1}
+      - {service: off, enabled: false}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range top.EnabledConsumers("shop.order.events") {
+		got = append(got, c.Service)
+	}
+	if strings.Join(got, ",") != "beta,zeta,alpha" {
+		t.Errorf("got %v", got)
+	}
+	if top.EnabledConsumers("no.such.topic") != nil {
+		t.Error("unknown topic has consumers")
+	}
+}
