@@ -1,0 +1,205 @@
+// Package transport is relaybus's Pub/Sub layer over
+// cloud.google.com/go/pubsub/v2: one publisher per topic, message ordering
+// always on (the ordering key is the aggregate id), and the paused-key
+// handling that ordering requires.
+//
+// With ordering on, a failed publish pauses its ordering key in the client:
+// every later message with that key fails at once with ErrPublishingPaused
+// until ResumePublish is called. [Client.PublishAsync] leaves the resume to the
+// caller (the relay resumes a key after it has recorded the failure, so that
+// nothing behind the failed head slips out of order); [Client.Publish] resumes
+// the key itself before it returns the error.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/names"
+)
+
+// Publisher is the one-method view of the transport that most code needs:
+// publish a message and learn its id or why it failed.
+type Publisher interface {
+	// Publish sends m to topic (a topic id such as "shop.order.events") and
+	// waits for Pub/Sub's answer.
+	Publish(ctx context.Context, topic string, m event.Message) (messageID string, err error)
+}
+
+// Options configure a Client.
+type Options struct {
+	// Settings are the publish settings of every topic publisher. Zero means
+	// DefaultSettings.
+	Settings *pubsub.PublishSettings
+	// ClientOptions are passed to pubsub.NewClient (credentials, endpoint).
+	ClientOptions []option.ClientOption
+}
+
+// DefaultSettings are the client's defaults with a 1 ms bundling delay instead
+// of 10 ms, so a single message (publish's fast path, a dead letter, a rollup
+// notice) leaves at once, while a relay batch still bundles per key.
+func DefaultSettings() pubsub.PublishSettings {
+	s := pubsub.DefaultPublishSettings
+	s.DelayThreshold = time.Millisecond
+	s.Timeout = 30 * time.Second
+	s.FlowControlSettings.MaxOutstandingMessages = 100_000
+	s.FlowControlSettings.MaxOutstandingBytes = 512 << 20
+	s.FlowControlSettings.LimitExceededBehavior = pubsub.FlowControlBlock
+	return s
+}
+
+// Client publishes to any number of topics of one project.
+type Client struct {
+	ps       *pubsub.Client
+	settings pubsub.PublishSettings
+	owned    bool
+
+	mu         sync.Mutex
+	publishers map[string]*pubsub.Publisher
+	closed     bool
+}
+
+// New connects to Pub/Sub for project. When PUBSUB_EMULATOR_HOST is set the
+// client library talks to that emulator.
+func New(ctx context.Context, project string, opts Options) (*Client, error) {
+	ps, err := pubsub.NewClient(ctx, project, opts.ClientOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("pubsub client for %s: %w", project, err)
+	}
+	c := Wrap(ps, opts)
+	c.owned = true
+	return c, nil
+}
+
+// Dial connects to a Pub/Sub server at addr without credentials: pstest or
+// an emulator.
+func Dial(ctx context.Context, project, addr string, opts Options) (*Client, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	opts.ClientOptions = append(opts.ClientOptions, option.WithGRPCConn(conn))
+	return New(ctx, project, opts)
+}
+
+// Wrap makes a Client of an existing pubsub client, which the caller keeps
+// owning (Close stops the publishers but leaves ps open).
+func Wrap(ps *pubsub.Client, opts Options) *Client {
+	s := DefaultSettings()
+	if opts.Settings != nil {
+		s = *opts.Settings
+	}
+	return &Client{ps: ps, settings: s, publishers: map[string]*pubsub.Publisher{}}
+}
+
+// PubSub returns the underlying client, for administration and subscribing.
+func (c *Client) PubSub() *pubsub.Client { return c.ps }
+
+// Project returns the project id.
+func (c *Client) Project() string { return c.ps.Project() }
+
+// ErrClosed is returned by publishes after Close.
+var ErrClosed = errors.New("transport: client closed")
+
+func (c *Client) publisher(topic string) (*pubsub.Publisher, error) {
+	id := names.ResourceID(topic)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	p, ok := c.publishers[id]
+	if !ok {
+		p = c.ps.Publisher(id)
+		p.EnableMessageOrdering = true
+		p.PublishSettings = c.settings
+		c.publishers[id] = p
+	}
+	return p, nil
+}
+
+// Result is the outcome of an asynchronous publish.
+type Result interface {
+	// Get waits for the outcome and returns the message id.
+	Get(ctx context.Context) (string, error)
+}
+
+// PublishAsync queues m for topic and returns at once. If the publish fails,
+// the message's ordering key stays paused until Resume: the caller must call
+// Resume(topic, key) once it has dealt with the failure.
+func (c *Client) PublishAsync(ctx context.Context, topic string, m event.Message) Result {
+	p, err := c.publisher(topic)
+	if err != nil {
+		return failed{err}
+	}
+	return p.Publish(ctx, &pubsub.Message{Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey})
+}
+
+// Publish sends m to topic and waits for the answer. On failure it resumes
+// the message's ordering key before returning, so one failed message does
+// not block the key's later publishes.
+func (c *Client) Publish(ctx context.Context, topic string, m event.Message) (string, error) {
+	id, err := c.PublishAsync(ctx, topic, m).Get(ctx)
+	if err != nil {
+		c.Resume(topic, m.OrderingKey)
+		return "", fmt.Errorf("publish to %s: %w", names.ResourceID(topic), err)
+	}
+	return id, nil
+}
+
+// Resume lets an ordering key publish again after a failure.
+func (c *Client) Resume(topic, orderingKey string) {
+	if orderingKey == "" {
+		return
+	}
+	if p, err := c.publisher(topic); err == nil {
+		p.ResumePublish(orderingKey)
+	}
+}
+
+// Flush sends every queued message of topic now and waits for them.
+func (c *Client) Flush(topic string) {
+	if p, err := c.publisher(topic); err == nil {
+		p.Flush()
+	}
+}
+
+// IsPaused reports whether err means the ordering key was paused by an
+// earlier failure rather than failing itself.
+func IsPaused(err error) bool {
+	var paused pubsub.ErrPublishingPaused
+	return errors.As(err, &paused)
+}
+
+// Close flushes and stops every publisher, then closes the underlying client
+// if New or Dial created it.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	pubs := c.publishers
+	c.mu.Unlock()
+	for _, p := range pubs {
+		p.Stop()
+	}
+	if c.owned {
+		return c.ps.Close()
+	}
+	return nil
+}
+
+type failed struct{ err error }
+
+func (f failed) Get(context.Context) (string, error) { return "", f.err }

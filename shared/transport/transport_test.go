@@ -1,0 +1,105 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/shared/transport"
+)
+
+// failKey fails every publish request that carries a given ordering key.
+type failKey struct{ key string }
+
+func (f failKey) React(req any) (bool, any, error) {
+	for _, m := range req.(*pb.PublishRequest).Messages {
+		if m.OrderingKey == f.key {
+			return true, nil, status.Error(codes.PermissionDenied, "injected")
+		}
+	}
+	return false, nil, nil
+}
+
+func TestPublishResumesAFailedKey(t *testing.T) {
+	ctx := context.Background()
+	react := &failKey{key: "bad"}
+	fake := pubsubtest.New(t, pstest.ServerReactorOption{FuncName: "Publish", Reactor: react})
+	top, err := topology.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.Provision(t, top)
+	msg := func(key string) event.Message { return event.Message{Data: []byte("x"), OrderingKey: key} }
+
+	if _, err := fake.Client.Publish(ctx, "shop.order.events", msg("bad")); err == nil {
+		t.Fatal("injected failure not reported")
+	}
+	if _, err := fake.Client.Publish(ctx, "shop.order.events", msg("good")); err != nil {
+		t.Fatalf("another key was blocked: %v", err)
+	}
+	react.key = ""
+	id, err := fake.Client.Publish(ctx, "shop.order.events", msg("bad"))
+	if err != nil || id == "" {
+		t.Fatalf("key not resumed after its failure: %q %v", id, err)
+	}
+}
+
+func TestPublishAsyncLeavesAFailedKeyPausedUntilResume(t *testing.T) {
+	ctx := context.Background()
+	react := &failKey{key: "k"}
+	fake := pubsubtest.New(t, pstest.ServerReactorOption{FuncName: "Publish", Reactor: react})
+	top, _ := topology.Load("")
+	fake.Provision(t, top)
+	m := event.Message{Data: []byte("x"), OrderingKey: "k"}
+	if _, err := fake.Client.PublishAsync(ctx, "shop.order.events", m).Get(ctx); err == nil {
+		t.Fatal("no failure")
+	}
+	react.key = ""
+	_, err := fake.Client.PublishAsync(ctx, "shop.order.events", m).Get(ctx)
+	if !transport.IsPaused(err) {
+		t.Fatalf("key not paused after a failure: %v", err)
+	}
+	fake.Client.Resume("shop.order.events", "k")
+	if _, err := fake.Client.PublishAsync(ctx, "shop.order.events", m).Get(ctx); err != nil {
+		t.Fatalf("after Resume: %v", err)
+	}
+	if err := fake.Client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fake.Client.Publish(ctx, "shop.order.events", m); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("publish after Close: %v", err)
+	}
+}
+
+func TestProvisionIsIdempotentAndFollowsTheTopology(t *testing.T) {
+	ctx := context.Background()
+	fake := pubsubtest.New(t)
+	top, _ := topology.Load("")
+	for i := 0; i < 2; i++ {
+		if err := transport.Provision(ctx, fake.Client, top, transport.ProvisionOptions{DeadLetterPolicy: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub, err := fake.Client.PubSub().SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{
+		Subscription: "projects/" + pubsubtest.Project + "/subscriptions/shop.order.events.member-service-processor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sub.EnableMessageOrdering || sub.AckDeadlineSeconds != 60 || sub.Filter == "" || !sub.RetainAckedMessages ||
+		sub.DeadLetterPolicy.GetMaxDeliveryAttempts() != 5 || sub.RetryPolicy.GetMinimumBackoff().AsDuration().Seconds() != 10 {
+		t.Errorf("subscription not as the topology says: %+v", sub)
+	}
+	for _, id := range []string{"shop.order.events.dlq", "relaybus.ledger.rollup"} {
+		if _, err := fake.Client.PubSub().TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: "projects/" + pubsubtest.Project + "/topics/" + id}); err != nil {
+			t.Errorf("topic %s: %v", id, err)
+		}
+	}
+}
