@@ -95,9 +95,13 @@ const (
 )
 
 // AttemptDocID is the deterministic id of an attempt's document, so that a
-// retried write of the same attempt changes nothing.
+// retried write of the same attempt changes nothing. It starts with the
+// event's document id ([EventDocID]), so the attempts of one event form one
+// contiguous range of document names: rollup reads them with a range scan on
+// the built-in name index, and they are spread over the key space as the
+// events are.
 func AttemptDocID(eventID, consumerID string, attemptNo int) string {
-	return eventID + "~" + consumerID + "~" + fmt.Sprintf("%06d", attemptNo)
+	return EventDocID(eventID) + "~" + consumerID + "~" + fmt.Sprintf("%06d", attemptNo)
 }
 
 // ConsumerDocID is the id of a topic_consumers document: unique per topic

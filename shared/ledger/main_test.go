@@ -1,0 +1,77 @@
+package ledger
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/registry"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	pgtest.Cleanup()
+	emutest.Cleanup()
+	os.Exit(code)
+}
+
+// fieldErrs returns the fields named by the *event.FieldErrors in err.
+func fieldErrs(err error) []string {
+	var out []string
+	for _, fe := range event.FieldErrors(err) {
+		out = append(out, fe.Field)
+	}
+	return out
+}
+
+// testClock is a settable clock.
+type testClock struct{ t time.Time }
+
+func (c *testClock) now() time.Time { return c.t }
+
+// newStore returns a store on a Firestore emulator project of its own.
+func newStore(t testing.TB, opts Options) *Store {
+	t.Helper()
+	c, err := firestore.NewClientWithDatabase(context.Background(), emutest.FirestoreProject(t), DefaultDatabase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return New(c, opts)
+}
+
+// seed registers consumers for a topic in topic_consumers.
+func seed(t testing.TB, s *Store, topic string, consumers ...string) {
+	t.Helper()
+	var cs []registry.Consumer
+	for i, c := range consumers {
+		cs = append(cs, registry.Consumer{Topic: topic, ConsumerID: c, Enabled: true, SortOrder: i + 1})
+	}
+	if _, err := s.SyncConsumers(context.Background(), cs, SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newEventOn returns a prepared event on topic.
+func newEventOn(t testing.TB, topic, typ string, at time.Time) *event.Event {
+	t.Helper()
+	e := &event.Event{
+		Type: typ, Topic: topic, AggregateID: "agg-" + event.NewID()[:8], Version: 1,
+		Payload: []byte(`{"orderId":"ORD-2024-002","amount":199.0}`), OccurredAt: at,
+		Initiator: event.Initiator{Service: "order-service", Operation: "confirmOrder", UserID: "user-A"},
+	}
+	if err := e.Prepare(at, event.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func attempt(e *event.Event, consumer string, n int, o Outcome) Attempt {
+	return Attempt{EventID: e.ID, ConsumerID: consumer, AttemptNo: n, Success: o == OutcomeSuccess, Outcome: o, Topic: e.Topic}
+}

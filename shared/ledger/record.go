@@ -1,0 +1,247 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/names"
+)
+
+// Event is an event's document in the events collection: the envelope as the
+// producer wrote it (event-ledger-design.md §1.2, §2.2), the send state, the
+// status, and the consumers the event was sent to.
+type Event struct {
+	EventID       string    `firestore:"eventId" json:"eventId"`
+	EventType     string    `firestore:"eventType" json:"eventType"`
+	Source        string    `firestore:"source" json:"source"`
+	Topic         string    `firestore:"topic" json:"topic"`
+	AggregateType string    `firestore:"aggregateType" json:"aggregateType"`
+	AggregateID   string    `firestore:"aggregateId" json:"aggregateId"`
+	Version       int64     `firestore:"version" json:"version"`
+	OccurredAt    time.Time `firestore:"occurredAt" json:"occurredAt"`
+	SchemaVersion string    `firestore:"schemaVersion" json:"schemaVersion"`
+	PayloadType   string    `firestore:"payloadType" json:"payloadType"`
+	// Payload is the payload as produced, unless it was larger than the
+	// store's MaxStoredPayload (then PayloadOmitted is true; the outbox and
+	// Pub/Sub hold it). List and trace queries do not read it.
+	Payload        []byte    `firestore:"payload,omitempty" json:"payload,omitempty"`
+	PayloadSize    int       `firestore:"payloadSize" json:"payloadSize"`
+	PayloadOmitted bool      `firestore:"payloadOmitted,omitempty" json:"payloadOmitted,omitempty"`
+	TraceID        string    `firestore:"traceId,omitempty" json:"traceId,omitempty"`
+	SpanID         string    `firestore:"spanId,omitempty" json:"spanId,omitempty"`
+	ParentEventID  string    `firestore:"parentEventId,omitempty" json:"parentEventId,omitempty"`
+	CorrelationID  string    `firestore:"correlationId,omitempty" json:"correlationId,omitempty"`
+	Initiator      Initiator `firestore:"initiator" json:"initiator"`
+	ExpireAt       time.Time `firestore:"expireAt,omitempty" json:"expireAt,omitzero"`
+
+	// Status is the event's status; see the package documentation.
+	Status Status `firestore:"status" json:"status"`
+	// StatusAt is when Status last changed.
+	StatusAt time.Time `firestore:"statusAt" json:"statusAt"`
+	// RetryCount counts re-pushes (0 after the first send).
+	RetryCount int `firestore:"retryCount" json:"retryCount"`
+	// SentAt is when the relay first handed the event to Pub/Sub; zero while
+	// it never was.
+	SentAt time.Time `firestore:"sentAt,omitempty" json:"sentAt,omitzero"`
+	// LastSentAt is the latest send, re-pushes included.
+	LastSentAt time.Time `firestore:"lastSentAt,omitempty" json:"lastSentAt,omitzero"`
+	CreatedAt  time.Time `firestore:"createdAt" json:"createdAt"`
+	UpdatedAt  time.Time `firestore:"updatedAt" json:"updatedAt"`
+	// ExpectedConsumers are the consumers (topic_consumers, enabled) of the
+	// topic when the event was sent, in sort order. The event keeps this
+	// list whatever the registry says later.
+	ExpectedConsumers []string `firestore:"expectedConsumers" json:"expectedConsumers"`
+
+	// Shard is ShardOf(EventID): the first field of the time-ordered
+	// indexes (see Shards).
+	Shard int `firestore:"shard" json:"-"`
+	// ExpireDue equals ExpireAt while the event is open (not CONSUMED or
+	// EXPIRED) and is absent otherwise, so the expiry sweep's index holds
+	// only events it may still have to expire.
+	ExpireDue time.Time `firestore:"expireDue,omitempty" json:"-"`
+	// Repush is the latest operator re-push, nil when there was none.
+	Repush *Repush `firestore:"repush,omitempty" json:"repush,omitempty"`
+	// PublishFailure is the relay's latest failure to publish the event, nil
+	// when there was none.
+	PublishFailure *PublishFailure `firestore:"publishFailure,omitempty" json:"publishFailure,omitempty"`
+}
+
+// Initiator says who caused an event (event-ledger-design.md §1.2).
+type Initiator struct {
+	Service         string `firestore:"service,omitempty" json:"service,omitempty"`
+	Operation       string `firestore:"operation,omitempty" json:"operation,omitempty"`
+	UserID          string `firestore:"userId,omitempty" json:"userId,omitempty"`
+	ClientRequestID string `firestore:"clientRequestId,omitempty" json:"clientRequestId,omitempty"`
+}
+
+// Repush records an operator's re-push of an event (BeginRepush).
+type Repush struct {
+	At time.Time `firestore:"at" json:"at"`
+	// Consumer is the consumer the re-push addressed; empty means every
+	// subscriber of the topic.
+	Consumer string `firestore:"consumer,omitempty" json:"consumer,omitempty"`
+	// Since holds, for each addressed expected consumer, the highest
+	// attempt number it had reached when the re-push began. An attempt
+	// numbered higher answers the re-push.
+	Since []ConsumerMark `firestore:"since" json:"since"`
+	// PublishFailed is set when the relay gave up publishing the re-push:
+	// it will not arrive, so it no longer holds the status at RETRYING.
+	PublishFailed bool `firestore:"publishFailed,omitempty" json:"publishFailed,omitempty"`
+}
+
+// ConsumerMark is a consumer's attempt number at some moment.
+type ConsumerMark struct {
+	ConsumerID string `firestore:"consumerId" json:"consumerId"`
+	AttemptNo  int    `firestore:"attemptNo" json:"attemptNo"`
+}
+
+// PublishFailure is the relay's latest failure to publish an event.
+type PublishFailure struct {
+	// Attempts is how many times the relay has tried.
+	Attempts  int       `firestore:"attempts" json:"attempts"`
+	LastError string    `firestore:"lastError" json:"lastError"`
+	At        time.Time `firestore:"at" json:"at"`
+	// Final is true when the relay gave up (the outbox row is failed).
+	Final bool `firestore:"final" json:"final"`
+}
+
+// DefaultMaxStoredPayload is the largest payload the ledger keeps in an
+// event's document. Firestore documents hold at most 1 MiB; the rest of the
+// envelope is small.
+const DefaultMaxStoredPayload = 900 << 10
+
+// maxErrorText bounds error messages kept in the ledger.
+const maxErrorText = 4096
+
+// newEvent builds the document of a sent (or failed) event from its
+// envelope.
+func newEvent(e *event.Event, maxPayload int) Event {
+	d := Event{
+		EventID:       e.ID,
+		EventType:     e.Type,
+		Source:        e.Source,
+		Topic:         e.Topic,
+		AggregateType: e.AggregateType,
+		AggregateID:   e.AggregateID,
+		Version:       e.Version,
+		OccurredAt:    e.OccurredAt.UTC(),
+		SchemaVersion: e.SchemaVersion,
+		PayloadType:   e.PayloadType,
+		PayloadSize:   len(e.Payload),
+		TraceID:       e.TraceID,
+		SpanID:        e.SpanID,
+		ParentEventID: e.ParentEventID,
+		CorrelationID: e.CorrelationID,
+		Initiator: Initiator{
+			Service:         e.Initiator.Service,
+			Operation:       e.Initiator.Operation,
+			UserID:          e.Initiator.UserID,
+			ClientRequestID: e.Initiator.ClientRequestID,
+		},
+		Shard:             ShardOf(e.ID),
+		ExpectedConsumers: []string{},
+	}
+	if len(e.Payload) <= maxPayload {
+		d.Payload = e.Payload
+	} else {
+		d.PayloadOmitted = true
+	}
+	if !e.ExpireAt.IsZero() {
+		d.ExpireAt = e.ExpireAt.UTC()
+		d.ExpireDue = d.ExpireAt
+	}
+	return d
+}
+
+// ErrPayloadOmitted means the ledger did not keep an event's payload (it was
+// over MaxStoredPayload), so the envelope cannot be rebuilt from the ledger.
+var ErrPayloadOmitted = errors.New("the ledger did not keep this event's payload")
+
+// Envelope rebuilds the event as produced, for a re-push whose outbox row
+// retention has deleted. It fails with ErrPayloadOmitted when the ledger did
+// not keep the payload.
+func (d *Event) Envelope() (event.Event, error) {
+	if d.PayloadOmitted {
+		return event.Event{}, fmt.Errorf("event %s (%d bytes): %w", d.EventID, d.PayloadSize, ErrPayloadOmitted)
+	}
+	return event.Event{
+		ID:            d.EventID,
+		Type:          d.EventType,
+		Source:        d.Source,
+		Topic:         d.Topic,
+		AggregateType: d.AggregateType,
+		AggregateID:   d.AggregateID,
+		Version:       d.Version,
+		OccurredAt:    d.OccurredAt,
+		SchemaVersion: d.SchemaVersion,
+		PayloadType:   d.PayloadType,
+		Payload:       d.Payload,
+		TraceID:       d.TraceID,
+		SpanID:        d.SpanID,
+		ParentEventID: d.ParentEventID,
+		CorrelationID: d.CorrelationID,
+		Initiator: event.Initiator{
+			Service:         d.Initiator.Service,
+			Operation:       d.Initiator.Operation,
+			UserID:          d.Initiator.UserID,
+			ClientRequestID: d.Initiator.ClientRequestID,
+		},
+		ExpireAt: d.ExpireAt,
+	}, nil
+}
+
+// LogEvent returns the envelope fields logging.Event needs (no payload).
+func (d *Event) LogEvent() *event.Event {
+	return &event.Event{ID: d.EventID, Type: d.EventType, AggregateType: d.AggregateType, AggregateID: d.AggregateID, Version: d.Version, TraceID: d.TraceID}
+}
+
+// Valid reports whether o is one of the Outcome constants.
+func (o Outcome) Valid() bool {
+	switch o {
+	case OutcomeSuccess, OutcomeRetry, OutcomeFailed, OutcomePoison, OutcomeDeadLettered:
+		return true
+	}
+	return false
+}
+
+// Validate checks an attempt before it is recorded and returns every broken
+// rule joined (each a *event.FieldError naming the field).
+func (a *Attempt) Validate() error {
+	var errs []error
+	add := func(field, rule string) { errs = append(errs, &event.FieldError{Field: field, Rule: rule}) }
+	if err := checkEventID(a.EventID); err != nil {
+		errs = append(errs, err)
+	}
+	if err := names.ValidateConsumer(a.ConsumerID); err != nil {
+		add("consumerId", names.ConsumerRule)
+	}
+	if a.AttemptNo < 1 {
+		add("attemptNo", "required: an integer of at least 1 (got "+strconv.Itoa(a.AttemptNo)+")")
+	}
+	switch {
+	case !a.Outcome.Valid():
+		add("outcome", "one of success, retry, failed, poison, dead_lettered")
+	case a.Success != (a.Outcome == OutcomeSuccess):
+		add("success", "must be true exactly when outcome is success")
+	}
+	if a.ConsumedAt.IsZero() {
+		add("consumedAt", "required: when the attempt finished")
+	}
+	return errors.Join(errs...)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…(truncated)"
+	cut := n - len(mark)
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + mark
+}

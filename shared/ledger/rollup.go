@@ -1,0 +1,159 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"cloud.google.com/go/firestore"
+)
+
+// RollupResult says what Rollup found and did.
+type RollupResult struct {
+	EventID string
+	// Previous is the status before; Status the status after.
+	Previous, Status Status
+	// Changed is true when Rollup wrote the new status.
+	Changed bool
+	// Expected, Reported and Succeeded count the expected consumers, those
+	// that made at least one attempt, and those whose latest succeeded.
+	Expected, Reported, Succeeded int
+	// Event holds the envelope fields needed for logging (no payload).
+	Event Event
+}
+
+// rollupFields are the fields Rollup reads: the status inputs and the
+// envelope fields every log line carries. The payload is never read.
+var rollupFields = []string{
+	"eventId", "eventType", "aggregateType", "aggregateId", "version", "traceId", "topic",
+	"status", "statusAt", "expectedConsumers", "expireAt", "expireDue", "sentAt", "publishFailure", "repush",
+}
+
+// Rollup derives an event's status from the latest attempt of each of its
+// expected consumers (the truth table in the package documentation) and
+// writes it, in one Firestore transaction. It writes nothing when the
+// status would not change, so repeated and concurrent rollups of the same
+// event cost reads only, and the transaction makes concurrent ones
+// serializable: whichever commits last read every attempt the others read,
+// so the last status written is derived from all attempts recorded before
+// the last rollup began. It fails with ErrEventNotFound when the event's
+// document does not exist (yet): the rollup function answers non-2xx so
+// that Pub/Sub brings the notice back after the relay has recorded the
+// send.
+//
+// Cost: one read for the event, one per attempt of the event (at least
+// one), and one write when the status changes.
+func (s *Store) Rollup(ctx context.Context, eventID string) (RollupResult, error) {
+	if err := checkEventID(eventID); err != nil {
+		return RollupResult{}, fmt.Errorf("ledger: rollup: %w", err)
+	}
+	ref := s.eventRef(eventID)
+	var res RollupResult
+	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		res = RollupResult{EventID: eventID}
+		docs, err := s.queryDocs(ctx, OpRollup, tx, shapeEventByName.query(s.events.Query, map[string]any{NameField: ref}).Select(rollupFields...))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", eventID, err)
+		}
+		if len(docs) == 0 {
+			return fmt.Errorf("%w: %s", ErrEventNotFound, eventID)
+		}
+		var d Event
+		if err := docs[0].DataTo(&d); err != nil {
+			return fmt.Errorf("decode %s: %w", ref.ID, err)
+		}
+		attempts, err := s.readAttempts(ctx, OpRollup, tx, eventID)
+		if err != nil {
+			return err
+		}
+		now := s.clock()
+		f := factsOf(&d, attempts, now)
+		st := Derive(f)
+		res.Previous, res.Status, res.Event = d.Status, st, d
+		res.Expected, res.Reported, res.Succeeded = counts(f)
+		ups := statusUpdates(&d, st, now)
+		if len(ups) == 0 {
+			return nil
+		}
+		res.Changed = true
+		return tx.Update(ref, append(ups, firestore.Update{Path: "updatedAt", Value: now}))
+	})
+	if err != nil {
+		return RollupResult{EventID: eventID}, fmt.Errorf("ledger: rollup %s: %w", eventID, err)
+	}
+	if res.Changed {
+		s.wrote(OpRollup, 1)
+		res.Event.Status = res.Status
+	}
+	return res, nil
+}
+
+// counts returns how many expected consumers there are, how many reported
+// and how many succeeded.
+func counts(f Facts) (expected, reported, succeeded int) {
+	for _, c := range f.Expected {
+		a, ok := f.Latest[c]
+		if !ok {
+			continue
+		}
+		reported++
+		if a.Success {
+			succeeded++
+		}
+	}
+	return len(f.Expected), reported, succeeded
+}
+
+// DefaultExpireBatch is how many due events ExpireDue handles per call when
+// given no limit.
+const DefaultExpireBatch = 500
+
+// ExpireReport says what ExpireDue did.
+type ExpireReport struct {
+	// Due is how many open events past their expireAt were found.
+	Due int
+	// Expired is how many of them are now EXPIRED.
+	Expired int
+	// More is true when the batch was full: call again.
+	More bool
+}
+
+// ExpireDue rolls up open events whose expireAt has passed, so that events
+// nobody reports on still become EXPIRED. Rollup notices do the same for
+// events that are still being consumed; this sweep covers the silent ones.
+// It reads the expiry index (shard, expireDue), which holds only open
+// events with an expiry, up to limit of them (DefaultExpireBatch when <= 0).
+// The rollup function serves it at POST /expire for Cloud Scheduler.
+func (s *Store) ExpireDue(ctx context.Context, limit int) (ExpireReport, error) {
+	if limit <= 0 {
+		limit = DefaultExpireBatch
+	}
+	now := s.clock()
+	q := shapeExpireDue.query(s.events.Query, nil)
+	q = shapeExpireDue.withRange(q, nil, now.Add(time.Microsecond)).Select("eventId").Limit(limit)
+	docs, err := s.queryDocs(ctx, OpExpire, nil, q)
+	if err != nil {
+		return ExpireReport{}, fmt.Errorf("ledger: expire: %w", err)
+	}
+	rep := ExpireReport{Due: len(docs), More: len(docs) == limit}
+	var errs []error
+	for _, d := range docs {
+		id, _ := d.Data()["eventId"].(string)
+		res, err := s.Rollup(ctx, id)
+		if err != nil {
+			if errors.Is(err, ErrEventNotFound) {
+				continue
+			}
+			errs = append(errs, err)
+			continue
+		}
+		if res.Status == StatusExpired {
+			rep.Expired++
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return rep, fmt.Errorf("ledger: expire: %w", err)
+	}
+	return rep, nil
+}

@@ -1,0 +1,170 @@
+package ledger
+
+import (
+	"sort"
+	"time"
+)
+
+// Facts are what an event's status is derived from.
+type Facts struct {
+	// Expected are the consumers the event was sent to (Event.ExpectedConsumers).
+	Expected []string
+	// Latest holds each consumer's latest attempt (highest AttemptNo).
+	// Consumers that are not expected may appear; they do not count.
+	Latest map[string]Attempt
+	// ExpireAt is the event's expiry, zero when it has none.
+	ExpireAt time.Time
+	// Now is the time the status is derived at.
+	Now time.Time
+	// Sent is true once the relay has handed the event to Pub/Sub.
+	Sent bool
+	// PublishFailure is the relay's latest failure to publish, if any.
+	PublishFailure *PublishFailure
+	// Repush is the latest operator re-push, if any.
+	Repush *Repush
+}
+
+// Derive applies the status truth table (see the package documentation) to
+// the facts. It is a pure function: the same facts give the same status.
+func Derive(f Facts) Status {
+	var succeeded, failed, waiting int
+	var retryable bool
+	for _, c := range f.Expected {
+		a, ok := f.Latest[c]
+		switch {
+		case !ok:
+			waiting++
+		case a.Success:
+			succeeded++
+		default:
+			failed++
+			if a.Outcome == OutcomeRetry {
+				retryable = true
+			}
+		}
+	}
+	reported := succeeded + failed
+
+	// 1. Every expected consumer's latest attempt succeeded.
+	if len(f.Expected) > 0 && succeeded == len(f.Expected) {
+		return StatusConsumed
+	}
+	// 2. Past its expiry.
+	if !f.ExpireAt.IsZero() && !f.Now.Before(f.ExpireAt) {
+		return StatusExpired
+	}
+	// 3. Never published and nobody has reported: the outbox's side.
+	if !f.Sent && reported == 0 {
+		if f.PublishFailure != nil && f.PublishFailure.Final {
+			return StatusFailed
+		}
+		return StatusPending
+	}
+	// 4. A re-push is still on its way to a consumer that has not succeeded.
+	if RepushOutstanding(f) {
+		return StatusRetrying
+	}
+	// 5. Some expected consumer's latest attempt failed.
+	if failed > 0 {
+		switch {
+		case succeeded > 0:
+			return StatusPartial
+		case retryable:
+			return StatusRetrying
+		}
+		return StatusFailed
+	}
+	// 6. No failures; someone has not reported (or nobody is expected).
+	return StatusSent
+}
+
+// RepushOutstanding reports whether the latest re-push addressed an
+// expected consumer that has neither succeeded nor made an attempt since.
+func RepushOutstanding(f Facts) bool {
+	if f.Repush == nil || f.Repush.PublishFailed {
+		return false
+	}
+	since := make(map[string]int, len(f.Repush.Since))
+	for _, m := range f.Repush.Since {
+		since[m.ConsumerID] = m.AttemptNo
+	}
+	for _, c := range f.Expected {
+		mark, addressed := since[c]
+		if !addressed {
+			continue
+		}
+		a, ok := f.Latest[c]
+		if ok && (a.Success || a.AttemptNo > mark) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+// ConsumerState is where one consumer stands with one event.
+type ConsumerState string
+
+// Consumer states, from the consumer's latest attempt.
+const (
+	// ConsumerWaiting: no attempt yet.
+	ConsumerWaiting ConsumerState = "waiting"
+	// ConsumerSucceeded: the latest attempt succeeded.
+	ConsumerSucceeded ConsumerState = "succeeded"
+	// ConsumerRetrying: the latest attempt failed and Pub/Sub will redeliver.
+	ConsumerRetrying ConsumerState = "retrying"
+	// ConsumerFailed: the latest attempt failed for good (failed, poison,
+	// dead-lettered); only a re-push or replay tries again.
+	ConsumerFailed ConsumerState = "failed"
+)
+
+// StateOf returns a consumer's state from its latest attempt (nil: none).
+func StateOf(latest *Attempt) ConsumerState {
+	switch {
+	case latest == nil:
+		return ConsumerWaiting
+	case latest.Success:
+		return ConsumerSucceeded
+	case latest.Outcome == OutcomeRetry:
+		return ConsumerRetrying
+	}
+	return ConsumerFailed
+}
+
+// latestByConsumer keeps each consumer's highest-numbered attempt.
+func latestByConsumer(attempts []Attempt) map[string]Attempt {
+	out := make(map[string]Attempt)
+	for _, a := range attempts {
+		if cur, ok := out[a.ConsumerID]; !ok || a.AttemptNo > cur.AttemptNo {
+			out[a.ConsumerID] = a
+		}
+	}
+	return out
+}
+
+// factsOf gathers the facts of an event document and its attempts.
+func factsOf(d *Event, attempts []Attempt, now time.Time) Facts {
+	return Facts{
+		Expected:       d.ExpectedConsumers,
+		Latest:         latestByConsumer(attempts),
+		ExpireAt:       d.ExpireAt,
+		Now:            now,
+		Sent:           !d.SentAt.IsZero(),
+		PublishFailure: d.PublishFailure,
+		Repush:         d.Repush,
+	}
+}
+
+// open reports whether a status may still change without new attempts or
+// operator action; the expiry sweep only looks at open events.
+func (s Status) open() bool { return s != StatusConsumed && s != StatusExpired }
+
+// sortAttempts orders attempts by consumer, then attempt number.
+func sortAttempts(as []Attempt) {
+	sort.Slice(as, func(i, j int) bool {
+		if as[i].ConsumerID != as[j].ConsumerID {
+			return as[i].ConsumerID < as[j].ConsumerID
+		}
+		return as[i].AttemptNo < as[j].AttemptNo
+	})
+}

@@ -1,0 +1,310 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+const orderTopic = "shop.order.events"
+
+func mustGet(t *testing.T, s *Store, id string) Detail {
+	t.Helper()
+	d, err := s.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestRecordSentCreatesTheEventOnceAndNeverDowngrades(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	seed(t, s, orderTopic, "member-service", "message-service")
+	at := time.Date(2024, 2, 28, 10, 0, 1, 0, time.UTC)
+	e := newEventOn(t, orderTopic, "order.purchased", at.Add(-time.Second))
+	e.ExpireAt = at.Add(24 * time.Hour)
+	e.SpanID, e.CorrelationID = "span-001", "corr-1"
+
+	if err := s.RecordSent(ctx, []*event.Event{e, e}, at); err != nil {
+		t.Fatal(err)
+	}
+	d := mustGet(t, s, e.ID)
+	got := d.Event
+	if got.Status != StatusSent || !got.SentAt.Equal(at) || !got.LastSentAt.Equal(at) || !got.StatusAt.Equal(at) || got.RetryCount != 0 {
+		t.Errorf("send state: %+v", got)
+	}
+	if strings.Join(got.ExpectedConsumers, ",") != "member-service,message-service" {
+		t.Errorf("expected consumers %v", got.ExpectedConsumers)
+	}
+	env, err := got.Envelope()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *e
+	want.OccurredAt, want.ExpireAt = e.OccurredAt.Truncate(time.Microsecond), e.ExpireAt.Truncate(time.Microsecond)
+	if !equalEvents(env, want) {
+		t.Errorf("envelope changed in the ledger:\n got %+v\nwant %+v", env, want)
+	}
+	if d.Summary() != "0/2 consumed" {
+		t.Errorf("summary %q", d.Summary())
+	}
+
+	// The consumers finish; a replayed RecordSent (relay re-run) leaves the
+	// document exactly as it is.
+	for _, c := range []string{"member-service", "message-service"} {
+		if _, err := s.InsertAttempt(ctx, attempt(e, c, 1, OutcomeSuccess)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := s.Rollup(ctx, e.ID); err != nil || res.Status != StatusConsumed || !res.Changed {
+		t.Fatalf("rollup %+v %v", res, err)
+	}
+	before := mustGet(t, s, e.ID).Event
+	if err := s.RecordSent(ctx, []*event.Event{e}, at.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	after := mustGet(t, s, e.ID).Event
+	if after.Status != StatusConsumed || !after.UpdatedAt.Equal(before.UpdatedAt) || !after.LastSentAt.Equal(at) {
+		t.Errorf("replayed RecordSent changed the document: before %+v after %+v", before, after)
+	}
+	if !after.ExpireDue.IsZero() {
+		t.Error("a CONSUMED event is still in the expiry index")
+	}
+}
+
+func equalEvents(a, b event.Event) bool {
+	return a.ID == b.ID && a.Type == b.Type && a.Source == b.Source && a.Topic == b.Topic &&
+		a.AggregateType == b.AggregateType && a.AggregateID == b.AggregateID && a.Version == b.Version &&
+		a.OccurredAt.Equal(b.OccurredAt) && a.SchemaVersion == b.SchemaVersion && a.PayloadType == b.PayloadType &&
+		string(a.Payload) == string(b.Payload) && a.TraceID == b.TraceID && a.SpanID == b.SpanID &&
+		a.ParentEventID == b.ParentEventID && a.CorrelationID == b.CorrelationID && a.Initiator == b.Initiator &&
+		a.ExpireAt.Equal(b.ExpireAt)
+}
+
+func TestPublishFailureThenSend(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	seed(t, s, orderTopic, "member-service")
+	at := time.Now().UTC().Truncate(time.Microsecond) // Firestore keeps microseconds
+	e := newEventOn(t, orderTopic, "order.purchased", at)
+
+	if err := s.RecordPublishFailure(ctx, e, 1, "pubsub: permission denied", false, at); err != nil {
+		t.Fatal(err)
+	}
+	got := mustGet(t, s, e.ID).Event
+	if got.Status != StatusPending || got.PublishFailure == nil || got.PublishFailure.Attempts != 1 || !got.SentAt.IsZero() {
+		t.Fatalf("after a failed publish: %+v", got)
+	}
+	if err := s.RecordPublishFailure(ctx, e, 5, strings.Repeat("x", 10000), true, at.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	got = mustGet(t, s, e.ID).Event
+	if got.Status != StatusFailed || !got.PublishFailure.Final || len(got.PublishFailure.LastError) > maxErrorText {
+		t.Fatalf("after the relay gave up: status %s %+v", got.Status, got.PublishFailure)
+	}
+	// An operator fixes the topic and the relay publishes after all.
+	sent := at.Add(time.Hour)
+	if err := s.RecordSent(ctx, []*event.Event{e}, sent); err != nil {
+		t.Fatal(err)
+	}
+	got = mustGet(t, s, e.ID).Event
+	if got.Status != StatusSent || !got.SentAt.Equal(sent) || !got.LastSentAt.Equal(sent) || !got.StatusAt.Equal(sent) || len(got.ExpectedConsumers) != 1 {
+		t.Fatalf("send after failures: %+v", got)
+	}
+	if got.PublishFailure == nil {
+		t.Error("publish failure history lost")
+	}
+	// A failure to re-publish an event that was sent does not change its status.
+	if err := s.RecordPublishFailure(ctx, e, 1, "later", false, sent.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, e.ID).Event; got.Status != StatusSent || got.PublishFailure.LastError != "later" {
+		t.Errorf("after a failed re-publish: %s %+v", got.Status, got.PublishFailure)
+	}
+}
+
+func TestPublishFailureAfterConsumersReportedKeepsTheirStatus(t *testing.T) {
+	// The relay's publish timed out but the message went through: the
+	// consumers report, then the relay records the failure it saw.
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	seed(t, s, orderTopic, "member-service")
+	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
+	if _, err := s.InsertAttempt(ctx, attempt(e, "member-service", 1, OutcomeSuccess)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordPublishFailure(ctx, e, 1, "deadline exceeded", false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, e.ID).Event; got.Status != StatusConsumed {
+		t.Errorf("status %s, want CONSUMED (the consumer's attempt is the truth)", got.Status)
+	}
+}
+
+func TestInsertAttemptIsInsertOnly(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
+	a := attempt(e, "message-service", 1, OutcomeRetry)
+	a.ErrorCode, a.ErrorMessage = "timeout", "smtp timed out"
+	if created, err := s.InsertAttempt(ctx, a); err != nil || !created {
+		t.Fatal(created, err)
+	}
+	changed := a
+	changed.ErrorMessage = "something else"
+	if created, err := s.InsertAttempt(ctx, changed); err != nil || created {
+		t.Fatalf("second insert of the same attempt: created=%v err=%v", created, err)
+	}
+	as, err := s.readAttempts(ctx, OpQuery, nil, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as) != 1 || as[0].ErrorMessage != "smtp timed out" || as[0].CreatedAt.IsZero() || as[0].ConsumedAt.IsZero() {
+		t.Errorf("attempts %+v", as)
+	}
+	// Bad attempts are refused with the field named.
+	_, err = s.InsertAttempt(ctx, Attempt{EventID: e.ID, ConsumerID: "message-service", AttemptNo: 0, Outcome: OutcomeSuccess, Success: true})
+	if !errors.Is(err, event.ErrInvalid) || strings.Join(fieldErrs(err), ",") != "attemptNo" {
+		t.Errorf("attempt 0: %v", err)
+	}
+}
+
+func TestRollupOfAnUnknownEvent(t *testing.T) {
+	s := newStore(t, Options{})
+	_, err := s.Rollup(context.Background(), "no-such-event")
+	if !errors.Is(err, ErrEventNotFound) {
+		t.Errorf("err = %v, want ErrEventNotFound", err)
+	}
+	if _, err := s.Rollup(context.Background(), "bad/id"); !errors.Is(err, event.ErrInvalid) {
+		t.Errorf("bad id: %v", err)
+	}
+}
+
+func TestSyncConsumersFromTopology(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	top, err := topology.Load("../../infra/topology.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := registry.Consumers(top)
+	rep, err := s.SyncConsumers(ctx, entries, SyncOptions{DisableUnlisted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Created != len(entries) || rep.Updated+rep.Disabled+rep.Unchanged != 0 {
+		t.Errorf("first sync %+v", rep)
+	}
+	got, err := s.ExpectedConsumers(ctx, orderTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := registry.FromTopology(top).ExpectedConsumers(ctx, orderTopic)
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("ledger registry %+v, topology %+v", got, want)
+	}
+	// Again: nothing to write.
+	u0 := s.Usage().ByOp[OpSyncConsumers].Writes
+	rep, err = s.SyncConsumers(ctx, entries, SyncOptions{DisableUnlisted: true})
+	if err != nil || rep.Unchanged != len(entries) || s.Usage().ByOp[OpSyncConsumers].Writes != u0 {
+		t.Errorf("second sync %+v %v", rep, err)
+	}
+	// A consumer leaves the topology: disabled, not deleted; one changes.
+	var fewer []registry.Consumer
+	for _, c := range entries {
+		if c.ConsumerID == "message-service" {
+			continue
+		}
+		if c.ConsumerID == "member-service" {
+			c.Description = "points"
+		}
+		fewer = append(fewer, c)
+	}
+	rep, err = s.SyncConsumers(ctx, fewer, SyncOptions{DisableUnlisted: true})
+	if err != nil || rep.Disabled != 1 || rep.Updated != 1 {
+		t.Fatalf("shrinking sync %+v %v", rep, err)
+	}
+	got, _ = s.ExpectedConsumers(ctx, orderTopic)
+	if len(got) != 1 || got[0].ConsumerID != "member-service" || got[0].Description != "points" {
+		t.Errorf("after shrinking: %+v", got)
+	}
+	all, _ := s.topicConsumers(ctx, orderTopic)
+	if len(all) != 2 {
+		t.Errorf("disabled consumer deleted: %+v", all)
+	}
+	// Bad entries are refused whole, naming the field.
+	_, err = s.SyncConsumers(ctx, []registry.Consumer{{Topic: "Bad Topic", ConsumerID: "x"}}, SyncOptions{})
+	if !errors.Is(err, event.ErrInvalid) || strings.Join(fieldErrs(err), ",") != "consumers[0].topic" {
+		t.Errorf("bad topic: %v", err)
+	}
+}
+
+// The event keeps the consumers it was sent to whatever the registry says
+// later (end to end on the emulator; the table test covers the rules).
+func TestExpectedConsumersAreFixedAtSend(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{Registry: nil})
+	seed(t, s, orderTopic, "member-service", "message-service")
+	// No cache in front, so the registry change below is seen at once.
+	s.reg = s
+	early := newEventOn(t, orderTopic, "order.purchased", time.Now())
+	if err := s.RecordSent(ctx, []*event.Event{early}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// message-service is disabled, audit-service added.
+	if _, err := s.SyncConsumers(ctx, []registry.Consumer{
+		{Topic: orderTopic, ConsumerID: "member-service", Enabled: true, SortOrder: 1},
+		{Topic: orderTopic, ConsumerID: "message-service", Enabled: false, SortOrder: 2},
+		{Topic: orderTopic, ConsumerID: "audit-service", Enabled: true, SortOrder: 3},
+	}, SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	late := newEventOn(t, orderTopic, "order.purchased", time.Now())
+	if err := s.RecordSent(ctx, []*event.Event{late}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*event.Event{early, late} {
+		for _, c := range []string{"member-service", "audit-service"} {
+			if _, err := s.InsertAttempt(ctx, attempt(e, c, 1, OutcomeSuccess)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	res, err := s.Rollup(ctx, early.ID)
+	if err != nil || res.Status != StatusSent || res.Expected != 2 || res.Succeeded != 1 {
+		t.Errorf("early event (waits for message-service, ignores audit-service): %+v %v", res, err)
+	}
+	res, err = s.Rollup(ctx, late.ID)
+	if err != nil || res.Status != StatusConsumed || res.Expected != 2 {
+		t.Errorf("late event: %+v %v", res, err)
+	}
+	d := mustGet(t, s, early.ID)
+	if d.Summary() != "1/2 consumed" || len(d.Consumers) != 3 || d.Consumers[2].ConsumerID != "audit-service" || d.Consumers[2].Expected {
+		t.Errorf("early detail %s %+v", d.Summary(), d.Consumers)
+	}
+}
+
+func TestPayloadTooLargeForTheLedgerIsOmitted(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{MaxStoredPayload: 1024})
+	seed(t, s, orderTopic, "member-service")
+	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
+	e.Payload = []byte(`"` + strings.Repeat("x", 2000) + `"`)
+	if err := s.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	got := mustGet(t, s, e.ID).Event
+	if !got.PayloadOmitted || got.PayloadSize != len(e.Payload) || got.Payload != nil {
+		t.Errorf("omitted=%v size=%d stored=%d", got.PayloadOmitted, got.PayloadSize, len(got.Payload))
+	}
+	if _, err := got.Envelope(); !errors.Is(err, ErrPayloadOmitted) {
+		t.Errorf("Envelope: %v", err)
+	}
+}
