@@ -38,12 +38,24 @@ func (c *testClock) now() time.Time { return c.t }
 // newStore returns a store on a Firestore emulator project of its own.
 func newStore(t testing.TB, opts Options) *Store {
 	t.Helper()
-	c, err := firestore.NewClientWithDatabase(context.Background(), emutest.FirestoreProject(t), DefaultDatabase)
-	if err != nil {
-		t.Fatal(err)
+	return newStores(t, 1, opts)[0]
+}
+
+// newStores returns n stores with their own clients on one emulator
+// project: n instances of a function sharing the ledger.
+func newStores(t testing.TB, n int, opts Options) []*Store {
+	t.Helper()
+	project := emutest.FirestoreProject(t)
+	out := make([]*Store, n)
+	for i := range out {
+		c, err := firestore.NewClientWithDatabase(context.Background(), project, DefaultDatabase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		out[i] = New(c, opts)
 	}
-	t.Cleanup(func() { _ = c.Close() })
-	return New(c, opts)
+	return out
 }
 
 // seed registers consumers for a topic in topic_consumers.

@@ -3,6 +3,11 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/googleapis/gax-go/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/relaybus/relaybus/shared/transport"
 )
@@ -59,12 +64,33 @@ func (s *Store) InsertAttempt(ctx context.Context, a Attempt) (created bool, err
 		return false, fmt.Errorf("ledger: attempt of %s by %s: %w", a.EventID, a.ConsumerID, err)
 	}
 	ref := s.consumptions.Doc(AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
-	s.wrote(OpRecordAttempt, 1)
-	if _, err := ref.Create(ctx, a); err != nil {
-		if alreadyExists(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("ledger: attempt %s: %w", ref.ID, err)
+	err = retryAborted(ctx, func() error {
+		s.wrote(OpRecordAttempt, 1)
+		_, err := ref.Create(ctx, a)
+		return err
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case alreadyExists(err):
+		return false, nil
 	}
-	return true, nil
+	return false, fmt.Errorf("ledger: attempt %s: %w", ref.ID, err)
+}
+
+// retryAborted runs f again while Firestore answers ABORTED: a write that
+// waited too long for the locks of a transaction reading the same range
+// (a rollup reading the event's attempts) is refused that way and
+// succeeds when retried.
+func retryAborted(ctx context.Context, f func() error) error {
+	bo := gax.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
+	for i := 1; ; i++ {
+		err := f()
+		if status.Code(err) != codes.Aborted || i == 5 {
+			return err
+		}
+		if err := gax.Sleep(ctx, bo.Pause()); err != nil {
+			return err
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -44,10 +45,22 @@ var rollupFields = []string{
 //
 // Cost: one read for the event, one per attempt of the event (at least
 // one), and one write when the status changes.
+//
+// Within one process, concurrent rollups of the same event are coalesced:
+// while one runs, the callers that arrive share a single follow-up run that
+// starts after it, so every caller gets a result derived from reads that
+// began after its call. This spares Firestore the lock contention of many
+// transactions on one document; across processes the transaction alone
+// keeps rollups correct.
 func (s *Store) Rollup(ctx context.Context, eventID string) (RollupResult, error) {
 	if err := checkEventID(eventID); err != nil {
 		return RollupResult{}, fmt.Errorf("ledger: rollup: %w", err)
 	}
+	return s.flights.do(ctx, eventID, func(ctx context.Context) (RollupResult, error) { return s.rollup(ctx, eventID) })
+}
+
+// rollup is one rollup transaction.
+func (s *Store) rollup(ctx context.Context, eventID string) (RollupResult, error) {
 	ref := s.eventRef(eventID)
 	var res RollupResult
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
@@ -156,4 +169,76 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (ExpireReport, error) 
 		return rep, fmt.Errorf("ledger: expire: %w", err)
 	}
 	return rep, nil
+}
+
+// coalescer runs at most one rollup per event at a time in this process,
+// and folds the calls that arrive meanwhile into one follow-up run.
+type coalescer struct {
+	mu   sync.Mutex
+	keys map[string]*flightState
+}
+
+type flightState struct {
+	next *flight // the follow-up run, once a caller waits for one
+}
+
+type flight struct {
+	ctx  context.Context
+	run  func(context.Context) (RollupResult, error)
+	done chan struct{} // closed when res and err are set
+	res  RollupResult
+	err  error
+}
+
+// followUpTimeout bounds a follow-up run, which outlives the call that
+// queued it when that call gives up.
+const followUpTimeout = time.Minute
+
+func (c *coalescer) do(ctx context.Context, key string, run func(context.Context) (RollupResult, error)) (RollupResult, error) {
+	c.mu.Lock()
+	if c.keys == nil {
+		c.keys = map[string]*flightState{}
+	}
+	st, running := c.keys[key]
+	if !running {
+		c.keys[key] = &flightState{}
+		c.mu.Unlock()
+		res, err := run(ctx)
+		c.finish(key)
+		return res, err
+	}
+	f := st.next
+	if f == nil {
+		f = &flight{ctx: context.WithoutCancel(ctx), run: run, done: make(chan struct{})}
+		st.next = f
+	}
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.res, f.err
+	case <-ctx.Done():
+		return RollupResult{}, fmt.Errorf("ledger: rollup %s: %w", key, ctx.Err())
+	}
+}
+
+// finish ends the current run of key and starts the queued follow-up, if
+// any, which every caller queued so far shares.
+func (c *coalescer) finish(key string) {
+	c.mu.Lock()
+	st := c.keys[key]
+	f := st.next
+	if f == nil {
+		delete(c.keys, key)
+		c.mu.Unlock()
+		return
+	}
+	st.next = nil
+	c.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(f.ctx, followUpTimeout)
+		f.res, f.err = f.run(ctx)
+		cancel()
+		close(f.done)
+		c.finish(key)
+	}()
 }

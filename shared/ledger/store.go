@@ -65,6 +65,7 @@ type Store struct {
 	now          func() time.Time
 	log          *slog.Logger
 	usage        usage
+	flights      coalescer
 }
 
 // Open connects to Firestore (the emulator when FIRESTORE_EMULATOR_HOST is

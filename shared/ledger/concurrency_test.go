@@ -1,0 +1,201 @@
+package ledger
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/event"
+)
+
+// instances is how many function instances (stores with their own Firestore
+// clients) the concurrency tests spread their calls over: calls within one
+// instance are coalesced, calls across instances meet in Firestore's
+// transactions.
+const instances = 4
+
+func rollupWrites(stores []*Store) int64 {
+	var n int64
+	for _, s := range stores {
+		n += s.Usage().ByOp[OpRollup].Writes
+	}
+	return n
+}
+
+// 20 rollups of the same event at once, after its last attempt: all
+// succeed, every one derives the right status, and it is written once.
+func TestConcurrentRollupsWriteOnce(t *testing.T) {
+	ctx := context.Background()
+	stores := newStores(t, instances, Options{})
+	s := stores[0]
+	seed(t, s, orderTopic, "member-service", "message-service")
+	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
+	if err := s.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []Attempt{attempt(e, "member-service", 1, OutcomeSuccess), attempt(e, "message-service", 1, OutcomeFailed)} {
+		if _, err := s.InsertAttempt(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	results := runConcurrently(20, func(i int) (RollupResult, error) { return stores[i%instances].Rollup(ctx, e.ID) })
+	for i, r := range results {
+		if r.err != nil {
+			t.Errorf("rollup %d: %v", i, r.err)
+		}
+		if r.res.Status != StatusPartial {
+			t.Errorf("rollup %d derived %s, want PARTIAL", i, r.res.Status)
+		}
+	}
+	if w := rollupWrites(stores); w != 1 {
+		t.Errorf("%d status writes, want exactly 1", w)
+	}
+	if got := mustGet(t, s, e.ID).Event.Status; got != StatusPartial {
+		t.Errorf("stored status %s", got)
+	}
+	// Repeated: nothing more is written.
+	for i := 0; i < 3; i++ {
+		if res, err := stores[i].Rollup(ctx, e.ID); err != nil || res.Changed {
+			t.Errorf("repeated rollup: %+v %v", res, err)
+		}
+	}
+	if w := rollupWrites(stores); w != 1 {
+		t.Errorf("repeated rollups wrote: %d writes", w)
+	}
+}
+
+// Attempts keep arriving while 20 rollups run on several instances:
+// whatever the interleaving, the rollups that follow the last attempts (as
+// every notice follows its attempt) leave the right status.
+func TestConcurrentRollupsWhileAttemptsArrive(t *testing.T) {
+	ctx := context.Background()
+	stores := newStores(t, instances, Options{})
+	consumers := []string{"member-service", "message-service", "audit-service"}
+	seed(t, stores[0], orderTopic, consumers...)
+	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
+	if err := stores[0].RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	rollup := func(i int) {
+		defer wg.Done()
+		if _, err := stores[i%instances].Rollup(ctx, e.ID); err != nil {
+			errs <- err
+		}
+	}
+	for ci, c := range consumers {
+		wg.Add(1)
+		go func(ci int, c string) {
+			defer wg.Done()
+			// retry, retry, success: each attempt followed by its notice.
+			for n, o := range []Outcome{OutcomeRetry, OutcomeRetry, OutcomeSuccess} {
+				if _, err := stores[ci%instances].InsertAttempt(ctx, attempt(e, c, n+1, o)); err != nil {
+					errs <- err
+					return
+				}
+				wg.Add(1)
+				go rollup(ci + n)
+			}
+		}(ci, c)
+	}
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go rollup(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := mustGet(t, stores[0], e.ID).Event.Status; got != StatusConsumed {
+		t.Errorf("status %s after every consumer succeeded, want CONSUMED", got)
+	}
+}
+
+// Coalescing: callers that arrive while a rollup runs share one follow-up
+// that starts after the running one, never its stale result.
+func TestCoalescerSharesAFollowUp(t *testing.T) {
+	var c coalescer
+	release := make(chan struct{})
+	var mu sync.Mutex
+	runs := 0
+	run := func(context.Context) (RollupResult, error) {
+		mu.Lock()
+		runs++
+		n := runs
+		mu.Unlock()
+		if n == 1 {
+			<-release
+		}
+		return RollupResult{Expected: n}, nil
+	}
+	first := make(chan RollupResult)
+	go func() { r, _ := c.do(context.Background(), "e", run); first <- r }()
+	for {
+		c.mu.Lock()
+		_, started := c.keys["e"]
+		c.mu.Unlock()
+		if started {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	later := make(chan RollupResult, 10)
+	for i := 0; i < 10; i++ {
+		go func() { r, _ := c.do(context.Background(), "e", run); later <- r }()
+	}
+	for {
+		c.mu.Lock()
+		queued := c.keys["e"].next != nil
+		c.mu.Unlock()
+		if queued {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the other callers join
+	close(release)
+	if r := <-first; r.Expected != 1 {
+		t.Errorf("first caller got run %d", r.Expected)
+	}
+	for i := 0; i < 10; i++ {
+		if r := <-later; r.Expected != 2 {
+			t.Errorf("a caller that arrived during run 1 got run %d, want the follow-up (2)", r.Expected)
+		}
+	}
+	if runs != 2 {
+		t.Errorf("%d runs for 11 callers, want 2", runs)
+	}
+	c.mu.Lock()
+	left := len(c.keys)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d keys left behind", left)
+	}
+}
+
+type rollupOutcome struct {
+	res RollupResult
+	err error
+}
+
+// runConcurrently starts n calls at the same moment.
+func runConcurrently(n int, f func(i int) (RollupResult, error)) []rollupOutcome {
+	out := make([]rollupOutcome, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			res, err := f(i)
+			out[i] = rollupOutcome{res, err}
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
