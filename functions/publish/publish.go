@@ -1,0 +1,534 @@
+package publish
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/registry"
+)
+
+// DB is what the handler needs of Postgres: transactions (a *pgxpool.Pool).
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// FastPath publishes outbox rows at once, through the relay's own
+// claim/publish/mark code ((*relay.Relay).PublishNow). It returns each id's
+// state afterwards: published, or pending when it could not (blocked behind
+// an earlier version of its aggregate, leased by another relay, publish
+// failed and a retry is scheduled). It never breaks per-aggregate order.
+type FastPath interface {
+	PublishNow(ctx context.Context, ids ...string) (map[string]outbox.State, error)
+}
+
+// Defaults of Options.
+const (
+	// DefaultMaxBatchEvents is the most events one batch request may carry.
+	DefaultMaxBatchEvents = 500
+	// DefaultFastPathTimeout bounds the fast path; when it runs out the
+	// answer is pending and the scheduled relay publishes the rows.
+	DefaultFastPathTimeout = 5 * time.Second
+	// bodyOverhead is what a body may hold besides one payload: the
+	// envelope's other fields, or the CloudEvent's attributes.
+	bodyOverhead = 64 << 10
+)
+
+// DefaultMaxBodyBytes is the request body limit for a payload limit: one
+// payload base64-encoded (how a binary payload travels in structured mode)
+// plus 64 KiB for the rest of the event. A batch shares the same limit.
+func DefaultMaxBodyBytes(payloadLimit int) int64 {
+	return int64(base64.StdEncoding.EncodedLen(payloadLimit)) + bodyOverhead
+}
+
+// Options configure a Handler. DB and Registry are required.
+type Options struct {
+	// DB holds the outbox (migrated by outbox.Migrate).
+	DB DB
+	// Registry says which consumers expect a topic's events; a topic with
+	// none is skipped (event-ledger-design §3.2). Put registry.Cached in
+	// front of a remote registry.
+	Registry registry.Registry
+	// FastPath, when set, publishes each accepted event at once; nil leaves
+	// every accepted event pending for the scheduled relay.
+	FastPath FastPath
+	// FastPathTimeout bounds one request's fast path
+	// (DefaultFastPathTimeout when zero).
+	FastPathTimeout time.Duration
+	// MaxPayloadBytes is the payload limit (event.DefaultPayloadLimit, 1 MiB,
+	// when zero). Larger than event.MaxPayloadLimit is an error.
+	MaxPayloadBytes int
+	// MaxBodyBytes is the request body limit (DefaultMaxBodyBytes of the
+	// payload limit when zero).
+	MaxBodyBytes int64
+	// MaxBatchEvents caps the events of one batch (DefaultMaxBatchEvents
+	// when zero).
+	MaxBatchEvents int
+	// Logger receives the structured logs (logging.Discard when nil).
+	Logger *slog.Logger
+	// Now is the clock for a missing occurredAt (time.Now when nil).
+	Now func() time.Time
+}
+
+// Handler is the publish function's HTTP handler. It serves every path it
+// is given, so it works at a service root and under http.StripPrefix.
+type Handler struct {
+	db         DB
+	reg        registry.Registry
+	fast       FastPath
+	fastTime   time.Duration
+	limits     event.Limits
+	maxBody    int64
+	maxBatch   int
+	log        *slog.Logger
+	now        func() time.Time
+	maxPayload int
+}
+
+// New returns the publish handler over the given dependencies.
+func New(opts Options) (*Handler, error) {
+	if opts.DB == nil {
+		return nil, errors.New("publish: Options.DB is required")
+	}
+	if opts.Registry == nil {
+		return nil, errors.New("publish: Options.Registry is required")
+	}
+	if opts.MaxPayloadBytes < 0 || opts.MaxPayloadBytes > event.MaxPayloadLimit {
+		return nil, fmt.Errorf("publish: the payload limit must be 1 to %d bytes (got %d)", event.MaxPayloadLimit, opts.MaxPayloadBytes)
+	}
+	h := &Handler{
+		db: opts.DB, reg: opts.Registry, fast: opts.FastPath, fastTime: opts.FastPathTimeout,
+		limits: event.Limits{MaxPayloadBytes: opts.MaxPayloadBytes}, maxBody: opts.MaxBodyBytes,
+		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now,
+	}
+	h.maxPayload = h.limits.PayloadLimit()
+	if h.fastTime <= 0 {
+		h.fastTime = DefaultFastPathTimeout
+	}
+	if h.maxBody <= 0 {
+		h.maxBody = DefaultMaxBodyBytes(h.maxPayload)
+	}
+	if h.maxBatch <= 0 {
+		h.maxBatch = DefaultMaxBatchEvents
+	}
+	if h.log == nil {
+		h.log = logging.Discard()
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	return h, nil
+}
+
+// Statuses in a Result.
+const (
+	// StatusPublished: Pub/Sub has the event.
+	StatusPublished = string(outbox.StatePublished)
+	// StatusPending: the event is in the outbox; the relay publishes it.
+	StatusPending = string(outbox.StatePending)
+	// StatusFailed: only for a duplicate whose earlier row exhausted its
+	// publish attempts and waits for an operator.
+	StatusFailed = string(outbox.StateFailed)
+	// StatusSkipped: the topic has no enabled consumer, so nothing was
+	// recorded or published (event-ledger-design §3.2); the reason says so.
+	StatusSkipped = "SKIPPED"
+)
+
+// Result is the answer for one event.
+type Result struct {
+	EventID string `json:"eventId"`
+	// Status is published, pending, failed (a duplicate only) or SKIPPED.
+	Status string `json:"status"`
+	// Duplicate is true when the outbox already held this eventId: nothing
+	// was written and Status is that row's state.
+	Duplicate   bool   `json:"duplicate"`
+	Topic       string `json:"topic"`
+	AggregateID string `json:"aggregateId"`
+	Version     int64  `json:"version"`
+	// TraceID is the event's trace id, generated when the request had none.
+	TraceID string `json:"traceId"`
+	// Reason says why an event was SKIPPED.
+	Reason string `json:"reason,omitempty"`
+	// LastError is the last publish error of a row that is not published.
+	LastError string `json:"lastError,omitempty"`
+}
+
+// BatchResponse answers a batch request: one result per event, in order.
+type BatchResponse struct {
+	Results []Result `json:"results"`
+}
+
+// Error codes in an ErrorResponse.
+const (
+	CodeInvalid              = "invalid_event"          // 400
+	CodeMalformed            = "malformed"              // 400
+	CodeTooLarge             = "too_large"              // 413
+	CodeUnsupportedMediaType = "unsupported_media_type" // 415
+	CodeMethodNotAllowed     = "method_not_allowed"     // 405
+	CodeVersionConflict      = "version_conflict"       // 409
+	CodeUnavailable          = "unavailable"            // 503
+)
+
+// ErrorResponse is the body of every 4xx and 5xx answer.
+type ErrorResponse struct {
+	// Error is a stable code (Code* constants).
+	Error string `json:"error"`
+	// Message says what was wrong, naming every field and its rule.
+	Message string `json:"message"`
+	// Fields lists each field that broke a rule.
+	Fields []FieldProblem `json:"fields,omitempty"`
+}
+
+// FieldProblem is one field of one event that broke one rule.
+type FieldProblem struct {
+	// Index is the event's position in a batch (absent for a single event).
+	Index *int `json:"index,omitempty"`
+	// EventID is the event's id when it had one.
+	EventID string `json:"eventId,omitempty"`
+	// Field is the field's name in the plain envelope's spelling
+	// (aggregateId, initiator.userId, ...).
+	Field string `json:"field"`
+	// Rule is what the field must be.
+	Rule string `json:"rule"`
+}
+
+// ServeHTTP handles one publish request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		h.fail(w, r, "", http.StatusMethodNotAllowed, ErrorResponse{Error: CodeMethodNotAllowed,
+			Message: "method " + r.Method + " is not allowed; publish with POST"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			h.fail(w, r, "", http.StatusRequestEntityTooLarge, ErrorResponse{Error: CodeTooLarge,
+				Message: fmt.Sprintf("body: at most %d bytes", h.maxBody)})
+			return
+		}
+		h.fail(w, r, "", http.StatusBadRequest, ErrorResponse{Error: CodeMalformed, Message: "body: cannot be read: " + err.Error()})
+		return
+	}
+	d, rerr := decode(r.Context(), r.Header, body, h.maxBatch)
+	if rerr != nil {
+		h.fail(w, r, "", rerr.status, ErrorResponse{Error: rerr.code, Message: rerr.msg})
+		return
+	}
+	events, problems, tooLarge := h.prepare(r, d)
+	if len(problems) > 0 {
+		status, code := http.StatusBadRequest, CodeInvalid
+		if tooLarge {
+			status, code = http.StatusRequestEntityTooLarge, CodeTooLarge
+		}
+		h.fail(w, r, d.mode, status, ErrorResponse{Error: code, Message: problemsMessage(problems, d.batch), Fields: problems})
+		return
+	}
+
+	results, status, errResp := h.accept(r.Context(), d.mode, events)
+	if errResp != nil {
+		if status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
+		h.fail(w, r, d.mode, status, *errResp)
+		return
+	}
+	if d.batch {
+		writeJSON(w, status, BatchResponse{Results: results})
+		return
+	}
+	writeJSON(w, status, results[0])
+}
+
+// prepare fills, normalizes and validates every event of the request and
+// checks a batch for repeated ids and aggregate versions. It returns the
+// events, or every problem found (tooLarge when one of them is a size limit).
+func (h *Handler) prepare(r *http.Request, d *decoded) ([]*event.Event, []FieldProblem, bool) {
+	now := h.now()
+	header, headerOK := parseTraceparent(r.Header.Get("traceparent"))
+	events := make([]*event.Event, len(d.items))
+	var problems []FieldProblem
+	tooLarge := false
+	add := func(i int, id string, fes []*event.FieldError) {
+		for _, fe := range fes {
+			p := FieldProblem{EventID: id, Field: fe.Field, Rule: fe.Rule}
+			if d.batch {
+				p.Index = &i
+			}
+			problems = append(problems, p)
+			if errors.Is(fe, event.ErrTooLarge) {
+				tooLarge = true
+			}
+		}
+	}
+	for i := range d.items {
+		it := &d.items[i]
+		e := &it.ev
+		if it.whole {
+			add(i, "", it.errs)
+			continue
+		}
+		if e.TraceID == "" {
+			tc, ok := parseTraceparent(it.traceparent)
+			if !ok {
+				tc, ok = header, headerOK
+			}
+			if ok {
+				e.TraceID = tc.traceID
+				if e.SpanID == "" {
+					e.SpanID = tc.spanID
+				}
+			}
+		}
+		err := e.Prepare(now, h.limits)
+		// Decoding problems first; validation adds only fields decoding did
+		// not already report (a version that failed to parse is not also
+		// "required").
+		fes := it.errs
+		seen := make(map[string]bool, len(fes))
+		for _, fe := range fes {
+			seen[fe.Field] = true
+		}
+		for _, fe := range event.FieldErrors(err) {
+			if !seen[fe.Field] {
+				fes = append(fes, fe)
+			}
+		}
+		add(i, e.ID, fes)
+		events[i] = e
+	}
+	if len(problems) == 0 && len(events) > 1 {
+		type aggVersion struct {
+			typ, id string
+			v       int64
+		}
+		ids := make(map[string]int, len(events))
+		versions := make(map[aggVersion]int, len(events))
+		for i, e := range events {
+			if j, ok := ids[e.ID]; ok {
+				add(i, e.ID, []*event.FieldError{{Field: "eventId", Rule: "must be unique within the batch (event " + strconv.Itoa(j) + " has it too)"}})
+			} else {
+				ids[e.ID] = i
+			}
+			k := aggVersion{e.AggregateType, e.AggregateID, e.Version}
+			if j, ok := versions[k]; ok {
+				add(i, e.ID, []*event.FieldError{{Field: "version", Rule: "must be unique per aggregate within the batch (event " + strconv.Itoa(j) + " has the same aggregate and version)"}})
+			} else {
+				versions[k] = i
+			}
+		}
+	}
+	return events, problems, tooLarge
+}
+
+// accept checks each event's topic, writes the rest to the outbox in one
+// transaction and runs the fast path. It returns the results and the HTTP
+// status, or an error answer.
+func (h *Handler) accept(ctx context.Context, mode string, events []*event.Event) ([]Result, int, *ErrorResponse) {
+	results := make([]Result, len(events))
+	consumers := map[string]int{}
+	var write []*event.Event
+	var writeAt []int
+	for i, e := range events {
+		results[i] = Result{EventID: e.ID, Topic: e.Topic, AggregateID: e.AggregateID, Version: e.Version, TraceID: e.TraceID}
+		n, ok := consumers[e.Topic]
+		if !ok {
+			cs, err := h.reg.ExpectedConsumers(ctx, e.Topic)
+			if err != nil {
+				h.log.ErrorContext(ctx, "publish: cannot read the topic registry; nothing written", append(logging.Event(e),
+					slog.String("topic", e.Topic), slog.String("mode", mode), slog.Any("error", err))...)
+				return nil, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeUnavailable,
+					Message: "the topic registry is unavailable; nothing was written, retry with the same eventId"}
+			}
+			n = len(cs)
+			consumers[e.Topic] = n
+		}
+		if n == 0 {
+			results[i].Status = StatusSkipped
+			results[i].Reason = "topic " + e.Topic + " has no enabled consumer in the topic registry; nothing was recorded or published"
+			continue
+		}
+		write = append(write, e)
+		writeAt = append(writeAt, i)
+	}
+	if len(write) == 0 {
+		h.logSkipped(ctx, mode, events, results)
+		return results, http.StatusOK, nil
+	}
+
+	var (
+		enq    []outbox.Enqueued
+		stored map[string]storedEvent
+	)
+	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
+		var err error
+		if enq, err = outbox.Enqueue(ctx, tx, write...); err != nil {
+			return err
+		}
+		stored, err = storedEvents(ctx, tx, enq)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, outbox.ErrVersionConflict) {
+			resp := &ErrorResponse{Error: CodeVersionConflict,
+				Message: "version: the aggregate already has another event with this version; nothing was written (" + err.Error() + ")"}
+			if len(events) == 1 {
+				resp.Fields = []FieldProblem{{EventID: events[0].ID, Field: "version", Rule: "must not be a version the aggregate already has under another eventId"}}
+			}
+			return nil, http.StatusConflict, resp
+		}
+		h.log.ErrorContext(ctx, "publish: outbox write failed; nothing written", slog.String("mode", mode),
+			slog.Int("events", len(write)), slog.String("first_event_id", write[0].ID), slog.Any("error", err))
+		return nil, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeUnavailable,
+			Message: "the outbox is unavailable; nothing was written, retry with the same eventId"}
+	}
+	h.logSkipped(ctx, mode, events, results)
+	var now []string
+	for k, q := range enq {
+		i := writeAt[k]
+		results[i].Status = string(q.State)
+		results[i].Duplicate = q.Duplicate
+		results[i].LastError = q.LastError
+		if st, ok := stored[q.ID]; ok {
+			// A repeat answers what was recorded the first time (its
+			// trace id in particular, which may have been generated then).
+			results[i].Topic, results[i].AggregateID, results[i].Version, results[i].TraceID = st.topic, st.aggregateID, st.version, st.traceID
+		}
+		if q.State == outbox.StatePending {
+			now = append(now, q.ID)
+		}
+	}
+	if h.fast != nil && len(now) > 0 {
+		h.fastPath(ctx, mode, now, results)
+	}
+	for k, e := range write {
+		r := &results[writeAt[k]]
+		h.log.InfoContext(ctx, "publish: event accepted", append(logging.Event(e), slog.String("topic", e.Topic),
+			slog.String("status", r.Status), slog.Bool("duplicate", r.Duplicate), slog.String("mode", mode))...)
+	}
+	return results, http.StatusAccepted, nil
+}
+
+// storedEvent is what a duplicate's earlier request recorded.
+type storedEvent struct {
+	topic, aggregateID, traceID string
+	version                     int64
+}
+
+// storedEvents reads the recorded identity of the duplicates among enq; it
+// costs nothing when there are none.
+func storedEvents(ctx context.Context, tx pgx.Tx, enq []outbox.Enqueued) (map[string]storedEvent, error) {
+	var ids []string
+	for _, q := range enq {
+		if q.Duplicate {
+			ids = append(ids, q.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT id, topic, aggregateid, version, trace_id FROM relaybus_outbox WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("publish: read duplicates: %w", err)
+	}
+	out := make(map[string]storedEvent, len(ids))
+	for rows.Next() {
+		var (
+			id string
+			st storedEvent
+		)
+		if err := rows.Scan(&id, &st.topic, &st.aggregateID, &st.version, &st.traceID); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("publish: read duplicates: %w", err)
+		}
+		out[id] = st
+	}
+	return out, rows.Err()
+}
+
+// logSkipped logs each SKIPPED event at ERROR: an event nobody consumes is
+// a configuration problem an operator must see, though the caller is not
+// failed for it.
+func (h *Handler) logSkipped(ctx context.Context, mode string, events []*event.Event, results []Result) {
+	for i, e := range events {
+		if results[i].Status == StatusSkipped {
+			h.log.ErrorContext(ctx, "publish: no enabled consumer for the topic; event SKIPPED, nothing written",
+				append(logging.Event(e), slog.String("topic", e.Topic), slog.String("mode", mode))...)
+		}
+	}
+}
+
+// fastPath publishes the pending rows at once and updates their results. A
+// failure is only logged: the rows are committed and the relay publishes them.
+func (h *Handler) fastPath(ctx context.Context, mode string, ids []string, results []Result) {
+	// The rows are committed: finish (or give up) within the budget even if
+	// the caller hangs up, so no lease is left waiting for its expiry.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.fastTime)
+	defer cancel()
+	states, err := h.fast.PublishNow(ctx, ids...)
+	if err != nil {
+		h.log.WarnContext(ctx, "publish: fast path failed; the events stay pending for the relay",
+			slog.String("mode", mode), slog.Int("events", len(ids)), slog.String("first_event_id", ids[0]), slog.Any("error", err))
+	}
+	for i := range results {
+		if st, ok := states[results[i].EventID]; ok && results[i].Status == StatusPending {
+			results[i].Status = string(st)
+		}
+	}
+}
+
+// fail writes an error answer and logs it.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, mode string, status int, resp ErrorResponse) {
+	level := slog.LevelWarn
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	h.log.Log(r.Context(), level, "publish: request refused; nothing written", slog.Int("status", status),
+		slog.String("error", resp.Error), slog.String("reason", resp.Message), slog.String("mode", mode),
+		slog.String("content_type", r.Header.Get("Content-Type")))
+	writeJSON(w, status, resp)
+}
+
+// problemsMessage joins the problems as "field: rule; ...", prefixing each
+// with events[i]. in a batch.
+func problemsMessage(ps []FieldProblem, batch bool) string {
+	var sb strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			sb.WriteString("; ")
+		}
+		if batch && p.Index != nil {
+			sb.WriteString("events[" + strconv.Itoa(*p.Index) + "].")
+		}
+		sb.WriteString(p.Field)
+		sb.WriteString(": ")
+		sb.WriteString(p.Rule)
+	}
+	return sb.String()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":"internal","message":"cannot encode the answer"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
