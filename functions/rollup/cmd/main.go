@@ -1,0 +1,64 @@
+// Command rollup serves the rollup function (functions-framework-go) on
+// $PORT (8080), or, as `rollup sync-consumers`, makes the ledger's
+// topic_consumers collection match the topology file ($RELAYBUS_TOPOLOGY)
+// and exits: a deploy step to run before traffic, since the relay takes each
+// event's expected consumers and publish its topic check from that
+// collection.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
+	"github.com/sethvargo/go-envconfig"
+
+	_ "github.com/relaybus/relaybus/functions/rollup"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "sync-consumers" {
+		if err := syncConsumers(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "rollup sync-consumers:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if os.Getenv("FUNCTION_TARGET") == "" {
+		os.Setenv("FUNCTION_TARGET", "rollup") // serve it at "/", and below
+	}
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	if err := funcframework.Start(port); err != nil {
+		fmt.Fprintln(os.Stderr, "rollup:", err)
+		os.Exit(1)
+	}
+}
+
+func syncConsumers(ctx context.Context) error {
+	var cfg ledger.Config
+	if err := envconfig.Process(ctx, &cfg); err != nil {
+		return err
+	}
+	top, err := topology.Load(os.Getenv("RELAYBUS_TOPOLOGY"))
+	if err != nil {
+		return err
+	}
+	store, err := ledger.Open(ctx, cfg, ledger.Options{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	rep, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{DisableUnlisted: true})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("topic_consumers: %d created, %d updated, %d disabled, %d unchanged\n", rep.Created, rep.Updated, rep.Disabled, rep.Unchanged)
+	return nil
+}

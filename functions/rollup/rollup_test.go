@@ -1,0 +1,280 @@
+package rollup
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/shared/delivery"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/registry"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	emutest.Cleanup()
+	os.Exit(code)
+}
+
+const (
+	topic = "shop.order.events"
+	sub   = "projects/p/subscriptions/relaybus.ledger.rollup.rollup-processor"
+)
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type env struct {
+	store *ledger.Store
+	url   string // the rollup function's URL in the local stack
+	logs  *syncBuffer
+}
+
+// start serves the function the way the local stack does: mounted under
+// /rollup with http.StripPrefix, over real HTTP.
+func start(t *testing.T) *env {
+	t.Helper()
+	project := emutest.FirestoreProject(t)
+	c, err := firestore.NewClientWithDatabase(context.Background(), project, ledger.DefaultDatabase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	store := ledger.New(c, ledger.Options{})
+	if _, err := store.SyncConsumers(context.Background(), []registry.Consumer{
+		{Topic: topic, ConsumerID: "member-service", Enabled: true, SortOrder: 1},
+		{Topic: topic, ConsumerID: "message-service", Enabled: true, SortOrder: 2},
+	}, ledger.SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	h, err := New(context.Background(), Deps{Ledger: store, Logger: logging.New(logs, logging.Options{Level: slog.LevelDebug})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/rollup/", http.StripPrefix("/rollup", h))
+	mux.Handle("/rollup", http.StripPrefix("/rollup", h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &env{store: store, url: srv.URL + "/rollup", logs: logs}
+}
+
+func newEvent(t *testing.T) *event.Event {
+	t.Helper()
+	e := &event.Event{Type: "order.purchased", Topic: topic, AggregateID: "ORD-1", Version: 1, Payload: []byte(`{}`),
+		Initiator: event.Initiator{Service: "order-service"}}
+	if err := e.Prepare(time.Now(), event.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// notice is a rollup notice as Pub/Sub hands it over.
+func notice(eventID string) event.Message {
+	m := ledger.RollupMessage(eventID)
+	m.ID = "msg-" + eventID
+	m.PublishTime = time.Now()
+	return m
+}
+
+type answer struct {
+	code int
+	body noticeAnswer
+}
+
+func do(t *testing.T, req *http.Request) answer {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var a noticeAnswer
+	if err := json.Unmarshal(b, &a); err != nil {
+		t.Fatalf("%d %s: %v", resp.StatusCode, b, err)
+	}
+	return answer{resp.StatusCode, a}
+}
+
+// The three request shapes Google sends: wrapped push, unwrapped push
+// (write-metadata) and Eventarc's binary-mode CloudEvent.
+func requests(t *testing.T, url string, m event.Message) map[string]*http.Request {
+	t.Helper()
+	wrapped, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(delivery.WrappedBody(m, sub, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapped.Header.Set("Content-Type", "application/json")
+	unwrapped, err := delivery.UnwrappedRequest(url, sub, m, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventarc, err := delivery.EventarcRequest(url, "p", ledger.DefaultRollupTopic, sub, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*http.Request{"push": wrapped, "push-unwrapped": unwrapped, "eventarc": eventarc}
+}
+
+func TestRollupOverHTTP(t *testing.T) {
+	ctx := context.Background()
+	env := start(t)
+	e := newEvent(t)
+
+	// Before the relay recorded the send: 409, for every delivery shape.
+	for mode, req := range requests(t, env.url, notice(e.ID)) {
+		if a := do(t, req); a.code != http.StatusConflict || a.body.EventID != e.ID {
+			t.Errorf("%s before the send: %d %+v, want 409", mode, a.code, a.body)
+		}
+	}
+	if err := env.store.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	record := func(c string, n int, o ledger.Outcome) {
+		if _, err := env.store.InsertAttempt(ctx, ledger.Attempt{EventID: e.ID, ConsumerID: c, AttemptNo: n, Success: o == ledger.OutcomeSuccess, Outcome: o}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("member-service", 1, ledger.OutcomeSuccess)
+	record("message-service", 1, ledger.OutcomeRetry)
+	reqs := requests(t, env.url, notice(e.ID))
+	if a := do(t, reqs["push"]); a.code != http.StatusOK || a.body.Status != ledger.StatusPartial || !a.body.Changed || a.body.Previous != ledger.StatusSent {
+		t.Errorf("push: %d %+v", a.code, a.body)
+	}
+	if a := do(t, reqs["eventarc"]); a.code != http.StatusOK || a.body.Status != ledger.StatusPartial || a.body.Changed {
+		t.Errorf("eventarc, same state again: %d %+v", a.code, a.body)
+	}
+	record("message-service", 2, ledger.OutcomeSuccess)
+	if a := do(t, reqs["push-unwrapped"]); a.code != http.StatusOK || a.body.Status != ledger.StatusConsumed || !a.body.Changed {
+		t.Errorf("unwrapped push: %d %+v", a.code, a.body)
+	}
+	if got, _ := env.store.Get(ctx, e.ID); got.Event.Status != ledger.StatusConsumed {
+		t.Errorf("ledger says %s", got.Event.Status)
+	}
+	// The status change is logged with the event's fields.
+	var changed map[string]any
+	for _, line := range strings.Split(env.logs.String(), "\n") {
+		if strings.Contains(line, `"rollup: status changed"`) && strings.Contains(line, `"CONSUMED"`) {
+			_ = json.Unmarshal([]byte(line), &changed)
+		}
+	}
+	if changed["event_id"] != e.ID || changed["event_type"] != "order.purchased" || changed["aggregate_id"] != "ORD-1" ||
+		changed["previous_status"] != "PARTIAL" || changed["severity"] != "INFO" || changed["delivery_mode"] != "push-unwrapped" {
+		t.Errorf("status change log line: %v\nlogs:\n%s", changed, env.logs)
+	}
+}
+
+func TestMalformedNoticesAreAcknowledged(t *testing.T) {
+	env := start(t)
+	post := func(body, contentType string) *http.Request {
+		req, _ := http.NewRequest(http.MethodPost, env.url+"/", strings.NewReader(body))
+		req.Header.Set("Content-Type", contentType)
+		return req
+	}
+	noID := event.Message{ID: "m1", Data: []byte(`{"hello":"world"}`), Attributes: map[string]string{}}
+	badID := notice("a/b")
+	for name, req := range map[string]*http.Request{
+		"not json":         post("{{{", "application/json"),
+		"empty body":       post("", "application/json"),
+		"no event id":      requests(t, env.url, noID)["push"],
+		"invalid event id": requests(t, env.url, badID)["eventarc"],
+	} {
+		a := do(t, req)
+		if a.code != http.StatusOK || a.body.Error == "" {
+			t.Errorf("%s: %d %+v, want 200 (acknowledged) with the error", name, a.code, a.body)
+		}
+	}
+	errorLines := strings.Count(env.logs.String(), `"severity":"ERROR"`)
+	if errorLines != 4 {
+		t.Errorf("%d ERROR log lines for 4 malformed notices:\n%s", errorLines, env.logs)
+	}
+	resp, err := http.Get(env.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET: %d", resp.StatusCode)
+	}
+}
+
+func TestExpireEndpoint(t *testing.T) {
+	ctx := context.Background()
+	env := start(t)
+	e := newEvent(t)
+	e.ExpireAt = e.OccurredAt.Add(time.Millisecond)
+	if err := env.store.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	resp, err := http.Post(env.url+"/expire", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a expireAnswer
+	_ = json.NewDecoder(resp.Body).Decode(&a)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || a.Due != 1 || a.Expired != 1 {
+		t.Errorf("/expire: %d %+v", resp.StatusCode, a)
+	}
+	if got, _ := env.store.Get(ctx, e.ID); got.Event.Status != ledger.StatusExpired {
+		t.Errorf("status %s", got.Event.Status)
+	}
+	resp, _ = http.Post(env.url+"/expire?limit=0", "application/json", nil)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("limit=0: %d", resp.StatusCode)
+	}
+}
+
+// The registered function builds itself from the environment.
+func TestServeFromEnvironment(t *testing.T) {
+	project := emutest.FirestoreProject(t)
+	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
+	t.Setenv("FIRESTORE_DATABASE", "(default)")
+	instanceMu.Lock()
+	instance = nil
+	instanceMu.Unlock()
+	t.Cleanup(func() {
+		instanceMu.Lock()
+		instance = nil
+		instanceMu.Unlock()
+	})
+	srv := httptest.NewServer(http.HandlerFunc(serve))
+	defer srv.Close()
+	req := requests(t, srv.URL, notice("unknown-event"))["push"]
+	if a := do(t, req); a.code != http.StatusConflict {
+		t.Errorf("unknown event through the env-built function: %d %+v", a.code, a.body)
+	}
+}
