@@ -457,7 +457,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{name: "empty batch", headers: jsonCT, body: []byte(`[]`), status: 400, code: publish.CodeInvalid},
 		{name: "batch too long", headers: jsonCT, body: j([]any{envelope(nil), envelope(nil), envelope(nil), envelope(nil)}), status: 413, code: publish.CodeTooLarge},
 		{name: "batch with one bad event", headers: jsonCT, status: 400, code: publish.CodeInvalid,
-			body: j([]any{envelope(map[string]any{"aggregateId": "a-1"}), envelope(map[string]any{"aggregateId": "a-2", "version": -1})}),
+			body:   j([]any{envelope(map[string]any{"aggregateId": "a-1"}), envelope(map[string]any{"aggregateId": "a-2", "version": -1})}),
 			fields: []string{"version"}, index: intp(1)},
 		{name: "batch with a non-object", headers: jsonCT, status: 400, code: publish.CodeInvalid,
 			body: []byte(`[` + string(j(envelope(nil))) + `, 42]`), fields: []string{"event"}, index: intp(1)},
