@@ -1,9 +1,197 @@
 // Package ledger is relaybus's event ledger on Firestore: every event with its
 // envelope, sender and expected consumers (collection events), the consumers
 // registered per topic (topic_consumers), every consumption attempt
-// (event_consumptions, insert-only), and archived dead letters.
+// (event_consumptions, insert-only), and archived dead letters
+// (dead_letters, added by the operations API's dead-letter archive).
 //
-// This file set is being built; types.go holds the vocabulary the relay,
-// consume, rollup and dlqreplay functions share: statuses, attempt outcomes,
-// document ids and the rollup notice.
+// # Collections
+//
+// events/{EventDocID(eventId)}: one document per event ([Event]): the
+// envelope as produced (eventId, eventType, source, topic, aggregateType,
+// aggregateId, version, occurredAt, schemaVersion, payloadType, payload,
+// traceId, spanId, parentEventId, correlationId, initiator{service,
+// operation, userId, clientRequestId}, expireAt), the send state (status,
+// statusAt, retryCount, sentAt, lastSentAt, createdAt, updatedAt), the
+// consumers it was sent to (expectedConsumers), and the bookkeeping the
+// status and the indexes need (shard, expireDue, repush, publishFailure).
+// Payloads over the store's MaxStoredPayload (900 KiB by default; documents
+// hold 1 MiB) are not kept: payloadOmitted is set and payloadSize says how
+// big it was.
+//
+// topic_consumers/{ConsumerDocID(topic, consumerId)}: topic, consumerId,
+// enabled, sortOrder, description, createdAt, updatedAt. The document id
+// makes (topic, consumerId) unique. [Store.SyncConsumers] makes the
+// collection match the topology (infra/topology.yaml via
+// registry.Consumers); `go run ./functions/rollup/cmd sync-consumers` runs
+// it as a deploy step. [Store.ExpectedConsumers] implements
+// registry.Registry over it.
+//
+// events/{EventDocID(eventId)}/event_consumptions/{AttemptDocID(eventId,
+// consumerId, attemptNo)}: one document per attempt ([Attempt]): eventId,
+// consumerId, attemptNo, success, outcome, errorCode, errorMessage,
+// consumedAt, createdAt and the delivery facts. Insert-only; every attempt
+// is kept. The attempts of an event are a subcollection of its document
+// (the collection group event_consumptions holds them all), so rollup's
+// transaction reads and locks one event's attempts and nothing else; an
+// attempt may be written before its event's document exists. There is no attempt-0
+// placeholder row: the expected consumers are on the event, so "expected vs
+// reported" (the seed's "1/2 consumed") is expectedConsumers against the
+// consumers with attempts ([Store.Get], [Detail.Summary]).
+//
+// Every document id is deterministic, so every write can be repeated: a
+// replayed RecordSent creates nothing new and a re-recorded attempt hits
+// its own document.
+//
+// # Who writes what
+//
+//   - relay: [Store.RecordSent] just before it hands a batch to Pub/Sub
+//     (creates the event, status SENT, expected consumers from the
+//     registry; an existing document that records a send is left exactly
+//     as it is), [Store.RecordPublishFailure] when publishing fails (PENDING
+//     while retrying, FAILED when it gives up; creates the document if
+//     needed).
+//   - consume: [Recorder.RecordAttempt] inserts the attempt, then publishes
+//     [RollupMessage] to the rollup topic.
+//   - rollup (functions/rollup): [Store.Rollup] derives the status; it is
+//     the only writer of consumption-derived statuses. [Store.ExpireDue]
+//     expires events nobody reports on.
+//   - operations API: [Store.BeginRepush] when an operator re-pushes.
+//   - deploy: [Store.SyncConsumers].
+//
+// The outbox (Postgres) and the ledger cannot commit together; each crash
+// between them heals by replaying the same calls. If the relay published
+// but RecordSent failed, the consumers' notices reach rollup before the
+// event exists: Rollup fails with [ErrEventNotFound], the function answers
+// 409, and Pub/Sub redelivers (the rollup subscription retries for its
+// 7-day retention) until the relay's next run records the send. If consume
+// recorded an attempt but not its notice, the redelivery records the same
+// attempt (a no-op) and publishes the notice. If the relay recorded the
+// send but crashed before marking the outbox row, it publishes again and
+// RecordSent leaves the document as it is.
+//
+// # Status truth table
+//
+// The status is derived ([Derive]) from the event's expected consumers (the
+// list it was sent with: consumers added to or disabled in the registry
+// later do not change it; attempts by consumers that were not expected are
+// shown but do not count), the latest attempt (highest attemptNo) of each,
+// expireAt, whether the relay has recorded a send, its latest publish
+// failure and the latest re-push. The first rule that holds wins:
+//
+//  1. CONSUMED: there is at least one expected consumer and every expected
+//     consumer's latest attempt succeeded.
+//  2. EXPIRED: expireAt is set and has passed.
+//  3. PENDING or FAILED: the relay has never recorded a send and no expected
+//     consumer has reported: FAILED if the relay gave up publishing
+//     (final publish failure), else PENDING.
+//  4. RETRYING: a re-push is outstanding: it addressed an expected consumer
+//     (one consumer, or all expected ones) that has not succeeded and has
+//     made no attempt numbered above the one it had reached when the
+//     re-push began, and the relay has not given up publishing it.
+//  5. Some expected consumer's latest attempt failed: PARTIAL if some
+//     expected consumer's latest attempt succeeded; else RETRYING if some
+//     failure will be retried (outcome retry: Pub/Sub redelivers); else
+//     FAILED (failed, poison, dead_lettered).
+//  6. SENT: no failures; some expected consumer has not reported yet (or
+//     the event has no expected consumers).
+//
+// Statuses are facts derived again on every rollup, not a one-way machine:
+// a late success turns FAILED or PARTIAL into CONSUMED, and a consumer that
+// succeeded after its event expired makes it CONSUMED. Re-push
+// ([Store.BeginRepush]) sets RETRYING at once (rule 4 then holds it), adds
+// one to retryCount and sets lastSentAt. A failure to publish an event that
+// was already sent does not change its status (it is kept in
+// publishFailure); a final one settles an outstanding re-push.
+//
+// EXPIRED for events nobody reports on: rollup notices only come with
+// attempts, so [Store.ExpireDue] sweeps the expiry index (shard, expireDue)
+// for open events whose expireAt has passed and rolls each up. expireDue
+// equals expireAt while the event is open and is deleted when it becomes
+// CONSUMED or EXPIRED, so the index holds only events the sweep may still
+// have to expire. The rollup function serves the sweep at POST /expire for
+// a Cloud Scheduler job (every few minutes is plenty).
+//
+// # Rollup
+//
+// [Store.Rollup] reads the event's document and all of its attempts (its
+// event_consumptions subcollection) in one read-write transaction, derives the
+// status and writes it only when it changed. Firestore's transactions lock
+// what they read, so concurrent rollups of one event serialize: whichever
+// commits last read every attempt recorded before it began, and every
+// notice is published after its attempt is written, so the last rollup
+// after the last attempt writes the right status. Concurrent rollups of one
+// event within a process are coalesced into one running and one queued
+// follow-up; max-instances is not relied on.
+//
+// # Queries
+//
+//   - [Store.List]: events newest first (occurredAt desc, then document id)
+//     filtered by any combination of status, topic, initiator service and
+//     an occurredAt range, or by trace id (the other filters then apply to
+//     the trace's events as they are read), in pages of up to 500 with
+//     opaque page tokens bound to their filters. Payloads are not read.
+//   - [Store.Get]: one event with every attempt grouped by consumer,
+//     expected consumers first, with expected/reported/succeeded counts.
+//   - [Store.Trace]: the events of an event's trace as a tree (parent to
+//     children by parentEventId, siblings by occurredAt; at most
+//     MaxTraceScan events).
+//
+// Every query is built from a [QueryShape] in [QueryShapes]; the composite
+// indexes they need are declared in infra/firestore/indexes.yaml (which
+// Terraform reads), and a test checks the file against the shapes both
+// ways, because the emulator needs no indexes and would never tell.
+//
+// # Cost per event
+//
+// [Store.Usage] counts document reads and writes as Firestore bills them
+// (a query that returns nothing is one read). With N expected consumers,
+// the happy path (sent, each consumer succeeds once) costs:
+//
+//	writes: N + 2     event create, N attempts, one final status write
+//	reads:  N + N(N+1)/2   rollup k reads the event and the k attempts so far
+//	        (N=1: 2, N=2: 5, N=5: 20)
+//
+// plus the registry lookup (one query per topic per 30 s per instance,
+// cached). The seed's shape (PENDING insert, an attempt-0 row per consumer,
+// a SENT update, an attempt per callback and a status read-modify-write per
+// callback) costs 3N + 2 writes. Each failed attempt adds one write and at
+// most one status write; a re-push costs 1 + k reads and one write.
+//
+// # Scale
+//
+// Firestore limits writes to a collection with an index on a monotonically
+// increasing field (timestamps) to about 500 per second: new entries all
+// land at one end of one key range. The ledger exempts every timestamp
+// (occurredAt, expireAt, expireDue, statusAt, sentAt, lastSentAt, createdAt,
+// updatedAt, consumedAt) from single-field indexing, along with the payload
+// and fields no query filters on (infra/firestore/indexes.yaml,
+// exemptions). The two timestamps that are queried, occurredAt and
+// expireDue, appear only in composite indexes whose first field is shard
+// (a hash of the event id, [Shards] = 8 values), which splits each such
+// index into 8 key ranges (about 4,000 new events per second); queries ask
+// for `shard in [0..7]` and Firestore merges the ranges in order. The trace
+// index starts with the trace id, which is random (W3C).
+//
+// Document ids are spread the same way: [EventDocID] puts four hex digits
+// of a hash before the event id, so producers' time-ordered ids (UUIDv7,
+// ULIDs, sequences) do not make a hot key range, and attempts sit under
+// their event's document. event_consumptions needs no index at all (an
+// event's attempts are read as its subcollection); its eventId and
+// messageId are exempt because they may increase monotonically.
+//
+// Firestore sustains about one write per second to a single document. No
+// ledger document is written often: an event is written when sent, when
+// its status changes (at most a few times) and when re-pushed; attempts are
+// written once; topic_consumers only by sync. The ledger keeps no counters
+// or aggregates in documents; totals per status come from queries, and
+// rates from the logs (rollup logs every status change with the event's
+// fields and previous_status, for log-based metrics; pubsub-conventions
+// §10.1). Rollup writes only on change, so N consumers finishing at once
+// cost one status write, and their concurrent transactions touch one
+// document for milliseconds. Attempt inserts that wait too long for a
+// rollup's locks are answered ABORTED and retried. (The Firestore emulator
+// locks a whole collection for a query in a transaction; with attempts in
+// one top-level collection, every rollup would stall every attempt insert
+// in local runs. As subcollections, a rollup stalls only its own event's.) RecordSent writes through
+// a BulkWriter, which ramps up its rate as Firestore asks (500/50/5).
 package ledger

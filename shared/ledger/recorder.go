@@ -63,7 +63,7 @@ func (s *Store) InsertAttempt(ctx context.Context, a Attempt) (created bool, err
 	if err := a.Validate(); err != nil {
 		return false, fmt.Errorf("ledger: attempt of %s by %s: %w", a.EventID, a.ConsumerID, err)
 	}
-	ref := s.consumptions.Doc(AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
+	ref := s.attempts(a.EventID).Doc(AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
 	err = retryAborted(ctx, func() error {
 		s.wrote(OpRecordAttempt, 1)
 		_, err := ref.Create(ctx, a)

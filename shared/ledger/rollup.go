@@ -20,20 +20,14 @@ type RollupResult struct {
 	// Expected, Reported and Succeeded count the expected consumers, those
 	// that made at least one attempt, and those whose latest succeeded.
 	Expected, Reported, Succeeded int
-	// Event holds the envelope fields needed for logging (no payload).
+	// Event is the event's document, without its payload.
 	Event Event
-}
-
-// rollupFields are the fields Rollup reads: the status inputs and the
-// envelope fields every log line carries. The payload is never read.
-var rollupFields = []string{
-	"eventId", "eventType", "aggregateType", "aggregateId", "version", "traceId", "topic",
-	"status", "statusAt", "expectedConsumers", "expireAt", "expireDue", "sentAt", "publishFailure", "repush",
 }
 
 // Rollup derives an event's status from the latest attempt of each of its
 // expected consumers (the truth table in the package documentation) and
-// writes it, in one Firestore transaction. It writes nothing when the
+// writes it, in one Firestore transaction that reads the event document
+// and its event_consumptions subcollection. It writes nothing when the
 // status would not change, so repeated and concurrent rollups of the same
 // event cost reads only, and the transaction makes concurrent ones
 // serializable: whichever commits last read every attempt the others read,
@@ -65,15 +59,15 @@ func (s *Store) rollup(ctx context.Context, eventID string) (RollupResult, error
 	var res RollupResult
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		res = RollupResult{EventID: eventID}
-		docs, err := s.queryDocs(ctx, OpRollup, tx, shapeEventByName.query(s.events.Query, map[string]any{NameField: ref}).Select(rollupFields...))
+		snap, err := s.getDoc(ctx, OpRollup, tx, ref)
+		if notFound(err) {
+			return fmt.Errorf("%w: %s", ErrEventNotFound, eventID)
+		}
 		if err != nil {
 			return fmt.Errorf("read %s: %w", eventID, err)
 		}
-		if len(docs) == 0 {
-			return fmt.Errorf("%w: %s", ErrEventNotFound, eventID)
-		}
 		var d Event
-		if err := docs[0].DataTo(&d); err != nil {
+		if err := snap.DataTo(&d); err != nil {
 			return fmt.Errorf("decode %s: %w", ref.ID, err)
 		}
 		attempts, err := s.readAttempts(ctx, OpRollup, tx, eventID)
@@ -83,6 +77,7 @@ func (s *Store) rollup(ctx context.Context, eventID string) (RollupResult, error
 		now := s.clock()
 		f := factsOf(&d, attempts, now)
 		st := Derive(f)
+		d.Payload = nil // not needed past here; keep results small
 		res.Previous, res.Status, res.Event = d.Status, st, d
 		res.Expected, res.Reported, res.Succeeded = counts(f)
 		ups := statusUpdates(&d, st, now)

@@ -164,9 +164,9 @@ var (
 	shapeAllConsumers = QueryShape{
 		Name: "consumers_all", Collection: CollectionConsumers,
 	}
+	// All of one event's event_consumptions subcollection.
 	shapeAttemptsOfEvent = QueryShape{
 		Name: "attempts_of_event", Collection: CollectionConsumptions,
-		Range: NameField,
 	}
 	shapeEventByName = QueryShape{
 		Name: "event_by_name", Collection: CollectionEvents,

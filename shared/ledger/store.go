@@ -59,7 +59,6 @@ type Store struct {
 	ownsClient   bool
 	events       *firestore.CollectionRef
 	consumers    *firestore.CollectionRef
-	consumptions *firestore.CollectionRef
 	reg          registry.Registry
 	maxPayload   int
 	now          func() time.Time
@@ -92,7 +91,6 @@ func New(c *firestore.Client, opts Options) *Store {
 		client:       c,
 		events:       c.Collection(CollectionEvents),
 		consumers:    c.Collection(CollectionConsumers),
-		consumptions: c.Collection(CollectionConsumptions),
 		maxPayload:   opts.MaxStoredPayload,
 		now:          opts.Now,
 		log:          opts.Logger,
@@ -227,12 +225,23 @@ func (s *Store) queryDocs(ctx context.Context, op string, tx *firestore.Transact
 
 func (s *Store) wrote(op string, n int) { s.usage.op(op).writes.Add(int64(n)) }
 
-// attemptsQuery selects every attempt of an event: a range of document
-// names (see AttemptDocID), served by the built-in name index.
+// attempts returns an event's event_consumptions subcollection.
+//
+// Attempts live under their event (events/{id}/event_consumptions/{id})
+// rather than in one top-level collection so that reading an event's
+// attempts in a transaction locks that event's attempts alone: the
+// Firestore emulator locks a whole collection for a query in a
+// transaction, so with one top-level collection every rollup would hold up
+// every attempt insert of every event in local runs. In production both
+// layouts lock only the range read. The attempt's document need not wait
+// for its event's: Firestore allows documents under a missing parent.
+func (s *Store) attempts(eventID string) *firestore.CollectionRef {
+	return s.eventRef(eventID).Collection(CollectionConsumptions)
+}
+
+// attemptsQuery selects every attempt of an event.
 func (s *Store) attemptsQuery(eventID string) firestore.Query {
-	lo := s.consumptions.Doc(EventDocID(eventID) + "~")
-	hi := s.consumptions.Doc(EventDocID(eventID) + string(rune('~'+1)))
-	return shapeAttemptsOfEvent.withRange(shapeAttemptsOfEvent.query(s.consumptions.Query, nil), lo, hi)
+	return shapeAttemptsOfEvent.query(s.attempts(eventID).Query, nil)
 }
 
 // readAttempts returns every attempt of an event, ordered by consumer and

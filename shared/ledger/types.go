@@ -64,7 +64,8 @@ const (
 func (o Outcome) Final() bool { return o != OutcomeRetry }
 
 // Attempt is one consumption attempt of one event by one consumer: a
-// document of the insert-only event_consumptions collection.
+// document of the insert-only event_consumptions collection (group): the
+// subcollection of the event's document.
 type Attempt struct {
 	EventID    string `firestore:"eventId" json:"eventId"`
 	ConsumerID string `firestore:"consumerId" json:"consumerId"`
@@ -94,12 +95,10 @@ const (
 	CollectionDeadLetters  = "dead_letters"
 )
 
-// AttemptDocID is the deterministic id of an attempt's document, so that a
-// retried write of the same attempt changes nothing. It starts with the
-// event's document id ([EventDocID]), so the attempts of one event form one
-// contiguous range of document names: rollup reads them with a range scan on
-// the built-in name index, and they are spread over the key space as the
-// events are.
+// AttemptDocID is the deterministic id of an attempt's document (in its
+// event's event_consumptions subcollection), so that a retried write of the
+// same attempt changes nothing. It starts with the event's document id
+// ([EventDocID]), which keeps it unique across the collection group.
 func AttemptDocID(eventID, consumerID string, attemptNo int) string {
 	return EventDocID(eventID) + "~" + consumerID + "~" + fmt.Sprintf("%06d", attemptNo)
 }
