@@ -55,16 +55,16 @@ type Options struct {
 // ExpireDue), the operator re-push hook (BeginRepush) and the operations
 // API's queries (List, Get, Trace). Recorder adds the consume side.
 type Store struct {
-	client       *firestore.Client
-	ownsClient   bool
-	events       *firestore.CollectionRef
-	consumers    *firestore.CollectionRef
-	reg          registry.Registry
-	maxPayload   int
-	now          func() time.Time
-	log          *slog.Logger
-	usage        usage
-	flights      coalescer
+	client     *firestore.Client
+	ownsClient bool
+	events     *firestore.CollectionRef
+	consumers  *firestore.CollectionRef
+	reg        registry.Registry
+	maxPayload int
+	now        func() time.Time
+	log        *slog.Logger
+	usage      usage
+	flights    coalescer
 }
 
 // Open connects to Firestore (the emulator when FIRESTORE_EMULATOR_HOST is
@@ -88,13 +88,13 @@ func Open(ctx context.Context, cfg Config, opts Options, clientOpts ...option.Cl
 // New returns a store on an existing client; Close leaves the client open.
 func New(c *firestore.Client, opts Options) *Store {
 	s := &Store{
-		client:       c,
-		events:       c.Collection(CollectionEvents),
-		consumers:    c.Collection(CollectionConsumers),
-		maxPayload:   opts.MaxStoredPayload,
-		now:          opts.Now,
-		log:          opts.Logger,
-		reg:          opts.Registry,
+		client:     c,
+		events:     c.Collection(CollectionEvents),
+		consumers:  c.Collection(CollectionConsumers),
+		maxPayload: opts.MaxStoredPayload,
+		now:        opts.Now,
+		log:        opts.Logger,
+		reg:        opts.Registry,
 	}
 	if s.maxPayload <= 0 || s.maxPayload > DefaultMaxStoredPayload {
 		s.maxPayload = DefaultMaxStoredPayload
