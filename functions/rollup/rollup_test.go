@@ -278,3 +278,5 @@ func TestServeFromEnvironment(t *testing.T) {
 		t.Errorf("unknown event through the env-built function: %d %+v", a.code, a.body)
 	}
 }
+
+var _ Ledger = (*ledger.Store)(nil)
