@@ -148,7 +148,7 @@ func (h *handler) notice(w http.ResponseWriter, r *http.Request) {
 	}
 	fields := append(logging.Event(res.Event.LogEvent()), attrs...)
 	fields = append(fields, "status", res.Status, "previous_status", res.Previous,
-		"expected", res.Expected, "reported", res.Reported, "succeeded", res.Succeeded)
+		"expected", res.Expected, "reported", res.Reported, "succeeded", res.Succeeded, "coalesced", res.Coalesced)
 	if res.Changed {
 		h.Logger.InfoContext(ctx, "rollup: status changed", fields...)
 	} else {

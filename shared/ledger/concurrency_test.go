@@ -40,6 +40,7 @@ func TestConcurrentRollupsWriteOnce(t *testing.T) {
 		}
 	}
 	results := runConcurrently(20, func(i int) (RollupResult, error) { return stores[i%instances].Rollup(ctx, e.ID) })
+	changed := 0
 	for i, r := range results {
 		if r.err != nil {
 			t.Errorf("rollup %d: %v", i, r.err)
@@ -47,6 +48,12 @@ func TestConcurrentRollupsWriteOnce(t *testing.T) {
 		if r.res.Status != StatusPartial {
 			t.Errorf("rollup %d derived %s, want PARTIAL", i, r.res.Status)
 		}
+		if r.res.Changed {
+			changed++
+		}
+	}
+	if changed != 1 {
+		t.Errorf("%d calls report the change, want 1", changed)
 	}
 	if w := rollupWrites(stores); w != 1 {
 		t.Errorf("%d status writes, want exactly 1", w)
@@ -143,6 +150,12 @@ func TestCoalescerSharesAFollowUp(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	later := make(chan RollupResult, 10)
+	run2 := run
+	run = func(ctx context.Context) (RollupResult, error) {
+		r, err := run2(ctx)
+		r.Changed = true
+		return r, err
+	}
 	for i := 0; i < 10; i++ {
 		go func() { r, _ := c.do(context.Background(), "e", run); later <- r }()
 	}
@@ -160,10 +173,20 @@ func TestCoalescerSharesAFollowUp(t *testing.T) {
 	if r := <-first; r.Expected != 1 {
 		t.Errorf("first caller got run %d", r.Expected)
 	}
+	owners := 0
 	for i := 0; i < 10; i++ {
-		if r := <-later; r.Expected != 2 {
+		r := <-later
+		if r.Expected != 2 {
 			t.Errorf("a caller that arrived during run 1 got run %d, want the follow-up (2)", r.Expected)
 		}
+		if r.Changed {
+			owners++
+		} else if !r.Coalesced {
+			t.Error("a sharing caller is not marked Coalesced")
+		}
+	}
+	if owners != 1 {
+		t.Errorf("%d callers report the follow-up's change, want 1", owners)
 	}
 	if runs != 2 {
 		t.Errorf("%d runs for 11 callers, want 2", runs)

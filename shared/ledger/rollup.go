@@ -15,8 +15,13 @@ type RollupResult struct {
 	EventID string
 	// Previous is the status before; Status the status after.
 	Previous, Status Status
-	// Changed is true when Rollup wrote the new status.
+	// Changed is true when this call wrote the new status.
 	Changed bool
+	// Coalesced is true when this call shared a run started for another
+	// concurrent call of the same event (see Rollup); the run's write, if
+	// any, is reported as Changed to that call alone, so a status change is
+	// reported (and logged) once.
+	Coalesced bool
 	// Expected, Reported and Succeeded count the expected consumers, those
 	// that made at least one attempt, and those whose latest succeeded.
 	Expected, Reported, Succeeded int
@@ -202,15 +207,20 @@ func (c *coalescer) do(ctx context.Context, key string, run func(context.Context
 		c.finish(key)
 		return res, err
 	}
-	f := st.next
+	f, owner := st.next, false
 	if f == nil {
-		f = &flight{ctx: context.WithoutCancel(ctx), run: run, done: make(chan struct{})}
+		f, owner = &flight{ctx: context.WithoutCancel(ctx), run: run, done: make(chan struct{})}, true
 		st.next = f
 	}
 	c.mu.Unlock()
 	select {
 	case <-f.done:
-		return f.res, f.err
+		if owner {
+			return f.res, f.err
+		}
+		res := f.res
+		res.Changed, res.Coalesced = false, true
+		return res, f.err
 	case <-ctx.Done():
 		return RollupResult{}, fmt.Errorf("ledger: rollup %s: %w", key, ctx.Err())
 	}
