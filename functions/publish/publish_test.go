@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -582,5 +583,43 @@ func TestOptionsAreChecked(t *testing.T) {
 		if _, err := publish.New(o); err == nil {
 			t.Errorf("%s: New accepted %+v", name, o)
 		}
+	}
+}
+
+// brokenRegistry is a registry whose backend is down.
+type brokenRegistry struct{}
+
+func (brokenRegistry) ExpectedConsumers(context.Context, string) ([]registry.Consumer, error) {
+	return nil, errors.New("firestore: unavailable")
+}
+
+func TestUnavailableDependenciesAre503AndWriteNothing(t *testing.T) {
+	h := newHarness(t, func(o *publish.Options) { o.Registry = brokenRegistry{} })
+	status, body, hdr := post(t, h.url, mustJSON(t, envelope(nil)), "Content-Type", "application/json")
+	if status != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+		t.Fatalf("registry down: status %d (Retry-After %q): %s", status, hdr.Get("Retry-After"), body)
+	}
+	if e := decodeJSON[publish.ErrorResponse](t, body); e.Error != publish.CodeUnavailable {
+		t.Fatalf("answer %+v", e)
+	}
+	if n := h.rows(t); n != 0 {
+		t.Fatalf("%d rows", n)
+	}
+
+	// The outbox's database is gone (its pool closed).
+	pool := pgtest.Schema(t)
+	if err := outbox.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	ph, err := publish.New(publish.Options{DB: pool, Registry: registry.FromTopology(loadTopology(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ph)
+	defer srv.Close()
+	status, body, _ = post(t, srv.URL, mustJSON(t, envelope(nil)), "Content-Type", "application/json")
+	if e := decodeJSON[publish.ErrorResponse](t, body); status != http.StatusServiceUnavailable || e.Error != publish.CodeUnavailable {
+		t.Fatalf("database down: status %d: %s", status, body)
 	}
 }
