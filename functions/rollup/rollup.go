@@ -34,10 +34,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
@@ -45,18 +43,18 @@ import (
 
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 )
 
 // Config is the function's environment.
 type Config struct {
-	// ProjectID is the Google Cloud project (GOOGLE_CLOUD_PROJECT).
-	ProjectID string `env:"GOOGLE_CLOUD_PROJECT, required"`
+	// Env is what every function reads (GOOGLE_CLOUD_PROJECT, LOG_LEVEL,
+	// RELAYBUS_TOPOLOGY).
+	instance.Env
 	// Database is the Firestore database id (FIRESTORE_DATABASE, "(default)").
 	Database string `env:"FIRESTORE_DATABASE, default=(default)"`
-	// LogLevel is debug, info, warn or error (LOG_LEVEL, info).
-	LogLevel string `env:"LOG_LEVEL, default=info"`
 }
 
 // Ledger is what the function needs of the ledger (*ledger.Store).
@@ -214,39 +212,17 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func init() {
-	functions.HTTP("rollup", serve)
+	functions.HTTP("rollup", instance.Lazy("rollup", fromEnv))
 }
 
-// The instance's handler, built on first use from the environment. A
-// failure is not kept: the next request tries again.
-var (
-	instanceMu sync.Mutex
-	instance   http.Handler
-)
-
-func serve(w http.ResponseWriter, r *http.Request) {
-	h, err := fromEnv(r.Context())
-	if err != nil {
-		logging.New(os.Stderr, logging.Options{}).ErrorContext(r.Context(), "rollup: cannot start", "error", err.Error())
-		http.Error(w, "rollup: cannot start: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	h.ServeHTTP(w, r)
-}
-
+// fromEnv builds the instance's handler from the environment (Config).
 func fromEnv(ctx context.Context) (http.Handler, error) {
-	instanceMu.Lock()
-	defer instanceMu.Unlock()
-	if instance != nil {
-		return instance, nil
-	}
 	var cfg Config
 	if err := envconfig.Process(ctx, &cfg); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	log := logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(cfg.LogLevel), ProjectID: cfg.ProjectID})
-	// The client outlives the request that happened to build it.
-	store, err := ledger.Open(context.WithoutCancel(ctx), ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.Database}, ledger.Options{Logger: log})
+	log := cfg.Logger()
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.Database}, ledger.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +231,5 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		_ = store.Close()
 		return nil, err
 	}
-	instance = h
 	return h, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/relaybus/relaybus/shared/instance"
 	"io"
 	"log/slog"
 	"net/http"
@@ -263,15 +264,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	project := emutest.FirestoreProject(t)
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
 	t.Setenv("FIRESTORE_DATABASE", "(default)")
-	instanceMu.Lock()
-	instance = nil
-	instanceMu.Unlock()
-	t.Cleanup(func() {
-		instanceMu.Lock()
-		instance = nil
-		instanceMu.Unlock()
-	})
-	srv := httptest.NewServer(http.HandlerFunc(serve))
+	srv := httptest.NewServer(instance.Lazy("rollup", fromEnv))
 	defer srv.Close()
 	req := requests(t, srv.URL, notice("unknown-event"))["push"]
 	if a := do(t, req); a.code != http.StatusConflict {

@@ -11,10 +11,10 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	"github.com/sethvargo/go-envconfig"
 
 	_ "github.com/relaybus/relaybus/functions/rollup"
+	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -28,17 +28,7 @@ func main() {
 		}
 		return
 	}
-	if os.Getenv("FUNCTION_TARGET") == "" {
-		os.Setenv("FUNCTION_TARGET", "rollup") // serve it at "/", and below
-	}
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
-	}
-	if err := funcframework.Start(port); err != nil {
-		fmt.Fprintln(os.Stderr, "rollup:", err)
-		os.Exit(1)
-	}
+	instance.Main("rollup")
 }
 
 func syncConsumers(ctx context.Context) error {
