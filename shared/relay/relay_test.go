@@ -1,0 +1,560 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/shared/transport"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childClaim())
+	}
+	pgtest.Main(m)
+}
+
+const topic = "shop.order.events"
+
+// recorder sees every publish as it reaches the Pub/Sub server and can fail
+// chosen ordering keys (a non-retryable code, so the client gives up at once).
+type recorder struct {
+	mu   sync.Mutex
+	seen map[string][]int64 // ordering key -> versions, in arrival order
+	fail map[string]int     // ordering key -> publishes still to refuse (-1: forever)
+	msgs int
+}
+
+func newRecorder() *recorder { return &recorder{seen: map[string][]int64{}, fail: map[string]int{}} }
+
+func (r *recorder) React(req any) (bool, any, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pr := req.(*pb.PublishRequest)
+	for _, m := range pr.Messages {
+		if n := r.fail[m.OrderingKey]; n != 0 {
+			if n > 0 {
+				r.fail[m.OrderingKey] = n - 1
+			}
+			return true, nil, status.Error(codes.PermissionDenied, "injected failure for "+m.OrderingKey)
+		}
+	}
+	for _, m := range pr.Messages {
+		v, _ := strconv.ParseInt(m.Attributes["version"], 10, 64)
+		r.seen[m.OrderingKey] = append(r.seen[m.OrderingKey], v)
+		r.msgs++
+	}
+	return false, nil, nil
+}
+
+func (r *recorder) versions(key string) []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int64(nil), r.seen[key]...)
+}
+
+// checkExactlyInOrder asserts every aggregate's events reached Pub/Sub
+// exactly once, versions 1..n in order.
+func (r *recorder) checkExactlyInOrder(t *testing.T, aggregates int, versions int64) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for a := range aggregates {
+		key := aggKey(a)
+		got := r.seen[key]
+		if int64(len(got)) != versions {
+			t.Errorf("%s: %d publishes, want %d", key, len(got), versions)
+			continue
+		}
+		for i, v := range got {
+			if v != int64(i+1) {
+				t.Errorf("%s: publish %d carried version %d: order broken: %v", key, i, v, got)
+				break
+			}
+		}
+	}
+}
+
+func aggKey(a int) string { return fmt.Sprintf("order-%04d", a) }
+
+type env struct {
+	pool *pgxpool.Pool
+	fake *pubsubtest.Fake
+	rec  *recorder
+	top  *topology.Topology
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	pool := pgtest.Schema(t)
+	if err := outbox.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	fake := pubsubtest.New(t, pstest.ServerReactorOption{FuncName: "Publish", Reactor: rec})
+	top, err := topology.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.Provision(t, top)
+	return &env{pool: pool, fake: fake, rec: rec, top: top}
+}
+
+func (e *env) relay(t *testing.T, o relay.Options) *relay.Relay {
+	t.Helper()
+	o.DB, o.Publisher, o.Topology = e.pool, e.fake.Client, e.top
+	r, err := relay.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func ev(agg string, version int64) *event.Event {
+	return &event.Event{ID: fmt.Sprintf("%s-v%d", agg, version), Type: "order.purchased", Source: "order-service",
+		Topic: topic, AggregateID: agg, Version: version, Payload: []byte(`{"n":1}`)}
+}
+
+// fill enqueues versions 1..versions of each aggregate, interleaved the way
+// a busy producer writes them, in transactions of up to 2,000 events.
+func fill(t testing.TB, pool *pgxpool.Pool, aggregates int, versions int64) {
+	t.Helper()
+	ctx := context.Background()
+	var batch []*event.Event
+	flush := func() {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := outbox.Enqueue(ctx, tx, batch...); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	for v := int64(1); v <= versions; v++ {
+		for a := range aggregates {
+			batch = append(batch, ev(aggKey(a), v))
+			if len(batch) == 2000 {
+				flush()
+			}
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
+}
+
+func counts(t *testing.T, pool *pgxpool.Pool) outbox.Counts {
+	t.Helper()
+	c, err := outbox.Count(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestRolledBackEnqueueLeavesNothingCommittedIsPublished(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	tx, _ := e.pool.Begin(ctx)
+	if _, err := outbox.Enqueue(ctx, tx, ev("order-rolled-back", 1)); err != nil {
+		t.Fatal(err)
+	}
+	_ = tx.Rollback(ctx)
+	tx, _ = e.pool.Begin(ctx)
+	if _, err := outbox.Enqueue(ctx, tx, ev("order-committed", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := e.relay(t, relay.Options{}).Drain(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Claimed != 1 || sum.Published != 1 || sum.Remaining != 0 {
+		t.Fatalf("summary %+v, want one claimed and published, none remaining", sum)
+	}
+	if got := e.rec.versions("order-rolled-back"); len(got) != 0 {
+		t.Errorf("a rolled-back event was published: %v", got)
+	}
+	if got := e.rec.versions("order-committed"); len(got) != 1 {
+		t.Errorf("the committed event reached Pub/Sub %d times, want 1", len(got))
+	}
+}
+
+func TestFiveRelaysPublishEachEventOnceInVersionOrder(t *testing.T) {
+	const aggregates, versions = 500, 40 // 20,000 events
+	ctx := context.Background()
+	e := newEnv(t)
+	fill(t, e.pool, aggregates, versions)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := relay.Summary{}
+	deadline := time.Now().Add(2 * time.Minute)
+	for i := range 5 {
+		// Small batches, so the five really share the aggregates.
+		r := e.relay(t, relay.Options{BatchSize: 100, Owner: fmt.Sprintf("relay-%d", i)})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				sum, err := r.Drain(ctx, 30*time.Second)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				total.Claimed += sum.Claimed
+				total.Published += sum.Published
+				mu.Unlock()
+				if sum.Remaining == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if c := counts(t, e.pool); c.Pending != 0 || c.Failed != 0 {
+		t.Fatalf("outbox still holds %+v", c)
+	}
+	if total.Published != aggregates*versions {
+		t.Errorf("relays report %d published, want %d", total.Published, aggregates*versions)
+	}
+	e.rec.checkExactlyInOrder(t, aggregates, versions)
+}
+
+// A subscriber with message ordering receives each aggregate's events in
+// version order (pstest delivers a key's messages in the order it stored
+// them, one outstanding at a time).
+func TestSubscriberReceivesVersionOrder(t *testing.T) {
+	const aggregates, versions = 20, 10
+	ctx := context.Background()
+	e := newEnv(t)
+	fill(t, e.pool, aggregates, versions)
+	for i := range 3 {
+		r := e.relay(t, relay.Options{BatchSize: 7, Owner: fmt.Sprintf("relay-%d", i)})
+		go func() { _, _ = r.Drain(ctx, 20*time.Second) }()
+	}
+	sub := e.fake.Client.PubSub().Subscriber("shop.order.events.member-service-processor")
+	got := map[string][]int64{}
+	var mu sync.Mutex
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n := 0
+	err := sub.Receive(cctx, func(_ context.Context, m *pubsub.Message) {
+		v, _ := strconv.ParseInt(m.Attributes["version"], 10, 64)
+		mu.Lock()
+		got[m.OrderingKey] = append(got[m.OrderingKey], v)
+		n++
+		if n == aggregates*versions {
+			cancel()
+		}
+		mu.Unlock()
+		m.Ack()
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	for a := range aggregates {
+		vs := got[aggKey(a)]
+		if len(vs) != versions {
+			t.Errorf("%s: received %d, want %d", aggKey(a), len(vs), versions)
+			continue
+		}
+		for i, v := range vs {
+			if v != int64(i+1) {
+				t.Errorf("%s: received out of order: %v", aggKey(a), vs)
+				break
+			}
+		}
+	}
+}
+
+// cancellingPublisher cancels its relay's context after a number of
+// publishes, as a Cloud Run instance shut down mid-batch would.
+type cancellingPublisher struct {
+	relay.Publisher
+	after  int
+	n      int
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+func (c *cancellingPublisher) PublishAsync(ctx context.Context, topic string, m event.Message) transport.Result {
+	c.mu.Lock()
+	c.n++
+	if c.n == c.after {
+		c.cancel()
+	}
+	c.mu.Unlock()
+	return c.Publisher.PublishAsync(ctx, topic, m)
+}
+
+func TestCancelledMidBatchLosesNothing(t *testing.T) {
+	const aggregates, versions = 50, 8
+	e := newEnv(t)
+	fill(t, e.pool, aggregates, versions)
+	ctx, cancel := context.WithCancel(context.Background())
+	pub := &cancellingPublisher{Publisher: e.fake.Client, after: 30, cancel: cancel}
+	r, err := relay.New(relay.Options{DB: e.pool, Publisher: pub, Topology: e.top, BatchSize: 100,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = r.Drain(ctx, 10*time.Second)
+	if c := counts(t, e.pool); c.Pending == 0 {
+		t.Fatal("the cancelled relay published everything; the test cancelled nothing")
+	}
+	other := e.relay(t, relay.Options{BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	waitDrained(t, other, e.pool)
+	e.rec.checkExactlyInOrder(t, aggregates, versions)
+}
+
+const childEnv = "RELAYBUS_RELAY_TEST_CHILD"
+
+// childClaim is the killed relay: a separate process that claims rows and
+// then hangs before publishing, until it is killed.
+func childClaim() int {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv(childEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	runs, err := outbox.Claim(ctx, pool, outbox.ClaimOptions{Owner: "doomed", Lease: 2 * time.Second, Limit: 60})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("claimed %d\n", len(runs))
+	select {} // killed here, between claim and mark
+}
+
+func TestKilledRelayProcessLeasesExpireAndAnotherPublishes(t *testing.T) {
+	const aggregates, versions = 40, 5
+	e := newEnv(t)
+	fill(t, e.pool, aggregates, versions)
+	var schema string
+	if err := e.pool.QueryRow(context.Background(), `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+pgtest.SchemaURL(t, schema))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := out.Read(buf) // "claimed N" once the leases are committed
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	t.Logf("child: %s", buf[:n])
+	var leased int
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM relaybus_outbox WHERE lease_owner = 'doomed'`).Scan(&leased)
+	if leased == 0 {
+		t.Fatal("the killed relay held no leases; the test killed nothing")
+	}
+	r := e.relay(t, relay.Options{})
+	sum, err := r.Drain(context.Background(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Remaining == 0 {
+		t.Fatal("rows leased by the killed relay were taken before the lease expired")
+	}
+	waitDrained(t, r, e.pool)
+	e.rec.checkExactlyInOrder(t, aggregates, versions)
+}
+
+func waitDrained(t *testing.T, r *relay.Relay, pool *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		sum, err := r.Drain(context.Background(), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Remaining == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("outbox not drained: %+v", counts(t, pool))
+}
+
+func TestPublishFailuresRetryWithBackoffAndBlockOnlyTheirKey(t *testing.T) {
+	const aggregates, versions = 20, 3
+	ctx := context.Background()
+	e := newEnv(t)
+	fill(t, e.pool, aggregates, versions)
+	broken, flaky := aggKey(3), aggKey(7)
+	e.rec.mu.Lock()
+	e.rec.fail[broken] = -1
+	e.rec.fail[flaky] = 2
+	e.rec.mu.Unlock()
+	base := 200 * time.Millisecond
+	r := e.relay(t, relay.Options{MaxAttempts: 3, BackoffBase: base, BackoffMax: time.Second})
+
+	sum, err := r.Drain(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Retried != 2 || sum.Failed != 0 {
+		t.Fatalf("first drain: %+v, want the two bad keys retried", sum)
+	}
+	for a := range aggregates {
+		if k := aggKey(a); k != broken && k != flaky && len(e.rec.versions(k)) != versions {
+			t.Errorf("%s was delayed by other keys' failures: %v", k, e.rec.versions(k))
+		}
+	}
+	var attempts int
+	var retryIn float64
+	if err := e.pool.QueryRow(ctx, `SELECT attempts, extract(epoch FROM next_retry_at - now()) FROM relaybus_outbox WHERE id = $1`,
+		broken+"-v1").Scan(&attempts, &retryIn); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 1 || retryIn <= 0 || retryIn > base.Seconds() {
+		t.Errorf("after one failure: attempts %d, retry in %.3fs; want 1 and within the %v backoff", attempts, retryIn, base)
+	}
+	// Not due yet: nothing is attempted again.
+	if sum, _ := r.Drain(ctx, time.Second); sum.Claimed != 0 {
+		t.Errorf("a retry ran before its backoff: %+v", sum)
+	}
+	// Attempts 2 and 3 (backoff 200 ms, then 400 ms): the flaky key recovers
+	// and publishes in order; the broken one is FAILED at the third.
+	var failed int
+	for i := 0; i < 20 && failed == 0; i++ {
+		time.Sleep(150 * time.Millisecond)
+		sum, err := r.Drain(ctx, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed += sum.Failed
+	}
+	if failed != 1 {
+		t.Fatalf("the broken key's head was not FAILED after 3 attempts")
+	}
+	if got := e.rec.versions(flaky); len(got) != versions || got[0] != 1 || got[2] != 3 {
+		t.Errorf("flaky key after recovery: %v, want [1 2 3]", got)
+	}
+	if got := e.rec.versions(broken); len(got) != 0 {
+		t.Errorf("the broken key published behind its failed head: %v", got)
+	}
+	var failedAt *time.Time
+	var lastErr string
+	_ = e.pool.QueryRow(ctx, `SELECT failed_at, last_error FROM relaybus_outbox WHERE id = $1`, broken+"-v1").Scan(&failedAt, &lastErr)
+	if failedAt == nil || lastErr == "" {
+		t.Errorf("FAILED row: failed_at %v, last_error %q", failedAt, lastErr)
+	}
+	if c := counts(t, e.pool); c.Failed != 1 || c.Pending != versions-1 {
+		t.Errorf("backlog %+v, want 1 failed and its %d followers pending", c, versions-1)
+	}
+	// An operator re-pushes the head once the cause is fixed: the key flows again, in order.
+	e.rec.mu.Lock()
+	delete(e.rec.fail, broken)
+	e.rec.mu.Unlock()
+	if _, err := outbox.Repush(ctx, e.pool, ev(broken, 1), ""); err != nil {
+		t.Fatal(err)
+	}
+	waitDrained(t, r, e.pool)
+	e.rec.checkExactlyInOrder(t, aggregates, versions)
+}
+
+func TestPublishNow(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	r := e.relay(t, relay.Options{})
+	if _, err := outbox.Enqueue(ctx, e.pool, ev("order-a", 1), ev("order-a", 2), ev("order-b", 1), ev("order-b", 2)); err != nil {
+		t.Fatal(err)
+	}
+	// Another relay holds order-b's head.
+	if _, err := outbox.Claim(ctx, e.pool, outbox.ClaimOptions{Owner: "other", Lease: time.Minute, Limit: 1,
+		Aggregates: [][2]string{{"order", "order-b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.PublishNow(ctx, "order-a-v1", "order-b-v2", "unknown")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]outbox.State{"order-a-v1": outbox.StatePublished, "order-b-v2": outbox.StatePending}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("PublishNow = %v, want %v", got, want)
+	}
+	if v := e.rec.versions("order-a"); len(v) != 1 {
+		t.Errorf("PublishNow(v1) published %v of order-a; v2 was not asked for", v)
+	}
+	if v := e.rec.versions("order-b"); len(v) != 0 {
+		t.Errorf("order-b published while another relay held it: %v", v)
+	}
+	// v2 of order-a: its predecessor is published, so it goes.
+	got, _ = r.PublishNow(ctx, "order-a-v2")
+	if got["order-a-v2"] != outbox.StatePublished {
+		t.Errorf("order-a-v2: %v", got)
+	}
+}
+
+func TestRetentionDeletesOldPublishedRows(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	fill(t, e.pool, 3, 2)
+	r := e.relay(t, relay.Options{Retention: time.Hour})
+	if _, err := r.Drain(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE relaybus_outbox SET published_at = now() - interval '2 hours' WHERE aggregateid = $1`, aggKey(0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Enqueue(ctx, e.pool, ev(aggKey(1), 3)); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := r.Drain(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_outbox`).Scan(&left)
+	if sum.Purged != 2 || left != 5 {
+		t.Errorf("purged %d, %d rows left; want the 2 old rows gone and 5 kept", sum.Purged, left)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	for _, c := range []struct {
+		n    int
+		want time.Duration
+	}{{1, 10 * time.Second}, {2, 20 * time.Second}, {3, 40 * time.Second}, {6, 320 * time.Second}, {7, 10 * time.Minute}, {50, 10 * time.Minute}} {
+		if got := relay.Backoff(10*time.Second, 10*time.Minute, c.n); got != c.want {
+			t.Errorf("Backoff(n=%d) = %v, want %v", c.n, got, c.want)
+		}
+	}
+}
