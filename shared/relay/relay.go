@@ -30,6 +30,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/instance"
+	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -486,4 +488,85 @@ func errString(err error) string {
 		return ""
 	}
 	return strings.TrimSpace(err.Error())
+}
+
+// Config is the relay's environment (github.com/sethvargo/go-envconfig), as
+// the relay function and publish's fast path read it.
+type Config struct {
+	// TimeBudget bounds one scheduled drain (RELAY_TIME_BUDGET, 45s); keep
+	// it under the Scheduler job's attempt deadline.
+	TimeBudget time.Duration `env:"RELAY_TIME_BUDGET, default=45s"`
+	// BatchSize is the most rows one claim takes (RELAY_BATCH_SIZE, 500).
+	BatchSize int `env:"RELAY_BATCH_SIZE, default=500"`
+	// Lease is how long a claim holds its rows (RELAY_LEASE, 2m).
+	Lease time.Duration `env:"RELAY_LEASE, default=2m"`
+	// MaxAttempts failed publishes make a row FAILED (RELAY_MAX_ATTEMPTS, 5).
+	MaxAttempts int `env:"RELAY_MAX_ATTEMPTS, default=5"`
+	// BackoffBase and BackoffMax shape the retry delays (RELAY_BACKOFF_BASE
+	// 10s, RELAY_BACKOFF_MAX 10m).
+	BackoffBase time.Duration `env:"RELAY_BACKOFF_BASE, default=10s"`
+	BackoffMax  time.Duration `env:"RELAY_BACKOFF_MAX, default=10m"`
+	// Retention is how long published rows are kept (OUTBOX_RETENTION, 24h).
+	Retention time.Duration `env:"OUTBOX_RETENTION, default=24h"`
+}
+
+// Apply copies the configuration into o.
+func (c Config) Apply(o *Options) {
+	o.BatchSize, o.Lease, o.MaxAttempts = c.BatchSize, c.Lease, c.MaxAttempts
+	o.BackoffBase, o.BackoffMax, o.Retention = c.BackoffBase, c.BackoffMax, c.Retention
+}
+
+// Env is everything a relay reads from the environment: the shared
+// settings, the relay's Config, the outbox database and the ledger.
+type Env struct {
+	instance.Env
+	Config
+	// DatabaseURL is the outbox's Postgres (DATABASE_URL).
+	DatabaseURL string `env:"DATABASE_URL"`
+	// Ledger is firestore or off (LEDGER, firestore).
+	Ledger string `env:"LEDGER, default=firestore"`
+	// FirestoreDatabase is the ledger's database id (FIRESTORE_DATABASE).
+	FirestoreDatabase string `env:"FIRESTORE_DATABASE, default=(default)"`
+}
+
+// Open builds a relay from env: the outbox (migrated), Pub/Sub (the
+// emulator when PUBSUB_EMULATOR_HOST is set), the topology and, unless
+// env.Ledger is "off", the Firestore ledger. The relay function and
+// publish's fast path use it.
+func Open(ctx context.Context, env Env, log *slog.Logger) (*Relay, error) {
+	top, err := topology.Load(env.Topology)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := instance.Postgres(ctx, env.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Relay, error) {
+		pool.Close()
+		return nil, err
+	}
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		return fail(err)
+	}
+	ps, err := transport.New(ctx, env.ProjectID, transport.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	o := Options{DB: pool, Publisher: ps, Topology: top, Logger: log}
+	env.Config.Apply(&o)
+	switch env.Ledger {
+	case "off":
+	case "firestore", "":
+		store, err := ledger.Open(ctx, ledger.Config{ProjectID: env.ProjectID, Database: env.FirestoreDatabase}, ledger.Options{Logger: log})
+		if err != nil {
+			_ = ps.Close()
+			return fail(err)
+		}
+		o.Ledger = store
+	default:
+		_ = ps.Close()
+		return fail(fmt.Errorf("LEDGER=%q: want firestore or off", env.Ledger))
+	}
+	return New(o)
 }

@@ -1,0 +1,179 @@
+package publish_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/relaybus/relaybus/functions/publish"
+	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/registry"
+)
+
+// BenchmarkPublish measures the publish function from request to 202 with
+// the fast path's Pub/Sub ack included, under an open-loop load: requests
+// arrive at a fixed rate whatever the answers' latency (a closed loop would
+// slow down with the server and hide its queueing), and each latency is
+// counted from the request's scheduled start, so a stalled server is
+// charged for the requests waiting behind it.
+//
+// Real HTTP (httptest.Server, keep-alive client), local Postgres, the real
+// relay fast path to in-process pstest. It runs its fixed load once,
+// whatever b.N.
+func BenchmarkPublish(b *testing.B) {
+	const (
+		rate       = 500 // requests per second
+		aggregates = 1000
+		warmup     = 300
+	)
+	duration := 10 * time.Second
+	if testing.Short() {
+		duration = 2 * time.Second
+	}
+	total := int(duration.Seconds() * rate)
+	const poolSize = 16
+
+	pool, _ := pgtest.SchemaConfig(b, func(c *pgxpool.Config) { c.MaxConns = poolSize; c.MinConns = poolSize })
+	ctx := context.Background()
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		b.Fatal(err)
+	}
+	top := loadTopology(b)
+	fake := pubsubtest.New(b)
+	fake.Provision(b, top)
+	fast := newFastPath(b, pool, fake)
+	h, err := publish.New(publish.Options{
+		DB: pool, Registry: registry.Cached(registry.FromTopology(top), time.Minute),
+		FastPath: fast, Logger: logging.Discard(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute}}
+
+	payload := []byte(`{"orderId":"ORD-2026-000001","amount":99.5,"currency":"EUR","items":[{"sku":"SKU-1","qty":2},{"sku":"SKU-2","qty":1}],"customer":{"id":"user-123","tier":"gold"}}`)
+	body := func(prefix string, i int) []byte {
+		agg := fmt.Sprintf("%s-%d", prefix, i%aggregates)
+		b, _ := json.Marshal(map[string]any{
+			"eventId": fmt.Sprintf("%s-%d", prefix, i), "eventType": "order.purchased", "topic": "shop.order.events",
+			"aggregateId": agg, "version": i/aggregates + 1, "payload": json.RawMessage(payload),
+			"initiator": map[string]string{"service": "order-service", "operation": "createOrder", "userId": "user-123"},
+		})
+		return b
+	}
+	type outcome struct {
+		latency time.Duration
+		status  int
+		result  string
+		err     error
+	}
+	send := func(b []byte, start time.Time) outcome {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return outcome{err: err}
+		}
+		rb, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		o := outcome{latency: time.Since(start), status: resp.StatusCode, err: err}
+		var r publish.Result
+		if json.Unmarshal(rb, &r) == nil {
+			o.result = r.Status
+		}
+		return o
+	}
+
+	// Warm up connections, the pool, the registry cache and the publisher.
+	warmBodies := make([][]byte, warmup)
+	for i := range warmBodies {
+		warmBodies[i] = body("warm", i)
+	}
+	var wg sync.WaitGroup
+	for i := range warmBodies {
+		wg.Add(1)
+		go func() { defer wg.Done(); send(warmBodies[i], time.Now()) }()
+		time.Sleep(time.Second / rate)
+	}
+	wg.Wait()
+
+	bodies := make([][]byte, total)
+	for i := range bodies {
+		bodies[i] = body("bench", i)
+	}
+	outcomes := make([]outcome, total)
+	b.ResetTimer()
+	start := time.Now()
+	interval := time.Second / rate
+	for i := range bodies {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); outcomes[i] = send(bodies[i], at) }()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+
+	lat := make([]time.Duration, 0, total)
+	published, pending, failed := 0, 0, 0
+	for _, o := range outcomes {
+		if o.err != nil || o.status != http.StatusAccepted {
+			failed++
+			continue
+		}
+		lat = append(lat, o.latency)
+		switch o.result {
+		case publish.StatusPublished:
+			published++
+		case publish.StatusPending:
+			pending++
+		}
+	}
+	if failed > 0 {
+		b.Fatalf("%d of %d requests did not get a 202", failed, total)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pct := func(p float64) float64 {
+		i := int(float64(len(lat))*p+0.999999) - 1
+		if i < 0 {
+			i = 0
+		}
+		return float64(lat[i].Microseconds()) / 1000
+	}
+	var syncCommit, fsync string
+	_ = pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&syncCommit, &fsync)
+	fastPath := "on"
+	if fast == nil {
+		fastPath = "off"
+	}
+	fmt.Printf("publish: %d requests at %d req/s open loop (sent over %s, last answer at %s), plain JSON envelope, %d-byte payload, %d aggregates; "+
+		"latency from each request's scheduled start to its 202; fast path %s (%d published, %d pending); "+
+		"Postgres pool %d (synchronous_commit=%s, fsync=%s), in-process pstest; p90 %.2f ms, p99.9 %.2f ms, max %.2f ms\n",
+		total, rate, (time.Duration(total-1) * interval).Round(time.Millisecond), elapsed.Round(time.Millisecond), len(payload), aggregates,
+		fastPath, published, pending, poolSize, syncCommit, fsync, pct(0.90), pct(0.999), pct(1))
+	fmt.Printf("BENCH publish_p50_ms %.2f ms\n", pct(0.50))
+	fmt.Printf("BENCH publish_p99_ms %.2f ms\n", pct(0.99))
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	if fast != nil && published == 0 {
+		b.Fatalf("the fast path published nothing (%d pending)", pending)
+	}
+}

@@ -1,0 +1,118 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/instance"
+	"github.com/relaybus/relaybus/shared/outbox"
+	engine "github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/shared/transport"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func enqueue(t *testing.T, db outbox.DBTX, n int) {
+	t.Helper()
+	for i := range n {
+		e := &event.Event{Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
+			AggregateID: fmt.Sprintf("order-%d", i), Version: 1, Payload: []byte(`{}`)}
+		if _, err := outbox.Enqueue(context.Background(), db, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func post(t *testing.T, url string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body
+}
+
+func TestDrainOverHTTP(t *testing.T) {
+	pool := pgtest.Schema(t)
+	if err := outbox.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	fake := pubsubtest.New(t)
+	top, _ := topology.Load("")
+	fake.Provision(t, top)
+	r, err := engine.New(engine.Options{DB: pool, Publisher: fake.Client, Topology: top})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(r, 10*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/relay/", http.StripPrefix("/relay", h))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	enqueue(t, pool, 3)
+	code, body := post(t, srv.URL+"/relay/")
+	if code != http.StatusOK || body["published"] != float64(3) || body["remaining"] != float64(0) {
+		t.Fatalf("POST: %d %v; want 200 with 3 published and none remaining", code, body)
+	}
+	resp, err := http.Get(srv.URL + "/relay/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" {
+		t.Errorf("GET: %d, Allow %q", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	pool.Close() // the database goes away: the drain fails and says so
+	code, body = post(t, srv.URL+"/relay/")
+	if code != http.StatusInternalServerError || body["error"] == "" {
+		t.Errorf("drain without a database: %d %v", code, body)
+	}
+}
+
+// The registered function builds itself from the environment, against the
+// Pub/Sub emulator.
+func TestServeFromEnvironment(t *testing.T) {
+	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
+		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
+	}
+	pool, schema := pgtest.SchemaConfig(t, nil)
+	url := pgtest.SchemaURL(t, schema)
+	if err := outbox.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	project := fmt.Sprintf("relay-env-%d", time.Now().UnixNano())
+	top, _ := topology.Load("")
+	ps, err := transport.New(context.Background(), project, transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	if err := transport.Provision(context.Background(), ps, top, transport.ProvisionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
+	t.Setenv("DATABASE_URL", url)
+	t.Setenv("LEDGER", "off")
+	enqueue(t, pool, 2)
+	srv := httptest.NewServer(instance.Lazy("relay", fromEnv))
+	defer srv.Close()
+	if code, body := post(t, srv.URL); code != http.StatusOK || body["published"] != float64(2) {
+		t.Fatalf("env-built relay: %d %v", code, body)
+	}
+}
