@@ -1,0 +1,102 @@
+# The ledger's Firestore database, its indexes, and topic_consumers.
+#
+# Indexes come from infra/firestore/indexes.yaml, the ledger's declaration of
+# every composite index its queries need and every single-field exemption
+# (shared/ledger checks the file against its query shapes).
+
+locals {
+  firestore_indexes = yamldecode(file("${path.module}/../firestore/indexes.yaml"))
+
+  # Keyed by collection and fields, e.g. "events:shard:ASCENDING,status:ASCENDING,occurredAt:DESCENDING".
+  composite_indexes = {
+    for ix in local.firestore_indexes.composite :
+    "${ix.collection}:${join(",", [for f in ix.fields : "${f.field}:${f.order}"])}" => ix
+  }
+
+  # Keyed "collection/field".
+  index_exemptions = {
+    for ex in local.firestore_indexes.exemptions : "${ex.collection}/${ex.field}" => ex
+  }
+
+  database_id = var.create_firestore_database ? google_firestore_database.ledger[0].name : var.firestore_database
+}
+
+resource "google_firestore_database" "ledger" {
+  count       = var.create_firestore_database ? 1 : 0
+  name        = var.firestore_database
+  location_id = var.firestore_location
+  type        = "FIRESTORE_NATIVE"
+  # Transactions lock what they read: rollup's correctness relies on it.
+  concurrency_mode        = "PESSIMISTIC"
+  delete_protection_state = var.deletion_protection ? "DELETE_PROTECTION_ENABLED" : "DELETE_PROTECTION_DISABLED"
+  deletion_policy         = var.deletion_protection ? "ABANDON" : "DELETE"
+  depends_on              = [google_project_service.api]
+}
+
+resource "google_firestore_index" "ledger" {
+  for_each    = local.composite_indexes
+  database    = local.database_id
+  collection  = each.value.collection
+  query_scope = "COLLECTION"
+
+  dynamic "fields" {
+    for_each = each.value.fields
+    content {
+      field_path = fields.value.field
+      order      = fields.value.order
+    }
+  }
+}
+
+# An empty index_config removes the field's automatic single-field indexes.
+resource "google_firestore_field" "exemption" {
+  for_each   = local.index_exemptions
+  database   = local.database_id
+  collection = each.value.collection
+  field      = each.value.field
+
+  index_config {}
+}
+
+# topic_consumers from the topology: the rollup image's `sync-consumers`
+# command (ledger.Store.SyncConsumers, the one implementation of the
+# collection's format) as a Cloud Run job, executed on every apply that
+# changes the topology or the image. Consumers removed from the topology are
+# disabled, not deleted (events already sent keep their expected list).
+resource "google_cloud_run_v2_job" "sync_consumers" {
+  name                = "relaybus-sync-consumers"
+  location            = var.region
+  deletion_protection = var.deletion_protection
+
+  template {
+    task_count = 1
+    template {
+      service_account = google_service_account.function["rollup"].email
+      max_retries     = 3
+      timeout         = "300s"
+
+      containers {
+        image = local.images["rollup"]
+        args  = ["sync-consumers"]
+
+        dynamic "env" {
+          for_each = local.env_common
+          content {
+            name  = env.key
+            value = env.value
+          }
+        }
+      }
+    }
+  }
+
+  depends_on = [google_project_iam_member.ledger_user, google_firestore_database.ledger]
+}
+
+resource "terraform_data" "sync_consumers" {
+  triggers_replace = [local.topology_hash, local.images["rollup"]]
+
+  provisioner "local-exec" {
+    command = "${var.gcloud} run jobs execute ${google_cloud_run_v2_job.sync_consumers.name} --project=${var.project_id} --region=${var.region} --wait"
+  }
+}

@@ -1,0 +1,120 @@
+# Topics, dead-letter topics and the push subscriptions of the topology.
+#
+# Ordering is a subscription setting (the relay publishes with ordering key =
+# aggregate id); every push consumer subscription has it, and it cannot be
+# switched on later. Subscriptions never expire (expiration_policy ttl "") and
+# keep acknowledged messages for their retention so dlqreplay can seek back
+# and rebuild a projection.
+
+resource "google_pubsub_topic" "topic" {
+  for_each                   = local.topics
+  name                       = each.key
+  message_retention_duration = "${each.value.message_retention_seconds}s"
+  labels                     = { encoding = each.value.encoding }
+  depends_on                 = [google_project_service.api]
+}
+
+# <topic>.dlq: Pub/Sub dead-letters a message here after the subscription's
+# max delivery attempts; consume publishes poison messages here directly.
+resource "google_pubsub_topic" "dead_letter" {
+  for_each                   = local.topics
+  name                       = each.value.dead_letter_topic
+  message_retention_duration = "${each.value.message_retention_seconds}s"
+  depends_on                 = [google_project_service.api]
+}
+
+# <topic>.dlq-monitor: keeps every dead letter for dlqreplay and the DLQ alert.
+resource "google_pubsub_subscription" "dead_letter_monitor" {
+  for_each                   = local.topics
+  name                       = each.value.dead_letter_monitor
+  topic                      = google_pubsub_topic.dead_letter[each.key].id
+  ack_deadline_seconds       = local.defaults.ack_deadline_seconds
+  message_retention_duration = "${each.value.message_retention_seconds}s"
+  retain_acked_messages      = true
+
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# The rollup topic: consume publishes the id of each event it handled.
+resource "google_pubsub_topic" "rollup" {
+  name       = local.rollup.topic
+  depends_on = [google_project_service.api]
+}
+
+# The rollup subscription has no dead-letter topic on purpose: a notice for an
+# event the relay has not recorded yet answers 409 and is redelivered until the
+# relay heals the ledger (shared/ledger), for the whole retention.
+resource "google_pubsub_subscription" "rollup" {
+  count                      = local.rollup.delivery == "push" ? 1 : 0
+  name                       = local.rollup.subscription
+  topic                      = google_pubsub_topic.rollup.id
+  ack_deadline_seconds       = local.defaults.ack_deadline_seconds
+  message_retention_duration = "604800s"
+
+  retry_policy {
+    minimum_backoff = "1s"
+    maximum_backoff = "60s"
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  push_config {
+    push_endpoint = google_cloud_run_v2_service.function["rollup"].uri
+    oidc_token {
+      service_account_email = google_service_account.function["rollup"].email
+      audience              = google_cloud_run_v2_service.function["rollup"].uri
+    }
+  }
+}
+
+# One ordered push subscription per push consumer, delivering to its consume
+# service with an OIDC token of the consumer's own service account (wrapped
+# body: it carries deliveryAttempt). The filter is topology.Consumer.Filter:
+# a replay or re-push addressed to another consumer never arrives here.
+resource "google_pubsub_subscription" "consumer" {
+  for_each                   = local.push_consumers
+  name                       = each.value.subscription
+  topic                      = google_pubsub_topic.topic[each.value.topic].id
+  ack_deadline_seconds       = each.value.ack_deadline_seconds
+  message_retention_duration = "${each.value.message_retention_seconds}s"
+  retain_acked_messages      = true
+  enable_message_ordering    = true
+  filter                     = each.value.filter
+
+  dead_letter_policy {
+    dead_letter_topic     = google_pubsub_topic.dead_letter[each.value.topic].id
+    max_delivery_attempts = each.value.max_delivery_attempts
+  }
+
+  retry_policy {
+    minimum_backoff = "${each.value.min_backoff_seconds}s"
+    maximum_backoff = "${each.value.max_backoff_seconds}s"
+  }
+
+  expiration_policy {
+    ttl = ""
+  }
+
+  push_config {
+    push_endpoint = google_cloud_run_v2_service.consume[each.key].uri
+    oidc_token {
+      service_account_email = google_service_account.consume[each.key].email
+      audience              = google_cloud_run_v2_service.consume[each.key].uri
+    }
+  }
+
+  labels = {
+    consumer = each.value.service
+    handler  = replace(each.value.handler, ".", "_")
+  }
+
+  # Dead-lettering needs the service agent's grants before messages fail.
+  depends_on = [
+    google_pubsub_topic_iam_member.agent_dead_letter,
+    google_service_account_iam_member.agent_token_creator_consume,
+  ]
+}

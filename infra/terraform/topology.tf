@@ -1,0 +1,105 @@
+# The topology: infra/topology.yaml, read with yamldecode and given the same
+# defaults shared/topology.Load applies, so Terraform, the local stack and the
+# ledger's topic_consumers seeding see the same topics and consumers.
+# infra/infra_test.go evaluates these locals and checks them against
+# topology.Load (subscriptions, filters, delivery settings, dead-letter topics).
+#
+# Only var.*, path.module and local.* may be used in this file: the tests
+# evaluate it on its own.
+
+locals {
+  topology_path = coalesce(var.topology_file, "${path.module}/../topology.yaml")
+  topology      = yamldecode(file(local.topology_path))
+  topology_hash = sha1(file(local.topology_path))
+
+  # shared/topology's built-in defaults (the company's Pub/Sub conventions); the
+  # file's `defaults` section overrides them. As in shared/topology, 0 and ""
+  # mean "not set".
+  builtin_defaults = {
+    ack_deadline_seconds      = 60
+    message_retention_seconds = 604800
+    min_backoff_seconds       = 10
+    max_backoff_seconds       = 600
+    max_delivery_attempts     = 5
+    delivery                  = "push"
+    role                      = "processor"
+    handler                   = "projection"
+    encoding                  = "json"
+  }
+  defaults = {
+    for k, d in local.builtin_defaults : k => (
+      try(local.topology.defaults[k], null) == null || try(local.topology.defaults[k], null) == 0 || try(local.topology.defaults[k], null) == ""
+      ? d : local.topology.defaults[k]
+    )
+  }
+
+  rollup = {
+    topic        = local.topology.rollup.topic
+    delivery     = coalesce(try(local.topology.rollup.delivery, null), "push")
+    subscription = "${local.topology.rollup.topic}.rollup-processor"
+  }
+
+  relay = {
+    schedule                 = coalesce(try(local.topology.relay.schedule, null), "* * * * *")
+    time_budget_seconds      = try(local.topology.relay.time_budget_seconds > 0 ? local.topology.relay.time_budget_seconds : 45, 45)
+    attempt_deadline_seconds = try(local.topology.relay.attempt_deadline_seconds > 0 ? local.topology.relay.attempt_deadline_seconds : 120, 120)
+  }
+
+  # Topics by name.
+  topics = {
+    for t in local.topology.topics : t.name => {
+      name                      = t.name
+      description               = try(t.description, null) != null ? t.description : ""
+      encoding                  = coalesce(try(t.encoding, null), local.defaults.encoding)
+      message_retention_seconds = try(t.message_retention_seconds > 0 ? t.message_retention_seconds : local.defaults.message_retention_seconds, local.defaults.message_retention_seconds)
+      dead_letter_topic         = "${t.name}.dlq"
+      dead_letter_monitor       = "${t.name}.dlq-monitor"
+    }
+  }
+
+  # Every consumer with its settings resolved, before the names derived from them.
+  consumer_list = flatten([
+    for t in local.topology.topics : [
+      for c in flatten([try(t.consumers, [])]) : {
+        topic                     = t.name
+        service                   = c.service
+        role                      = coalesce(try(c.role, null), local.defaults.role)
+        description               = try(c.description, null) != null ? c.description : ""
+        delivery                  = coalesce(try(c.delivery, null), local.defaults.delivery)
+        handler                   = coalesce(try(c.handler, null), local.defaults.handler)
+        forward_url               = try(c.forward_url, null) != null ? c.forward_url : ""
+        extra_filter              = try(c.filter, null) != null ? c.filter : ""
+        enabled                   = try(c.enabled, null) != null ? c.enabled : true
+        ack_deadline_seconds      = try(c.ack_deadline_seconds > 0 ? c.ack_deadline_seconds : local.defaults.ack_deadline_seconds, local.defaults.ack_deadline_seconds)
+        min_backoff_seconds       = try(c.min_backoff_seconds > 0 ? c.min_backoff_seconds : local.defaults.min_backoff_seconds, local.defaults.min_backoff_seconds)
+        max_backoff_seconds       = try(c.max_backoff_seconds > 0 ? c.max_backoff_seconds : local.defaults.max_backoff_seconds, local.defaults.max_backoff_seconds)
+        max_delivery_attempts     = try(c.max_delivery_attempts > 0 ? c.max_delivery_attempts : local.defaults.max_delivery_attempts, local.defaults.max_delivery_attempts)
+        message_retention_seconds = local.topics[t.name].message_retention_seconds
+      } if c != null
+    ]
+  ])
+
+  # Consumers by subscription id (<topic>.<service>-<role>, shared/names).
+  # replay_filter is topology.Consumer.ReplayFilter: a re-push or dead-letter
+  # replay addressed (target_consumer) to another consumer does not reach this
+  # one. filter is topology.Consumer.Filter.
+  consumers = {
+    for c in local.consumer_list : "${c.topic}.${c.service}-${c.role}" => merge(c, {
+      subscription      = "${c.topic}.${c.service}-${c.role}"
+      dead_letter_topic = "${c.topic}.dlq"
+      replay_filter     = "NOT attributes:target_consumer OR attributes.target_consumer = \"${c.service}\""
+      filter = (c.extra_filter == ""
+        ? "NOT attributes:target_consumer OR attributes.target_consumer = \"${c.service}\""
+        : "(${c.extra_filter}) AND (NOT attributes:target_consumer OR attributes.target_consumer = \"${c.service}\")"
+      )
+      # Cloud Run service names are at most 49 characters: a readable prefix
+      # and a hash of the subscription, which is unique.
+      run_service = "consume-${trimsuffix(substr("${c.service}-${c.role}", 0, 31), "-")}-${substr(sha1("${c.topic}.${c.service}-${c.role}"), 0, 8)}"
+      # Service account ids are 6 to 30 characters.
+      account_id = "rb-consume-${substr(sha1("${c.topic}.${c.service}-${c.role}"), 0, 12)}"
+    })
+  }
+
+  push_consumers     = { for k, c in local.consumers : k => c if c.delivery == "push" }
+  eventarc_consumers = { for k, c in local.consumers : k => c if c.delivery == "eventarc" }
+}
