@@ -1,0 +1,169 @@
+package infra
+
+import (
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+)
+
+const stubProject = "projects/relaybus-test"
+
+// resourceStubs stands in for the attributes of created resources that
+// resource arguments refer to (ids, names, URLs, emails), shaped as
+// Terraform exposes them, so those arguments can be evaluated.
+func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
+	t.Helper()
+	topics, deadLetters := map[string]cty.Value{}, map[string]cty.Value{}
+	for it := ev.local("topics").ElementIterator(); it.Next(); {
+		k, v := it.Element()
+		name := k.AsString()
+		topics[name] = cty.ObjectVal(map[string]cty.Value{"id": cty.StringVal(stubProject + "/topics/" + name), "name": cty.StringVal(name)})
+		dlq := v.GetAttr("dead_letter_topic").AsString()
+		deadLetters[name] = cty.ObjectVal(map[string]cty.Value{"id": cty.StringVal(stubProject + "/topics/" + dlq), "name": cty.StringVal(dlq)})
+	}
+	runs, accounts, triggers := map[string]cty.Value{}, map[string]cty.Value{}, map[string]cty.Value{}
+	for it := ev.local("consumers").ElementIterator(); it.Next(); {
+		k, v := it.Element()
+		key := k.AsString()
+		run := v.GetAttr("run_service").AsString()
+		runs[key] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(run), "uri": cty.StringVal("https://" + run + "-test.a.run.app")})
+		email := v.GetAttr("account_id").AsString() + "@relaybus-test.iam.gserviceaccount.com"
+		accounts[key] = cty.ObjectVal(map[string]cty.Value{"email": cty.StringVal(email), "member": cty.StringVal("serviceAccount:" + email)})
+		triggers[key] = cty.ObjectVal(map[string]cty.Value{"transport": cty.TupleVal([]cty.Value{cty.ObjectVal(map[string]cty.Value{
+			"pubsub": cty.TupleVal([]cty.Value{cty.ObjectVal(map[string]cty.Value{
+				"subscription": cty.StringVal(stubProject + "/subscriptions/eventarc-europe-west1-" + run + "-sub-123"),
+			})}),
+		})})})
+	}
+	functions := map[string]cty.Value{}
+	fnAccounts := map[string]cty.Value{}
+	for _, f := range []string{"publish", "relay", "rollup", "dlqreplay"} {
+		functions[f] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal("relaybus-" + f), "uri": cty.StringVal("https://relaybus-" + f + "-test.a.run.app")})
+		email := "relaybus-" + f + "@relaybus-test.iam.gserviceaccount.com"
+		fnAccounts[f] = cty.ObjectVal(map[string]cty.Value{"email": cty.StringVal(email), "member": cty.StringVal("serviceAccount:" + email)})
+	}
+	obj := func(m map[string]cty.Value) cty.Value {
+		if len(m) == 0 {
+			return cty.EmptyObjectVal
+		}
+		return cty.ObjectVal(m)
+	}
+	rollupTopic := ev.local("rollup").GetAttr("topic").AsString()
+	return map[string]cty.Value{
+		"google_pubsub_topic": cty.ObjectVal(map[string]cty.Value{
+			"topic": obj(topics), "dead_letter": obj(deadLetters),
+			"rollup": cty.ObjectVal(map[string]cty.Value{"id": cty.StringVal(stubProject + "/topics/" + rollupTopic), "name": cty.StringVal(rollupTopic)}),
+		}),
+		"google_cloud_run_v2_service": cty.ObjectVal(map[string]cty.Value{"consume": obj(runs), "function": obj(functions)}),
+		"google_service_account": cty.ObjectVal(map[string]cty.Value{
+			"consume": obj(accounts), "function": obj(fnAccounts),
+			"scheduler": cty.ObjectVal(map[string]cty.Value{"email": cty.StringVal("relaybus-scheduler@relaybus-test.iam.gserviceaccount.com")}),
+		}),
+		"google_eventarc_trigger": cty.ObjectVal(map[string]cty.Value{"consumer": obj(triggers)}),
+	}
+}
+
+// forEachKeys evaluates a resource's for_each and returns its instances'
+// each values by key.
+func forEachKeys(t testing.TB, ev *evaluator, b *hclsyntax.Block) map[string]cty.Value {
+	t.Helper()
+	a, ok := b.Body.Attributes["for_each"]
+	if !ok {
+		t.Fatalf("%s.%s has no for_each", b.Labels[0], b.Labels[1])
+	}
+	v, diags := ev.eval(a.Expr, nil)
+	if diags.HasErrors() {
+		t.Fatalf("%s.%s for_each: %s", b.Labels[0], b.Labels[1], diags.Error())
+	}
+	out := map[string]cty.Value{}
+	for it := v.ElementIterator(); it.Next(); {
+		k, e := it.Element()
+		if v.Type().IsSetType() {
+			out[e.AsString()] = e
+		} else {
+			out[k.AsString()] = e
+		}
+	}
+	return out
+}
+
+// instanceEval evaluates expressions of one for_each instance.
+type instanceEval struct {
+	t     testing.TB
+	ev    *evaluator
+	extra map[string]cty.Value
+	what  string
+}
+
+func newInstance(t testing.TB, ev *evaluator, stubs map[string]cty.Value, what, key string, value cty.Value) *instanceEval {
+	extra := map[string]cty.Value{}
+	for k, v := range stubs {
+		extra[k] = v
+	}
+	extra["each"] = cty.ObjectVal(map[string]cty.Value{"key": cty.StringVal(key), "value": value})
+	return &instanceEval{t: t, ev: ev, extra: extra, what: what + "[" + key + "]"}
+}
+
+// attr evaluates body's attribute name; missing fails the test.
+func (in *instanceEval) attr(body *hclsyntax.Body, name string) cty.Value {
+	in.t.Helper()
+	a, ok := body.Attributes[name]
+	if !ok {
+		in.t.Fatalf("%s: no %s", in.what, name)
+	}
+	v, diags := in.ev.eval(a.Expr, in.extra)
+	if diags.HasErrors() {
+		in.t.Fatalf("%s.%s: %s", in.what, name, diags.Error())
+	}
+	return v
+}
+
+// block returns the only nested block of a type; missing fails the test.
+func block(t testing.TB, what string, body *hclsyntax.Body, typ string) *hclsyntax.Body {
+	t.Helper()
+	var found []*hclsyntax.Block
+	for _, b := range body.Blocks {
+		if b.Type == typ {
+			found = append(found, b)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%s: want one %s block, have %d", what, typ, len(found))
+	}
+	return found[0].Body
+}
+
+// refOf names what an expression refers to: "google_x.name",
+// "google_x.name[key]" for a literal index, "var.x", "local.x", "each.key",
+// or "" for a literal.
+func refOf(e hclsyntax.Expression) string {
+	switch x := e.(type) {
+	case *hclsyntax.ScopeTraversalExpr:
+		tr := x.Traversal
+		out := tr.RootName()
+		for i, step := range tr[1:] {
+			switch s := step.(type) {
+			case hcl.TraverseAttr:
+				if i >= 1 {
+					return out
+				}
+				out += "." + s.Name
+			case hcl.TraverseIndex:
+				if s.Key.Type() == cty.String {
+					return out + "[" + s.Key.AsString() + "]"
+				}
+				return out
+			}
+		}
+		return out
+	case *hclsyntax.RelativeTraversalExpr:
+		return refOf(x.Source)
+	case *hclsyntax.IndexExpr:
+		return refOf(x.Collection)
+	case *hclsyntax.TemplateWrapExpr:
+		return refOf(x.Wrapped)
+	}
+	return ""
+}
