@@ -1,0 +1,501 @@
+package consume_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/relaybus/relaybus/examples/shop"
+	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/deadletter"
+	"github.com/relaybus/relaybus/shared/delivery"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const (
+	topic = "shop.order.events"
+	sub   = "shop.order.events.member-service-processor"
+)
+
+// memLedger keeps recorded attempts; fail makes the next n writes fail.
+type memLedger struct {
+	mu       sync.Mutex
+	attempts []ledger.Attempt
+	fail     int
+}
+
+func (l *memLedger) RecordAttempt(_ context.Context, a ledger.Attempt) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fail > 0 {
+		l.fail--
+		return errors.New("firestore unavailable")
+	}
+	l.attempts = append(l.attempts, a)
+	return nil
+}
+
+func (l *memLedger) all() []ledger.Attempt {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]ledger.Attempt(nil), l.attempts...)
+}
+
+type stack struct {
+	pool   *pgxpool.Pool
+	fake   *pubsubtest.Fake
+	ledger *memLedger
+	url    string
+}
+
+func newStack(t *testing.T, h consumer.Handler, consumerID string) *stack {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.Schema(t)
+	if err := consume.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := h.(consume.Migrator); ok {
+		if err := m.Migrate(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake := pubsubtest.New(t)
+	top, _ := topology.Load("")
+	fake.Provision(t, top)
+	led := &memLedger{}
+	engine, err := consumer.New(consumer.Options{DB: pool, ConsumerID: consumerID, Subscription: sub, Handler: h,
+		DeadLetters: fake.Client, Ledger: led, MaxDeliveryAttempts: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hh, err := consume.New(consume.Options{Engine: engine, DB: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/consume/"+sub+"/", http.StripPrefix("/consume/"+sub, hh))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return &stack{pool: pool, fake: fake, ledger: led, url: srv.URL + "/consume/" + sub + "/"}
+}
+
+func message(t testing.TB, e *event.Event) event.Message {
+	t.Helper()
+	if err := e.Prepare(time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC), event.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := event.Encode(e, event.EncodingJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ID = "msg-" + e.ID
+	return m
+}
+
+func orderEvent(agg string, version int64) *event.Event {
+	return &event.Event{ID: fmt.Sprintf("%s-v%d", agg, version), Type: "order.purchased", Source: "order-service",
+		Topic: topic, AggregateID: agg, Version: version,
+		Payload: []byte(fmt.Sprintf(`{"orderId":%q,"memberId":"m-%s","amount":%d}`, agg, agg, version*10))}
+}
+
+type answer struct {
+	code int
+	res  consumer.Result
+}
+
+func (s *stack) push(t testing.TB, m event.Message, attempt int) answer {
+	t.Helper()
+	resp, err := http.Post(s.url, "application/json", bytes.NewReader(delivery.WrappedBody(m, "projects/p/subscriptions/"+sub, attempt)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a answer
+	a.code = resp.StatusCode
+	_ = json.NewDecoder(resp.Body).Decode(&a.res)
+	return a
+}
+
+func (s *stack) do(t testing.TB, req *http.Request) answer {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a answer
+	a.code = resp.StatusCode
+	_ = json.NewDecoder(resp.Body).Decode(&a.res)
+	return a
+}
+
+func (s *stack) count(t testing.TB, q string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestEveryRequestShapeDeliversTheSameEvent(t *testing.T) {
+	s := newStack(t, projection.Latest(), "member-service")
+	m := message(t, orderEvent("order-1", 1))
+	eventarc, err := delivery.EventarcRequest(s.url, "p", topic, sub, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unwrapped, err := delivery.UnwrappedRequest(s.url, sub, m, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.push(t, m, 1)
+	if first.code != 200 || first.res.Outcome != ledger.OutcomeSuccess || first.res.EventID != "order-1-v1" || first.res.Duplicate {
+		t.Fatalf("wrapped push: %+v", first)
+	}
+	for name, req := range map[string]*http.Request{"eventarc": eventarc, "unwrapped push": unwrapped} {
+		a := s.do(t, req)
+		if a.code != 200 || !a.res.Duplicate || a.res.EventID != "order-1-v1" || a.res.Attempt != 1 {
+			t.Errorf("%s: %+v, want the same event, a duplicate of attempt 1", name, a)
+		}
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 1 {
+		t.Errorf("%d inbox rows, want 1", n)
+	}
+	var state string
+	_ = s.pool.QueryRow(context.Background(), `SELECT state->>'memberId' FROM relaybus_projection WHERE aggregate_id = 'order-1'`).Scan(&state)
+	if state != "m-order-1" {
+		t.Errorf("projection state memberId %q", state)
+	}
+	// The duplicates re-record the attempt that applied the event (a no-op in Firestore).
+	for _, a := range s.ledger.all() {
+		if a.AttemptNo != 1 || !a.Success || a.ConsumerID != "member-service" || a.Subscription == "" {
+			t.Errorf("ledger attempt %+v", a)
+		}
+	}
+}
+
+func TestPoisonIsAcknowledgedAndDeadLettered(t *testing.T) {
+	mux := consumer.NewMux()
+	mux.Register("order.purchased", "v1", projection.Latest())
+	s := newStack(t, mux, "member-service")
+	noAgg := message(t, orderEvent("order-2", 1))
+	delete(noAgg.Attributes, "aggregate_id")
+	noAgg.OrderingKey = ""
+	noAgg.Data = bytes.Replace(noAgg.Data, []byte(`"subject":"order-2",`), nil, 1)
+	v2 := orderEvent("order-3", 1)
+	v2.SchemaVersion = "v9"
+	cases := []struct {
+		name, reason string
+		m            event.Message
+	}{
+		{"malformed data", event.ReasonMalformed, event.Message{ID: "junk", Data: []byte("{not json"), Attributes: map[string]string{"content-type": "application/cloudevents+json", "event_id": "junk-1"}}},
+		{"no aggregate id", event.ReasonMissingAggregateID, noAgg},
+		{"unknown schema version", "no_handler", message(t, v2)},
+	}
+	for i, c := range cases {
+		a := s.push(t, c.m, 1)
+		if a.code != 200 || a.res.Outcome != ledger.OutcomePoison || a.res.Code != c.reason {
+			t.Errorf("%s: %+v, want 200 poison %s", c.name, a, c.reason)
+			continue
+		}
+		msgs := s.fake.Server.Messages()
+		if len(msgs) != i+1 {
+			t.Fatalf("%s: %d dead letters, want %d", c.name, len(msgs), i+1)
+		}
+		dl := msgs[i]
+		info := deadletter.Read(event.Message{Attributes: dl.Attributes})
+		if info.Reason != c.reason || info.Consumer != "member-service" || info.Error == "" || !bytes.Equal(dl.Data, c.m.Data) {
+			t.Errorf("%s: dead letter %+v", c.name, info)
+		}
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 0 {
+		t.Errorf("poison left %d inbox rows", n)
+	}
+}
+
+func TestConcurrentDuplicatesHaveOneEffect(t *testing.T) {
+	var effects sync.Map
+	h := consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
+		_, err := c.Tx.Exec(ctx, `INSERT INTO relaybus_projection (consumer_id, aggregate_type, aggregate_id, version, event_id, event_type, state)
+			VALUES ($1, 'order', $2, 1, $3, 't', '{}')`, c.ConsumerID, c.Event.ID, c.Event.ID)
+		effects.Store(c.Attempt, true)
+		return err
+	})
+	s := newStack(t, h, "member-service")
+	m := message(t, orderEvent("order-9", 1))
+	var wg sync.WaitGroup
+	codes := make([]int, 3)
+	for i := range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); codes[i] = s.push(t, m, 1).code }()
+	}
+	wg.Wait()
+	s.push(t, m, 2)
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("delivery %d: %d", i, c)
+		}
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_projection`); n != 1 {
+		t.Errorf("%d effects, want 1", n)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 1 {
+		t.Errorf("%d inbox rows, want 1", n)
+	}
+}
+
+// deliverUntilAcked sends every message, redelivering the ones answered
+// non-2xx (as Pub/Sub would), shuffled, until all are acknowledged.
+func deliverUntilAcked(t *testing.T, s *stack, msgs []event.Message) (redeliveries int) {
+	t.Helper()
+	pending := msgs
+	for round := 1; len(pending) > 0; round++ {
+		if round > 200 {
+			t.Fatalf("%d messages never acknowledged", len(pending))
+		}
+		rand.Shuffle(len(pending), func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
+		var next []event.Message
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for _, m := range pending {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if a := s.push(t, m, round); a.code != 200 {
+					mu.Lock()
+					next = append(next, m)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		redeliveries += len(next)
+		pending = next
+	}
+	return redeliveries
+}
+
+func shuffledVersions(t *testing.T, aggregates, versions int) []event.Message {
+	var msgs []event.Message
+	for a := range aggregates {
+		for v := 1; v <= versions; v++ {
+			msgs = append(msgs, message(t, orderEvent(fmt.Sprintf("order-%03d", a), int64(v))))
+		}
+	}
+	return msgs
+}
+
+func TestOutOfOrderDeliveryProjectionEndsAtNewest(t *testing.T) {
+	const aggregates, versions = 100, 50
+	s := newStack(t, projection.Latest(), "member-service")
+	deliverUntilAcked(t, s, shuffledVersions(t, aggregates, versions))
+	if n := s.count(t, `SELECT count(*) FROM relaybus_projection WHERE version = $1 AND state->>'amount' = $2`, versions, fmt.Sprint(versions*10)); n != aggregates {
+		t.Errorf("%d of %d aggregates at their newest state", n, aggregates)
+	}
+}
+
+func TestOutOfOrderDeliveryStrictAppliesEveryVersionInOrder(t *testing.T) {
+	const aggregates, versions = 100, 50
+	var mu sync.Mutex
+	applied := map[string][]int64{}
+	record := consumer.HandlerFunc(func(_ context.Context, c *consumer.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		// Recorded at commit time order is what matters; the position row
+		// lock serializes one aggregate's transactions.
+		applied[c.Event.AggregateID] = append(applied[c.Event.AggregateID], c.Event.Version)
+		return nil
+	})
+	s := newStack(t, projection.Strict(record), "audit-service")
+	redeliveries := deliverUntilAcked(t, s, shuffledVersions(t, aggregates, versions))
+	if redeliveries == 0 {
+		t.Fatal("no gap was ever answered; the shuffle tested nothing")
+	}
+	for agg, vs := range applied {
+		for i, v := range vs {
+			if v != int64(i+1) {
+				t.Fatalf("%s applied out of order: %v", agg, vs)
+			}
+		}
+		if len(vs) != versions {
+			t.Errorf("%s applied %d versions, want %d", agg, len(vs), versions)
+		}
+	}
+	if len(applied) != aggregates {
+		t.Errorf("%d aggregates applied, want %d", len(applied), aggregates)
+	}
+	gaps := 0
+	for _, a := range s.ledger.all() {
+		if a.Outcome == ledger.OutcomeRetry && a.ErrorCode == "gap" {
+			gaps++
+		}
+	}
+	if gaps == 0 {
+		t.Error("the ledger recorded no gap retries")
+	}
+}
+
+func TestDatabaseDownThenRedeliveryAppliesOnce(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, projection.Latest(), "member-service")
+	down, err := pgxpool.New(ctx, "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, _ := consumer.New(consumer.Options{DB: down, ConsumerID: "member-service", Handler: projection.Latest(), DeadLetters: s.fake.Client})
+	h, _ := consume.New(consume.Options{Engine: engine})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	m := message(t, orderEvent("order-5", 1))
+	resp, err := http.Post(srv.URL, "application/json", bytes.NewReader(delivery.WrappedBody(m, sub, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("database down: %d, want 503", resp.StatusCode)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 0 {
+		t.Fatalf("%d inbox rows", n)
+	}
+	if a := s.push(t, m, 2); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+		t.Fatalf("redelivery: %+v", a)
+	}
+	s.push(t, m, 3)
+	if n := s.count(t, `SELECT count(*) FROM relaybus_projection`); n != 1 {
+		t.Errorf("%d effects, want 1", n)
+	}
+}
+
+func TestLedgerFailureAfterCommitIsHealedByTheRedelivery(t *testing.T) {
+	s := newStack(t, projection.Latest(), "member-service")
+	m := message(t, orderEvent("order-6", 1))
+	s.ledger.fail = 1
+	if a := s.push(t, m, 1); a.code != http.StatusServiceUnavailable || a.res.Code != "ledger" {
+		t.Fatalf("ledger down after commit: %+v, want 503", a)
+	}
+	if a := s.push(t, m, 2); a.code != 200 || !a.res.Duplicate || a.res.Attempt != 1 {
+		t.Fatalf("redelivery: %+v, want a duplicate re-recording attempt 1", a)
+	}
+	got := s.ledger.all()
+	if len(got) != 1 || got[0].AttemptNo != 1 || !got[0].Success {
+		t.Errorf("ledger holds %+v, want attempt 1, success", got)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_projection`); n != 1 {
+		t.Errorf("%d effects, want 1", n)
+	}
+}
+
+func TestTransientFailuresAreRetriedThenDeadLetteredAtTheLastAttempt(t *testing.T) {
+	h := consumer.HandlerFunc(func(context.Context, *consumer.Context) error {
+		return errors.New("downstream unavailable")
+	})
+	s := newStack(t, h, "member-service")
+	m := message(t, orderEvent("order-7", 1))
+	for attempt := 1; attempt <= 5; attempt++ {
+		a := s.push(t, m, attempt)
+		want := ledger.OutcomeRetry
+		if attempt == 5 {
+			want = ledger.OutcomeDeadLettered
+		}
+		if a.code != http.StatusServiceUnavailable || a.res.Outcome != want || a.res.Attempt != attempt {
+			t.Errorf("attempt %d: %+v, want 503 %s", attempt, a, want)
+		}
+	}
+}
+
+func TestPermanentErrorIsAcknowledgedAndRecorded(t *testing.T) {
+	h := consumer.HandlerFunc(func(context.Context, *consumer.Context) error {
+		return consumer.Permanent("insufficient_stock", errors.New("SKU-1 is sold out"))
+	})
+	s := newStack(t, h, "member-service")
+	a := s.push(t, message(t, orderEvent("order-8", 1)), 1)
+	if a.code != 200 || a.res.Outcome != ledger.OutcomeFailed || a.res.Code != "insufficient_stock" {
+		t.Fatalf("%+v", a)
+	}
+	if got := s.ledger.all(); len(got) != 1 || got[0].Success || got[0].ErrorCode != "insufficient_stock" {
+		t.Errorf("ledger %+v", got)
+	}
+}
+
+func TestTargetedMessageReachesOnlyItsConsumer(t *testing.T) {
+	s := newStack(t, projection.Latest(), "member-service")
+	m := message(t, orderEvent("order-10", 1))
+	m.Attributes[topology.TargetConsumerAttr] = "message-service"
+	if a := s.push(t, m, 1); a.code != 200 || !a.res.Ignored {
+		t.Fatalf("%+v, want ignored", a)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 0 {
+		t.Errorf("a message for another consumer was applied")
+	}
+}
+
+func TestChildEventsShareTheTransaction(t *testing.T) {
+	s := newStack(t, shop.Points(), "member-service")
+	parent := orderEvent("order-11", 1)
+	parent.TraceID, parent.CorrelationID = "4bf92f3577b34da6a3ce929d0e0e4736", "checkout-1"
+	if a := s.push(t, message(t, parent), 1); a.code != 200 {
+		t.Fatalf("%+v", a)
+	}
+	var typ, top, agg, parentID, trace, corr string
+	var version int64
+	if err := s.pool.QueryRow(context.Background(), `SELECT event_type, topic, aggregateid, version, parent_event_id, trace_id, correlation_id
+		FROM relaybus_outbox`).Scan(&typ, &top, &agg, &version, &parentID, &trace, &corr); err != nil {
+		t.Fatal(err)
+	}
+	if typ != "points.added" || top != "member.points.events" || agg != "m-order-11" || version != 1 ||
+		parentID != parent.ID || trace != parent.TraceID || corr != "checkout-1" {
+		t.Errorf("child %s %s %s v%d parent %s trace %s corr %s", typ, top, agg, version, parentID, trace, corr)
+	}
+
+	// A handler that emits and then fails leaves neither inbox row nor child.
+	failing := consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
+		if err := c.Emit(ctx, &event.Event{Type: "points.added", Topic: "member.points.events", AggregateID: "m-x", Version: 1, Payload: []byte(`{}`)}); err != nil {
+			return err
+		}
+		return errors.New("crash after emit")
+	})
+	s2 := newStack(t, failing, "member-service")
+	if a := s2.push(t, message(t, orderEvent("order-12", 1)), 1); a.code != http.StatusServiceUnavailable {
+		t.Fatalf("%+v", a)
+	}
+	if n := s2.count(t, `SELECT count(*) FROM relaybus_outbox`) + s2.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 0 {
+		t.Errorf("a rolled-back handler left %d rows", n)
+	}
+}
+
+func TestNotifyFailsItsFirstAttemptWhenAsked(t *testing.T) {
+	s := newStack(t, shop.Notify(), "message-service")
+	e := orderEvent("order-13", 1)
+	e.Payload = []byte(`{"orderId":"order-13","memberId":"m-1","amount":5,"failFirstNotify":true}`)
+	m := message(t, e)
+	if a := s.push(t, m, 1); a.code != http.StatusServiceUnavailable || a.res.Code != "demo_first_attempt" {
+		t.Fatalf("first attempt: %+v", a)
+	}
+	if a := s.push(t, m, 2); a.code != 200 || a.res.Attempt != 2 {
+		t.Fatalf("redelivery: %+v", a)
+	}
+}
