@@ -150,10 +150,14 @@ func (e *Error) Error() string { return e.Code + ": " + e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 // Permanent marks err as a permanent business error with a code.
-func Permanent(code string, err error) error { return &Error{Class: ClassPermanent, Code: code, Err: err} }
+func Permanent(code string, err error) error {
+	return &Error{Class: ClassPermanent, Code: code, Err: err}
+}
 
 // Transient marks err as transient: the delivery is retried.
-func Transient(code string, err error) error { return &Error{Class: ClassTransient, Code: code, Err: err} }
+func Transient(code string, err error) error {
+	return &Error{Class: ClassTransient, Code: code, Err: err}
+}
 
 // Poison marks err as making the message unprocessable forever.
 func Poison(code string, err error) error { return &Error{Class: ClassPoison, Code: code, Err: err} }
