@@ -66,10 +66,14 @@ type stack struct {
 	url    string
 }
 
-func newStack(t *testing.T, h consumer.Handler, consumerID string) *stack {
+func newStack(t testing.TB, h consumer.Handler, consumerID string) *stack {
+	t.Helper()
+	return newStackOn(t, pgtest.Schema(t), h, consumerID)
+}
+
+func newStackOn(t testing.TB, pool *pgxpool.Pool, h consumer.Handler, consumerID string) *stack {
 	t.Helper()
 	ctx := context.Background()
-	pool := pgtest.Schema(t)
 	if err := consume.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
