@@ -42,3 +42,9 @@ build:
 	@mkdir -p bin
 	@for f in publish relay consume rollup dlqreplay; do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -o bin/$$f ./functions/$$f/cmd || exit 1; done
+
+## tf-fmt: terraform fmt -check on infra/terraform (a terraform on PATH, else Terraform 1.5.7 built into $GOPATH/bin once, ~4 min).
+TERRAFORM ?= $(shell command -v terraform 2>/dev/null || echo "$$($(GO) env GOPATH)/bin/terraform")
+tf-fmt:
+	@test -x "$(TERRAFORM)" || $(GO) install github.com/hashicorp/terraform@v1.5.7
+	TF_CLI_CONFIG_FILE=/dev/null "$(TERRAFORM)" fmt -check -recursive -diff infra/terraform

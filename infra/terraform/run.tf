@@ -60,10 +60,7 @@ locals {
       ingress         = "INGRESS_TRAFFIC_INTERNAL_ONLY"
     }
     dlqreplay = {
-      env = merge(local.env_common, {
-        DLQREPLAY_AUTH = var.dlqreplay_settings.auth
-        ROLLUP_TOPIC   = local.rollup.topic
-      })
+      env             = merge(local.env_common, { DLQREPLAY_AUTH = var.dlqreplay_settings.auth })
       database        = true
       concurrency     = 20
       max_instances   = 2
