@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,32 +12,43 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/functions/publish"
+	relayfn "github.com/relaybus/relaybus/functions/relay"
+	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-// envNames are the environment variables each function reads (the team's
-// contract); Terraform sets no other.
-var envNames = func() map[string]map[string]bool {
-	common := []string{"GOOGLE_CLOUD_PROJECT", "RELAYBUS_TOPOLOGY", "LOG_LEVEL", "FIRESTORE_DATABASE"}
-	relay := []string{"RELAY_TIME_BUDGET", "RELAY_BATCH_SIZE", "RELAY_LEASE", "RELAY_MAX_ATTEMPTS", "RELAY_BACKOFF_BASE", "RELAY_BACKOFF_MAX", "OUTBOX_RETENTION"}
-	set := func(lists ...[]string) map[string]bool {
-		m := map[string]bool{}
-		for _, l := range lists {
-			for _, n := range l {
-				m[n] = true
+// envNames are the environment variables each function reads: the env
+// tags of its Config (sethvargo/go-envconfig), walked through embedded
+// structs. dlqreplay is not written yet: its names are the team contract's.
+var envNames = map[string]map[string]bool{
+	"publish": envTags(reflect.TypeOf(publish.Config{})),
+	"relay":   envTags(reflect.TypeOf(relayfn.Config{})),
+	"rollup":  envTags(reflect.TypeOf(rollup.Config{})),
+	"consume": envTags(reflect.TypeOf(consume.Config{})),
+	"dlqreplay": {"GOOGLE_CLOUD_PROJECT": true, "RELAYBUS_TOPOLOGY": true, "LOG_LEVEL": true, "FIRESTORE_DATABASE": true,
+		"DATABASE_URL": true, "DLQREPLAY_AUTH": true},
+}
+
+// envTags collects the variable names of a config struct's env tags.
+func envTags(t reflect.Type) map[string]bool {
+	out := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if tag, ok := f.Tag.Lookup("env"); ok {
+			name, _, _ := strings.Cut(tag, ",")
+			out[strings.TrimSpace(name)] = true
+			continue
+		}
+		if f.Type.Kind() == reflect.Struct {
+			for n := range envTags(f.Type) {
+				out[n] = true
 			}
 		}
-		return m
 	}
-	return map[string]map[string]bool{
-		"publish":   set(common, relay, []string{"LEDGER", "PUBLISH_MAX_PAYLOAD_BYTES", "PUBLISH_FAST_PATH"}),
-		"relay":     set(common, relay, []string{"LEDGER"}),
-		"rollup":    set(common),
-		"dlqreplay": set(common, []string{"DLQREPLAY_AUTH"}),
-		"consume": set(common, []string{"LEDGER", "CONSUMER_ID", "CONSUMER_SUBSCRIPTION", "CONSUMER_HANDLER", "FORWARD_URL",
-			"CONSUMER_MAX_DELIVERY_ATTEMPTS", "INBOX_RETENTION", "ROLLUP_TOPIC"}),
-	}
-}()
+	return out
+}
 
 // TestCloudRunServices: environment names and values per function, rollup's
 // throttle, the relay's timeout above its budget, DATABASE_URL from Secret
@@ -56,6 +68,12 @@ func TestCloudRunServices(t *testing.T) {
 			for name := range env {
 				if !envNames[f][name] {
 					t.Errorf("%s: sets %s, which it does not read", f, name)
+				}
+			}
+			for name := range envNames[f] {
+				_, set := env[name]
+				if !set && !(name == "DATABASE_URL" && v.(map[string]any)["database"] == true) {
+					t.Errorf("%s: reads %s, which Terraform does not set", f, name)
 				}
 			}
 			if p := env["RELAYBUS_TOPOLOGY"]; !strings.Contains(string(dockerfile), "RELAYBUS_TOPOLOGY="+p.(string)) {
@@ -94,6 +112,11 @@ func TestCloudRunServices(t *testing.T) {
 			for name := range env {
 				if !envNames["consume"][name] {
 					t.Errorf("consume %s: sets %s, which it does not read", cs.Subscription(), name)
+				}
+			}
+			for name := range envNames["consume"] {
+				if _, set := env[name]; !set && name != "DATABASE_URL" {
+					t.Errorf("consume %s: reads %s, which Terraform does not set", cs.Subscription(), name)
 				}
 			}
 			want := map[string]any{
