@@ -6,11 +6,11 @@ TESTENV = $(GO) run ./internal/cmd/testenv --
 
 ## dev: run the whole stack on this machine until Ctrl-C.
 dev:
-	@echo "make dev: the local stack is not built yet (issue 6)"; exit 1
+	$(GO) run ./internal/cmd/dev
 
 ## demo: run the purchase scenario against the running stack.
 demo:
-	@echo "make demo: the demo is not built yet (issue 6)"; exit 1
+	$(GO) run ./internal/cmd/demo
 
 ## test: the whole suite against a throwaway Postgres and the Google emulators.
 test: lint

@@ -1,0 +1,221 @@
+package devstack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/relaybus/relaybus/shared/deadletter"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/transport"
+)
+
+// Demo runs the purchase scenario (event-ledger-design §7) against a
+// running stack and reports to out. It returns an error naming the first
+// thing that is not exactly as expected.
+//
+//  1. order.purchased goes through POST /publish (its payload asks
+//     message-service to fail its first attempt);
+//  2. member-service (push) adds points and emits points.added;
+//     message-service (Eventarc) fails once, succeeds on redelivery and
+//     emits notification.sent; audit-service records both children;
+//  3. the ledger walks SENT → ... → CONSUMED; the demo prints each status,
+//     the attempt table and the trace tree;
+//  4. a poison message (no aggregate id) published straight to the topic
+//     is dead-lettered by both consumers with its reason;
+//  5. projections and inboxes are checked row by row.
+func Demo(ctx context.Context, info Info, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	os.Setenv("FIRESTORE_EMULATOR_HOST", info.FirestoreHost)
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: info.Project, Database: ledger.DefaultDatabase}, ledger.Options{})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	pool, err := pgxpool.New(ctx, info.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ps, err := transport.Dial(ctx, info.Project, info.PubSubHost, transport.Options{})
+	if err != nil {
+		return err
+	}
+	defer ps.Close()
+
+	run := event.NewID()[:8]
+	orderID, memberID := "order-"+run, "member-"+run
+	env := map[string]any{
+		"eventType": "order.purchased", "topic": "shop.order.events", "aggregateType": "order",
+		"aggregateId": orderID, "version": 1, "source": "order-service",
+		"payload":   map[string]any{"orderId": orderID, "memberId": memberID, "amount": 120, "failFirstNotify": true},
+		"initiator": map[string]any{"service": "web", "operation": "checkout", "userId": "u-" + run},
+	}
+	body, _ := json.Marshal(env)
+	start := time.Now()
+	resp, err := http.Post(info.URL+"/publish", "application/json", bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	var res struct {
+		EventID string `json:"eventId"`
+		Status  string `json:"status"`
+		TraceID string `json:"traceId"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&res)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("publish answered %d, want 202", resp.StatusCode)
+	}
+	fmt.Fprintf(out, "1. POST /publish order.purchased %s -> 202 %s (event %s, trace %s)\n", orderID, res.Status, res.EventID, res.TraceID)
+
+	fmt.Fprintln(out, "2. ledger status of the order event:")
+	var last ledger.Status
+	var det ledger.Detail
+	for {
+		d, err := store.Get(ctx, res.EventID)
+		if err == nil {
+			det = d
+			if d.Event.Status != last {
+				last = d.Event.Status
+				fmt.Fprintf(out, "   %6dms  %-9s %s\n", time.Since(start).Milliseconds(), last, d.Summary())
+			}
+			if last == ledger.StatusConsumed {
+				break
+			}
+		} else if !errors.Is(err, ledger.ErrEventNotFound) {
+			return err
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("the order never became CONSUMED (last %s): %w", last, err)
+		}
+	}
+
+	fmt.Fprintln(out, "3. attempts:")
+	fmt.Fprintf(out, "   %-16s %-8s %-14s %s\n", "CONSUMER", "ATTEMPT", "OUTCOME", "ERROR")
+	var attempts []string
+	for _, c := range det.Consumers {
+		for _, a := range c.Attempts {
+			fmt.Fprintf(out, "   %-16s %-8d %-14s %s\n", a.ConsumerID, a.AttemptNo, a.Outcome, a.ErrorCode)
+			attempts = append(attempts, fmt.Sprintf("%s#%d:%s", a.ConsumerID, a.AttemptNo, a.Outcome))
+		}
+	}
+	want := "member-service#1:success message-service#1:retry message-service#2:success"
+	if got := strings.Join(attempts, " "); got != want {
+		return fmt.Errorf("attempts %q, want %q", got, want)
+	}
+
+	// The children travel through the consumers' outbox and the relay.
+	var tr ledger.Trace
+	for {
+		tr, err = store.Trace(ctx, res.EventID)
+		if err != nil {
+			return err
+		}
+		if tr.Count == 3 && allConsumed(tr.Roots) {
+			break
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return fmt.Errorf("the trace has %d events, not all CONSUMED: %w", tr.Count, err)
+		}
+	}
+	fmt.Fprintf(out, "4. trace %s (%d events, %dms from publish to the last CONSUMED):\n", tr.TraceID, tr.Count, time.Since(start).Milliseconds())
+	printTree(out, tr.Roots, "   ")
+	if len(tr.Roots) != 1 || len(tr.Roots[0].Children) != 2 {
+		return errors.New("the trace is not one order with two children")
+	}
+
+	// Projections and inboxes, exactly.
+	var points int64
+	var notes, orderInbox, auditInbox int
+	q := func(dst any, sql string, args ...any) error { return pool.QueryRow(ctx, sql, args...).Scan(dst) }
+	if err := errors.Join(
+		q(&points, `SELECT points FROM shop_member_points WHERE member_id = $1`, memberID),
+		q(&notes, `SELECT count(*) FROM shop_notifications WHERE order_id = $1`, orderID),
+		q(&orderInbox, `SELECT count(*) FROM relaybus_inbox WHERE event_id = $1`, res.EventID),
+		q(&auditInbox, `SELECT count(*) FROM relaybus_inbox i JOIN relaybus_outbox o ON o.id = i.event_id
+			WHERE i.consumer_id = 'audit-service' AND o.parent_event_id = $1`, res.EventID),
+	); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "5. member %s has %d points; %d notification; inbox rows: order %d (member-service, message-service), children %d (audit-service)\n",
+		memberID, points, notes, orderInbox, auditInbox)
+	if points != 120 || notes != 1 || orderInbox != 2 || auditInbox != 2 {
+		return errors.New("projections or inboxes are not exactly as expected (want 120 points, 1 notification, 2 and 2 inbox rows)")
+	}
+
+	// A poison message, straight onto the topic.
+	poisonID := "poison-" + run
+	if _, err := ps.Publish(ctx, "shop.order.events", event.Message{Data: []byte(`{"note":"no aggregate id"}`),
+		Attributes: map[string]string{"event_id": poisonID, "event_type": "order.purchased"}}); err != nil {
+		return err
+	}
+	sub := ps.PubSub().Subscriber(names.DeadLetterMonitor("shop.order.events"))
+	got := map[string]deadletter.Info{}
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	_ = sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		if m.Attributes["event_id"] != poisonID {
+			return
+		}
+		info := deadletter.Read(event.Message{Attributes: m.Attributes})
+		got[info.Consumer] = info
+		if len(got) == 2 {
+			rcancel()
+		}
+	})
+	rcancel()
+	fmt.Fprintf(out, "6. poison message %s (no aggregate id) dead-lettered to %s by:\n", poisonID, names.DeadLetter("shop.order.events"))
+	for _, c := range []string{"member-service", "message-service"} {
+		i, ok := got[c]
+		if !ok {
+			return fmt.Errorf("%s did not dead-letter the poison message", c)
+		}
+		fmt.Fprintf(out, "   %-16s reason %s\n", c, i.Reason)
+		if i.Reason != event.ReasonMissingAggregateID {
+			return fmt.Errorf("%s dead-lettered it as %q", c, i.Reason)
+		}
+	}
+	fmt.Fprintln(out, "   (replaying it to one consumer is the operations API's job: issue 5, not built yet)")
+	fmt.Fprintln(out, "demo: OK")
+	return nil
+}
+
+func allConsumed(nodes []*ledger.TraceNode) bool {
+	for _, n := range nodes {
+		if n.Event.Status != ledger.StatusConsumed || !allConsumed(n.Children) {
+			return false
+		}
+	}
+	return true
+}
+
+func printTree(out io.Writer, nodes []*ledger.TraceNode, indent string) {
+	for _, n := range nodes {
+		e := n.Event
+		fmt.Fprintf(out, "%s%s %s v%d on %s [%s] %s\n", indent, e.EventType, e.AggregateID, e.Version, e.Topic, e.Status, e.EventID)
+		printTree(out, n.Children, indent+"  └ ")
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
