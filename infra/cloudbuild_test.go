@@ -131,7 +131,7 @@ func TestCloudBuildStepGraph(t *testing.T) {
 			continue
 		}
 		args := strings.Join(b.Args, " ")
-		if !strings.Contains(args, "--build-arg FUNCTION="+f+" ") || !strings.Contains(args, "/"+f+":${COMMIT_SHA}") || !strings.Contains(args, "/"+f+":${SHORT_SHA}") {
+		if !strings.Contains(args, "build -f infra/docker/Dockerfile --build-arg FUNCTION="+f+" ") || !strings.Contains(args, "/"+f+":${COMMIT_SHA}") || !strings.Contains(args, "/"+f+":${SHORT_SHA}") {
 			t.Errorf("%s: %s", build, args)
 		}
 		if !before[build]["test"] {
@@ -185,9 +185,14 @@ func TestCloudBuildStepGraph(t *testing.T) {
 
 // TestDockerfile: one multi-stage Dockerfile, the function as a build
 // argument, a static build of ./functions/$FUNCTION/cmd, distroless
-// nonroot, the topology baked in where RELAYBUS_TOPOLOGY points.
+// nonroot, the topology baked in where RELAYBUS_TOPOLOGY points; and no
+// Dockerfile at the root, where `gcloud run deploy --source .` would build
+// it instead of the Go buildpack.
 func TestDockerfile(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
+	if _, err := os.Stat(filepath.Join(repoRoot(t), "Dockerfile")); err == nil {
+		t.Error("a Dockerfile at the repository root hijacks `gcloud run deploy --source .` (it is built instead of the buildpack); keep it in infra/docker")
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "docker", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,6 @@
 //     the roles documented in infra/terraform/README.md; every ledger index
 //     in infra/firestore/indexes.yaml is created; the log-based metrics match
 //     the relay's log messages;
-//   - cloudbuild.yaml's step graph, the Dockerfile, `terraform fmt -check`,
+//   - cloudbuild.yaml's step graph, infra/docker/Dockerfile, `terraform fmt -check`,
 //     and a static linux/amd64 build of every function.
 package infra

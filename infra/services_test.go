@@ -54,7 +54,7 @@ func envTags(t reflect.Type) map[string]bool {
 // throttle, the relay's timeout above its budget, DATABASE_URL from Secret
 // Manager only, the topology path the image bakes in.
 func TestCloudRunServices(t *testing.T) {
-	dockerfile, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
+	dockerfile, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "docker", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}

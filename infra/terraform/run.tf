@@ -1,7 +1,7 @@
 # Cloud Run services: one per function, and one consume service per consumer.
 # Environment variable names are the functions' (docs: TEAM contract and each
 # function's Config). The topology file is baked into every image at
-# /etc/relaybus/topology.yaml (Dockerfile); it must be the file Terraform read,
+# /etc/relaybus/topology.yaml (infra/docker/Dockerfile); it must be the file Terraform read,
 # which holds when both come from one checkout (cloudbuild.yaml).
 
 locals {
