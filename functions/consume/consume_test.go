@@ -396,8 +396,20 @@ func TestDatabaseDownThenRedeliveryAppliesOnce(t *testing.T) {
 
 func TestLedgerFailureAfterCommitIsHealedByTheRedelivery(t *testing.T) {
 	s := newStack(t, projection.Latest(), "member-service")
-	m := message(t, orderEvent("order-6", 1))
+	// One failed write is retried at once.
+	if a := s.push(t, message(t, orderEvent("order-60", 1)), 1); a.code != 200 {
+		t.Fatalf("warm-up: %+v", a)
+	}
 	s.ledger.fail = 1
+	if a := s.push(t, message(t, orderEvent("order-61", 1)), 1); a.code != 200 || len(s.ledger.all()) != 2 {
+		t.Fatalf("one ledger failure: %+v, %d attempts recorded; want it retried and recorded", a, len(s.ledger.all()))
+	}
+	s.ledger.mu.Lock()
+	s.ledger.attempts = nil
+	s.ledger.mu.Unlock()
+	// The ledger stays down through every retry: redelivery requested.
+	m := message(t, orderEvent("order-6", 1))
+	s.ledger.fail = 4
 	if a := s.push(t, m, 1); a.code != http.StatusServiceUnavailable || a.res.Code != "ledger" {
 		t.Fatalf("ledger down after commit: %+v, want 503", a)
 	}
@@ -408,7 +420,7 @@ func TestLedgerFailureAfterCommitIsHealedByTheRedelivery(t *testing.T) {
 	if len(got) != 1 || got[0].AttemptNo != 1 || !got[0].Success {
 		t.Errorf("ledger holds %+v, want attempt 1, success", got)
 	}
-	if n := s.count(t, `SELECT count(*) FROM relaybus_projection`); n != 1 {
+	if n := s.count(t, `SELECT count(*) FROM relaybus_projection WHERE aggregate_id = 'order-6'`); n != 1 {
 		t.Errorf("%d effects, want 1", n)
 	}
 }

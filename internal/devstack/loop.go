@@ -70,7 +70,7 @@ func (l *Loop) Run(ctx context.Context, routes []Route) {
 func (l *Loop) serve(ctx context.Context, r Route) {
 	sub := l.Client.PubSub().Subscriber(r.Subscription)
 	sub.ReceiveSettings.NumGoroutines = 1
-	sub.ReceiveSettings.MaxOutstandingMessages = 64
+	sub.ReceiveSettings.MaxOutstandingMessages = 256
 	var mu sync.Mutex
 	attempts := map[string]int{}
 	for ctx.Err() == nil {

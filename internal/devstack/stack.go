@@ -247,7 +247,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			MinBackoff: 500 * time.Millisecond, MaxBackoff: 5 * time.Second, MaxAttempts: c.MaxDeliveryAttempts})
 	}
 	routes = append(routes, Route{Subscription: transport.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
-		Mode: topology.DeliveryPush, MinBackoff: 200 * time.Millisecond, MaxBackoff: 5 * time.Second})
+		Mode: topology.DeliveryPush, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
 
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.server.Serve(ln) }()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -281,7 +282,7 @@ func (e *Engine) record(ctx context.Context, log *slog.Logger, d delivery.Delive
 			ErrorCode: res.Code, ErrorMessage: res.Error, ConsumedAt: now(),
 			Topic: ev.Topic, Subscription: sub, MessageID: d.Message.ID, DeliveryAttempt: d.Message.DeliveryAttempt,
 		}
-		if err := e.o.Ledger.RecordAttempt(ctx, a); err != nil {
+		if err := e.recordAttempt(ctx, a); err != nil {
 			log.WarnContext(ctx, "consume: the ledger did not record the attempt; redelivery requested", "outcome", string(res.Outcome), "error", err.Error())
 			return Result{Status: http.StatusServiceUnavailable, EventID: res.EventID, Attempt: res.Attempt, Code: "ledger", Error: err.Error()}
 		}
@@ -297,6 +298,25 @@ func (e *Engine) record(ctx context.Context, log *slog.Logger, d delivery.Delive
 		log.WarnContext(ctx, "consume: transient error; redelivery requested", "code", res.Code, "error", errString(cause), "outcome", string(res.Outcome))
 	}
 	return res
+}
+
+// recordAttempt writes the attempt, retrying a failed write three times
+// within about a second (Firestore answers ABORTED when a rollup holds the
+// event's locks) before the delivery falls back on Pub/Sub's redelivery.
+func (e *Engine) recordAttempt(ctx context.Context, a ledger.Attempt) error {
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		err := e.o.Ledger.RecordAttempt(ctx, a)
+		if err == nil || try == 4 || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait + time.Duration(rand.Int64N(int64(wait)))):
+		}
+		wait *= 2
+	}
 }
 
 func errString(err error) string {
