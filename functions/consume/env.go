@@ -82,16 +82,12 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	}
 	o := consumer.Options{DB: pool, ConsumerID: cfg.ConsumerID, Subscription: cfg.Subscription, Handler: h,
 		DeadLetters: ps, MaxDeliveryAttempts: cfg.MaxDeliveryAttempts, Logger: log}
-	switch cfg.Ledger {
-	case "off":
-	case "firestore":
-		store, err := ledger.Open(ctx, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase}, ledger.Options{Logger: log})
-		if err != nil {
-			return fail(err)
-		}
+	store, err := ledger.OpenMode(ctx, cfg.Ledger, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase}, ledger.Options{Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	if store != nil {
 		o.Ledger = ledger.NewRecorder(store, ps, cfg.RollupTopic)
-	default:
-		return fail(fmt.Errorf("LEDGER=%q: want firestore or off", cfg.Ledger))
 	}
 	engine, err := consumer.New(o)
 	if err != nil {

@@ -49,20 +49,20 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		return nil, err
 	}
 	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Logger: log}
-	if cfg.Ledger == "off" {
+	store, err := ledger.OpenMode(ctx, cfg.Ledger, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase}, ledger.Options{Logger: log})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if store != nil {
+		opts.Registry = registry.Cached(store, registry.DefaultCacheTTL)
+	} else {
 		top, err := topology.Load(cfg.Topology)
 		if err != nil {
 			pool.Close()
 			return nil, err
 		}
 		opts.Registry = registry.FromTopology(top)
-	} else {
-		store, err := ledger.Open(ctx, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase}, ledger.Options{Logger: log})
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
-		opts.Registry = registry.Cached(store, registry.DefaultCacheTTL)
 	}
 	if cfg.FastPath {
 		r, err := relay.Open(ctx, cfg.Env, log)

@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -161,5 +163,14 @@ func TestTruncate(t *testing.T) {
 	got := truncate(long, 50)
 	if len(got) > 50 || got[len(got)-len("(truncated)"):] != "(truncated)" {
 		t.Errorf("%q (%d bytes)", got, len(got))
+	}
+}
+
+func TestOpenModeRefusesUnknownModes(t *testing.T) {
+	if s, err := OpenMode(context.Background(), ModeOff, Config{}, Options{}); s != nil || err != nil {
+		t.Errorf("off: %v %v, want no store and no error", s, err)
+	}
+	if _, err := OpenMode(context.Background(), "postgres", Config{}, Options{}); err == nil || !strings.Contains(err.Error(), `LEDGER="postgres"`) {
+		t.Errorf("unknown mode: %v", err)
 	}
 }

@@ -277,3 +277,24 @@ func notFound(err error) bool { return status.Code(err) == codes.NotFound }
 // alreadyExists reports whether a Firestore error means a create found the
 // document there.
 func alreadyExists(err error) bool { return status.Code(err) == codes.AlreadyExists }
+
+// Ledger modes, the values of the functions' LEDGER variable.
+const (
+	// ModeFirestore records events and attempts in Firestore (the default).
+	ModeFirestore = "firestore"
+	// ModeOff records nothing (a consumer or producer without a ledger).
+	ModeOff = "off"
+)
+
+// OpenMode opens the store for a LEDGER mode: the store for "firestore"
+// (or ""), nil and no error for "off", an error naming the variable for
+// anything else.
+func OpenMode(ctx context.Context, mode string, cfg Config, opts Options) (*Store, error) {
+	switch mode {
+	case ModeOff:
+		return nil, nil
+	case ModeFirestore, "":
+		return Open(ctx, cfg, opts)
+	}
+	return nil, fmt.Errorf("LEDGER=%q: want %s or %s", mode, ModeFirestore, ModeOff)
+}

@@ -555,18 +555,13 @@ func Open(ctx context.Context, env Env, log *slog.Logger) (*Relay, error) {
 	}
 	o := Options{DB: pool, Publisher: ps, Topology: top, Logger: log}
 	env.Config.Apply(&o)
-	switch env.Ledger {
-	case "off":
-	case "firestore", "":
-		store, err := ledger.Open(ctx, ledger.Config{ProjectID: env.ProjectID, Database: env.FirestoreDatabase}, ledger.Options{Logger: log})
-		if err != nil {
-			_ = ps.Close()
-			return fail(err)
-		}
-		o.Ledger = store
-	default:
+	store, err := ledger.OpenMode(ctx, env.Ledger, ledger.Config{ProjectID: env.ProjectID, Database: env.FirestoreDatabase}, ledger.Options{Logger: log})
+	if err != nil {
 		_ = ps.Close()
-		return fail(fmt.Errorf("LEDGER=%q: want firestore or off", env.Ledger))
+		return fail(err)
+	}
+	if store != nil {
+		o.Ledger = store
 	}
 	return New(o)
 }
