@@ -13,6 +13,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/functions/publish"
 	relayfn "github.com/relaybus/relaybus/functions/relay"
 	"github.com/relaybus/relaybus/functions/rollup"
@@ -21,14 +22,26 @@ import (
 
 // envNames are the environment variables each function reads: the env
 // tags of its Config (sethvargo/go-envconfig), walked through embedded
-// structs. dlqreplay is not written yet: its names are the team contract's.
+// structs. dlqreplay's optional settings (a token for DLQREPLAY_AUTH=token,
+// an extra audience check, the re-push rules) keep their defaults in
+// production and are left out.
 var envNames = map[string]map[string]bool{
 	"publish": envTags(reflect.TypeOf(publish.Config{})),
 	"relay":   envTags(reflect.TypeOf(relayfn.Config{})),
 	"rollup":  envTags(reflect.TypeOf(rollup.Config{})),
 	"consume": envTags(reflect.TypeOf(consume.Config{})),
-	"dlqreplay": {"GOOGLE_CLOUD_PROJECT": true, "RELAYBUS_TOPOLOGY": true, "LOG_LEVEL": true, "FIRESTORE_DATABASE": true,
-		"DATABASE_URL": true, "DLQREPLAY_AUTH": true},
+	"dlqreplay": without(envTags(reflect.TypeOf(dlqreplay.Config{})),
+		"DLQREPLAY_TOKEN", "DLQREPLAY_AUDIENCE", "DLQREPLAY_MAX_REPUSHES", "DLQREPLAY_SENT_TIMEOUT"),
+}
+
+func without(m map[string]bool, names ...string) map[string]bool {
+	for _, n := range names {
+		if !m[n] {
+			panic("dlqreplay.Config has no " + n)
+		}
+		delete(m, n)
+	}
+	return m
 }
 
 // envTags collects the variable names of a config struct's env tags.

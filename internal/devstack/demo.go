@@ -12,10 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
@@ -34,7 +32,8 @@ import (
 //  3. the ledger walks SENT → ... → CONSUMED; the demo prints each status,
 //     the attempt table and the trace tree;
 //  4. a poison message (no aggregate id) published straight to the topic
-//     is dead-lettered by both consumers with its reason;
+//     is dead-lettered by both consumers with its reason, archived, and
+//     replayed to member-service alone;
 //  5. projections and inboxes are checked row by row.
 func Demo(ctx context.Context, info Info, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -163,35 +162,93 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 		Attributes: map[string]string{"event_id": poisonID, "event_type": "order.purchased"}}); err != nil {
 		return err
 	}
-	sub := ps.PubSub().Subscriber(names.DeadLetterMonitor("shop.order.events"))
-	got := map[string]deadletter.Info{}
-	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-	_ = sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
-		m.Ack()
-		if m.Attributes["event_id"] != poisonID {
-			return
-		}
-		info := deadletter.Read(event.Message{Attributes: m.Attributes})
-		got[info.Consumer] = info
-		if len(got) == 2 {
-			rcancel()
-		}
-	})
-	rcancel()
-	fmt.Fprintf(out, "6. poison message %s (no aggregate id) dead-lettered to %s by:\n", poisonID, names.DeadLetter("shop.order.events"))
+	letters, err := waitLetters(ctx, info.URL, poisonID, 2)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "6. poison message %s (no aggregate id) dead-lettered to %s and archived:\n", poisonID, names.DeadLetter("shop.order.events"))
+	var memberLetter string
 	for _, c := range []string{"member-service", "message-service"} {
-		i, ok := got[c]
+		l, ok := letters[c]
 		if !ok {
 			return fmt.Errorf("%s did not dead-letter the poison message", c)
 		}
-		fmt.Fprintf(out, "   %-16s reason %s\n", c, i.Reason)
-		if i.Reason != event.ReasonMissingAggregateID {
-			return fmt.Errorf("%s dead-lettered it as %q", c, i.Reason)
+		fmt.Fprintf(out, "   %-16s reason %-22s letter %s\n", c, l.Reason, l.ID)
+		if l.Reason != event.ReasonMissingAggregateID {
+			return fmt.Errorf("%s dead-lettered it as %q", c, l.Reason)
+		}
+		if c == "member-service" {
+			memberLetter = l.ID
 		}
 	}
-	fmt.Fprintln(out, "   (replaying it to one consumer is the operations API's job: issue 5, not built yet)")
+	// Replay member-service's letter: only member-service receives it (the
+	// subscriptions filter on target_consumer); it is still poison, so it
+	// comes back as a new letter from member-service alone.
+	resp, err = http.Post(info.URL+"/dlqreplay/deadletters/"+memberLetter+":replay", "application/json", nil)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("replay answered %d", resp.StatusCode)
+	}
+	again, err := waitLetters(ctx, info.URL, poisonID, 3)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "7. POST /dlqreplay/deadletters/%s:replay -> only member-service received it again (letters now: member-service %d, message-service %d)\n",
+		memberLetter, again["#member-service"].Deliveries, again["#message-service"].Deliveries)
+	if again["#member-service"].Deliveries != 2 || again["#message-service"].Deliveries != 1 {
+		return errors.New("the replay did not reach member-service alone")
+	}
 	fmt.Fprintln(out, "demo: OK")
 	return nil
+}
+
+type letter struct {
+	ID, Consumer, Reason, EventID string
+	// Deliveries here counts the letters per consumer (see waitLetters).
+	Deliveries int
+}
+
+// waitLetters polls the archive until it holds want letters for eventID and
+// returns the newest per consumer, plus "#<consumer>" entries whose
+// Deliveries count that consumer's letters.
+func waitLetters(ctx context.Context, base, eventID string, want int) (map[string]letter, error) {
+	for {
+		resp, err := http.Get(base + "/dlqreplay/deadletters?pageSize=500")
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			DeadLetters []letter `json:"deadLetters"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]letter{}
+		n := 0
+		for _, l := range page.DeadLetters {
+			if l.EventID != eventID {
+				continue
+			}
+			n++
+			if _, seen := out[l.Consumer]; !seen {
+				out[l.Consumer] = l
+			}
+			c := out["#"+l.Consumer]
+			c.Deliveries++
+			out["#"+l.Consumer] = c
+		}
+		if n >= want {
+			return out, nil
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("the archive holds %d letters for %s, want %d: %w", n, eventID, want, err)
+		}
+	}
 }
 
 func allConsumed(nodes []*ledger.TraceNode) bool {

@@ -7,7 +7,9 @@
 // push, and a scheduler calling relay.
 //
 // Paths on the one address: /publish, /relay, /consume/<subscription-id>
-// (one per consumer in the topology), /rollup.
+// (one per consumer in the topology), /rollup, /dlqreplay/... (the
+// operations API, no auth locally; the DLQ monitor subscriptions deliver to
+// its archive).
 package devstack
 
 import (
@@ -26,12 +28,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/functions/publish"
 	relayfn "github.com/relaybus/relaybus/functions/relay"
 	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/pgcluster"
+	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
@@ -246,6 +251,17 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			// the demo's planned failure clears in a second.
 			MinBackoff: 500 * time.Millisecond, MaxBackoff: 5 * time.Second, MaxAttempts: c.MaxDeliveryAttempts})
 	}
+	ops, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pool, Publisher: ps,
+		Auth: dlqreplay.AuthNone, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	mount(mux, "/dlqreplay", ops)
+	for _, t := range top.Topics {
+		routes = append(routes, Route{Subscription: names.DeadLetterMonitor(t.Name), Topic: names.DeadLetter(t.Name),
+			URL: base + "/dlqreplay/deadletters:archive", Mode: topology.DeliveryPush,
+			MinBackoff: 500 * time.Millisecond, MaxBackoff: 5 * time.Second})
+	}
 	routes = append(routes, Route{Subscription: transport.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
 		Mode: topology.DeliveryPush, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
 
@@ -268,9 +284,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	var paths []string
 	paths = append(paths, base+"/publish", base+"/relay", base+"/rollup")
-	for _, rt := range routes[:len(routes)-1] {
-		paths = append(paths, strings.TrimSuffix(rt.URL, "/")+"  ("+rt.Mode+")")
+	for _, rt := range routes {
+		if strings.Contains(rt.URL, "/consume/") {
+			paths = append(paths, strings.TrimSuffix(rt.URL, "/")+"  ("+rt.Mode+")")
+		}
 	}
+	paths = append(paths, base+"/dlqreplay/deadletters, /dlqreplay/events/{id}, /dlqreplay/traces/{id}, ...")
 	s.Started = append(s.Started, "Functions   "+strings.Join(paths, "\n            "))
 	s.Started = append(s.Started, fmt.Sprintf("Scheduler   POST %s/relay every %v", base, o.RelayEvery))
 	return s, nil

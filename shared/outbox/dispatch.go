@@ -79,8 +79,11 @@ func Claim(ctx context.Context, db migrate.Beginner, o ClaimOptions) ([][]Row, e
 		WHERE lease_owner IS NOT NULL AND lease_expires_at <= now() AND published_at IS NULL`); err != nil {
 		return nil, fmt.Errorf("outbox: claim: expire leases: %w", err)
 	}
-	filtered := len(o.Aggregates) > 0
-	rows, err := tx.Query(ctx, claimSQL, o.Owner, o.Lease.Seconds(), o.Limit, filtered, aggTypes, aggIDs, upto)
+	q := drainClaimSQL
+	if len(o.Aggregates) > 0 {
+		q = aggregateClaimSQL
+	}
+	rows, err := tx.Query(ctx, q, o.Owner, o.Lease.Seconds(), o.Limit, aggTypes, aggIDs, upto)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim: %w", err)
 	}
@@ -135,24 +138,45 @@ func Claim(ctx context.Context, db migrate.Beginner, o ClaimOptions) ([][]Row, e
 	return out, nil
 }
 
-// claimSQL: $1 owner, $2 lease seconds, $3 limit, $4 filtered, $5/$6 the
-// aggregates, $7 each aggregate's last version to claim.
-const claimSQL = `
+// The claim statements: $1 owner, $2 lease seconds, $3 limit, $4/$5 the
+// aggregates to restrict to, $6 each one's last version to claim. They
+// differ in how they find heads: the scheduled drain walks the claimable
+// rows in enqueue order and keeps those that are their aggregate's lowest
+// unpublished version; the fast path looks up the heads of the aggregates
+// it was given (an index probe each), whatever the backlog.
+const (
+	wantCTE = `
 WITH want AS (
-	SELECT * FROM unnest($5::text[], $6::text[], $7::bigint[]) AS w(aggregatetype, aggregateid, upto)
-), heads AS (
+	SELECT * FROM unnest($4::text[], $5::text[], $6::bigint[]) AS w(aggregatetype, aggregateid, upto)
+)`
+	// claimable is what a head must be to start a claim.
+	claimable = `o.published_at IS NULL AND o.failed_at IS NULL
+	  AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
+	  AND o.lease_owner IS NULL`
+	drainHeads = `, heads AS (
 	SELECT o.id, o.aggregatetype, o.aggregateid, o.version, o.seq
 	FROM relaybus_outbox o
-	WHERE o.published_at IS NULL AND o.failed_at IS NULL
-	  AND (o.next_retry_at IS NULL OR o.next_retry_at <= now())
-	  AND o.lease_owner IS NULL
-	  AND (NOT $4 OR EXISTS (SELECT 1 FROM want w WHERE w.aggregatetype = o.aggregatetype AND w.aggregateid = o.aggregateid))
+	WHERE ` + claimable + `
 	  AND o.version = (SELECT min(p.version) FROM relaybus_outbox p
 	                   WHERE p.aggregatetype = o.aggregatetype AND p.aggregateid = o.aggregateid AND p.published_at IS NULL)
 	ORDER BY o.seq
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
-), runs AS (
+)`
+	aggregateHeads = `, candidates AS (
+	SELECT h.id FROM want w CROSS JOIN LATERAL (
+		SELECT p.id FROM relaybus_outbox p
+		WHERE p.aggregatetype = w.aggregatetype AND p.aggregateid = w.aggregateid AND p.published_at IS NULL
+		ORDER BY p.version LIMIT 1) h
+), heads AS (
+	SELECT o.id, o.aggregatetype, o.aggregateid, o.version, o.seq
+	FROM relaybus_outbox o
+	WHERE o.id IN (SELECT id FROM candidates) AND ` + claimable + `
+	ORDER BY o.seq
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)`
+	claimRest = `, runs AS (
 	SELECT r.id, h.seq AS head_seq,
 	       row_number() OVER (PARTITION BY h.id ORDER BY r.version) AS k
 	FROM heads h
@@ -179,6 +203,9 @@ WHERE o.id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING o.id, o.aggregatetype, o.aggregateid, o.event_type, o.version, o.payload, o.occurred_at,
 	o.topic, o.source, o.schema_version, o.payload_type, o.trace_id, o.span_id, o.parent_event_id,
 	o.correlation_id, o.initiator, o.expire_at, o.target_consumer, o.attempts`
+	drainClaimSQL     = wantCTE + drainHeads + claimRest
+	aggregateClaimSQL = wantCTE + aggregateHeads + claimRest
+)
 
 // Published marks rows as published now (Pub/Sub acknowledged them) and
 // ends their lease. ledgerBehind says the ledger has not recorded their send.
