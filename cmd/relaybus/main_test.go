@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/archive"
+	"github.com/relaybus/relaybus/shared/deadletter"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// The CLI against the real dlqreplay API over the Firestore emulator,
+// Postgres and pstest: a purchase with one child event, one consumer's
+// attempts, and a dead letter. Output is compared with testdata/*.golden.
+func TestGoldenOutput(t *testing.T) {
+	ctx := context.Background()
+	emutest.Host(t, emulator.Firestore)
+	top, _ := topology.Load("")
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)}, ledger.Options{Registry: registry.FromTopology(top)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	pool := pgtest.Schema(t)
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	fake := pubsubtest.New(t)
+	fake.Provision(t, top)
+	at := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	order := &event.Event{ID: "evt-order-1", Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
+		AggregateID: "order-1", Version: 1, Payload: []byte(`{}`), TraceID: "trace-1", OccurredAt: at}
+	points := &event.Event{ID: "evt-points-1", Type: "points.added", Source: "member-service", Topic: "member.points.events",
+		AggregateID: "m-1", Version: 1, Payload: []byte(`{}`), TraceID: "trace-1", ParentEventID: "evt-order-1", OccurredAt: at.Add(time.Second)}
+	for _, e := range []*event.Event{order, points} {
+		_ = e.Prepare(at, event.Limits{})
+	}
+	if err := store.RecordSent(ctx, []*event.Event{order, points}, at); err != nil {
+		t.Fatal(err)
+	}
+	rec := ledger.NewRecorder(store, fake.Client, top.Rollup.Topic)
+	for _, a := range []ledger.Attempt{
+		{EventID: "evt-order-1", ConsumerID: "message-service", AttemptNo: 1, Outcome: ledger.OutcomeRetry, ErrorCode: "demo_first_attempt", ErrorMessage: "gateway timed out", ConsumedAt: at},
+		{EventID: "evt-order-1", ConsumerID: "message-service", AttemptNo: 2, Success: true, Outcome: ledger.OutcomeSuccess, ConsumedAt: at},
+	} {
+		if err := rec.RecordAttempt(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.Rollup(ctx, "evt-order-1"); err != nil {
+		t.Fatal(err)
+	}
+	arc := archive.New(store.Client())
+	dl := deadletter.Poison(event.Message{Data: []byte(`{}`), Attributes: map[string]string{"event_id": "evt-poison"}},
+		event.ReasonMissingAggregateID, "no aggregate id", "member-service", "shop.order.events.member-service-processor", at)
+	dl.ID = "dl-1"
+	if _, _, err := arc.Archive(ctx, "shop.order.events.dlq", dl); err != nil {
+		t.Fatal(err)
+	}
+	h, err := dlqreplay.New(dlqreplay.Options{Archive: arc, Ledger: store, DB: pool, Publisher: fake.Client, Auth: dlqreplay.AuthToken, Token: "t0k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"events_ls", []string{"events", "ls", "--topic", "shop.order.events"}, 0},
+		{"events_show", []string{"events", "show", "evt-order-1"}, 0},
+		{"events_trace", []string{"events", "trace", "evt-order-1"}, 0},
+		{"dlq_ls", []string{"dlq", "ls"}, 0},
+		{"dlq_show", []string{"dlq", "show", "dl-1"}, 0},
+		{"dlq_replay_dry", []string{"dlq", "replay", "--dry-run", "dl-1"}, 0},
+		{"repush", []string{"repush", "--consumer", "audit-service", "evt-points-1"}, 0},
+		{"repush_unknown", []string{"repush", "evt-nope"}, 1},
+		{"unknown", []string{"dlq", "show", "nope"}, 1},
+		{"usage", []string{"events"}, 2},
+		{"dlq_ls_json_filtered", []string{"-o", "json", "dlq", "ls", "--reason", "max_delivery_attempts"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := run(ctx, append([]string{"--api", srv.URL, "--token", "t0k"}, c.args...), &out, &errOut, http.DefaultClient)
+			if code != c.code {
+				t.Fatalf("exit %d, want %d; stderr %s", code, c.code, errOut.String())
+			}
+			got := append(out.Bytes(), errOut.Bytes()...)
+			path := filepath.Join("testdata", c.name+".golden")
+			if *update {
+				_ = os.MkdirAll("testdata", 0o755)
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("output differs from %s:\n--- got\n%s\n--- want\n%s", path, got, want)
+			}
+		})
+	}
+}
