@@ -5,9 +5,12 @@
 //	relaybus [flags] events trace EVENT_ID
 //	relaybus [flags] dlq ls [--topic T] [--consumer C] [--reason R]
 //	relaybus [flags] dlq show ID
-//	relaybus [flags] dlq replay ID [--dry-run]
+//	relaybus [flags] dlq replay [--dry-run] ID
 //	relaybus [flags] dlq rm ID
-//	relaybus [flags] repush EVENT_ID [--consumer C]
+//	relaybus [flags] repush [--consumer C] EVENT_ID
+//	relaybus [flags] seek --time RFC3339|--snapshot NAME SUBSCRIPTION
+//
+// Subcommand flags come before the id.
 //
 // Flags: --api (default $RELAYBUS_API or http://127.0.0.1:8080/dlqreplay),
 // --token (a bearer token; default $RELAYBUS_TOKEN), --gcloud-auth (use
@@ -85,7 +88,7 @@ type usageError string
 func (u usageError) Error() string { return string(u) }
 
 const usage = "usage: relaybus [--api URL] [--token T|--gcloud-auth] [-o table|json] " +
-	"events ls|show|trace, dlq ls|show|replay|rm, repush EVENT_ID [--consumer C]"
+	"events ls|show|trace, dlq ls|show|replay|rm, repush [--consumer C] EVENT_ID, seek --time T|--snapshot S SUBSCRIPTION"
 
 func (c *cli) dispatch(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -167,6 +170,20 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 			return err
 		}
 		return c.do(ctx, "POST", "/deadletters/"+id+":replay", map[string]bool{"dryRun": dry}, renderKV)
+	case args[0] == "seek":
+		var at, snapshot string
+		rest, err := sub("seek", args[1:], func(fs *flag.FlagSet) {
+			fs.StringVar(&at, "time", "", "")
+			fs.StringVar(&snapshot, "snapshot", "", "")
+		})
+		if err != nil {
+			return err
+		}
+		name, err := one(rest, "seek")
+		if err != nil {
+			return err
+		}
+		return c.do(ctx, "POST", "/subscriptions/"+name+":seek", map[string]string{"time": at, "snapshot": snapshot}, renderKV)
 	case args[0] == "repush":
 		var consumer string
 		rest, err := sub("repush", args[1:], func(fs *flag.FlagSet) { fs.StringVar(&consumer, "consumer", "", "") })

@@ -99,6 +99,7 @@ func TestGoldenOutput(t *testing.T) {
 		{"repush_unknown", []string{"repush", "evt-nope"}, 1},
 		{"unknown", []string{"dlq", "show", "nope"}, 1},
 		{"usage", []string{"events"}, 2},
+		{"seek_unconfigured", []string{"seek", "--time", "2026-11-20T08:00:00Z", "member.points.events.audit-service-recorder"}, 1},
 		{"dlq_ls_json_filtered", []string{"-o", "json", "dlq", "ls", "--reason", "max_delivery_attempts"}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -10,6 +10,8 @@
 //	GET    /events                     ?status=&topic=&service=&traceId=&pageSize=&pageToken=
 //	GET    /events/{id}                one event with every attempt grouped by consumer
 //	GET    /traces/{eventId}           the event's trace as a tree
+//	POST   /subscriptions/{name}:seek  {"time": RFC 3339} or {"snapshot": name}: redeliver from there
+//	POST   /snapshots                  {"name", "subscription"}; GET /snapshots lists them
 //
 // Errors are {"code", "message"}: 404 for unknown ids, 409 with the rule for
 // a refused re-push or replay, 400 for bad parameters, 401 without valid
@@ -18,8 +20,8 @@
 // (DLQREPLAY_AUTH=token, a bearer DLQREPLAY_TOKEN) or "anonymous" (none,
 // for local runs). The handler works under http.StripPrefix.
 //
-// Not built yet: subscription seek and snapshots, batch replay by filter,
-// the Scheduler sync that pulls DLQ monitor subscriptions.
+// Not built yet: batch replay by filter, the Scheduler sync that pulls DLQ
+// monitor subscriptions.
 package dlqreplay
 
 import (
@@ -74,6 +76,8 @@ type Options struct {
 	// Auth is AuthIAM (the default: verify the Google ID token, and its
 	// audience when Audience is set), AuthToken (Token required) or AuthNone.
 	Auth, Audience, Token string
+	// Seeker, when set, serves seek and snapshots.
+	Seeker *Seeker
 	// MaxRepushes and SentTimeout are the re-push rules (defaults above).
 	MaxRepushes int
 	SentTimeout time.Duration
@@ -196,6 +200,12 @@ func (a *api) route(r *http.Request, who string) (any, error) {
 	case head == "events" && id != "" && action == "" && r.Method == http.MethodGet:
 		d, err := a.o.Ledger.Get(r.Context(), id)
 		return d, mapErr(err)
+	case head == "subscriptions" && id != "" && action == "seek" && r.Method == http.MethodPost:
+		return a.seek(r, id, who)
+	case head == "snapshots" && rest == "" && r.Method == http.MethodPost:
+		return a.createSnapshot(r, who)
+	case head == "snapshots" && rest == "" && r.Method == http.MethodGet:
+		return a.listSnapshots(r.Context())
 	case head == "traces" && id != "" && r.Method == http.MethodGet:
 		t, err := a.o.Ledger.Trace(r.Context(), id)
 		return t, mapErr(err)

@@ -65,6 +65,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		return nil, err
 	}
 	return New(Options{Archive: archive.New(store.Client()), Ledger: store, DB: pool, Publisher: ps,
-		Auth: cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, MaxRepushes: cfg.MaxRepushes,
+		Seeker: &Seeker{Admin: ps.PubSub().SubscriptionAdminClient, Project: cfg.ProjectID},
+		Auth:   cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, MaxRepushes: cfg.MaxRepushes,
 		SentTimeout: cfg.SentTimeout, Logger: log})
 }
