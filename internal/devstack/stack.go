@@ -183,7 +183,18 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	// Pub/Sub.
 	if o.PubSubHost == "" {
 		srv := pstest.NewServer()
-		s.closers = append(s.closers, func(context.Context) { _ = srv.Close() })
+		s.closers = append(s.closers, func(ctx context.Context) {
+			// pstest's Close can deadlock on its own delivery goroutines
+			// after heavy use; the process is ending anyway, so wait only a
+			// little.
+			done := make(chan struct{})
+			go func() { _ = srv.Close(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+			case <-ctx.Done():
+			}
+		})
 		o.PubSubHost = srv.Addr
 		s.Started = append(s.Started, "Pub/Sub     in-process pstest on "+srv.Addr)
 	}
