@@ -5,6 +5,8 @@
 //	GET    /deadletters/{id}           the letter, with its event's attempt history from the ledger
 //	POST   /deadletters/{id}:replay    republish the original to its topic for the failed consumer only
 //	                                   (attribute target_consumer); {"dryRun": true} says what it would do
+//	POST   /deadletters:replay         {"topic", "consumer", "reason", "dryRun"}: every matching letter;
+//	                                   the dry run answers the count first
 //	DELETE /deadletters/{id}           keep it as a tombstone with who and when
 //	POST   /events/{id}:repush         {"consumer": "..."} re-enqueue through the outbox (seed §5.2 rules)
 //	GET    /events                     ?status=&topic=&service=&traceId=&pageSize=&pageToken=
@@ -20,8 +22,8 @@
 // (DLQREPLAY_AUTH=token, a bearer DLQREPLAY_TOKEN) or "anonymous" (none,
 // for local runs). The handler works under http.StripPrefix.
 //
-// Not built yet: batch replay by filter, the Scheduler sync that pulls DLQ
-// monitor subscriptions.
+// Not built: a Scheduler-driven sync that pulls the DLQ monitor
+// subscriptions (they push to /deadletters:archive instead).
 package dlqreplay
 
 import (
@@ -181,6 +183,8 @@ func (a *api) route(r *http.Request, who string) (any, error) {
 	switch {
 	case head == "deadletters" && rest == "" && action == "archive" && r.Method == http.MethodPost:
 		return a.archive(r)
+	case head == "deadletters" && rest == "" && action == "replay" && r.Method == http.MethodPost:
+		return a.replayBatch(r, who)
 	case head == "deadletters" && rest == "" && action == "" && r.Method == http.MethodGet:
 		return a.listLetters(r)
 	case head == "deadletters" && id != "" && action == "" && r.Method == http.MethodGet:
@@ -354,6 +358,52 @@ func (a *api) replay(r *http.Request, id, who string) (any, error) {
 		"consumer", l.Consumer, "event_id", l.EventID, "caller", who, "message_id", msgID)
 	plan["messageId"] = msgID
 	return plan, nil
+}
+
+type batchRequest struct {
+	Topic, Consumer, Reason string
+	DryRun                  bool `json:"dryRun"`
+}
+
+// replayBatch replays every letter matching the filter (at most 500 per
+// call; call again for more), each to the consumer that failed it.
+func (a *api) replayBatch(r *http.Request, who string) (any, error) {
+	var req batchRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		return nil, fail(http.StatusBadRequest, "invalid_argument", "body: %v", err)
+	}
+	if req.Topic == "" && req.Consumer == "" && req.Reason == "" {
+		return nil, fail(http.StatusBadRequest, "invalid_argument", "give at least one of topic, consumer, reason")
+	}
+	letters, next, err := a.o.Archive.List(r.Context(), archive.Filter{Topic: req.Topic, Consumer: req.Consumer, Reason: req.Reason}, 500, "")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"matched": len(letters), "more": next != "", "dryRun": req.DryRun}
+	if req.DryRun {
+		return out, nil
+	}
+	replayed := 0
+	for _, l := range letters {
+		if l.Consumer == "" {
+			continue
+		}
+		m := l.Original()
+		m.Attributes[topology.TargetConsumerAttr] = l.Consumer
+		id, err := a.o.Publisher.Publish(r.Context(), l.Topic, m)
+		if err != nil {
+			out["replayed"], out["error"] = replayed, err.Error()
+			return out, nil
+		}
+		if err := a.o.Archive.AddReplay(r.Context(), l.ID, archive.Replay{By: who, At: time.Now().UTC(), MessageID: id, Consumer: l.Consumer}); err != nil {
+			return nil, err
+		}
+		replayed++
+	}
+	a.o.Logger.InfoContext(r.Context(), "dlqreplay: dead letters replayed", "topic", req.Topic, "consumer", req.Consumer,
+		"reason", req.Reason, "replayed", replayed, "caller", who)
+	out["replayed"] = replayed
+	return out, nil
 }
 
 type repushRequest struct {

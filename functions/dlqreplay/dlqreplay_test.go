@@ -177,6 +177,21 @@ func TestArchiveListInspectReplayDelete(t *testing.T) {
 		t.Errorf("replay not recorded: %+v", detail.Replays)
 	}
 
+	// Batch replay by filter: the count first, then the replay.
+	var batch map[string]any
+	if code := e.call(t, "POST", "/deadletters:replay", map[string]any{"reason": event.ReasonMissingAggregateID, "dryRun": true}, &batch); code != 200 || batch["matched"] != float64(1) || batch["replayed"] != nil {
+		t.Fatalf("batch dry run: %d %v", code, batch)
+	}
+	if code := e.call(t, "POST", "/deadletters:replay", map[string]any{"reason": event.ReasonMissingAggregateID}, &batch); code != 200 || batch["replayed"] != float64(1) {
+		t.Fatalf("batch replay: %d %v", code, batch)
+	}
+	if got := receive(t, e, "shop.order.events.member-service-processor"); len(got) != 1 || got[0].Attributes["event_id"] != "evt-p" {
+		t.Errorf("member-service received %d after the batch replay", len(got))
+	}
+	if code := e.call(t, "POST", "/deadletters:replay", map[string]any{}, &apiErr); code != 400 {
+		t.Errorf("batch replay without a filter: %d", code)
+	}
+
 	// Delete keeps a tombstone; the letter leaves the list and cannot be replayed.
 	var tomb archive.Letter
 	if code := e.call(t, "DELETE", "/deadletters/dl-1", nil, &tomb); code != 200 || !tomb.Deleted || tomb.DeletedBy != "anonymous" {
