@@ -28,6 +28,8 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 60s ./shared/event/
 	$(GO) test -run '^$$' -fuzz '^FuzzEnvelopeJSON$$' -fuzztime 60s ./shared/event/
+	$(GO) test -run '^$$' -fuzz '^FuzzRead$$' -fuzztime 60s ./shared/delivery/
+	$(GO) test -run '^$$' -fuzz '^FuzzPageToken$$' -fuzztime 60s ./shared/ledger/
 
 ## lint: gofmt and go vet.
 lint:
