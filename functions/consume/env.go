@@ -60,16 +60,13 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL)
+	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, Migrations...)
 	if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (http.Handler, error) {
 		pool.Close()
 		return nil, err
-	}
-	if err := Migrate(ctx, pool); err != nil {
-		return fail(err)
 	}
 	if m, ok := h.(Migrator); ok {
 		if err := m.Migrate(ctx, pool); err != nil {
@@ -105,11 +102,13 @@ type Migrator interface {
 // Migrate applies every table a consumer uses: the inbox, the projections
 // and the outbox its handlers emit child events into.
 func Migrate(ctx context.Context, db consumer.DB) error {
-	if err := inbox.Migrate(ctx, db); err != nil {
-		return err
+	for _, l := range Migrations {
+		if _, err := l.Apply(ctx, db); err != nil {
+			return err
+		}
 	}
-	if err := projection.Migrate(ctx, db); err != nil {
-		return err
-	}
-	return outbox.Migrate(ctx, db)
+	return nil
 }
+
+// Migrations are the lines Migrate applies.
+var Migrations = []migrate.Line{inbox.Migrations, projection.Migrations, outbox.Migrations}

@@ -46,12 +46,8 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	log := cfg.Logger()
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL)
+	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, outbox.Migrations)
 	if err != nil {
-		return nil, err
-	}
-	if err := outbox.Migrate(ctx, pool); err != nil {
-		pool.Close()
 		return nil, err
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase}, ledger.Options{Logger: log})

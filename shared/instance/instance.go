@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/migrate"
 )
 
 // Env holds the settings every function reads (github.com/sethvargo/go-envconfig
@@ -82,9 +83,10 @@ func Lazy(name string, build func(ctx context.Context) (http.Handler, error)) ht
 	}
 }
 
-// Postgres opens a connection pool to url (DATABASE_URL) and checks that
-// the database answers within 10 seconds.
-func Postgres(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// Postgres opens a connection pool to url (DATABASE_URL), checks that the
+// database answers within 10 seconds and applies the given migration lines
+// (each idempotent), so an instance never serves against missing tables.
+func Postgres(ctx context.Context, url string, lines ...migrate.Line) (*pgxpool.Pool, error) {
 	if url == "" {
 		return nil, fmt.Errorf("DATABASE_URL is not set")
 	}
@@ -101,6 +103,12 @@ func Postgres(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	for _, l := range lines {
+		if _, err := l.Apply(ctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	return pool, nil
 }

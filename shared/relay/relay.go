@@ -538,16 +538,13 @@ func Open(ctx context.Context, env Env, log *slog.Logger) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, env.DatabaseURL)
+	pool, err := instance.Postgres(ctx, env.DatabaseURL, outbox.Migrations)
 	if err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*Relay, error) {
 		pool.Close()
 		return nil, err
-	}
-	if err := outbox.Migrate(ctx, pool); err != nil {
-		return fail(err)
 	}
 	ps, err := transport.New(ctx, env.ProjectID, transport.Options{})
 	if err != nil {
