@@ -47,7 +47,8 @@ func TestServeFromEnvironment(t *testing.T) {
 	if resp.StatusCode != 200 || res.Outcome != "success" {
 		t.Fatalf("env-built consume: %d %+v", resp.StatusCode, res)
 	}
-	if _, err := BuildHandler("nope", HandlerConfig{}); err == nil || !bytes.Contains([]byte(err.Error()), []byte(`CONSUMER_HANDLER="nope": unknown handler; known: forward, projection, strict`)) {
+	if _, err := BuildHandler("nope", HandlerConfig{}); err == nil || !bytes.Contains([]byte(err.Error()), []byte(`CONSUMER_HANDLER="nope": unknown handler; known: `)) ||
+		!bytes.Contains([]byte(err.Error()), []byte("forward, projection, strict")) {
 		t.Errorf("unknown handler: %v", err)
 	}
 }
