@@ -6,10 +6,12 @@ TESTENV = $(GO) run ./internal/cmd/testenv --
 
 ## dev: run the whole stack on this machine until Ctrl-C.
 dev:
+	@command -v $(GO) >/dev/null 2>&1 || { echo "make dev: Go not found: install Go 1.26 or newer (https://go.dev/dl/)"; exit 1; }
 	$(GO) run ./internal/cmd/dev
 
 ## demo: run the purchase scenario against the running stack.
 demo:
+	@command -v $(GO) >/dev/null 2>&1 || { echo "make demo: Go not found: install Go 1.26 or newer (https://go.dev/dl/)"; exit 1; }
 	$(GO) run ./internal/cmd/demo
 
 ## test: the whole suite against a throwaway Postgres and the Google emulators.

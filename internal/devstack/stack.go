@@ -15,13 +15,16 @@ package devstack
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/pstest"
@@ -61,9 +64,21 @@ type Options struct {
 	DatabaseURL, PubSubHost, FirestoreHost string
 	// Topology is the topology file ("" finds infra/topology.yaml).
 	Topology string
-	// RelayEvery is the local scheduler's cadence (2s; Cloud Scheduler runs
-	// every minute, but child events should not wait a minute locally).
+	// RelayEvery is the local scheduler's cadence for POST /relay (2s; Cloud
+	// Scheduler runs every minute, but child events should not wait a
+	// minute locally).
 	RelayEvery time.Duration
+	// ExpireEvery is the local scheduler's cadence for POST /rollup/expire
+	// (1h, as in production).
+	ExpireEvery time.Duration
+	// BackoffScale multiplies the subscriptions' retry backoff in the
+	// delivery loop (0.05: the topology's default 10 s..600 s becomes
+	// 0.5 s..30 s, so the demo's planned failure clears in half a second; 1
+	// is Pub/Sub's own timing).
+	BackoffScale float64
+	// PoolSize is the most Postgres connections the stack's functions share
+	// (32), unless DatabaseURL sets pool_max_conns.
+	PoolSize int
 	// Logger receives the stack's and the functions' logs.
 	Logger *slog.Logger
 }
@@ -80,8 +95,11 @@ type Info struct {
 
 // Stack is a running local stack.
 type Stack struct {
-	Info     Info
-	Started  []string
+	// Info says where everything is.
+	Info Info
+	// Started lists, one line each, what the stack started and where.
+	Started []string
+	// Ledger, Pool, PubSub and Topology are the stack's own clients.
 	Ledger   *ledger.Store
 	Pool     *pgxpool.Pool
 	PubSub   *transport.Client
@@ -94,7 +112,34 @@ type Stack struct {
 	infoAt  string
 }
 
-// Start starts everything and returns once the stack serves.
+// Check reports every prerequisite Start would miss, one error per line,
+// each saying what to install (nil when nothing is missing): the
+// PostgreSQL server binaries unless DatabaseURL is set, and Java, the
+// gcloud SDK and its Firestore emulator unless FirestoreHost is set.
+// Pub/Sub needs nothing: pstest runs in process.
+func Check(o Options) error {
+	var missing []error
+	if o.DatabaseURL == "" {
+		if _, err := pgcluster.BinDir(); err != nil {
+			missing = append(missing, pgcluster.ErrNoBinaries)
+		}
+	}
+	if o.FirestoreHost == "" {
+		if _, err := exec.LookPath("java"); err != nil {
+			missing = append(missing, fmt.Errorf("%w; or set FIRESTORE_EMULATOR_HOST to a running Firestore emulator", emulator.ErrNoJava))
+		}
+		if _, err := emulator.SDKRoot(); err != nil {
+			missing = append(missing, fmt.Errorf("%w; or set FIRESTORE_EMULATOR_HOST to a running Firestore emulator", err))
+		} else if err := emulator.Check(emulator.Firestore); errors.Is(err, emulator.ErrNoFirestore) {
+			missing = append(missing, err)
+		}
+	}
+	return errors.Join(missing...)
+}
+
+// Start starts everything and returns once the stack serves. A missing
+// prerequisite fails it before anything starts (see Check); so does a busy
+// address.
 func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Addr == "" {
 		o.Addr = "127.0.0.1:8080"
@@ -108,8 +153,20 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.RelayEvery <= 0 {
 		o.RelayEvery = 2 * time.Second
 	}
+	if o.ExpireEvery <= 0 {
+		o.ExpireEvery = time.Hour
+	}
+	if o.BackoffScale <= 0 {
+		o.BackoffScale = 0.05
+	}
+	if o.PoolSize <= 0 {
+		o.PoolSize = 32
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := Check(o); err != nil {
+		return nil, err
 	}
 	s = &Stack{done: make(chan struct{})}
 	started := s // the named result is nil by the time a failure's defer runs
@@ -129,61 +186,57 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.Topology = top
 
-	// Postgres.
+	// The services, at once: Postgres and the Firestore emulator take a
+	// second or two each to start.
+	var (
+		wg           sync.WaitGroup
+		mu           sync.Mutex
+		pgErr, fsErr error
+	)
+	closeLater := func(f func(context.Context)) {
+		mu.Lock()
+		s.closers = append(s.closers, f)
+		mu.Unlock()
+	}
 	if o.DatabaseURL == "" {
-		if _, err := pgcluster.BinDir(); err != nil {
-			return nil, fmt.Errorf("PostgreSQL server binaries not found: install them (apt-get install postgresql) or set DATABASE_URL: %w", err)
-		}
-		dir, _ := filepath.Abs(filepath.Join(o.StateDir, "postgres"))
-		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-			return nil, err
-		}
-		c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: dir})
-		if err != nil {
-			return nil, fmt.Errorf("postgres: %w", err)
-		}
-		s.closers = append(s.closers, func(ctx context.Context) { _ = c.Stop(ctx) })
-		o.DatabaseURL = c.URL
-		s.Started = append(s.Started, fmt.Sprintf("PostgreSQL  %s (data in %s)", c.URL, dir))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dir, _ := filepath.Abs(filepath.Join(o.StateDir, "postgres"))
+			if pgErr = os.MkdirAll(filepath.Dir(dir), 0o755); pgErr != nil {
+				return
+			}
+			c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: dir})
+			if err != nil {
+				pgErr = fmt.Errorf("postgres: %w", err)
+				return
+			}
+			closeLater(func(ctx context.Context) { _ = c.Stop(ctx) })
+			o.DatabaseURL = c.URL
+			mu.Lock()
+			s.Started = append(s.Started, fmt.Sprintf("PostgreSQL  %s (data in %s)", c.URL, dir))
+			mu.Unlock()
+		}()
 	}
-	pool, err := pgxpool.New(ctx, o.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	s.closers = append(s.closers, func(context.Context) { pool.Close() })
-	s.Pool = pool
-	if err := consume.Migrate(ctx, pool); err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
-	}
-
-	// Firestore.
 	if o.FirestoreHost == "" {
-		if err := emulator.Check(emulator.Firestore); err != nil {
-			return nil, fmt.Errorf("the Firestore emulator cannot start: install the gcloud SDK with cloud-firestore-emulator and Java 17, or set FIRESTORE_EMULATOR_HOST: %w", err)
-		}
-		p, err := emulator.Start(ctx, emulator.Firestore, emulator.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("firestore emulator: %w", err)
-		}
-		s.closers = append(s.closers, func(context.Context) { p.Stop() })
-		o.FirestoreHost = p.Host
-		s.Started = append(s.Started, "Firestore   emulator on "+p.Host)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := emulator.Start(ctx, emulator.Firestore, emulator.Options{})
+			if err != nil {
+				fsErr = fmt.Errorf("firestore emulator: %w", err)
+				return
+			}
+			closeLater(func(context.Context) { p.Stop() })
+			o.FirestoreHost = p.Host
+			mu.Lock()
+			s.Started = append(s.Started, "Firestore   emulator on "+p.Host)
+			mu.Unlock()
+		}()
 	}
-	os.Setenv("FIRESTORE_EMULATOR_HOST", o.FirestoreHost)
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: o.Project, Database: ledger.DefaultDatabase}, ledger.Options{Logger: o.Logger})
-	if err != nil {
-		return nil, err
-	}
-	s.closers = append(s.closers, func(context.Context) { _ = store.Close() })
-	s.Ledger = store
-	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{DisableUnlisted: true}); err != nil {
-		return nil, fmt.Errorf("topic_consumers: %w", err)
-	}
-
-	// Pub/Sub.
 	if o.PubSubHost == "" {
 		srv := pstest.NewServer()
-		s.closers = append(s.closers, func(ctx context.Context) {
+		closeLater(func(ctx context.Context) {
 			// pstest's Close can deadlock on its own delivery goroutines
 			// after heavy use; the process is ending anyway, so wait only a
 			// little.
@@ -196,8 +249,46 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			}
 		})
 		o.PubSubHost = srv.Addr
+		mu.Lock()
 		s.Started = append(s.Started, "Pub/Sub     in-process pstest on "+srv.Addr)
+		mu.Unlock()
 	}
+	wg.Wait()
+	if err := errors.Join(pgErr, fsErr); err != nil {
+		return nil, err
+	}
+
+	// Postgres: one pool for every function, every migration applied.
+	cfg, err := pgxpool.ParseConfig(o.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if !strings.Contains(o.DatabaseURL, "pool_max_conns") {
+		cfg.MaxConns = int32(o.PoolSize)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	s.closers = append(s.closers, func(context.Context) { pool.Close() })
+	s.Pool = pool
+	if err := consume.Migrate(ctx, pool); err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+
+	// Firestore: the ledger and its topic_consumers registry.
+	os.Setenv("FIRESTORE_EMULATOR_HOST", o.FirestoreHost)
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: o.Project, Database: ledger.DefaultDatabase}, ledger.Options{Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func(context.Context) { _ = store.Close() })
+	s.Ledger = store
+	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{DisableUnlisted: true}); err != nil {
+		return nil, fmt.Errorf("topic_consumers: %w", err)
+	}
+
+	// Pub/Sub: the topology's topics and subscriptions.
 	ps, err := transport.Dial(ctx, o.Project, o.PubSubHost, transport.Options{})
 	if err != nil {
 		return nil, err
@@ -208,7 +299,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
 
-	// The functions.
+	// The functions, each under its own prefix.
 	base := "http://" + ln.Addr().String()
 	mux := http.NewServeMux()
 	r, err := relay.New(relay.Options{DB: pool, Publisher: ps, Topology: top, Ledger: store, Logger: o.Logger,
@@ -257,10 +348,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		path := "/consume/" + c.Subscription()
 		mount(mux, path, ch)
+		// Backoff: the subscription's retry policy, scaled by BackoffScale.
 		routes = append(routes, Route{Subscription: c.Subscription(), Topic: c.Topic, URL: base + path + "/", Mode: c.Delivery,
-			// Local redeliveries come faster than the production backoff so
-			// the demo's planned failure clears in a second.
-			MinBackoff: 500 * time.Millisecond, MaxBackoff: 5 * time.Second, MaxAttempts: c.MaxDeliveryAttempts})
+			MaxAttempts: c.MaxDeliveryAttempts})
 	}
 	ops, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pool, Publisher: ps,
 		Auth: dlqreplay.AuthNone, Logger: o.Logger})
@@ -270,21 +360,24 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	mount(mux, "/dlqreplay", ops)
 	for _, t := range top.Topics {
 		routes = append(routes, Route{Subscription: names.DeadLetterMonitor(t.Name), Topic: names.DeadLetter(t.Name),
-			URL: base + "/dlqreplay/deadletters:archive", Mode: topology.DeliveryPush,
-			MinBackoff: 500 * time.Millisecond, MaxBackoff: 5 * time.Second})
+			URL: base + "/dlqreplay/deadletters:archive", Mode: topology.DeliveryPush})
 	}
 	routes = append(routes, Route{Subscription: transport.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
-		Mode: topology.DeliveryPush, MinBackoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+		Mode: topology.DeliveryPush})
 
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.server.Serve(ln) }()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	loop := &Loop{Client: ps, Project: o.Project, HTTP: &http.Client{Timeout: 60 * time.Second}, Logger: o.Logger}
+	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Logger: o.Logger}
 	go func() {
 		defer close(s.done)
-		go schedule(runCtx, base+"/relay/", o.RelayEvery)
+		var jobs sync.WaitGroup
+		jobs.Add(2)
+		go func() { defer jobs.Done(); schedule(runCtx, o.Logger, base+"/relay/", o.RelayEvery) }()
+		go func() { defer jobs.Done(); schedule(runCtx, o.Logger, base+"/rollup/expire", o.ExpireEvery) }()
 		loop.Run(runCtx, routes)
+		jobs.Wait()
 	}()
 
 	s.Info = Info{URL: base, DatabaseURL: o.DatabaseURL, FirestoreHost: o.FirestoreHost, PubSubHost: o.PubSubHost, Project: o.Project}
@@ -302,7 +395,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	paths = append(paths, base+"/dlqreplay/deadletters, /dlqreplay/events/{id}, /dlqreplay/traces/{id}, ...")
 	s.Started = append(s.Started, "Functions   "+strings.Join(paths, "\n            "))
-	s.Started = append(s.Started, fmt.Sprintf("Scheduler   POST %s/relay every %v", base, o.RelayEvery))
+	s.Started = append(s.Started, fmt.Sprintf("Delivery    pull → POST as push/Eventarc would; redelivery after the subscription's backoff ×%g; dead letters after max attempts", o.BackoffScale))
+	s.Started = append(s.Started, fmt.Sprintf("Scheduler   POST %s/relay every %v, %s/rollup/expire every %v", base, o.RelayEvery, base, o.ExpireEvery))
 	return s, nil
 }
 
@@ -311,8 +405,9 @@ func mount(mux *http.ServeMux, prefix string, h http.Handler) {
 	mux.Handle(prefix, h)
 }
 
-// schedule POSTs to url every d, as Cloud Scheduler calls relay.
-func schedule(ctx context.Context, url string, d time.Duration) {
+// schedule POSTs to url every d, as Cloud Scheduler calls relay and the
+// expiry sweep; a failed call is logged and the next tick tries again.
+func schedule(ctx context.Context, log *slog.Logger, url string, d time.Duration) {
 	t := time.NewTicker(d)
 	defer t.Stop()
 	client := &http.Client{Timeout: 2 * time.Minute}
@@ -322,19 +417,27 @@ func schedule(ctx context.Context, url string, d time.Duration) {
 			return
 		case <-t.C:
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-			if resp, err := client.Do(req); err == nil {
-				resp.Body.Close()
+			resp, err := client.Do(req)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Warn("local scheduler: call failed", "url", url, "error", err.Error())
+				}
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode >= 300 {
+				log.Warn("local scheduler: call refused", "url", url, "status", resp.StatusCode)
 			}
 		}
 	}
 }
 
-// Close stops accepting requests, lets in-flight work finish (bounded by
-// ctx), then stops the delivery loop and every service the stack started.
+// Close shuts the stack down gracefully, bounded by ctx: the scheduler and
+// the delivery loop stop taking new work and finish the deliveries in
+// flight (a message waiting out a backoff goes back to its subscription);
+// then the server stops accepting requests and finishes those in flight;
+// then everything the stack started stops.
 func (s *Stack) Close(ctx context.Context) {
-	if s.server != nil {
-		_ = s.server.Shutdown(ctx)
-	}
 	if s.cancel != nil {
 		s.cancel()
 		select {
@@ -342,8 +445,15 @@ func (s *Stack) Close(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
+	if s.server != nil {
+		_ = s.server.Shutdown(ctx)
+	}
+	// The child processes get a few seconds of their own to stop cleanly,
+	// even when ctx is already done.
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	for i := len(s.closers) - 1; i >= 0; i-- {
-		s.closers[i](ctx)
+		s.closers[i](stopCtx)
 	}
 	if s.infoAt != "" {
 		_ = os.Remove(s.infoAt)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pgtest"
 )
 
@@ -53,15 +54,17 @@ func TestPortInUseIsAClearError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
-	_, err = Start(context.Background(), Options{Addr: s.Info.URL[len("http://"):], StateDir: t.TempDir()})
+	_, err = Start(context.Background(), Options{Addr: s.Info.URL[len("http://"):], StateDir: t.TempDir(),
+		DatabaseURL: s.Info.DatabaseURL, FirestoreHost: s.Info.FirestoreHost, PubSubHost: s.Info.PubSubHost})
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("is something else using the port")) {
 		t.Fatalf("second stack on the same port: %v", err)
 	}
 }
 
-// make dev without PostgreSQL binaries (and no DATABASE_URL) exits 1 with
-// one line naming what to install.
-func TestDevCommandNamesAMissingPrerequisite(t *testing.T) {
+// make dev without PostgreSQL binaries and without Java (and nothing running
+// instead) exits 1 with one line for each, naming what to install, before
+// starting anything.
+func TestDevCommandNamesEachMissingPrerequisite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the dev command")
 	}
@@ -69,14 +72,42 @@ func TestDevCommandNamesAMissingPrerequisite(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/dev").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-state", t.TempDir())
-	cmd.Env = append(os.Environ(), "DATABASE_URL=", "PG_BINDIR=/nonexistent")
+	state := t.TempDir()
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-state", state)
+	cmd.Env = append(os.Environ(), "DATABASE_URL=", "FIRESTORE_EMULATOR_HOST=", "PG_BINDIR=/nonexistent", "PATH="+t.TempDir())
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("exit: %v, want status 1\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "PostgreSQL server binaries not found: install them (apt-get install postgresql) or set DATABASE_URL") {
-		t.Errorf("output does not say what to install:\n%s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := []string{
+		"make dev: " + pgcluster.ErrNoBinaries.Error(),
+		"make dev: " + emulator.ErrNoJava.Error() + "; or set FIRESTORE_EMULATOR_HOST to a running Firestore emulator",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("output is %d lines, want one per missing prerequisite:\n%s", len(lines), out)
+	}
+	for i := range want {
+		if lines[i] != want[i] {
+			t.Errorf("line %d:\n got %s\nwant %s", i+1, lines[i], want[i])
+		}
+	}
+	for _, w := range []string{"apt-get install postgresql", "apt-get install openjdk-17-jre-headless"} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("the output does not say %q", w)
+		}
+	}
+	if entries, _ := os.ReadDir(state); len(entries) != 0 {
+		t.Errorf("it started something before failing: %s holds %d entries", state, len(entries))
+	}
+}
+
+// Check names nothing when every service is given.
+func TestCheckWithEveryServiceRunning(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("PG_BINDIR", "/nonexistent")
+	if err := Check(Options{DatabaseURL: "postgres://x", FirestoreHost: "127.0.0.1:1"}); err != nil {
+		t.Errorf("Check with DATABASE_URL and FIRESTORE_EMULATOR_HOST set: %v", err)
 	}
 }

@@ -2,11 +2,13 @@
 // dev): Postgres, Pub/Sub, Firestore, the five functions on one address,
 // the delivery loop and the scheduler. See internal/devstack.
 //
-//	go run ./internal/cmd/dev [-addr 127.0.0.1:8080]
+//	go run ./internal/cmd/dev [-addr 127.0.0.1:8080] [-state .state] [-backoff-scale 0.05]
 //
 // DATABASE_URL, PUBSUB_EMULATOR_HOST and FIRESTORE_EMULATOR_HOST use
-// services that already run instead of starting them; LOG_LEVEL (warn)
-// sets how much the functions log.
+// services that already run instead of starting them; RELAYBUS_DEV_ADDR
+// sets the address when -addr is not given; LOG_LEVEL (warn) sets how much
+// the functions log (to stderr, as JSON). A missing prerequisite prints one
+// line each saying what to install, and the command exits 1.
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,8 +26,13 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8080", "address the functions listen on")
+	defAddr := os.Getenv("RELAYBUS_DEV_ADDR")
+	if defAddr == "" {
+		defAddr = "127.0.0.1:8080"
+	}
+	addr := flag.String("addr", defAddr, "address the functions listen on ($RELAYBUS_DEV_ADDR)")
 	state := flag.String("state", ".state", "directory for the throwaway Postgres cluster and dev.json")
+	scale := flag.Float64("backoff-scale", 0.05, "multiplies the subscriptions' redelivery backoff (1 = Pub/Sub's timing)")
 	flag.Parse()
 	level := os.Getenv("LOG_LEVEL")
 	if level == "" {
@@ -34,13 +42,15 @@ func main() {
 	defer stop()
 	start := time.Now()
 	s, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, StateDir: *state,
+		Addr: *addr, StateDir: *state, BackoffScale: *scale,
 		DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
 		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"),
 		Logger:        logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
 	})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "make dev:", err)
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(os.Stderr, "make dev:", line)
+		}
 		os.Exit(1)
 	}
 	fmt.Printf("relaybus local stack ready in %.1fs\n", time.Since(start).Seconds())
@@ -51,13 +61,17 @@ func main() {
 Publish a first event:
   curl -s -X POST %s/publish -H 'Content-Type: application/json' \
     -d '{"eventType":"order.purchased","topic":"shop.order.events","aggregateId":"order-1","version":1,"source":"order-service","payload":{"orderId":"order-1","memberId":"m-1","amount":42}}'
+Follow it:                  curl -s %s/dlqreplay/events/<eventId from the answer>
 Run the purchase scenario:  make demo
 Stop:                       Ctrl-C
-`, s.Info.URL)
+`, s.Info.URL, s.Info.URL)
 	<-ctx.Done()
-	fmt.Println("\nstopping: finishing in-flight work (up to 30s)...")
+	stop()
+	fmt.Println("\nstopping: finishing in-flight work (up to 30s; Ctrl-C again to force)...")
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s.Close(cctx)
+	force, unforce := signal.NotifyContext(cctx, os.Interrupt, syscall.SIGTERM)
+	defer unforce()
+	s.Close(force)
 	fmt.Println("stopped")
 }
