@@ -53,7 +53,33 @@ type Topology struct {
 	Defaults Settings `yaml:"defaults"`
 	Rollup   Rollup   `yaml:"rollup"`
 	Relay    Relay    `yaml:"relay"`
-	Topics   []Topic  `yaml:"topics"`
+	// Databases are the Postgres databases that hold an outbox: the relay
+	// drains every one of them. When the file declares none, there is one,
+	// MainDatabase.
+	Databases []Database `yaml:"databases"`
+	Topics    []Topic    `yaml:"topics"`
+}
+
+// MainDatabase is the database of the publish function and of every
+// consumer that names none.
+const MainDatabase = "main"
+
+// Database is one Postgres database with an outbox in it.
+type Database struct {
+	// Name is [a-z][a-z0-9-]* (at most 30 characters); it names the
+	// database's URL variable (EnvVar) and its Secret Manager secret.
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+}
+
+// EnvVar is the environment variable holding the database's URL:
+// DATABASE_URL for MainDatabase, DATABASE_URL_<NAME> (upper case, - as _)
+// for the others.
+func (d Database) EnvVar() string {
+	if d.Name == MainDatabase {
+		return "DATABASE_URL"
+	}
+	return "DATABASE_URL_" + strings.ToUpper(strings.ReplaceAll(d.Name, "-", "_"))
 }
 
 // Settings are the values a topic or consumer may override.
@@ -94,12 +120,16 @@ type Topic struct {
 
 // Consumer is one consuming service's subscription to a topic.
 type Consumer struct {
-	Service             string `yaml:"service"`
-	Role                string `yaml:"role"`
-	Description         string `yaml:"description"`
-	Delivery            string `yaml:"delivery"`
-	Handler             string `yaml:"handler"`
-	ForwardURL          string `yaml:"forward_url"`
+	Service     string `yaml:"service"`
+	Role        string `yaml:"role"`
+	Description string `yaml:"description"`
+	Delivery    string `yaml:"delivery"`
+	Handler     string `yaml:"handler"`
+	ForwardURL  string `yaml:"forward_url"`
+	// Database is the name of the consumer's Postgres database (its inbox,
+	// projections and the outbox of its child events): one of the
+	// topology's databases, MainDatabase by default.
+	Database            string `yaml:"database"`
 	AckDeadlineSeconds  int    `yaml:"ack_deadline_seconds"`
 	MinBackoffSeconds   int    `yaml:"min_backoff_seconds"`
 	MaxBackoffSeconds   int    `yaml:"max_backoff_seconds"`
@@ -241,6 +271,9 @@ func (t *Topology) applyDefaults() {
 	t.Relay.Schedule = orStr(t.Relay.Schedule, "* * * * *")
 	t.Relay.TimeBudgetSeconds = orInt(t.Relay.TimeBudgetSeconds, 45)
 	t.Relay.AttemptDeadlineSeconds = orInt(t.Relay.AttemptDeadlineSeconds, 120)
+	if len(t.Databases) == 0 {
+		t.Databases = []Database{{Name: MainDatabase, Description: "The outbox of the publish function and of every consumer."}}
+	}
 	for i := range t.Topics {
 		tp := &t.Topics[i]
 		tp.Encoding = orStr(tp.Encoding, d.Encoding)
@@ -251,6 +284,7 @@ func (t *Topology) applyDefaults() {
 			c.Role = orStr(c.Role, d.Role)
 			c.Delivery = orStr(c.Delivery, d.Delivery)
 			c.Handler = orStr(c.Handler, d.Handler)
+			c.Database = orStr(c.Database, MainDatabase)
 			c.AckDeadlineSeconds = orInt(c.AckDeadlineSeconds, d.AckDeadlineSeconds)
 			c.MinBackoffSeconds = orInt(c.MinBackoffSeconds, d.MinBackoffSeconds)
 			c.MaxBackoffSeconds = orInt(c.MaxBackoffSeconds, d.MaxBackoffSeconds)
@@ -278,6 +312,20 @@ func (t *Topology) validate() error {
 	}
 	if b := t.Relay.TimeBudgetSeconds; b < 1 || b >= t.Relay.AttemptDeadlineSeconds {
 		bad("relay.time_budget_seconds", "must be at least 1 and below attempt_deadline_seconds (%d), not %d", t.Relay.AttemptDeadlineSeconds, b)
+	}
+	seenDB := map[string]bool{}
+	for i, db := range t.Databases {
+		where := fmt.Sprintf("databases[%d] (%s)", i, db.Name)
+		if !validDatabaseName(db.Name) {
+			bad(where+".name", "must be a lowercase letter, then lowercase letters, digits or -, at most 30 characters")
+		}
+		if seenDB[db.Name] {
+			bad(where, "database declared twice")
+		}
+		seenDB[db.Name] = true
+	}
+	if !seenDB[MainDatabase] {
+		bad("databases", "must declare %q, the publish function's database", MainDatabase)
 	}
 	if len(t.Topics) == 0 {
 		bad("topics", "declare at least one topic")
@@ -319,6 +367,9 @@ func (t *Topology) validate() error {
 			if !validDelivery(c.Delivery) {
 				bad(cw+".delivery", "must be push or eventarc, not %q", c.Delivery)
 			}
+			if !seenDB[c.Database] {
+				bad(cw+".database", "must name one of the topology's databases, not %q", c.Database)
+			}
 			if c.Handler == HandlerForward && !strings.HasPrefix(c.ForwardURL, "http://") && !strings.HasPrefix(c.ForwardURL, "https://") {
 				bad(cw+".forward_url", "the forward handler needs an http(s) URL")
 			}
@@ -343,6 +394,28 @@ func (t *Topology) validate() error {
 }
 
 func validDelivery(d string) bool { return d == DeliveryPush || d == DeliveryEventarc }
+
+func validDatabaseName(n string) bool {
+	if n == "" || len(n) > 30 || n[0] < 'a' || n[0] > 'z' || strings.HasSuffix(n, "-") {
+		return false
+	}
+	for _, r := range n {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// Database returns the named database, or false.
+func (t *Topology) Database(name string) (Database, bool) {
+	for _, d := range t.Databases {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return Database{}, false
+}
 
 // Topic returns the named topic, or nil.
 func (t *Topology) Topic(name string) *Topic {

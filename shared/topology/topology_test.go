@@ -68,6 +68,10 @@ topics:
 		{base + "    encoding: avro\n", "unknown payload encoding"},
 		{base + "relay: {time_budget_seconds: 200, attempt_deadline_seconds: 120}\n", "below attempt_deadline_seconds"},
 		{strings.Replace(base, "shop.order.events", "shop.order.events.dlq", 1), "derived"},
+		{base + "        database: member\n", `must name one of the topology's databases, not "member"`},
+		{"databases: [{name: shop}]\n" + base, `must declare "main"`},
+		{"databases: [{name: main}, {name: Member_DB}]\n" + base, "must be a lowercase letter"},
+		{"databases: [{name: main}, {name: main}]\n" + base, "database declared twice"},
 	} {
 		_, err := Parse([]byte(tc.doc))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -99,5 +103,40 @@ topics:
 	}
 	if top.EnabledConsumers("no.such.topic") != nil {
 		t.Error("unknown topic has consumers")
+	}
+}
+
+func TestDatabases(t *testing.T) {
+	top, err := Parse([]byte(`
+rollup: {topic: relaybus.ledger.rollup}
+databases:
+  - {name: main}
+  - {name: member-db, description: member-service's own}
+topics:
+  - name: shop.order.events
+    consumers:
+      - {service: member-service, database: member-db}
+      - {service: message-service}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := top.Consumers()
+	if cs[0].Database != "member-db" || cs[1].Database != MainDatabase {
+		t.Errorf("consumer databases %q, %q", cs[0].Database, cs[1].Database)
+	}
+	for name, want := range map[string]string{"main": "DATABASE_URL", "member-db": "DATABASE_URL_MEMBER_DB"} {
+		d, ok := top.Database(name)
+		if !ok || d.EnvVar() != want {
+			t.Errorf("database %s: %v %q, want %q", name, ok, d.EnvVar(), want)
+		}
+	}
+	// A file that declares no database has the main one.
+	top, err = Parse([]byte("rollup: {topic: relaybus.ledger.rollup}\ntopics: [{name: shop.order.events, consumers: [{service: a}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Databases) != 1 || top.Databases[0].Name != MainDatabase || top.Consumers()[0].Database != MainDatabase {
+		t.Errorf("implicit databases %+v", top.Databases)
 	}
 }
