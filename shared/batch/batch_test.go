@@ -1,0 +1,113 @@
+package batch_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/batch"
+)
+
+func TestBatchesRunInOrderAndFlushWaits(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		got   []int
+		sizes []int
+	)
+	b := batch.New(func(_ context.Context, items []int) {
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		got = append(got, items...)
+		sizes = append(sizes, len(items))
+		mu.Unlock()
+	}, batch.Options{MaxItems: 10, MaxWait: time.Millisecond})
+	for i := range 95 {
+		if !b.Add(i) {
+			t.Fatalf("item %d refused", i)
+		}
+	}
+	if err := b.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 95 {
+		t.Fatalf("flush returned with %d of 95 items run", len(got))
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("item %d is %d: out of order", i, v)
+		}
+	}
+	for _, n := range sizes {
+		if n > 10 {
+			t.Fatalf("a batch of %d items, over MaxItems", n)
+		}
+	}
+}
+
+func TestAddRefusesBeyondCapacity(t *testing.T) {
+	release := make(chan struct{})
+	b := batch.New(func(context.Context, []int) { <-release }, batch.Options{MaxItems: 1, Capacity: 3})
+	defer func() { close(release); _ = b.Close(context.Background()) }()
+	b.Add(0) // taken by the worker, which blocks
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Len() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !b.Add(1, 2, 3) {
+		t.Fatal("three items refused with room for three")
+	}
+	if b.Add(4) {
+		t.Fatal("a fourth waiting item was accepted beyond capacity 3")
+	}
+}
+
+func TestFlushWithSeveralWorkersWaitsForEarlierBatches(t *testing.T) {
+	slow := make(chan struct{})
+	var mu sync.Mutex
+	ran := map[int]bool{}
+	b := batch.New(func(_ context.Context, items []int) {
+		if items[0] == 0 {
+			<-slow
+		}
+		mu.Lock()
+		for _, i := range items {
+			ran[i] = true
+		}
+		mu.Unlock()
+	}, batch.Options{MaxItems: 1, Workers: 3})
+	defer b.Close(context.Background())
+	b.Add(0)
+	b.Add(1, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := b.Flush(ctx); err == nil {
+		t.Fatal("flush returned while the batch of item 0 was still running")
+	}
+	close(slow)
+	if err := b.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !ran[0] || !ran[1] || !ran[2] {
+		t.Fatalf("ran %v", ran)
+	}
+}
+
+func TestCloseRunsWhatIsQueuedThenRefuses(t *testing.T) {
+	var n int
+	b := batch.New(func(_ context.Context, items []int) { n += len(items) }, batch.Options{})
+	b.Add(1, 2, 3)
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Fatalf("close ran %d of 3 items", n)
+	}
+	if b.Add(4) {
+		t.Fatal("accepted an item after Close")
+	}
+}
