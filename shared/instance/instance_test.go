@@ -3,10 +3,17 @@ package instance
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestLazyRetriesAFailedBuildAndBuildsOnce(t *testing.T) {
@@ -47,5 +54,164 @@ func TestLazyRetriesAFailedBuildAndBuildsOnce(t *testing.T) {
 func TestPostgresNamesTheMissingVariable(t *testing.T) {
 	if _, err := Postgres(context.Background(), ""); err == nil || err.Error() != "DATABASE_URL is not set" {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// closingHandler answers after its delay and records its Close.
+type closingHandler struct {
+	delay  time.Duration
+	closed atomic.Bool
+}
+
+func (h *closingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-time.After(h.delay):
+		w.WriteHeader(http.StatusOK)
+	case <-r.Context().Done():
+	}
+}
+
+func (h *closingHandler) Close(context.Context) error {
+	h.closed.Store(true)
+	return nil
+}
+
+func serveSlow(t *testing.T, name string, delay, timeout time.Duration) (url string, h *closingHandler, stop func() time.Duration) {
+	t.Helper()
+	h = &closingHandler{delay: delay}
+	Lazy(name, func(context.Context) (http.Handler, error) { return h, nil })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ServeOptions{Listener: ln, Target: name, ShutdownTimeout: timeout}) }()
+	return "http://" + ln.Addr().String(), h, func() time.Duration {
+		start := time.Now()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		return time.Since(start)
+	}
+}
+
+// A shutdown during a slow request lets it finish, then closes what the
+// function built.
+func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
+	url, h, stop := serveSlow(t, "slow", 500*time.Millisecond, 5*time.Second)
+	got := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(url, "application/json", nil)
+		if err != nil {
+			got <- 0
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	time.Sleep(100 * time.Millisecond) // the request is in the handler
+	took := stop()
+	if code := <-got; code != http.StatusOK {
+		t.Fatalf("the request in flight got %d, want 200", code)
+	}
+	if took > 3*time.Second {
+		t.Errorf("shutdown took %v", took)
+	}
+	if !h.closed.Load() {
+		t.Error("the built handler was not closed")
+	}
+	if _, err := http.Post(url, "application/json", nil); err == nil {
+		t.Error("a request after shutdown was served")
+	}
+}
+
+// A request that outlives the shutdown timeout is cut: the process does not
+// wait for it.
+func TestShutdownCutsWhatOutlivesItsTimeout(t *testing.T) {
+	url, h, stop := serveSlow(t, "stuck", time.Minute, 300*time.Millisecond)
+	go func() {
+		if resp, err := http.Post(url, "application/json", nil); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if took := stop(); took > 2*time.Second {
+		t.Errorf("shutdown took %v with a 300ms timeout", took)
+	}
+	if !h.closed.Load() {
+		t.Error("the built handler was not closed")
+	}
+}
+
+const childEnv = "RELAYBUS_INSTANCE_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		Lazy("child", func(context.Context) (http.Handler, error) {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				time.Sleep(time.Second)
+				w.WriteHeader(http.StatusAccepted)
+			}), nil
+		})
+		Main("child")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// SIGTERM, as Cloud Run sends it, during a slow request: the request
+// completes and the process exits 0 within SHUTDOWN_TIMEOUT.
+func TestSIGTERMDuringASlowRequest(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "PORT="+strconv.Itoa(port), "SHUTDOWN_TIMEOUT=5s", "FUNCTION_TARGET=")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("the child never listened")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(url, "application/json", nil)
+		if err != nil {
+			got <- 0
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-got; code != http.StatusAccepted {
+		t.Errorf("the request in flight at SIGTERM got %d, want 202", code)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the process exited with %v, want 0", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("exit took %v after SIGTERM, over SHUTDOWN_TIMEOUT", took)
 	}
 }
