@@ -10,6 +10,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -56,21 +57,25 @@ func Consumers(t *topology.Topology) []Consumer {
 	return out
 }
 
-// DefaultCacheTTL is how long Cached keeps an answer when given no TTL.
+// DefaultCacheTTL is how long Cached keeps an answer fresh when given no TTL.
 const DefaultCacheTTL = 30 * time.Second
 
-// Cached returns a registry that keeps each topic's answer for ttl (errors
-// are not kept), so a burst of publishes costs one lookup per topic.
+// Cached returns a registry that keeps each topic's answer (errors are not
+// kept), so a burst of publishes costs one lookup per topic, and that never
+// makes a caller wait for a topic it has answered before: past ttl the old
+// answer is still given while one lookup refreshes it in the background.
+// Only a topic never seen waits for its lookup.
 func Cached(r Registry, ttl time.Duration) Registry {
 	if ttl <= 0 {
 		ttl = DefaultCacheTTL
 	}
-	return &cached{next: r, ttl: ttl, now: time.Now, entries: map[string]cacheEntry{}}
+	return &cached{next: r, ttl: ttl, now: time.Now, entries: map[string]*cacheEntry{}}
 }
 
 type cacheEntry struct {
-	consumers []Consumer
-	expires   time.Time
+	consumers  []Consumer
+	expires    time.Time
+	refreshing bool
 }
 
 type cached struct {
@@ -78,23 +83,87 @@ type cached struct {
 	ttl     time.Duration
 	now     func() time.Time
 	mu      sync.Mutex
-	entries map[string]cacheEntry
+	entries map[string]*cacheEntry
+	wg      sync.WaitGroup // background refreshes, for tests
 }
 
 func (c *cached) ExpectedConsumers(ctx context.Context, topic string) ([]Consumer, error) {
 	now := c.now()
 	c.mu.Lock()
 	e, ok := c.entries[topic]
-	c.mu.Unlock()
-	if ok && now.Before(e.expires) {
-		return e.consumers, nil
+	if ok {
+		if !now.Before(e.expires) && !e.refreshing {
+			e.refreshing = true
+			c.wg.Add(1)
+			go c.refresh(context.WithoutCancel(ctx), topic)
+		}
+		consumers := e.consumers
+		c.mu.Unlock()
+		return consumers, nil
 	}
+	c.mu.Unlock()
 	consumers, err := c.next.ExpectedConsumers(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.entries[topic] = cacheEntry{consumers: consumers, expires: now.Add(c.ttl)}
+	c.entries[topic] = &cacheEntry{consumers: consumers, expires: now.Add(c.ttl)}
 	c.mu.Unlock()
 	return consumers, nil
+}
+
+// refreshTimeout bounds a background refresh.
+const refreshTimeout = 10 * time.Second
+
+func (c *cached) refresh(ctx context.Context, topic string) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
+	consumers, err := c.next.ExpectedConsumers(ctx, topic)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[topic]
+	e.refreshing = false
+	if err == nil {
+		e.consumers, e.expires = consumers, c.now().Add(c.ttl)
+	}
+}
+
+// Warm looks up the given topics in r now, if r is a Cached registry (a
+// function instance warms its cache at start, so no request waits for
+// one), and returns the first error. Other registries have nothing to warm.
+func Warm(ctx context.Context, r Registry, topics ...string) error {
+	c, ok := r.(*cached)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	for _, t := range topics {
+		if _, err := c.ExpectedConsumers(ctx, t); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// WithFallback returns a registry that asks r, within timeout, and asks
+// fallback when r fails or takes longer: publish puts the topology file
+// behind the ledger's topic_consumers, so a Firestore outage at a cold
+// start does not refuse events.
+func WithFallback(r, fallback Registry, timeout time.Duration) Registry {
+	return fallbackRegistry{r, fallback, timeout}
+}
+
+type fallbackRegistry struct {
+	r, fallback Registry
+	timeout     time.Duration
+}
+
+func (f fallbackRegistry) ExpectedConsumers(ctx context.Context, topic string) ([]Consumer, error) {
+	tctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	if cs, err := f.r.ExpectedConsumers(tctx, topic); err == nil {
+		return cs, nil
+	}
+	return f.fallback.ExpectedConsumers(ctx, topic)
 }

@@ -36,11 +36,28 @@ func TestCachedKeepsAnswersForTTLButNotErrors(t *testing.T) {
 	if next.calls != 1 {
 		t.Fatalf("%d lookups within the TTL, want 1", next.calls)
 	}
+	// Past the TTL: the old answer at once, one refresh in the background.
 	now = now.Add(time.Minute)
-	_, _ = r.ExpectedConsumers(ctx, "a.b.c")
-	if next.calls != 2 {
-		t.Fatalf("answer not refreshed after the TTL: %d lookups", next.calls)
+	next.err = errors.New("down")
+	for i := 0; i < 3; i++ {
+		if got, err := r.ExpectedConsumers(ctx, "a.b.c"); err != nil || len(got) != 1 {
+			t.Fatalf("stale answer: %v %v", got, err)
+		}
 	}
+	r.wg.Wait()
+	if next.calls != 2 {
+		t.Fatalf("%d lookups after the TTL, want one refresh", next.calls)
+	}
+	// The failed refresh keeps the old answer; the next call refreshes again.
+	next.err = nil
+	if _, err := r.ExpectedConsumers(ctx, "a.b.c"); err != nil {
+		t.Fatal(err)
+	}
+	r.wg.Wait()
+	if next.calls != 3 {
+		t.Fatalf("%d lookups, want the refresh tried again", next.calls)
+	}
+	// A topic never seen waits for its lookup; its error is not kept.
 	next.err = errors.New("down")
 	if _, err := r.ExpectedConsumers(ctx, "x.y.z"); err == nil {
 		t.Fatal("error swallowed")
@@ -48,6 +65,39 @@ func TestCachedKeepsAnswersForTTLButNotErrors(t *testing.T) {
 	next.err = nil
 	if _, err := r.ExpectedConsumers(ctx, "x.y.z"); err != nil {
 		t.Fatal("error was cached")
+	}
+}
+
+// slow answers after a delay, or when its context ends.
+type slow struct{ delay time.Duration }
+
+func (s slow) ExpectedConsumers(ctx context.Context, topic string) ([]Consumer, error) {
+	select {
+	case <-time.After(s.delay):
+		return []Consumer{{Topic: topic, ConsumerID: "from-firestore"}}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func TestWithFallbackAnswersFromTheFallbackWhenTheRegistryIsSlowOrDown(t *testing.T) {
+	top, err := topology.Parse([]byte("rollup: {topic: relaybus.ledger.rollup}\ntopics: [{name: shop.order.events, consumers: [{service: from-topology}]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	got, err := WithFallback(slow{time.Millisecond}, FromTopology(top), time.Second).ExpectedConsumers(ctx, "shop.order.events")
+	if err != nil || got[0].ConsumerID != "from-firestore" {
+		t.Fatalf("registry up: %+v %v", got, err)
+	}
+	start := time.Now()
+	got, err = WithFallback(slow{time.Minute}, FromTopology(top), 50*time.Millisecond).ExpectedConsumers(ctx, "shop.order.events")
+	if err != nil || got[0].ConsumerID != "from-topology" || time.Since(start) > 5*time.Second {
+		t.Fatalf("registry slow: %+v %v after %v", got, err, time.Since(start))
+	}
+	got, err = WithFallback(&counting{err: errors.New("down")}, FromTopology(top), time.Second).ExpectedConsumers(ctx, "shop.order.events")
+	if err != nil || got[0].ConsumerID != "from-topology" {
+		t.Fatalf("registry down: %+v %v", got, err)
 	}
 }
 
