@@ -55,7 +55,7 @@ func TestGoldenOutput(t *testing.T) {
 	for _, e := range []*event.Event{order, points} {
 		_ = e.Prepare(at, event.Limits{})
 	}
-	if err := store.RecordSent(ctx, []*event.Event{order, points}, at); err != nil {
+	if err := store.RecordSent(ctx, ledger.SentAt(at, order, points)); err != nil {
 		t.Fatal(err)
 	}
 	rec := ledger.NewRecorder(store, fake.Client, top.Rollup.Topic)
@@ -63,7 +63,7 @@ func TestGoldenOutput(t *testing.T) {
 		{EventID: "evt-order-1", ConsumerID: "message-service", AttemptNo: 1, Outcome: ledger.OutcomeRetry, ErrorCode: "demo_first_attempt", ErrorMessage: "gateway timed out", ConsumedAt: at},
 		{EventID: "evt-order-1", ConsumerID: "message-service", AttemptNo: 2, Success: true, Outcome: ledger.OutcomeSuccess, ConsumedAt: at},
 	} {
-		if err := rec.RecordAttempt(ctx, a); err != nil {
+		if err := rec.RecordAttempts(ctx, []ledger.Attempt{a}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,8 +10,14 @@
 // poison dead-lettered, addressed to another consumer); 503 asks Pub/Sub to
 // redeliver (transient error; dead-lettered after the subscription's
 // maximum attempts). It never answers 400: push would redeliver a 400
-// forever. POST /inbox:purge deletes inbox rows older than INBOX_RETENTION
-// (for a Scheduler job).
+// forever. The ledger never changes an answer: attempts are committed in
+// Postgres with the delivery and recorded in Firestore afterwards.
+//
+// Two more routes, for Cloud Scheduler jobs: POST /ledger:ship records in
+// the ledger the attempts its background shipper missed (every minute),
+// POST /inbox:purge deletes inbox rows and shipped attempts older than
+// INBOX_RETENTION (daily). Both answer a JSON report; a failure answers 500
+// without the database's details.
 //
 // The handler is chosen by name (CONSUMER_HANDLER): projection (latest state
 // per aggregate, version-gated), strict (every version in order, then the
@@ -20,6 +26,7 @@
 package consume
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,15 +102,36 @@ type Options struct {
 	DB consumer.DB
 	// InboxRetention is how old inbox rows must be for the purge (192h).
 	InboxRetention time.Duration
+	// ShipBudget bounds one POST /ledger:ship (45s).
+	ShipBudget time.Duration
 	// MaxBody bounds a request body (delivery.DefaultMaxBody).
 	MaxBody int64
 	// Logger receives the structured logs.
 	Logger *slog.Logger
 }
 
+// Handler is the consume function's HTTP handler.
+type Handler struct {
+	http.Handler
+	close []func(context.Context) error
+}
+
+// Close ships the attempts the engine still holds, then closes what the
+// handler was built with, in that order, within ctx.
+func (h *Handler) Close(ctx context.Context) error {
+	var errs []error
+	for _, c := range h.close {
+		errs = append(errs, c(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// purgeBatch bounds one purge statement.
+const purgeBatch = 5000
+
 // New returns the consume function's HTTP handler. It serves every path
 // (it works under http.StripPrefix); only POST is accepted.
-func New(o Options) (http.Handler, error) {
+func New(o Options) (*Handler, error) {
 	if o.Engine == nil {
 		return nil, errors.New("consume: Options.Engine is required")
 	}
@@ -113,10 +141,14 @@ func New(o Options) (http.Handler, error) {
 	if o.InboxRetention <= 0 {
 		o.InboxRetention = 192 * time.Hour
 	}
+	if o.ShipBudget <= 0 {
+		o.ShipBudget = 45 * time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = logging.Discard()
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := &Handler{close: []func(context.Context) error{o.Engine.Close}}
+	h.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method " + r.Method + " not allowed: deliveries are POSTed"})
@@ -125,17 +157,33 @@ func New(o Options) (http.Handler, error) {
 		if strings.HasSuffix(r.URL.Path, "/inbox:purge") && o.DB != nil {
 			n := 0
 			for {
-				d, err := inbox.Purge(r.Context(), o.DB, time.Now().Add(-o.InboxRetention), 5000)
+				d, err := inbox.Purge(r.Context(), o.DB, time.Now().Add(-o.InboxRetention), purgeBatch)
 				n += d
 				if err != nil {
-					writeJSON(w, http.StatusInternalServerError, map[string]any{"purged": n, "error": err.Error()})
+					o.Logger.ErrorContext(r.Context(), "consume: inbox purge failed", "purged", n, "error", err.Error())
+					writeJSON(w, http.StatusInternalServerError, map[string]any{"purged": n, "error": "the purge stopped early; see the logs"})
 					return
 				}
-				if d < 5000 {
+				if d == 0 {
 					break
 				}
 			}
+			o.Logger.InfoContext(r.Context(), "consume: inbox purged", "purged", n, "retention", o.InboxRetention.String())
 			writeJSON(w, http.StatusOK, map[string]any{"purged": n})
+			return
+		}
+		if strings.HasSuffix(r.URL.Path, "/ledger:ship") {
+			rep, err := o.Engine.Ship(r.Context(), o.ShipBudget)
+			if err != nil {
+				o.Logger.WarnContext(r.Context(), "consume: shipping attempts to the ledger failed; the next run tries again",
+					"shipped", rep.Shipped, "error", err.Error())
+				writeJSON(w, http.StatusInternalServerError, map[string]any{"shipped": rep.Shipped, "error": "shipping stopped early; see the logs"})
+				return
+			}
+			if rep.Shipped > 0 {
+				o.Logger.InfoContext(r.Context(), "consume: attempts shipped to the ledger late", "shipped", rep.Shipped, "more", rep.More)
+			}
+			writeJSON(w, http.StatusOK, rep)
 			return
 		}
 		d, err := delivery.Read(r, o.MaxBody)
@@ -147,7 +195,8 @@ func New(o Options) (http.Handler, error) {
 		}
 		res := o.Engine.Handle(r.Context(), d)
 		writeJSON(w, res.Status, res)
-	}), nil
+	})
+	return h, nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

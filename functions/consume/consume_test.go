@@ -35,21 +35,24 @@ const (
 	sub   = "shop.order.events.member-service-processor"
 )
 
-// memLedger keeps recorded attempts; fail makes the next n writes fail.
+// memLedger is the ledger as consume sees it, in memory: it keeps the
+// attempts shipped to it; fail makes the next n writes fail. (The ledger
+// itself is tested on the Firestore emulator in shared/ledger and in the
+// tests below that say so.)
 type memLedger struct {
 	mu       sync.Mutex
 	attempts []ledger.Attempt
 	fail     int
 }
 
-func (l *memLedger) RecordAttempt(_ context.Context, a ledger.Attempt) error {
+func (l *memLedger) RecordAttempts(_ context.Context, as []ledger.Attempt) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fail > 0 {
 		l.fail--
 		return errors.New("firestore unavailable")
 	}
-	l.attempts = append(l.attempts, a)
+	l.attempts = append(l.attempts, as...)
 	return nil
 }
 
@@ -63,7 +66,18 @@ type stack struct {
 	pool   *pgxpool.Pool
 	fake   *pubsubtest.Fake
 	ledger *memLedger
+	engine *consumer.Engine
 	url    string
+}
+
+// shipped waits until the engine's background shipper has tried every
+// attempt so far, and returns what the ledger holds.
+func (s *stack) shipped(t testing.TB) []ledger.Attempt {
+	t.Helper()
+	if err := s.engine.FlushLedger(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s.ledger.all()
 }
 
 func newStack(t testing.TB, h consumer.Handler, consumerID string) *stack {
@@ -99,7 +113,8 @@ func newStackOn(t testing.TB, pool *pgxpool.Pool, h consumer.Handler, consumerID
 	mux.Handle("/consume/"+sub+"/", http.StripPrefix("/consume/"+sub, hh))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &stack{pool: pool, fake: fake, ledger: led, url: srv.URL + "/consume/" + sub + "/"}
+	t.Cleanup(func() { _ = engine.Close(context.Background()) })
+	return &stack{pool: pool, fake: fake, ledger: led, engine: engine, url: srv.URL + "/consume/" + sub + "/"}
 }
 
 func message(t testing.TB, e *event.Event) event.Message {
@@ -190,11 +205,13 @@ func TestEveryRequestShapeDeliversTheSameEvent(t *testing.T) {
 	if state != "m-order-1" {
 		t.Errorf("projection state memberId %q", state)
 	}
-	// The duplicates re-record the attempt that applied the event (a no-op in Firestore).
-	for _, a := range s.ledger.all() {
-		if a.AttemptNo != 1 || !a.Success || a.ConsumerID != "member-service" || a.Subscription == "" {
-			t.Errorf("ledger attempt %+v", a)
-		}
+	// The duplicates record nothing: one attempt, in Postgres and the ledger.
+	if n := s.count(t, `SELECT count(*) FROM relaybus_attempts`); n != 1 {
+		t.Errorf("%d attempts recorded, want 1", n)
+	}
+	got := s.shipped(t)
+	if len(got) != 1 || got[0].AttemptNo != 1 || !got[0].Success || got[0].ConsumerID != "member-service" || got[0].Subscription == "" {
+		t.Errorf("ledger attempts %+v", got)
 	}
 }
 
@@ -352,7 +369,7 @@ func TestOutOfOrderDeliveryStrictAppliesEveryVersionInOrder(t *testing.T) {
 		t.Errorf("%d aggregates applied, want %d", len(applied), aggregates)
 	}
 	gaps := 0
-	for _, a := range s.ledger.all() {
+	for _, a := range s.shipped(t) {
 		if a.Outcome == ledger.OutcomeRetry && a.ErrorCode == "gap" {
 			gaps++
 		}
@@ -394,34 +411,83 @@ func TestDatabaseDownThenRedeliveryAppliesOnce(t *testing.T) {
 	}
 }
 
-func TestLedgerFailureAfterCommitIsHealedByTheRedelivery(t *testing.T) {
+// The ledger down after the commit changes nothing for the delivery: it is
+// acknowledged at once (no redelivery, no second effect); the attempt waits
+// in Postgres, and the scheduled shipping step records it once the ledger
+// is back.
+func TestLedgerDownAfterCommitIsShippedLater(t *testing.T) {
 	s := newStack(t, projection.Latest(), "member-service")
-	// One failed write is retried at once.
-	if a := s.push(t, message(t, orderEvent("order-60", 1)), 1); a.code != 200 {
-		t.Fatalf("warm-up: %+v", a)
-	}
-	s.ledger.fail = 1
-	if a := s.push(t, message(t, orderEvent("order-61", 1)), 1); a.code != 200 || len(s.ledger.all()) != 2 {
-		t.Fatalf("one ledger failure: %+v, %d attempts recorded; want it retried and recorded", a, len(s.ledger.all()))
-	}
-	s.ledger.mu.Lock()
-	s.ledger.attempts = nil
-	s.ledger.mu.Unlock()
-	// The ledger stays down through every retry: redelivery requested.
 	m := message(t, orderEvent("order-6", 1))
-	s.ledger.fail = 4
-	if a := s.push(t, m, 1); a.code != http.StatusServiceUnavailable || a.res.Code != "ledger" {
-		t.Fatalf("ledger down after commit: %+v, want 503", a)
+	s.ledger.fail = 1
+	if a := s.push(t, m, 1); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+		t.Fatalf("ledger down after commit: %+v, want 200", a)
 	}
-	if a := s.push(t, m, 2); a.code != 200 || !a.res.Duplicate || a.res.Attempt != 1 {
-		t.Fatalf("redelivery: %+v, want a duplicate re-recording attempt 1", a)
+	if got := s.shipped(t); len(got) != 0 {
+		t.Fatalf("the ledger holds %+v though its write failed", got)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL AND outcome = 'success'`); n != 1 {
+		t.Fatalf("%d unshipped attempts in Postgres, want 1", n)
+	}
+	// Too recent for the scheduled step (the live shipper's turn): nothing.
+	if rep, err := s.engine.Ship(context.Background(), 5*time.Second); err != nil || rep.Shipped != 0 {
+		t.Fatalf("ship before the delay: %+v %v", rep, err)
+	}
+	_, _ = s.pool.Exec(context.Background(), `UPDATE relaybus_attempts SET consumed_at = consumed_at - interval '1 minute'`)
+	resp, err := http.Post(s.url+"ledger:ship", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep consumer.ShipReport
+	_ = json.NewDecoder(resp.Body).Decode(&rep)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || rep.Shipped != 1 {
+		t.Fatalf("POST ledger:ship: %d %+v, want 1 shipped", resp.StatusCode, rep)
 	}
 	got := s.ledger.all()
-	if len(got) != 1 || got[0].AttemptNo != 1 || !got[0].Success {
+	if len(got) != 1 || got[0].AttemptNo != 1 || !got[0].Success || got[0].EventID != "order-6-v1" {
 		t.Errorf("ledger holds %+v, want attempt 1, success", got)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`); n != 0 {
+		t.Errorf("%d attempts still unshipped", n)
 	}
 	if n := s.count(t, `SELECT count(*) FROM relaybus_projection WHERE aggregate_id = 'order-6'`); n != 1 {
 		t.Errorf("%d effects, want 1", n)
+	}
+}
+
+// Concurrent deliveries of one event while the ledger's write of the
+// winner fails: the others are acknowledged as duplicates without recording
+// anything, and the winner's attempt still reaches the ledger.
+func TestConcurrentDuplicatesWhileTheLedgerFails(t *testing.T) {
+	s := newStack(t, projection.Latest(), "member-service")
+	s.ledger.fail = 1
+	m := message(t, orderEvent("order-62", 1))
+	var wg sync.WaitGroup
+	answers := make([]answer, 4)
+	for i := range answers {
+		wg.Add(1)
+		go func() { defer wg.Done(); answers[i] = s.push(t, m, 1) }()
+	}
+	wg.Wait()
+	dups := 0
+	for _, a := range answers {
+		if a.code != 200 {
+			t.Fatalf("a delivery answered %+v", a)
+		}
+		if a.res.Duplicate {
+			dups++
+		}
+	}
+	if dups != 3 {
+		t.Fatalf("%d duplicates of 4, want 3", dups)
+	}
+	s.shipped(t)
+	_, _ = s.pool.Exec(context.Background(), `UPDATE relaybus_attempts SET consumed_at = consumed_at - interval '1 minute'`)
+	if rep, err := s.engine.Ship(context.Background(), 5*time.Second); err != nil || rep.Shipped != 1 {
+		t.Fatalf("ship: %+v %v", rep, err)
+	}
+	if got := s.ledger.all(); len(got) != 1 || !got[0].Success {
+		t.Errorf("ledger %+v, want the winner's attempt", got)
 	}
 }
 
@@ -452,8 +518,11 @@ func TestPermanentErrorIsAcknowledgedAndRecorded(t *testing.T) {
 	if a.code != 200 || a.res.Outcome != ledger.OutcomeFailed || a.res.Code != "insufficient_stock" {
 		t.Fatalf("%+v", a)
 	}
-	if got := s.ledger.all(); len(got) != 1 || got[0].Success || got[0].ErrorCode != "insufficient_stock" {
+	if got := s.shipped(t); len(got) != 1 || got[0].Success || got[0].ErrorCode != "insufficient_stock" {
 		t.Errorf("ledger %+v", got)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 0 {
+		t.Errorf("a permanent error left an inbox row")
 	}
 }
 

@@ -16,14 +16,18 @@ import (
 	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // Config is the function's environment.
 type Config struct {
 	instance.Env
-	// DatabaseURL is the consumer's Postgres: inbox, projections, its
-	// outbox for child events (DATABASE_URL).
+	// LedgerBudget bounds one batch of ledger writes (LEDGER_BUDGET, 10s).
+	LedgerBudget time.Duration `env:"LEDGER_BUDGET, default=10s"`
+	// DatabaseURL is the consumer's Postgres: inbox, attempts, projections,
+	// its outbox for child events (DATABASE_URL).
 	DatabaseURL string `env:"DATABASE_URL"`
 	// ConsumerID is the consumer service (CONSUMER_ID, required).
 	ConsumerID string `env:"CONSUMER_ID, required"`
@@ -44,6 +48,8 @@ type Config struct {
 	Ledger string `env:"LEDGER, default=firestore"`
 	// FirestoreDatabase is the ledger's database id (FIRESTORE_DATABASE).
 	FirestoreDatabase string `env:"FIRESTORE_DATABASE, default=(default)"`
+	// LedgerRetention is how long ledger documents are kept (LEDGER_RETENTION, 720h).
+	LedgerRetention time.Duration `env:"LEDGER_RETENTION, default=720h"`
 }
 
 func init() {
@@ -60,12 +66,19 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	top, err := topology.Load(cfg.Topology)
+	if err != nil {
+		return nil, err
+	}
 	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, Migrations...)
 	if err != nil {
 		return nil, err
 	}
+	closers := []func(context.Context) error{func(context.Context) error { pool.Close(); return nil }}
 	fail := func(err error) (http.Handler, error) {
-		pool.Close()
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i](context.Background())
+		}
 		return nil, err
 	}
 	if m, ok := h.(Migrator); ok {
@@ -77,20 +90,43 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return fail(err)
 	}
-	o := consumer.Options{DB: pool, ConsumerID: cfg.ConsumerID, Subscription: cfg.Subscription, Handler: h,
-		DeadLetters: ps, MaxDeliveryAttempts: cfg.MaxDeliveryAttempts, Logger: log}
-	store, err := ledger.OpenMode(ctx, cfg.Ledger, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase}, ledger.Options{Logger: log})
+	closers = append(closers, func(context.Context) error { return ps.Close() })
+	store, err := ledger.OpenMode(ctx, cfg.Ledger, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase},
+		ledger.Options{Logger: log, Retention: cfg.LedgerRetention})
 	if err != nil {
 		return fail(err)
 	}
+	var led relay.Ledger
+	o := consumer.Options{DB: pool, ConsumerID: cfg.ConsumerID, Subscription: cfg.Subscription, Handler: h,
+		DeadLetters: ps, MaxDeliveryAttempts: cfg.MaxDeliveryAttempts, LedgerBudget: cfg.LedgerBudget, Logger: log}
 	if store != nil {
+		closers = append(closers, func(context.Context) error { return store.Close() })
 		o.Ledger = ledger.NewRecorder(store, ps, cfg.RollupTopic)
+		led = store
 	}
+	// The kick of the handlers' child events: a relay of this database with
+	// the relay's defaults (the scheduled drain of this database is the
+	// relay function's).
+	kicker, err := relay.New(relay.Options{DB: pool, Publisher: ps, Topology: top, Ledger: led, LedgerBudget: cfg.LedgerBudget, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, kicker.Close)
+	o.Kicker = kicker
 	engine, err := consumer.New(o)
 	if err != nil {
 		return fail(err)
 	}
-	return New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Logger: log})
+	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	// At shutdown: the engine's attempts first (New put it first), then the
+	// kicks, the ledger and the clients.
+	for i := len(closers) - 1; i >= 0; i-- {
+		fn.close = append(fn.close, closers[i])
+	}
+	return fn, nil
 }
 
 // Migrator is a handler with tables of its own; consume migrates them at

@@ -235,7 +235,7 @@ func TestRepushRules(t *testing.T) {
 	if err := e.store.RecordPublishFailure(ctx, failed, 5, "permission denied", true, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.RecordSent(ctx, []*event.Event{recent, expired}, now); err != nil {
+	if err := e.store.RecordSent(ctx, ledger.SentAt(now, recent, expired)); err != nil {
 		t.Fatal(err)
 	}
 	var res map[string]any
@@ -246,9 +246,7 @@ func TestRepushRules(t *testing.T) {
 	if err != nil || got["evt-failed"].State != outbox.StatePending {
 		t.Fatalf("the re-push is not queued in the outbox: %+v %v", got, err)
 	}
-	var target string
-	_ = e.db.QueryRow(ctx, `SELECT target_consumer FROM relaybus_outbox WHERE id = 'evt-failed'`).Scan(&target)
-	if target != "member-service" {
+	if target := got["evt-failed"].Target; target != "member-service" {
 		t.Errorf("re-push addressed to %q", target)
 	}
 	var apiErr struct{ Code, Message string }

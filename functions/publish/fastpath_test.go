@@ -60,7 +60,7 @@ func TestFastPathPublishesAtOnceAndKeepsOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := outbox.Claim(ctx, h.pool, outbox.ClaimOptions{Owner: "other-relay", Lease: time.Minute, Limit: 10,
-		Aggregates: [][2]string{{"order", "order-8"}}}); err != nil {
+		Aggregates: 1, RunLimit: 10, Events: []string{"evt-8-v1"}}); err != nil {
 		t.Fatal(err)
 	}
 	env := envelope(map[string]any{"eventId": "evt-8-v2", "aggregateId": "order-8", "version": 2})
@@ -73,5 +73,68 @@ func TestFastPathPublishesAtOnceAndKeepsOrder(t *testing.T) {
 	}
 	if res := send("evt-v2", 2); res.Status != publish.StatusPublished {
 		t.Errorf("order-7 v2: %+v, want published", res)
+	}
+}
+
+// hangingFastPath never answers until its context ends, as a Pub/Sub that
+// does not answer would.
+type hangingFastPath struct{ started chan struct{} }
+
+func (f hangingFastPath) PublishNow(ctx context.Context, ids ...string) (map[string]outbox.State, error) {
+	select {
+	case f.started <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// Whatever Pub/Sub does, the request takes no longer than its budget: the
+// event is committed, and the answer says it is left to the relay.
+func TestBudgetBoundsTheRequest(t *testing.T) {
+	h := newHarness(t, func(o *publish.Options) {
+		o.FastPath = hangingFastPath{started: make(chan struct{}, 1)}
+		o.Budget = 300 * time.Millisecond
+	})
+	start := time.Now()
+	env := envelope(map[string]any{"eventId": "evt-slow", "aggregateId": "order-9", "version": 1})
+	status, body, _ := post(t, h.url, mustJSON(t, env), "Content-Type", "application/json")
+	took := time.Since(start)
+	if res := decodeJSON[publish.Result](t, body); status != http.StatusAccepted || res.Status != publish.StatusPending {
+		t.Fatalf("answer %d %+v, want 202 pending", status, res)
+	}
+	if took > 2*time.Second {
+		t.Errorf("the request took %v with a 300ms budget", took)
+	}
+	if st, _ := outbox.Lookup(context.Background(), h.pool, "evt-slow"); st["evt-slow"].State != outbox.StatePending {
+		t.Errorf("the event is not in the outbox: %+v", st)
+	}
+}
+
+// A publish that cannot be taken (every slot busy) answers 503 with
+// Retry-After at once instead of waiting.
+func TestBusyAnswers503WithRetryAfter(t *testing.T) {
+	started := make(chan struct{}, 1)
+	h := newHarness(t, func(o *publish.Options) {
+		o.FastPath = hangingFastPath{started: started}
+		o.Budget = 3 * time.Second
+		o.MaxInFlight = 1
+	})
+	go func() {
+		env := envelope(map[string]any{"eventId": "evt-holds-the-slot", "aggregateId": "order-10", "version": 1})
+		post(t, h.url, mustJSON(t, env), "Content-Type", "application/json")
+	}()
+	<-started
+	start := time.Now()
+	env := envelope(map[string]any{"eventId": "evt-turned-away", "aggregateId": "order-11", "version": 1})
+	status, body, hdr := post(t, h.url, mustJSON(t, env), "Content-Type", "application/json")
+	if status != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" || decodeJSON[publish.ErrorResponse](t, body).Error != publish.CodeBusy {
+		t.Fatalf("second request: %d %s (Retry-After %q), want 503 busy with Retry-After", status, body, hdr.Get("Retry-After"))
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the refusal took %v", took)
+	}
+	if st, _ := outbox.Lookup(context.Background(), h.pool, "evt-turned-away"); len(st) != 0 {
+		t.Errorf("a refused event was written: %+v", st)
 	}
 }

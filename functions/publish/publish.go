@@ -13,18 +13,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/registry"
 )
 
-// DB is what the handler needs of Postgres: transactions (a *pgxpool.Pool).
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+// DB is what the handler needs of Postgres (a *pgxpool.Pool): the outbox
+// write is one statement.
+type DB = outbox.DBTX
 
 // FastPath publishes outbox rows at once, through the relay's own
 // claim/publish/mark code ((*relay.Relay).PublishNow). It returns each id's
@@ -39,9 +36,15 @@ type FastPath interface {
 const (
 	// DefaultMaxBatchEvents is the most events one batch request may carry.
 	DefaultMaxBatchEvents = 500
-	// DefaultFastPathTimeout bounds the fast path; when it runs out the
-	// answer is pending and the scheduled relay publishes the rows.
-	DefaultFastPathTimeout = 5 * time.Second
+	// DefaultBudget bounds a request: the outbox write, then the fast path
+	// with what is left; an event the fast path did not publish in time is
+	// answered pending and left to the relay.
+	DefaultBudget = 2 * time.Second
+	// DefaultMaxInFlight is how many requests are served at once; one more
+	// waits at most admissionWait, then is answered 503 with Retry-After.
+	DefaultMaxInFlight = 256
+	// admissionWait is how long a request waits for a slot.
+	admissionWait = 100 * time.Millisecond
 	// bodyOverhead is what a body may hold besides one payload: the
 	// envelope's other fields, or the CloudEvent's attributes.
 	bodyOverhead = 64 << 10
@@ -65,9 +68,15 @@ type Options struct {
 	// FastPath, when set, publishes each accepted event at once; nil leaves
 	// every accepted event pending for the scheduled relay.
 	FastPath FastPath
-	// FastPathTimeout bounds one request's fast path
-	// (DefaultFastPathTimeout when zero).
-	FastPathTimeout time.Duration
+	// Budget bounds one request, whatever Postgres, Pub/Sub and Firestore
+	// do (DefaultBudget when zero): an outbox write that does not finish in
+	// it answers 503 (nothing or the whole request was written: retry with
+	// the same eventIds), an event the fast path did not publish in it
+	// answers 202 pending.
+	Budget time.Duration
+	// MaxInFlight bounds the requests served at once (DefaultMaxInFlight);
+	// beyond it a request is answered 503 with Retry-After.
+	MaxInFlight int
 	// MaxPayloadBytes is the payload limit (event.DefaultPayloadLimit, 1 MiB,
 	// when zero). Larger than event.MaxPayloadLimit is an error.
 	MaxPayloadBytes int
@@ -89,7 +98,8 @@ type Handler struct {
 	db         DB
 	reg        registry.Registry
 	fast       FastPath
-	fastTime   time.Duration
+	budget     time.Duration
+	slots      chan struct{}
 	limits     event.Limits
 	maxBody    int64
 	maxBatch   int
@@ -110,14 +120,18 @@ func New(opts Options) (*Handler, error) {
 		return nil, fmt.Errorf("publish: the payload limit must be 1 to %d bytes (got %d)", event.MaxPayloadLimit, opts.MaxPayloadBytes)
 	}
 	h := &Handler{
-		db: opts.DB, reg: opts.Registry, fast: opts.FastPath, fastTime: opts.FastPathTimeout,
+		db: opts.DB, reg: opts.Registry, fast: opts.FastPath, budget: opts.Budget,
 		limits: event.Limits{MaxPayloadBytes: opts.MaxPayloadBytes}, maxBody: opts.MaxBodyBytes,
 		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now,
 	}
 	h.maxPayload = h.limits.PayloadLimit()
-	if h.fastTime <= 0 {
-		h.fastTime = DefaultFastPathTimeout
+	if h.budget <= 0 {
+		h.budget = DefaultBudget
 	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	h.slots = make(chan struct{}, opts.MaxInFlight)
 	if h.maxBody <= 0 {
 		h.maxBody = DefaultMaxBodyBytes(h.maxPayload)
 	}
@@ -180,6 +194,7 @@ const (
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
 	CodeVersionConflict      = "version_conflict"       // 409
 	CodeUnavailable          = "unavailable"            // 503
+	CodeBusy                 = "busy"                   // 503
 )
 
 // ErrorResponse is the body of every 4xx and 5xx answer.
@@ -207,6 +222,22 @@ type FieldProblem struct {
 
 // ServeHTTP handles one publish request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	select {
+	case h.slots <- struct{}{}:
+	default:
+		t := time.NewTimer(admissionWait)
+		select {
+		case h.slots <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			w.Header().Set("Retry-After", "1")
+			h.fail(w, r, "", http.StatusServiceUnavailable, ErrorResponse{Error: CodeBusy,
+				Message: "publish is at its limit of requests in flight; nothing was written, retry after a second"})
+			return
+		}
+	}
+	defer func() { <-h.slots }()
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		h.fail(w, r, "", http.StatusMethodNotAllowed, ErrorResponse{Error: CodeMethodNotAllowed,
@@ -239,7 +270,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	results, status, errResp := h.accept(r.Context(), d.mode, events)
+	results, status, errResp := h.accept(r.Context(), start.Add(h.budget), d.mode, events)
 	if errResp != nil {
 		if status == http.StatusServiceUnavailable {
 			w.Header().Set("Retry-After", "1")
@@ -336,9 +367,13 @@ func (h *Handler) prepare(r *http.Request, d *decoded) ([]*event.Event, []FieldP
 }
 
 // accept checks each event's topic, writes the rest to the outbox in one
-// transaction and runs the fast path. It returns the results and the HTTP
-// status, or an error answer.
-func (h *Handler) accept(ctx context.Context, mode string, events []*event.Event) ([]Result, int, *ErrorResponse) {
+// statement and runs the fast path, all before deadline. It returns the
+// results and the HTTP status, or an error answer. No Firestore call is
+// awaited here: the registry is cached (and falls back on the topology),
+// and the ledger records the sends after the fact.
+func (h *Handler) accept(ctx context.Context, deadline time.Time, mode string, events []*event.Event) ([]Result, int, *ErrorResponse) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	results := make([]Result, len(events))
 	consumers := map[string]int{}
 	var write []*event.Event
@@ -370,18 +405,7 @@ func (h *Handler) accept(ctx context.Context, mode string, events []*event.Event
 		return results, http.StatusOK, nil
 	}
 
-	var (
-		enq    []outbox.Enqueued
-		stored map[string]storedEvent
-	)
-	err := pgx.BeginFunc(ctx, h.db, func(tx pgx.Tx) error {
-		var err error
-		if enq, err = outbox.Enqueue(ctx, tx, write...); err != nil {
-			return err
-		}
-		stored, err = storedEvents(ctx, tx, enq)
-		return err
-	})
+	enq, err := outbox.Enqueue(ctx, h.db, write...)
 	if err != nil {
 		if errors.Is(err, outbox.ErrVersionConflict) {
 			resp := &ErrorResponse{Error: CodeVersionConflict,
@@ -391,10 +415,13 @@ func (h *Handler) accept(ctx context.Context, mode string, events []*event.Event
 			}
 			return nil, http.StatusConflict, resp
 		}
-		h.log.ErrorContext(ctx, "publish: outbox write failed; nothing written", slog.String("mode", mode),
+		h.log.ErrorContext(ctx, "publish: outbox write failed", slog.String("mode", mode),
 			slog.Int("events", len(write)), slog.String("first_event_id", write[0].ID), slog.Any("error", err))
-		return nil, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeUnavailable,
-			Message: "the outbox is unavailable; nothing was written, retry with the same eventId"}
+		msg := "the outbox is unavailable; nothing was written, retry with the same eventId"
+		if ctx.Err() != nil {
+			msg = "the outbox did not answer within the request's budget; retry with the same eventId (a repeat is recognized)"
+		}
+		return nil, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeUnavailable, Message: msg}
 	}
 	h.logSkipped(ctx, mode, events, results)
 	var now []string
@@ -403,10 +430,10 @@ func (h *Handler) accept(ctx context.Context, mode string, events []*event.Event
 		results[i].Status = string(q.State)
 		results[i].Duplicate = q.Duplicate
 		results[i].LastError = q.LastError
-		if st, ok := stored[q.ID]; ok {
+		if q.Duplicate {
 			// A repeat answers what was recorded the first time (its
 			// trace id in particular, which may have been generated then).
-			results[i].Topic, results[i].AggregateID, results[i].Version, results[i].TraceID = st.topic, st.aggregateID, st.version, st.traceID
+			results[i].Topic, results[i].AggregateID, results[i].Version, results[i].TraceID = q.Topic, q.Aggregate.ID, q.Version, q.TraceID
 		}
 		if q.State == outbox.StatePending {
 			now = append(now, q.ID)
@@ -423,43 +450,6 @@ func (h *Handler) accept(ctx context.Context, mode string, events []*event.Event
 	return results, http.StatusAccepted, nil
 }
 
-// storedEvent is what a duplicate's earlier request recorded.
-type storedEvent struct {
-	topic, aggregateID, traceID string
-	version                     int64
-}
-
-// storedEvents reads the recorded identity of the duplicates among enq; it
-// costs nothing when there are none.
-func storedEvents(ctx context.Context, tx pgx.Tx, enq []outbox.Enqueued) (map[string]storedEvent, error) {
-	var ids []string
-	for _, q := range enq {
-		if q.Duplicate {
-			ids = append(ids, q.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := tx.Query(ctx, `SELECT id, topic, aggregateid, version, trace_id FROM relaybus_outbox WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("publish: read duplicates: %w", err)
-	}
-	out := make(map[string]storedEvent, len(ids))
-	for rows.Next() {
-		var (
-			id string
-			st storedEvent
-		)
-		if err := rows.Scan(&id, &st.topic, &st.aggregateID, &st.version, &st.traceID); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("publish: read duplicates: %w", err)
-		}
-		out[id] = st
-	}
-	return out, rows.Err()
-}
-
 // logSkipped logs each SKIPPED event at ERROR: an event nobody consumes is
 // a configuration problem an operator must see, though the caller is not
 // failed for it.
@@ -472,12 +462,14 @@ func (h *Handler) logSkipped(ctx context.Context, mode string, events []*event.E
 	}
 }
 
-// fastPath publishes the pending rows at once and updates their results. A
-// failure is only logged: the rows are committed and the relay publishes them.
+// fastPath publishes the pending rows at once, within what is left of the
+// request's budget, and updates their results. A failure is only logged:
+// the rows are committed and the relay publishes them.
 func (h *Handler) fastPath(ctx context.Context, mode string, ids []string, results []Result) {
-	// The rows are committed: finish (or give up) within the budget even if
+	// The rows are committed: finish (or give up) by the deadline even if
 	// the caller hangs up, so no lease is left waiting for its expiry.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.fastTime)
+	deadline, _ := ctx.Deadline()
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	states, err := h.fast.PublishNow(ctx, ids...)
 	if err != nil {

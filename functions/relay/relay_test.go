@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,7 +58,7 @@ func TestDrainOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(r, 10*time.Second, nil)
+	h, err := New(map[string]Drainer{"main": r}, 10*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +71,9 @@ func TestDrainOverHTTP(t *testing.T) {
 	if code != http.StatusOK || body["published"] != float64(3) || body["remaining"] != float64(0) {
 		t.Fatalf("POST: %d %v; want 200 with 3 published and none remaining", code, body)
 	}
+	if code, body := post(t, srv.URL+"/relay/?database=nope"); code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(body["error"]), "database: one of main") {
+		t.Errorf("unknown database: %d %v", code, body)
+	}
 	resp, err := http.Get(srv.URL + "/relay/")
 	if err != nil {
 		t.Fatal(err)
@@ -80,8 +84,8 @@ func TestDrainOverHTTP(t *testing.T) {
 	}
 	pool.Close() // the database goes away: the drain fails and says so
 	code, body = post(t, srv.URL+"/relay/")
-	if code != http.StatusInternalServerError || body["error"] == "" {
-		t.Errorf("drain without a database: %d %v", code, body)
+	if code != http.StatusInternalServerError || body["error"] == "" || strings.Contains(fmt.Sprint(body["error"]), "postgres") {
+		t.Errorf("drain without a database: %d %v (the error must say so without the database's details)", code, body)
 	}
 }
 
@@ -106,13 +110,33 @@ func TestServeFromEnvironment(t *testing.T) {
 	if err := transport.Provision(context.Background(), ps, top, transport.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A second outbox database: member-service's own (the topology's
+	// "member"), here another schema.
+	memberPool, memberSchema := pgtest.SchemaConfig(t, nil)
+	if err := outbox.Migrate(context.Background(), memberPool); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
 	t.Setenv("DATABASE_URL", url)
+	t.Setenv("DATABASE_URL_MEMBER", pgtest.SchemaURL(t, memberSchema))
+	t.Setenv("RELAY_DATABASES", "main,member")
 	t.Setenv("LEDGER", "off")
 	enqueue(t, pool, 2)
+	enqueue(t, memberPool, 3)
 	srv := httptest.NewServer(instance.Lazy("relay", fromEnv))
 	defer srv.Close()
-	if code, body := post(t, srv.URL); code != http.StatusOK || body["published"] != float64(2) {
-		t.Fatalf("env-built relay: %d %v", code, body)
+	code, body := post(t, srv.URL+"?database=member")
+	if code != http.StatusOK || body["published"] != float64(3) {
+		t.Fatalf("env-built relay, member's database: %d %v", code, body)
+	}
+	code, body = post(t, srv.URL)
+	dbs, _ := body["databases"].(map[string]any)
+	if code != http.StatusOK || body["published"] != float64(2) || len(dbs) != 2 {
+		t.Fatalf("env-built relay, every database: %d %v", code, body)
+	}
+	for _, c := range []outbox.DBTX{pool, memberPool} {
+		if n, err := outbox.Count(context.Background(), c); err != nil || n.Pending != 0 {
+			t.Errorf("a database still holds %+v (%v)", n, err)
+		}
 	}
 }

@@ -102,7 +102,7 @@ func BenchmarkRollupLatency(b *testing.B) {
 			}
 			batch[j] = e
 		}
-		if err := store.RecordSent(ctx, batch, time.Now()); err != nil {
+		if err := store.RecordSent(ctx, ledger.SentAt(time.Now(), batch...)); err != nil {
 			b.Fatal(err)
 		}
 		recorded := make([]time.Time, events)

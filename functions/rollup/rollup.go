@@ -1,24 +1,32 @@
 // Package rollup is the rollup function: it turns consumption attempts into
 // each event's status in the Firestore ledger.
 //
-// consume publishes a notice (ledger.RollupMessage: the event id) to the
-// rollup topic after every attempt it records; Pub/Sub delivers it here by
-// push or Eventarc, and the function derives the event's status from the
-// latest attempt of each expected consumer (ledger.Store.Rollup: one
-// Firestore transaction, no write when nothing changes). Answers:
+// consume publishes a notice (ledger.RollupMessage: the ids of the events
+// whose attempts it recorded) to the rollup topic after it ships a batch of
+// attempts to the ledger; Pub/Sub delivers it here by push or Eventarc. The
+// function gathers the events of the notices that arrive within a short
+// window (Deps.Window), so the consumers of one event that report together
+// cost one rollup, and derives their statuses in one batch
+// (ledger.Store.RollupMany: the events' documents in one read, each one's
+// attempts, the changed statuses written in one BulkWriter with
+// preconditions; no transactions). Answers:
 //
-//   - 200: rolled up (the JSON body says the status and whether it changed),
-//     or the notice was malformed and can never succeed: acknowledged with an
-//     ERROR log line, never 400, which push would redeliver forever.
-//   - 409: the event is not in the ledger yet (the relay's RecordSent failed
-//     and will be replayed); Pub/Sub redelivers the notice with backoff until
-//     the relay has healed the ledger. 409, not 5xx, so that the expected
-//     healing window does not look like an outage.
+//   - 200: rolled up (the JSON body says each event's status and whether it
+//     changed); or an event is not in the ledger yet (its send is recorded
+//     after the fact) after waiting Deps.NotFoundWait for it: acknowledged
+//     with "pending", since the send, once recorded, leaves the event due
+//     for the reconciler; or the notice was malformed and can never
+//     succeed: acknowledged with an ERROR log line, never 400, which push
+//     would redeliver forever.
 //   - 500: Firestore failed; Pub/Sub redelivers.
 //
-// POST <root>/expire runs the expiry sweep (ledger.Store.ExpireDue) for
-// Cloud Scheduler: events nobody reports on become EXPIRED after their
-// expireAt. It answers {"due", "expired", "more"}.
+// POST <root>/reconcile runs the reconciler (ledger.Store.Reconcile) for
+// Cloud Scheduler: every event whose status is not settled and is due for
+// a look gets its status derived again, so a lost notice never leaves a
+// status behind. POST <root>/expire runs the expiry sweep
+// (ledger.Store.ExpireDue): events nobody reports on become EXPIRED after
+// their expireAt. Both are bounded (Deps.SweepBudget) and answer a JSON
+// report.
 //
 // The function registers itself as the HTTP function "rollup"
 // (functions.HTTP) and builds its dependencies once per instance from the
@@ -41,8 +49,8 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/sethvargo/go-envconfig"
 
+	"github.com/relaybus/relaybus/shared/batch"
 	"github.com/relaybus/relaybus/shared/delivery"
-	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
@@ -55,12 +63,17 @@ type Config struct {
 	instance.Env
 	// Database is the Firestore database id (FIRESTORE_DATABASE, "(default)").
 	Database string `env:"FIRESTORE_DATABASE, default=(default)"`
+	// LedgerRetention is how long ledger documents are kept (LEDGER_RETENTION, 720h).
+	LedgerRetention time.Duration `env:"LEDGER_RETENTION, default=720h"`
+	// Window is how long notices are gathered into one rollup (ROLLUP_WINDOW, 50ms).
+	Window time.Duration `env:"ROLLUP_WINDOW, default=50ms"`
 }
 
 // Ledger is what the function needs of the ledger (*ledger.Store).
 type Ledger interface {
-	Rollup(ctx context.Context, eventID string) (ledger.RollupResult, error)
+	RollupMany(ctx context.Context, eventIDs []string) ([]ledger.RollupResult, error)
 	ExpireDue(ctx context.Context, limit int) (ledger.ExpireReport, error)
+	Reconcile(ctx context.Context, limit int) (ledger.ReconcileReport, error)
 }
 
 // Deps are the function's dependencies.
@@ -69,54 +82,103 @@ type Deps struct {
 	Ledger Ledger
 	// Logger defaults to logging.Discard.
 	Logger *slog.Logger
-	// ExpireBudget bounds one /expire call (default 45 s, inside Cloud
-	// Scheduler's attempt deadline); the sweep stops between batches.
-	ExpireBudget time.Duration
+	// SweepBudget bounds one /expire or /reconcile call (default 45 s,
+	// inside Cloud Scheduler's attempt deadline); a sweep stops between
+	// batches.
+	SweepBudget time.Duration
+	// Window is how long the notices of concurrent requests are gathered
+	// into one rollup (default 50 ms).
+	Window time.Duration
+	// NotFoundWait is how long an event that is not in the ledger yet is
+	// looked for again before the notice is acknowledged as pending
+	// (default 2 s).
+	NotFoundWait time.Duration
 }
 
-// maxNoticeBody bounds a notice request; notices are tiny, and anything
+// maxNoticeBody bounds a notice request; notices are small, and anything
 // larger is malformed.
 const maxNoticeBody = 1 << 20
 
+// Handler is the rollup function's HTTP handler.
+type Handler struct {
+	Deps
+	rollups *batch.Batcher[*noticeRequest]
+	closer  func() error
+}
+
+// noticeRequest is one request's events, waiting for their batch.
+type noticeRequest struct {
+	ids  []string
+	done chan map[string]ledger.RollupResult
+}
+
 // New returns the rollup handler.
-func New(_ context.Context, d Deps) (http.Handler, error) {
+func New(_ context.Context, d Deps) (*Handler, error) {
 	if d.Ledger == nil {
 		return nil, errors.New("rollup: no ledger")
 	}
 	if d.Logger == nil {
 		d.Logger = logging.Discard()
 	}
-	if d.ExpireBudget <= 0 {
-		d.ExpireBudget = 45 * time.Second
+	if d.SweepBudget <= 0 {
+		d.SweepBudget = 45 * time.Second
 	}
-	return &handler{Deps: d}, nil
+	if d.Window <= 0 {
+		d.Window = 50 * time.Millisecond
+	}
+	if d.NotFoundWait <= 0 {
+		d.NotFoundWait = 2 * time.Second
+	}
+	h := &Handler{Deps: d}
+	h.rollups = batch.New(h.rollup, batch.Options{MaxItems: 200, MaxWait: d.Window, Capacity: 100_000, Workers: 8})
+	return h, nil
 }
 
-type handler struct{ Deps }
+// Close waits for the rollups under way, within ctx.
+func (h *Handler) Close(ctx context.Context) error {
+	err := h.rollups.Close(ctx)
+	if h.closer != nil {
+		err = errors.Join(err, h.closer())
+	}
+	return err
+}
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "rollup accepts POST only", http.StatusMethodNotAllowed)
+		writeJSON(w, http.StatusMethodNotAllowed, noticeAnswer{Error: "rollup accepts POST only"})
 		return
 	}
-	if strings.TrimSuffix(r.URL.Path, "/") == "/expire" {
+	switch strings.TrimSuffix(r.URL.Path, "/") {
+	case "/expire":
 		h.expire(w, r)
-		return
+	case "/reconcile":
+		h.reconcile(w, r)
+	default:
+		h.notice(w, r)
 	}
-	h.notice(w, r)
 }
 
-// noticeAnswer is the JSON body of a handled notice.
-type noticeAnswer struct {
-	EventID  string        `json:"eventId,omitempty"`
+// EventAnswer is one event's rollup in an answer.
+type EventAnswer struct {
+	EventID  string        `json:"eventId"`
 	Status   ledger.Status `json:"status,omitempty"`
 	Previous ledger.Status `json:"previous,omitempty"`
 	Changed  bool          `json:"changed"`
-	Error    string        `json:"error,omitempty"`
+	// Pending: the event is not in the ledger yet; the reconciler rolls it
+	// up once its send is recorded.
+	Pending bool `json:"pending,omitempty"`
 }
 
-func (h *handler) notice(w http.ResponseWriter, r *http.Request) {
+// noticeAnswer is the JSON body of a handled notice: the event's fields
+// when the notice named one, and every event in Events.
+type noticeAnswer struct {
+	EventAnswer
+	Events []EventAnswer `json:"events,omitempty"`
+	Error  string        `json:"error,omitempty"`
+}
+
+func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	d, err := delivery.Read(r, maxNoticeBody)
 	if err != nil {
@@ -124,45 +186,126 @@ func (h *handler) notice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	attrs := []any{"delivery_mode", d.Mode, "message_id", d.Message.ID, "subscription", d.Subscription}
-	id, err := ledger.RollupEventID(d.Message)
+	ids, err := ledger.RollupEventIDs(d.Message)
 	if err != nil {
 		h.malformed(ctx, w, "", err, attrs)
 		return
 	}
-	res, err := h.Ledger.Rollup(ctx, id)
-	switch {
-	case err == nil:
-	case errors.Is(err, event.ErrInvalid):
-		h.malformed(ctx, w, id, err, attrs)
-		return
-	case errors.Is(err, ledger.ErrEventNotFound):
-		h.Logger.WarnContext(ctx, "rollup: event not in the ledger yet; the notice will be redelivered", append(attrs, "event_id", id)...)
-		writeJSON(w, http.StatusConflict, noticeAnswer{EventID: id, Error: "event not in the ledger yet"})
-		return
-	default:
-		h.Logger.ErrorContext(ctx, "rollup failed; the notice will be redelivered", append(attrs, "event_id", id, "error", err.Error())...)
-		writeJSON(w, http.StatusInternalServerError, noticeAnswer{EventID: id, Error: "rollup failed"})
+	for _, id := range ids {
+		if err := ledger.CheckEventID(id); err != nil {
+			h.malformed(ctx, w, id, err, attrs)
+			return
+		}
+	}
+	req := &noticeRequest{ids: ids, done: make(chan map[string]ledger.RollupResult, 1)}
+	if !h.rollups.Add(req) {
+		h.Logger.ErrorContext(ctx, "rollup: too many notices waiting; this one will be redelivered", attrs...)
+		writeJSON(w, http.StatusServiceUnavailable, noticeAnswer{Error: "rollup is overloaded"})
 		return
 	}
-	fields := append(logging.Event(res.Event.LogEvent()), attrs...)
-	fields = append(fields, "status", res.Status, "previous_status", res.Previous,
-		"expected", res.Expected, "reported", res.Reported, "succeeded", res.Succeeded, "coalesced", res.Coalesced)
-	if res.Changed {
-		h.Logger.InfoContext(ctx, "rollup: status changed", fields...)
-	} else {
-		h.Logger.DebugContext(ctx, "rollup: status unchanged", fields...)
+	var results map[string]ledger.RollupResult
+	select {
+	case results = <-req.done:
+	case <-ctx.Done():
+		writeJSON(w, http.StatusServiceUnavailable, noticeAnswer{Error: "the request ended before its rollup"})
+		return
 	}
-	writeJSON(w, http.StatusOK, noticeAnswer{EventID: id, Status: res.Status, Previous: res.Previous, Changed: res.Changed})
+	var ans noticeAnswer
+	failed := false
+	for _, id := range ids {
+		res := results[id]
+		ea := EventAnswer{EventID: id, Status: res.Status, Previous: res.Previous, Changed: res.Changed}
+		switch {
+		case res.Err == nil:
+			fields := append(logging.Event(res.Event.LogEvent()), attrs...)
+			fields = append(fields, "status", res.Status, "previous_status", res.Previous,
+				"expected", res.Expected, "reported", res.Reported, "succeeded", res.Succeeded)
+			if res.Changed {
+				h.Logger.InfoContext(ctx, "rollup: status changed", fields...)
+			} else {
+				h.Logger.DebugContext(ctx, "rollup: status unchanged", fields...)
+			}
+		case errors.Is(res.Err, ledger.ErrEventNotFound):
+			ea.Pending = true
+			h.Logger.InfoContext(ctx, "rollup: event not in the ledger yet; the reconciler rolls it up once its send is recorded",
+				append(attrs, "event_id", id)...)
+		default:
+			failed = true
+			h.Logger.ErrorContext(ctx, "rollup failed; the notice will be redelivered", append(attrs, "event_id", id, "error", res.Err.Error())...)
+		}
+		ans.Events = append(ans.Events, ea)
+	}
+	if len(ids) == 1 {
+		ans.EventAnswer = ans.Events[0]
+	}
+	if failed {
+		ans.Error = "rollup failed"
+		writeJSON(w, http.StatusInternalServerError, ans)
+		return
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// notFoundPause is how long the rollup waits before looking again for
+// events that were not in the ledger yet.
+const notFoundPause = 250 * time.Millisecond
+
+// rollup rolls up one batch of requests' events and answers each request.
+// Events not in the ledger yet are looked for again until NotFoundWait.
+func (h *Handler) rollup(ctx context.Context, reqs []*noticeRequest) {
+	results := map[string]ledger.RollupResult{}
+	var ids []string
+	for _, r := range reqs {
+		for _, id := range r.ids {
+			if _, ok := results[id]; !ok {
+				results[id] = ledger.RollupResult{}
+				ids = append(ids, id)
+			}
+		}
+	}
+	deadline := time.Now().Add(h.NotFoundWait)
+	for len(ids) > 0 {
+		var missing []string
+		for len(ids) > 0 {
+			n := min(len(ids), ledger.MaxNoticeEvents)
+			rs, err := h.Ledger.RollupMany(ctx, ids[:n])
+			for i, id := range ids[:n] {
+				switch {
+				case err != nil:
+					results[id] = ledger.RollupResult{EventID: id, Err: err}
+				case errors.Is(rs[i].Err, ledger.ErrEventNotFound) && time.Now().Before(deadline):
+					missing = append(missing, id)
+				default:
+					results[id] = rs[i]
+				}
+			}
+			ids = ids[n:]
+		}
+		if len(missing) > 0 {
+			select {
+			case <-time.After(notFoundPause):
+			case <-ctx.Done():
+				for _, id := range missing {
+					results[id] = ledger.RollupResult{EventID: id, Err: ctx.Err()}
+				}
+				missing = nil
+			}
+		}
+		ids = missing
+	}
+	for _, r := range reqs {
+		r.done <- results
+	}
 }
 
 // malformed acknowledges a notice that can never succeed.
-func (h *handler) malformed(ctx context.Context, w http.ResponseWriter, id string, err error, attrs []any) {
+func (h *Handler) malformed(ctx context.Context, w http.ResponseWriter, id string, err error, attrs []any) {
 	fields := append(attrs, "error", err.Error())
 	if id != "" {
 		fields = append(fields, "event_id", id)
 	}
 	h.Logger.ErrorContext(ctx, "rollup: malformed notice acknowledged and dropped", fields...)
-	writeJSON(w, http.StatusOK, noticeAnswer{EventID: id, Error: "malformed notice: " + err.Error()})
+	writeJSON(w, http.StatusOK, noticeAnswer{EventAnswer: EventAnswer{EventID: id}, Error: "malformed notice: " + err.Error()})
 }
 
 // expireAnswer is the JSON body of /expire.
@@ -173,18 +316,27 @@ type expireAnswer struct {
 	Error   string `json:"error,omitempty"`
 }
 
-func (h *handler) expire(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	limit := 0
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			writeJSON(w, http.StatusBadRequest, expireAnswer{Error: "limit: an integer from 1 to 10000"})
-			return
-		}
-		limit = n
+// sweepLimit reads a sweep's ?limit (0: the ledger's default) or answers 400.
+func sweepLimit(w http.ResponseWriter, r *http.Request) (int, bool) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 0, true
 	}
-	deadline := time.Now().Add(h.ExpireBudget)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 10000 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit: an integer from 1 to 10000"})
+		return 0, false
+	}
+	return n, true
+}
+
+func (h *Handler) expire(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	limit, ok := sweepLimit(w, r)
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(h.SweepBudget)
 	var total expireAnswer
 	for {
 		rep, err := h.Ledger.ExpireDue(ctx, limit)
@@ -205,6 +357,44 @@ func (h *handler) expire(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, total)
 }
 
+// reconcileAnswer is the JSON body of /reconcile.
+type reconcileAnswer struct {
+	ledger.ReconcileReport
+	Error string `json:"error,omitempty"`
+}
+
+func (h *Handler) reconcile(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	limit, ok := sweepLimit(w, r)
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(h.SweepBudget)
+	var total reconcileAnswer
+	for {
+		rep, err := h.Ledger.Reconcile(ctx, limit)
+		total.Due += rep.Due
+		total.Changed += rep.Changed
+		total.Settled += rep.Settled
+		total.More = rep.More
+		if err != nil {
+			h.Logger.ErrorContext(ctx, "reconciler failed; its next run tries again", "error", err.Error(), "due", total.Due)
+			total.Error = "reconciler failed"
+			writeJSON(w, http.StatusInternalServerError, total)
+			return
+		}
+		if !rep.More || time.Now().After(deadline) {
+			break
+		}
+	}
+	level := slog.LevelDebug
+	if total.Changed > 0 {
+		level = slog.LevelInfo // a status only the reconciler brought up to date
+	}
+	h.Logger.Log(ctx, level, "reconciler", "due", total.Due, "changed", total.Changed, "settled", total.Settled, "more", total.More)
+	writeJSON(w, http.StatusOK, total)
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -222,14 +412,16 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	log := cfg.Logger()
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.Database}, ledger.Options{Logger: log})
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.Database},
+		ledger.Options{Logger: log, Retention: cfg.LedgerRetention})
 	if err != nil {
 		return nil, err
 	}
-	h, err := New(ctx, Deps{Ledger: store, Logger: log})
+	h, err := New(ctx, Deps{Ledger: store, Logger: log, Window: cfg.Window})
 	if err != nil {
 		_ = store.Close()
 		return nil, err
 	}
+	h.closer = store.Close
 	return h, nil
 }

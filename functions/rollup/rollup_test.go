@@ -4,16 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/relaybus/relaybus/shared/instance"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/instance"
 
 	"cloud.google.com/go/firestore"
 
@@ -78,7 +80,8 @@ func start(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	h, err := New(context.Background(), Deps{Ledger: store, Logger: logging.New(logs, logging.Options{Level: slog.LevelDebug})})
+	h, err := New(context.Background(), Deps{Ledger: store, Logger: logging.New(logs, logging.Options{Level: slog.LevelDebug}),
+		NotFoundWait: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,13 +156,15 @@ func TestRollupOverHTTP(t *testing.T) {
 	env := start(t)
 	e := newEvent(t)
 
-	// Before the relay recorded the send: 409, for every delivery shape.
+	// Before the relay recorded the send: looked for again, then
+	// acknowledged as pending (the reconciler rolls it up once the send is
+	// recorded), for every delivery shape.
 	for mode, req := range requests(t, env.url, notice(e.ID)) {
-		if a := do(t, req); a.code != http.StatusConflict || a.body.EventID != e.ID {
-			t.Errorf("%s before the send: %d %+v, want 409", mode, a.code, a.body)
+		if a := do(t, req); a.code != http.StatusOK || a.body.EventID != e.ID || !a.body.Pending {
+			t.Errorf("%s before the send: %d %+v, want 200 pending", mode, a.code, a.body)
 		}
 	}
-	if err := env.store.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+	if err := env.store.RecordSent(ctx, ledger.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 	record := func(c string, n int, o ledger.Outcome) {
@@ -235,7 +240,7 @@ func TestExpireEndpoint(t *testing.T) {
 	env := start(t)
 	e := newEvent(t)
 	e.ExpireAt = e.OccurredAt.Add(time.Millisecond)
-	if err := env.store.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+	if err := env.store.RecordSent(ctx, ledger.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)
@@ -267,9 +272,101 @@ func TestServeFromEnvironment(t *testing.T) {
 	srv := httptest.NewServer(instance.Lazy("rollup", fromEnv))
 	defer srv.Close()
 	req := requests(t, srv.URL, notice("unknown-event"))["push"]
-	if a := do(t, req); a.code != http.StatusConflict {
+	if a := do(t, req); a.code != http.StatusOK || !a.body.Pending {
 		t.Errorf("unknown event through the env-built function: %d %+v", a.code, a.body)
 	}
 }
 
 var _ Ledger = (*ledger.Store)(nil)
+
+// Notices that arrive together are rolled up together: one notice naming
+// several events, and several notices at once, each answered with its own
+// events.
+func TestNoticesAreRolledUpTogether(t *testing.T) {
+	ctx := context.Background()
+	env := start(t)
+	var ids []string
+	for i := range 6 {
+		e := newEvent(t)
+		e.AggregateID = "ORD-" + strconv.Itoa(i)
+		if err := env.store.RecordSent(ctx, ledger.SentAt(time.Now(), e)); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []string{"member-service", "message-service"} {
+			if _, err := env.store.InsertAttempt(ctx, ledger.Attempt{EventID: e.ID, ConsumerID: c, AttemptNo: 1, Success: true, Outcome: ledger.OutcomeSuccess}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, e.ID)
+	}
+	batch := ledger.RollupMessage(ids[:3]...)
+	batch.ID = "msg-batch"
+	var wg sync.WaitGroup
+	answers := make([]answer, 4)
+	msgs := []event.Message{batch, notice(ids[3]), notice(ids[4]), notice(ids[5])}
+	for i, m := range msgs {
+		wg.Add(1)
+		go func() { defer wg.Done(); answers[i] = do(t, requests(t, env.url, m)["push"]) }()
+	}
+	wg.Wait()
+	if a := answers[0]; a.code != http.StatusOK || len(a.body.Events) != 3 {
+		t.Fatalf("batch notice: %d %+v", a.code, a.body)
+	}
+	for i, a := range answers {
+		for _, ea := range a.body.Events {
+			if ea.Status != ledger.StatusConsumed || !ea.Changed {
+				t.Errorf("notice %d: %+v, want CONSUMED, changed", i, ea)
+			}
+		}
+	}
+}
+
+// A notice that never arrives: the reconciler, on its schedule, derives the
+// status anyway.
+func TestReconcileEndpointRollsUpWhatNoNoticeNamed(t *testing.T) {
+	ctx := context.Background()
+	project := emutest.FirestoreProject(t)
+	c, err := firestore.NewClientWithDatabase(ctx, project, ledger.DefaultDatabase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := time.Now().UTC()
+	store := ledger.New(c, ledger.Options{Now: func() time.Time { return now }})
+	if _, err := store.SyncConsumers(ctx, []registry.Consumer{{Topic: topic, ConsumerID: "member-service", Enabled: true}}, ledger.SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(ctx, Deps{Ledger: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	e := newEvent(t)
+	if err := store.RecordSent(ctx, ledger.SentAt(now, e)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.InsertAttempt(ctx, ledger.Attempt{EventID: e.ID, ConsumerID: "member-service", AttemptNo: 1, Success: true, Outcome: ledger.OutcomeSuccess}); err != nil {
+		t.Fatal(err)
+	}
+	// The notice is dropped on purpose. A minute later the reconciler runs.
+	now = now.Add(ledger.DefaultReconcileAfter + time.Second)
+	resp, err := http.Post(srv.URL+"/reconcile", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep reconcileAnswer
+	_ = json.NewDecoder(resp.Body).Decode(&rep)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || rep.Due != 1 || rep.Changed != 1 || rep.Settled != 1 {
+		t.Fatalf("/reconcile: %d %+v", resp.StatusCode, rep)
+	}
+	if d, _ := store.Get(ctx, e.ID); d.Event.Status != ledger.StatusConsumed {
+		t.Errorf("status %s, want CONSUMED", d.Event.Status)
+	}
+	resp, _ = http.Post(srv.URL+"/reconcile?limit=abc", "application/json", nil)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("limit=abc: %d", resp.StatusCode)
+	}
+}

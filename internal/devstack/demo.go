@@ -49,6 +49,16 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 		return err
 	}
 	defer pool.Close()
+	// member-service keeps its points, inbox and outbox in its own database.
+	memberURL := info.Databases["member"]
+	if memberURL == "" {
+		memberURL = info.DatabaseURL
+	}
+	memberPool, err := pgxpool.New(ctx, memberURL)
+	if err != nil {
+		return err
+	}
+	defer memberPool.Close()
 	ps, err := transport.Dial(ctx, info.Project, info.PubSubHost, transport.Options{})
 	if err != nil {
 		return err
@@ -137,19 +147,27 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 		return errors.New("the trace is not one order with two children")
 	}
 
-	// Projections and inboxes, exactly.
+	// Projections and inboxes, exactly: member-service's in its database,
+	// message-service's and audit-service's in main.
 	var points int64
-	var notes, orderInbox, auditInbox int
-	q := func(dst any, sql string, args ...any) error { return pool.QueryRow(ctx, sql, args...).Scan(dst) }
+	var notes, memberInbox, messageInbox, auditInbox int
+	var children []string
+	for _, c := range tr.Roots[0].Children {
+		children = append(children, c.Event.EventID)
+	}
+	q := func(p *pgxpool.Pool, dst any, sql string, args ...any) error {
+		return p.QueryRow(ctx, sql, args...).Scan(dst)
+	}
 	if err := errors.Join(
-		q(&points, `SELECT points FROM shop_member_points WHERE member_id = $1`, memberID),
-		q(&notes, `SELECT count(*) FROM shop_notifications WHERE order_id = $1`, orderID),
-		q(&orderInbox, `SELECT count(*) FROM relaybus_inbox WHERE event_id = $1`, res.EventID),
-		q(&auditInbox, `SELECT count(*) FROM relaybus_inbox i JOIN relaybus_outbox o ON o.id = i.event_id
-			WHERE i.consumer_id = 'audit-service' AND o.parent_event_id = $1`, res.EventID),
+		q(memberPool, &points, `SELECT points FROM shop_member_points WHERE member_id = $1`, memberID),
+		q(pool, &notes, `SELECT count(*) FROM shop_notifications WHERE order_id = $1`, orderID),
+		q(memberPool, &memberInbox, `SELECT count(*) FROM relaybus_inbox WHERE event_id = $1 AND consumer_id = 'member-service'`, res.EventID),
+		q(pool, &messageInbox, `SELECT count(*) FROM relaybus_inbox WHERE event_id = $1 AND consumer_id = 'message-service'`, res.EventID),
+		q(pool, &auditInbox, `SELECT count(*) FROM relaybus_inbox WHERE consumer_id = 'audit-service' AND event_id = ANY($1)`, children),
 	); err != nil {
 		return err
 	}
+	orderInbox := memberInbox + messageInbox
 	fmt.Fprintf(out, "5. member %s has %d points; %d notification; inbox rows: order %d (member-service, message-service), children %d (audit-service)\n",
 		memberID, points, notes, orderInbox, auditInbox)
 	if points != 120 || notes != 1 || orderInbox != 2 || auditInbox != 2 {

@@ -1,15 +1,19 @@
 // Package devstack runs the whole of relaybus on one machine, as `make dev`
-// does: Postgres (DATABASE_URL, or a throwaway cluster under .state/), Pub/Sub
-// (PUBSUB_EMULATOR_HOST, or in-process pstest), Firestore
-// (FIRESTORE_EMULATOR_HOST, or the gcloud emulator), the topics,
-// subscriptions and topic_consumers registry from infra/topology.yaml, the
-// functions on one address, a delivery loop standing in for Eventarc and
-// push, and a scheduler calling relay.
+// does: Postgres (DATABASE_URL, or a throwaway cluster under .state/), with
+// one database per database the topology declares (main is DATABASE_URL's;
+// the others are created beside it, <name>_<database>, unless
+// DATABASE_URL_<NAME> names one), Pub/Sub (PUBSUB_EMULATOR_HOST, or
+// in-process pstest), Firestore (FIRESTORE_EMULATOR_HOST, or the gcloud
+// emulator), the topics, subscriptions and topic_consumers registry from
+// infra/topology.yaml, the functions on one address, a delivery loop
+// standing in for Eventarc and push, and a scheduler standing in for Cloud
+// Scheduler's jobs.
 //
-// Paths on the one address: /publish, /relay, /consume/<subscription-id>
-// (one per consumer in the topology), /rollup, /dlqreplay/... (the
-// operations API, no auth locally; the DLQ monitor subscriptions deliver to
-// its archive).
+// Paths on the one address: /publish, /relay (?database=<name>),
+// /consume/<subscription-id> (one per consumer in the topology, each with
+// its /ledger:ship and /inbox:purge), /rollup (/reconcile, /expire),
+// /dlqreplay/... (the operations API, no auth locally; the DLQ monitor
+// subscriptions deliver to its archive).
 package devstack
 
 import (
@@ -20,6 +24,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +33,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/functions/consume"
@@ -65,9 +72,15 @@ type Options struct {
 	// Topology is the topology file ("" finds infra/topology.yaml).
 	Topology string
 	// RelayEvery is the local scheduler's cadence for POST /relay (2s; Cloud
-	// Scheduler runs every minute, but child events should not wait a
-	// minute locally).
+	// Scheduler runs every minute; child events are kicked at once anyway).
 	RelayEvery time.Duration
+	// LedgerEvery is the cadence of the ledger's catch-up jobs: every
+	// consumer's POST /ledger:ship and rollup's POST /reconcile (10s; every
+	// minute in production).
+	LedgerEvery time.Duration
+	// PurgeEvery is the cadence of every consumer's POST /inbox:purge (1h;
+	// daily in production).
+	PurgeEvery time.Duration
 	// ExpireEvery is the local scheduler's cadence for POST /rollup/expire
 	// (1h, as in production).
 	ExpireEvery time.Duration
@@ -77,8 +90,11 @@ type Options struct {
 	// is Pub/Sub's own timing).
 	BackoffScale float64
 	// PoolSize is the most Postgres connections the stack's functions share
-	// (32), unless DatabaseURL sets pool_max_conns.
+	// per database (32), unless DatabaseURL sets pool_max_conns.
 	PoolSize int
+	// ReconcileAfter is how long the ledger waits before the reconciler
+	// looks at an event that is not settled (ledger.DefaultReconcileAfter).
+	ReconcileAfter time.Duration
 	// Logger receives the stack's and the functions' logs.
 	Logger *slog.Logger
 }
@@ -86,11 +102,13 @@ type Options struct {
 // Info is what a running stack tells its clients (the demo): it is written
 // to <StateDir>/dev.json.
 type Info struct {
-	URL           string `json:"url"`
-	DatabaseURL   string `json:"databaseUrl"`
-	FirestoreHost string `json:"firestoreHost"`
-	PubSubHost    string `json:"pubsubHost"`
-	Project       string `json:"project"`
+	URL         string `json:"url"`
+	DatabaseURL string `json:"databaseUrl"`
+	// Databases are the URLs of every topology database, main included.
+	Databases     map[string]string `json:"databases"`
+	FirestoreHost string            `json:"firestoreHost"`
+	PubSubHost    string            `json:"pubsubHost"`
+	Project       string            `json:"project"`
 }
 
 // Stack is a running local stack.
@@ -99,11 +117,17 @@ type Stack struct {
 	Info Info
 	// Started lists, one line each, what the stack started and where.
 	Started []string
-	// Ledger, Pool, PubSub and Topology are the stack's own clients.
+	// Ledger, Pool (main's), Pools (every database's), PubSub and Topology
+	// are the stack's own clients.
 	Ledger   *ledger.Store
 	Pool     *pgxpool.Pool
+	Pools    map[string]*pgxpool.Pool
 	PubSub   *transport.Client
 	Topology *topology.Topology
+	// Relays and Engines are the stack's relay per database and consume
+	// engine per subscription; Close flushes their ledger writes.
+	Relays  map[string]*relay.Relay
+	Engines map[string]*consumer.Engine
 
 	server  *http.Server
 	cancel  context.CancelFunc
@@ -152,6 +176,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	if o.RelayEvery <= 0 {
 		o.RelayEvery = 2 * time.Second
+	}
+	if o.LedgerEvery <= 0 {
+		o.LedgerEvery = 10 * time.Second
+	}
+	if o.PurgeEvery <= 0 {
+		o.PurgeEvery = time.Hour
 	}
 	if o.ExpireEvery <= 0 {
 		o.ExpireEvery = time.Hour
@@ -258,27 +288,40 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 
-	// Postgres: one pool for every function, every migration applied.
-	cfg, err := pgxpool.ParseConfig(o.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	// Postgres: one pool per database, every migration applied.
+	s.Pools = map[string]*pgxpool.Pool{}
+	urls := map[string]string{}
+	for _, db := range top.Databases {
+		url := o.DatabaseURL
+		if db.Name != topology.MainDatabase {
+			if url, err = databaseBeside(ctx, o.DatabaseURL, db); err != nil {
+				return nil, fmt.Errorf("database %s: %w", db.Name, err)
+			}
+		}
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			return nil, fmt.Errorf("database %s: %w", db.Name, err)
+		}
+		if !strings.Contains(url, "pool_max_conns") {
+			cfg.MaxConns = int32(o.PoolSize)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("database %s: %w", db.Name, err)
+		}
+		s.closers = append(s.closers, func(context.Context) { pool.Close() })
+		if err := consume.Migrate(ctx, pool); err != nil {
+			return nil, fmt.Errorf("database %s: migrations: %w", db.Name, err)
+		}
+		s.Pools[db.Name], urls[db.Name] = pool, url
 	}
-	if !strings.Contains(o.DatabaseURL, "pool_max_conns") {
-		cfg.MaxConns = int32(o.PoolSize)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	s.closers = append(s.closers, func(context.Context) { pool.Close() })
+	pool := s.Pools[topology.MainDatabase]
 	s.Pool = pool
-	if err := consume.Migrate(ctx, pool); err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
-	}
 
 	// Firestore: the ledger and its topic_consumers registry.
 	os.Setenv("FIRESTORE_EMULATOR_HOST", o.FirestoreHost)
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: o.Project, Database: ledger.DefaultDatabase}, ledger.Options{Logger: o.Logger})
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: o.Project, Database: ledger.DefaultDatabase},
+		ledger.Options{Logger: o.Logger, ReconcileAfter: o.ReconcileAfter})
 	if err != nil {
 		return nil, err
 	}
@@ -299,20 +342,28 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
 
-	// The functions, each under its own prefix.
+	// The functions, each under its own prefix. Every database has its
+	// relay (publish's fast path and the kicks of the consumers' child
+	// events go through the relay of their database).
 	base := "http://" + ln.Addr().String()
 	mux := http.NewServeMux()
-	r, err := relay.New(relay.Options{DB: pool, Publisher: ps, Topology: top, Ledger: store, Logger: o.Logger,
-		BackoffBase: time.Second, BackoffMax: 30 * time.Second})
-	if err != nil {
-		return nil, err
+	s.Relays = map[string]*relay.Relay{}
+	drainers := map[string]relayfn.Drainer{}
+	for name, p := range s.Pools {
+		r, err := relay.New(relay.Options{DB: p, Publisher: ps, Topology: top, Ledger: store, Logger: o.Logger.With("database", name),
+			BackoffBase: time.Second, BackoffMax: 30 * time.Second})
+		if err != nil {
+			return nil, err
+		}
+		s.Relays[name], drainers[name] = r, r
 	}
-	pub, err := publish.New(publish.Options{DB: pool, Registry: registry.Cached(store, 5*time.Second), FastPath: r, Logger: o.Logger})
+	pub, err := publish.New(publish.Options{DB: pool, Logger: o.Logger, FastPath: s.Relays[topology.MainDatabase],
+		Registry: registry.Cached(registry.WithFallback(store, registry.FromTopology(top), 500*time.Millisecond), 5*time.Second)})
 	if err != nil {
 		return nil, err
 	}
 	mount(mux, "/publish", pub)
-	rh, err := relayfn.New(r, time.Duration(top.Relay.TimeBudgetSeconds)*time.Second, o.Logger)
+	rh, err := relayfn.New(drainers, time.Duration(top.Relay.TimeBudgetSeconds)*time.Second, o.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -321,9 +372,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.closers = append(s.closers, func(ctx context.Context) { _ = ru.Close(ctx) })
 	mount(mux, "/rollup", ru)
 	recorder := ledger.NewRecorder(store, ps, top.Rollup.Topic)
+	s.Engines = map[string]*consumer.Engine{}
 	var routes []Route
+	var consumePaths []string
 	for _, c := range top.Consumers() {
 		if !c.IsEnabled() {
 			continue
@@ -332,26 +386,39 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", c.Subscription(), err)
 		}
+		cpool := s.Pools[c.Database]
 		if m, ok := h.(consume.Migrator); ok {
-			if err := m.Migrate(ctx, pool); err != nil {
+			if err := m.Migrate(ctx, cpool); err != nil {
 				return nil, err
 			}
 		}
-		e, err := consumer.New(consumer.Options{DB: pool, ConsumerID: c.Service, Subscription: c.Subscription(), Handler: h,
-			DeadLetters: ps, Ledger: recorder, MaxDeliveryAttempts: c.MaxDeliveryAttempts, Logger: o.Logger})
+		e, err := consumer.New(consumer.Options{DB: cpool, ConsumerID: c.Service, Subscription: c.Subscription(), Handler: h,
+			DeadLetters: ps, Ledger: recorder, Kicker: s.Relays[c.Database], MaxDeliveryAttempts: c.MaxDeliveryAttempts, Logger: o.Logger})
 		if err != nil {
 			return nil, err
 		}
-		ch, err := consume.New(consume.Options{Engine: e, DB: pool, Logger: o.Logger})
+		s.Engines[c.Subscription()] = e
+		ch, err := consume.New(consume.Options{Engine: e, DB: cpool, Logger: o.Logger})
 		if err != nil {
 			return nil, err
 		}
 		path := "/consume/" + c.Subscription()
 		mount(mux, path, ch)
+		consumePaths = append(consumePaths, base+path)
 		// Backoff: the subscription's retry policy, scaled by BackoffScale.
 		routes = append(routes, Route{Subscription: c.Subscription(), Topic: c.Topic, URL: base + path + "/", Mode: c.Delivery,
 			MaxAttempts: c.MaxDeliveryAttempts})
 	}
+	// The engines' attempts and the relays' sends are flushed to the ledger
+	// at Close, after the server has finished its requests.
+	s.closers = append(s.closers, func(ctx context.Context) {
+		for _, e := range s.Engines {
+			_ = e.Close(ctx)
+		}
+		for _, r := range s.Relays {
+			_ = r.Close(ctx)
+		}
+	})
 	ops, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pool, Publisher: ps,
 		Auth: dlqreplay.AuthNone, Logger: o.Logger})
 	if err != nil {
@@ -370,17 +437,29 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Logger: o.Logger}
+	// The scheduler: the jobs Terraform creates on Cloud Scheduler.
+	jobs := []job{
+		{base + "/rollup/expire", o.ExpireEvery},
+		{base + "/rollup/reconcile", o.LedgerEvery},
+	}
+	for name := range s.Pools {
+		jobs = append(jobs, job{base + "/relay/?database=" + name, o.RelayEvery})
+	}
+	for _, p := range consumePaths {
+		jobs = append(jobs, job{p + "/ledger:ship", o.LedgerEvery}, job{p + "/inbox:purge", o.PurgeEvery})
+	}
 	go func() {
 		defer close(s.done)
-		var jobs sync.WaitGroup
-		jobs.Add(2)
-		go func() { defer jobs.Done(); schedule(runCtx, o.Logger, base+"/relay/", o.RelayEvery) }()
-		go func() { defer jobs.Done(); schedule(runCtx, o.Logger, base+"/rollup/expire", o.ExpireEvery) }()
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			wg.Add(1)
+			go func() { defer wg.Done(); schedule(runCtx, o.Logger, j.url, j.every) }()
+		}
 		loop.Run(runCtx, routes)
-		jobs.Wait()
+		wg.Wait()
 	}()
 
-	s.Info = Info{URL: base, DatabaseURL: o.DatabaseURL, FirestoreHost: o.FirestoreHost, PubSubHost: o.PubSubHost, Project: o.Project}
+	s.Info = Info{URL: base, DatabaseURL: o.DatabaseURL, Databases: urls, FirestoreHost: o.FirestoreHost, PubSubHost: o.PubSubHost, Project: o.Project}
 	if err := os.MkdirAll(o.StateDir, 0o755); err == nil {
 		b, _ := json.MarshalIndent(s.Info, "", "  ")
 		s.infoAt = filepath.Join(o.StateDir, "dev.json")
@@ -396,7 +475,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	paths = append(paths, base+"/dlqreplay/deadletters, /dlqreplay/events/{id}, /dlqreplay/traces/{id}, ...")
 	s.Started = append(s.Started, "Functions   "+strings.Join(paths, "\n            "))
 	s.Started = append(s.Started, fmt.Sprintf("Delivery    pull → POST as push/Eventarc would; redelivery after the subscription's backoff ×%g; dead letters after max attempts", o.BackoffScale))
-	s.Started = append(s.Started, fmt.Sprintf("Scheduler   POST %s/relay every %v, %s/rollup/expire every %v", base, o.RelayEvery, base, o.ExpireEvery))
+	s.Started = append(s.Started, fmt.Sprintf("Scheduler   POST /relay?database=<each> every %v; /rollup/reconcile and each consumer's /ledger:ship every %v; /rollup/expire every %v; /inbox:purge every %v",
+		o.RelayEvery, o.LedgerEvery, o.ExpireEvery, o.PurgeEvery))
 	return s, nil
 }
 
@@ -405,8 +485,67 @@ func mount(mux *http.ServeMux, prefix string, h http.Handler) {
 	mux.Handle(prefix, h)
 }
 
-// schedule POSTs to url every d, as Cloud Scheduler calls relay and the
-// expiry sweep; a failed call is logged and the next tick tries again.
+// job is one of the local scheduler's jobs.
+type job struct {
+	url   string
+	every time.Duration
+}
+
+// databaseBeside returns the URL of db's database on the same server as
+// mainURL: $DATABASE_URL_<NAME> when set, else the main database's name
+// followed by _<name>, created when missing.
+func databaseBeside(ctx context.Context, mainURL string, db topology.Database) (string, error) {
+	if u := os.Getenv(db.EnvVar()); u != "" {
+		return u, nil
+	}
+	cfg, err := pgx.ParseConfig(mainURL)
+	if err != nil {
+		return "", err
+	}
+	name := cfg.Database + "_" + strings.ReplaceAll(db.Name, "-", "_")
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			var pg *pgconn.PgError
+			if !errors.As(err, &pg) || pg.Code != "42P04" { // created meanwhile
+				return "", fmt.Errorf("create database %s (or set %s): %w", name, db.EnvVar(), err)
+			}
+		}
+	}
+	u, err := url.Parse(mainURL)
+	if err != nil || u.Scheme == "" {
+		return "", fmt.Errorf("DATABASE_URL must be a postgres:// URL to derive %s from it (or set %s)", name, db.EnvVar())
+	}
+	u.Path = "/" + name
+	// The main URL's search_path (a schema of its own, as the tests use) is
+	// made in the new database too.
+	if schema := cfg.RuntimeParams["search_path"]; schema != "" {
+		c2, err := pgx.Connect(ctx, u.String())
+		if err != nil {
+			cfg2, _ := pgx.ParseConfig(u.String())
+			delete(cfg2.RuntimeParams, "search_path")
+			if c2, err = pgx.ConnectConfig(ctx, cfg2); err != nil {
+				return "", err
+			}
+		}
+		defer c2.Close(ctx)
+		if _, err := c2.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			return "", fmt.Errorf("schema %s in %s: %w", schema, name, err)
+		}
+	}
+	return u.String(), nil
+}
+
+// schedule POSTs to url every d, as Cloud Scheduler calls the functions'
+// jobs; a failed call is logged and the next tick tries again.
 func schedule(ctx context.Context, log *slog.Logger, url string, d time.Duration) {
 	t := time.NewTicker(d)
 	defer t.Stop()

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/relaybus/relaybus/shared/batch"
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
@@ -28,11 +28,11 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Ledger records attempts (shared/ledger's Recorder).
+// Ledger records attempts in the ledger (shared/ledger's Recorder).
 type Ledger interface {
-	// RecordAttempt inserts the attempt (idempotent on consumer, event and
-	// attempt number) and notifies the rollup.
-	RecordAttempt(ctx context.Context, a ledger.Attempt) error
+	// RecordAttempts inserts the attempts (idempotent on consumer, event
+	// and attempt number) and notifies the rollup.
+	RecordAttempts(ctx context.Context, as []ledger.Attempt) error
 }
 
 // Publisher publishes dead letters (a *transport.Client).
@@ -40,10 +40,19 @@ type Publisher interface {
 	Publish(ctx context.Context, topic string, m event.Message) (string, error)
 }
 
+// Kicker publishes events at once after the transaction that enqueued them
+// committed (a *relay.Relay's Kick): the engine kicks the child events a
+// handler emitted.
+type Kicker interface {
+	Kick(ids ...string)
+}
+
 // Defaults of Options.
 const (
 	DefaultMaxDeliveryAttempts = 5
 	DefaultTimeout             = 30 * time.Second
+	DefaultLedgerBudget        = 10 * time.Second
+	DefaultShipDelay           = 10 * time.Second
 )
 
 // Options configure an Engine. DB, ConsumerID, Handler and DeadLetters are
@@ -60,8 +69,18 @@ type Options struct {
 	Handler Handler
 	// DeadLetters receives poison messages on <topic>.dlq.
 	DeadLetters Publisher
-	// Ledger, when set, records every attempt.
+	// Ledger, when set, records every attempt after the fact: attempts are
+	// committed in Postgres with the delivery and shipped to the ledger in
+	// the background, in batches.
 	Ledger Ledger
+	// LedgerBudget bounds one batch of ledger writes (DefaultLedgerBudget).
+	LedgerBudget time.Duration
+	// ShipDelay is how old an attempt the live shipper has not shipped must
+	// be before Ship ships it (DefaultShipDelay).
+	ShipDelay time.Duration
+	// Kicker, when set, publishes the child events a handler emitted right
+	// after the delivery commits.
+	Kicker Kicker
 	// MaxDeliveryAttempts is the subscription's dead-letter threshold
 	// (DefaultMaxDeliveryAttempts): a transient failure at that attempt is
 	// recorded as dead-lettered.
@@ -74,8 +93,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Engine handles deliveries for one consumer. It is safe for concurrent use.
-type Engine struct{ o Options }
+// Engine handles deliveries for one consumer. It is safe for concurrent
+// use. Close it to flush the attempts it has not shipped to the ledger.
+type Engine struct {
+	o     Options
+	ships *batch.Batcher[inbox.Attempt]
+}
 
 // New returns an engine over o.
 func New(o Options) (*Engine, error) {
@@ -96,10 +119,20 @@ func New(o Options) (*Engine, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
+	if o.LedgerBudget <= 0 {
+		o.LedgerBudget = DefaultLedgerBudget
+	}
+	if o.ShipDelay <= 0 {
+		o.ShipDelay = DefaultShipDelay
+	}
 	if o.Logger == nil {
 		o.Logger = logging.Discard()
 	}
-	return &Engine{o: o}, nil
+	e := &Engine{o: o}
+	if o.Ledger != nil {
+		e.ships = batch.New(e.ship, batch.Options{MaxItems: 200, MaxWait: 2 * time.Millisecond, Capacity: 20_000})
+	}
+	return e, nil
 }
 
 // Result is what the engine did with one delivery.
@@ -127,17 +160,19 @@ type Result struct {
 //
 //   - a message addressed (target_consumer) to another consumer: 200, ignored;
 //   - undecodable, or no valid aggregate id (poison): published to
-//     <topic>.dlq with the reason, recorded, 200;
-//   - already in the inbox (duplicate): the attempt that applied it is
-//     recorded again (a lost ledger write heals), 200;
-//   - otherwise one transaction: inbox row, handler, child events; then:
-//     success → commit, record, 200; permanent error → roll back, record,
-//     200; poison (no handler for the type/schema version) → roll back,
-//     dead-letter, record, 200; transient error (gap, timeout, database) →
-//     roll back, record (retry, or dead_lettered at the last attempt), 503.
+//     <topic>.dlq with the reason, the attempt recorded, 200;
+//   - already applied (the inbox has it): 200, nothing done or recorded;
+//   - otherwise one transaction: the attempt counted and the event claimed
+//     in the inbox, the handler and its child events, the attempt recorded;
+//     then: success → commit, 200; permanent error → the handler's work
+//     rolled back, the failed attempt committed, 200; poison (no handler
+//     for the type/schema version) → likewise and dead-lettered, 200;
+//     transient error (gap, timeout, database) → likewise (retry, or
+//     dead_lettered at the last attempt), 503.
 //
-// A ledger write that fails after a commit answers 503: the redelivery
-// finds the inbox row and records the same attempt again.
+// The ledger never changes the answer: committed attempts are shipped to
+// it afterwards (see Ship). Emitted child events are kicked (Kicker) once
+// the transaction has committed.
 func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
 	msg := d.Message
 	sub := d.Subscription
@@ -157,166 +192,254 @@ func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
 		if errors.As(err, &de) {
 			reason = de.Reason
 		}
-		return e.poison(ctx, log, d, sub, nil, 0, reason, err)
+		return e.undecodable(ctx, log, d, sub, reason, err)
 	}
 	log = log.With(logging.Event(&ev)...)
-
-	if attempt, ok, err := inbox.Processed(ctx, e.o.DB, e.o.ConsumerID, ev.ID); err != nil {
-		log.WarnContext(ctx, "consume: the inbox is unreachable; redelivery requested", "error", err.Error())
-		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: "database", Error: err.Error()}
-	} else if ok {
-		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: attempt, Duplicate: true, Outcome: ledger.OutcomeSuccess}
-		return e.record(ctx, log, d, sub, &ev, res, nil)
-	}
-	attempt, err := inbox.NextAttempt(ctx, e.o.DB, e.o.ConsumerID, ev.ID)
-	if err != nil {
-		log.WarnContext(ctx, "consume: the inbox is unreachable; redelivery requested", "error", err.Error())
-		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: "database", Error: err.Error()}
-	}
-	log = log.With("attempt", attempt)
-
-	herr, duplicate := e.apply(ctx, &ev, attempt, msg.DeliveryAttempt)
-	if duplicate {
-		log.InfoContext(ctx, "consume: applied concurrently by another delivery")
-		return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: attempt, Duplicate: true}
-	}
-	if herr == nil {
-		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: attempt, Outcome: ledger.OutcomeSuccess}
-		return e.record(ctx, log, d, sub, &ev, res, nil)
-	}
-	class, code := Classify(herr)
-	switch class {
-	case ClassPoison:
-		return e.poison(ctx, log, d, sub, &ev, attempt, code, herr)
-	case ClassPermanent:
-		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: attempt, Outcome: ledger.OutcomeFailed, Code: code, Error: herr.Error()}
-		return e.record(ctx, log, d, sub, &ev, res, herr)
-	}
-	res := Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Attempt: attempt, Outcome: ledger.OutcomeRetry, Code: code, Error: herr.Error()}
-	last := msg.DeliveryAttempt
-	if last == 0 {
-		last = attempt // Eventarc does not say; our own count stands in
-	}
-	if last >= e.o.MaxDeliveryAttempts {
-		res.Outcome = ledger.OutcomeDeadLettered
-	}
-	return e.record(ctx, log, d, sub, &ev, res, herr)
+	return e.attempt(ctx, log, d, sub, &ev)
 }
 
-// apply runs the handler in one transaction with the inbox row. It returns
-// the handler's (or the database's) error, or duplicate when another
-// delivery applied the event first.
-func (e *Engine) apply(ctx context.Context, ev *event.Event, attempt, deliveryAttempt int) (err error, duplicate bool) {
+// attempt runs one attempt at ev in one transaction (see inbox's package
+// documentation for its statements).
+func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string, ev *event.Event) Result {
 	ctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
 	defer cancel()
+	unavailable := func(what string, err error) Result {
+		log.WarnContext(ctx, "consume: the database is unavailable; redelivery requested", "step", what, "error", err.Error())
+		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: "database", Error: "the consumer's database is unavailable"}
+	}
 	tx, err := e.o.DB.Begin(ctx)
 	if err != nil {
-		return Transient("database", err), false
+		return unavailable("begin", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
-	claimed, err := inbox.Claim(ctx, tx, e.o.ConsumerID, ev.ID, attempt)
+	// The failure paths must finish even when ctx has ended (the handler's
+	// timeout): they record what happened.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer rcancel()
+	defer tx.Rollback(rctx) //nolint:errcheck // after Commit this is a no-op
+	b, err := inbox.Begin(ctx, tx, e.o.ConsumerID, ev.ID)
 	if err != nil {
-		return Transient("database", err), false
+		return unavailable("inbox", err)
 	}
-	if !claimed {
-		return nil, true
+	n := b.Attempt
+	if !b.Claimed {
+		log.InfoContext(ctx, "consume: duplicate; already applied", "applied_attempt", b.Applied)
+		return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: b.Applied, Duplicate: true}
 	}
-	c := &Context{Event: ev, Tx: tx, ConsumerID: e.o.ConsumerID, Attempt: attempt, DeliveryAttempt: deliveryAttempt}
-	if err := e.o.Handler.Handle(ctx, c); err != nil {
-		return err, false
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return Transient("database", fmt.Errorf("commit: %w", err)), false
-	}
-	return nil, false
-}
+	log = log.With("attempt", n)
+	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, AttemptNo: n, Topic: ev.Topic,
+		Subscription: sub, MessageID: d.Message.ID, DeliveryAttempt: d.Message.DeliveryAttempt}
 
-// poison dead-letters the delivery's message with reason, then records it.
-func (e *Engine) poison(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string, ev *event.Event, attempt int, reason string, cause error) Result {
-	topic := d.Topic()
-	if topic == "" && ev != nil {
-		topic = ev.Topic
+	sp, err := tx.Begin(ctx) // the savepoint the handler's work rolls back to
+	if err != nil {
+		return unavailable("savepoint", err)
 	}
-	if topic == "" {
-		topic, _, _, _ = names.ParseSubscription(sub)
-	}
-	res := Result{Status: http.StatusOK, Attempt: attempt, Outcome: ledger.OutcomePoison, Code: reason, Error: cause.Error()}
-	if ev != nil {
-		res.EventID = ev.ID
-	} else {
-		res.EventID = d.Message.Attributes["event_id"]
-	}
-	if topic == "" {
-		log.ErrorContext(ctx, "consume: poison message of unknown topic; acknowledged without a dead letter", "reason", reason, "error", cause.Error())
-		return res
-	}
-	dl := deadletter.Poison(d.Message, reason, cause.Error(), e.o.ConsumerID, sub, now())
-	if _, err := e.o.DeadLetters.Publish(ctx, names.DeadLetter(topic), dl); err != nil {
-		log.ErrorContext(ctx, "consume: cannot dead-letter a poison message; redelivery requested", "reason", reason, "error", err.Error())
-		return Result{Status: http.StatusServiceUnavailable, EventID: res.EventID, Code: "dead_letter", Error: err.Error()}
-	}
-	log.ErrorContext(ctx, "consume: poison message dead-lettered", "reason", reason, "error", cause.Error(), "dead_letter_topic", names.DeadLetter(topic))
-	if ev == nil {
-		if res.EventID == "" {
-			return res // nothing to record it under
+	c := &Context{Event: ev, Tx: sp, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt}
+	herr := e.o.Handler.Handle(ctx, c)
+	if herr == nil {
+		a.Outcome, a.ConsumedAt = string(ledger.OutcomeSuccess), now()
+		if _, err := inbox.Record(ctx, sp, a); err != nil {
+			herr = Transient("database", err)
+		} else if err := tx.Commit(ctx); err != nil {
+			return unavailable("commit", err)
+		} else {
+			e.shipLater(ctx, log, a)
+			if e.o.Kicker != nil && len(c.emittedIDs) > 0 {
+				e.o.Kicker.Kick(c.emittedIDs...)
+			}
+			log.InfoContext(ctx, "consume: applied", "emitted", len(c.emittedIDs))
+			return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess}
 		}
-		// Undecodable, but its id is known: the ledger shows the poison.
-		ev = &event.Event{ID: res.EventID, Topic: topic}
-		n, err := inbox.NextAttempt(ctx, e.o.DB, e.o.ConsumerID, ev.ID)
-		if err != nil {
-			log.WarnContext(ctx, "consume: cannot number the poison attempt; not recorded in the ledger", "error", err.Error())
-			return res
-		}
-		res.Attempt = n
 	}
-	return e.record(ctx, log, d, sub, ev, res, cause)
-}
 
-// record writes the attempt to the ledger and logs the result. A ledger
-// failure turns an acknowledgement into 503, so the redelivery records again.
-func (e *Engine) record(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string, ev *event.Event, res Result, cause error) Result {
-	if e.o.Ledger != nil && res.Outcome != "" {
-		a := ledger.Attempt{
-			EventID: ev.ID, ConsumerID: e.o.ConsumerID, AttemptNo: res.Attempt,
-			Success: res.Outcome == ledger.OutcomeSuccess, Outcome: res.Outcome,
-			ErrorCode: res.Code, ErrorMessage: res.Error, ConsumedAt: now(),
-			Topic: ev.Topic, Subscription: sub, MessageID: d.Message.ID, DeliveryAttempt: d.Message.DeliveryAttempt,
+	// The handler failed: undo its work, keep the count, record the attempt.
+	if err := sp.Rollback(rctx); err != nil {
+		return unavailable("rollback", err)
+	}
+	class, code := Classify(herr)
+	res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Code: code, Error: herr.Error()}
+	switch class {
+	case ClassPoison:
+		res.Outcome = ledger.OutcomePoison
+		if err := e.deadLetter(rctx, d, sub, ev.Topic, code, herr); err != nil {
+			log.ErrorContext(ctx, "consume: cannot dead-letter a poison message; redelivery requested", "reason", code, "error", err.Error())
+			res.Status, res.Outcome, res.Code = http.StatusServiceUnavailable, ledger.OutcomeRetry, "dead_letter"
 		}
-		if err := e.recordAttempt(ctx, a); err != nil {
-			log.WarnContext(ctx, "consume: the ledger did not record the attempt; redelivery requested", "outcome", string(res.Outcome), "error", err.Error())
-			return Result{Status: http.StatusServiceUnavailable, EventID: res.EventID, Attempt: res.Attempt, Code: "ledger", Error: err.Error()}
+	case ClassPermanent:
+		res.Outcome = ledger.OutcomeFailed
+	default:
+		res.Status, res.Outcome = http.StatusServiceUnavailable, ledger.OutcomeRetry
+		last := d.Message.DeliveryAttempt
+		if last == 0 {
+			last = n // Eventarc does not say; our own count stands in
+		}
+		if last >= e.o.MaxDeliveryAttempts {
+			res.Outcome = ledger.OutcomeDeadLettered
 		}
 	}
-	switch {
-	case res.Outcome == ledger.OutcomeSuccess && res.Duplicate:
-		log.InfoContext(ctx, "consume: duplicate; already applied")
-	case res.Outcome == ledger.OutcomeSuccess:
-		log.InfoContext(ctx, "consume: applied")
-	case res.Outcome == ledger.OutcomeFailed:
-		log.ErrorContext(ctx, "consume: permanent error; acknowledged", "code", res.Code, "error", errString(cause))
-	case res.Outcome == ledger.OutcomeRetry || res.Outcome == ledger.OutcomeDeadLettered:
-		log.WarnContext(ctx, "consume: transient error; redelivery requested", "code", res.Code, "error", errString(cause), "outcome", string(res.Outcome))
+	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(res.Outcome), res.Code, herr.Error(), now()
+	if err := inbox.Failed(rctx, tx, a); err != nil {
+		return unavailable("record", err)
+	}
+	if err := tx.Commit(rctx); err != nil {
+		return unavailable("commit", err)
+	}
+	e.shipLater(ctx, log, a)
+	switch res.Outcome {
+	case ledger.OutcomeFailed:
+		log.ErrorContext(ctx, "consume: permanent error; acknowledged", "code", res.Code, "error", res.Error)
+	case ledger.OutcomePoison:
+		log.ErrorContext(ctx, "consume: poison message dead-lettered", "reason", code, "error", res.Error, "dead_letter_topic", names.DeadLetter(ev.Topic))
+	default:
+		log.WarnContext(ctx, "consume: transient error; redelivery requested", "code", res.Code, "error", res.Error, "outcome", string(res.Outcome))
 	}
 	return res
 }
 
-// recordAttempt writes the attempt, retrying a failed write three times
-// within about a second (Firestore answers ABORTED when a rollup holds the
-// event's locks) before the delivery falls back on Pub/Sub's redelivery.
-func (e *Engine) recordAttempt(ctx context.Context, a ledger.Attempt) error {
-	wait := 100 * time.Millisecond
-	for try := 1; ; try++ {
-		err := e.o.Ledger.RecordAttempt(ctx, a)
-		if err == nil || try == 4 || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait + time.Duration(rand.Int64N(int64(wait)))):
-		}
-		wait *= 2
+// undecodable dead-letters a message that cannot be decoded and, when its
+// event id is known, records the attempt.
+func (e *Engine) undecodable(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub, reason string, cause error) Result {
+	topic := d.Topic()
+	if topic == "" {
+		topic, _, _, _ = names.ParseSubscription(sub)
 	}
+	res := Result{Status: http.StatusOK, Outcome: ledger.OutcomePoison, Code: reason, Error: cause.Error(),
+		EventID: d.Message.Attributes[event.AttrEventID]}
+	if topic == "" {
+		log.ErrorContext(ctx, "consume: poison message of unknown topic; acknowledged without a dead letter", "reason", reason, "error", cause.Error())
+		return res
+	}
+	if err := e.deadLetter(ctx, d, sub, topic, reason, cause); err != nil {
+		log.ErrorContext(ctx, "consume: cannot dead-letter a poison message; redelivery requested", "reason", reason, "error", err.Error())
+		return Result{Status: http.StatusServiceUnavailable, EventID: res.EventID, Code: "dead_letter", Error: err.Error()}
+	}
+	log.ErrorContext(ctx, "consume: poison message dead-lettered", "reason", reason, "error", cause.Error(), "dead_letter_topic", names.DeadLetter(topic))
+	if res.EventID == "" {
+		return res // nothing to record it under
+	}
+	// Undecodable, but its id is known: the ledger shows the poison.
+	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: res.EventID, Outcome: string(ledger.OutcomePoison),
+		ErrorCode: reason, ErrorMessage: cause.Error(), ConsumedAt: now(), Topic: topic, Subscription: sub,
+		MessageID: d.Message.ID, DeliveryAttempt: d.Message.DeliveryAttempt}
+	n, err := inbox.Record(ctx, e.o.DB, a)
+	if err != nil {
+		log.WarnContext(ctx, "consume: cannot record the poison attempt", "error", err.Error())
+		return res
+	}
+	a.AttemptNo, res.Attempt = n, n
+	e.shipLater(ctx, log, a)
+	return res
+}
+
+// deadLetter publishes the delivery's message to <topic>.dlq with reason.
+func (e *Engine) deadLetter(ctx context.Context, d delivery.Delivery, sub, topic, reason string, cause error) error {
+	dl := deadletter.Poison(d.Message, reason, cause.Error(), e.o.ConsumerID, sub, now())
+	_, err := e.o.DeadLetters.Publish(ctx, names.DeadLetter(topic), dl)
+	return err
+}
+
+// shipLater hands a committed attempt to the background shipper; a full
+// queue leaves it to Ship.
+func (e *Engine) shipLater(ctx context.Context, log *slog.Logger, a inbox.Attempt) {
+	if e.ships == nil || a.AttemptNo == 0 {
+		return
+	}
+	if !e.ships.Add(a) {
+		log.WarnContext(ctx, "consume: the ledger shipper is full; the scheduled shipping step records the attempt")
+	}
+}
+
+// ship records a batch of committed attempts in the ledger and marks them
+// shipped. A failure leaves them unshipped for Ship.
+func (e *Engine) ship(ctx context.Context, as []inbox.Attempt) {
+	ctx, cancel := context.WithTimeout(ctx, e.o.LedgerBudget)
+	defer cancel()
+	if err := e.o.Ledger.RecordAttempts(ctx, ledgerAttempts(as)); err != nil {
+		e.o.Logger.WarnContext(ctx, "consume: the ledger did not record attempts; the scheduled shipping step records them",
+			"consumer_id", e.o.ConsumerID, "attempts", len(as), "error", err.Error())
+		return
+	}
+	if err := inbox.Shipped(ctx, e.o.DB, as); err != nil {
+		e.o.Logger.WarnContext(ctx, "consume: cannot mark attempts shipped; they will be shipped again", "error", err.Error())
+	}
+}
+
+func ledgerAttempts(as []inbox.Attempt) []ledger.Attempt {
+	out := make([]ledger.Attempt, len(as))
+	for i, a := range as {
+		out[i] = ledger.Attempt{EventID: a.EventID, ConsumerID: a.ConsumerID, AttemptNo: a.AttemptNo,
+			Success: a.Outcome == string(ledger.OutcomeSuccess), Outcome: ledger.Outcome(a.Outcome),
+			ErrorCode: a.ErrorCode, ErrorMessage: a.ErrorMessage, ConsumedAt: a.ConsumedAt,
+			Topic: a.Topic, Subscription: a.Subscription, MessageID: a.MessageID, DeliveryAttempt: a.DeliveryAttempt}
+	}
+	return out
+}
+
+// ShipReport says what Ship did.
+type ShipReport struct {
+	// Shipped attempts are now in the ledger.
+	Shipped int `json:"shipped"`
+	// More is true when the budget ran out with attempts left.
+	More bool `json:"more"`
+}
+
+// shipBatch bounds one batch of Ship.
+const shipBatch = 500
+
+// Ship records in the ledger the attempts the background shipper missed
+// (the ledger was down, the process died between its commit and the
+// ledger write): committed attempts not marked shipped that are older than
+// ShipDelay, in batches, until none is left or budget runs out. Concurrent
+// Ship calls take different attempts. The consume function serves it at
+// POST /ledger:ship for a Scheduler job. Without a ledger it does nothing.
+func (e *Engine) Ship(ctx context.Context, budget time.Duration) (ShipReport, error) {
+	var rep ShipReport
+	if e.o.Ledger == nil {
+		return rep, nil
+	}
+	deadline := time.Now().Add(budget)
+	for time.Now().Before(deadline) {
+		n := 0
+		err := pgx.BeginFunc(ctx, e.o.DB, func(tx pgx.Tx) error {
+			as, err := inbox.Unshipped(ctx, tx, e.o.ConsumerID, now().Add(-e.o.ShipDelay), shipBatch)
+			if err != nil || len(as) == 0 {
+				return err
+			}
+			lctx, cancel := context.WithTimeout(ctx, e.o.LedgerBudget)
+			defer cancel()
+			if err := e.o.Ledger.RecordAttempts(lctx, ledgerAttempts(as)); err != nil {
+				return fmt.Errorf("consume: ship attempts: %w", err)
+			}
+			n = len(as)
+			return inbox.Shipped(ctx, tx, as)
+		})
+		if err != nil {
+			return rep, err
+		}
+		rep.Shipped += n
+		if n < shipBatch {
+			return rep, nil
+		}
+	}
+	rep.More = true
+	return rep, nil
+}
+
+// Close ships the attempts still queued, within ctx; what it cuts, Ship
+// records later.
+func (e *Engine) Close(ctx context.Context) error {
+	if e.ships == nil {
+		return nil
+	}
+	return e.ships.Close(ctx)
+}
+
+// FlushLedger waits until the attempts queued so far have been shipped (or
+// tried), or ctx ends.
+func (e *Engine) FlushLedger(ctx context.Context) error {
+	if e.ships == nil {
+		return nil
+	}
+	return e.ships.Flush(ctx)
 }
 
 func errString(err error) string {

@@ -40,13 +40,14 @@ type Context struct {
 	// DeliveryAttempt is Pub/Sub's delivery attempt (0 when unknown).
 	DeliveryAttempt int
 
-	emitted int
+	emittedIDs []string
 }
 
 // Emit enqueues child events in the delivery's transaction. Each child
 // gets the parent's trace and correlation ids and the parent's id as
 // parentEventId (causation), unless already set; its source defaults to
-// the consumer.
+// the consumer. Once the delivery commits, the engine kicks them (its
+// Kicker), so they reach Pub/Sub within milliseconds.
 func (c *Context) Emit(ctx context.Context, children ...*event.Event) error {
 	for _, e := range children {
 		if e.ParentEventID == "" {
@@ -66,10 +67,15 @@ func (c *Context) Emit(ctx context.Context, children ...*event.Event) error {
 			e.Initiator.Service = c.ConsumerID
 		}
 	}
-	if _, err := outbox.Enqueue(ctx, c.Tx, children...); err != nil {
+	res, err := outbox.Enqueue(ctx, c.Tx, children...)
+	if err != nil {
 		return Permanent("emit", fmt.Errorf("emit child events: %w", err))
 	}
-	c.emitted += len(children)
+	for _, r := range res {
+		if !r.Duplicate {
+			c.emittedIDs = append(c.emittedIDs, r.ID)
+		}
+	}
 	return nil
 }
 

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/relaybus/relaybus/shared/event"
 )
 
 // instances is how many function instances (stores with their own Firestore
@@ -31,7 +29,7 @@ func TestConcurrentRollupsWriteOnce(t *testing.T) {
 	s := stores[0]
 	seed(t, s, orderTopic, "member-service", "message-service")
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := s.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+	if err := s.RecordSent(ctx, SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range []Attempt{attempt(e, "member-service", 1, OutcomeSuccess), attempt(e, "message-service", 1, OutcomeFailed)} {
@@ -81,7 +79,7 @@ func TestConcurrentRollupsWhileAttemptsArrive(t *testing.T) {
 	consumers := []string{"member-service", "message-service", "audit-service"}
 	seed(t, stores[0], orderTopic, consumers...)
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := stores[0].RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+	if err := stores[0].RecordSent(ctx, SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup

@@ -12,11 +12,11 @@ import (
 // checked at compile time against what this package provides.
 type (
 	relayLedger interface {
-		RecordSent(ctx context.Context, events []*event.Event, at time.Time) error
+		RecordSent(ctx context.Context, sends []Sent) error
 		RecordPublishFailure(ctx context.Context, e *event.Event, attempts int, lastError string, final bool, at time.Time) error
 	}
 	consumeLedger interface {
-		RecordAttempt(ctx context.Context, a Attempt) error
+		RecordAttempts(ctx context.Context, as []Attempt) error
 	}
 	repushHook interface {
 		BeginRepush(ctx context.Context, eventID string, consumer string, check func(Event) error, at time.Time) (Event, error)

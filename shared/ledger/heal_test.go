@@ -43,23 +43,21 @@ func receiveOne(t *testing.T, f *pubsubtest.Fake, sub string, handle func(event.
 	return *got
 }
 
-// The outbox (Postgres) and the ledger (Firestore) cannot commit together.
-// Each crash between them heals by replaying the same calls, which rewrite
-// the same documents:
+// The outbox and inbox (Postgres) and the ledger (Firestore) cannot commit
+// together; the ledger is written after the fact and converges:
 //
-//  1. The relay published but its RecordSent failed: consumers' attempts
-//     arrive before the event document; rollup refuses their notices
-//     (ErrEventNotFound, non-2xx), the next relay run records the send, and
-//     the redelivered notice rolls the event up.
-//  2. consume recorded an attempt but its notice was not published: the
-//     redelivery records the same attempt (no-op) and publishes the notice.
-//  3. The relay recorded the send and published but crashed before marking
-//     the row: it publishes again and RecordSent leaves the (by now
-//     CONSUMED) document alone.
+//  1. The relay published but its RecordSent failed: the consumers'
+//     attempts reach the ledger before the event's document, and rollup
+//     answers ErrEventNotFound for their notice.
+//  2. One consumer recorded its attempt but crashed before its notice: no
+//     notice will ever name it.
+//  3. The relay's healing step records the send later: the document gets
+//     a checkAt, and the reconciler (no notice needed) derives CONSUMED.
+//  4. The relay publishes again (it crashed before settling) and records
+//     the send again: the CONSUMED document is left as it is.
 //
 // Real parts: Postgres (outbox.Enqueue), pstest (the event and the rollup
-// notices), the Firestore emulator. The relay is driven by the calls it
-// makes (RecordSent before publishing, publish regardless of the ledger).
+// notice), the Firestore emulator; the clock is moved for the reconciler.
 func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.Schema(t)
@@ -70,7 +68,8 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newStore(t, Options{})
+	clock := &testClock{t: time.Now().UTC()}
+	s := newStore(t, Options{Now: clock.now})
 	if _, err := s.SyncConsumers(ctx, registry.Consumers(top), SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -82,24 +81,12 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	// The producer's transaction writes the outbox row.
 	e := &event.Event{Type: "order.purchased", Topic: orderTopic, AggregateID: "ORD-7", Version: 1,
 		Payload: []byte(`{"orderId":"ORD-7"}`), Initiator: event.Initiator{Service: "order-service"}}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := outbox.Enqueue(ctx, tx, e); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
+	if _, err := outbox.Enqueue(ctx, pool, e); err != nil {
 		t.Fatal(err)
 	}
 
-	// 1. Relay run 1: the ledger write fails (Firestore unreachable: here a
-	// cancelled call), the relay publishes anyway.
-	dead, cancel := context.WithCancel(ctx)
-	cancel()
-	if err := s.RecordSent(dead, []*event.Event{e}, time.Now()); err == nil {
-		t.Fatal("RecordSent on a dead connection succeeded")
-	}
+	// 1. The relay publishes; its ledger write fails (Firestore
+	// unreachable: here a cancelled call).
 	msg, err := event.Encode(e, event.EncodingJSON)
 	if err != nil {
 		t.Fatal(err)
@@ -107,75 +94,106 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	if _, err := ps.Client.Publish(ctx, orderTopic, msg); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := outbox.Lookup(ctx, pool, e.ID); st[e.ID].State != outbox.StatePending {
-		t.Fatalf("outbox row %+v", st[e.ID])
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.RecordSent(dead, SentAt(clock.t, e)); err == nil {
+		t.Fatal("RecordSent on a dead connection succeeded")
 	}
 
-	// Both consumers handle it and record their attempts.
-	for n, c := range []string{"member-service", "message-service"} {
-		sub := receiveOne(t, ps, orderTopic+"."+c+"-processor", nil)
-		got, _, err := event.Decode(sub, event.Limits{})
+	// Both consumers handle it; member-service's attempt and notice reach
+	// the ledger, message-service's attempt does but its notice never does.
+	for _, c := range []string{"member-service", "message-service"} {
+		got, _, err := event.Decode(receiveOne(t, ps, orderTopic+"."+c+"-processor", nil), event.Limits{})
 		if err != nil || got.ID != e.ID {
 			t.Fatalf("consumer %s decoded %q: %v", c, got.ID, err)
 		}
-		if n == 1 {
-			// 2. message-service recorded its attempt, then crashed before
-			// the notice: only the attempt document exists.
-			if _, err := s.InsertAttempt(ctx, attempt(e, c, 1, OutcomeSuccess)); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := rec.RecordAttempt(ctx, attempt(e, c, 1, OutcomeSuccess)); err != nil {
-			t.Fatal(err)
-		}
 	}
-	// The rollup function's part: roll the notice's event up; refuse
-	// (non-2xx, so Pub/Sub redelivers) when the event is not there yet.
-	var rollupErrs []error
-	rollup := func(m event.Message) bool {
-		id, err := RollupEventID(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = s.Rollup(ctx, id)
-		rollupErrs = append(rollupErrs, err)
-		return err == nil
+	if err := rec.RecordAttempts(ctx, []Attempt{attempt(e, "member-service", 1, OutcomeSuccess)}); err != nil {
+		t.Fatal(err)
 	}
-	receiveOne(t, ps, rollupSub, rollup)
-	if len(rollupErrs) != 1 || !errors.Is(rollupErrs[0], ErrEventNotFound) {
-		t.Fatalf("rollup before the send was recorded: %v, want ErrEventNotFound", rollupErrs)
+	if err := s.InsertAttempts(ctx, []Attempt{attempt(e, "message-service", 1, OutcomeSuccess)}); err != nil {
+		t.Fatal(err)
+	}
+	notice := receiveOne(t, ps, rollupSub, nil)
+	ids, err := RollupEventIDs(notice)
+	if err != nil || len(ids) != 1 || ids[0] != e.ID {
+		t.Fatalf("notice names %v: %v", ids, err)
+	}
+	if _, err := s.Rollup(ctx, e.ID); !errors.Is(err, ErrEventNotFound) {
+		t.Fatalf("rollup before the send was recorded: %v, want ErrEventNotFound", err)
 	}
 
-	// Relay run 2 records the send it owes the ledger.
-	if err := s.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+	// 3. The healing step records the send; no notice comes any more. Before
+	// checkAt the reconciler leaves it; after, it derives CONSUMED.
+	if err := s.RecordSent(ctx, SentAt(clock.t, e)); err != nil {
 		t.Fatal(err)
 	}
-	// message-service's redelivery: the inbox says duplicate, consume
-	// records the same attempt again and publishes the notice this time.
-	if err := rec.RecordAttempt(ctx, attempt(e, "message-service", 1, OutcomeSuccess)); err != nil {
-		t.Fatal(err)
+	if d := mustGet(t, s, e.ID); d.Event.Status != StatusSent {
+		t.Fatalf("after the send: %s", d.Event.Status)
 	}
-	// The refused notice comes back, with message-service's: both succeed.
-	rollupErrs = nil
-	receiveOne(t, ps, rollupSub, rollup)
-	receiveOne(t, ps, rollupSub, rollup)
-	if len(rollupErrs) != 2 || rollupErrs[0] != nil || rollupErrs[1] != nil {
-		t.Fatalf("rollups after healing: %v", rollupErrs)
+	if rep, err := s.Reconcile(ctx, 0); err != nil || rep.Due != 0 {
+		t.Fatalf("reconcile before checkAt: %+v %v", rep, err)
+	}
+	clock.t = clock.t.Add(DefaultReconcileAfter + time.Second)
+	rep, err := s.Reconcile(ctx, 0)
+	if err != nil || rep.Due != 1 || rep.Changed != 1 || rep.Settled != 1 {
+		t.Fatalf("reconcile after checkAt: %+v %v", rep, err)
 	}
 	d := mustGet(t, s, e.ID)
-	if d.Event.Status != StatusConsumed || d.Summary() != "2/2 consumed" || len(d.Consumers[1].Attempts) != 1 {
-		t.Errorf("after healing: %s %s, message-service attempts %+v", d.Event.Status, d.Summary(), d.Consumers[1].Attempts)
+	if d.Event.Status != StatusConsumed || d.Summary() != "2/2 consumed" {
+		t.Errorf("after reconciling: %s %s", d.Event.Status, d.Summary())
+	}
+	if rep, err := s.Reconcile(ctx, 0); err != nil || rep.Due != 0 {
+		t.Errorf("a settled event is still due for the reconciler: %+v %v", rep, err)
 	}
 
-	// 3. The relay publishes again (it crashed before marking the row) and
-	// records the send again: the CONSUMED document is left as it is.
+	// 4. A replayed send leaves the CONSUMED document as it is.
 	before := d.Event
-	if err := s.RecordSent(ctx, []*event.Event{e}, time.Now().Add(time.Minute)); err != nil {
+	if err := s.RecordSent(ctx, SentAt(clock.t.Add(time.Minute), e)); err != nil {
 		t.Fatal(err)
 	}
 	after := mustGet(t, s, e.ID).Event
 	if after.Status != StatusConsumed || !after.UpdatedAt.Equal(before.UpdatedAt) || !after.SentAt.Equal(before.SentAt) {
 		t.Errorf("replayed send changed the ledger: %+v", after)
+	}
+}
+
+// An event whose consumers never report stays SENT: the reconciler looks
+// at it again later and later (never more than hourly), and writes nothing
+// but its next look.
+func TestReconcilerBacksOffOnEventsThatWait(t *testing.T) {
+	ctx := context.Background()
+	clock := &testClock{t: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)}
+	s := newStore(t, Options{Now: clock.now})
+	seed(t, s, orderTopic, "member-service")
+	e := newEventOn(t, orderTopic, "order.purchased", clock.t)
+	if err := s.RecordSent(ctx, SentAt(clock.t, e)); err != nil {
+		t.Fatal(err)
+	}
+	var looks []time.Duration
+	start := clock.t
+	for clock.t.Sub(start) < 6*time.Hour {
+		clock.t = clock.t.Add(time.Minute)
+		rep, err := s.Reconcile(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Due > 0 {
+			looks = append(looks, clock.t.Sub(start))
+			if rep.Changed != 0 {
+				t.Fatalf("an event nobody reported on changed: %+v", rep)
+			}
+		}
+	}
+	if n := len(looks); n < 5 || n > 12 {
+		t.Fatalf("looked %d times in 6 hours (%v); want a handful, spaced out", n, looks)
+	}
+	for i := 1; i < len(looks); i++ {
+		if gap := looks[i] - looks[i-1]; gap > time.Hour+time.Minute {
+			t.Errorf("looks %v and %v are %v apart, over an hour", looks[i-1], looks[i], gap)
+		}
+	}
+	if d := mustGet(t, s, e.ID); d.Event.Status != StatusSent {
+		t.Errorf("status %s", d.Event.Status)
 	}
 }

@@ -59,3 +59,8 @@ func checkEventID(id string) error {
 	}
 	return nil
 }
+
+// CheckEventID validates an event id as every ledger lookup does: 1 to 128
+// characters of [A-Za-z0-9._:-]. The error is an *event.FieldError naming
+// eventId.
+func CheckEventID(id string) error { return checkEventID(id) }

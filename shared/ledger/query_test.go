@@ -69,7 +69,7 @@ func TestListFiltersAndPaging(t *testing.T) {
 		e := newEventOn(t, topic, typ, occurred)
 		e.TraceID = traces[i%2]
 		e.Initiator.Service = services[i%3]
-		if err := s.RecordSent(ctx, []*event.Event{e}, occurred.Add(time.Second)); err != nil {
+		if err := s.RecordSent(ctx, SentAt(occurred.Add(time.Second), e)); err != nil {
 			t.Fatal(err)
 		}
 		st := StatusSent

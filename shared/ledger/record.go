@@ -48,6 +48,9 @@ type Event struct {
 	SentAt time.Time `firestore:"sentAt,omitempty" json:"sentAt,omitzero"`
 	// LastSentAt is the latest send, re-pushes included.
 	LastSentAt time.Time `firestore:"lastSentAt,omitempty" json:"lastSentAt,omitzero"`
+	// EnqueuedAt is when the producer's transaction committed the event to
+	// the outbox (zero when the relay did not say).
+	EnqueuedAt time.Time `firestore:"enqueuedAt,omitempty" json:"enqueuedAt,omitzero"`
 	CreatedAt  time.Time `firestore:"createdAt" json:"createdAt"`
 	UpdatedAt  time.Time `firestore:"updatedAt" json:"updatedAt"`
 	// ExpectedConsumers are the consumers (topic_consumers, enabled) of the
@@ -67,6 +70,22 @@ type Event struct {
 	// PublishFailure is the relay's latest failure to publish the event, nil
 	// when there was none.
 	PublishFailure *PublishFailure `firestore:"publishFailure,omitempty" json:"publishFailure,omitempty"`
+	// CheckAt is when the reconciler derives the status again if nothing
+	// else has made it final by then; present while the status may still
+	// move on its own (Status.Settled is false), absent otherwise, so the
+	// reconciler's index holds only events it may have to look at.
+	CheckAt time.Time `firestore:"checkAt,omitempty" json:"-"`
+	// DeleteAt is when Firestore's TTL policy deletes the document (created
+	// at + the store's Retention); absent when the store keeps documents.
+	DeleteAt time.Time `firestore:"deleteAt,omitempty" json:"-"`
+}
+
+// Sent is one send for RecordSent: the event, when its producer's
+// transaction committed it to the outbox, and when Pub/Sub acknowledged it.
+type Sent struct {
+	Event      *event.Event
+	EnqueuedAt time.Time
+	At         time.Time
 }
 
 // Initiator says who caused an event (event-ledger-design.md §1.2).
@@ -244,4 +263,14 @@ func truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + mark
+}
+
+// SentAt returns the sends of events, all acknowledged by Pub/Sub at at
+// (and committed to the outbox then too, for want of better).
+func SentAt(at time.Time, events ...*event.Event) []Sent {
+	out := make([]Sent, len(events))
+	for i, e := range events {
+		out[i] = Sent{Event: e, EnqueuedAt: at, At: at}
+	}
+	return out
 }

@@ -2,9 +2,11 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"cloud.google.com/go/firestore"
 	"github.com/googleapis/gax-go/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,36 +34,99 @@ func NewRecorder(s *Store, pub transport.Publisher, topic string) *Recorder {
 	return &Recorder{store: s, pub: pub, topic: topic}
 }
 
-// RecordAttempt inserts the attempt (document id AttemptDocID: recording
-// the same attempt again changes nothing) and then publishes
-// RollupMessage(a.EventID) to the rollup topic. If either step fails it
-// returns the error and consume answers non-2xx; the redelivery records the
-// same attempt again (a no-op) and publishes the notice again.
-func (r *Recorder) RecordAttempt(ctx context.Context, a Attempt) error {
-	if _, err := r.store.InsertAttempt(ctx, a); err != nil {
+// RecordAttempts inserts the attempts (document ids AttemptDocID:
+// recording the same attempt again changes nothing) through a BulkWriter,
+// then publishes one rollup notice (RollupMessage) naming their events, in
+// pieces of MaxNoticeEvents. Consume calls it after the attempts are
+// committed in Postgres, in the background, in batches; when it fails
+// nothing is lost: the attempts stay unshipped in Postgres and the
+// scheduled shipping step records them again (every step is idempotent).
+// Cost: one write per attempt.
+func (r *Recorder) RecordAttempts(ctx context.Context, as []Attempt) error {
+	if err := r.store.InsertAttempts(ctx, as); err != nil {
 		return err
 	}
-	if _, err := r.pub.Publish(ctx, r.topic, RollupMessage(a.EventID)); err != nil {
-		return fmt.Errorf("ledger: rollup notice for %s to %s: %w", a.EventID, r.topic, err)
+	var ids []string
+	seen := map[string]bool{}
+	for _, a := range as {
+		if !seen[a.EventID] {
+			seen[a.EventID] = true
+			ids = append(ids, a.EventID)
+		}
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), MaxNoticeEvents)
+		if _, err := r.pub.Publish(ctx, r.topic, RollupMessage(ids[:n]...)); err != nil {
+			return fmt.Errorf("ledger: rollup notice for %d events to %s: %w", n, r.topic, err)
+		}
+		ids = ids[n:]
 	}
 	return nil
 }
 
-// InsertAttempt writes an attempt into event_consumptions unless it is
-// there already (created reports which). Attempts are insert-only: an
-// existing document is never changed. ConsumedAt defaults to now;
-// CreatedAt is always now; an error message is cut to 4 KiB.
-// Cost: one write.
-func (s *Store) InsertAttempt(ctx context.Context, a Attempt) (created bool, err error) {
+// InsertAttempts writes attempts into their events' event_consumptions
+// unless they are there already, through one BulkWriter. Attempts are
+// insert-only: an existing document is never changed. ConsumedAt defaults
+// to now; CreatedAt is always now; an error message is cut to 4 KiB. It
+// returns every failure joined; the attempts that were written are done.
+// Cost: one write per attempt.
+func (s *Store) InsertAttempts(ctx context.Context, as []Attempt) error {
+	if len(as) == 0 {
+		return nil
+	}
 	now := s.clock()
+	var errs []error
+	bw := s.client.BulkWriter(ctx)
+	type job struct {
+		ref *firestore.DocumentRef
+		j   *firestore.BulkWriterJob
+	}
+	jobs := make([]job, 0, len(as))
+	for _, a := range as {
+		a, err := s.prepareAttempt(a, now)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ref := s.attempts(a.EventID).Doc(AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
+		j, err := bw.Create(ref, a)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ledger: attempt %s: %w", ref.ID, err))
+			continue
+		}
+		jobs = append(jobs, job{ref, j})
+	}
+	bw.End()
+	s.wrote(OpRecordAttempt, len(jobs))
+	for _, j := range jobs {
+		if _, err := j.j.Results(); err != nil && !alreadyExists(err) {
+			errs = append(errs, fmt.Errorf("ledger: attempt %s: %w", j.ref.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prepareAttempt fills and checks an attempt before it is written.
+func (s *Store) prepareAttempt(a Attempt, now time.Time) (Attempt, error) {
 	if a.ConsumedAt.IsZero() {
 		a.ConsumedAt = now
 	}
 	a.ConsumedAt = a.ConsumedAt.UTC()
 	a.CreatedAt = now
+	a.DeleteAt = s.deleteAt(now)
 	a.ErrorMessage = truncate(a.ErrorMessage, maxErrorText)
 	if err := a.Validate(); err != nil {
-		return false, fmt.Errorf("ledger: attempt of %s by %s: %w", a.EventID, a.ConsumerID, err)
+		return a, fmt.Errorf("ledger: attempt of %s by %s: %w", a.EventID, a.ConsumerID, err)
+	}
+	return a, nil
+}
+
+// InsertAttempt writes one attempt unless it is there already (created
+// reports which). Cost: one write.
+func (s *Store) InsertAttempt(ctx context.Context, a Attempt) (created bool, err error) {
+	a, err = s.prepareAttempt(a, s.clock())
+	if err != nil {
+		return false, err
 	}
 	ref := s.attempts(a.EventID).Doc(AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
 	err = retryAborted(ctx, func() error {
@@ -78,10 +143,8 @@ func (s *Store) InsertAttempt(ctx context.Context, a Attempt) (created bool, err
 	return false, fmt.Errorf("ledger: attempt %s: %w", ref.ID, err)
 }
 
-// retryAborted runs f again while Firestore answers ABORTED: a write that
-// waited too long for the locks of a transaction reading the same range
-// (a rollup reading the event's attempts) is refused that way and
-// succeeds when retried.
+// retryAborted runs f again while Firestore answers ABORTED (a write that
+// waited too long for another transaction's locks), a few times.
 func retryAborted(ctx context.Context, f func() error) error {
 	bo := gax.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2}
 	for i := 1; ; i++ {

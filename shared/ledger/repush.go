@@ -88,6 +88,12 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 			d.ExpireDue = d.ExpireAt
 			ups = append(ups, firestore.Update{Path: "expireDue", Value: d.ExpireAt})
 		}
+		if d.CheckAt.IsZero() {
+			// RETRYING is not settled: the reconciler looks again if the
+			// re-push's attempts never reach the ledger.
+			d.CheckAt = at.Add(s.reconcile)
+			ups = append(ups, firestore.Update{Path: "checkAt", Value: d.CheckAt})
+		}
 		out, wrote = d, true
 		return tx.Update(ref, ups)
 	})

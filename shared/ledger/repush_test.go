@@ -14,7 +14,7 @@ func TestRepush(t *testing.T) {
 	s := newStore(t, Options{})
 	seed(t, s, orderTopic, "member-service", "message-service")
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := s.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+	if err := s.RecordSent(ctx, SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range []Attempt{attempt(e, "member-service", 1, OutcomeSuccess), attempt(e, "message-service", 1, OutcomeFailed)} {
@@ -110,7 +110,7 @@ func TestExpire(t *testing.T) {
 	later := mk(3 * time.Hour)   // expires later
 	forever := mk(0)             // no expiry
 	neverSent := mk(time.Minute) // the relay never managed to publish it
-	if err := s.RecordSent(ctx, []*event.Event{silent, consumed, failing, later, forever}, clock.t); err != nil {
+	if err := s.RecordSent(ctx, SentAt(clock.t, silent, consumed, failing, later, forever)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordPublishFailure(ctx, neverSent, 1, "unavailable", false, clock.t); err != nil {

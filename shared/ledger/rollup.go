@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // RollupResult says what Rollup found and did.
@@ -27,79 +29,283 @@ type RollupResult struct {
 	Expected, Reported, Succeeded int
 	// Event is the event's document, without its payload.
 	Event Event
+	// Err is this event's failure in a RollupMany (ErrEventNotFound when
+	// its document does not exist yet).
+	Err error `json:"-"`
 }
 
-// Rollup derives an event's status from the latest attempt of each of its
-// expected consumers (the truth table in the package documentation) and
-// writes it, in one Firestore transaction that reads the event document
-// and its event_consumptions subcollection. It writes nothing when the
-// status would not change, so repeated and concurrent rollups of the same
-// event cost reads only, and the transaction makes concurrent ones
-// serializable: whichever commits last read every attempt the others read,
-// so the last status written is derived from all attempts recorded before
-// the last rollup began. It fails with ErrEventNotFound when the event's
-// document does not exist (yet): the rollup function answers non-2xx so
-// that Pub/Sub brings the notice back after the relay has recorded the
-// send.
-//
-// Cost: one read for the event, one per attempt of the event (at least
-// one), and one write when the status changes.
-//
-// Within one process, concurrent rollups of the same event are coalesced:
-// while one runs, the callers that arrive share a single follow-up run that
-// starts after it, so every caller gets a result derived from reads that
-// began after its call. This spares Firestore the lock contention of many
-// transactions on one document; across processes the transaction alone
-// keeps rollups correct.
+// Rollup derives one event's status (see RollupMany). Within one process,
+// concurrent rollups of the same event are coalesced: while one runs, the
+// callers that arrive share a single follow-up run that starts after it,
+// so every caller gets a result derived from reads that began after its
+// call, and a status change is reported (Changed) to one caller only. It
+// fails with ErrEventNotFound when the event's document does not exist
+// (yet).
 func (s *Store) Rollup(ctx context.Context, eventID string) (RollupResult, error) {
 	if err := checkEventID(eventID); err != nil {
 		return RollupResult{}, fmt.Errorf("ledger: rollup: %w", err)
 	}
-	return s.flights.do(ctx, eventID, func(ctx context.Context) (RollupResult, error) { return s.rollup(ctx, eventID) })
+	return s.flights.do(ctx, eventID, func(ctx context.Context) (RollupResult, error) {
+		rs, err := s.RollupMany(ctx, []string{eventID})
+		if err != nil {
+			return RollupResult{EventID: eventID}, err
+		}
+		return rs[0], rs[0].Err
+	})
 }
 
-// rollup is one rollup transaction.
-func (s *Store) rollup(ctx context.Context, eventID string) (RollupResult, error) {
-	ref := s.eventRef(eventID)
-	var res RollupResult
-	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		res = RollupResult{EventID: eventID}
-		snap, err := s.getDoc(ctx, OpRollup, tx, ref)
-		if notFound(err) {
-			return fmt.Errorf("%w: %s", ErrEventNotFound, eventID)
+// rollupRounds bounds how often RollupMany derives an event again after
+// another writer changed its document under it.
+const rollupRounds = 5
+
+// rollupReaders is how many events' attempts RollupMany reads at once.
+const rollupReaders = 16
+
+// RollupMany derives the status of each event from the latest attempt of
+// each of its expected consumers (the truth table in the package
+// documentation) and writes the statuses that changed, in one batch. It
+// reads the events' documents in one request and each event's attempts
+// (its event_consumptions subcollection), and writes each changed status
+// with a precondition on the document's update time, through one
+// BulkWriter: no transaction, so no locks for attempt inserts to wait on.
+// A write whose document changed since it was read (another rollup, a
+// send, a re-push) is derived again from fresh reads. That keeps
+// concurrent rollups right: each notice is published after its attempt is
+// written, so the rollup it triggers reads that attempt, and whichever
+// rollup writes last had read the document as the one before it left it.
+//
+// It returns one result per id, in order; an event whose document does not
+// exist (yet) has Err ErrEventNotFound, one that failed otherwise its
+// error. The error is for failures of the whole batch.
+//
+// Cost per event: one read for the document, one per attempt (at least
+// one), one write when the status changes.
+func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResult, error) {
+	out := make([]RollupResult, len(eventIDs))
+	at := map[string][]int{} // id -> its positions in eventIDs
+	var todo []string
+	for i, id := range eventIDs {
+		out[i].EventID = id
+		if err := checkEventID(id); err != nil {
+			out[i].Err = fmt.Errorf("ledger: rollup: %w", err)
+			continue
 		}
+		if _, dup := at[id]; !dup {
+			todo = append(todo, id)
+		}
+		at[id] = append(at[id], i)
+	}
+	set := func(id string, r RollupResult) {
+		for n, i := range at[id] {
+			r.Changed = r.Changed && n == 0 // a change is reported once
+			out[i] = r
+		}
+	}
+	for round := 0; len(todo) > 0; round++ {
+		if round == rollupRounds {
+			for _, id := range todo {
+				set(id, RollupResult{EventID: id, Err: fmt.Errorf("ledger: rollup %s: its document kept changing under %d rollups", id, rollupRounds)})
+			}
+			break
+		}
+		again, err := s.rollupRound(ctx, todo, set, false)
 		if err != nil {
-			return fmt.Errorf("read %s: %w", eventID, err)
+			return out, fmt.Errorf("ledger: rollup: %w", err)
 		}
-		var d Event
-		if err := snap.DataTo(&d); err != nil {
-			return fmt.Errorf("decode %s: %w", ref.ID, err)
-		}
-		attempts, err := s.readAttempts(ctx, OpRollup, tx, eventID)
-		if err != nil {
-			return err
-		}
-		now := s.clock()
-		f := factsOf(&d, attempts, now)
-		st := Derive(f)
-		d.Payload = nil // not needed past here; keep results small
-		res.Previous, res.Status, res.Event = d.Status, st, d
-		res.Expected, res.Reported, res.Succeeded = counts(f)
-		ups := statusUpdates(&d, st, now)
-		if len(ups) == 0 {
-			return nil
-		}
-		res.Changed = true
-		return tx.Update(ref, append(ups, firestore.Update{Path: "updatedAt", Value: now}))
-	})
+		todo = again
+	}
+	return out, nil
+}
+
+// derivation is one event read and derived by a rollup round.
+type derivation struct {
+	id   string
+	snap *firestore.DocumentSnapshot
+	res  RollupResult
+	ups  []firestore.Update
+	job  *firestore.BulkWriterJob
+}
+
+// rollupRound reads, derives and writes the given events once, reports
+// each settled result through set and returns the ids to derive again
+// (their documents changed under the write). With bump (the reconciler),
+// an event that is still not settled gets its next checkAt.
+func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, RollupResult), bump bool) ([]string, error) {
+	refs := make([]*firestore.DocumentRef, len(ids))
+	for i, id := range ids {
+		refs[i] = s.eventRef(id)
+	}
+	s.usage.op(OpRollup).reads.Add(int64(len(refs)))
+	snaps, err := s.client.GetAll(ctx, refs)
 	if err != nil {
-		return RollupResult{EventID: eventID}, fmt.Errorf("ledger: rollup %s: %w", eventID, err)
+		return nil, err
 	}
-	if res.Changed {
-		s.wrote(OpRollup, 1)
-		res.Event.Status = res.Status
+	ds := make([]*derivation, len(ids))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, rollupReaders)
+	now := s.clock()
+	for i, id := range ids {
+		d := &derivation{id: id, snap: snaps[i], res: RollupResult{EventID: id}}
+		ds[i] = d
+		if !d.snap.Exists() {
+			d.res.Err = fmt.Errorf("%w: %s", ErrEventNotFound, id)
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s.derive(ctx, d, now, bump)
+		}()
 	}
-	return res, nil
+	wg.Wait()
+	bw := s.client.BulkWriter(ctx)
+	for _, d := range ds {
+		if d.res.Err != nil || len(d.ups) == 0 {
+			continue
+		}
+		j, err := bw.Update(d.snap.Ref, d.ups, firestore.LastUpdateTime(d.snap.UpdateTime))
+		if err != nil {
+			d.res.Err = err
+			continue
+		}
+		d.job = j
+	}
+	bw.End()
+	var again []string
+	for _, d := range ds {
+		if d.job != nil {
+			switch _, err := d.job.Results(); {
+			case err == nil:
+				s.wrote(OpRollup, 1)
+				d.res.Changed = d.res.Status != d.res.Previous
+				d.res.Event.Status = d.res.Status
+			case status.Code(err) == codes.FailedPrecondition:
+				again = append(again, d.id) // changed since it was read
+				continue
+			default:
+				d.res.Err = fmt.Errorf("ledger: rollup %s: %w", d.id, err)
+			}
+		}
+		set(d.id, d.res)
+	}
+	return again, nil
+}
+
+// derive reads an event's attempts and derives its status from its
+// document, leaving the updates to write (none when nothing changes).
+func (s *Store) derive(ctx context.Context, d *derivation, now time.Time, bump bool) {
+	var ev Event
+	if err := d.snap.DataTo(&ev); err != nil {
+		d.res.Err = fmt.Errorf("ledger: rollup: decode %s: %w", d.snap.Ref.ID, err)
+		return
+	}
+	attempts, err := s.readAttempts(ctx, OpRollup, nil, d.id)
+	if err != nil {
+		d.res.Err = fmt.Errorf("ledger: rollup %s: %w", d.id, err)
+		return
+	}
+	f := factsOf(&ev, attempts, now)
+	st := Derive(f)
+	ev.Payload = nil // not needed past here; keep results small
+	d.res.Previous, d.res.Status, d.res.Event = ev.Status, st, ev
+	d.res.Expected, d.res.Reported, d.res.Succeeded = counts(f)
+	ups := s.statusUpdates(&ev, st, now)
+	if bump && !st.Settled() {
+		ups = append(withoutPath(ups, "checkAt"), firestore.Update{Path: "checkAt", Value: now.Add(s.recheckAfter(&ev, now))})
+	}
+	if len(ups) > 0 {
+		d.ups = append(ups, firestore.Update{Path: "updatedAt", Value: now})
+	}
+}
+
+// recheckAfter is how long the reconciler waits before it looks at an
+// event again that is still not settled: as long as the event has been
+// around (so an event is looked at a handful of times a day at most),
+// between ReconcileAfter and an hour.
+func (s *Store) recheckAfter(ev *Event, now time.Time) time.Duration {
+	since := ev.SentAt
+	if since.IsZero() {
+		since = ev.CreatedAt
+	}
+	return min(max(now.Sub(since), s.reconcile), time.Hour)
+}
+
+func withoutPath(ups []firestore.Update, path string) []firestore.Update {
+	out := ups[:0:0]
+	for _, u := range ups {
+		if u.Path != path {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// DefaultReconcileBatch is how many events Reconcile looks at per call
+// when given no limit.
+const DefaultReconcileBatch = 500
+
+// ReconcileReport says what Reconcile did.
+type ReconcileReport struct {
+	// Due is how many events were due for a look (checkAt passed).
+	Due int `json:"due"`
+	// Changed is how many got a new status; Settled how many of those are
+	// now settled (CONSUMED, EXPIRED, FAILED).
+	Changed int `json:"changed"`
+	Settled int `json:"settled"`
+	// More is true when the batch was full: call again.
+	More bool `json:"more"`
+}
+
+// Reconcile derives again the status of events whose status is not
+// settled and whose checkAt has passed: the rollup of an event whose
+// notice was lost, or whose send reached the ledger after its attempts,
+// happens here. Each event that is still not settled gets its next look
+// further out (recheckAfter), so long-waiting events cost a few reads a
+// day. It reads the reconciler's index (shard, checkAt), which holds only
+// events that are not settled, up to limit of them (DefaultReconcileBatch
+// when <= 0). It is idempotent; the rollup function serves it at POST
+// /reconcile for Cloud Scheduler.
+func (s *Store) Reconcile(ctx context.Context, limit int) (ReconcileReport, error) {
+	if limit <= 0 {
+		limit = DefaultReconcileBatch
+	}
+	now := s.clock()
+	q := shapeCheckDue.query(s.events.Query, nil)
+	q = shapeCheckDue.withRange(q, nil, now.Add(time.Microsecond)).Select("eventId").Limit(limit)
+	docs, err := s.queryDocs(ctx, OpReconcile, nil, q)
+	if err != nil {
+		return ReconcileReport{}, fmt.Errorf("ledger: reconcile: %w", err)
+	}
+	rep := ReconcileReport{Due: len(docs), More: len(docs) == limit}
+	var ids []string
+	for _, d := range docs {
+		if id, _ := d.Data()["eventId"].(string); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	var errs []error
+	set := func(id string, r RollupResult) {
+		switch {
+		case r.Err != nil && !errors.Is(r.Err, ErrEventNotFound):
+			errs = append(errs, r.Err)
+		case r.Changed:
+			rep.Changed++
+			if r.Status.Settled() {
+				rep.Settled++
+			}
+		}
+	}
+	for round := 0; len(ids) > 0 && round < rollupRounds; round++ {
+		if ids, err = s.rollupRound(ctx, ids, set, true); err != nil {
+			return rep, fmt.Errorf("ledger: reconcile: %w", err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return rep, fmt.Errorf("ledger: reconcile: %w", err)
+	}
+	return rep, nil
 }
 
 // counts returns how many expected consumers there are, how many reported

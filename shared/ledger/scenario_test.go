@@ -77,7 +77,7 @@ func TestPurchaseScenario(t *testing.T) {
 	if err := purchase.Prepare(t0, event.Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordSent(ctx, []*event.Event{purchase}, t0.Add(time.Second)); err != nil {
+	if err := s.RecordSent(ctx, SentAt(t0.Add(time.Second), purchase)); err != nil {
 		t.Fatal(err)
 	}
 	statuses := []Status{mustGet(t, s, purchase.ID).Event.Status}
@@ -86,14 +86,14 @@ func TestPurchaseScenario(t *testing.T) {
 	// function's store call) derives the status from the notice's event.
 	record := func(a Attempt) RollupResult {
 		t.Helper()
-		if err := rec.RecordAttempt(ctx, a); err != nil {
+		if err := rec.RecordAttempts(ctx, []Attempt{a}); err != nil {
 			t.Fatal(err)
 		}
-		id, err := RollupEventID(inbox.next(t))
-		if err != nil || id != a.EventID {
-			t.Fatalf("notice for %q (%v), want %s", id, err, a.EventID)
+		ids, err := RollupEventIDs(inbox.next(t))
+		if err != nil || len(ids) != 1 || ids[0] != a.EventID {
+			t.Fatalf("notice for %q (%v), want %s", ids, err, a.EventID)
 		}
-		res, err := s.Rollup(ctx, id)
+		res, err := s.Rollup(ctx, ids[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestPurchaseScenario(t *testing.T) {
 	}
 	notified := child("notification.sent", "message.notification.events", "user-A", t0.Add(11*time.Second))
 	points := child("points.added", "member.points.events", "user-A", t0.Add(2*time.Second))
-	if err := s.RecordSent(ctx, []*event.Event{notified, points}, t0.Add(12*time.Second)); err != nil {
+	if err := s.RecordSent(ctx, SentAt(t0.Add(12*time.Second), notified, points)); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{purchase.ID, points.ID, notified.ID} {

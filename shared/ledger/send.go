@@ -13,9 +13,11 @@ import (
 )
 
 // RecordSent creates each event's document with status SENT, the topic's
-// expected consumers (from the registry) and sentAt = lastSentAt = at. The
-// relay calls it just before it hands the batch to Pub/Sub, so an attempt
-// never arrives before the document it rolls up into.
+// expected consumers (from the registry), sentAt = lastSentAt = the send's
+// At, enqueuedAt, checkAt (the reconciler's turn) and deleteAt (the TTL).
+// The relay calls it after Pub/Sub acknowledged the events, in the
+// background: a consumer's attempt may reach the ledger first, and rollup
+// then waits for the document (see Store.RollupMany and the reconciler).
 //
 // It is idempotent. A document that already exists and records a send is
 // left exactly as it is (a replayed RecordSent never downgrades a CONSUMED
@@ -27,15 +29,16 @@ import (
 // a BulkWriter, 20 to a request); only documents that already exist are
 // read. It returns every failure joined; events whose documents were
 // written are done whatever the others did.
-func (s *Store) RecordSent(ctx context.Context, events []*event.Event, at time.Time) error {
-	if len(events) == 0 {
+func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
+	if len(sends) == 0 {
 		return nil
 	}
-	at = at.UTC()
 	var errs []error
-	seen := make(map[string]bool, len(events))
-	batch := make([]*event.Event, 0, len(events))
-	for _, e := range events {
+	seen := make(map[string]bool, len(sends))
+	batch := make([]*event.Event, 0, len(sends))
+	sent := make(map[string]Sent, len(sends))
+	for _, snd := range sends {
+		e := snd.Event
 		if e == nil {
 			continue
 		}
@@ -46,6 +49,8 @@ func (s *Store) RecordSent(ctx context.Context, events []*event.Event, at time.T
 		if !seen[e.ID] {
 			seen[e.ID] = true
 			batch = append(batch, e)
+			snd.At, snd.EnqueuedAt = snd.At.UTC(), snd.EnqueuedAt.UTC()
+			sent[e.ID] = snd
 		}
 	}
 	expected, err := s.expectedFor(ctx, batch)
@@ -60,11 +65,13 @@ func (s *Store) RecordSent(ctx context.Context, events []*event.Event, at time.T
 	}
 	jobs := make([]pending, 0, len(batch))
 	for _, e := range batch {
+		at := sent[e.ID].At
 		d := newEvent(e, s.maxPayload)
 		d.Status, d.StatusAt = StatusSent, at
-		d.SentAt, d.LastSentAt = at, at
+		d.SentAt, d.LastSentAt, d.EnqueuedAt = at, at, sent[e.ID].EnqueuedAt
 		d.CreatedAt, d.UpdatedAt = now, now
 		d.ExpectedConsumers = expected[e.Topic]
+		d.CheckAt, d.DeleteAt = at.Add(s.reconcile), s.deleteAt(now)
 		j, err := bw.Create(s.eventRef(e.ID), d)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("event %s: %w", e.ID, err))
@@ -79,7 +86,7 @@ func (s *Store) RecordSent(ctx context.Context, events []*event.Event, at time.T
 		switch {
 		case err == nil:
 		case alreadyExists(err):
-			if err := s.markSent(ctx, p.e, expected[p.e.Topic], at); err != nil {
+			if err := s.markSent(ctx, p.e, expected[p.e.Topic], sent[p.e.ID]); err != nil {
 				errs = append(errs, fmt.Errorf("event %s: %w", p.e.ID, err))
 			}
 		default:
@@ -113,7 +120,8 @@ func (s *Store) expectedFor(ctx context.Context, events []*event.Event) (map[str
 }
 
 // markSent records the send on a document that already exists.
-func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string, at time.Time) error {
+func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string, snd Sent) error {
+	at := snd.At
 	ref := s.eventRef(e.ID)
 	var writes int
 	var healed bool
@@ -125,8 +133,9 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 			// Gone since the create failed (deleted by hand): write it anew.
 			d := newEvent(e, s.maxPayload)
 			now := s.clock()
-			d.Status, d.StatusAt, d.SentAt, d.LastSentAt = StatusSent, at, at, at
+			d.Status, d.StatusAt, d.SentAt, d.LastSentAt, d.EnqueuedAt = StatusSent, at, at, at, snd.EnqueuedAt
 			d.CreatedAt, d.UpdatedAt, d.ExpectedConsumers = now, now, expected
+			d.CheckAt, d.DeleteAt = at.Add(s.reconcile), s.deleteAt(now)
 			writes = 1
 			return tx.Create(ref, d)
 		}
@@ -157,7 +166,10 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 			{Path: "expectedConsumers", Value: expected},
 			{Path: "updatedAt", Value: now},
 		}
-		ups = append(ups, statusUpdates(&d, next, at)...)
+		if !snd.EnqueuedAt.IsZero() {
+			ups = append(ups, firestore.Update{Path: "enqueuedAt", Value: snd.EnqueuedAt})
+		}
+		ups = append(ups, s.statusUpdates(&d, next, at)...)
 		writes, healed = 1, true
 		return tx.Update(ref, ups)
 	})
@@ -173,13 +185,22 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 }
 
 // statusUpdates returns the updates that move d to status st (none when d
-// already has it), keeping expireDue in step: present while the event is
-// open, absent once it is CONSUMED or EXPIRED.
-func statusUpdates(d *Event, st Status, now time.Time) []firestore.Update {
-	if d.Status == st {
-		return nil
+// already has it), keeping expireDue and checkAt in step: expireDue
+// present while the event is open, absent once it is CONSUMED or EXPIRED;
+// checkAt present while the status is not settled (the reconciler's next
+// look, ReconcileAfter from now), absent once it is.
+func (s *Store) statusUpdates(d *Event, st Status, now time.Time) []firestore.Update {
+	var ups []firestore.Update
+	switch {
+	case !st.Settled() && d.CheckAt.IsZero():
+		ups = append(ups, firestore.Update{Path: "checkAt", Value: now.Add(s.reconcile)})
+	case st.Settled() && !d.CheckAt.IsZero():
+		ups = append(ups, firestore.Update{Path: "checkAt", Value: firestore.Delete})
 	}
-	ups := []firestore.Update{{Path: "status", Value: st}, {Path: "statusAt", Value: now}}
+	if d.Status == st {
+		return ups
+	}
+	ups = append(ups, firestore.Update{Path: "status", Value: st}, firestore.Update{Path: "statusAt", Value: now})
 	if !d.ExpireAt.IsZero() {
 		switch {
 		case st.open() && d.ExpireDue.IsZero():
@@ -229,8 +250,12 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			d.ExpectedConsumers = expected[e.Topic]
 			d.CreatedAt, d.UpdatedAt = now, now
 			d.Status, d.StatusAt = Derive(factsOf(&d, attempts, now)), at
+			d.DeleteAt = s.deleteAt(now)
 			if !d.Status.open() {
 				d.ExpireDue = time.Time{}
+			}
+			if !d.Status.Settled() {
+				d.CheckAt = now.Add(s.reconcile)
 			}
 			writes = 1
 			return tx.Create(ref, d)
@@ -253,7 +278,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			if err != nil {
 				return err
 			}
-			ups = append(ups, statusUpdates(&d, Derive(factsOf(&d, attempts, now)), now)...)
+			ups = append(ups, s.statusUpdates(&d, Derive(factsOf(&d, attempts, now)), now)...)
 		}
 		writes = 1
 		return tx.Update(ref, ups)

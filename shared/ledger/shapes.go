@@ -54,6 +54,7 @@ const (
 	fieldTraceID   = "traceId"
 	fieldOccurred  = "occurredAt"
 	fieldExpireDue = "expireDue"
+	fieldCheckAt   = "checkAt"
 )
 
 // NeedsComposite reports whether Firestore needs a composite index for the
@@ -157,6 +158,11 @@ var (
 		Equality: []string{fieldShard}, Range: fieldExpireDue,
 		OrderBy: []IndexField{{fieldExpireDue, Ascending}},
 	}
+	shapeCheckDue = QueryShape{
+		Name: "events_check_due", Collection: CollectionEvents,
+		Equality: []string{fieldShard}, Range: fieldCheckAt,
+		OrderBy: []IndexField{{fieldCheckAt, Ascending}},
+	}
 	shapeConsumersByTopic = QueryShape{
 		Name: "consumers_by_topic", Collection: CollectionConsumers,
 		Equality: []string{fieldTopic},
@@ -212,7 +218,7 @@ func listShape(fields []string) QueryShape {
 
 // QueryShapes returns every query shape the store runs.
 func QueryShapes() []QueryShape {
-	out := []QueryShape{shapeByTrace, shapeExpireDue, shapeConsumersByTopic, shapeAllConsumers, shapeAttemptsOfEvent, shapeEventByName}
+	out := []QueryShape{shapeByTrace, shapeExpireDue, shapeCheckDue, shapeConsumersByTopic, shapeAllConsumers, shapeAttemptsOfEvent, shapeEventByName}
 	for _, k := range sortedKeys(listShapes) {
 		out = append(out, listShapes[k])
 	}

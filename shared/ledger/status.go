@@ -159,6 +159,13 @@ func factsOf(d *Event, attempts []Attempt, now time.Time) Facts {
 // operator action; the expiry sweep only looks at open events.
 func (s Status) open() bool { return s != StatusConsumed && s != StatusExpired }
 
+// Settled reports whether a status stays as it is unless an operator acts
+// (a re-push) or a consumer reports again: CONSUMED, EXPIRED and FAILED.
+// The reconciler re-derives events whose status is not settled.
+func (s Status) Settled() bool {
+	return s == StatusConsumed || s == StatusExpired || s == StatusFailed
+}
+
 // sortAttempts orders attempts by consumer, then attempt number.
 func sortAttempts(as []Attempt) {
 	sort.Slice(as, func(i, j int) bool {

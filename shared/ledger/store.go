@@ -46,7 +46,22 @@ type Options struct {
 	// Logger receives warnings about writes the ledger heals (logging.Discard
 	// when nil).
 	Logger *slog.Logger
+	// Retention is how long the ledger keeps documents: every event and
+	// attempt document gets deleteAt = its creation + Retention, the field
+	// Firestore's TTL policies delete by (DefaultRetention when zero;
+	// negative writes no deleteAt).
+	Retention time.Duration
+	// ReconcileAfter is how long after its last status change an event
+	// that is not settled waits before the reconciler derives its status
+	// again (DefaultReconcileAfter when zero).
+	ReconcileAfter time.Duration
 }
+
+// Defaults of Options.
+const (
+	DefaultRetention      = 30 * 24 * time.Hour
+	DefaultReconcileAfter = time.Minute
+)
 
 // Store is the event ledger on Firestore. It is safe for concurrent use.
 //
@@ -65,6 +80,8 @@ type Store struct {
 	log        *slog.Logger
 	usage      usage
 	flights    coalescer
+	retention  time.Duration
+	reconcile  time.Duration
 }
 
 // Open connects to Firestore (the emulator when FIRESTORE_EMULATOR_HOST is
@@ -95,6 +112,14 @@ func New(c *firestore.Client, opts Options) *Store {
 		now:        opts.Now,
 		log:        opts.Logger,
 		reg:        opts.Registry,
+		retention:  opts.Retention,
+		reconcile:  opts.ReconcileAfter,
+	}
+	if s.retention == 0 {
+		s.retention = DefaultRetention
+	}
+	if s.reconcile <= 0 {
+		s.reconcile = DefaultReconcileAfter
 	}
 	if s.maxPayload <= 0 || s.maxPayload > DefaultMaxStoredPayload {
 		s.maxPayload = DefaultMaxStoredPayload
@@ -124,6 +149,15 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) clock() time.Time { return s.now().UTC() }
+
+// deleteAt is the TTL field's value for a document created at t (zero:
+// none, when the store keeps documents).
+func (s *Store) deleteAt(t time.Time) time.Time {
+	if s.retention < 0 {
+		return time.Time{}
+	}
+	return t.Add(s.retention)
+}
 
 // Usage counts the Firestore document reads and writes the store has made
 // (what Firestore bills): a document read by a get or a query is one read,
@@ -186,6 +220,7 @@ const (
 	OpSyncConsumers  = "sync_consumers"
 	OpRepush         = "repush"
 	OpExpire         = "expire"
+	OpReconcile      = "reconcile"
 	OpQuery          = "query"
 )
 

@@ -32,7 +32,7 @@ func TestRecordSentCreatesTheEventOnceAndNeverDowngrades(t *testing.T) {
 	e.ExpireAt = at.Add(24 * time.Hour)
 	e.SpanID, e.CorrelationID = "span-001", "corr-1"
 
-	if err := s.RecordSent(ctx, []*event.Event{e, e}, at); err != nil {
+	if err := s.RecordSent(ctx, SentAt(at, e, e)); err != nil {
 		t.Fatal(err)
 	}
 	d := mustGet(t, s, e.ID)
@@ -67,7 +67,7 @@ func TestRecordSentCreatesTheEventOnceAndNeverDowngrades(t *testing.T) {
 		t.Fatalf("rollup %+v %v", res, err)
 	}
 	before := mustGet(t, s, e.ID).Event
-	if err := s.RecordSent(ctx, []*event.Event{e}, at.Add(time.Minute)); err != nil {
+	if err := s.RecordSent(ctx, SentAt(at.Add(time.Minute), e)); err != nil {
 		t.Fatal(err)
 	}
 	after := mustGet(t, s, e.ID).Event
@@ -111,7 +111,7 @@ func TestPublishFailureThenSend(t *testing.T) {
 	}
 	// An operator fixes the topic and the relay publishes after all.
 	sent := at.Add(time.Hour)
-	if err := s.RecordSent(ctx, []*event.Event{e}, sent); err != nil {
+	if err := s.RecordSent(ctx, SentAt(sent, e)); err != nil {
 		t.Fatal(err)
 	}
 	got = mustGet(t, s, e.ID).Event
@@ -255,7 +255,7 @@ func TestExpectedConsumersAreFixedAtSend(t *testing.T) {
 	// No cache in front, so the registry change below is seen at once.
 	s.reg = s
 	early := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := s.RecordSent(ctx, []*event.Event{early}, time.Now()); err != nil {
+	if err := s.RecordSent(ctx, SentAt(time.Now(), early)); err != nil {
 		t.Fatal(err)
 	}
 	// message-service is disabled, audit-service added.
@@ -267,7 +267,7 @@ func TestExpectedConsumersAreFixedAtSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	late := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := s.RecordSent(ctx, []*event.Event{late}, time.Now()); err != nil {
+	if err := s.RecordSent(ctx, SentAt(time.Now(), late)); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range []*event.Event{early, late} {
@@ -297,7 +297,7 @@ func TestPayloadTooLargeForTheLedgerIsOmitted(t *testing.T) {
 	seed(t, s, orderTopic, "member-service")
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
 	e.Payload = []byte(`"` + strings.Repeat("x", 2000) + `"`)
-	if err := s.RecordSent(ctx, []*event.Event{e}, time.Now()); err != nil {
+	if err := s.RecordSent(ctx, SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 	got := mustGet(t, s, e.ID).Event

@@ -80,6 +80,9 @@ type Attempt struct {
 	ErrorMessage string    `firestore:"errorMessage,omitempty" json:"errorMessage,omitempty"`
 	ConsumedAt   time.Time `firestore:"consumedAt" json:"consumedAt"`
 	CreatedAt    time.Time `firestore:"createdAt" json:"createdAt"`
+	// DeleteAt is when Firestore's TTL policy deletes the attempt (see
+	// Event.DeleteAt).
+	DeleteAt time.Time `firestore:"deleteAt,omitempty" json:"-"`
 	// Delivery facts, for tracing an attempt back to Pub/Sub.
 	Topic           string `firestore:"topic,omitempty" json:"topic,omitempty"`
 	Subscription    string `firestore:"subscription,omitempty" json:"subscription,omitempty"`
@@ -107,26 +110,49 @@ func AttemptDocID(eventID, consumerID string, attemptNo int) string {
 // and consumer.
 func ConsumerDocID(topic, consumerID string) string { return topic + "~" + consumerID }
 
+// MaxNoticeEvents is the most event ids one rollup notice carries.
+const MaxNoticeEvents = 500
+
 // RollupMessage is the notice consume publishes to the rollup topic after it
-// records an attempt: the event id, as an attribute and as JSON data.
-func RollupMessage(eventID string) event.Message {
-	data, _ := json.Marshal(map[string]string{"eventId": eventID})
-	return event.Message{Data: data, Attributes: map[string]string{event.AttrEventID: eventID, event.AttrContentType: "application/json"}}
+// records attempts: the events' ids as JSON data ({"eventIds": [...]}), and
+// for a single event also as its event_id attribute ({"eventId": ...} is
+// read too).
+func RollupMessage(eventIDs ...string) event.Message {
+	m := event.Message{Attributes: map[string]string{event.AttrContentType: "application/json"}}
+	if len(eventIDs) == 1 {
+		m.Attributes[event.AttrEventID] = eventIDs[0]
+	}
+	m.Data, _ = json.Marshal(map[string][]string{"eventIds": eventIDs})
+	return m
 }
 
 // ErrNoEventID means a rollup notice named no event.
 var ErrNoEventID = errors.New("rollup notice names no event id")
 
-// RollupEventID reads the event id out of a rollup notice.
-func RollupEventID(m event.Message) (string, error) {
-	if id := strings.TrimSpace(m.Attributes[event.AttrEventID]); id != "" {
-		return id, nil
-	}
+// RollupEventIDs reads the event ids out of a rollup notice (at most
+// MaxNoticeEvents, each trimmed, repeats dropped).
+func RollupEventIDs(m event.Message) ([]string, error) {
 	var body struct {
-		EventID string `json:"eventId"`
+		EventID  string   `json:"eventId"`
+		EventIDs []string `json:"eventIds"`
 	}
-	if err := json.Unmarshal(m.Data, &body); err == nil && strings.TrimSpace(body.EventID) != "" {
-		return strings.TrimSpace(body.EventID), nil
+	_ = json.Unmarshal(m.Data, &body)
+	ids := append([]string{m.Attributes[event.AttrEventID], body.EventID}, body.EventIDs...)
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		id = strings.TrimSpace(id)
+		if id == "" || seen[id] {
+			continue
+		}
+		if len(out) == MaxNoticeEvents {
+			return nil, fmt.Errorf("rollup notice names more than %d events", MaxNoticeEvents)
+		}
+		seen[id] = true
+		out = append(out, id)
 	}
-	return "", ErrNoEventID
+	if len(out) == 0 {
+		return nil, ErrNoEventID
+	}
+	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -120,19 +121,65 @@ func TestRepush(t *testing.T) {
 	if _, err := outbox.Repush(ctx, pool, ev("e1", "A", 1), ""); !errors.Is(err, outbox.ErrPending) {
 		t.Fatalf("re-push of a pending row: %v", err)
 	}
-	_, _ = pool.Exec(ctx, `UPDATE relaybus_outbox SET published_at = now(), attempts = 2`)
+	// Published (the relay moved the cursor over it): the re-push is queued,
+	// addressed to the consumer, and the event is pending until it goes out.
+	_, _ = pool.Exec(ctx, `UPDATE relaybus_outbox_dispatch SET published_version = 1, due_at = NULL`)
+	if st, _ := outbox.Lookup(ctx, pool, "e1"); st["e1"].State != outbox.StatePublished {
+		t.Fatalf("before re-push: %+v", st["e1"])
+	}
 	if _, err := outbox.Repush(ctx, pool, ev("e1", "A", 1), "message-service"); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := outbox.Lookup(ctx, pool, "e1")
-	var target string
-	_ = pool.QueryRow(ctx, `SELECT target_consumer FROM relaybus_outbox WHERE id = 'e1'`).Scan(&target)
-	if st["e1"].State != outbox.StatePending || st["e1"].Attempts != 0 || target != "message-service" {
-		t.Fatalf("after re-push: %+v target %q", st["e1"], target)
+	if st["e1"].State != outbox.StatePending || st["e1"].Target != "message-service" {
+		t.Fatalf("after re-push: %+v", st["e1"])
 	}
-	// Retention deleted the row: re-push inserts it again.
+	if _, err := outbox.Repush(ctx, pool, ev("e1", "A", 1), ""); !errors.Is(err, outbox.ErrPending) {
+		t.Fatalf("second re-push while the first is queued: %v", err)
+	}
+	if c, _ := outbox.Count(ctx, pool); c.Repushes != 1 || c.Pending != 1 {
+		t.Fatalf("backlog %+v, want the re-push pending", c)
+	}
+	// Retention deleted the row: re-push inserts it again (as published) and
+	// queues it.
+	_, _ = pool.Exec(ctx, `DELETE FROM relaybus_outbox_repush`)
 	_, _ = pool.Exec(ctx, `DELETE FROM relaybus_outbox`)
+	_, _ = pool.Exec(ctx, `DELETE FROM relaybus_outbox_dispatch`)
 	if _, err := outbox.Repush(ctx, pool, ev("e1", "A", 1), ""); err != nil || count(t, pool) != 1 {
 		t.Fatalf("re-push after retention: %v", err)
+	}
+	if st, _ := outbox.Lookup(ctx, pool, "e1"); st["e1"].State != outbox.StatePending {
+		t.Fatalf("re-pushed after retention: %+v", st["e1"])
+	}
+}
+
+func TestRepushOfAFailedVersionUnblocksItsAggregate(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	if _, err := outbox.Enqueue(ctx, pool, ev("e1", "A", 1), ev("e2", "A", 2)); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = pool.Exec(ctx, `UPDATE relaybus_outbox_dispatch SET failed_version = 1, failed_at = now(), attempts = 5,
+		last_error = 'permission denied', due_at = NULL`)
+	st, _ := outbox.Lookup(ctx, pool, "e1", "e2")
+	if st["e1"].State != outbox.StateFailed || st["e1"].Attempts != 5 || st["e2"].State != outbox.StatePending {
+		t.Fatalf("failed: %+v", st)
+	}
+	if c, _ := outbox.Count(ctx, pool); c.Failed != 1 || c.Blocked != 1 || c.Pending != 0 {
+		t.Fatalf("backlog %+v", c)
+	}
+	if _, err := outbox.Repush(ctx, pool, ev("e2", "A", 2), ""); !errors.Is(err, outbox.ErrPending) {
+		t.Fatalf("re-push of the version behind the failure: %v", err)
+	}
+	if _, err := outbox.Repush(ctx, pool, ev("e1", "A", 1), ""); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = outbox.Lookup(ctx, pool, "e1")
+	if st["e1"].State != outbox.StatePending || st["e1"].Attempts != 0 {
+		t.Fatalf("after re-push: %+v", st["e1"])
+	}
+	runs, err := outbox.Claim(ctx, pool, outbox.ClaimOptions{Owner: "r", Lease: time.Minute, Aggregates: 10, RunLimit: 10, Limit: 10})
+	if err != nil || len(runs) != 1 || len(runs[0].Rows) != 2 {
+		t.Fatalf("claim after re-push: %+v %v", runs, err)
 	}
 }

@@ -2,10 +2,19 @@
 // enqueues events in the same transaction as its business rows, and the relay
 // publishes them to Pub/Sub afterwards, in per-aggregate version order.
 //
-// The table (relaybus_outbox, created by [Migrate]) keeps the company-wide
-// minimum columns (id, aggregatetype, aggregateid, event_type, version,
-// payload, occurred_at) so that a Debezium outbox router could read it, plus
-// the rest of the envelope and the relay's dispatch state.
+// The table relaybus_outbox keeps the company-wide minimum columns (id,
+// aggregatetype, aggregateid, event_type, version, payload, occurred_at) so
+// that a Debezium outbox router can read it, plus the rest of the envelope;
+// it is append-only. Dispatch state is per aggregate, in
+// relaybus_outbox_dispatch (see migrations/003_dispatch_by_aggregate.sql):
+// a published cursor, a lease with an epoch that fences relays out, the
+// retry state of the aggregate's first unpublished version, and the
+// ledger's own cursor. The relay claims aggregates ([Claim]), publishes each
+// one's run of unpublished versions as one ordered bundle and settles a
+// whole batch in one statement ([Settle]). Operators read the view
+// relaybus_outbox_backlog.
+//
+// Every query is a .sql file under sql/, embedded.
 package outbox
 
 import (
@@ -29,7 +38,24 @@ var migrationFS embed.FS
 // Migrations is the outbox's migration line.
 var Migrations = migrate.MustLoadFS("outbox", migrationFS, "migrations")
 
-// Migrate creates or upgrades the outbox table in db's search_path.
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+// query returns the embedded query name (sql/<name>.sql).
+func query(name string) string {
+	b, err := sqlFS.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic("outbox: no query " + name)
+	}
+	return string(b)
+}
+
+var (
+	enqueueSQL = query("enqueue")
+	lookupSQL  = query("lookup")
+)
+
+// Migrate creates or upgrades the outbox tables in db's search_path.
 func Migrate(ctx context.Context, db migrate.Beginner) error {
 	_, err := Migrations.Apply(ctx, db)
 	return err
@@ -43,30 +69,49 @@ type DBTX interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// State is where an outbox row is in its dispatch.
+// State is where an event is in its dispatch.
 type State string
 
 // Dispatch states.
 const (
-	// StatePending: waiting to be published (or to be retried).
+	// StatePending: waiting to be published (or to be retried, or behind a
+	// FAILED version of its aggregate, or a re-push on its way).
 	StatePending State = "pending"
 	// StatePublished: Pub/Sub accepted it.
 	StatePublished State = "published"
-	// StateFailed: publishing failed the maximum number of times; the row is
-	// kept for an operator and blocks its aggregate.
+	// StateFailed: publishing failed the maximum number of times; the event
+	// is kept for an operator and blocks its aggregate until re-pushed.
 	StateFailed State = "failed"
 )
 
-// Enqueued reports what Enqueue did with one event.
+// Enqueued reports what Enqueue did with one event, or (Lookup) where an
+// event is.
 type Enqueued struct {
 	ID string
 	// Duplicate is true when the outbox already held an event with this id;
 	// nothing was written and the fields below describe the existing row.
-	Duplicate   bool
-	State       State
-	Attempts    int
+	Duplicate bool
+	State     State
+	// Attempts and LastError are the failed publishes of the event while it
+	// is its aggregate's first unpublished version.
+	Attempts  int
+	LastError string
+	// PublishedAt is when its aggregate's cursor last moved (the event's
+	// own publish, or a later one), once published.
 	PublishedAt time.Time
-	LastError   string
+	// Aggregate, Version, Topic and TraceID are the stored event's.
+	Aggregate Aggregate
+	Version   int64
+	Topic     string
+	TraceID   string
+	// Target is the consumer a re-push (or the row) is addressed to.
+	Target string
+}
+
+// Aggregate names one aggregate: its type and id. An aggregate's events
+// are published in version order, with its id as the ordering key.
+type Aggregate struct {
+	Type, ID string
 }
 
 // ErrVersionConflict means the aggregate already has a different event with
@@ -74,13 +119,19 @@ type Enqueued struct {
 var ErrVersionConflict = errors.New("version conflict")
 
 // Enqueue writes events into the outbox through db, normally the caller's own
-// transaction, so they are published if and only if it commits. Each event
-// is prepared first (a missing id, occurrence time or trace id is filled in,
-// see event.Prepare) and validated against Pub/Sub's hard limits; callers
-// that enforce a smaller payload limit validate before. Enqueue is idempotent
-// on event id: an id already in the outbox is reported as a duplicate with
-// its current state, and nothing is written for it. An event whose aggregate
-// already has that version under another id fails with ErrVersionConflict.
+// transaction, so they are published if and only if it commits; it also
+// records, on each aggregate's dispatch row, that the aggregate has work.
+// Each event is prepared first (a missing id, occurrence time or trace id
+// is filled in, see event.Prepare) and validated against Pub/Sub's hard
+// limits; callers that enforce a smaller payload limit validate before.
+// Enqueue is idempotent on event id: an id already in the outbox is
+// reported as a duplicate with its current state, and nothing is written
+// for it. An event whose aggregate already has that version under another
+// id fails with ErrVersionConflict. The happy path is one statement.
+//
+// Call the relay's kick (relay.Kicker) with the ids after the transaction
+// commits to have them published within milliseconds instead of at the
+// next scheduled drain.
 func Enqueue(ctx context.Context, db DBTX, events ...*event.Event) ([]Enqueued, error) {
 	if len(events) == 0 {
 		return nil, nil
@@ -98,7 +149,7 @@ func Enqueue(ctx context.Context, db DBTX, events ...*event.Event) ([]Enqueued, 
 		seen[e.ID] = true
 		b.add(e)
 	}
-	rows, err := db.Query(ctx, insertSQL+` ON CONFLICT (id) DO NOTHING RETURNING id`, b.args()...)
+	rows, err := db.Query(ctx, enqueueSQL, b.args()...)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -117,14 +168,15 @@ func Enqueue(ctx context.Context, db DBTX, events ...*event.Event) ([]Enqueued, 
 	out := make([]Enqueued, len(events))
 	var dups []string
 	for i, e := range events {
-		out[i] = Enqueued{ID: e.ID, State: StatePending}
+		out[i] = Enqueued{ID: e.ID, State: StatePending, Aggregate: Aggregate{e.AggregateType, e.AggregateID},
+			Version: e.Version, Topic: e.Topic, TraceID: e.TraceID}
 		if !inserted[e.ID] {
 			out[i].Duplicate = true
 			dups = append(dups, e.ID)
 		}
 	}
 	if len(dups) > 0 {
-		states, err := lookup(ctx, db, dups)
+		states, err := Lookup(ctx, db, dups...)
 		if err != nil {
 			return nil, err
 		}
@@ -142,44 +194,99 @@ func Enqueue(ctx context.Context, db DBTX, events ...*event.Event) ([]Enqueued, 
 // ErrPending means a re-push found the event still waiting to be published.
 var ErrPending = errors.New("event is still pending in the outbox")
 
-// Repush queues an event again, as an operator's re-push does: its row goes
-// back to pending with its attempts reset and, when target is not empty,
-// addressed to that consumer alone (the relay sets the target_consumer
-// attribute that every other consumer's subscription filters out). When
-// retention has already deleted the row, it is inserted again from e. A row
-// that is still pending is left alone and ErrPending returned.
+// Repush queues an event again, as an operator's re-push does, addressed
+// to target alone when target is not empty (the relay sets the
+// target_consumer attribute that every other consumer's subscription
+// filters out):
+//
+//   - an event its aggregate FAILED at: the failure is cleared (attempts
+//     back to 0) and the aggregate flows again from it;
+//   - a published event: a re-push is queued, which the relay publishes
+//     again outside the aggregate's run (the consumers' version gates keep
+//     order);
+//   - an event retention has deleted: it is inserted again from e (as
+//     published) and a re-push queued.
+//
+// An event that is still pending, or whose previous re-push is still on
+// its way, is left alone and ErrPending returned.
+//
+// db is a pool (Repush runs its own transaction) or the caller's
+// transaction.
 func Repush(ctx context.Context, db DBTX, e *event.Event, target string) (Enqueued, error) {
 	if err := e.Prepare(time.Now().UTC(), event.Limits{MaxPayloadBytes: event.MaxPayloadLimit}); err != nil {
 		return Enqueued{}, fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
 	}
-	b := &batch{}
-	b.add(e)
-	b.target[0] = target
-	var id string
-	err := db.QueryRow(ctx, insertSQL+` ON CONFLICT (id) DO UPDATE SET
-		published_at = NULL, failed_at = NULL, attempts = 0, next_retry_at = NULL, last_error = NULL,
-		lease_owner = NULL, lease_expires_at = NULL, target_consumer = EXCLUDED.target_consumer,
-		seq = nextval(pg_get_serial_sequence('relaybus_outbox', 'seq'))
-		WHERE relaybus_outbox.published_at IS NOT NULL OR relaybus_outbox.failed_at IS NOT NULL
-		RETURNING id`, b.args()...).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Enqueued{}, fmt.Errorf("outbox: re-push %s: %w", e.ID, ErrPending)
+	b, ok := db.(migrate.Beginner)
+	if !ok {
+		return Enqueued{}, fmt.Errorf("outbox: re-push %s: the database handle cannot begin a transaction", e.ID)
 	}
+	var out Enqueued
+	err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+		var (
+			aggType, aggID string
+			version        int64
+			cursor         *int64
+			failed         *int64
+			queued         bool
+		)
+		err := tx.QueryRow(ctx, `SELECT o.aggregatetype, o.aggregateid, o.version, d.published_version, d.failed_version,
+				EXISTS (SELECT 1 FROM relaybus_outbox_repush q WHERE q.event_id = o.id AND q.failed_at IS NULL)
+			FROM relaybus_outbox o
+			LEFT JOIN relaybus_outbox_dispatch d ON d.aggregatetype = o.aggregatetype AND d.aggregateid = o.aggregateid
+			WHERE o.id = $1
+			FOR UPDATE OF o`, e.ID).Scan(&aggType, &aggID, &version, &cursor, &failed, &queued)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			// Deleted by retention: back in as published, then re-pushed.
+			b := &batch{}
+			b.add(e)
+			if _, err := tx.Exec(ctx, `INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
+				topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id, initiator, expire_at, target_consumer)
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[], $7::timestamptz[],
+				$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[])`,
+				b.args()...); err != nil {
+				return mapErr(err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO relaybus_outbox_dispatch (aggregatetype, aggregateid, enqueued_version, published_version, ledger_version, published_at)
+				VALUES ($1, $2, $3, $3, $3, now()) ON CONFLICT (aggregatetype, aggregateid) DO NOTHING`,
+				e.AggregateType, e.AggregateID, e.Version); err != nil {
+				return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
+			}
+			aggType, aggID, version = e.AggregateType, e.AggregateID, e.Version
+		case err != nil:
+			return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
+		case failed != nil && *failed == version:
+			// The aggregate FAILED at this event: clear it and flow again.
+			if _, err := tx.Exec(ctx, `UPDATE relaybus_outbox SET target_consumer = nullif($2, '') WHERE id = $1`, e.ID, target); err != nil {
+				return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE relaybus_outbox_dispatch SET failed_version = NULL, failed_at = NULL,
+					attempts = 0, last_error = NULL, due_at = now()
+				WHERE aggregatetype = $1 AND aggregateid = $2`, aggType, aggID); err != nil {
+				return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
+			}
+			out = Enqueued{ID: e.ID, State: StatePending, Aggregate: Aggregate{aggType, aggID}, Version: version, Target: target}
+			return nil
+		case cursor == nil || *cursor < version || queued:
+			return fmt.Errorf("outbox: re-push %s: %w", e.ID, ErrPending)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO relaybus_outbox_repush (event_id, target_consumer) VALUES ($1, nullif($2, ''))`,
+			e.ID, target); err != nil {
+			return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
+		}
+		out = Enqueued{ID: e.ID, State: StatePending, Aggregate: Aggregate{aggType, aggID}, Version: version, Target: target}
+		return nil
+	})
 	if err != nil {
-		return Enqueued{}, mapErr(err)
+		return Enqueued{}, err
 	}
-	return Enqueued{ID: id, State: StatePending}, nil
+	return out, nil
 }
 
 // Lookup returns the dispatch state of the given event ids; ids not in the
 // outbox are absent from the map.
 func Lookup(ctx context.Context, db DBTX, ids ...string) (map[string]Enqueued, error) {
-	return lookup(ctx, db, ids)
-}
-
-func lookup(ctx context.Context, db DBTX, ids []string) (map[string]Enqueued, error) {
-	rows, err := db.Query(ctx, `SELECT id, attempts, published_at, failed_at, coalesce(last_error, '')
-		FROM relaybus_outbox WHERE id = ANY($1)`, ids)
+	rows, err := db.Query(ctx, lookupSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: lookup: %w", err)
 	}
@@ -188,15 +295,20 @@ func lookup(ctx context.Context, db DBTX, ids []string) (map[string]Enqueued, er
 	for rows.Next() {
 		var (
 			e                 Enqueued
-			published, failed *time.Time
+			published, failed bool
+			publishedAt       *time.Time
 		)
-		if err := rows.Scan(&e.ID, &e.Attempts, &published, &failed, &e.LastError); err != nil {
+		if err := rows.Scan(&e.ID, &e.Aggregate.Type, &e.Aggregate.ID, &e.Version, &e.Topic, &e.TraceID,
+			&published, &failed, &publishedAt, &e.Attempts, &e.LastError, &e.Target); err != nil {
 			return nil, fmt.Errorf("outbox: lookup: %w", err)
 		}
 		switch {
-		case published != nil:
-			e.State, e.PublishedAt = StatePublished, *published
-		case failed != nil:
+		case published:
+			e.State = StatePublished
+			if publishedAt != nil {
+				e.PublishedAt = publishedAt.UTC()
+			}
+		case failed:
 			e.State = StateFailed
 		default:
 			e.State = StatePending
@@ -205,11 +317,6 @@ func lookup(ctx context.Context, db DBTX, ids []string) (map[string]Enqueued, er
 	}
 	return out, rows.Err()
 }
-
-const insertSQL = `INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
-	topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id, initiator, expire_at, target_consumer)
-	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[], $7::timestamptz[],
-	$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[])`
 
 // batch holds Enqueue's columns as arrays for one unnest insert.
 type batch struct {

@@ -5,13 +5,14 @@ import (
 
 	"context"
 	"fmt"
-	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relaybus/relaybus/internal/pubsubtest"
 
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"

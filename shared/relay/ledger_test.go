@@ -9,7 +9,6 @@ import (
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
-	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
@@ -22,16 +21,18 @@ type failingSends struct {
 	down atomic.Bool
 }
 
-func (f *failingSends) RecordSent(ctx context.Context, events []*event.Event, at time.Time) error {
+func (f *failingSends) RecordSent(ctx context.Context, sends []ledger.Sent) error {
 	if f.down.Load() {
 		return errors.New("firestore unavailable")
 	}
-	return f.Store.RecordSent(ctx, events, at)
+	return f.Store.RecordSent(ctx, sends)
 }
 
-// Published while the ledger was down: the events still reach Pub/Sub (the
-// outbox is the truth), and the next drain records them in the ledger.
-func TestLedgerMissedSendsAreHealedByTheNextDrain(t *testing.T) {
+// Firestore unreachable during a drain: every event is still published (the
+// outbox is the truth, the ledger only records), and once Firestore is back
+// the drain's healing step records the sends the live recorder missed; a
+// drain after that heals nothing more.
+func TestLedgerMissedSendsAreHealedByALaterDrain(t *testing.T) {
 	ctx := context.Background()
 	emutest.Host(t, emulator.Firestore)
 	e := newEnv(t)
@@ -43,7 +44,9 @@ func TestLedgerMissedSendsAreHealedByTheNextDrain(t *testing.T) {
 	defer store.Close()
 	led := &failingSends{Store: store}
 	led.down.Store(true)
-	r := e.relay(t, relay.Options{Ledger: led})
+	var clk clock
+	r := e.relay(t, relay.Options{Ledger: led, Now: clk.now})
+	defer r.Close(ctx)
 	fill(t, e.pool, 3, 2)
 	sum, err := r.Drain(ctx, 10*time.Second)
 	if err != nil {
@@ -52,26 +55,72 @@ func TestLedgerMissedSendsAreHealedByTheNextDrain(t *testing.T) {
 	if sum.Published != 6 || e.rec.msgs != 6 {
 		t.Fatalf("ledger down: %+v, %d on Pub/Sub; want all 6 published anyway", sum, e.rec.msgs)
 	}
+	if err := r.FlushLedger(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := store.Get(ctx, aggKey(0)+"-v1"); !errors.Is(err, ledger.ErrEventNotFound) {
 		t.Fatalf("the ledger has the event although its write failed: %v", err)
 	}
 	led.down.Store(false)
+	// Before the heal delay the live recorder still has its chance.
+	if sum, err := r.Drain(ctx, 10*time.Second); err != nil || sum.LedgerHealed != 0 {
+		t.Fatalf("drain before the heal delay: %+v %v", sum, err)
+	}
+	clk.add(relay.DefaultHealDelay + time.Second)
 	sum, err = r.Drain(ctx, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sum.LedgerHealed != 6 || sum.Published != 0 {
-		t.Fatalf("next drain: %+v, want 6 healed and nothing published again", sum)
+		t.Fatalf("drain after the heal delay: %+v, want 6 healed and nothing published again", sum)
 	}
 	for a := range 3 {
 		for v := 1; v <= 2; v++ {
 			d, err := store.Get(ctx, aggKey(a)+"-v"+string(rune('0'+v)))
-			if err != nil || d.Event.Status != ledger.StatusSent || len(d.Event.ExpectedConsumers) != 2 {
-				t.Errorf("%s v%d in the ledger: %+v %v", aggKey(a), v, d.Event.Status, err)
+			if err != nil || d.Event.Status != ledger.StatusSent || len(d.Event.ExpectedConsumers) != 2 || d.Event.EnqueuedAt.IsZero() {
+				t.Errorf("%s v%d in the ledger: %+v %v", aggKey(a), v, d.Event, err)
 			}
 		}
 	}
+	clk.add(time.Hour)
 	if sum, _ := r.Drain(ctx, 10*time.Second); sum.LedgerHealed != 0 {
 		t.Errorf("healed again: %+v", sum)
+	}
+}
+
+// With the ledger up, the live recorder records every send within moments of
+// the drain, and the healing step finds nothing to do.
+func TestLedgerRecordsSendsAfterTheFact(t *testing.T) {
+	ctx := context.Background()
+	emutest.Host(t, emulator.Firestore)
+	e := newEnv(t)
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)},
+		ledger.Options{Registry: registry.FromTopology(e.top)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var clk clock
+	r := e.relay(t, relay.Options{Ledger: store, Now: clk.now})
+	defer r.Close(ctx)
+	fill(t, e.pool, 4, 3)
+	if sum, err := r.Drain(ctx, 10*time.Second); err != nil || sum.Published != 12 {
+		t.Fatalf("drain: %+v %v", sum, err)
+	}
+	if err := r.FlushLedger(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d, err := store.Get(ctx, aggKey(2)+"-v3")
+	if err != nil || d.Event.Status != ledger.StatusSent || d.Event.SentAt.IsZero() {
+		t.Fatalf("after the drain: %+v %v", d.Event, err)
+	}
+	clk.add(relay.DefaultHealDelay + time.Second)
+	if sum, err := r.Drain(ctx, 10*time.Second); err != nil || sum.LedgerHealed != 0 {
+		t.Errorf("the healing step found work the live recorder had done: %+v %v", sum, err)
+	}
+	var behind int
+	_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_outbox_dispatch WHERE ledger_version < published_version OR ledger_due_at IS NOT NULL`).Scan(&behind)
+	if behind != 0 {
+		t.Errorf("%d aggregates still wait for the ledger", behind)
 	}
 }

@@ -1,18 +1,40 @@
-// Package relay drains the transactional outbox to Pub/Sub: it claims rows
-// (outbox.Claim: per-aggregate heads, FOR UPDATE SKIP LOCKED, leases),
-// publishes them with the aggregate id as ordering key, marks what Pub/Sub
-// acknowledged, and schedules retries with capped exponential backoff for
-// what it refused. After MaxAttempts failures a row is FAILED: kept, logged
-// at ERROR and counted, blocking only its own aggregate until an operator
-// re-pushes it.
+// Package relay drains the transactional outbox to Pub/Sub, an aggregate's
+// run at a time.
 //
-// Several relays may run at once (Cloud Scheduler overlap, manual kicks,
-// publish's fast path through PublishNow): a claim takes an aggregate only
-// through its head row, and the head moves only when Pub/Sub acknowledged
-// it, so version n+1 of an aggregate never reaches Pub/Sub before version n.
-// A relay that dies mid-batch leaves leased rows; the lease expires and
-// another relay publishes them (at least once: Pub/Sub may then hold a
-// message twice, which the consumers' inboxes absorb).
+// A drain runs Concurrency workers. Each one claims aggregates
+// (outbox.Claim: due aggregates, FOR UPDATE SKIP LOCKED, a lease that bumps
+// the aggregate's epoch) with each one's run of unpublished versions,
+// publishes every run as one ordered bundle (one Publish request per run,
+// runs in parallel, the aggregate id as ordering key), and settles the
+// batch in one statement (outbox.Settle: each cursor moves over what
+// Pub/Sub acknowledged; a failure schedules a retry with capped exponential
+// backoff, or makes the aggregate FAILED after MaxAttempts: kept, logged at
+// ERROR and counted, blocking only its own aggregate until an operator
+// re-pushes it). Workers pipeline naturally: while one publishes, another
+// claims and a third settles.
+//
+// Order: an aggregate's run starts at its published cursor, and the cursor
+// moves only over versions Pub/Sub acknowledged, under the lease's epoch.
+// So version n+1 never reaches Pub/Sub before version n, whatever relays
+// run at once and whatever fails. A relay checks its lease before each
+// publish request and bounds the request by the lease; a relay that was
+// paused past its lease (and taken over) publishes nothing more and cannot
+// move the cursor. Pub/Sub has no conditional publish, so a pause between
+// that check and the request reaching Pub/Sub can still let a duplicate
+// through after the new holder's messages: LeaseMargin bounds how long that
+// window may be, and the consumers' inboxes and version gates absorb it.
+//
+// The ledger records, it does not gate: sends are recorded after they are
+// published, in the background and in batches (RecordSent within
+// LedgerBudget), and settled aggregates wait in the outbox's ledger queue
+// until the recorder reports them; what it misses (Firestore down, the
+// process gone) the drain's healing step records later, concurrently with
+// claiming and bounded by the drain's budget. A Firestore outage slows the
+// record, never the events.
+//
+// PublishNow (publish's fast path) and Kick (the post-commit kick of child
+// events and Go producers) publish given events at once through the same
+// claim, publish and settle code.
 package relay
 
 import (
@@ -20,62 +42,53 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/relaybus/relaybus/shared/batch"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/topology"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
-// Defaults of Options (outbox-streamingpull "OUTBOX配置").
+// Defaults of Options (outbox-streamingpull "OUTBOX配置" where it names one).
 const (
-	DefaultBatchSize   = 500
-	DefaultLease       = 2 * time.Minute
-	DefaultMaxAttempts = 5
-	DefaultBackoffBase = 10 * time.Second
-	DefaultBackoffMax  = 10 * time.Minute
-	DefaultRetention   = 24 * time.Hour
-	DefaultConcurrency = 1
+	DefaultBatchSize    = 2000
+	DefaultAggregates   = 64
+	DefaultRunLimit     = 500
+	DefaultConcurrency  = 4
+	DefaultLease        = 2 * time.Minute
+	DefaultMaxAttempts  = 5
+	DefaultBackoffBase  = 10 * time.Second
+	DefaultBackoffMax   = 10 * time.Minute
+	DefaultRetention    = 24 * time.Hour
+	DefaultLedgerBudget = 10 * time.Second
+	DefaultHealDelay    = 30 * time.Second
 	// purgeBatch bounds one retention delete.
 	purgeBatch = 5000
+	// fastRunLimit bounds the run the fast path publishes per aggregate: an
+	// event behind a longer backlog is left to the drain.
+	fastRunLimit = 100
 )
 
 // DB is what the relay needs of Postgres (a *pgxpool.Pool).
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = outbox.DBTX
 
-// Publisher is what the relay needs of Pub/Sub (a *transport.Client, whose
-// publishers keep message ordering on).
+// Publisher is what the relay needs of Pub/Sub (a *transport.Client).
 type Publisher interface {
-	// PublishAsync queues a message; a failure pauses its ordering key
-	// until Resume.
-	PublishAsync(ctx context.Context, topic string, m event.Message) transport.Result
-	// Resume lets an ordering key publish again after a failure.
-	Resume(topic, orderingKey string)
+	// PublishBatch publishes msgs to topic in order and returns how many
+	// Pub/Sub acknowledged (a prefix) and the error that stopped it.
+	PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error)
 }
 
-// Ledger records sends in the event ledger (shared/ledger's Store).
+// Ledger records sends and publish failures (a *ledger.Store).
 type Ledger interface {
-	// RecordSent creates each event's ledger document with status SENT. It
-	// is called just before the batch goes to Pub/Sub. Idempotent.
-	RecordSent(ctx context.Context, events []*event.Event, at time.Time) error
-	// RecordPublishFailure records a failed publish: PENDING while a retry
-	// is scheduled, FAILED when final.
+	RecordSent(ctx context.Context, sends []ledger.Sent) error
 	RecordPublishFailure(ctx context.Context, e *event.Event, attempts int, lastError string, final bool, at time.Time) error
 }
 
@@ -86,13 +99,26 @@ type Options struct {
 	// Topology gives each topic's payload encoding (JSON when nil or when
 	// the topic is not declared).
 	Topology *topology.Topology
-	// Ledger, when set, records sends and publish failures.
+	// Ledger, when set, records sends and publish failures after the fact.
 	Ledger Ledger
 	// BatchSize is the most rows one claim takes (DefaultBatchSize).
 	BatchSize int
-	// Lease is how long a claim holds its rows (DefaultLease).
+	// Aggregates is the most aggregates one claim leases (DefaultAggregates);
+	// with several workers, keep it below the number of busy aggregates so
+	// that every worker gets some.
+	Aggregates int
+	// RunLimit is the most rows of one aggregate one claim takes
+	// (DefaultRunLimit).
+	RunLimit int
+	// Concurrency is how many claim/publish/settle workers one Drain runs
+	// (DefaultConcurrency).
+	Concurrency int
+	// Lease is how long a claim holds its aggregates (DefaultLease).
 	Lease time.Duration
-	// MaxAttempts is how many failed publishes make a row FAILED
+	// LeaseMargin is how long before its lease expires a relay stops
+	// publishing (Lease/4 when zero).
+	LeaseMargin time.Duration
+	// MaxAttempts is how many failed publishes make an aggregate FAILED
 	// (DefaultMaxAttempts).
 	MaxAttempts int
 	// BackoffBase and BackoffMax: the n-th failure retries after
@@ -101,19 +127,31 @@ type Options struct {
 	// Retention is how long published rows are kept (DefaultRetention);
 	// negative keeps them forever.
 	Retention time.Duration
-	// Concurrency is how many claim/publish/mark loops one Drain runs
-	// (DefaultConcurrency).
-	Concurrency int
+	// LedgerBudget bounds one batch of ledger writes (DefaultLedgerBudget).
+	LedgerBudget time.Duration
+	// HealDelay is how long after a send the healing step may record it
+	// when the live recorder has not (DefaultHealDelay).
+	HealDelay time.Duration
 	// Owner names this relay in leases (random when empty).
 	Owner string
+	// Now is the relay's clock for leases, retries and the database's
+	// comparisons; nil is time.Now for the relay and the database's own
+	// clock for its queries. Tests move it.
+	Now func() time.Time
 	// Logger receives the structured logs (logging.Discard when nil).
 	Logger *slog.Logger
 }
 
-// Relay drains the outbox. It is safe for concurrent use.
+// Relay drains the outbox. It is safe for concurrent use. Close it to flush
+// the ledger writes it still holds.
 type Relay struct {
 	o   Options
 	log *slog.Logger
+
+	sends    *batch.Batcher[recordedRun]
+	failures *batch.Batcher[failureRecord]
+
+	kicks *batch.Batcher[string]
 }
 
 // New returns a relay over o.
@@ -124,8 +162,20 @@ func New(o Options) (*Relay, error) {
 	if o.BatchSize <= 0 {
 		o.BatchSize = DefaultBatchSize
 	}
+	if o.Aggregates <= 0 {
+		o.Aggregates = DefaultAggregates
+	}
+	if o.RunLimit <= 0 {
+		o.RunLimit = DefaultRunLimit
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
+	}
+	if o.LeaseMargin <= 0 || o.LeaseMargin >= o.Lease {
+		o.LeaseMargin = o.Lease / 4
 	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = DefaultMaxAttempts
@@ -139,8 +189,11 @@ func New(o Options) (*Relay, error) {
 	if o.Retention == 0 {
 		o.Retention = DefaultRetention
 	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = DefaultConcurrency
+	if o.LedgerBudget <= 0 {
+		o.LedgerBudget = DefaultLedgerBudget
+	}
+	if o.HealDelay <= 0 {
+		o.HealDelay = DefaultHealDelay
 	}
 	if o.Owner == "" {
 		b := make([]byte, 6)
@@ -150,7 +203,43 @@ func New(o Options) (*Relay, error) {
 	if o.Logger == nil {
 		o.Logger = logging.Discard()
 	}
-	return &Relay{o: o, log: o.Logger}, nil
+	r := &Relay{o: o, log: o.Logger}
+	r.kicks = batch.New(r.kick, batch.Options{MaxItems: 500, MaxWait: 200 * time.Microsecond, Capacity: 20_000, Workers: 2})
+	if o.Ledger != nil {
+		// One batch at a time, in order: a run's ledger cursor moves only
+		// after the run before it of the same aggregate.
+		r.sends = batch.New(r.recordSends, batch.Options{MaxItems: 200, MaxWait: 5 * time.Millisecond, Capacity: 20_000})
+		r.failures = batch.New(r.recordFailures, batch.Options{MaxItems: 100, Capacity: 10_000})
+	}
+	return r, nil
+}
+
+// Close flushes the ledger writes and kicks the relay still holds, within
+// ctx, and stops its background work. What it cuts is recorded later by a
+// drain's healing step (sends) or published by the next drain (kicks).
+func (r *Relay) Close(ctx context.Context) error {
+	errs := []error{r.kicks.Close(ctx)}
+	if r.sends != nil {
+		errs = append(errs, r.sends.Close(ctx), r.failures.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// now is the relay's clock.
+func (r *Relay) now() time.Time {
+	if r.o.Now != nil {
+		return r.o.Now()
+	}
+	return time.Now()
+}
+
+// dbNow is the time the relay's queries compare with: zero (the database's
+// own clock) unless a test set Now.
+func (r *Relay) dbNow() time.Time {
+	if r.o.Now != nil {
+		return r.o.Now()
+	}
+	return time.Time{}
 }
 
 // Backoff returns the delay before retry after the n-th failure (n ≥ 1):
@@ -167,19 +256,25 @@ func Backoff(base, max time.Duration, n int) time.Duration {
 type Summary struct {
 	// Claimed rows were leased by this drain.
 	Claimed int `json:"claimed"`
-	// Published rows Pub/Sub acknowledged.
+	// Published rows Pub/Sub acknowledged (and this drain settled).
 	Published int `json:"published"`
-	// Retried rows failed and have a retry scheduled.
+	// Retried aggregates had a publish fail and a retry scheduled.
 	Retried int `json:"retried"`
-	// Failed rows reached MaxAttempts and are FAILED.
+	// Failed aggregates reached MaxAttempts and are FAILED.
 	Failed int `json:"failed"`
-	// Remaining rows are still pending (including not yet due retries).
+	// Lost runs were settled by nobody: the lease was taken over, or a late
+	// version moved the cursor under them; they are published again.
+	Lost int `json:"lost"`
+	// Repushed re-pushes were published.
+	Repushed int `json:"repushed"`
+	// Remaining events are still pending (including not yet due retries
+	// and events blocked behind a FAILED version).
 	Remaining int `json:"remaining"`
-	// FailedTotal is every FAILED row waiting for an operator.
+	// FailedTotal is every FAILED event waiting for an operator.
 	FailedTotal int `json:"failed_total"`
 	// Purged published rows were deleted by retention.
 	Purged int `json:"purged"`
-	// LedgerHealed sends were recorded again in the ledger.
+	// LedgerHealed sends the ledger had missed were recorded.
 	LedgerHealed int `json:"ledger_healed"`
 	// DurationMS is how long the drain took.
 	DurationMS int64 `json:"duration_ms"`
@@ -190,59 +285,113 @@ func (s *Summary) add(b batchResult) {
 	s.Published += b.published
 	s.Retried += b.retried
 	s.Failed += b.failed
+	s.Lost += b.lost
 }
 
-// Drain publishes until the outbox has nothing due or budget runs out, then
-// records sends the ledger missed, applies retention and counts what is
-// left. An error means the drain stopped early; the summary says what it did.
+// Drain publishes until nothing is due or budget runs out, with
+// Concurrency workers; meanwhile it records the sends the ledger missed
+// (bounded by the budget, never holding up a claim) and publishes queued
+// re-pushes; then it applies retention and counts what is left. An error
+// means the drain stopped early; the summary says what it did.
 func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error) {
 	start := time.Now()
-	var sum Summary
-	healed, err := r.healLedger(ctx)
-	sum.LedgerHealed = healed
-	if err != nil {
-		r.log.WarnContext(ctx, "relay: ledger healing failed; the next drain tries again", "error", err.Error())
-	}
 	deadline := start.Add(budget)
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	var (
+		sum      Summary
 		mu       sync.Mutex
 		firstErr error
 		wg       sync.WaitGroup
+		busy     atomic.Int32
 	)
-	for range r.o.Concurrency {
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	if r.o.Ledger != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil && time.Now().Before(deadline) {
-				b, err := r.batch(ctx, outbox.ClaimOptions{})
-				mu.Lock()
-				sum.add(b)
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-				if err != nil || b.claimed == 0 {
-					return
-				}
+			n, err := r.heal(dctx)
+			mu.Lock()
+			sum.LedgerHealed = n
+			mu.Unlock()
+			if err != nil && dctx.Err() == nil {
+				r.log.WarnContext(ctx, "relay: ledger healing failed; the next drain tries again", "error", err.Error())
 			}
 		}()
 	}
-	wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n, err := r.repushes(dctx)
+		mu.Lock()
+		sum.Repushed = n
+		mu.Unlock()
+		if err != nil && dctx.Err() == nil {
+			fail(err)
+		}
+	}()
+	var workers sync.WaitGroup
+	for range r.o.Concurrency {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			idle := 0
+			for dctx.Err() == nil {
+				busy.Add(1)
+				b, err := r.claimAndPublish(dctx, outbox.ClaimOptions{}, false)
+				busy.Add(-1)
+				mu.Lock()
+				sum.add(b)
+				mu.Unlock()
+				if err != nil {
+					if dctx.Err() == nil {
+						fail(err)
+					}
+					return
+				}
+				if b.runs > 0 {
+					idle = 0
+					continue
+				}
+				// Nothing due. Another worker may be about to settle an
+				// aggregate with more work behind it: look again while any
+				// is busy, briefly.
+				if busy.Load() == 0 || idle > 200 {
+					return
+				}
+				idle++
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	workers.Wait()
+	wg.Wait() // the healing step and the re-pushes end by themselves, or at the deadline
 	if firstErr == nil && r.o.Retention > 0 {
-		for time.Now().Before(deadline) {
-			n, err := outbox.Purge(ctx, r.o.DB, time.Now().Add(-r.o.Retention), purgeBatch)
+		// Retention gets what is left of the budget, at least a moment.
+		pctx, pcancel := context.WithTimeout(ctx, max(time.Until(deadline), 2*time.Second))
+		for pctx.Err() == nil {
+			n, err := outbox.Purge(pctx, r.o.DB, r.now().Add(-r.o.Retention), purgeBatch, r.o.Ledger != nil)
 			sum.Purged += n
 			if err != nil {
-				firstErr = err
+				if pctx.Err() == nil {
+					fail(err)
+				}
 				break
 			}
 			if n < purgeBatch {
 				break
 			}
 		}
+		pcancel()
 	}
 	if c, err := outbox.Count(ctx, r.o.DB); err == nil {
-		sum.Remaining, sum.FailedTotal = c.Pending, c.Failed
+		sum.Remaining, sum.FailedTotal = c.Pending+c.Blocked, c.Failed
 	} else if firstErr == nil {
 		firstErr = err
 	}
@@ -252,235 +401,10 @@ func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error
 		level = slog.LevelError
 	}
 	r.log.Log(ctx, level, "relay: drain", "claimed", sum.Claimed, "published", sum.Published, "retried", sum.Retried,
-		"failed", sum.Failed, "remaining", sum.Remaining, "failed_total", sum.FailedTotal, "purged", sum.Purged,
+		"failed", sum.Failed, "lost", sum.Lost, "repushed", sum.Repushed, "remaining", sum.Remaining,
+		"failed_total", sum.FailedTotal, "purged", sum.Purged, "ledger_healed", sum.LedgerHealed,
 		"duration_ms", sum.DurationMS, "error", errString(firstErr))
 	return sum, firstErr
-}
-
-// PublishNow publishes the given outbox rows at once through the same
-// claim/publish/mark code Drain uses: it claims their aggregates' heads
-// and the runs behind them up to each given row, if no other relay holds
-// them, and returns each id's state afterwards (published, pending when it
-// could not, failed). Ids not in the outbox are absent from the map.
-func (r *Relay) PublishNow(ctx context.Context, ids ...string) (map[string]outbox.State, error) {
-	if len(ids) == 0 {
-		return map[string]outbox.State{}, nil
-	}
-	rows, err := r.o.DB.Query(ctx, `SELECT aggregatetype, aggregateid, max(version) FROM relaybus_outbox
-		WHERE id = ANY($1) AND published_at IS NULL GROUP BY 1, 2`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("relay: publish now: %w", err)
-	}
-	o := outbox.ClaimOptions{Upto: map[[2]string]int64{}}
-	for rows.Next() {
-		var k [2]string
-		var v int64
-		if err := rows.Scan(&k[0], &k[1], &v); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("relay: publish now: %w", err)
-		}
-		o.Aggregates = append(o.Aggregates, k)
-		o.Upto[k] = v
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("relay: publish now: %w", err)
-	}
-	if len(o.Aggregates) > 0 {
-		if _, err := r.batch(ctx, o); err != nil {
-			return nil, err
-		}
-	}
-	found, err := outbox.Lookup(ctx, r.o.DB, ids...)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]outbox.State, len(found))
-	for id, e := range found {
-		out[id] = e.State
-	}
-	return out, nil
-}
-
-type batchResult struct{ claimed, published, retried, failed int }
-
-// pending is one claimed row on its way to Pub/Sub.
-type pending struct {
-	row    outbox.Row
-	result transport.Result
-	err    error
-}
-
-// batch claims, publishes and marks one batch.
-func (r *Relay) batch(ctx context.Context, co outbox.ClaimOptions) (batchResult, error) {
-	co.Owner, co.Lease = r.o.Owner, r.o.Lease
-	if co.Limit == 0 {
-		co.Limit = r.o.BatchSize
-	}
-	runs, err := outbox.Claim(ctx, r.o.DB, co)
-	if err != nil {
-		return batchResult{}, err
-	}
-	var res batchResult
-	if len(runs) == 0 {
-		return res, nil
-	}
-	var sent []*event.Event
-	for _, run := range runs {
-		res.claimed += len(run)
-		for i := range run {
-			sent = append(sent, &run[i].Event)
-		}
-	}
-	now := time.Now().UTC()
-	ledgerBehind := false
-	if r.o.Ledger != nil {
-		if err := r.o.Ledger.RecordSent(ctx, sent, now); err != nil {
-			ledgerBehind = true
-			r.log.WarnContext(ctx, "relay: the ledger did not record the send; publishing anyway, a later drain records it", "events", len(sent), "error", err.Error())
-		}
-	}
-	// Hand everything to Pub/Sub first, then wait: the publisher batches
-	// per ordering key and keeps each key's order.
-	all := make([][]pending, len(runs))
-	for i, run := range runs {
-		all[i] = make([]pending, len(run))
-		stop := false
-		for j, row := range run {
-			p := &all[i][j]
-			p.row = row
-			if stop {
-				continue // behind a row that cannot be encoded: not sent
-			}
-			msg, err := r.encode(&p.row)
-			if err != nil {
-				p.err, stop = err, true
-				continue
-			}
-			p.result = r.o.Publisher.PublishAsync(ctx, row.Event.Topic, msg)
-		}
-	}
-	// The marks must land even when ctx ends now: they record what Pub/Sub
-	// already has.
-	markCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	var published []string
-	for _, run := range all {
-		for j := range run {
-			p := &run[j]
-			if p.err == nil && p.result != nil {
-				_, p.err = p.result.Get(markCtx)
-			}
-			if p.err == nil {
-				published = append(published, p.row.Event.ID)
-				continue
-			}
-			// The first failure of the run: it is retried or FAILED; the
-			// rows behind it go back untouched (their publishes were refused
-			// as paused, or they never started).
-			final, err := r.failed(markCtx, p)
-			if err != nil {
-				return res, err
-			}
-			if final {
-				res.failed++
-			} else {
-				res.retried++
-			}
-			var rest []string
-			for k := j + 1; k < len(run); k++ {
-				if run[k].err == nil && run[k].result != nil {
-					_, _ = run[k].result.Get(markCtx) // let each queued publish finish
-				}
-				rest = append(rest, run[k].row.Event.ID)
-			}
-			if err := outbox.Release(markCtx, r.o.DB, r.o.Owner, rest); err != nil {
-				return res, err
-			}
-			r.o.Publisher.Resume(p.row.Event.Topic, p.row.Event.AggregateID)
-			break
-		}
-	}
-	if err := outbox.Published(markCtx, r.o.DB, published, ledgerBehind); err != nil {
-		return res, err
-	}
-	res.published = len(published)
-	return res, nil
-}
-
-// failed records one failed publish and reports whether it was the last.
-func (r *Relay) failed(ctx context.Context, p *pending) (bool, error) {
-	e := &p.row.Event
-	n := p.row.Attempts + 1
-	final := n >= r.o.MaxAttempts
-	var terr *event.FieldError
-	if errors.As(p.err, &terr) {
-		final = true // an event Pub/Sub can never take does not get better
-	}
-	msg := p.err.Error()
-	retryAt := time.Now().Add(Backoff(r.o.BackoffBase, r.o.BackoffMax, n))
-	if err := outbox.Retry(ctx, r.o.DB, e.ID, msg, retryAt, final); err != nil {
-		return final, err
-	}
-	attrs := append(logging.Event(e), "attempts", n, "error", msg)
-	if final {
-		r.log.ErrorContext(ctx, "relay: event failed", attrs...)
-	} else {
-		r.log.WarnContext(ctx, "relay: publish failed; retry scheduled", append(attrs, "retry_at", retryAt.UTC().Format(time.RFC3339))...)
-	}
-	if r.o.Ledger != nil {
-		if err := r.o.Ledger.RecordPublishFailure(ctx, e, n, msg, final, time.Now().UTC()); err != nil {
-			r.log.WarnContext(ctx, "relay: the ledger did not record a publish failure", append(logging.Event(e), "error", err.Error())...)
-		}
-	}
-	return final, nil
-}
-
-func (r *Relay) encode(row *outbox.Row) (event.Message, error) {
-	enc := event.EncodingJSON
-	if r.o.Topology != nil {
-		if t := r.o.Topology.Topic(row.Event.Topic); t != nil {
-			if e, err := event.ParseEncoding(t.Encoding); err == nil {
-				enc = e
-			}
-		}
-	}
-	m, err := event.Encode(&row.Event, enc)
-	if err != nil {
-		return m, err
-	}
-	if row.Target != "" {
-		m.Attributes[topology.TargetConsumerAttr] = row.Target
-	}
-	return m, nil
-}
-
-// healLedger records again the sends the ledger missed.
-func (r *Relay) healLedger(ctx context.Context) (int, error) {
-	if r.o.Ledger == nil {
-		return 0, nil
-	}
-	healed := 0
-	for {
-		evs, err := outbox.LedgerBehind(ctx, r.o.DB, r.o.BatchSize)
-		if err != nil || len(evs) == 0 {
-			return healed, err
-		}
-		ptrs := make([]*event.Event, len(evs))
-		ids := make([]string, len(evs))
-		for i := range evs {
-			ptrs[i], ids[i] = &evs[i], evs[i].ID
-		}
-		if err := r.o.Ledger.RecordSent(ctx, ptrs, time.Now().UTC()); err != nil {
-			return healed, err
-		}
-		if err := outbox.LedgerCaughtUp(ctx, r.o.DB, ids); err != nil {
-			return healed, err
-		}
-		healed += len(evs)
-		if len(evs) < r.o.BatchSize {
-			return healed, nil
-		}
-	}
 }
 
 func errString(err error) string {
@@ -490,75 +414,11 @@ func errString(err error) string {
 	return strings.TrimSpace(err.Error())
 }
 
-// Config is the relay's environment (github.com/sethvargo/go-envconfig), as
-// the relay function and publish's fast path read it.
-type Config struct {
-	// TimeBudget bounds one scheduled drain (RELAY_TIME_BUDGET, 45s); keep
-	// it under the Scheduler job's attempt deadline.
-	TimeBudget time.Duration `env:"RELAY_TIME_BUDGET, default=45s"`
-	// BatchSize is the most rows one claim takes (RELAY_BATCH_SIZE, 500).
-	BatchSize int `env:"RELAY_BATCH_SIZE, default=500"`
-	// Lease is how long a claim holds its rows (RELAY_LEASE, 2m).
-	Lease time.Duration `env:"RELAY_LEASE, default=2m"`
-	// MaxAttempts failed publishes make a row FAILED (RELAY_MAX_ATTEMPTS, 5).
-	MaxAttempts int `env:"RELAY_MAX_ATTEMPTS, default=5"`
-	// BackoffBase and BackoffMax shape the retry delays (RELAY_BACKOFF_BASE
-	// 10s, RELAY_BACKOFF_MAX 10m).
-	BackoffBase time.Duration `env:"RELAY_BACKOFF_BASE, default=10s"`
-	BackoffMax  time.Duration `env:"RELAY_BACKOFF_MAX, default=10m"`
-	// Retention is how long published rows are kept (OUTBOX_RETENTION, 24h).
-	Retention time.Duration `env:"OUTBOX_RETENTION, default=24h"`
-}
-
-// Apply copies the configuration into o.
-func (c Config) Apply(o *Options) {
-	o.BatchSize, o.Lease, o.MaxAttempts = c.BatchSize, c.Lease, c.MaxAttempts
-	o.BackoffBase, o.BackoffMax, o.Retention = c.BackoffBase, c.BackoffMax, c.Retention
-}
-
-// Env is everything a relay reads from the environment: the shared
-// settings, the relay's Config, the outbox database and the ledger.
-type Env struct {
-	instance.Env
-	Config
-	// DatabaseURL is the outbox's Postgres (DATABASE_URL).
-	DatabaseURL string `env:"DATABASE_URL"`
-	// Ledger is firestore or off (LEDGER, firestore).
-	Ledger string `env:"LEDGER, default=firestore"`
-	// FirestoreDatabase is the ledger's database id (FIRESTORE_DATABASE).
-	FirestoreDatabase string `env:"FIRESTORE_DATABASE, default=(default)"`
-}
-
-// Open builds a relay from env: the outbox (migrated), Pub/Sub (the
-// emulator when PUBSUB_EMULATOR_HOST is set), the topology and, unless
-// env.Ledger is "off", the Firestore ledger. The relay function and
-// publish's fast path use it.
-func Open(ctx context.Context, env Env, log *slog.Logger) (*Relay, error) {
-	top, err := topology.Load(env.Topology)
-	if err != nil {
-		return nil, err
+// FlushLedger waits until the ledger writes queued so far (sends and
+// publish failures) have been tried, or ctx ends.
+func (r *Relay) FlushLedger(ctx context.Context) error {
+	if r.sends == nil {
+		return nil
 	}
-	pool, err := instance.Postgres(ctx, env.DatabaseURL, outbox.Migrations)
-	if err != nil {
-		return nil, err
-	}
-	fail := func(err error) (*Relay, error) {
-		pool.Close()
-		return nil, err
-	}
-	ps, err := transport.New(ctx, env.ProjectID, transport.Options{})
-	if err != nil {
-		return fail(err)
-	}
-	o := Options{DB: pool, Publisher: ps, Topology: top, Logger: log}
-	env.Config.Apply(&o)
-	store, err := ledger.OpenMode(ctx, env.Ledger, ledger.Config{ProjectID: env.ProjectID, Database: env.FirestoreDatabase}, ledger.Options{Logger: log})
-	if err != nil {
-		_ = ps.Close()
-		return fail(err)
-	}
-	if store != nil {
-		o.Ledger = store
-	}
-	return New(o)
+	return errors.Join(r.sends.Flush(ctx), r.failures.Flush(ctx))
 }

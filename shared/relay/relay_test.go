@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +25,6 @@ import (
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 func TestMain(m *testing.M) {
@@ -96,6 +96,14 @@ func (r *recorder) checkExactlyInOrder(t *testing.T, aggregates int, versions in
 }
 
 func aggKey(a int) string { return fmt.Sprintf("order-%04d", a) }
+
+// clock is the relays' clock in a test: real time plus an offset the test
+// moves, so leases expire and retries come due when the test says, not
+// after a sleep.
+type clock struct{ offset atomic.Int64 }
+
+func (c *clock) now() time.Time      { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) add(d time.Duration) { c.offset.Add(int64(d)) }
 
 type env struct {
 	pool *pgxpool.Pool
@@ -217,7 +225,7 @@ func TestFiveRelaysPublishEachEventOnceInVersionOrder(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for i := range 5 {
 		// Small batches, so the five really share the aggregates.
-		r := e.relay(t, relay.Options{BatchSize: 100, Owner: fmt.Sprintf("relay-%d", i)})
+		r := e.relay(t, relay.Options{BatchSize: 100, Aggregates: 10, RunLimit: 15, Owner: fmt.Sprintf("relay-%d", i)})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -256,7 +264,7 @@ func TestSubscriberReceivesVersionOrder(t *testing.T) {
 	e := newEnv(t)
 	fill(t, e.pool, aggregates, versions)
 	for i := range 3 {
-		r := e.relay(t, relay.Options{BatchSize: 7, Owner: fmt.Sprintf("relay-%d", i)})
+		r := e.relay(t, relay.Options{BatchSize: 7, Aggregates: 3, RunLimit: 3, Owner: fmt.Sprintf("relay-%d", i)})
 		go func() { _, _ = r.Drain(ctx, 20*time.Second) }()
 	}
 	sub := e.fake.Client.PubSub().Subscriber("shop.order.events.member-service-processor")
@@ -304,14 +312,14 @@ type cancellingPublisher struct {
 	cancel context.CancelFunc
 }
 
-func (c *cancellingPublisher) PublishAsync(ctx context.Context, topic string, m event.Message) transport.Result {
+func (c *cancellingPublisher) PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error) {
 	c.mu.Lock()
 	c.n++
 	if c.n == c.after {
 		c.cancel()
 	}
 	c.mu.Unlock()
-	return c.Publisher.PublishAsync(ctx, topic, m)
+	return c.Publisher.PublishBatch(ctx, topic, msgs)
 }
 
 func TestCancelledMidBatchLosesNothing(t *testing.T) {
@@ -320,8 +328,8 @@ func TestCancelledMidBatchLosesNothing(t *testing.T) {
 	fill(t, e.pool, aggregates, versions)
 	ctx, cancel := context.WithCancel(context.Background())
 	pub := &cancellingPublisher{Publisher: e.fake.Client, after: 30, cancel: cancel}
-	r, err := relay.New(relay.Options{DB: e.pool, Publisher: pub, Topology: e.top, BatchSize: 100,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Concurrency: 1})
+	r, err := relay.New(relay.Options{DB: e.pool, Publisher: pub, Topology: e.top, BatchSize: 100, Aggregates: 10,
+		RunLimit: 4, BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond, Concurrency: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,8 +344,8 @@ func TestCancelledMidBatchLosesNothing(t *testing.T) {
 
 const childEnv = "RELAYBUS_RELAY_TEST_CHILD"
 
-// childClaim is the killed relay: a separate process that claims rows and
-// then hangs before publishing, until it is killed.
+// childClaim is the killed relay: a separate process that claims
+// aggregates and then hangs before publishing, until it is killed.
 func childClaim() int {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv(childEnv))
@@ -345,7 +353,7 @@ func childClaim() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	runs, err := outbox.Claim(ctx, pool, outbox.ClaimOptions{Owner: "doomed", Lease: 2 * time.Second, Limit: 60})
+	runs, err := outbox.Claim(ctx, pool, outbox.ClaimOptions{Owner: "doomed", Lease: time.Minute, Aggregates: 20, RunLimit: 10, Limit: 60})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -380,18 +388,20 @@ func TestKilledRelayProcessLeasesExpireAndAnotherPublishes(t *testing.T) {
 	_ = cmd.Wait()
 	t.Logf("child: %s", buf[:n])
 	var leased int
-	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM relaybus_outbox WHERE lease_owner = 'doomed'`).Scan(&leased)
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM relaybus_outbox_dispatch WHERE lease_owner = 'doomed'`).Scan(&leased)
 	if leased == 0 {
 		t.Fatal("the killed relay held no leases; the test killed nothing")
 	}
-	r := e.relay(t, relay.Options{})
+	var clk clock
+	r := e.relay(t, relay.Options{Now: clk.now})
 	sum, err := r.Drain(context.Background(), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Remaining == 0 {
-		t.Fatal("rows leased by the killed relay were taken before the lease expired")
+	if sum.Remaining != leased*versions {
+		t.Fatalf("before the killed relay's lease expired: %+v; want its %d aggregates' %d events left alone", sum, leased, leased*versions)
 	}
+	clk.add(time.Minute + time.Second) // the lease expires
 	waitDrained(t, r, e.pool)
 	e.rec.checkExactlyInOrder(t, aggregates, versions)
 }
@@ -422,8 +432,9 @@ func TestPublishFailuresRetryWithBackoffAndBlockOnlyTheirKey(t *testing.T) {
 	e.rec.fail[broken] = -1
 	e.rec.fail[flaky] = 2
 	e.rec.mu.Unlock()
-	base := 200 * time.Millisecond
-	r := e.relay(t, relay.Options{MaxAttempts: 3, BackoffBase: base, BackoffMax: time.Second})
+	base := 10 * time.Second
+	var clk clock
+	r := e.relay(t, relay.Options{MaxAttempts: 3, BackoffBase: base, BackoffMax: time.Minute, Now: clk.now})
 
 	sum, err := r.Drain(ctx, 10*time.Second)
 	if err != nil {
@@ -439,30 +450,28 @@ func TestPublishFailuresRetryWithBackoffAndBlockOnlyTheirKey(t *testing.T) {
 	}
 	var attempts int
 	var retryIn float64
-	if err := e.pool.QueryRow(ctx, `SELECT attempts, extract(epoch FROM next_retry_at - now()) FROM relaybus_outbox WHERE id = $1`,
-		broken+"-v1").Scan(&attempts, &retryIn); err != nil {
+	var lastErr string
+	if err := e.pool.QueryRow(ctx, `SELECT attempts, extract(epoch FROM due_at - $2::timestamptz), coalesce(last_error, '')
+		FROM relaybus_outbox_dispatch WHERE aggregateid = $1`, broken, clk.now()).Scan(&attempts, &retryIn, &lastErr); err != nil {
 		t.Fatal(err)
 	}
-	if attempts != 1 || retryIn <= 0 || retryIn > base.Seconds() {
-		t.Errorf("after one failure: attempts %d, retry in %.3fs; want 1 and within the %v backoff", attempts, retryIn, base)
+	if attempts != 1 || retryIn <= base.Seconds()-5 || retryIn > base.Seconds() || lastErr == "" {
+		t.Errorf("after one failure: attempts %d, retry in %.3fs, error %q; want 1, within the %v backoff, the error", attempts, retryIn, lastErr, base)
 	}
 	// Not due yet: nothing is attempted again.
 	if sum, _ := r.Drain(ctx, time.Second); sum.Claimed != 0 {
 		t.Errorf("a retry ran before its backoff: %+v", sum)
 	}
-	// Attempts 2 and 3 (backoff 200 ms, then 400 ms): the flaky key recovers
-	// and publishes in order; the broken one is FAILED at the third.
-	var failed int
-	for i := 0; i < 20 && failed == 0; i++ {
-		time.Sleep(150 * time.Millisecond)
-		sum, err := r.Drain(ctx, time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		failed += sum.Failed
+	// Attempt 2 after 10 s: both fail again. Attempt 3 after 20 s more: the
+	// flaky key recovers and publishes in order; the broken one is FAILED.
+	clk.add(base)
+	if sum, err := r.Drain(ctx, 5*time.Second); err != nil || sum.Retried != 2 {
+		t.Fatalf("second attempt: %+v %v", sum, err)
 	}
-	if failed != 1 {
-		t.Fatalf("the broken key's head was not FAILED after 3 attempts")
+	clk.add(2 * base)
+	sum, err = r.Drain(ctx, 5*time.Second)
+	if err != nil || sum.Failed != 1 || sum.Published != versions {
+		t.Fatalf("third attempt: %+v %v; want the broken key FAILED and the flaky one's 3 published", sum, err)
 	}
 	if got := e.rec.versions(flaky); len(got) != versions || got[0] != 1 || got[2] != 3 {
 		t.Errorf("flaky key after recovery: %v, want [1 2 3]", got)
@@ -470,14 +479,17 @@ func TestPublishFailuresRetryWithBackoffAndBlockOnlyTheirKey(t *testing.T) {
 	if got := e.rec.versions(broken); len(got) != 0 {
 		t.Errorf("the broken key published behind its failed head: %v", got)
 	}
-	var failedAt *time.Time
-	var lastErr string
-	_ = e.pool.QueryRow(ctx, `SELECT failed_at, last_error FROM relaybus_outbox WHERE id = $1`, broken+"-v1").Scan(&failedAt, &lastErr)
-	if failedAt == nil || lastErr == "" {
-		t.Errorf("FAILED row: failed_at %v, last_error %q", failedAt, lastErr)
+	st, err := outbox.Lookup(ctx, e.pool, broken+"-v1", broken+"-v2")
+	if err != nil || st[broken+"-v1"].State != outbox.StateFailed || st[broken+"-v1"].LastError == "" || st[broken+"-v2"].State != outbox.StatePending {
+		t.Errorf("FAILED aggregate: %+v %v", st, err)
 	}
-	if c := counts(t, e.pool); c.Failed != 1 || c.Pending != versions-1 {
-		t.Errorf("backlog %+v, want 1 failed and its %d followers pending", c, versions-1)
+	if c := counts(t, e.pool); c.Failed != 1 || c.Blocked != versions-1 || c.Pending != 0 {
+		t.Errorf("backlog %+v, want 1 failed and its %d followers blocked", c, versions-1)
+	}
+	// Nothing moves it now, however long we wait.
+	clk.add(time.Hour)
+	if sum, _ := r.Drain(ctx, time.Second); sum.Claimed != 0 {
+		t.Errorf("a FAILED aggregate was claimed: %+v", sum)
 	}
 	// An operator re-pushes the head once the cause is fixed: the key flows again, in order.
 	e.rec.mu.Lock()
@@ -497,9 +509,9 @@ func TestPublishNow(t *testing.T) {
 	if _, err := outbox.Enqueue(ctx, e.pool, ev("order-a", 1), ev("order-a", 2), ev("order-b", 1), ev("order-b", 2)); err != nil {
 		t.Fatal(err)
 	}
-	// Another relay holds order-b's head.
-	if _, err := outbox.Claim(ctx, e.pool, outbox.ClaimOptions{Owner: "other", Lease: time.Minute, Limit: 1,
-		Aggregates: [][2]string{{"order", "order-b"}}}); err != nil {
+	// Another relay holds order-b.
+	if _, err := outbox.Claim(ctx, e.pool, outbox.ClaimOptions{Owner: "other", Lease: time.Minute, Aggregates: 1, RunLimit: 1,
+		Limit: 1, Events: []string{"order-b-v1"}}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := r.PublishNow(ctx, "order-a-v1", "order-b-v2", "unknown")
@@ -510,16 +522,19 @@ func TestPublishNow(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("PublishNow = %v, want %v", got, want)
 	}
-	if v := e.rec.versions("order-a"); len(v) != 1 {
-		t.Errorf("PublishNow(v1) published %v of order-a; v2 was not asked for", v)
-	}
 	if v := e.rec.versions("order-b"); len(v) != 0 {
 		t.Errorf("order-b published while another relay held it: %v", v)
 	}
-	// v2 of order-a: its predecessor is published, so it goes.
+	// order-a went as a run: v2 with v1, in order.
+	if v := e.rec.versions("order-a"); fmt.Sprint(v) != "[1 2]" {
+		t.Errorf("order-a published %v, want its run [1 2]", v)
+	}
 	got, _ = r.PublishNow(ctx, "order-a-v2")
 	if got["order-a-v2"] != outbox.StatePublished {
 		t.Errorf("order-a-v2: %v", got)
+	}
+	if v := e.rec.versions("order-a"); len(v) != 2 {
+		t.Errorf("order-a published again: %v", v)
 	}
 }
 
@@ -531,7 +546,7 @@ func TestRetentionDeletesOldPublishedRows(t *testing.T) {
 	if _, err := r.Drain(ctx, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.pool.Exec(ctx, `UPDATE relaybus_outbox SET published_at = now() - interval '2 hours' WHERE aggregateid = $1`, aggKey(0)); err != nil {
+	if _, err := e.pool.Exec(ctx, `UPDATE relaybus_outbox SET created_at = now() - interval '2 hours' WHERE aggregateid = $1`, aggKey(0)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := outbox.Enqueue(ctx, e.pool, ev(aggKey(1), 3)); err != nil {

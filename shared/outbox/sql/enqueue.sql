@@ -1,0 +1,35 @@
+-- Enqueue: insert the events (an id already in the outbox is skipped) and,
+-- in the same statement and so in the producer's transaction, record on
+-- each aggregate's dispatch row that it has work: the highest version
+-- enqueued, and due now unless a relay holds it (lease or retry) or it is
+-- FAILED. A version at or below the published cursor arrived after the
+-- aggregate moved past it: the cursor goes back below it, so it is
+-- published (and the versions after it again; the consumers' inboxes absorb
+-- those), and so does the ledger's cursor, so its send is recorded. Aggregates are upserted in key order, so two producers never lock
+-- two aggregates in opposite orders.
+--
+-- $1..$18: the columns as arrays (see batch.args).
+WITH ins AS (
+    INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
+        topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id,
+        initiator, expire_at, target_consumer)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],
+        $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
+        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[])
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, aggregatetype, aggregateid, version
+), work AS (
+    INSERT INTO relaybus_outbox_dispatch AS d (aggregatetype, aggregateid, enqueued_version, published_version, due_at)
+    SELECT aggregatetype, aggregateid, max(version), min(version) - 1, now()
+    FROM ins
+    GROUP BY aggregatetype, aggregateid
+    ORDER BY aggregatetype, aggregateid
+    ON CONFLICT (aggregatetype, aggregateid) DO UPDATE SET
+        enqueued_version  = greatest(d.enqueued_version, EXCLUDED.enqueued_version),
+        published_version = least(d.published_version, EXCLUDED.published_version),
+        ledger_version    = least(d.ledger_version, EXCLUDED.published_version),
+        due_at            = CASE WHEN d.failed_version IS NOT NULL THEN NULL
+                                 ELSE coalesce(d.due_at, now()) END
+    RETURNING 1
+)
+SELECT id FROM ins

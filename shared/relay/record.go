@@ -1,0 +1,167 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/outbox"
+)
+
+// recordedRun is one settled run on its way to the ledger: its sends, and
+// the ledger cursor move they make.
+type recordedRun struct {
+	outbox.Recorded
+	sends []ledger.Sent
+}
+
+// recordSends records a batch of settled runs' sends in the ledger (one
+// RecordSent, within LedgerBudget) and moves their aggregates' ledger
+// cursors. A failure leaves the cursors: the healing step records those
+// sends later (RecordSent is idempotent).
+func (r *Relay) recordSends(ctx context.Context, runs []recordedRun) {
+	var sends []ledger.Sent
+	for _, run := range runs {
+		sends = append(sends, run.sends...)
+	}
+	lctx, cancel := context.WithTimeout(ctx, r.o.LedgerBudget)
+	defer cancel()
+	if err := r.o.Ledger.RecordSent(lctx, sends); err != nil {
+		r.log.WarnContext(ctx, "relay: the ledger did not record sends; the healing step records them later",
+			"events", len(sends), "error", err.Error())
+		return
+	}
+	marks := make([]outbox.Recorded, len(runs))
+	for i, run := range runs {
+		marks[i] = run.Recorded
+	}
+	if err := outbox.LedgerRecorded(lctx, r.o.DB, r.dbNow(), r.o.HealDelay, marks); err != nil {
+		r.log.WarnContext(ctx, "relay: cannot mark sends recorded; the healing step records them again", "error", err.Error())
+	}
+}
+
+// failureRecord is one publish failure on its way to the ledger.
+type failureRecord struct {
+	e        *event.Event
+	attempts int
+	err      string
+	final    bool
+	at       time.Time
+}
+
+// recordFailures records publish failures in the ledger (PENDING while
+// retrying, FAILED when final), within LedgerBudget. One that is lost is
+// only a missing detail: the outbox keeps the failure and the status.
+func (r *Relay) recordFailures(ctx context.Context, fs []failureRecord) {
+	ctx, cancel := context.WithTimeout(ctx, r.o.LedgerBudget)
+	defer cancel()
+	for _, f := range fs {
+		if err := r.o.Ledger.RecordPublishFailure(ctx, f.e, f.attempts, f.err, f.final, f.at); err != nil {
+			r.log.WarnContext(ctx, "relay: the ledger did not record a publish failure", append(logging.Event(f.e), "error", err.Error())...)
+		}
+	}
+}
+
+// Healing: how many aggregates one claim of unrecorded sends takes, and
+// how many rows of each.
+const (
+	healAggregates = 100
+	healRunLimit   = 500
+)
+
+// heal records in the ledger the sends the live recorder missed, until
+// nothing is due or ctx ends, and returns how many it recorded.
+func (r *Relay) heal(ctx context.Context) (int, error) {
+	healed := 0
+	for ctx.Err() == nil {
+		us, err := outbox.ClaimUnrecorded(ctx, r.o.DB, r.dbNow(), healAggregates, r.o.LedgerBudget+r.o.HealDelay, healRunLimit)
+		if err != nil || len(us) == 0 {
+			return healed, err
+		}
+		now := time.Now().UTC()
+		var sends []ledger.Sent
+		marks := make([]outbox.Recorded, 0, len(us))
+		for _, u := range us {
+			for _, row := range u.Rows {
+				e := row.Event
+				sends = append(sends, ledger.Sent{Event: &e, EnqueuedAt: row.EnqueuedAt, At: now})
+			}
+			marks = append(marks, u.Recorded())
+		}
+		lctx, cancel := context.WithTimeout(ctx, r.o.LedgerBudget)
+		err = r.o.Ledger.RecordSent(lctx, sends)
+		if err == nil {
+			err = outbox.LedgerRecorded(lctx, r.o.DB, r.dbNow(), r.o.HealDelay, marks)
+		}
+		cancel()
+		if err != nil {
+			return healed, err
+		}
+		healed += len(sends)
+	}
+	return healed, nil
+}
+
+// repushBatch bounds one claim of re-pushes.
+const repushBatch = 100
+
+// repushes publishes the queued re-pushes of published events, each one
+// alone (they are rare, and each may address another consumer), until none
+// is due or ctx ends, and returns how many went out.
+func (r *Relay) repushes(ctx context.Context) (int, error) {
+	done := 0
+	for ctx.Err() == nil {
+		qs, err := outbox.ClaimRepushes(ctx, r.o.DB, r.dbNow(), r.o.Lease, repushBatch)
+		if err != nil || len(qs) == 0 {
+			return done, err
+		}
+		outcomes := make([]outbox.RepushOutcome, len(qs))
+		var sends []ledger.Sent
+		for i, q := range qs {
+			o := outbox.RepushOutcome{ID: q.ID}
+			var err error
+			if !q.Found {
+				o.Error, o.Final = "the event is no longer in the outbox (retention deleted it)", true
+			} else {
+				var m event.Message
+				if m, err = r.encode(&q.Row); err == nil {
+					_, err = r.o.Publisher.PublishBatch(ctx, q.Row.Event.Topic, []event.Message{m})
+				}
+				if err == nil {
+					o.Published = true
+					e := q.Row.Event
+					sends = append(sends, ledger.Sent{Event: &e, EnqueuedAt: q.Row.EnqueuedAt, At: time.Now().UTC()})
+					done++
+				} else {
+					n := q.Attempts + 1
+					o.Error, o.Final = err.Error(), n >= r.o.MaxAttempts
+					o.RetryAt = r.now().Add(Backoff(r.o.BackoffBase, r.o.BackoffMax, n))
+					e := q.Row.Event
+					r.log.WarnContext(ctx, "relay: re-push failed", append(logging.Event(&e), "attempts", n, "final", o.Final, "error", o.Error)...)
+					if r.failures != nil {
+						r.failures.Add(failureRecord{e: &e, attempts: n, err: o.Error, final: o.Final, at: time.Now().UTC()})
+					}
+				}
+			}
+			outcomes[i] = o
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err = outbox.SettleRepushes(sctx, r.o.DB, r.dbNow(), outcomes)
+		cancel()
+		if err != nil {
+			return done, err
+		}
+		if r.o.Ledger != nil && len(sends) > 0 {
+			// The event's document exists (it was sent before); RecordSent
+			// leaves it as it is and creates it if retention removed it.
+			lctx, cancel := context.WithTimeout(ctx, r.o.LedgerBudget)
+			if err := r.o.Ledger.RecordSent(lctx, sends); err != nil {
+				r.log.WarnContext(ctx, "relay: the ledger did not record re-pushed sends", "events", len(sends), "error", err.Error())
+			}
+			cancel()
+		}
+	}
+	return done, nil
+}

@@ -1,0 +1,253 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+// publishers is how many runs of one claim are published at once.
+const publishers = 32
+
+// batchResult is what one claim came to.
+type batchResult struct {
+	runs, claimed, published, retried, failed, lost int
+	// publishedIDs are the events published and settled (for the fast
+	// path's claims only).
+	publishedIDs map[string]bool
+}
+
+// claimAndPublish claims one batch (the drain's, or co's events for the
+// fast path), publishes every run, settles the batch and hands the sends to
+// the ledger's recorder. With bounded (the fast path, answering a
+// request), ctx's deadline bounds everything, publishes and settle
+// included; otherwise a publish under way and the settle finish even when
+// ctx ends, so that what Pub/Sub has is recorded.
+func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, bounded bool) (batchResult, error) {
+	co.Owner, co.Lease, co.Now = r.o.Owner, r.o.Lease, r.dbNow()
+	if co.Limit == 0 {
+		co.Limit = r.o.BatchSize
+	}
+	if co.Aggregates == 0 {
+		co.Aggregates = r.o.Aggregates
+	}
+	if co.RunLimit == 0 {
+		co.RunLimit = r.o.RunLimit
+	}
+	claimedAt := r.now()
+	runs, err := outbox.Claim(ctx, r.o.DB, co)
+	if err != nil {
+		return batchResult{}, err
+	}
+	res := batchResult{runs: len(runs)}
+	if len(runs) == 0 {
+		return res, nil
+	}
+	// The lease, as this relay's clock knows it: no publish starts after
+	// its margin, and none outlives the lease. A publish under way finishes
+	// even when ctx ends (Pub/Sub may already have it; the settle records
+	// it); ctx ending only stops new ones from starting.
+	stopAt := claimedAt.Add(r.o.Lease - r.o.LeaseMargin)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Lease-r.o.LeaseMargin)
+	defer cancel()
+	if bounded {
+		pctx, cancel = context.WithTimeout(ctx, r.o.Lease-r.o.LeaseMargin)
+		defer cancel()
+	}
+	progress := make([]outbox.Progress, len(runs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, publishers)
+	for i := range runs {
+		res.claimed += len(runs[i].Rows)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			progress[i] = r.publishRun(ctx, pctx, &runs[i], stopAt)
+		}()
+	}
+	wg.Wait()
+	// The settle must land even when ctx ends now: it records what Pub/Sub
+	// already has.
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer scancel()
+	if bounded {
+		sctx = pctx
+	}
+	settled, err := outbox.Settle(sctx, r.o.DB, outbox.SettleOptions{Ledger: r.o.Ledger != nil, HealDelay: r.o.HealDelay, Now: r.dbNow()}, progress)
+	if err != nil {
+		return res, err
+	}
+	moved := make(map[outbox.Aggregate]bool, len(settled))
+	for _, s := range settled {
+		moved[s.Aggregate] = s.Moved
+	}
+	if len(co.Events) > 0 {
+		res.publishedIDs = make(map[string]bool, len(co.Events))
+	}
+	sentAt := time.Now().UTC()
+	for i, p := range progress {
+		run := &runs[i]
+		if !moved[p.Aggregate] {
+			if p.To > p.From || p.Failure != nil {
+				res.lost++
+				r.log.WarnContext(ctx, "relay: run not settled (lease lost, or a late version moved the cursor); it will be published again",
+					"aggregate_type", p.Type, "aggregate_id", p.ID, "epoch", p.Epoch, "from_version", p.From, "to_version", p.To)
+			}
+			continue
+		}
+		res.published += p.Rows
+		if res.publishedIDs != nil {
+			for _, row := range run.Rows[:p.Rows] {
+				res.publishedIDs[row.Event.ID] = true
+			}
+		}
+		if f := p.Failure; f != nil {
+			if f.Final {
+				res.failed++
+			} else {
+				res.retried++
+			}
+			r.recordFailure(ctx, run, p)
+		}
+		if r.sends != nil && p.Rows > 0 {
+			rec := recordedRun{Recorded: outbox.Recorded{Aggregate: p.Aggregate, From: p.From, To: p.To}}
+			for _, row := range run.Rows[:p.Rows] {
+				e := row.Event
+				rec.sends = append(rec.sends, ledger.Sent{Event: &e, EnqueuedAt: row.EnqueuedAt, At: sentAt})
+			}
+			if !r.sends.Add(rec) {
+				r.log.WarnContext(ctx, "relay: the ledger recorder is full; the healing step records these sends later",
+					"aggregate_id", p.ID, "events", p.Rows)
+			}
+		}
+	}
+	return res, nil
+}
+
+// publishRun publishes one run in version order, as few requests as
+// possible (one per topic segment of the run), and says how far it got. It
+// starts no request once ctx has ended or the lease's margin is reached;
+// the requests themselves run under pctx.
+func (r *Relay) publishRun(ctx, pctx context.Context, run *outbox.Run, stopAt time.Time) outbox.Progress {
+	p := outbox.Progress{Aggregate: run.Aggregate, Epoch: run.Epoch, From: run.From, To: run.From}
+	rows := run.Rows
+	for len(rows) > 0 {
+		// The longest prefix on one topic, encoded.
+		topic := rows[0].Event.Topic
+		var msgs []event.Message
+		var encErr error
+		for _, row := range rows {
+			if row.Event.Topic != topic {
+				break
+			}
+			m, err := r.encode(&row)
+			if err != nil {
+				encErr = err
+				break
+			}
+			msgs = append(msgs, m)
+		}
+		if len(msgs) > 0 {
+			if ctx.Err() != nil || !r.now().Before(stopAt) {
+				return p // stopping, or the lease is ending: leave the rest to whoever holds it next
+			}
+			n, err := r.o.Publisher.PublishBatch(pctx, topic, msgs)
+			if n > 0 {
+				p.To, p.Rows = rows[n-1].Event.Version, p.Rows+n
+			}
+			if err != nil {
+				if pctx.Err() != nil {
+					return p // out of lease: not a failure of the event
+				}
+				p.Failure = r.failure(run, p, rows[n].Event.Version, err, false)
+				return p
+			}
+			rows = rows[n:]
+			continue
+		}
+		// The first row cannot be encoded: Pub/Sub could never take it.
+		p.Failure = r.failure(run, p, rows[0].Event.Version, encErr, true)
+		return p
+	}
+	return p
+}
+
+// failure describes a failed publish of version v, the run's first not
+// acknowledged; final when it can never succeed.
+func (r *Relay) failure(run *outbox.Run, p outbox.Progress, v int64, err error, final bool) *outbox.Failure {
+	n := run.Attempts + 1
+	if p.Rows > 0 {
+		n = 1 // the versions before it went through: its first failure
+	}
+	var fe *event.FieldError
+	if errors.As(err, &fe) {
+		final = true
+	}
+	return &outbox.Failure{Version: v, Error: err.Error(), Final: final || n >= r.o.MaxAttempts,
+		RetryAt: r.now().Add(Backoff(r.o.BackoffBase, r.o.BackoffMax, n))}
+}
+
+// attemptsOf is the attempt count a settled failure recorded.
+func attemptsOf(run *outbox.Run, p outbox.Progress) int {
+	if p.Rows > 0 {
+		return 1
+	}
+	return run.Attempts + 1
+}
+
+// recordFailure logs a settled failure (ERROR when final) and hands it to
+// the ledger.
+func (r *Relay) recordFailure(ctx context.Context, run *outbox.Run, p outbox.Progress) {
+	f := p.Failure
+	var e *event.Event
+	for i := range run.Rows {
+		if run.Rows[i].Event.Version == f.Version {
+			e = &run.Rows[i].Event
+		}
+	}
+	if e == nil {
+		return
+	}
+	n := attemptsOf(run, p)
+	attrs := append(logging.Event(e), "attempts", n, "error", f.Error)
+	if f.Final {
+		r.log.ErrorContext(ctx, "relay: event failed", append(attrs, "blocked", "its aggregate waits until an operator re-pushes it")...)
+	} else {
+		r.log.WarnContext(ctx, "relay: publish failed; retry scheduled", append(attrs, "retry_at", f.RetryAt.UTC().Format(time.RFC3339))...)
+	}
+	if r.failures != nil {
+		ev := *e
+		r.failures.Add(failureRecord{e: &ev, attempts: n, err: f.Error, final: f.Final, at: time.Now().UTC()})
+	}
+}
+
+// encode turns a row into its Pub/Sub message: the topic's encoding, the
+// re-push's target as an attribute.
+func (r *Relay) encode(row *outbox.Row) (event.Message, error) {
+	enc := event.EncodingJSON
+	if r.o.Topology != nil {
+		if t := r.o.Topology.Topic(row.Event.Topic); t != nil {
+			if e, err := event.ParseEncoding(t.Encoding); err == nil {
+				enc = e
+			}
+		}
+	}
+	m, err := event.Encode(&row.Event, enc)
+	if err != nil {
+		return m, fmt.Errorf("encode %s: %w", row.Event.ID, err)
+	}
+	if row.Target != "" {
+		m.Attributes[topology.TargetConsumerAttr] = row.Target
+	}
+	return m, nil
+}
