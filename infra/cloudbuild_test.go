@@ -3,6 +3,7 @@ package infra
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -276,6 +277,52 @@ func TestDockerfile(t *testing.T) {
 	for _, cache := range []string{".bin", "bin", ".state", ".git", "**/.terraform"} {
 		if !excluded[cache] {
 			t.Errorf(".dockerignore does not exclude %s", cache)
+		}
+	}
+}
+
+// TestBuildAccountRoles: cloudbuild.yaml's header and the README's deploy
+// path list the same roles for the build's service account, and the
+// README's setup commands grant exactly those.
+func TestBuildAccountRoles(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(repoRoot(t), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	header := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#\s+(roles/[a-zA-Z.]+)\s`).FindAllStringSubmatch(read("cloudbuild.yaml"), -1) {
+		header[m[1]] = true
+	}
+	readme := read("README.md")
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^- `(roles/[a-zA-Z.]+)`").FindAllStringSubmatch(readme, -1) {
+		listed[m[1]] = true
+	}
+	if len(header) < 10 || !reflect.DeepEqual(header, listed) {
+		t.Errorf("build account roles differ:\ncloudbuild.yaml %v\nREADME.md       %v", sortedKeys(header), sortedKeys(listed))
+	}
+	granted := map[string]bool{}
+	if m := regexp.MustCompile(`for r in ([^;]+); do`).FindStringSubmatch(readme); m != nil {
+		for _, r := range strings.Fields(strings.ReplaceAll(m[1], "\\", " ")) {
+			granted["roles/"+r] = true
+		}
+	}
+	for _, m := range regexp.MustCompile(`--role=(roles/[a-zA-Z.]+)`).FindAllStringSubmatch(readme, -1) {
+		granted[m[1]] = true
+	}
+	if !reflect.DeepEqual(granted, listed) {
+		t.Errorf("the README's commands grant %v, its list says %v", sortedKeys(granted), sortedKeys(listed))
+	}
+	for _, want := range []string{
+		"gcloud services enable cloudresourcemanager.googleapis.com serviceusage.googleapis.com",
+		"go run ./functions/rollup/cmd sync-consumers",
+		`relaybus -url "$DLQREPLAY" -gcloud-auth events ls`,
+	} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md's deploy path lacks %q", want)
 		}
 	}
 }
