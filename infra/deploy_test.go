@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/zclconf/go-cty/cty"
@@ -614,4 +615,114 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestNoDependencyCycle: the resources' references (through locals and
+// depends_on) form no cycle, which `terraform plan` would refuse. The graph
+// is built from the HCL the way Terraform builds it, at resource level.
+func TestNoDependencyCycle(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	refsOf := func(body *hclsyntax.Body) []string {
+		var out []string
+		var walk func(b *hclsyntax.Body)
+		walk = func(b *hclsyntax.Body) {
+			for _, a := range b.Attributes {
+				for _, tr := range a.Expr.Variables() {
+					out = append(out, traversalName(tr))
+				}
+			}
+			for _, blk := range b.Blocks {
+				walk(blk.Body)
+			}
+		}
+		walk(body)
+		return out
+	}
+	// Locals resolved to the resources they refer to.
+	localRefs := map[string][]string{}
+	var resolve func(name string, seen map[string]bool) []string
+	resolve = func(name string, seen map[string]bool) []string {
+		if r, ok := localRefs[name]; ok {
+			return r
+		}
+		if seen[name] {
+			t.Fatalf("local.%s refers to itself", name)
+		}
+		seen[name] = true
+		var out []string
+		a, ok := c.locals[name]
+		if !ok {
+			t.Fatalf("local.%s is not declared", name)
+		}
+		for _, tr := range a.Expr.Variables() {
+			n := traversalName(tr)
+			if strings.HasPrefix(n, "local.") {
+				out = append(out, resolve(strings.TrimPrefix(n, "local."), seen)...)
+			} else if n != "" {
+				out = append(out, n)
+			}
+		}
+		localRefs[name] = out
+		return out
+	}
+	edges := map[string]map[string]bool{}
+	for key, b := range c.resources {
+		edges[key] = map[string]bool{}
+		for _, n := range refsOf(b.Body) {
+			var targets []string
+			if strings.HasPrefix(n, "local.") {
+				targets = resolve(strings.TrimPrefix(n, "local."), map[string]bool{})
+			} else {
+				targets = []string{n}
+			}
+			for _, tgt := range targets {
+				if _, isResource := c.resources[tgt]; isResource && tgt != key {
+					edges[key][tgt] = true
+				}
+			}
+		}
+	}
+	state := map[string]int{} // 1 visiting, 2 done
+	var path []string
+	var visit func(n string)
+	visit = func(n string) {
+		switch state[n] {
+		case 1:
+			i := 0
+			for path[i] != n {
+				i++
+			}
+			t.Fatalf("dependency cycle: %s -> %s", strings.Join(path[i:], " -> "), n)
+		case 2:
+			return
+		}
+		state[n] = 1
+		path = append(path, n)
+		for _, m := range sortedKeys(edges[n]) {
+			visit(m)
+		}
+		path = path[:len(path)-1]
+		state[n] = 2
+	}
+	for _, n := range sortedKeys(edges) {
+		visit(n)
+	}
+}
+
+// traversalName is "type.name" for a resource reference, "local.x" for a
+// local, "" for anything else (var, each, count, path, self, data sources).
+func traversalName(tr hcl.Traversal) string {
+	root := tr.RootName()
+	switch root {
+	case "var", "each", "count", "path", "self", "terraform", "data":
+		return ""
+	}
+	if len(tr) < 2 {
+		return ""
+	}
+	a, ok := tr[1].(hcl.TraverseAttr)
+	if !ok {
+		return ""
+	}
+	return root + "." + a.Name
 }
