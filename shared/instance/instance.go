@@ -52,6 +52,8 @@ func (e Env) Logger() *slog.Logger {
 // Lazy returns an HTTP handler that builds the real handler with build on
 // first use and serves every request with it. A failed build is not kept:
 // it is logged, the request answers 500, and the next request builds again.
+// The 500's body does not carry the error: a failed start's error names the
+// database host, user and socket path, which belong in the logs only.
 // The context given to build is the first request's without its
 // cancellation, since the clients it creates outlive that request.
 func Lazy(name string, build func(ctx context.Context) (http.Handler, error)) http.HandlerFunc {
@@ -76,7 +78,7 @@ func Lazy(name string, build func(ctx context.Context) (http.Handler, error)) ht
 		handler, err := get(r.Context())
 		if err != nil {
 			logging.New(os.Stderr, logging.Options{}).ErrorContext(r.Context(), name+": cannot start", "error", err.Error())
-			http.Error(w, name+": cannot start: "+err.Error(), http.StatusInternalServerError)
+			http.Error(w, name+": cannot start; the reason is in the function's logs", http.StatusInternalServerError)
 			return
 		}
 		handler.ServeHTTP(w, r)
