@@ -41,7 +41,10 @@
 #   member 5 × (3 + 10)            =  65
 #   total 340 ≤ 400 − 20 = 380
 # terraform_data.database_connections refuses a plan that exceeds it, with
-# the numbers. max_connections is set as a database flag on the instance
+# the numbers. A request beyond the pool waits in pgx for a connection (a
+# consume instance serves 40 deliveries at once on 5 connections by
+# default); more parallelism per instance means a larger pool_max_conns,
+# and so a larger max_connections and tier, or fewer max instances. max_connections is set as a database flag on the instance
 # Terraform creates (https://cloud.google.com/sql/docs/postgres/flags); for an
 # existing instance, var.cloud_sql.max_connections must be its real value.
 
