@@ -3,6 +3,7 @@ package infra
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -119,6 +120,25 @@ func TestCloudBuildStepGraph(t *testing.T) {
 	if test.Entrypoint != "make" || strings.Join(test.Args, " ") != "test" {
 		t.Errorf("test step runs %s %v, want make test", test.Entrypoint, test.Args)
 	}
+	// make test needs Java and the emulators, PostgreSQL and Chromium: the
+	// test step runs in the image built from infra/docker/test.Dockerfile
+	// (a plain Go image has none of them).
+	image, ok := steps["test-image"]
+	if !ok {
+		t.Fatal("no test-image step building the test environment")
+	}
+	build := strings.Join(image.Args, " ")
+	if !strings.Contains(build, "-f infra/docker/test.Dockerfile") || !strings.Contains(build, "${_REPOSITORY}/relaybus-test:${COMMIT_SHA}") {
+		t.Errorf("test-image does not build infra/docker/test.Dockerfile as relaybus-test:${COMMIT_SHA}: %s", build)
+	}
+	if test.Name != "${_REPOSITORY}/relaybus-test:${COMMIT_SHA}" || !before["test"]["test-image"] {
+		t.Errorf("test step runs in %s; want the test-image step's image", test.Name)
+	}
+	for _, e := range test.Env {
+		if strings.HasPrefix(e, "RELAYBUS_TEST_DATABASE_URL=") {
+			t.Errorf("test step names a Postgres (%s); testenv starts its own, sized for the suite", e)
+		}
+	}
 	deploy, ok := steps["deploy"]
 	if !ok {
 		t.Fatal("no step with id deploy")
@@ -183,6 +203,35 @@ func TestCloudBuildStepGraph(t *testing.T) {
 	}
 }
 
+// TestTestImage: the test environment has what `make test` needs: Go 1.26,
+// Java 17 with the gcloud Pub/Sub and Firestore emulators (a pinned Cloud
+// SDK), PostgreSQL 15's binaries and Chromium.
+func TestTestImage(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "docker", "test.Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := string(raw)
+	for _, want := range []string{
+		"ARG GO_VERSION=1.26", "FROM golang:${GO_VERSION} AS go", "COPY --from=go /usr/local/go /usr/local/go",
+		"FROM debian:bookworm", "openjdk-17-jre-headless", "postgresql-15", "chromium",
+		"google-cloud-cli-pubsub-emulator=${CLOUD_SDK_VERSION}", "google-cloud-cli-firestore-emulator=${CLOUD_SDK_VERSION}",
+		"ARG CLOUD_SDK_VERSION=", " make", " git",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("test.Dockerfile lacks %q", want)
+		}
+	}
+	// The Go version of the image is the module's.
+	mod, err := os.ReadFile(filepath.Join(repoRoot(t), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(mod)); m == nil || !strings.Contains(d, "ARG GO_VERSION="+m[1]+"\n") {
+		t.Errorf("test.Dockerfile's Go is not go.mod's (%v)", m)
+	}
+}
+
 // TestDockerfile: one multi-stage Dockerfile, the function as a build
 // argument, a static build of ./functions/$FUNCTION/cmd, distroless
 // nonroot, the topology baked in where RELAYBUS_TOPOLOGY points; and no
@@ -217,9 +266,63 @@ func TestDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	excluded := map[string]bool{}
 	for _, line := range strings.Split(string(ignore), "\n") {
 		if line == "infra/topology.yaml" || line == "infra" || line == "functions" || line == "shared" {
 			t.Errorf(".dockerignore excludes %s, which the image needs", line)
+		}
+		excluded[strings.TrimSuffix(strings.TrimSpace(line), "/")] = true
+	}
+	// Build caches and local state never go into the build context.
+	for _, cache := range []string{".bin", "bin", ".state", ".git", "**/.terraform"} {
+		if !excluded[cache] {
+			t.Errorf(".dockerignore does not exclude %s", cache)
+		}
+	}
+}
+
+// TestBuildAccountRoles: cloudbuild.yaml's header and the README's deploy
+// path list the same roles for the build's service account, and the
+// README's setup commands grant exactly those.
+func TestBuildAccountRoles(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(repoRoot(t), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	header := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#\s+(roles/[a-zA-Z.]+)\s`).FindAllStringSubmatch(read("cloudbuild.yaml"), -1) {
+		header[m[1]] = true
+	}
+	readme := read("README.md")
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^- `(roles/[a-zA-Z.]+)`").FindAllStringSubmatch(readme, -1) {
+		listed[m[1]] = true
+	}
+	if len(header) < 10 || !reflect.DeepEqual(header, listed) {
+		t.Errorf("build account roles differ:\ncloudbuild.yaml %v\nREADME.md       %v", sortedKeys(header), sortedKeys(listed))
+	}
+	granted := map[string]bool{}
+	if m := regexp.MustCompile(`for r in ([^;]+); do`).FindStringSubmatch(readme); m != nil {
+		for _, r := range strings.Fields(strings.ReplaceAll(m[1], "\\", " ")) {
+			granted["roles/"+r] = true
+		}
+	}
+	for _, m := range regexp.MustCompile(`--role=(roles/[a-zA-Z.]+)`).FindAllStringSubmatch(readme, -1) {
+		granted[m[1]] = true
+	}
+	if !reflect.DeepEqual(granted, listed) {
+		t.Errorf("the README's commands grant %v, its list says %v", sortedKeys(granted), sortedKeys(listed))
+	}
+	for _, want := range []string{
+		"gcloud services enable cloudresourcemanager.googleapis.com serviceusage.googleapis.com",
+		"go run ./functions/rollup/cmd sync-consumers",
+		`relaybus -url "$DLQREPLAY" -gcloud-auth events ls`,
+	} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md's deploy path lacks %q", want)
 		}
 	}
 }

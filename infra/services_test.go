@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -63,29 +64,49 @@ func envTags(t reflect.Type) map[string]bool {
 	return out
 }
 
-// TestCloudRunServices: environment names and values per function, rollup's
-// throttle, the relay's timeout above its budget, DATABASE_URL from Secret
-// Manager only, the topology path the image bakes in.
+// TestCloudRunServices: environment names and values per function (both
+// ways against each Config's env tags), database URLs from Secret Manager
+// only and per the topology's databases, rollup's concurrency, CPU
+// allocation for the functions that work after answering, the relay's
+// timeout above its budget, the topology path the image bakes in.
 func TestCloudRunServices(t *testing.T) {
 	dockerfile, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "docker", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
+		ev.withStubs()
 		functions := jsonValue(t, ev.local("functions")).(map[string]any)
+		wired := jsonValue(t, ev.local("function_wired_env")).(map[string]any)
+		fnDatabases := jsonValue(t, ev.local("function_databases")).(map[string]any)
 		if got := strings.Join(sortedKeys(functions), ","); got != "dlqreplay,publish,relay,rollup" {
 			t.Fatalf("single services %s", got)
 		}
 		for f, v := range functions {
-			env := v.(map[string]any)["env"].(map[string]any)
+			fn := v.(map[string]any)
+			env := map[string]any{}
+			for name, val := range fn["env"].(map[string]any) {
+				env[name] = val
+			}
+			for name, val := range wired[f].(map[string]any) {
+				if _, dup := env[name]; dup {
+					t.Errorf("%s: %s set twice", f, name)
+				}
+				env[name] = val
+			}
 			for name := range env {
+				if strings.HasPrefix(name, "DATABASE_URL") {
+					t.Errorf("%s: %s is a plain value; database URLs come from Secret Manager only", f, name)
+				}
 				if !envNames[f][name] {
 					t.Errorf("%s: sets %s, which it does not read", f, name)
 				}
 			}
+			dbs := fnDatabases[f].(map[string]any)
 			for name := range envNames[f] {
 				_, set := env[name]
-				if !set && !(name == "DATABASE_URL" && v.(map[string]any)["database"] == true) {
+				_, fromSecret := dbs[name]
+				if !set && !fromSecret {
 					t.Errorf("%s: reads %s, which Terraform does not set", f, name)
 				}
 			}
@@ -95,10 +116,43 @@ func TestCloudRunServices(t *testing.T) {
 			if env["GOOGLE_CLOUD_PROJECT"] != "relaybus-test" || env["FIRESTORE_DATABASE"] != "(default)" {
 				t.Errorf("%s: project %v, database %v", f, env["GOOGLE_CLOUD_PROJECT"], env["FIRESTORE_DATABASE"])
 			}
+			if env["LEDGER_RETENTION"] != "720h" || env["SHUTDOWN_TIMEOUT"] != "8s" {
+				t.Errorf("%s: LEDGER_RETENTION %v, SHUTDOWN_TIMEOUT %v; want 720h and 8s", f, env["LEDGER_RETENTION"], env["SHUTDOWN_TIMEOUT"])
+			}
+			// publish and relay write the ledger after answering: CPU must
+			// stay allocated between requests (instance-based billing).
+			wantIdle := f == "rollup" || f == "dlqreplay"
+			if fn["cpu_idle"] != wantIdle {
+				t.Errorf("%s: cpu_idle %v, want %v", f, fn["cpu_idle"], wantIdle)
+			}
 		}
+
+		// Databases: publish and dlqreplay main; the relay every database
+		// under its EnvVar, and RELAY_DATABASES naming them all.
+		wantRelay := map[string]any{}
+		var names []string
+		for _, d := range top.Databases {
+			wantRelay[d.EnvVar()] = d.Name
+			names = append(names, d.Name)
+		}
+		for _, f := range []string{"publish", "dlqreplay"} {
+			if got := fnDatabases[f]; !reflect.DeepEqual(got, map[string]any{"DATABASE_URL": topology.MainDatabase}) {
+				t.Errorf("%s databases %v, want DATABASE_URL = main", f, got)
+			}
+		}
+		if got := fnDatabases["relay"]; !reflect.DeepEqual(got, wantRelay) {
+			t.Errorf("relay databases %v, want %v", got, wantRelay)
+		}
+		if got := fnDatabases["rollup"]; len(got.(map[string]any)) != 0 {
+			t.Errorf("rollup opens databases %v; it uses none", got)
+		}
+		if got := functions["relay"].(map[string]any)["env"].(map[string]any)["RELAY_DATABASES"]; got != strings.Join(sorted(names), ",") {
+			t.Errorf("RELAY_DATABASES %v, want %s", got, strings.Join(sorted(names), ","))
+		}
+
 		rollup := functions["rollup"].(map[string]any)
-		if rollup["concurrency"] != jsonNum(1) || rollup["max_instances"] != jsonNum(1) {
-			t.Errorf("rollup: concurrency %v, max instances %v; want 1 and 1", rollup["concurrency"], rollup["max_instances"])
+		if n, _ := rollup["concurrency"].(json.Number).Int64(); n < 2 {
+			t.Errorf("rollup: concurrency %v; /reconcile and /expire must not hold the only request slot", rollup["concurrency"])
 		}
 		relay := functions["relay"].(map[string]any)
 		if relay["timeout_seconds"] != jsonNum(top.Relay.AttemptDeadlineSeconds) {
@@ -109,13 +163,16 @@ func TestCloudRunServices(t *testing.T) {
 				t.Errorf("%s: RELAY_TIME_BUDGET %v, want the topology's %ds", f, got, top.Relay.TimeBudgetSeconds)
 			}
 		}
-		for f, v := range functions {
-			if want := f != "rollup"; v.(map[string]any)["database"] != want {
-				t.Errorf("%s: database %v, want %v", f, v.(map[string]any)["database"], want)
-			}
+		dlq := functions["dlqreplay"].(map[string]any)["env"].(map[string]any)
+		if dlq["DLQREPLAY_AUTH"] != "cloudrun" {
+			t.Errorf("dlqreplay: DLQREPLAY_AUTH %v, want cloudrun (behind Cloud Run IAM)", dlq["DLQREPLAY_AUTH"])
+		}
+		if got := wired["dlqreplay"].(map[string]any)["DLQREPLAY_ARCHIVERS"]; got != "relaybus-dlq-push@relaybus-test.iam.gserviceaccount.com" {
+			t.Errorf("dlqreplay: DLQREPLAY_ARCHIVERS %v, want the DLQ monitors' push identity", got)
 		}
 
 		consumeEnv := jsonValue(t, ev.local("consume_env")).(map[string]any)
+		consumeDBs := jsonValue(t, ev.local("consume_databases")).(map[string]any)
 		for _, cs := range top.Consumers() {
 			env, ok := consumeEnv[cs.Subscription()].(map[string]any)
 			if !ok {
@@ -123,19 +180,25 @@ func TestCloudRunServices(t *testing.T) {
 				continue
 			}
 			for name := range env {
-				if !envNames["consume"][name] {
-					t.Errorf("consume %s: sets %s, which it does not read", cs.Subscription(), name)
+				if !envNames["consume"][name] || strings.HasPrefix(name, "DATABASE_URL") {
+					t.Errorf("consume %s: sets %s as a plain value, which it does not read", cs.Subscription(), name)
 				}
 			}
+			dbs := consumeDBs[cs.Subscription()].(map[string]any)
+			if !reflect.DeepEqual(dbs, map[string]any{"DATABASE_URL": cs.Database}) {
+				t.Errorf("consume %s: databases %v, want DATABASE_URL = %s (its consumer's database)", cs.Subscription(), dbs, cs.Database)
+			}
 			for name := range envNames["consume"] {
-				if _, set := env[name]; !set && name != "DATABASE_URL" {
+				_, set := env[name]
+				_, fromSecret := dbs[name]
+				if !set && !fromSecret {
 					t.Errorf("consume %s: reads %s, which Terraform does not set", cs.Subscription(), name)
 				}
 			}
 			want := map[string]any{
 				"CONSUMER_ID": cs.Service, "CONSUMER_SUBSCRIPTION": cs.Subscription(), "CONSUMER_HANDLER": cs.Handler,
 				"CONSUMER_MAX_DELIVERY_ATTEMPTS": itoa(cs.MaxDeliveryAttempts), "ROLLUP_TOPIC": top.Rollup.Topic,
-				"FORWARD_URL": cs.ForwardURL,
+				"FORWARD_URL": cs.ForwardURL, "LEDGER_RETENTION": "720h",
 			}
 			for k, w := range want {
 				if env[k] != w {
@@ -147,54 +210,116 @@ func TestCloudRunServices(t *testing.T) {
 
 	c := loadTerraform(t, terraformDir(t))
 	for _, key := range []string{"google_cloud_run_v2_service.function", "google_cloud_run_v2_service.consume"} {
-		src := c.exprSourceOfBlock(c.resource(t, key))
-		if !regexp.MustCompile(`(?s)name = "DATABASE_URL"\s*value_source \{\s*secret_key_ref \{`).MatchString(squeeze(src)) {
-			t.Errorf("%s: DATABASE_URL does not come from Secret Manager", key)
+		src := squeeze(c.exprSourceOfBlock(c.resource(t, key)))
+		if !strings.Contains(src, `value_source { secret_key_ref { secret = local.database_secret_ids[env.value] version = "latest" } }`) {
+			t.Errorf("%s: the database URLs do not come from each database's secret", key)
+		}
+		if !strings.Contains(src, "cpu_idle =") {
+			t.Errorf("%s: cpu_idle is not set explicitly (with resources set, the provider's default is CPU always allocated)", key)
 		}
 	}
-	for name, a := range c.locals {
-		if strings.Contains(c.exprSource(a.Expr), "DATABASE_URL") {
-			t.Errorf("local.%s mentions DATABASE_URL: it must only come from Secret Manager", name)
+	if src := squeeze(c.exprSourceOfBlock(c.resource(t, "google_cloud_run_v2_service.consume"))); !strings.Contains(src, "cpu_idle = !var.always_allocated_cpu") {
+		t.Errorf("consume: CPU must stay allocated after answering (it writes the ledger in the background)")
+	}
+	// The URLs (with their passwords) only ever go into their secrets.
+	for key, b := range c.resources {
+		if key == "google_secret_manager_secret_version.database_url" {
+			continue
+		}
+		if strings.Contains(c.exprSourceOfBlock(b), "local.cloudsql_urls") {
+			t.Errorf("%s reads local.cloudsql_urls: database URLs belong in Secret Manager only", key)
 		}
 	}
 }
 
-// TestSchedulerJobs: the relay job follows the topology's cadence with an
-// attempt deadline above the relay's budget; the expiry job calls /expire;
-// both authenticate with OIDC.
+// TestSchedulerJobs: one relay drain per database on the topology's cadence,
+// the consume services' /ledger:ship and /inbox:purge, rollup's /reconcile
+// and /expire; every job a POST with an empty body and OIDC to its service,
+// its attempt deadline above the service's request timeout; no job calls a
+// route that does not exist (the old /deadletters:sync).
 func TestSchedulerJobs(t *testing.T) {
 	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
+		ev.withStubs()
 		stubs := resourceStubs(t, ev)
-		for _, job := range []string{"relay", "expire", "dead_letter_archive"} {
-			b := c.resource(t, "google_cloud_scheduler_job."+job)
-			in := newInstance(t, ev, stubs, job, "", cty.NullVal(cty.DynamicPseudoType))
-			target := block(t, job, b.Body, "http_target")
-			uri := in.attr(target, "uri").AsString()
-			oidc := block(t, job, target, "oidc_token")
-			if aud := in.attr(oidc, "audience").AsString(); !strings.HasPrefix(uri, aud) || !strings.HasPrefix(aud, "https://relaybus-") {
-				t.Errorf("%s: OIDC audience %s for %s", job, aud, uri)
+		functions := jsonValue(t, ev.local("functions")).(map[string]any)
+		type call struct{ uri, audience, deadline, schedule string }
+		jobs := map[string]call{}
+		for _, key := range c.resourcesOfType("google_cloud_scheduler_job") {
+			b := c.resources[key]
+			instances := map[string]cty.Value{"": cty.NullVal(cty.DynamicPseudoType)}
+			if _, ok := b.Body.Attributes["for_each"]; ok {
+				instances = forEachKeys(t, ev, b)
 			}
-			if got := in.attr(target, "http_method").AsString(); got != "POST" {
-				t.Errorf("%s: %s", job, got)
-			}
-			switch job {
-			case "relay":
-				if uri != "https://relaybus-relay-test.a.run.app" {
-					t.Errorf("relay job calls %s", uri)
+			for k, v := range instances {
+				in := newInstance(t, ev, stubs, key, k, v)
+				target := block(t, key, b.Body, "http_target")
+				if got := in.attr(target, "http_method").AsString(); got != "POST" {
+					t.Errorf("%s[%s]: %s, want POST", key, k, got)
 				}
-				if got := in.attr(b.Body, "schedule").AsString(); got != top.Relay.Schedule {
-					t.Errorf("relay schedule %q, topology %q", got, top.Relay.Schedule)
+				if _, hasBody := target.Attributes["body"]; hasBody {
+					t.Errorf("%s: the calls take an empty body", key)
 				}
-				if got := in.attr(b.Body, "attempt_deadline").AsString(); got != itoa(top.Relay.AttemptDeadlineSeconds)+"s" || top.Relay.AttemptDeadlineSeconds <= top.Relay.TimeBudgetSeconds {
-					t.Errorf("relay attempt deadline %s, budget %ds", got, top.Relay.TimeBudgetSeconds)
+				oidc := block(t, key, target, "oidc_token")
+				if got := in.attr(oidc, "service_account_email").AsString(); got != "relaybus-scheduler@relaybus-test.iam.gserviceaccount.com" {
+					t.Errorf("%s[%s]: OIDC as %s", key, k, got)
 				}
-			case "expire":
-				if uri != "https://relaybus-rollup-test.a.run.app/expire" {
-					t.Errorf("expire job calls %s", uri)
+				name := strings.TrimPrefix(key, "google_cloud_scheduler_job.")
+				if k != "" {
+					name += "[" + k + "]"
+				}
+				jobs[name] = call{
+					uri: in.attr(target, "uri").AsString(), audience: in.attr(oidc, "audience").AsString(),
+					deadline: in.attr(b.Body, "attempt_deadline").AsString(), schedule: in.attr(b.Body, "schedule").AsString(),
 				}
 			}
 		}
+		check := func(name, uri, audience string, timeoutSeconds int) {
+			t.Helper()
+			j, ok := jobs[name]
+			if !ok {
+				t.Errorf("no Scheduler job %s", name)
+				return
+			}
+			delete(jobs, name)
+			if j.uri != uri || j.audience != audience {
+				t.Errorf("%s: POST %s (audience %s), want %s (audience %s)", name, j.uri, j.audience, uri, audience)
+			}
+			d, err := strconv.Atoi(strings.TrimSuffix(j.deadline, "s"))
+			if err != nil || d <= timeoutSeconds || d < 15 || d > 1800 {
+				t.Errorf("%s: attempt deadline %s, want above the service's %ds and within Scheduler's 15s..1800s", name, j.deadline, timeoutSeconds)
+			}
+		}
+		relay := "https://relaybus-relay-test.a.run.app"
+		for _, d := range top.Databases {
+			name := "relay[" + d.Name + "]"
+			if j := jobs[name]; j.schedule != top.Relay.Schedule {
+				t.Errorf("%s: schedule %q, topology %q", name, j.schedule, top.Relay.Schedule)
+			}
+			check(name, relay+"/?database="+d.Name, relay, top.Relay.TimeBudgetSeconds)
+		}
+		if n, _ := functions["relay"].(map[string]any)["timeout_seconds"].(json.Number).Int64(); int(n) < top.Relay.AttemptDeadlineSeconds {
+			t.Errorf("relay request timeout %ds below the attempt deadline", n)
+		}
+		consumers := jsonValue(t, ev.local("consumers")).(map[string]any)
+		for _, cs := range top.Consumers() {
+			url := "https://" + consumers[cs.Subscription()].(map[string]any)["run_service"].(string) + "-test.a.run.app"
+			check("ledger_ship["+cs.Subscription()+"]", url+"/ledger:ship", url, cs.AckDeadlineSeconds)
+			check("inbox_purge["+cs.Subscription()+"]", url+"/inbox:purge", url, cs.AckDeadlineSeconds)
+		}
+		rollup := "https://relaybus-rollup-test.a.run.app"
+		rollupTimeout, _ := functions["rollup"].(map[string]any)["timeout_seconds"].(json.Number).Int64()
+		check("reconcile", rollup+"/reconcile", rollup, int(rollupTimeout))
+		check("expire", rollup+"/expire", rollup, int(rollupTimeout))
+		for name, j := range jobs {
+			t.Errorf("unexpected Scheduler job %s calling %s", name, j.uri)
+		}
 	})
+	c := loadTerraform(t, terraformDir(t))
+	for key, b := range c.resources {
+		if strings.Contains(c.exprSourceOfBlock(b), "deadletters:sync") {
+			t.Errorf("%s calls /deadletters:sync, a route dlqreplay does not have", key)
+		}
+	}
 }
 
 // TestLogMetricsMatchTheRelaysLogLines: the messages and fields the

@@ -1,6 +1,7 @@
 package infra
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/hcl/v2"
@@ -23,26 +24,34 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 		dlq := v.GetAttr("dead_letter_topic").AsString()
 		deadLetters[name] = cty.ObjectVal(map[string]cty.Value{"id": cty.StringVal(stubProject + "/topics/" + dlq), "name": cty.StringVal(dlq)})
 	}
-	runs, accounts, triggers := map[string]cty.Value{}, map[string]cty.Value{}, map[string]cty.Value{}
+	runs, accounts, triggers, pushSubs := map[string]cty.Value{}, map[string]cty.Value{}, map[string]cty.Value{}, map[string]cty.Value{}
 	for it := ev.local("consumers").ElementIterator(); it.Next(); {
 		k, v := it.Element()
 		key := k.AsString()
 		run := v.GetAttr("run_service").AsString()
 		runs[key] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(run), "uri": cty.StringVal("https://" + run + "-test.a.run.app")})
 		email := v.GetAttr("account_id").AsString() + "@relaybus-test.iam.gserviceaccount.com"
-		accounts[key] = cty.ObjectVal(map[string]cty.Value{"email": cty.StringVal(email), "member": cty.StringVal("serviceAccount:" + email)})
+		accounts[key] = cty.ObjectVal(map[string]cty.Value{"email": cty.StringVal(email), "member": cty.StringVal("serviceAccount:" + email), "name": cty.StringVal(stubProject + "/serviceAccounts/" + email)})
 		triggers[key] = cty.ObjectVal(map[string]cty.Value{"transport": cty.TupleVal([]cty.Value{cty.ObjectVal(map[string]cty.Value{
 			"pubsub": cty.TupleVal([]cty.Value{cty.ObjectVal(map[string]cty.Value{
-				"subscription": cty.StringVal(stubProject + "/subscriptions/eventarc-europe-west1-" + run + "-sub-123"),
+				"subscription": cty.StringVal(stubProject + "/subscriptions/" + stubEventarcSubscription(run)),
 			})}),
 		})})})
+		if v.GetAttr("delivery").AsString() == "push" {
+			pushSubs[key] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(key), "id": cty.StringVal(stubProject + "/subscriptions/" + key)})
+		}
+	}
+	monitors := map[string]cty.Value{}
+	for it := ev.local("topics").ElementIterator(); it.Next(); {
+		k, v := it.Element()
+		name := v.GetAttr("dead_letter_monitor").AsString()
+		monitors[k.AsString()] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(name), "id": cty.StringVal(stubProject + "/subscriptions/" + name)})
 	}
 	functions := map[string]cty.Value{}
 	fnAccounts := map[string]cty.Value{}
 	for _, f := range []string{"publish", "relay", "rollup", "dlqreplay"} {
 		functions[f] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal("relaybus-" + f), "uri": cty.StringVal("https://relaybus-" + f + "-test.a.run.app")})
-		email := "relaybus-" + f + "@relaybus-test.iam.gserviceaccount.com"
-		fnAccounts[f] = cty.ObjectVal(map[string]cty.Value{"email": cty.StringVal(email), "member": cty.StringVal("serviceAccount:" + email)})
+		fnAccounts[f] = stubAccount("relaybus-" + f)
 	}
 	obj := func(m map[string]cty.Value) cty.Value {
 		if len(m) == 0 {
@@ -50,19 +59,77 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 		}
 		return cty.ObjectVal(m)
 	}
+	// Cloud SQL: the instance (created or existing), one database, user,
+	// password and URL secret per Cloud SQL database.
+	instance := cty.TupleVal([]cty.Value{cty.ObjectVal(map[string]cty.Value{
+		"name":            cty.StringVal("relaybus"),
+		"connection_name": cty.StringVal(stubConnectionName),
+	})})
+	sqlDBs, sqlUsers, passwords, secrets := map[string]cty.Value{}, map[string]cty.Value{}, map[string]cty.Value{}, map[string]cty.Value{}
+	for it := ev.local("cloudsql_names").ElementIterator(); it.Next(); {
+		k, v := it.Element()
+		key := k.AsString()
+		sqlDBs[key] = cty.ObjectVal(map[string]cty.Value{"name": v})
+		sqlUsers[key] = cty.ObjectVal(map[string]cty.Value{"name": v})
+		passwords[key] = cty.ObjectVal(map[string]cty.Value{"result": cty.StringVal(stubPassword(key))})
+		secrets[key] = cty.ObjectVal(map[string]cty.Value{
+			"secret_id": cty.StringVal("relaybus-database-url-" + key),
+			"id":        cty.StringVal(stubProject + "/secrets/relaybus-database-url-" + key),
+		})
+	}
+	metrics := map[string]cty.Value{}
+	for _, key := range ev.c.resourcesOfType("google_logging_metric") {
+		b := ev.c.resources[key]
+		name, _ := b.Body.Attributes["name"].Expr.Value(nil)
+		metrics[b.Labels[1]] = cty.ObjectVal(map[string]cty.Value{"name": name, "id": name})
+	}
 	rollupTopic := ev.local("rollup").GetAttr("topic").AsString()
 	return map[string]cty.Value{
 		"google_pubsub_topic": cty.ObjectVal(map[string]cty.Value{
 			"topic": obj(topics), "dead_letter": obj(deadLetters),
 			"rollup": cty.ObjectVal(map[string]cty.Value{"id": cty.StringVal(stubProject + "/topics/" + rollupTopic), "name": cty.StringVal(rollupTopic)}),
 		}),
+		"google_pubsub_subscription":  cty.ObjectVal(map[string]cty.Value{"consumer": obj(pushSubs), "dead_letter_monitor": obj(monitors)}),
 		"google_cloud_run_v2_service": cty.ObjectVal(map[string]cty.Value{"consume": obj(runs), "function": obj(functions)}),
 		"google_service_account": cty.ObjectVal(map[string]cty.Value{
 			"consume": obj(accounts), "function": obj(fnAccounts),
-			"scheduler": cty.ObjectVal(map[string]cty.Value{"email": cty.StringVal("relaybus-scheduler@relaybus-test.iam.gserviceaccount.com")}),
+			"scheduler":        stubAccount("relaybus-scheduler"),
+			"dead_letter_push": stubAccount("relaybus-dlq-push"),
 		}),
 		"google_eventarc_trigger": cty.ObjectVal(map[string]cty.Value{"consumer": obj(triggers)}),
+		"google_project_service_identity": cty.ObjectVal(map[string]cty.Value{
+			"pubsub":   stubAgent("service-123456789@gcp-sa-pubsub.iam.gserviceaccount.com"),
+			"eventarc": stubAgent("service-123456789@gcp-sa-eventarc.iam.gserviceaccount.com"),
+		}),
+		"google_sql_database_instance": cty.ObjectVal(map[string]cty.Value{"relaybus": instance}),
+		"data":                         cty.ObjectVal(map[string]cty.Value{"google_sql_database_instance": cty.ObjectVal(map[string]cty.Value{"existing": instance})}),
+		"google_sql_database":          cty.ObjectVal(map[string]cty.Value{"relaybus": obj(sqlDBs)}),
+		"google_sql_user":              cty.ObjectVal(map[string]cty.Value{"relaybus": obj(sqlUsers)}),
+		"random_password":              cty.ObjectVal(map[string]cty.Value{"database": obj(passwords)}),
+		"google_secret_manager_secret": cty.ObjectVal(map[string]cty.Value{"database_url": obj(secrets)}),
+		"google_logging_metric":        obj(metrics),
 	}
+}
+
+// The stand-ins' names.
+const stubConnectionName = "relaybus-test:europe-west1:relaybus"
+
+func stubEventarcSubscription(runService string) string {
+	return "eventarc-europe-west1-" + runService + "-sub-123"
+}
+
+func stubPassword(database string) string { return "Pw0" + strings.ReplaceAll(database, "-", "") }
+
+func stubAccount(id string) cty.Value {
+	email := id + "@relaybus-test.iam.gserviceaccount.com"
+	return cty.ObjectVal(map[string]cty.Value{
+		"email": cty.StringVal(email), "member": cty.StringVal("serviceAccount:" + email),
+		"name": cty.StringVal(stubProject + "/serviceAccounts/" + email),
+	})
+}
+
+func stubAgent(email string) cty.Value {
+	return cty.ObjectVal(map[string]cty.Value{"email": cty.StringVal(email), "member": cty.StringVal("serviceAccount:" + email)})
 }
 
 // forEachKeys evaluates a resource's for_each and returns its instances'

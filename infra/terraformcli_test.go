@@ -82,7 +82,7 @@ func TestTerraformConsoleAgrees(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			const expr = `jsonencode({topics = local.topics, consumers = local.consumers, push = local.push_consumers, eventarc = local.eventarc_consumers, rollup = local.rollup, relay = local.relay, hash = local.topology_hash})`
+			const expr = `jsonencode({topics = local.topics, consumers = local.consumers, push = local.push_consumers, eventarc = local.eventarc_consumers, rollup = local.rollup, relay = local.relay, hash = local.topology_hash, databases = local.databases, naming = local.naming_errors})`
 			args := []string{"console", "-var", "topology_file=" + path}
 			for k, v := range requiredVars(t) {
 				args = append(args, "-var", k+"="+v.AsString())
@@ -108,7 +108,9 @@ func TestTerraformConsoleAgrees(t *testing.T) {
 				"topics": jsonValue(t, ev.local("topics")), "consumers": jsonValue(t, ev.local("consumers")),
 				"push": jsonValue(t, ev.local("push_consumers")), "eventarc": jsonValue(t, ev.local("eventarc_consumers")),
 				"rollup": jsonValue(t, ev.local("rollup")), "relay": jsonValue(t, ev.local("relay")),
-				"hash": jsonValue(t, ev.local("topology_hash")),
+				"hash":      jsonValue(t, ev.local("topology_hash")),
+				"databases": jsonValue(t, ev.local("databases")),
+				"naming":    jsonValue(t, ev.local("naming_errors")),
 			}
 			if !reflect.DeepEqual(normalize(fromTerraform), normalize(fromGo)) {
 				a, _ := json.MarshalIndent(fromTerraform, "", " ")

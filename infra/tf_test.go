@@ -4,12 +4,14 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/tryfunc"
@@ -127,6 +129,17 @@ type evaluator struct {
 	locals map[string]cty.Value
 	busy   map[string]bool
 	funcs  map[string]function.Function
+	// stubs stand in for resources and data sources (withStubs), so locals
+	// that refer to them can be evaluated too.
+	stubs map[string]cty.Value
+}
+
+// withStubs makes the resource stand-ins of resourceStubs visible to every
+// local evaluated from now on.
+func (ev *evaluator) withStubs() *evaluator {
+	ev.t.Helper()
+	ev.stubs = resourceStubs(ev.t, ev)
+	return ev
 }
 
 // newEvaluator evaluates variables from their defaults (with optional()
@@ -187,6 +200,9 @@ func (ev *evaluator) ctx(expr hcl.Expression, extra map[string]cty.Value) *hcl.E
 		"path":  cty.ObjectVal(map[string]cty.Value{"module": cty.StringVal(ev.c.dir)}),
 		"local": cty.ObjectVal(locals),
 	}
+	for k, v := range ev.stubs {
+		vars[k] = v
+	}
 	for k, v := range extra {
 		vars[k] = v
 	}
@@ -237,11 +253,12 @@ func jsonValue(t testing.TB, v cty.Value) any {
 // terraformFunctions are the Terraform functions the checked expressions
 // use, from the same implementations Terraform 1.5 registers
 // (internal/lang/functions.go): cty's stdlib, hcl's tryfunc, go-cty-yaml;
-// coalesce, sha1, file, tostring, toset and alltrue follow Terraform's
-// own implementations.
+// coalesce, sha1, file, tostring, toset, alltrue, anytrue, sum and
+// urlencode follow Terraform's own implementations.
 func terraformFunctions(baseDir string) map[string]function.Function {
 	return map[string]function.Function{
 		"alltrue":    allTrueFunc,
+		"anytrue":    anyTrueFunc,
 		"can":        tryfunc.CanFunc,
 		"coalesce":   coalesceFunc,
 		"concat":     stdlib.ConcatFunc,
@@ -249,21 +266,29 @@ func terraformFunctions(baseDir string) map[string]function.Function {
 		"element":    stdlib.ElementFunc,
 		"file":       fileFunc(baseDir),
 		"flatten":    stdlib.FlattenFunc,
+		"format":     stdlib.FormatFunc,
 		"join":       stdlib.JoinFunc,
 		"jsonencode": stdlib.JSONEncodeFunc,
 		"keys":       stdlib.KeysFunc,
-		"length":     stdlib.LengthFunc,
+		"length":     lengthFunc,
 		"lookup":     stdlib.LookupFunc,
 		"lower":      stdlib.LowerFunc,
+		"max":        stdlib.MaxFunc,
 		"merge":      stdlib.MergeFunc,
+		"min":        stdlib.MinFunc,
+		"regexall":   stdlib.RegexAllFunc,
 		"replace":    stdlib.ReplaceFunc,
 		"sha1":       sha1Func,
+		"sort":       stdlib.SortFunc,
 		"split":      stdlib.SplitFunc,
 		"substr":     stdlib.SubstrFunc,
+		"sum":        sumFunc,
 		"tostring":   toFunc(cty.String),
 		"toset":      toFunc(cty.Set(cty.DynamicPseudoType)),
 		"trimsuffix": stdlib.TrimSuffixFunc,
 		"try":        tryfunc.TryFunc,
+		"upper":      stdlib.UpperFunc,
+		"urlencode":  urlEncodeFunc,
 		"values":     stdlib.ValuesFunc,
 		"yamldecode": ctyyaml.YAMLDecodeFunc,
 	}
@@ -319,6 +344,63 @@ var allTrueFunc = function.New(&function.Spec{
 			}
 		}
 		return cty.True, nil
+	},
+})
+
+var anyTrueFunc = function.New(&function.Spec{
+	Params: []function.Parameter{{Name: "list", Type: cty.List(cty.Bool)}},
+	Type:   function.StaticReturnType(cty.Bool),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		for it := args[0].ElementIterator(); it.Next(); {
+			_, v := it.Element()
+			if !v.IsNull() && v.True() {
+				return cty.True, nil
+			}
+		}
+		return cty.False, nil
+	},
+})
+
+// lengthFunc is Terraform's length: the number of elements of a collection,
+// or of characters of a string (Terraform counts grapheme clusters; the
+// configuration only measures ASCII names, where that is the rune count).
+var lengthFunc = function.New(&function.Spec{
+	Params: []function.Parameter{{Name: "value", Type: cty.DynamicPseudoType, AllowDynamicType: true}},
+	Type:   function.StaticReturnType(cty.Number),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		switch ty := args[0].Type(); {
+		case ty == cty.String:
+			return cty.NumberIntVal(int64(utf8.RuneCountInString(args[0].AsString()))), nil
+		case ty.IsObjectType():
+			return cty.NumberIntVal(int64(len(ty.AttributeTypes()))), nil
+		}
+		return stdlib.Length(args[0])
+	},
+})
+
+// sumFunc is Terraform's sum: the total of a non-empty list of numbers.
+var sumFunc = function.New(&function.Spec{
+	Params: []function.Parameter{{Name: "list", Type: cty.List(cty.Number)}},
+	Type:   function.StaticReturnType(cty.Number),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		if args[0].LengthInt() == 0 {
+			return cty.NilVal, fmt.Errorf("cannot sum an empty list")
+		}
+		total := cty.Zero
+		for it := args[0].ElementIterator(); it.Next(); {
+			_, v := it.Element()
+			total = total.Add(v)
+		}
+		return total, nil
+	},
+})
+
+// urlEncodeFunc is Terraform's urlencode: url.QueryEscape.
+var urlEncodeFunc = function.New(&function.Spec{
+	Params: []function.Parameter{{Name: "str", Type: cty.String}},
+	Type:   function.StaticReturnType(cty.String),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		return cty.StringVal(url.QueryEscape(args[0].AsString())), nil
 	},
 })
 

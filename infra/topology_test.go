@@ -37,6 +37,10 @@ defaults:
   handler: strict
   encoding: protobuf
 rollup: {topic: ops.ledger.rollup, delivery: eventarc}
+databases:
+  - name: main
+  - name: billing-db
+    description: billing's own database.
 relay: {schedule: "*/2 * * * *", time_budget_seconds: 90, attempt_deadline_seconds: 300}
 topics:
   - name: shop.order.events
@@ -45,6 +49,7 @@ topics:
     consumers:
       - service: billing
         role: ""
+        database: billing-db
         delivery: push
         ack_deadline_seconds: 0
         min_backoff_seconds: 30
@@ -162,6 +167,7 @@ func assertTopologyAgrees(t *testing.T, ev *evaluator, top *topology.Topology) {
 			"dead_letter_topic":         cs.DeadLetterTopic(),
 			"replay_filter":             cs.ReplayFilter(),
 			"filter":                    cs.Filter(),
+			"database":                  cs.Database,
 		}
 		for k, w := range want {
 			if !reflect.DeepEqual(got[k], w) {
@@ -184,6 +190,17 @@ func assertTopologyAgrees(t *testing.T, ev *evaluator, top *topology.Topology) {
 	}
 	assertUnique(t, consumers, "run_service")
 	assertUnique(t, consumers, "account_id")
+
+	databases := jsonValue(t, ev.local("databases")).(map[string]any)
+	if len(databases) != len(top.Databases) {
+		t.Errorf("terraform has %d databases, topology.Load %d", len(databases), len(top.Databases))
+	}
+	for _, d := range top.Databases {
+		want := map[string]any{"name": d.Name, "description": d.Description, "env_var": d.EnvVar()}
+		if got := databases[d.Name]; !reflect.DeepEqual(got, want) {
+			t.Errorf("database %s: terraform %v, topology.Load %v", d.Name, got, want)
+		}
+	}
 
 	rollup := jsonValue(t, ev.local("rollup")).(map[string]any)
 	wantRollup := map[string]any{"topic": top.Rollup.Topic, "delivery": top.Rollup.Delivery, "subscription": transport.RollupSubscription(top)}

@@ -17,6 +17,21 @@
 #     trigger's subscription with gcloud after every apply (re-run on every
 #     image tag, so a deploy always re-applies them), plus the ack deadline,
 #     retention, acked-message retention (seek) and no expiry.
+#   - A generated subscription name, eventarc-<region>-<trigger>-sub-<n>: it is
+#     what Pub/Sub stamps on dead letters (CloudPubSubDeadLetterSourceSubscription)
+#     and what seek and snapshots need. local.consumer_subscription_ids maps
+#     every logical subscription id to the real one; dlqreplay reads it as
+#     DLQREPLAY_SUBSCRIPTIONS and outputs.tf prints it.
+
+locals {
+  # Logical subscription id (<topic>.<service>-<role>) => the id Pub/Sub uses:
+  # the same for push consumers, the trigger's subscription for Eventarc ones
+  # (transport[0].pubsub[0].subscription is projects/<p>/subscriptions/<id>).
+  consumer_subscription_ids = merge(
+    { for k, c in local.push_consumers : k => google_pubsub_subscription.consumer[k].name },
+    { for k, c in local.eventarc_consumers : k => element(split("/", google_eventarc_trigger.consumer[k].transport[0].pubsub[0].subscription), 3) },
+  )
+}
 
 resource "google_eventarc_trigger" "consumer" {
   for_each        = local.eventarc_consumers
@@ -46,10 +61,13 @@ resource "google_eventarc_trigger" "consumer" {
     consumer = each.value.service
   }
 
+  # The Eventarc service agent's role and the Pub/Sub agent's token grants
+  # (iam_propagation), and the consumer's invoker grant, must have
+  # propagated: a fresh project's first trigger fails otherwise (provider
+  # issue https://github.com/hashicorp/terraform-provider-google/issues/14584).
   depends_on = [
-    google_project_service.api,
-    google_cloud_run_v2_service_iam_member.consume_invoker,
-    google_service_account_iam_member.agent_token_creator_consume,
+    time_sleep.iam_propagation,
+    time_sleep.consume_invoker_propagation,
   ]
 }
 
@@ -116,7 +134,7 @@ resource "google_eventarc_trigger" "rollup" {
     }
   }
 
-  depends_on = [google_project_service.api, google_cloud_run_v2_service_iam_member.rollup_invoker]
+  depends_on = [time_sleep.iam_propagation, time_sleep.function_invoker_propagation]
 }
 
 resource "terraform_data" "eventarc_rollup_policy" {

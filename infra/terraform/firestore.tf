@@ -13,9 +13,26 @@ locals {
     "${ix.collection}:${join(",", [for f in ix.fields : "${f.field}:${f.order}"])}" => ix
   }
 
-  # Keyed "collection/field".
+  # Ledger retention (Firestore TTL). The ledger writes a timestamp deleteAt
+  # (now + LEDGER_RETENTION, or ARCHIVE_RETENTION for archived dead letters)
+  # on every document of these collection groups, and Firestore deletes a
+  # document typically within 24 hours after it. A TTL deletion does not
+  # delete subcollections, hence event_consumptions (each event's attempts)
+  # has its own policy. The TTL field is exempt from single-field indexes:
+  # an indexed timestamp written at "now" is a hotspot. A TTL policy and an
+  # index exemption on one field are one field configuration
+  # (https://cloud.google.com/firestore/docs/ttl;
+  # https://registry.terraform.io/providers/hashicorp/google/6.14.1/docs/resources/firestore_field).
+  ttl_field = "deleteAt"
+  ttl_fields = {
+    for c in ["events", "event_consumptions", "dead_letters"] : "${c}/${local.ttl_field}" => { collection = c, field = local.ttl_field }
+  }
+
+  # Keyed "collection/field". A field that has a TTL policy gets its
+  # exemption from google_firestore_field.ttl instead (one resource per field).
   index_exemptions = {
     for ex in local.firestore_indexes.exemptions : "${ex.collection}/${ex.field}" => ex
+    if !contains(keys(local.ttl_fields), "${ex.collection}/${ex.field}")
   }
 
   database_id = var.create_firestore_database ? google_firestore_database.ledger[0].name : var.firestore_database
@@ -30,7 +47,7 @@ resource "google_firestore_database" "ledger" {
   concurrency_mode        = "PESSIMISTIC"
   delete_protection_state = var.deletion_protection ? "DELETE_PROTECTION_ENABLED" : "DELETE_PROTECTION_DISABLED"
   deletion_policy         = var.deletion_protection ? "ABANDON" : "DELETE"
-  depends_on              = [google_project_service.api]
+  depends_on              = [time_sleep.api_propagation]
 }
 
 resource "google_firestore_index" "ledger" {
@@ -55,6 +72,17 @@ resource "google_firestore_field" "exemption" {
   collection = each.value.collection
   field      = each.value.field
 
+  index_config {}
+}
+
+# TTL policy and no single-field index on each ledger collection's deleteAt.
+resource "google_firestore_field" "ttl" {
+  for_each   = local.ttl_fields
+  database   = local.database_id
+  collection = each.value.collection
+  field      = each.value.field
+
+  ttl_config {}
   index_config {}
 }
 
@@ -90,11 +118,15 @@ resource "google_cloud_run_v2_job" "sync_consumers" {
     }
   }
 
-  depends_on = [google_project_iam_member.ledger_user, google_firestore_database.ledger]
+  depends_on = [google_firestore_database.ledger, terraform_data.topology]
 }
 
+# Executed by the machine applying Terraform, after rollup's ledger grant has
+# propagated (an execution right after the grant would fail on Firestore).
 resource "terraform_data" "sync_consumers" {
   triggers_replace = [local.topology_hash, local.images["rollup"]]
+
+  depends_on = [time_sleep.iam_propagation, google_cloud_run_v2_job.sync_consumers]
 
   provisioner "local-exec" {
     command = "${var.gcloud} run jobs execute ${google_cloud_run_v2_job.sync_consumers.name} --project=${var.project_id} --region=${var.region} --wait"

@@ -1,12 +1,34 @@
 # Identities and grants: one service account per function (one per consumer
 # for consume), each with only what it uses. The list is documented in
-# README.md ("Service accounts and roles") and infra/infra_test.go checks that
-# these grants are exactly that list. No service has a public invoker: the
-# invokers are these service accounts, var.publish_invokers and
+# README.md ("Service accounts and roles") and infra/terraform_test.go checks
+# that these grants are exactly that list. No service has a public invoker:
+# the invokers are these service accounts, var.publish_invokers and
 # var.operators (both refuse allUsers and allAuthenticatedUsers).
+#
+# Propagation. IAM changes are eventually consistent: "typically 2 minutes,
+# potentially 7 minutes or longer"
+# (https://cloud.google.com/iam/docs/access-change-propagation); Secret
+# Manager's access checks too
+# (https://cloud.google.com/secret-manager/docs/reference/consistency). So
+# three time_sleep resources stand between grants and their first use, each
+# re-run only when the grants it covers change:
+#   iam_propagation                before the Cloud Run services (a revision
+#                                  reads its secrets and mounts Cloud SQL when
+#                                  it starts), the sync job's execution, the
+#                                  Eventarc triggers (the Eventarc service
+#                                  agent's role: a fresh project's first
+#                                  trigger otherwise fails with "Permission
+#                                  denied while using the Eventarc Service
+#                                  Agent", provider issue
+#                                  https://github.com/hashicorp/terraform-provider-google/issues/14584);
+#   consume_invoker_propagation    before the consumers' push subscriptions
+#                                  and Eventarc triggers;
+#   function_invoker_propagation   before the Scheduler jobs, the rollup
+#                                  subscription and the DLQ monitor push
+#                                  subscriptions.
 
 resource "google_service_account" "function" {
-  for_each     = local.functions
+  for_each     = toset(["publish", "relay", "rollup", "dlqreplay"])
   account_id   = "relaybus-${each.key}"
   display_name = "relaybus ${each.key}"
 }
@@ -18,10 +40,21 @@ resource "google_service_account" "consume" {
   description  = "consume for ${each.value.subscription}: invokes its own service (push/Eventarc OIDC), writes the ledger, publishes rollup notices and poison dead letters."
 }
 
-# Cloud Scheduler's identity: invokes relay, rollup's /expire and dlqreplay's archive.
+# Cloud Scheduler's identity: invokes the relay (one job per database),
+# rollup's /reconcile and /expire, and every consume service's /ledger:ship
+# and /inbox:purge.
 resource "google_service_account" "scheduler" {
   account_id   = "relaybus-scheduler"
   display_name = "relaybus Cloud Scheduler"
+}
+
+# The identity of the <topic>.dlq-monitor push subscriptions: it may only
+# invoke dlqreplay, and dlqreplay lets only it POST /deadletters:archive
+# (DLQREPLAY_ARCHIVERS).
+resource "google_service_account" "dead_letter_push" {
+  account_id   = "relaybus-dlq-push"
+  display_name = "relaybus dead-letter archive push"
+  description  = "OIDC identity of every <topic>.dlq-monitor push subscription: POSTs dead letters to dlqreplay /deadletters:archive."
 }
 
 # ---- Firestore (the ledger), scoped to the ledger's database ---------------
@@ -50,20 +83,55 @@ resource "google_project_iam_member" "consume_ledger_user" {
   }
 }
 
-# ---- Postgres URLs (Secret Manager) ----------------------------------------
+# ---- Postgres: URL secrets (Secret Manager) and Cloud SQL Client ------------
 
-resource "google_secret_manager_secret_iam_member" "function_database" {
-  for_each  = toset(["publish", "relay", "dlqreplay"])
-  secret_id = var.database_url_secret
+# publish and dlqreplay: main.
+resource "google_secret_manager_secret_iam_member" "main_database_url" {
+  for_each  = toset(["publish", "dlqreplay"])
+  secret_id = local.database_secret_ids["main"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function[each.key].member
 }
 
-resource "google_secret_manager_secret_iam_member" "consume_database" {
+# The relay drains every database.
+resource "google_secret_manager_secret_iam_member" "relay_database_url" {
+  for_each  = local.databases
+  secret_id = local.database_secret_ids[each.key]
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function["relay"].member
+}
+
+# Each consumer: its own database only.
+resource "google_secret_manager_secret_iam_member" "consume_database_url" {
   for_each  = local.consumers
-  secret_id = local.consumer_database_secrets[each.key]
+  secret_id = local.database_secret_ids[each.value.database]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.consume[each.key].member
+}
+
+# dlqreplay's shared token (DLQREPLAY_AUTH=token only).
+resource "google_secret_manager_secret_iam_member" "dlqreplay_token" {
+  count     = length(local.dlqreplay_token_secret)
+  secret_id = var.dlqreplay_settings.token_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function["dlqreplay"].member
+}
+
+# Connecting through the Cloud SQL volume needs Cloud SQL Client
+# (cloudsql.instances.connect, cloudsql.instances.get):
+# https://cloud.google.com/sql/docs/postgres/connect-run.
+resource "google_project_iam_member" "cloudsql_client" {
+  for_each = toset([for f in ["publish", "relay", "dlqreplay"] : f if local.function_uses_cloudsql[f]])
+  project  = var.project_id
+  role     = "roles/cloudsql.client"
+  member   = google_service_account.function[each.key].member
+}
+
+resource "google_project_iam_member" "consume_cloudsql_client" {
+  for_each = { for k, c in local.consumers : k => c if local.consume_uses_cloudsql[k] }
+  project  = var.project_id
+  role     = "roles/cloudsql.client"
+  member   = google_service_account.consume[each.key].member
 }
 
 # ---- Pub/Sub ---------------------------------------------------------------
@@ -107,16 +175,9 @@ resource "google_pubsub_topic_iam_member" "dlqreplay_publisher" {
   member   = google_service_account.function["dlqreplay"].member
 }
 
-# dlqreplay reads (archives) the dead letters.
-resource "google_pubsub_subscription_iam_member" "dlqreplay_dead_letters" {
-  for_each     = local.topics
-  subscription = google_pubsub_subscription.dead_letter_monitor[each.key].name
-  role         = "roles/pubsub.subscriber"
-  member       = google_service_account.function["dlqreplay"].member
-}
-
 # dlqreplay seeks consumer subscriptions (pubsub.subscriptions.consume and
-# pubsub.snapshots.seek are in roles/pubsub.subscriber).
+# pubsub.snapshots.seek are in roles/pubsub.subscriber). It no longer reads
+# the <topic>.dlq-monitor subscriptions: they push to it.
 resource "google_pubsub_subscription_iam_member" "dlqreplay_seek" {
   for_each     = local.push_consumers
   subscription = google_pubsub_subscription.consumer[each.key].name
@@ -151,9 +212,20 @@ resource "google_project_iam_member" "dlqreplay_snapshots" {
   member  = google_service_account.function["dlqreplay"].member
 }
 
-# ---- Pub/Sub service agent ---------------------------------------------------
+# ---- Service agents ---------------------------------------------------------
 
-# Publishes dead letters to every <topic>.dlq...
+# The Eventarc service agent manages the triggers' Pub/Sub subscriptions.
+# Google grants it this role when the first Eventarc resource is created;
+# granting it here (to the identity created in main.tf) and waiting for it is
+# what lets the first trigger of a fresh project succeed
+# (https://cloud.google.com/eventarc/standard/docs/run/roles-permissions).
+resource "google_project_iam_member" "eventarc_agent" {
+  project = var.project_id
+  role    = "roles/eventarc.serviceAgent"
+  member  = local.eventarc_service_agent
+}
+
+# The Pub/Sub service agent publishes dead letters to every <topic>.dlq...
 resource "google_pubsub_topic_iam_member" "agent_dead_letter" {
   for_each = local.topics
   topic    = google_pubsub_topic.dead_letter[each.key].name
@@ -176,8 +248,9 @@ resource "google_pubsub_subscription_iam_member" "agent_eventarc" {
   member       = local.pubsub_service_agent
 }
 
-# Mints the OIDC tokens of push and Eventarc deliveries (needed in projects
-# created before April 2021; harmless after).
+# It mints the OIDC tokens of push and Eventarc deliveries: needed where the
+# Pub/Sub service agent was enabled on or before April 8, 2021, harmless
+# after (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions).
 resource "google_service_account_iam_member" "agent_token_creator_consume" {
   for_each           = local.consumers
   service_account_id = google_service_account.consume[each.key].name
@@ -187,6 +260,12 @@ resource "google_service_account_iam_member" "agent_token_creator_consume" {
 
 resource "google_service_account_iam_member" "agent_token_creator_rollup" {
   service_account_id = google_service_account.function["rollup"].name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_service_agent
+}
+
+resource "google_service_account_iam_member" "agent_token_creator_dead_letter_push" {
+  service_account_id = google_service_account.dead_letter_push.name
   role               = "roles/iam.serviceAccountTokenCreator"
   member             = local.pubsub_service_agent
 }
@@ -203,6 +282,15 @@ resource "google_cloud_run_v2_service_iam_member" "consume_invoker" {
   member   = google_service_account.consume[each.key].member
 }
 
+# Scheduler calls every consume service's /ledger:ship and /inbox:purge.
+resource "google_cloud_run_v2_service_iam_member" "scheduler_consume_invoker" {
+  for_each = local.consumers
+  location = var.region
+  name     = google_cloud_run_v2_service.consume[each.key].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.scheduler.member
+}
+
 # The rollup subscription (or trigger) invokes rollup as rollup's account.
 resource "google_cloud_run_v2_service_iam_member" "rollup_invoker" {
   location = var.region
@@ -211,12 +299,21 @@ resource "google_cloud_run_v2_service_iam_member" "rollup_invoker" {
   member   = google_service_account.function["rollup"].member
 }
 
+# Scheduler calls the relay (per database) and rollup (/reconcile, /expire).
 resource "google_cloud_run_v2_service_iam_member" "scheduler_invoker" {
-  for_each = toset(["relay", "rollup", "dlqreplay"])
+  for_each = toset(["relay", "rollup"])
   location = var.region
   name     = google_cloud_run_v2_service.function[each.key].name
   role     = "roles/run.invoker"
   member   = google_service_account.scheduler.member
+}
+
+# The DLQ monitor push subscriptions call dlqreplay /deadletters:archive.
+resource "google_cloud_run_v2_service_iam_member" "dead_letter_push_invoker" {
+  location = var.region
+  name     = google_cloud_run_v2_service.function["dlqreplay"].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.dead_letter_push.member
 }
 
 resource "google_cloud_run_v2_service_iam_member" "publish_invokers" {
@@ -227,10 +324,57 @@ resource "google_cloud_run_v2_service_iam_member" "publish_invokers" {
   member   = each.key
 }
 
+# Operators call dlqreplay with their Google ID token
+# (`relaybus -gcloud-auth ...`); Cloud Run IAM admits them, dlqreplay reads
+# who they are from the token (DLQREPLAY_AUTH=cloudrun) and
+# dlqreplay_settings.writers says who may change things.
 resource "google_cloud_run_v2_service_iam_member" "operators" {
   for_each = toset(var.operators)
   location = var.region
   name     = google_cloud_run_v2_service.function["dlqreplay"].name
   role     = "roles/run.invoker"
   member   = each.key
+}
+
+# ---- Waits for propagation (see the top of this file) -----------------------
+
+resource "time_sleep" "iam_propagation" {
+  create_duration = var.propagation_waits.iam
+  triggers = {
+    grants = sha1(jsonencode([
+      [for g in google_project_iam_member.ledger_user : g.id],
+      [for g in google_project_iam_member.consume_ledger_user : g.id],
+      [for g in google_secret_manager_secret_iam_member.main_database_url : g.id],
+      [for g in google_secret_manager_secret_iam_member.relay_database_url : g.id],
+      [for g in google_secret_manager_secret_iam_member.consume_database_url : g.id],
+      google_secret_manager_secret_iam_member.dlqreplay_token[*].id,
+      [for g in google_project_iam_member.cloudsql_client : g.id],
+      [for g in google_project_iam_member.consume_cloudsql_client : g.id],
+      google_project_iam_member.eventarc_agent.id,
+      [for g in google_service_account_iam_member.agent_token_creator_consume : g.id],
+      google_service_account_iam_member.agent_token_creator_rollup.id,
+      google_service_account_iam_member.agent_token_creator_dead_letter_push.id,
+    ]))
+  }
+}
+
+resource "time_sleep" "consume_invoker_propagation" {
+  create_duration = var.propagation_waits.iam
+  triggers = {
+    grants = sha1(jsonencode([
+      [for g in google_cloud_run_v2_service_iam_member.consume_invoker : g.id],
+      [for g in google_cloud_run_v2_service_iam_member.scheduler_consume_invoker : g.id],
+    ]))
+  }
+}
+
+resource "time_sleep" "function_invoker_propagation" {
+  create_duration = var.propagation_waits.iam
+  triggers = {
+    grants = sha1(jsonencode([
+      google_cloud_run_v2_service_iam_member.rollup_invoker.id,
+      [for g in google_cloud_run_v2_service_iam_member.scheduler_invoker : g.id],
+      google_cloud_run_v2_service_iam_member.dead_letter_push_invoker.id,
+    ]))
+  }
 }

@@ -2,11 +2,26 @@
 #
 # The log-based metrics read the relay's JSON log lines (shared/logging:
 # jsonPayload.message, severity). The messages are the relay's own strings;
-# infra/infra_test.go fails if shared/relay stops logging them.
+# infra/services_test.go fails if shared/relay stops logging them.
 #   "relay: drain"                           INFO (ERROR when the drain failed), fields remaining, failed, ...
 #   "relay: publish failed; retry scheduled" WARNING, one per failed publish
 #   "relay: event failed"                    ERROR, an event that reached max attempts (FAILED)
 # publish's fast path runs the same relay code, so publish's lines count too.
+#
+# Aligners must suit the metric's kind and value type, or the Monitoring API
+# refuses the policy (400). From the Aggregation reference
+# (https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.alertPolicies#Aligner):
+# ALIGN_COUNT, ALIGN_MAX and ALIGN_MEAN take numeric (or Boolean) values only;
+# ALIGN_SUM takes numeric and distribution values; ALIGN_PERCENTILE_* takes
+# distribution values and yields a DOUBLE gauge; ALIGN_RATE takes DELTA or
+# CUMULATIVE numeric values. infra/monitoring_test.go checks every condition
+# against the kind and type of the metric it reads.
+#
+# A log-based metric created in the same apply as the policy that reads it is
+# not visible to Monitoring at once ("Cannot find metric(s)...", provider issue
+# https://github.com/hashicorp/terraform-provider-google/issues/11102): the
+# policies wait for time_sleep.log_metrics, which runs only when a metric is
+# created or replaced.
 
 locals {
   relay_log_filter = join(" AND ", [
@@ -14,14 +29,10 @@ locals {
     "resource.labels.service_name=(\"relaybus-relay\" OR \"relaybus-publish\")",
   ])
 
-  # Every consumer subscription id: push subscriptions by name, Eventarc
-  # triggers' generated subscriptions by their resource id.
-  consumer_subscription_ids = concat(
-    [for k, s in google_pubsub_subscription.consumer : s.name],
-    [for k, t in google_eventarc_trigger.consumer : element(split("/", t.transport[0].pubsub[0].subscription), 3)],
-  )
+  # Every consumer subscription id as Pub/Sub names it (eventarc.tf).
+  subscription_filter     = "resource.type = \"pubsub_subscription\" AND resource.label.subscription_id = one_of(${join(", ", [for s in values(local.consumer_subscription_ids) : "\"${s}\""])})"
   dead_letter_monitor_ids = [for k, s in google_pubsub_subscription.dead_letter_monitor : s.name]
-  subscription_filter     = "resource.type = \"pubsub_subscription\" AND resource.label.subscription_id = one_of(${join(", ", [for s in local.consumer_subscription_ids : "\"${s}\""])})"
+  monitor_filter          = "resource.type = \"pubsub_subscription\" AND resource.label.subscription_id = one_of(${join(", ", [for s in local.dead_letter_monitor_ids : "\"${s}\""])})"
 }
 
 # outbox_pending_count: the relay reports the outbox backlog after every drain.
@@ -43,6 +54,21 @@ resource "google_logging_metric" "outbox_backlog" {
       growth_factor      = 2
       scale              = 1
     }
+  }
+}
+
+# One count per relay drain (any database): its absence means the Scheduler
+# jobs or the relay stopped. A counter, so the absence condition can use a
+# numeric aligner (outbox_backlog is a distribution).
+resource "google_logging_metric" "relay_drains" {
+  name        = "relaybus/relay_drains"
+  description = "Relay drains (one \"relay: drain\" line each)."
+  filter      = "${local.relay_log_filter} AND jsonPayload.message=\"relay: drain\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
   }
 }
 
@@ -69,6 +95,18 @@ resource "google_logging_metric" "events_failed" {
     metric_kind = "DELTA"
     value_type  = "INT64"
     unit        = "1"
+  }
+}
+
+resource "time_sleep" "log_metrics" {
+  create_duration = var.propagation_waits.log_metrics
+  triggers = {
+    metrics = join(",", [
+      google_logging_metric.outbox_backlog.id,
+      google_logging_metric.relay_drains.id,
+      google_logging_metric.publish_failures.id,
+      google_logging_metric.events_failed.id,
+    ])
   }
 }
 
@@ -122,18 +160,40 @@ resource "google_monitoring_alert_policy" "oldest_unacked" {
   }
 }
 
+# Dead letters. Every <topic>.dlq-monitor pushes to dlqreplay, which
+# acknowledges a letter once it is archived: so a monitor's backlog is
+# letters that could not be archived (dlqreplay failing), and its
+# acknowledged pushes are the letters archived. Pub/Sub metrics
+# (https://cloud.google.com/monitoring/api/metrics_gcp_p_z#gcp-pubsub):
+# subscription/num_undelivered_messages (GAUGE INT64) and
+# subscription/push_request_count (DELTA INT64, label response_class).
 resource "google_monitoring_alert_policy" "dead_letters" {
   display_name          = "relaybus: dead letters"
   combiner              = "OR"
   notification_channels = var.alerts.notification_channels
 
   conditions {
-    display_name = "more than ${var.alerts.dead_letters} dead letters waiting in a <topic>.dlq-monitor"
+    display_name = "more than ${var.alerts.dead_letters_per_hour} dead letters archived in an hour"
     condition_threshold {
-      filter          = "resource.type = \"pubsub_subscription\" AND resource.label.subscription_id = one_of(${join(", ", [for s in local.dead_letter_monitor_ids : "\"${s}\""])}) AND metric.type = \"pubsub.googleapis.com/subscription/num_undelivered_messages\""
+      filter          = "${local.monitor_filter} AND metric.type = \"pubsub.googleapis.com/subscription/push_request_count\" AND metric.label.response_class = \"ack\""
       comparison      = "COMPARISON_GT"
-      threshold_value = var.alerts.dead_letters
-      duration        = "60s"
+      threshold_value = var.alerts.dead_letters_per_hour
+      duration        = "0s"
+      aggregations {
+        alignment_period     = "3600s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  conditions {
+    display_name = "dead letters not archived for ${var.alerts.archive_backlog_minutes} min (dlqreplay /deadletters:archive failing)"
+    condition_threshold {
+      filter          = "${local.monitor_filter} AND metric.type = \"pubsub.googleapis.com/subscription/num_undelivered_messages\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "${var.alerts.archive_backlog_minutes * 60}s"
       aggregations {
         alignment_period   = "60s"
         per_series_aligner = "ALIGN_MAX"
@@ -141,24 +201,12 @@ resource "google_monitoring_alert_policy" "dead_letters" {
     }
   }
 
-  conditions {
-    display_name = "more than ${var.alerts.dead_letters} messages dead-lettered by a consumer subscription in an hour"
-    condition_threshold {
-      filter          = "${local.subscription_filter} AND metric.type = \"pubsub.googleapis.com/subscription/dead_letter_message_count\""
-      comparison      = "COMPARISON_GT"
-      threshold_value = var.alerts.dead_letters
-      duration        = "0s"
-      aggregations {
-        alignment_period   = "3600s"
-        per_series_aligner = "ALIGN_SUM"
-      }
-    }
-  }
-
   documentation {
     mime_type = "text/markdown"
-    content   = "Dead letters need a person: `relaybus dlq ls`, `relaybus dlq show <id>`, fix the cause, then `relaybus dlq replay <id>` (reaches the failed consumer only)."
+    content   = "Dead letters need a person: `relaybus -gcloud-auth -url <dlqreplay URL> dlq ls`, `dlq show <id>`, fix the cause, then `dlq replay <id>` (reaches the failed consumer only). If letters are not being archived, read dlqreplay's logs for POST /deadletters:archive."
   }
+
+  depends_on = [google_pubsub_subscription.dead_letter_monitor]
 }
 
 resource "google_monitoring_alert_policy" "outbox_backlog" {
@@ -185,11 +233,11 @@ resource "google_monitoring_alert_policy" "outbox_backlog" {
   conditions {
     display_name = "no relay drain for 5 min"
     condition_absent {
-      filter   = "resource.type = \"cloud_run_revision\" AND metric.type = \"logging.googleapis.com/user/${google_logging_metric.outbox_backlog.name}\""
+      filter   = "resource.type = \"cloud_run_revision\" AND metric.type = \"logging.googleapis.com/user/${google_logging_metric.relay_drains.name}\""
       duration = "300s"
       aggregations {
         alignment_period     = "60s"
-        per_series_aligner   = "ALIGN_COUNT"
+        per_series_aligner   = "ALIGN_SUM"
         cross_series_reducer = "REDUCE_SUM"
       }
     }
@@ -197,8 +245,11 @@ resource "google_monitoring_alert_policy" "outbox_backlog" {
 
   documentation {
     mime_type = "text/markdown"
-    content   = "The outbox is not draining: check the relaybus-relay job in Cloud Scheduler, the relay's `relay: drain` log lines (error field), and Pub/Sub publish errors."
+    content   = "The outbox is not draining: check the relaybus-relay-<database> jobs in Cloud Scheduler, the relay's `relay: drain` log lines (error field), and Pub/Sub publish errors."
   }
+
+  # The log-based metrics must be visible to Monitoring first (#11102).
+  depends_on = [time_sleep.log_metrics]
 }
 
 resource "google_monitoring_alert_policy" "publish_failures" {
@@ -240,4 +291,7 @@ resource "google_monitoring_alert_policy" "publish_failures" {
     mime_type = "text/markdown"
     content   = "The relay cannot publish: see `relay: publish failed` / `relay: event failed` log lines (event_id, error). FAILED events can be re-pushed with `relaybus repush <id>` once the cause is fixed."
   }
+
+  # The log-based metrics must be visible to Monitoring first (#11102).
+  depends_on = [time_sleep.log_metrics]
 }

@@ -1,5 +1,5 @@
 output "service_urls" {
-  description = "URL of each function's Cloud Run service (publish, relay, rollup, dlqreplay)."
+  description = "URL of each function's Cloud Run service (publish, relay, rollup, dlqreplay). The operator's CLI: relaybus -url <dlqreplay> -gcloud-auth events ls."
   value       = { for k, s in google_cloud_run_v2_service.function : k => s.uri }
 }
 
@@ -9,11 +9,8 @@ output "consume_services" {
 }
 
 output "subscriptions" {
-  description = "Each consumer's Pub/Sub subscription: the topology name for push consumers, the trigger's generated subscription for Eventarc consumers."
-  value = merge(
-    { for k, s in google_pubsub_subscription.consumer : k => s.id },
-    { for k, t in google_eventarc_trigger.consumer : k => t.transport[0].pubsub[0].subscription },
-  )
+  description = "Each consumer's logical subscription id => the subscription id Pub/Sub uses (the same for push consumers, the trigger's generated eventarc-... subscription for Eventarc consumers). dlqreplay reads the same map as DLQREPLAY_SUBSCRIPTIONS."
+  value       = local.consumer_subscription_ids
 }
 
 output "dead_letter_topics" {
@@ -21,11 +18,28 @@ output "dead_letter_topics" {
   value       = { for k, t in google_pubsub_topic.dead_letter : k => t.id }
 }
 
+output "databases" {
+  description = "Each topology database: the Secret Manager secret holding its URL, where it lives (cloudsql or external) and, for Cloud SQL, the Postgres database name."
+  value = {
+    for k, d in local.databases : k => {
+      secret   = local.database_secret_ids[k]
+      env_var  = d.env_var
+      location = contains(keys(local.cloudsql_databases), k) ? "cloudsql" : "external"
+      database = lookup(local.cloudsql_names, k, null)
+    }
+  }
+}
+
+output "cloud_sql_instance" {
+  description = "The Cloud SQL instance connection name (<project>:<region>:<instance>), empty when every database is external. For psql: cloud-sql-proxy <name>."
+  value       = local.cloudsql_connection_name
+}
+
 output "service_accounts" {
-  description = "Service account email of each function and consumer."
+  description = "Service account email of each function and consumer, the Scheduler's and the DLQ monitors' push identity."
   value = merge(
     { for k, a in google_service_account.function : k => a.email },
     { for k, a in google_service_account.consume : "consume:${k}" => a.email },
-    { scheduler = google_service_account.scheduler.email },
+    { scheduler = google_service_account.scheduler.email, dead_letter_push = google_service_account.dead_letter_push.email },
   )
 }

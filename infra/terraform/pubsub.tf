@@ -11,7 +11,7 @@ resource "google_pubsub_topic" "topic" {
   name                       = each.key
   message_retention_duration = "${each.value.message_retention_seconds}s"
   labels                     = { encoding = each.value.encoding }
-  depends_on                 = [google_project_service.api]
+  depends_on                 = [time_sleep.api_propagation, terraform_data.topology]
 }
 
 # <topic>.dlq: Pub/Sub dead-letters a message here after the subscription's
@@ -20,10 +20,24 @@ resource "google_pubsub_topic" "dead_letter" {
   for_each                   = local.topics
   name                       = each.value.dead_letter_topic
   message_retention_duration = "${each.value.message_retention_seconds}s"
-  depends_on                 = [google_project_service.api]
+  depends_on                 = [time_sleep.api_propagation, terraform_data.topology]
 }
 
-# <topic>.dlq-monitor: keeps every dead letter for dlqreplay and the DLQ alert.
+# <topic>.dlq-monitor: pushes every dead letter to dlqreplay's
+# POST /deadletters:archive, which files it in the ledger's dead_letters
+# collection (a letter is visible to operators seconds after it dies). A pull
+# subscription nobody pulled would keep every letter unacknowledged for the
+# whole retention, and nothing would archive it.
+#
+# Push with an OIDC token of relaybus-dlq-push, audience = the service URL
+# (what Cloud Run IAM checks); the body is Pub/Sub's wrapped push JSON, whose
+# attributes carry CloudPubSubDeadLetterSourceSubscription and the delivery
+# attempts (https://cloud.google.com/pubsub/docs/push,
+# https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions).
+# dlqreplay acknowledges with 2xx once the letter is archived (idempotent on
+# the message id); anything else is redelivered with the retry policy's
+# backoff for the retention period. No dead-letter policy: a letter that
+# cannot be archived stays here and the "archive backlog" alert fires.
 resource "google_pubsub_subscription" "dead_letter_monitor" {
   for_each                   = local.topics
   name                       = each.value.dead_letter_monitor
@@ -32,15 +46,30 @@ resource "google_pubsub_subscription" "dead_letter_monitor" {
   message_retention_duration = "${each.value.message_retention_seconds}s"
   retain_acked_messages      = true
 
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+
   expiration_policy {
     ttl = ""
   }
+
+  push_config {
+    push_endpoint = "${google_cloud_run_v2_service.function["dlqreplay"].uri}/deadletters:archive"
+    oidc_token {
+      service_account_email = google_service_account.dead_letter_push.email
+      audience              = google_cloud_run_v2_service.function["dlqreplay"].uri
+    }
+  }
+
+  depends_on = [time_sleep.function_invoker_propagation]
 }
 
 # The rollup topic: consume publishes the id of each event it handled.
 resource "google_pubsub_topic" "rollup" {
   name       = local.rollup.topic
-  depends_on = [google_project_service.api]
+  depends_on = [time_sleep.api_propagation, terraform_data.topology]
 }
 
 # The rollup subscription has no dead-letter topic on purpose: a notice for an
@@ -69,6 +98,8 @@ resource "google_pubsub_subscription" "rollup" {
       audience              = google_cloud_run_v2_service.function["rollup"].uri
     }
   }
+
+  depends_on = [time_sleep.function_invoker_propagation]
 }
 
 # One ordered push subscription per push consumer, delivering to its consume
@@ -112,9 +143,11 @@ resource "google_pubsub_subscription" "consumer" {
     handler  = replace(each.value.handler, ".", "_")
   }
 
-  # Dead-lettering needs the service agent's grants before messages fail.
+  # Dead-lettering needs the service agent's grants before messages fail,
+  # and delivery the consumer's invoker grant.
   depends_on = [
     google_pubsub_topic_iam_member.agent_dead_letter,
-    google_service_account_iam_member.agent_token_creator_consume,
+    time_sleep.iam_propagation,
+    time_sleep.consume_invoker_propagation,
   ]
 }

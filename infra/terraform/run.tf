@@ -1,8 +1,29 @@
 # Cloud Run services: one per function, and one consume service per consumer.
-# Environment variable names are the functions' (docs: TEAM contract and each
-# function's Config). The topology file is baked into every image at
-# /etc/relaybus/topology.yaml (infra/docker/Dockerfile); it must be the file Terraform read,
-# which holds when both come from one checkout (cloudbuild.yaml).
+# Environment variable names are the functions' (each function's Config; a
+# test checks both ways that Terraform sets exactly what the Config reads).
+# The topology file is baked into every image at /etc/relaybus/topology.yaml
+# (infra/docker/Dockerfile); it must be the file Terraform read, which holds
+# when both come from one checkout (cloudbuild.yaml).
+#
+# Database URLs never appear here: each DATABASE_URL* variable comes from its
+# database's Secret Manager secret (database.tf), and a service that uses a
+# Cloud SQL database mounts the Cloud SQL volume at /cloudsql.
+#
+# CPU allocation (billing). publish, relay and consume answer first and then
+# write the ledger in background goroutines, batched. Under request-based
+# billing Cloud Run gives an instance CPU only while it handles a request, so
+# that work would stall until the next request ("Avoid background activities
+# if using request-based billing", https://cloud.google.com/run/docs/tips/general#background-activity;
+# https://cloud.google.com/run/docs/configuring/billing-settings). They run
+# with instance-based billing: cpu_idle = false (provider 6.14.1, template.
+# containers.resources.cpu_idle: "True by default if the parent resources
+# field is not set. However, if resources is set, this field must be
+# explicitly set to true to preserve the default behavior",
+# https://registry.terraform.io/providers/hashicorp/google/6.14.1/docs/resources/cloud_run_v2_service).
+# rollup and dlqreplay do their work inside requests and set cpu_idle = true
+# explicitly. Either way the ledger stays correct: the Scheduler jobs
+# (scheduler.tf) ship what a stalled or killed instance missed (/ledger:ship)
+# and re-derive statuses that are not final (/reconcile).
 
 locals {
   topology_in_image = "/etc/relaybus/topology.yaml"
@@ -12,6 +33,8 @@ locals {
     RELAYBUS_TOPOLOGY    = local.topology_in_image
     LOG_LEVEL            = var.log_level
     FIRESTORE_DATABASE   = var.firestore_database
+    LEDGER_RETENTION     = var.ledger_retention
+    SHUTDOWN_TIMEOUT     = var.shutdown_timeout
   }
 
   # The relay's settings; publish's fast path runs the same relay code.
@@ -25,7 +48,8 @@ locals {
     OUTBOX_RETENTION   = var.relay_settings.outbox_retention
   }
 
-  # The four single services. database: DATABASE_URL from var.database_url_secret.
+  # The four single services. Their databases are local.function_databases
+  # (database.tf).
   functions = {
     publish = {
       env = merge(local.env_common, local.env_relay, {
@@ -33,41 +57,73 @@ locals {
         PUBLISH_FAST_PATH         = tostring(var.publish_settings.fast_path)
         PUBLISH_MAX_PAYLOAD_BYTES = tostring(var.publish_settings.max_payload_bytes)
       })
-      database        = true
       concurrency     = 80
       max_instances   = var.publish_settings.max_instances
       timeout_seconds = 60
       ingress         = var.publish_settings.ingress
+      cpu_idle        = !var.always_allocated_cpu
     }
-    # Called by Cloud Scheduler only; the request may run up to the
-    # Scheduler's attempt deadline, above the relay's time budget.
+    # Called by Cloud Scheduler only, one job per database
+    # (POST /?database=<name>); each request may run up to the Scheduler's
+    # attempt deadline, above the relay's time budget. RELAY_DATABASES names
+    # every database, so the relay knows which DATABASE_URL_* to expect.
     relay = {
-      env             = merge(local.env_common, local.env_relay, { LEDGER = var.ledger })
-      database        = true
-      concurrency     = 1
+      env = merge(local.env_common, local.env_relay, {
+        LEDGER          = var.ledger
+        RELAY_DATABASES = join(",", sort(keys(local.databases)))
+      })
+      concurrency     = var.relay_settings.concurrency
       max_instances   = var.relay_settings.max_instances
       timeout_seconds = local.relay.attempt_deadline_seconds
       ingress         = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+      cpu_idle        = !var.always_allocated_cpu
     }
-    # Concurrency 1 and one instance: a throttle on Firestore transactions,
-    # not what makes rollup correct (its transaction does that).
+    # rollup coalesces the notices of concurrent requests into one ledger
+    # transaction per event, so it gets real concurrency; /reconcile and
+    # /expire (Scheduler) share the instances with the notices.
     rollup = {
       env             = local.env_common
-      database        = false
-      concurrency     = 1
-      max_instances   = 1
+      concurrency     = var.rollup_settings.concurrency
+      max_instances   = var.rollup_settings.max_instances
       timeout_seconds = 60
       ingress         = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+      cpu_idle        = true
     }
+    # The operations API behind Cloud Run IAM (DLQREPLAY_AUTH=cloudrun: the
+    # platform verified the caller's ID token and hands it on with its
+    # signature stripped; dlqreplay reads the caller from its claims).
+    # DLQREPLAY_ARCHIVERS is the identity the <topic>.dlq-monitor push
+    # subscriptions use; DLQREPLAY_SUBSCRIPTIONS maps every consumer's
+    # logical subscription to the one Pub/Sub really has (eventarc.tf).
     dlqreplay = {
-      env             = merge(local.env_common, { DLQREPLAY_AUTH = var.dlqreplay_settings.auth })
-      database        = true
+      env = merge(local.env_common, {
+        DLQREPLAY_AUTH      = var.dlqreplay_settings.auth
+        DLQREPLAY_WRITERS   = join(",", var.dlqreplay_settings.writers)
+        DLQREPLAY_READ_ONLY = tostring(var.dlqreplay_settings.read_only)
+        ARCHIVE_RETENTION   = var.archive_retention
+      })
       concurrency     = 20
-      max_instances   = 2
+      max_instances   = var.dlqreplay_settings.max_instances
       timeout_seconds = 300
       ingress         = var.dlqreplay_settings.ingress
+      cpu_idle        = true
     }
   }
+
+  # dlqreplay's settings that name other resources (kept out of
+  # local.functions, whose keys the service accounts iterate).
+  function_wired_env = {
+    publish = {}
+    relay   = {}
+    rollup  = {}
+    dlqreplay = {
+      DLQREPLAY_ARCHIVERS     = google_service_account.dead_letter_push.email
+      DLQREPLAY_SUBSCRIPTIONS = jsonencode(local.consumer_subscription_ids)
+    }
+  }
+
+  # dlqreplay's shared token (DLQREPLAY_AUTH=token only), from Secret Manager.
+  dlqreplay_token_secret = var.dlqreplay_settings.auth == "token" ? [var.dlqreplay_settings.token_secret] : []
 
   # consume, per consumer. CONSUMER_SUBSCRIPTION is the topology's
   # subscription id (for an Eventarc consumer, the logical name: the trigger's
@@ -84,6 +140,10 @@ locals {
       FORWARD_URL                    = c.forward_url
     })
   }
+
+  # Whether a service opens a Cloud SQL database (and so mounts the volume).
+  function_uses_cloudsql = { for f, dbs in local.function_databases : f => anytrue([for db in values(dbs) : contains(keys(local.cloudsql_databases), db)]) }
+  consume_uses_cloudsql  = { for k, c in local.consumers : k => contains(keys(local.cloudsql_databases), c.database) }
 }
 
 resource "google_cloud_run_v2_service" "function" {
@@ -103,21 +163,46 @@ resource "google_cloud_run_v2_service" "function" {
       max_instance_count = each.value.max_instances
     }
 
+    dynamic "volumes" {
+      for_each = local.function_uses_cloudsql[each.key] ? [local.cloudsql_connection_name] : []
+      content {
+        name = "cloudsql"
+        cloud_sql_instance {
+          instances = [volumes.value]
+        }
+      }
+    }
+
     containers {
       image = local.images[each.key]
 
       dynamic "env" {
-        for_each = each.value.env
+        for_each = merge(each.value.env, local.function_wired_env[each.key])
         content {
           name  = env.key
           value = env.value
         }
       }
 
+      # DATABASE_URL (and the relay's DATABASE_URL_<NAME>) from each
+      # database's secret.
       dynamic "env" {
-        for_each = each.value.database ? [var.database_url_secret] : []
+        for_each = local.function_databases[each.key]
         content {
-          name = "DATABASE_URL"
+          name = env.key
+          value_source {
+            secret_key_ref {
+              secret  = local.database_secret_ids[env.value]
+              version = "latest"
+            }
+          }
+        }
+      }
+
+      dynamic "env" {
+        for_each = each.key == "dlqreplay" ? local.dlqreplay_token_secret : []
+        content {
+          name = "DLQREPLAY_TOKEN"
           value_source {
             secret_key_ref {
               secret  = env.value
@@ -127,15 +212,28 @@ resource "google_cloud_run_v2_service" "function" {
         }
       }
 
+      dynamic "volume_mounts" {
+        for_each = local.function_uses_cloudsql[each.key] ? ["cloudsql"] : []
+        content {
+          name       = volume_mounts.value
+          mount_path = "/cloudsql"
+        }
+      }
+
       resources {
-        limits = { cpu = "1", memory = "512Mi" }
+        limits   = { cpu = "1", memory = "512Mi" }
+        cpu_idle = each.value.cpu_idle
       }
     }
   }
 
   depends_on = [
-    google_project_service.api,
-    google_secret_manager_secret_iam_member.function_database,
+    terraform_data.topology,
+    terraform_data.database_connections,
+    # Secrets are read when a revision starts: their grants (and Cloud SQL
+    # Client) must have propagated first.
+    time_sleep.iam_propagation,
+    google_secret_manager_secret_version.database_url,
   ]
 }
 
@@ -158,6 +256,16 @@ resource "google_cloud_run_v2_service" "consume" {
       max_instance_count = var.consume_settings.max_instances
     }
 
+    dynamic "volumes" {
+      for_each = local.consume_uses_cloudsql[each.key] ? [local.cloudsql_connection_name] : []
+      content {
+        name = "cloudsql"
+        cloud_sql_instance {
+          instances = [volumes.value]
+        }
+      }
+    }
+
     containers {
       image = local.images["consume"]
 
@@ -169,24 +277,39 @@ resource "google_cloud_run_v2_service" "consume" {
         }
       }
 
-      env {
-        name = "DATABASE_URL"
-        value_source {
-          secret_key_ref {
-            secret  = local.consumer_database_secrets[each.key]
-            version = "latest"
+      # DATABASE_URL: the consumer's own database (topology: database).
+      dynamic "env" {
+        for_each = local.consume_databases[each.key]
+        content {
+          name = env.key
+          value_source {
+            secret_key_ref {
+              secret  = local.database_secret_ids[env.value]
+              version = "latest"
+            }
           }
         }
       }
 
+      dynamic "volume_mounts" {
+        for_each = local.consume_uses_cloudsql[each.key] ? ["cloudsql"] : []
+        content {
+          name       = volume_mounts.value
+          mount_path = "/cloudsql"
+        }
+      }
+
       resources {
-        limits = { cpu = "1", memory = "512Mi" }
+        limits   = { cpu = "1", memory = "512Mi" }
+        cpu_idle = !var.always_allocated_cpu
       }
     }
   }
 
   depends_on = [
-    google_project_service.api,
-    google_secret_manager_secret_iam_member.consume_database,
+    terraform_data.topology,
+    terraform_data.database_connections,
+    time_sleep.iam_propagation,
+    google_secret_manager_secret_version.database_url,
   ]
 }

@@ -1,12 +1,44 @@
-# Cloud Scheduler jobs, authenticated with OIDC as the scheduler account.
+# Cloud Scheduler jobs: each a POST with an empty body, authenticated with an
+# OIDC token of relaybus-scheduler whose audience is the service URL (what
+# Cloud Run IAM checks). Each job's attempt deadline is above the time the
+# called function may take (its Cloud Run request timeout, which bounds its
+# own budget), so Scheduler never gives up on a call that is still working.
+# HTTP targets accept attempt deadlines of 15 s to 30 min
+# (https://registry.terraform.io/providers/hashicorp/google/6.14.1/docs/resources/cloud_scheduler_job).
+# A failed run is not retried by Scheduler: the next tick is the retry, and
+# every one of these calls is bounded and idempotent.
+#
+#   relay-<database>       the topology's relay.schedule   POST relay /?database=<name>
+#   ledger-ship-<consumer> every minute                    POST consume /ledger:ship
+#   inbox-purge-<consumer> daily                           POST consume /inbox:purge
+#   reconcile              every minute                    POST rollup /reconcile
+#   expire                 hourly                          POST rollup /expire
+#
+# Consume services and the relay and rollup have internal-only ingress;
+# Cloud Scheduler's requests count as internal
+# (https://cloud.google.com/run/docs/securing/ingress).
 
-# Drains the outbox on the topology's cadence. The relay stops after its time
-# budget (RELAY_TIME_BUDGET), well inside the attempt deadline; a failed run
-# is not retried by Scheduler because the next tick is the retry.
+locals {
+  # Margin between a function's request timeout and the job's deadline.
+  scheduler_deadline_margin_seconds = 30
+
+  # Job names carry the consumer's Cloud Run service name (unique, short).
+  consume_jobs = {
+    for k, c in local.consumers : k => {
+      name             = c.run_service
+      attempt_deadline = min(1800, c.ack_deadline_seconds + local.scheduler_deadline_margin_seconds)
+    }
+  }
+}
+
+# Drains one database's outbox on the topology's cadence. The relay stops
+# after its time budget (RELAY_TIME_BUDGET), well inside the attempt
+# deadline, and answers a JSON summary (500 when the drain failed).
 resource "google_cloud_scheduler_job" "relay" {
-  name             = "relaybus-relay"
+  for_each         = local.databases
+  name             = "relaybus-relay-${each.key}"
   region           = var.region
-  description      = "Drain the relaybus outbox to Pub/Sub."
+  description      = "Drain the relaybus outbox of database ${each.key} to Pub/Sub (relay POST /?database=${each.key})."
   schedule         = local.relay.schedule
   time_zone        = var.scheduler_time_zone
   attempt_deadline = "${local.relay.attempt_deadline_seconds}s"
@@ -17,7 +49,7 @@ resource "google_cloud_scheduler_job" "relay" {
 
   http_target {
     http_method = "POST"
-    uri         = google_cloud_run_v2_service.function["relay"].uri
+    uri         = "${google_cloud_run_v2_service.function["relay"].uri}/?database=${each.key}"
     oidc_token {
       service_account_email = google_service_account.scheduler.email
       audience              = google_cloud_run_v2_service.function["relay"].uri
@@ -29,10 +61,95 @@ resource "google_cloud_scheduler_job" "relay" {
       condition     = local.relay.attempt_deadline_seconds > local.relay.time_budget_seconds
       error_message = "relay.attempt_deadline_seconds must be above relay.time_budget_seconds, or Scheduler gives up on a relay still draining."
     }
+    # Every database's drain fires on the same tick: the relay must have a
+    # request slot for each, or Cloud Run refuses the surplus.
+    precondition {
+      condition     = var.relay_settings.max_instances * var.relay_settings.concurrency >= length(local.databases)
+      error_message = "relay_settings.max_instances × relay_settings.concurrency must be at least the number of databases (${length(local.databases)}): one drain per database runs on every tick."
+    }
   }
 
   # The relay takes each event's expected consumers from topic_consumers.
-  depends_on = [terraform_data.sync_consumers, google_cloud_run_v2_service_iam_member.scheduler_invoker]
+  depends_on = [terraform_data.sync_consumers, time_sleep.function_invoker_propagation]
+}
+
+# Ships the consumption attempts the ledger missed (a Firestore outage, a
+# killed instance) from the consumer's Postgres to Firestore; bounded and
+# idempotent.
+resource "google_cloud_scheduler_job" "ledger_ship" {
+  for_each         = local.consume_jobs
+  name             = "relaybus-ledger-ship-${each.value.name}"
+  region           = var.region
+  description      = "Ship ${each.key}'s consumption attempts the ledger missed (consume POST /ledger:ship)."
+  schedule         = var.schedules.ledger_ship
+  time_zone        = var.scheduler_time_zone
+  attempt_deadline = "${each.value.attempt_deadline}s"
+
+  retry_config {
+    retry_count = 0
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = "${google_cloud_run_v2_service.consume[each.key].uri}/ledger:ship"
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloud_run_v2_service.consume[each.key].uri
+    }
+  }
+
+  depends_on = [time_sleep.consume_invoker_propagation]
+}
+
+# Deletes the consumer's inbox rows older than INBOX_RETENTION.
+resource "google_cloud_scheduler_job" "inbox_purge" {
+  for_each         = local.consume_jobs
+  name             = "relaybus-inbox-purge-${each.value.name}"
+  region           = var.region
+  description      = "Purge ${each.key}'s inbox rows past INBOX_RETENTION (consume POST /inbox:purge)."
+  schedule         = var.schedules.inbox_purge
+  time_zone        = var.scheduler_time_zone
+  attempt_deadline = "${each.value.attempt_deadline}s"
+
+  retry_config {
+    retry_count = 0
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = "${google_cloud_run_v2_service.consume[each.key].uri}/inbox:purge"
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloud_run_v2_service.consume[each.key].uri
+    }
+  }
+
+  depends_on = [time_sleep.consume_invoker_propagation]
+}
+
+# Re-derives ledger statuses that are not final (bounded per call).
+resource "google_cloud_scheduler_job" "reconcile" {
+  name             = "relaybus-reconcile"
+  region           = var.region
+  description      = "Re-derive relaybus ledger statuses that are not final (rollup POST /reconcile)."
+  schedule         = var.schedules.reconcile
+  time_zone        = var.scheduler_time_zone
+  attempt_deadline = "${local.functions.rollup.timeout_seconds + local.scheduler_deadline_margin_seconds}s"
+
+  retry_config {
+    retry_count = 0
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = "${google_cloud_run_v2_service.function["rollup"].uri}/reconcile"
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloud_run_v2_service.function["rollup"].uri
+    }
+  }
+
+  depends_on = [time_sleep.function_invoker_propagation]
 }
 
 # The ledger's expiry sweep: events nobody reports on become EXPIRED.
@@ -40,9 +157,13 @@ resource "google_cloud_scheduler_job" "expire" {
   name             = "relaybus-expire"
   region           = var.region
   description      = "Expire relaybus ledger events past their expireAt (rollup POST /expire)."
-  schedule         = var.expire_schedule
+  schedule         = var.schedules.expire
   time_zone        = var.scheduler_time_zone
-  attempt_deadline = "120s"
+  attempt_deadline = "${local.functions.rollup.timeout_seconds + local.scheduler_deadline_margin_seconds}s"
+
+  retry_config {
+    retry_count = 0
+  }
 
   http_target {
     http_method = "POST"
@@ -53,31 +174,5 @@ resource "google_cloud_scheduler_job" "expire" {
     }
   }
 
-  depends_on = [google_cloud_run_v2_service_iam_member.scheduler_invoker]
-}
-
-# Archives new dead letters every minute (visible within a minute).
-resource "google_cloud_scheduler_job" "dead_letter_archive" {
-  count            = var.dlqreplay_settings.archive_path == null ? 0 : 1
-  name             = "relaybus-dead-letter-archive"
-  region           = var.region
-  description      = "Archive new relaybus dead letters into the ledger (dlqreplay)."
-  schedule         = "* * * * *"
-  time_zone        = var.scheduler_time_zone
-  attempt_deadline = "120s"
-
-  retry_config {
-    retry_count = 0
-  }
-
-  http_target {
-    http_method = "POST"
-    uri         = "${google_cloud_run_v2_service.function["dlqreplay"].uri}${var.dlqreplay_settings.archive_path}"
-    oidc_token {
-      service_account_email = google_service_account.scheduler.email
-      audience              = google_cloud_run_v2_service.function["dlqreplay"].uri
-    }
-  }
-
-  depends_on = [google_cloud_run_v2_service_iam_member.scheduler_invoker]
+  depends_on = [time_sleep.function_invoker_propagation]
 }

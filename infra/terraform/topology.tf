@@ -75,6 +75,7 @@ locals {
         max_backoff_seconds       = try(c.max_backoff_seconds > 0 ? c.max_backoff_seconds : local.defaults.max_backoff_seconds, local.defaults.max_backoff_seconds)
         max_delivery_attempts     = try(c.max_delivery_attempts > 0 ? c.max_delivery_attempts : local.defaults.max_delivery_attempts, local.defaults.max_delivery_attempts)
         message_retention_seconds = local.topics[t.name].message_retention_seconds
+        database                  = coalesce(try(c.database, null), "main")
       } if c != null
     ]
   ])
@@ -102,4 +103,60 @@ locals {
 
   push_consumers     = { for k, c in local.consumers : k => c if c.delivery == "push" }
   eventarc_consumers = { for k, c in local.consumers : k => c if c.delivery == "eventarc" }
+
+  # The Postgres databases that hold an outbox (topology.Topology.Databases):
+  # main when the file declares none. env_var is topology.Database.EnvVar:
+  # DATABASE_URL for main, DATABASE_URL_<NAME> (upper case, - as _) for the
+  # others. Each gets its own Secret Manager secret (database.tf) and its own
+  # relay Scheduler job (scheduler.tf).
+  declared_databases = [
+    for d in flatten([try(local.topology.databases, [])]) : {
+      name        = d.name
+      description = try(d.description, null) != null ? d.description : ""
+    } if d != null
+  ]
+  database_list = length(local.declared_databases) > 0 ? local.declared_databases : [
+    { name = "main", description = "The outbox of the publish function and of every consumer." },
+  ]
+  databases = {
+    for d in local.database_list : d.name => merge(d, {
+      env_var = d.name == "main" ? "DATABASE_URL" : "DATABASE_URL_${upper(replace(d.name, "-", "_"))}"
+    })
+  }
+
+  # The naming rules of shared/names and shared/topology, checked again here
+  # so that a topology edited without running the Go tests is refused at plan
+  # time (terraform_data.topology's precondition, main.tf) with the rule,
+  # before anything is created:
+  #   topic          <domain>.<aggregate>.<category>: 2 or 3 dot-separated
+  #                  segments of [a-z0-9-] starting with a letter, each at most
+  #                  63 characters, none of them "dlq", at most 200 in all
+  #   subscription   <topic>.<service>-<role>: service [a-z][a-z0-9-]* (at most
+  #                  63, not ending in -), role [a-z][a-z0-9]* (at most 30), at
+  #                  most 255 characters in all (Pub/Sub's limit)
+  #   database       [a-z][a-z0-9-]* at most 30 characters, not ending in -;
+  #                  main declared; every consumer's database declared
+  topic_rule        = "a topic is <domain>.<aggregate>.<category>: 2 or 3 dot-separated segments of [a-z0-9-] starting with a letter, at most 200 characters (e.g. shop.order.events)"
+  subscription_rule = "a subscription is <topic>.<consumer_service>-<role>: service 1 to 63 characters of [a-z0-9-] starting with a letter and not ending with a hyphen, role 1 to 30 characters of [a-z0-9] starting with a letter, at most 255 characters in all"
+  database_rule     = "a database name is a lowercase letter, then lowercase letters, digits or -, at most 30 characters, not ending with -"
+  topic_names       = concat([for t in local.topology.topics : t.name], [local.topology.rollup.topic])
+  naming_errors = concat(
+    [
+      for n in local.topic_names : "topic \"${n}\": ${local.topic_rule}"
+      if length(n) > 200 || length(regexall("^[a-z][a-z0-9-]{0,62}(\\.[a-z][a-z0-9-]{0,62}){1,2}$", n)) == 0 || contains(split(".", n), "dlq")
+    ],
+    [
+      for c in local.consumer_list : "subscription \"${c.topic}.${c.service}-${c.role}\": ${local.subscription_rule}"
+      if length(regexall("^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$", c.service)) == 0 || length(regexall("^[a-z][a-z0-9]{0,29}$", c.role)) == 0 || length("${c.topic}.${c.service}-${c.role}") > 255
+    ],
+    [
+      for d in local.database_list : "database \"${d.name}\": ${local.database_rule}"
+      if length(regexall("^[a-z]([a-z0-9-]{0,28}[a-z0-9])?$", d.name)) == 0
+    ],
+    contains([for d in local.database_list : d.name], "main") ? [] : ["databases: must declare \"main\", the publish function's database"],
+    [
+      for c in local.consumer_list : "consumer ${c.topic}.${c.service}-${c.role}: database \"${c.database}\" is not one of the topology's databases"
+      if !contains([for d in local.database_list : d.name], c.database)
+    ],
+  )
 }

@@ -41,15 +41,33 @@ variable "image_overrides" {
   }
 }
 
-variable "database_url_secret" {
-  type        = string
-  description = "Secret Manager secret id (in project_id) whose latest version is the producer-side Postgres URL (the outbox): publish, relay and dlqreplay read it as DATABASE_URL. Create it and add a version before the first apply."
+variable "database_url_secrets" {
+  type        = map(string)
+  description = "Databases of the topology that are not in Cloud SQL: topology database name => id of an existing Secret Manager secret (in project_id) whose latest version is that database's full Postgres URL, pool_max_conns included. Every other database is created in Cloud SQL (cloud_sql)."
+  default     = {}
 }
 
-variable "consumer_database_url_secrets" {
-  type        = map(string)
-  description = "Secret Manager secret id per consumer service (the topology's service) holding that consumer's Postgres URL (its inbox and projections). A consumer not listed uses database_url_secret."
+variable "cloud_sql" {
+  type = object({
+    create               = optional(bool, true)
+    instance             = optional(string, "relaybus")
+    region               = optional(string)
+    database_version     = optional(string, "POSTGRES_15")
+    tier                 = optional(string, "db-custom-2-7680")
+    edition              = optional(string, "ENTERPRISE")
+    availability_type    = optional(string, "ZONAL")
+    disk_size_gb         = optional(number, 20)
+    max_connections      = optional(number, 400)
+    reserved_connections = optional(number, 20)
+    pool_max_conns       = optional(number, 5)
+  })
+  description = "The Cloud SQL for PostgreSQL instance of the topology's databases (database.tf): create it (create = true) or use the existing instance named instance in project_id (create = false; set max_connections to its real limit). region defaults to var.region. pool_max_conns is each Cloud Run instance's pool per database (the URL's pool_max_conns); database.tf checks pool sizes × max instances against max_connections − reserved_connections."
   default     = {}
+
+  validation {
+    condition     = var.cloud_sql.pool_max_conns >= 1 && var.cloud_sql.reserved_connections >= 3 && var.cloud_sql.max_connections > var.cloud_sql.reserved_connections
+    error_message = "cloud_sql: pool_max_conns must be at least 1, reserved_connections at least 3 (PostgreSQL's superuser_reserved_connections), max_connections above reserved_connections."
+  }
 }
 
 variable "firestore_database" {
@@ -112,8 +130,9 @@ variable "relay_settings" {
     backoff_max      = optional(string, "10m")
     outbox_retention = optional(string, "24h")
     max_instances    = optional(number, 3)
+    concurrency      = optional(number, 1)
   })
-  description = "relay (and publish's fast path): RELAY_BATCH_SIZE, RELAY_LEASE, RELAY_MAX_ATTEMPTS, RELAY_BACKOFF_BASE, RELAY_BACKOFF_MAX, OUTBOX_RETENTION. RELAY_TIME_BUDGET comes from the topology (relay.time_budget_seconds)."
+  description = "relay (and publish's fast path): RELAY_BATCH_SIZE, RELAY_LEASE, RELAY_MAX_ATTEMPTS, RELAY_BACKOFF_BASE, RELAY_BACKOFF_MAX, OUTBOX_RETENTION; the relay service's max instances and per-instance concurrency (max_instances × concurrency must cover one drain per database per tick). RELAY_TIME_BUDGET comes from the topology (relay.time_budget_seconds)."
   default     = {}
 }
 
@@ -127,19 +146,117 @@ variable "consume_settings" {
   default     = {}
 }
 
-variable "dlqreplay_settings" {
+variable "rollup_settings" {
   type = object({
-    auth         = optional(string, "iam")
-    ingress      = optional(string, "INGRESS_TRAFFIC_ALL")
-    archive_path = optional(string, "/deadletters:sync")
+    concurrency   = optional(number, 80)
+    max_instances = optional(number, 5)
   })
-  description = "dlqreplay: DLQREPLAY_AUTH (iam verifies the caller's Google ID token), Cloud Run ingress, and the path the archive Scheduler job POSTs to every minute (null: no archive job)."
+  description = "rollup: per-instance request concurrency and max instances. rollup coalesces the notices of concurrent requests into one ledger transaction per event, so it needs concurrency; /reconcile and /expire no longer hold the only request slot."
   default     = {}
 
   validation {
-    condition     = contains(["iam", "token", "none"], var.dlqreplay_settings.auth)
-    error_message = "dlqreplay_settings.auth must be iam, token or none."
+    condition     = var.rollup_settings.concurrency >= 2 && var.rollup_settings.concurrency <= 1000 && var.rollup_settings.max_instances >= 1
+    error_message = "rollup_settings: concurrency 2 to 1000 (a single slot would queue notices behind /expire), max_instances at least 1."
   }
+}
+
+variable "dlqreplay_settings" {
+  type = object({
+    auth          = optional(string, "cloudrun")
+    ingress       = optional(string, "INGRESS_TRAFFIC_ALL")
+    writers       = optional(list(string), [])
+    read_only     = optional(bool, false)
+    token_secret  = optional(string)
+    max_instances = optional(number, 2)
+  })
+  description = <<-EOT
+    dlqreplay, the operations API:
+      auth           DLQREPLAY_AUTH. cloudrun (production): Cloud Run IAM verifies the caller's
+                     Google ID token (var.operators hold roles/run.invoker) and dlqreplay reads the
+                     caller from the token's claims; iam: dlqreplay verifies the token itself (only
+                     where no platform verified it); token: a shared token from token_secret in
+                     header X-Relaybus-Token; none: no check (local only).
+      writers        DLQREPLAY_WRITERS: principals (emails) allowed to change anything; empty means
+                     every caller Cloud Run admitted.
+      read_only      DLQREPLAY_READ_ONLY: refuse every change.
+      token_secret   Secret Manager secret id holding DLQREPLAY_TOKEN (auth = token only).
+      ingress        Cloud Run ingress.
+      max_instances  Cloud Run max instances.
+  EOT
+  default     = {}
+
+  validation {
+    condition     = contains(["cloudrun", "iam", "token", "none"], var.dlqreplay_settings.auth)
+    error_message = "dlqreplay_settings.auth must be cloudrun, iam, token or none."
+  }
+  validation {
+    condition     = var.dlqreplay_settings.auth != "token" || try(length(var.dlqreplay_settings.token_secret) > 0, false)
+    error_message = "dlqreplay_settings.auth = token needs dlqreplay_settings.token_secret (the Secret Manager secret holding DLQREPLAY_TOKEN)."
+  }
+  validation {
+    condition     = alltrue([for w in var.dlqreplay_settings.writers : !contains(["allUsers", "allAuthenticatedUsers"], w)])
+    error_message = "dlqreplay_settings.writers names principals (emails), never allUsers or allAuthenticatedUsers."
+  }
+}
+
+variable "ledger_retention" {
+  type        = string
+  description = "LEDGER_RETENTION (Go duration) of every function: how long ledger documents live; the code writes deleteAt and Firestore's TTL policies (firestore.tf) delete them."
+  default     = "720h"
+
+  validation {
+    condition     = length(regexall("^([0-9]+(h|m|s))+$", var.ledger_retention)) > 0
+    error_message = "ledger_retention is a Go duration in hours, minutes and seconds, e.g. 720h."
+  }
+}
+
+variable "archive_retention" {
+  type        = string
+  description = "ARCHIVE_RETENTION (Go duration) of dlqreplay: how long archived dead letters live (deleteAt, Firestore TTL)."
+  default     = "720h"
+
+  validation {
+    condition     = length(regexall("^([0-9]+(h|m|s))+$", var.archive_retention)) > 0
+    error_message = "archive_retention is a Go duration in hours, minutes and seconds, e.g. 720h."
+  }
+}
+
+variable "shutdown_timeout" {
+  type        = string
+  description = "SHUTDOWN_TIMEOUT of every function: how long a SIGTERM'd instance drains in-flight work. Cloud Run kills the instance 10 s after SIGTERM (https://cloud.google.com/run/docs/container-contract#instance-shutdown), so keep it below 10s."
+  default     = "8s"
+
+  validation {
+    condition     = length(regexall("^[0-9]s$", var.shutdown_timeout)) > 0
+    error_message = "shutdown_timeout must be whole seconds below 10 (Cloud Run's SIGTERM grace), e.g. 8s."
+  }
+}
+
+variable "always_allocated_cpu" {
+  type        = bool
+  description = "Instance-based billing (cpu_idle = false) for publish, relay and consume, which write the ledger in background goroutines after answering. With request-based billing Cloud Run throttles CPU outside requests and that work stalls until the next request (the Scheduler catch-up jobs still make the ledger converge)."
+  default     = true
+}
+
+variable "schedules" {
+  type = object({
+    ledger_ship = optional(string, "* * * * *")
+    inbox_purge = optional(string, "17 3 * * *")
+    reconcile   = optional(string, "* * * * *")
+    expire      = optional(string, "0 * * * *")
+  })
+  description = "Cron schedules of the Scheduler jobs besides the relay's (which is the topology's relay.schedule): each consume service's POST /ledger:ship and POST /inbox:purge, rollup's POST /reconcile and POST /expire."
+  default     = {}
+}
+
+variable "propagation_waits" {
+  type = object({
+    api         = optional(string, "60s")
+    iam         = optional(string, "120s")
+    log_metrics = optional(string, "300s")
+  })
+  description = "Waits (time_sleep) for eventual consistency: after enabling APIs, after IAM grants (typically 2 minutes, https://cloud.google.com/iam/docs/access-change-propagation), and after creating log-based metrics before the alert policies that use them (provider issue #11102). Each wait runs only when what it waits for is created or changed."
+  default     = {}
 }
 
 variable "publish_invokers" {
@@ -155,19 +272,13 @@ variable "publish_invokers" {
 
 variable "operators" {
   type        = list(string)
-  description = "IAM members allowed to call dlqreplay (user:..., group:..., serviceAccount:...)."
+  description = "IAM members given roles/run.invoker on dlqreplay (user:..., group:..., serviceAccount:...): Cloud Run admits their Google ID tokens (DLQREPLAY_AUTH=cloudrun). Who may change things is dlqreplay_settings.writers."
   default     = []
 
   validation {
     condition     = alltrue([for m in var.operators : !contains(["allUsers", "allAuthenticatedUsers"], m)])
     error_message = "dlqreplay is never public: allUsers and allAuthenticatedUsers are refused."
   }
-}
-
-variable "expire_schedule" {
-  type        = string
-  description = "Cron schedule of the Scheduler job that calls rollup's POST /expire (the ledger's expiry sweep)."
-  default     = "0 * * * *"
 }
 
 variable "scheduler_time_zone" {
@@ -187,7 +298,8 @@ variable "alerts" {
     notification_channels       = optional(list(string), [])
     subscription_backlog        = optional(number, 1000)
     oldest_unacked_age_seconds  = optional(number, 300)
-    dead_letters                = optional(number, 10)
+    dead_letters_per_hour       = optional(number, 10)
+    archive_backlog_minutes     = optional(number, 10)
     outbox_backlog              = optional(number, 1000)
     publish_failures_per_minute = optional(number, 10)
   })
