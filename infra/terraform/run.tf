@@ -41,11 +41,16 @@ locals {
   env_relay = {
     RELAY_TIME_BUDGET  = "${local.relay.time_budget_seconds}s"
     RELAY_BATCH_SIZE   = tostring(var.relay_settings.batch_size)
+    RELAY_AGGREGATES   = tostring(var.relay_settings.aggregates)
+    RELAY_RUN_LIMIT    = tostring(var.relay_settings.run_limit)
+    RELAY_CONCURRENCY  = tostring(var.relay_settings.workers)
     RELAY_LEASE        = var.relay_settings.lease
     RELAY_MAX_ATTEMPTS = tostring(var.relay_settings.max_attempts)
     RELAY_BACKOFF_BASE = var.relay_settings.backoff_base
     RELAY_BACKOFF_MAX  = var.relay_settings.backoff_max
+    RELAY_HEAL_DELAY   = var.relay_settings.heal_delay
     OUTBOX_RETENTION   = var.relay_settings.outbox_retention
+    LEDGER_BUDGET      = var.ledger_budget
   }
 
   # The four single services. Their databases are local.function_databases
@@ -56,6 +61,8 @@ locals {
         LEDGER                    = var.ledger
         PUBLISH_FAST_PATH         = tostring(var.publish_settings.fast_path)
         PUBLISH_MAX_PAYLOAD_BYTES = tostring(var.publish_settings.max_payload_bytes)
+        PUBLISH_BUDGET            = var.publish_settings.budget
+        PUBLISH_MAX_IN_FLIGHT     = tostring(var.publish_settings.max_in_flight)
       })
       concurrency     = 80
       max_instances   = var.publish_settings.max_instances
@@ -82,7 +89,7 @@ locals {
     # transaction per event, so it gets real concurrency; /reconcile and
     # /expire (Scheduler) share the instances with the notices.
     rollup = {
-      env             = local.env_common
+      env             = merge(local.env_common, { ROLLUP_WINDOW = var.rollup_settings.window })
       concurrency     = var.rollup_settings.concurrency
       max_instances   = var.rollup_settings.max_instances
       timeout_seconds = 60
@@ -137,6 +144,7 @@ locals {
       CONSUMER_MAX_DELIVERY_ATTEMPTS = tostring(c.max_delivery_attempts)
       INBOX_RETENTION                = var.consume_settings.inbox_retention
       ROLLUP_TOPIC                   = local.rollup.topic
+      LEDGER_BUDGET                  = var.ledger_budget
       FORWARD_URL                    = c.forward_url
     })
   }

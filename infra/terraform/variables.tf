@@ -114,25 +114,31 @@ variable "publish_settings" {
   type = object({
     fast_path         = optional(bool, true)
     max_payload_bytes = optional(number, 1048576)
+    budget            = optional(string, "2s")
+    max_in_flight     = optional(number, 256)
     ingress           = optional(string, "INGRESS_TRAFFIC_ALL")
     max_instances     = optional(number, 20)
   })
-  description = "publish: PUBLISH_FAST_PATH, PUBLISH_MAX_PAYLOAD_BYTES, Cloud Run ingress (INGRESS_TRAFFIC_ALL with IAM, or INGRESS_TRAFFIC_INTERNAL_ONLY when producers reach it through a VPC) and max instances."
+  description = "publish: PUBLISH_FAST_PATH, PUBLISH_MAX_PAYLOAD_BYTES, PUBLISH_BUDGET (a request never takes longer: past it the event is answered pending and left to the relay), PUBLISH_MAX_IN_FLIGHT (beyond it, 503 with Retry-After), Cloud Run ingress (INGRESS_TRAFFIC_ALL with IAM, or INGRESS_TRAFFIC_INTERNAL_ONLY when producers reach it through a VPC) and max instances."
   default     = {}
 }
 
 variable "relay_settings" {
   type = object({
-    batch_size       = optional(number, 500)
+    batch_size       = optional(number, 2000)
+    aggregates       = optional(number, 64)
+    run_limit        = optional(number, 500)
+    workers          = optional(number, 4)
     lease            = optional(string, "2m")
     max_attempts     = optional(number, 5)
     backoff_base     = optional(string, "10s")
     backoff_max      = optional(string, "10m")
+    heal_delay       = optional(string, "30s")
     outbox_retention = optional(string, "24h")
     max_instances    = optional(number, 3)
     concurrency      = optional(number, 1)
   })
-  description = "relay (and publish's fast path): RELAY_BATCH_SIZE, RELAY_LEASE, RELAY_MAX_ATTEMPTS, RELAY_BACKOFF_BASE, RELAY_BACKOFF_MAX, OUTBOX_RETENTION; the relay service's max instances and per-instance concurrency (max_instances × concurrency must cover one drain per database per tick). RELAY_TIME_BUDGET comes from the topology (relay.time_budget_seconds)."
+  description = "relay (and publish's fast path): RELAY_BATCH_SIZE (rows per claim), RELAY_AGGREGATES (aggregates per claim), RELAY_RUN_LIMIT (rows of one aggregate per claim), RELAY_CONCURRENCY (workers per drain: workers), RELAY_HEAL_DELAY, RELAY_LEASE, RELAY_MAX_ATTEMPTS, RELAY_BACKOFF_BASE, RELAY_BACKOFF_MAX, OUTBOX_RETENTION; the relay service's max instances and per-instance concurrency (max_instances × concurrency must cover one drain per database per tick). RELAY_TIME_BUDGET comes from the topology (relay.time_budget_seconds)."
   default     = {}
 }
 
@@ -150,8 +156,9 @@ variable "rollup_settings" {
   type = object({
     concurrency   = optional(number, 80)
     max_instances = optional(number, 5)
+    window        = optional(string, "50ms")
   })
-  description = "rollup: per-instance request concurrency and max instances. rollup coalesces the notices of concurrent requests into one ledger transaction per event, so it needs concurrency; /reconcile and /expire no longer hold the only request slot."
+  description = "rollup: per-instance request concurrency, max instances and ROLLUP_WINDOW (how long notices are gathered into one rollup). rollup coalesces the notices of concurrent requests into one ledger transaction per event, so it needs concurrency; /reconcile and /expire no longer hold the only request slot."
   default     = {}
 
   validation {
@@ -311,4 +318,10 @@ variable "deletion_protection" {
   type        = bool
   description = "Protect the Cloud Run services and the Firestore database from terraform destroy."
   default     = true
+}
+
+variable "ledger_budget" {
+  type        = string
+  description = "LEDGER_BUDGET of publish, relay and consume (Go duration): how long one batch of ledger writes may take, in the background; what misses it is recorded later by the relay's healing step and consume's /ledger:ship."
+  default     = "10s"
 }

@@ -54,6 +54,9 @@ type Env struct {
 	// Topology is the topology file's path (RELAYBUS_TOPOLOGY; empty means
 	// topology.Load's own search).
 	Topology string `env:"RELAYBUS_TOPOLOGY"`
+	// ShutdownTimeout bounds the graceful shutdown on SIGTERM
+	// (SHUTDOWN_TIMEOUT, 8s; Main reads it).
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT, default=8s"`
 }
 
 // Logger returns the function's JSON logger on stderr at the configured
