@@ -125,8 +125,8 @@ variable "publish_settings" {
 
 variable "relay_settings" {
   type = object({
-    batch_size       = optional(number, 2000)
-    aggregates       = optional(number, 64)
+    batch_size       = optional(number, 1000)
+    aggregates       = optional(number, 1000)
     run_limit        = optional(number, 500)
     workers          = optional(number, 4)
     lease            = optional(string, "2m")

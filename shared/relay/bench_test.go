@@ -1,78 +1,348 @@
 package relay_test
 
 import (
-	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-
+	"bufio"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"runtime/metrics"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/internal/pubsubtest"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/shared/transport"
 )
 
-// BenchmarkDrain drains a backlog of queued events (RELAYBUS_BENCH_EVENTS,
-// default 200,000, on 500 aggregates) into in-process pstest and reports
-// the sustained rate and the process's peak resident memory.
-func BenchmarkDrain(b *testing.B) {
-	events := 200_000
-	if s := os.Getenv("RELAYBUS_BENCH_EVENTS"); s != "" {
-		events, _ = strconv.Atoi(s)
-	}
-	const aggregates = 500
+// benchPubSub connects to the Pub/Sub the benchmarks publish to: the gcloud
+// emulator when RELAYBUS_BENCH_PUBSUB=emulator (PUBSUB_EMULATOR_HOST), else
+// pstest in a process of its own (internal/cmd/pstest), so that the fake's
+// store of every message is not part of the relay's heap. Only the topics
+// are created: Pub/Sub's fan-out to subscriptions is the service's work,
+// and pstest's grows with every message it stores.
+func benchPubSub(b *testing.B, top *topology.Topology) (*transport.Client, string) {
+	b.Helper()
 	ctx := context.Background()
-	for range b.N {
-		b.StopTimer()
-		e := newEnv(b)
-		// The relay's work ends when Pub/Sub acknowledges; the subscriptions'
-		// fan-out is the service's cost, and pstest's grows with every
-		// message it stores, so the benchmark's topic has no subscriptions.
-		for _, c := range e.top.Consumers() {
-			_ = e.fake.Client.PubSub().SubscriptionAdminClient.DeleteSubscription(ctx, &pb.DeleteSubscriptionRequest{
-				Subscription: "projects/" + pubsubtest.Project + "/subscriptions/" + c.Subscription()})
+	addr, what := os.Getenv("PUBSUB_EMULATOR_HOST"), "the gcloud Pub/Sub emulator"
+	if os.Getenv("RELAYBUS_BENCH_PUBSUB") != "emulator" || addr == "" {
+		bin := filepath.Join(b.TempDir(), "pstest")
+		if out, err := exec.Command("go", "build", "-o", bin, "github.com/relaybus/relaybus/internal/cmd/pstest").CombinedOutput(); err != nil {
+			b.Fatalf("build pstest: %v\n%s", err, out)
 		}
-		fill(b, e.pool, aggregates, int64(events/aggregates))
-		if _, err := e.pool.Exec(ctx, `ANALYZE relaybus_outbox`); err != nil { // as autovacuum would have by now
+		cmd := exec.Command(bin)
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
-		runtime.GC()
-		batch, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_BATCH"))
-		conc, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_CONC"))
-		r, err := relay.New(relay.Options{DB: e.pool, Publisher: e.fake.Client, Topology: e.top, BatchSize: batch, Concurrency: conc})
+		b.Cleanup(func() { _ = stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		line, err := bufio.NewReader(stdout).ReadString('\n')
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.StartTimer()
-		start := time.Now()
-		published := 0
+		addr, what = strings.TrimSpace(line), "pstest in its own process"
+	}
+	project := fmt.Sprintf("relay-bench-%d", time.Now().UnixNano())
+	c, err := transport.Dial(ctx, project, addr, transport.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	for _, t := range top.Topics {
+		if _, err := c.PubSub().TopicAdminClient.CreateTopic(ctx, topicRequest(project, t.Name)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c, what
+}
+
+func topicRequest(project, topic string) *pb.Topic {
+	return &pb.Topic{Name: "projects/" + project + "/topics/" + topic}
+}
+
+// durability says how the benchmark's Postgres commits, from the server.
+func durability(b *testing.B, pool *pgxpool.Pool) string {
+	b.Helper()
+	var fsync, sync, fpw string
+	if err := pool.QueryRow(context.Background(), `SELECT current_setting('fsync'), current_setting('synchronous_commit'),
+		current_setting('full_page_writes')`).Scan(&fsync, &sync, &fpw); err != nil {
+		b.Fatal(err)
+	}
+	if fsync != "on" || sync != "on" || fpw != "on" {
+		b.Logf("Postgres is not durable (fsync=%s synchronous_commit=%s full_page_writes=%s): the figures do not count (make bench starts a durable one)", fsync, sync, fpw)
+	}
+	return fmt.Sprintf("fsync=%s synchronous_commit=%s full_page_writes=%s", fsync, sync, fpw)
+}
+
+// heapSampler records the peak of the Go heap (live and not yet swept
+// objects, runtime/metrics) while it runs.
+type heapSampler struct {
+	peak atomic.Uint64
+	stop chan struct{}
+	done chan struct{}
+}
+
+func sampleHeap() *heapSampler {
+	h := &heapSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	go func() {
+		defer close(h.done)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
 		for {
-			sum, err := r.Drain(ctx, 10*time.Minute)
-			if err != nil {
-				b.Fatal(err)
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > h.peak.Load() {
+				h.peak.Store(v)
 			}
-			published += sum.Published
-			if sum.Remaining == 0 {
-				break
+			select {
+			case <-t.C:
+			case <-h.stop:
+				return
 			}
 		}
-		elapsed := time.Since(start)
+	}()
+	return h
+}
+
+func (h *heapSampler) peakMB() float64 {
+	close(h.stop)
+	<-h.done
+	return float64(h.peak.Load()) / (1 << 20)
+}
+
+// drainBench fills the outbox with versions 1..events/aggregates of each
+// aggregate and times a relay draining it.
+func drainBench(b *testing.B, events, aggregates int) (rate, heapMB float64, o relay.Options, pubsub, durable string) {
+	b.Helper()
+	ctx := context.Background()
+	pool, _ := pgtest.SchemaConfig(b, func(c *pgxpool.Config) { c.MaxConns = 16 })
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		b.Fatal(err)
+	}
+	top, err := topology.Load("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub, pubsub := benchPubSub(b, top)
+	durable = durability(b, pool)
+	fill(b, pool, aggregates, int64(events/aggregates))
+	if _, err := pool.Exec(ctx, `ANALYZE relaybus_outbox; ANALYZE relaybus_outbox_dispatch`); err != nil { // as autovacuum would have by now
+		b.Fatal(err)
+	}
+	o = relay.Options{DB: pool, Publisher: pub, Topology: top}
+	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_BATCH")); n > 0 {
+		o.BatchSize = n
+	}
+	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_CONC")); n > 0 {
+		o.Concurrency = n
+	}
+	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_AGGS")); n > 0 {
+		o.Aggregates = n
+	}
+	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_RUN")); n > 0 {
+		o.RunLimit = n
+	}
+	r, err := relay.New(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	heap := sampleHeap()
+	b.StartTimer()
+	start := time.Now()
+	published := 0
+	for {
+		sum, err := r.Drain(ctx, 10*time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		published += sum.Published
+		if sum.Remaining == 0 {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	heapMB = heap.peakMB()
+	if c, _ := outbox.Count(ctx, pool); published != events || c.Pending != 0 {
+		b.Fatalf("published %d, %d pending; want %d", published, c.Pending, events)
+	}
+	o = relay.Options{BatchSize: relay.DefaultBatchSize, Aggregates: relay.DefaultAggregates, RunLimit: relay.DefaultRunLimit,
+		Concurrency: relay.DefaultConcurrency}
+	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_BATCH")); n > 0 {
+		o.BatchSize = n
+	}
+	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_CONC")); n > 0 {
+		o.Concurrency = n
+	}
+	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_AGGS")); n > 0 {
+		o.Aggregates = n
+	}
+	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_RUN")); n > 0 {
+		o.RunLimit = n
+	}
+	return float64(events) / elapsed.Seconds(), heapMB, o, pubsub, durable
+}
+
+func benchEvents(def int) int {
+	if s := os.Getenv("RELAYBUS_BENCH_EVENTS"); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}
+
+// BenchmarkDrain drains 200,000 queued events on 500 aggregates (400
+// versions each) and reports the sustained rate, the relay's peak heap and
+// the process's peak resident memory.
+func BenchmarkDrain(b *testing.B) {
+	for range b.N {
 		b.StopTimer()
-		c, _ := outbox.Count(ctx, e.pool)
-		if published != events || c.Pending != 0 || e.rec.msgs != events {
-			b.Fatalf("published %d, Pub/Sub got %d, %d pending; want %d", published, e.rec.msgs, c.Pending, events)
-		}
-		fmt.Printf("# relay drain: %d events on %d aggregates, batch %d, concurrency %d, local Postgres, in-process pstest with ordering\n",
-			events, aggregates, relay.DefaultBatchSize, relay.DefaultConcurrency)
-		fmt.Printf("BENCH relay_events_per_s %.0f ev/s\n", float64(events)/elapsed.Seconds())
-		fmt.Printf("# peak RSS is VmHWM of the benchmark process (relay, pstest and the test's own backlog building)\n")
+		events := benchEvents(200_000)
+		rate, heap, o, pubsub, durable := drainBench(b, events, 500)
+		fmt.Printf("# relay drain: %d events on 500 aggregates, %d-byte payloads, batch %d rows, %d aggregates and %d rows of each per claim, %d workers; Postgres %s; %s, topics only, ordering keys\n",
+			events, len(`{"n":1}`), o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, durable, pubsub)
+		fmt.Printf("BENCH relay_events_per_s %.0f ev/s\n", rate)
+		fmt.Printf("# relay_peak_heap_mb: the Go heap's objects (runtime/metrics /memory/classes/heap/objects:bytes), sampled every 5 ms during the drain; Pub/Sub's store is in another process\n")
+		fmt.Printf("BENCH relay_peak_heap_mb %.1f MB\n", heap)
+		fmt.Printf("# relay_peak_rss_mb: VmHWM of the benchmark process, which also filled the outbox\n")
 		fmt.Printf("BENCH relay_peak_rss_mb %.1f MB\n", peakRSSMB())
+	}
+}
+
+// BenchmarkDrainDeep drains 100,000 events on 50 aggregates (2,000
+// versions each): long runs per ordering key.
+func BenchmarkDrainDeep(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		events := benchEvents(100_000)
+		rate, _, o, pubsub, durable := drainBench(b, events, 50)
+		fmt.Printf("# relay deep drain: %d events on 50 aggregates, batch %d rows, %d aggregates and %d rows of each per claim, %d workers; Postgres %s; %s\n",
+			events, o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, durable, pubsub)
+		fmt.Printf("BENCH relay_deep_events_per_s %.0f ev/s\n", rate)
+	}
+}
+
+// ackClock wraps the relay's Publisher and notes when Pub/Sub acknowledged
+// each event (by its event_id attribute).
+type ackClock struct {
+	relay.Publisher
+	mu    sync.Mutex
+	acked map[string]time.Time
+}
+
+func (a *ackClock) PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error) {
+	n, err := a.Publisher.PublishBatch(ctx, topic, msgs)
+	now := time.Now()
+	a.mu.Lock()
+	for _, m := range msgs[:n] {
+		a.acked[m.Attributes[event.AttrEventID]] = now
+	}
+	a.mu.Unlock()
+	return n, err
+}
+
+// BenchmarkChildPublish measures the post-commit kick: producers commit
+// transactions that enqueue one event each, at a fixed rate (open loop),
+// and kick them; the latency runs from each commit's return to Pub/Sub's
+// acknowledgement of its event.
+func BenchmarkChildPublish(b *testing.B) {
+	const (
+		rate     = 500
+		duration = 10 * time.Second
+		warmup   = 200
+	)
+	ctx := context.Background()
+	for range b.N {
+		b.StopTimer()
+		pool, _ := pgtest.SchemaConfig(b, func(c *pgxpool.Config) { c.MaxConns = 32 })
+		if err := outbox.Migrate(ctx, pool); err != nil {
+			b.Fatal(err)
+		}
+		top, err := topology.Load("")
+		if err != nil {
+			b.Fatal(err)
+		}
+		pub, pubsub := benchPubSub(b, top)
+		durable := durability(b, pool)
+		clock := &ackClock{Publisher: pub, acked: map[string]time.Time{}}
+		r, err := relay.New(relay.Options{DB: pool, Publisher: clock, Topology: top})
+		if err != nil {
+			b.Fatal(err)
+		}
+		total := int(duration.Seconds()*rate) + warmup
+		committed := make([]time.Time, total)
+		ids := make([]string, total)
+		var failed atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range total {
+			at := start.Add(time.Duration(i) * time.Second / rate)
+			time.Sleep(time.Until(at))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e := ev(fmt.Sprintf("member-%d-%d", start.UnixNano(), i), 1)
+				tx, err := pool.Begin(ctx)
+				if err == nil {
+					_, err = outbox.Enqueue(ctx, tx, e)
+				}
+				if err == nil {
+					err = tx.Commit(ctx)
+				}
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				committed[i], ids[i] = time.Now(), e.ID
+				r.Kick(e.ID)
+			}()
+		}
+		wg.Wait()
+		if err := r.FlushKicks(ctx); err != nil {
+			b.Fatal(err)
+		}
+		var lat []float64
+		late := 0
+		clock.mu.Lock()
+		for i := warmup; i < total; i++ {
+			if ids[i] == "" {
+				continue
+			}
+			if a, ok := clock.acked[ids[i]]; ok {
+				lat = append(lat, float64(a.Sub(committed[i]).Microseconds())/1000)
+			} else {
+				late++
+			}
+		}
+		clock.mu.Unlock()
+		_ = r.Close(ctx)
+		if len(lat) == 0 {
+			b.Fatal("no event was acknowledged through the kick")
+		}
+		sort.Float64s(lat)
+		pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+		fmt.Printf("# child publish: %d transactions at %d/s open loop (after %d warm-up), one event each (its own aggregate), kicked after commit; commit -> Pub/Sub ack; Postgres %s; %s; p50 %.2f ms, p90 %.2f ms, max %.2f ms\n",
+			total-warmup, rate, warmup, durable, pubsub, pct(0.5), pct(0.9), lat[len(lat)-1])
+		if late > 0 || failed.Load() > 0 {
+			fmt.Printf("# child publish: %d events not published by their kick (left to the scheduled drain), %d transactions failed; not in the percentiles\n", late, failed.Load())
+		}
+		fmt.Printf("BENCH child_publish_p99_ms %.2f ms\n", pct(0.99))
 	}
 }
 

@@ -23,10 +23,10 @@ type Config struct {
 	// TimeBudget bounds one scheduled drain (RELAY_TIME_BUDGET, 45s); keep
 	// it under the Scheduler job's attempt deadline.
 	TimeBudget time.Duration `env:"RELAY_TIME_BUDGET, default=45s"`
-	// BatchSize is the most rows one claim takes (RELAY_BATCH_SIZE, 2000).
-	BatchSize int `env:"RELAY_BATCH_SIZE, default=2000"`
-	// Aggregates is the most aggregates one claim leases (RELAY_AGGREGATES, 64).
-	Aggregates int `env:"RELAY_AGGREGATES, default=64"`
+	// BatchSize is the most rows one claim takes (RELAY_BATCH_SIZE, 1000).
+	BatchSize int `env:"RELAY_BATCH_SIZE, default=1000"`
+	// Aggregates is the most aggregates one claim leases (RELAY_AGGREGATES, 1000).
+	Aggregates int `env:"RELAY_AGGREGATES, default=1000"`
 	// RunLimit is the most rows of one aggregate per claim (RELAY_RUN_LIMIT, 500).
 	RunLimit int `env:"RELAY_RUN_LIMIT, default=500"`
 	// Concurrency is how many claim/publish/settle workers a drain runs

@@ -58,8 +58,8 @@ import (
 
 // Defaults of Options (outbox-streamingpull "OUTBOX配置" where it names one).
 const (
-	DefaultBatchSize    = 2000
-	DefaultAggregates   = 64
+	DefaultBatchSize    = 1000
+	DefaultAggregates   = 1000
 	DefaultRunLimit     = 500
 	DefaultConcurrency  = 4
 	DefaultLease        = 2 * time.Minute
@@ -103,9 +103,9 @@ type Options struct {
 	Ledger Ledger
 	// BatchSize is the most rows one claim takes (DefaultBatchSize).
 	BatchSize int
-	// Aggregates is the most aggregates one claim leases (DefaultAggregates);
-	// with several workers, keep it below the number of busy aggregates so
-	// that every worker gets some.
+	// Aggregates is the most aggregates one claim leases (DefaultAggregates).
+	// A claim leases aggregates only while their runs fit in BatchSize, so
+	// a deep backlog is shared between the workers a few aggregates each.
 	Aggregates int
 	// RunLimit is the most rows of one aggregate one claim takes
 	// (DefaultRunLimit).

@@ -4,6 +4,11 @@
 // whole run unless the environment already names one, and stopped afterwards.
 //
 //	go run ./internal/cmd/testenv -- go test ./...
+//	go run ./internal/cmd/testenv -durable -- go test -bench . ./...
+//
+// The cluster runs without fsync for the test suite's speed; -durable keeps
+// fsync, synchronous_commit and full_page_writes on, as production does, for
+// the benchmarks (and sets RELAYBUS_DURABLE=1 for them to say so).
 //
 // It sets RELAYBUS_TEST_DATABASE_URL, FIRESTORE_EMULATOR_HOST and
 // PUBSUB_EMULATOR_HOST for the command. A missing prerequisite is reported in
@@ -28,17 +33,21 @@ import (
 
 func main() {
 	args := os.Args[1:]
+	durable := false
+	if len(args) > 0 && args[0] == "-durable" {
+		durable, args = true, args[1:]
+	}
 	if len(args) > 0 && args[0] == "--" {
 		args = args[1:]
 	}
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: testenv -- command [args...]")
+		fmt.Fprintln(os.Stderr, "usage: testenv [-durable] -- command [args...]")
 		os.Exit(2)
 	}
-	os.Exit(run(args))
+	os.Exit(run(args, durable))
 }
 
-func run(args []string) int {
+func run(args []string, durable bool) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "testenv: "+format+"\n", a...) }
@@ -53,7 +62,8 @@ func run(args []string) int {
 		_ = os.Chmod(dir, 0o755)
 		start := time.Now()
 		logFile, _ := os.Create(filepath.Join(dir, "postgres.log"))
-		c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "data"), Log: logFile, Settings: map[string]string{"max_connections": "400"}})
+		c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "data"), Log: logFile, Durable: durable,
+			Settings: map[string]string{"max_connections": "400", "shared_preload_libraries": "pg_stat_statements"}})
 		if err != nil {
 			logf("%v", err)
 			return 1
@@ -64,7 +74,10 @@ func run(args []string) int {
 			_ = c.Stop(sctx)
 		}()
 		os.Setenv(pgtest.EnvURL, c.URL)
-		logf("PostgreSQL on port %d (%v)", c.Port, time.Since(start).Round(time.Millisecond))
+		if durable {
+			os.Setenv("RELAYBUS_DURABLE", "1")
+		}
+		logf("PostgreSQL on port %d (durable %v, %v)", c.Port, durable, time.Since(start).Round(time.Millisecond))
 	}
 	for _, kind := range []emulator.Kind{emulator.Firestore, emulator.PubSub} {
 		if os.Getenv(kind.EnvHost()) != "" {

@@ -4,5 +4,5 @@ SELECT d.aggregatetype, d.aggregateid, d.due_at AS was_due
             SELECT o.aggregatetype, o.aggregateid FROM relaybus_outbox o WHERE o.id = ANY($7::text[]))
       AND d.due_at <= t.now
     ORDER BY d.due_at
-    LIMIT $4
+    LIMIT least($4::integer, $6::integer)
     FOR UPDATE OF d SKIP LOCKED
