@@ -87,4 +87,6 @@ func LedgerRecorded(ctx context.Context, db DBTX, now time.Time, healDelay time.
 }
 
 // Recorded is the cursor move that recording u's rows makes.
-func (u Unrecorded) Recorded() Recorded { return Recorded{Aggregate: u.Aggregate, From: u.From, To: u.To} }
+func (u Unrecorded) Recorded() Recorded {
+	return Recorded{Aggregate: u.Aggregate, From: u.From, To: u.To}
+}
