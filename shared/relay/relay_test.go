@@ -573,3 +573,108 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A deep backlog (50 aggregates × 2,000 versions) drains, every event once,
+// every aggregate in version order, with several relays at once.
+func TestDeepBacklogDrainsInOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000 events")
+	}
+	const aggregates, versions = 50, 2000
+	ctx := context.Background()
+	e := newEnv(t)
+	// No subscriptions: only what reaches the server matters here.
+	for _, c := range e.top.Consumers() {
+		_ = e.fake.Client.PubSub().SubscriptionAdminClient.DeleteSubscription(ctx, &pb.DeleteSubscriptionRequest{
+			Subscription: "projects/" + pubsubtest.Project + "/subscriptions/" + c.Subscription()})
+	}
+	fill(t, e.pool, aggregates, versions)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		r := e.relay(t, relay.Options{Owner: fmt.Sprintf("relay-%d", i)})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.Drain(ctx, 2*time.Minute); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	waitDrained(t, e.relay(t, relay.Options{}), e.pool)
+	e.rec.checkExactlyInOrder(t, aggregates, versions)
+}
+
+// pausingPublisher blocks after its first publish returns, until released,
+// as a relay paused (GC, a starved CPU, a stopped VM) in the middle of a
+// batch would be.
+type pausingPublisher struct {
+	relay.Publisher
+	once     sync.Once
+	paused   chan struct{}
+	released chan struct{}
+}
+
+func (p *pausingPublisher) PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error) {
+	n, err := p.Publisher.PublishBatch(ctx, topic, msgs)
+	p.once.Do(func() {
+		close(p.paused)
+		<-p.released
+	})
+	return n, err
+}
+
+// A relay whose lease expires while it is paused mid-batch, and is taken
+// over, publishes nothing more once it wakes and cannot move the cursor:
+// Pub/Sub sees the new holder's run last.
+func TestARelayPausedPastItsLeaseCannotPublishOutOfOrderOrMoveTheCursor(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	// One aggregate whose run spans two topics: two publish requests, in
+	// order; the pause comes between them.
+	mk := func(v int64, topic string) *event.Event {
+		x := ev("order-p", v)
+		x.Topic, x.AggregateType = topic, "order"
+		return x
+	}
+	if _, err := outbox.Enqueue(ctx, e.pool, mk(1, topic), mk(2, topic), mk(3, "member.points.events")); err != nil {
+		t.Fatal(err)
+	}
+	var clkA, clkB clock
+	pub := &pausingPublisher{Publisher: e.fake.Client, paused: make(chan struct{}), released: make(chan struct{})}
+	a, err := relay.New(relay.Options{DB: e.pool, Publisher: pub, Topology: e.top, Now: clkA.now, Lease: time.Minute, Owner: "relay-a", Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := e.relay(t, relay.Options{Now: clkB.now, Lease: time.Minute, Owner: "relay-b"})
+	done := make(chan relay.Summary)
+	go func() {
+		sum, _ := a.Drain(ctx, time.Minute)
+		done <- sum
+	}()
+	<-pub.paused // A published v1 and v2, and stopped before v3
+	clkA.add(2 * time.Minute)
+	clkB.add(2 * time.Minute) // A's lease has expired: B takes the aggregate over
+	if sum, err := b.Drain(ctx, 10*time.Second); err != nil || sum.Published != 3 {
+		t.Fatalf("the relay that took over: %+v %v; want the whole run published", sum, err)
+	}
+	close(pub.released)
+	sumA := <-done
+	if sumA.Published != 0 || sumA.Lost != 1 {
+		t.Errorf("the paused relay: %+v; want nothing settled and its run lost", sumA)
+	}
+	// Pub/Sub: A's v1 v2, then B's v1 v2 v3, and nothing of A's after.
+	if got := fmt.Sprint(e.rec.versions("order-p")); got != "[1 2 1 2 3]" {
+		t.Errorf("Pub/Sub received %s, want [1 2 1 2 3] (A's first request, then B's run)", got)
+	}
+	var cursor, epoch int64
+	if err := e.pool.QueryRow(ctx, `SELECT published_version, epoch FROM relaybus_outbox_dispatch WHERE aggregateid = 'order-p'`).Scan(&cursor, &epoch); err != nil {
+		t.Fatal(err)
+	}
+	if cursor != 3 || epoch != 2 {
+		t.Errorf("cursor %d at epoch %d, want B's: 3 at epoch 2", cursor, epoch)
+	}
+	if c := counts(t, e.pool); c.Pending != 0 || c.Leased != 0 {
+		t.Errorf("backlog %+v", c)
+	}
+}
