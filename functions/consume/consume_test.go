@@ -28,7 +28,10 @@ import (
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	runChildIfAsked()
+	pgtest.Main(m)
+}
 
 const (
 	topic = "shop.order.events"
@@ -582,5 +585,44 @@ func TestNotifyFailsItsFirstAttemptWhenAsked(t *testing.T) {
 	}
 	if a := s.push(t, m, 2); a.code != 200 || a.res.Attempt != 2 {
 		t.Fatalf("redelivery: %+v", a)
+	}
+}
+
+// POST /inbox:purge deletes inbox rows, attempt counters and shipped
+// attempts past the retention, and nothing newer.
+func TestInboxPurgeDeletesOnlyRowsPastRetention(t *testing.T) {
+	s := newStack(t, projection.Latest(), "member-service")
+	for i := range 3 {
+		if a := s.push(t, message(t, orderEvent(fmt.Sprintf("order-p%d", i), 1)), 1); a.code != 200 {
+			t.Fatalf("%+v", a)
+		}
+	}
+	s.shipped(t)
+	ctx := context.Background()
+	for _, q := range []string{
+		`UPDATE relaybus_inbox SET processed_at = now() - interval '9 days' WHERE event_id = 'order-p0-v1'`,
+		`UPDATE relaybus_inbox_attempts SET last_at = now() - interval '9 days' WHERE event_id = 'order-p0-v1'`,
+		`UPDATE relaybus_attempts SET consumed_at = now() - interval '9 days' WHERE event_id IN ('order-p0-v1', 'order-p1-v1')`,
+		`UPDATE relaybus_attempts SET shipped_at = NULL WHERE event_id = 'order-p1-v1'`, // old but not in the ledger yet
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := http.Post(s.url+"inbox:purge", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]int
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || body["purged"] != 3 {
+		t.Fatalf("purge: %d %v, want 3 rows (one inbox row, its counter, its shipped attempt)", resp.StatusCode, body)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 2 {
+		t.Errorf("%d inbox rows left, want 2", n)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_attempts WHERE event_id = 'order-p1-v1'`); n != 1 {
+		t.Errorf("an old attempt the ledger does not have yet was purged")
 	}
 }

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/instance"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
@@ -52,5 +55,63 @@ func TestServeFromEnvironment(t *testing.T) {
 	_ = json.NewDecoder(resp.Body).Decode(&res)
 	if resp.StatusCode != http.StatusAccepted || res.Status != StatusPublished {
 		t.Fatalf("env-built publish: %d %+v, want 202 published", resp.StatusCode, res)
+	}
+}
+
+// With the production default LEDGER=firestore (the emulator): the topic
+// registry comes from the ledger's topic_consumers, and the SENT record is
+// written after the answer, in the background.
+func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
+	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
+		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
+	}
+	ctx := context.Background()
+	_, schema := pgtest.SchemaConfig(t, nil)
+	project := emutest.FirestoreProject(t)
+	top, err := topology.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := transport.New(ctx, project, transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
+	t.Setenv("DATABASE_URL", pgtest.SchemaURL(t, schema))
+	srv := httptest.NewServer(instance.Lazy("publish", fromEnv))
+	defer srv.Close()
+	body := `{"eventType":"order.purchased","topic":"shop.order.events","aggregateId":"order-1","version":1,"source":"order-service","payload":{"n":1}}`
+	resp, err := http.Post(srv.URL, "application/json", bytes.NewReader([]byte(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Result
+	_ = json.NewDecoder(resp.Body).Decode(&res)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || res.Status != StatusPublished {
+		t.Fatalf("env-built publish: %d %+v, want 202 published", resp.StatusCode, res)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		d, err := store.Get(ctx, res.EventID)
+		if err == nil && d.Event.Status == ledger.StatusSent && len(d.Event.ExpectedConsumers) == 2 && !d.Event.EnqueuedAt.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ledger never recorded the send: %+v %v", d.Event, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

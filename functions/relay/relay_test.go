@@ -11,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/instance"
+	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/registry"
 	engine "github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
@@ -138,5 +141,59 @@ func TestServeFromEnvironment(t *testing.T) {
 		if n, err := outbox.Count(context.Background(), c); err != nil || n.Pending != 0 {
 			t.Errorf("a database still holds %+v (%v)", n, err)
 		}
+	}
+}
+
+// With the production default LEDGER=firestore (the emulator): the drain
+// publishes, and the ledger records each send right after.
+func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
+	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
+		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
+	}
+	ctx := context.Background()
+	pool, schema := pgtest.SchemaConfig(t, nil)
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	project := emutest.FirestoreProject(t)
+	top, _ := topology.Load("")
+	ps, err := transport.New(ctx, project, transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ps.Close()
+	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
+	t.Setenv("DATABASE_URL", pgtest.SchemaURL(t, schema))
+	enqueue(t, pool, 2)
+	srv := httptest.NewServer(instance.Lazy("relay", fromEnv))
+	defer srv.Close()
+	if code, body := post(t, srv.URL); code != http.StatusOK || body["published"] != float64(2) {
+		t.Fatalf("env-built relay: %d %v", code, body)
+	}
+	var id string
+	if err := pool.QueryRow(ctx, `SELECT id FROM relaybus_outbox LIMIT 1`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		d, err := store.Get(ctx, id)
+		if err == nil && d.Event.Status == ledger.StatusSent {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ledger never recorded the send of %s: %v", id, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/firestore"
+
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -306,5 +308,49 @@ func TestPayloadTooLargeForTheLedgerIsOmitted(t *testing.T) {
 	}
 	if _, err := got.Envelope(); !errors.Is(err, ErrPayloadOmitted) {
 		t.Errorf("Envelope: %v", err)
+	}
+}
+
+// Every event and attempt document carries deleteAt (created at +
+// Retention), the field Firestore's TTL policies delete by; a negative
+// Retention keeps documents (no deleteAt).
+func TestDocumentsCarryTheirTTL(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		retention time.Duration
+		want      time.Time
+	}{
+		{0, now.Add(DefaultRetention)},
+		{48 * time.Hour, now.Add(48 * time.Hour)},
+		{-1, time.Time{}},
+	} {
+		s := newStore(t, Options{Now: func() time.Time { return now }, Retention: c.retention})
+		seed(t, s, orderTopic, "member-service")
+		e := newEventOn(t, orderTopic, "order.purchased", now)
+		if err := s.RecordSent(ctx, SentAt(now, e)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.InsertAttempts(ctx, []Attempt{attempt(e, "member-service", 1, OutcomeSuccess)}); err != nil {
+			t.Fatal(err)
+		}
+		ev, err := s.Client().Collection(CollectionEvents).Doc(EventDocID(e.ID)).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := s.Client().Collection(CollectionEvents).Doc(EventDocID(e.ID)).Collection(CollectionConsumptions).
+			Doc(AttemptDocID(e.ID, "member-service", 1)).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, snap := range map[string]*firestore.DocumentSnapshot{"event": ev, "attempt": at} {
+			got, ok := snap.Data()["deleteAt"].(time.Time)
+			switch {
+			case c.want.IsZero() && ok:
+				t.Errorf("retention %v: the %s has deleteAt %v, want none", c.retention, name, got)
+			case !c.want.IsZero() && (!ok || !got.Equal(c.want)):
+				t.Errorf("retention %v: the %s's deleteAt is %v (%v), want %v", c.retention, name, got, ok, c.want)
+			}
+		}
 	}
 }
