@@ -44,30 +44,48 @@
 //
 // # Who writes what
 //
-//   - relay: [Store.RecordSent] just before it hands a batch to Pub/Sub
-//     (creates the event, status SENT, expected consumers from the
-//     registry; an existing document that records a send is left exactly
-//     as it is), [Store.RecordPublishFailure] when publishing fails (PENDING
-//     while retrying, FAILED when it gives up; creates the document if
-//     needed).
-//   - consume: [Recorder.RecordAttempt] inserts the attempt, then publishes
-//     [RollupMessage] to the rollup topic.
-//   - rollup (functions/rollup): [Store.Rollup] derives the status; it is
-//     the only writer of consumption-derived statuses. [Store.ExpireDue]
+// The ledger records, it does not gate. Postgres is the truth of delivery:
+// the outbox (and its per-aggregate dispatch cursor) says what was
+// published, the consumer's inbox and its attempts (relaybus_attempts,
+// committed in the delivery's own transaction) say what was consumed.
+// Every ledger write comes after the fact, in the background, in batches,
+// and can be repeated from Postgres; nothing on the delivery path waits on
+// Firestore.
+//
+//   - relay: [Store.RecordSent] after Pub/Sub acknowledged a batch (creates
+//     the event, status SENT, expected consumers from the registry,
+//     enqueuedAt, checkAt and deleteAt; an existing document that records a
+//     send is left exactly as it is), [Store.RecordPublishFailure] when
+//     publishing fails (PENDING while retrying, FAILED when it gives up).
+//     The outbox's ledger cursor says which sends the ledger has; the
+//     relay's healing step records the rest.
+//   - consume: [Recorder.RecordAttempts] inserts a batch of committed
+//     attempts, then publishes one [RollupMessage] naming their events; the
+//     inbox's shipped_at says which attempts the ledger has; POST
+//     /ledger:ship records the rest.
+//   - rollup (functions/rollup): [Store.RollupMany] derives statuses; it is
+//     the only writer of consumption-derived statuses. [Store.Reconcile]
+//     derives again every event that is not settled once its checkAt has
+//     passed, so a lost notice, or an attempt that reached the ledger before
+//     its event's send, still ends in the right status; [Store.ExpireDue]
 //     expires events nobody reports on.
 //   - operations API: [Store.BeginRepush] when an operator re-pushes.
 //   - deploy: [Store.SyncConsumers].
 //
-// The outbox (Postgres) and the ledger cannot commit together; each crash
-// between them heals by replaying the same calls. If the relay published
-// but RecordSent failed, the consumers' notices reach rollup before the
-// event exists: Rollup fails with [ErrEventNotFound], the function answers
-// 409, and Pub/Sub redelivers (the rollup subscription retries for its
-// 7-day retention) until the relay's next run records the send. If consume
-// recorded an attempt but not its notice, the redelivery records the same
-// attempt (a no-op) and publishes the notice. If the relay recorded the
-// send but crashed before marking the outbox row, it publishes again and
-// RecordSent leaves the document as it is.
+// Every write is idempotent (deterministic document ids, creates that
+// leave existing documents alone, statuses derived from facts), so any of
+// them can be replayed after a crash, an outage or a lost message, and the
+// ledger converges: the relay's healing step and consume's shipping step
+// replay what Postgres says the ledger is missing, and the reconciler
+// replays the rollup.
+//
+// # Lifecycle
+//
+// Every event and attempt document carries deleteAt (its creation +
+// Options.Retention, 30 days by default): Firestore's TTL policies on
+// events.deleteAt and event_consumptions.deleteAt (infra/terraform)
+// delete them after that, typically within a day. The archive's dead
+// letters carry their own deleteAt.
 //
 // # Status truth table
 //
@@ -113,15 +131,25 @@
 //
 // # Rollup
 //
-// [Store.Rollup] reads the event's document and all of its attempts (its
-// event_consumptions subcollection) in one read-write transaction, derives the
-// status and writes it only when it changed. Firestore's transactions lock
-// what they read, so concurrent rollups of one event serialize: whichever
-// commits last read every attempt recorded before it began, and every
-// notice is published after its attempt is written, so the last rollup
-// after the last attempt writes the right status. Concurrent rollups of one
-// event within a process are coalesced into one running and one queued
-// follow-up; max-instances is not relied on.
+// [Store.RollupMany] reads the events' documents in one request and each
+// event's attempts (its event_consumptions subcollection), derives each
+// status and writes the ones that changed through one BulkWriter, each
+// write conditioned on the document's update time as it was read. There is
+// no transaction, so attempt inserts never wait on a rollup's locks; a
+// write whose document changed in between (another rollup, a send, a
+// re-push) is derived again from fresh reads. Every notice is published
+// after its attempts are written, so the rollup it triggers reads them,
+// and whichever rollup writes last had read the document as it stood: the
+// last status written is derived from every attempt recorded before the
+// last rollup began. The rollup function gathers the notices of concurrent
+// requests for a short window into one RollupMany, so the consumers of an
+// event that report together cost one rollup.
+//
+// checkAt is present while an event's status is not settled (CONSUMED,
+// EXPIRED, FAILED): ReconcileAfter after the last status change, then
+// further out at each look the reconciler takes (as long as the event has
+// existed, at most an hour), and removed once the status settles, so the
+// reconciler's index holds only events it may have to look at.
 //
 // # Queries
 //
@@ -143,30 +171,34 @@
 //
 // # Cost per event
 //
-// [Store.Usage] counts document reads and writes as Firestore bills them
-// (a query that returns nothing is one read). With N expected consumers,
-// the happy path (sent, each consumer succeeds once) costs:
+// Reads and writes as Firestore bills them (a query that returns nothing is
+// one read). With N expected consumers, the happy path (sent, each consumer
+// succeeds once, their notices reach one rollup) costs:
 //
 //	writes: N + 2     event create, N attempts, one final status write
-//	reads:  N + N(N+1)/2   rollup k reads the event and the k attempts so far
-//	        (N=1: 2, N=2: 5, N=5: 20)
+//	reads:  N + 1     the rollup reads the event and its N attempts
 //
 // plus the registry lookup (one query per topic per 30 s per instance,
-// cached). The seed's shape (PENDING insert, an attempt-0 row per consumer,
-// a SENT update, an attempt per callback and a status read-modify-write per
-// callback) costs 3N + 2 writes. Each failed attempt adds one write and at
-// most one status write; a re-push costs 1 + k reads and one write.
+// cached). When the consumers report far apart, each notice triggers its
+// own rollup: reads N + N(N+1)/2 at worst (the event and the attempts so far,
+// each time). The seed's shape (PENDING insert, an attempt-0 row per
+// consumer, a SENT update, an attempt per callback and a status
+// read-modify-write per callback) costs 3N + 2 writes. Each failed attempt
+// adds one write and at most one status write; a re-push costs 1 + k reads
+// and one write; a reconciler look at an event that is still waiting costs
+// 1 + k reads and one write.
 //
 // # Scale
 //
 // Firestore limits writes to a collection with an index on a monotonically
 // increasing field (timestamps) to about 500 per second: new entries all
 // land at one end of one key range. The ledger exempts every timestamp
-// (occurredAt, expireAt, expireDue, statusAt, sentAt, lastSentAt, createdAt,
-// updatedAt, consumedAt) from single-field indexing, along with the payload
-// and fields no query filters on (infra/firestore/indexes.yaml,
-// exemptions). The two timestamps that are queried, occurredAt and
-// expireDue, appear only in composite indexes whose first field is shard
+// (occurredAt, expireAt, expireDue, checkAt, statusAt, sentAt, lastSentAt,
+// enqueuedAt, createdAt, updatedAt, consumedAt, deleteAt) from
+// single-field indexing, along with the payload and fields no query filters
+// on (infra/firestore/indexes.yaml, exemptions). The timestamps that are
+// queried, occurredAt, expireDue and checkAt, appear only in composite
+// indexes whose first field is shard
 // (a hash of the event id, [Shards] = 8 values), which splits each such
 // index into 8 key ranges (about 4,000 new events per second); queries ask
 // for `shard in [0..7]` and Firestore merges the ranges in order. The trace
@@ -192,6 +224,7 @@
 // rollup's locks are answered ABORTED and retried. (The Firestore emulator
 // locks a whole collection for a query in a transaction; with attempts in
 // one top-level collection, every rollup would stall every attempt insert
-// in local runs. As subcollections, a rollup stalls only its own event's.) RecordSent writes through
-// a BulkWriter, which ramps up its rate as Firestore asks (500/50/5).
+// in local runs. As subcollections, a rollup stalls only its own event's.) RecordSent,
+// InsertAttempts and RollupMany write through BulkWriters, which ramp up their
+// rate as Firestore asks (500/50/5).
 package ledger

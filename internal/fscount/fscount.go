@@ -1,0 +1,94 @@
+// Package fscount counts the document reads and writes a Firestore
+// client's RPCs really carry, the way Firestore bills them, for the
+// benchmarks: a written document (a create, update or delete in a Commit
+// or BatchWrite, whatever its outcome) is one write; a document read by
+// GetDocument, BatchGetDocuments (found or missing) or a query is one
+// read, and a query that returns nothing is one read. It counts what
+// crossed the wire, not what the code meant to do.
+package fscount
+
+import (
+	"context"
+	"sync/atomic"
+
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+)
+
+// Counter counts reads and writes. The zero value is ready.
+type Counter struct {
+	reads, writes atomic.Int64
+}
+
+// Reads and Writes return the counts so far.
+func (c *Counter) Reads() int64  { return c.reads.Load() }
+func (c *Counter) Writes() int64 { return c.writes.Load() }
+
+// Options returns the client options that route a Firestore client's RPCs
+// through the counter (pass them to firestore.NewClient, or ledger.Open).
+func (c *Counter) Options() []option.ClientOption {
+	return []option.ClientOption{
+		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(c.unary)),
+		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(c.stream)),
+	}
+}
+
+func (c *Counter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	switch r := req.(type) {
+	case *pb.CommitRequest:
+		c.writes.Add(int64(len(r.Writes)))
+	case *pb.BatchWriteRequest:
+		c.writes.Add(int64(len(r.Writes)))
+	case *pb.GetDocumentRequest:
+		c.reads.Add(1)
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func (c *Counter) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return s, err
+	}
+	return &countingStream{ClientStream: s, c: c}, nil
+}
+
+// countingStream counts the documents a BatchGetDocuments or RunQuery
+// stream returns.
+type countingStream struct {
+	grpc.ClientStream
+	c     *Counter
+	query bool
+	docs  int64
+}
+
+func (s *countingStream) SendMsg(m any) error {
+	if _, ok := m.(*pb.RunQueryRequest); ok {
+		s.query = true
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s *countingStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		if s.query && s.docs == 0 {
+			s.c.reads.Add(1) // a query that returns nothing is one read
+			s.docs = -1
+		}
+		return err
+	}
+	switch r := m.(type) {
+	case *pb.BatchGetDocumentsResponse:
+		if r.GetFound() != nil || r.GetMissing() != "" {
+			s.c.reads.Add(1)
+		}
+	case *pb.RunQueryResponse:
+		if r.GetDocument() != nil {
+			s.docs++
+			s.c.reads.Add(1)
+		}
+	}
+	return nil
+}
