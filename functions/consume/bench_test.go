@@ -127,7 +127,9 @@ func BenchmarkConsume(b *testing.B) {
 		}
 		wg.Wait()
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		ms := func(p float64) float64 { return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000 }
+		ms := func(p float64) float64 {
+			return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+		}
 		fmt.Printf("# consume latency: open loop at %d deliveries/s for %ds, request to 200, from each request's scheduled start; p50 %.2f ms, p90 %.2f ms, max %.2f ms\n",
 			rate2, seconds, ms(0.5), ms(0.9), ms(1))
 		if failed.Load() > 0 {

@@ -4,15 +4,16 @@
 // consume publishes a notice (ledger.RollupMessage: the ids of the events
 // whose attempts it recorded) to the rollup topic after it ships a batch of
 // attempts to the ledger; Pub/Sub delivers it here by push or Eventarc. The
-// function gathers the events of the notices that arrive within a short
-// window (Deps.Window), so the consumers of one event that report together
-// cost one rollup, and derives their statuses in one batch
+// function holds each event a short window (Deps.Window) from its first
+// notice, so the consumers of one event that report within it cost one
+// rollup, and derives the due events' statuses in batches
 // (ledger.Store.RollupMany: the events' documents in one read, each one's
 // attempts, the changed statuses written in one BulkWriter with
 // preconditions; no transactions). Answers:
 //
 //   - 200: rolled up (the JSON body says each event's status and whether it
-//     changed); or an event is not in the ledger yet (its send is recorded
+//     changed), after each event was held a short window (Deps.Window) to
+//     gather its other consumers' notices; or an event is not in the ledger yet (its send is recorded
 //     after the fact) after waiting Deps.NotFoundWait for it: acknowledged
 //     with "pending", since the send, once recorded, leaves the event due
 //     for the reconciler; or the notice was malformed and can never
@@ -49,7 +50,6 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/sethvargo/go-envconfig"
 
-	"github.com/relaybus/relaybus/shared/batch"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
@@ -65,8 +65,9 @@ type Config struct {
 	Database string `env:"FIRESTORE_DATABASE, default=(default)"`
 	// LedgerRetention is how long ledger documents are kept (LEDGER_RETENTION, 720h).
 	LedgerRetention time.Duration `env:"LEDGER_RETENTION, default=720h"`
-	// Window is how long notices are gathered into one rollup (ROLLUP_WINDOW, 50ms).
-	Window time.Duration `env:"ROLLUP_WINDOW, default=50ms"`
+	// Window is how long an event is held to gather its consumers' notices
+	// into one rollup (ROLLUP_WINDOW, 250ms).
+	Window time.Duration `env:"ROLLUP_WINDOW, default=250ms"`
 }
 
 // Ledger is what the function needs of the ledger (*ledger.Store).
@@ -86,8 +87,8 @@ type Deps struct {
 	// inside Cloud Scheduler's attempt deadline); a sweep stops between
 	// batches.
 	SweepBudget time.Duration
-	// Window is how long the notices of concurrent requests are gathered
-	// into one rollup (default 50 ms).
+	// Window is how long an event a notice names is held before its
+	// rollup, gathering the notices of its other consumers (default 250 ms).
 	Window time.Duration
 	// NotFoundWait is how long an event that is not in the ledger yet is
 	// looked for again before the notice is acknowledged as pending
@@ -102,14 +103,8 @@ const maxNoticeBody = 1 << 20
 // Handler is the rollup function's HTTP handler.
 type Handler struct {
 	Deps
-	rollups *batch.Batcher[*noticeRequest]
+	rollups *coalescer
 	closer  func() error
-}
-
-// noticeRequest is one request's events, waiting for their batch.
-type noticeRequest struct {
-	ids  []string
-	done chan map[string]ledger.RollupResult
 }
 
 // New returns the rollup handler.
@@ -124,19 +119,19 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 		d.SweepBudget = 45 * time.Second
 	}
 	if d.Window <= 0 {
-		d.Window = 50 * time.Millisecond
+		d.Window = 250 * time.Millisecond
 	}
 	if d.NotFoundWait <= 0 {
 		d.NotFoundWait = 2 * time.Second
 	}
 	h := &Handler{Deps: d}
-	h.rollups = batch.New(h.rollup, batch.Options{MaxItems: 200, MaxWait: d.Window, Capacity: 100_000, Workers: 8})
+	h.rollups = newCoalescer(d.Ledger.RollupMany, d.Window, notFoundPause, d.NotFoundWait, 8)
 	return h, nil
 }
 
 // Close waits for the rollups under way, within ctx.
 func (h *Handler) Close(ctx context.Context) error {
-	err := h.rollups.Close(ctx)
+	err := h.rollups.close(ctx)
 	if h.closer != nil {
 		err = errors.Join(err, h.closer())
 	}
@@ -197,16 +192,13 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	req := &noticeRequest{ids: ids, done: make(chan map[string]ledger.RollupResult, 1)}
-	if !h.rollups.Add(req) {
-		h.Logger.ErrorContext(ctx, "rollup: too many notices waiting; this one will be redelivered", attrs...)
+	results, err := h.rollups.do(ctx, ids)
+	if errors.Is(err, errBusy) {
+		h.Logger.ErrorContext(ctx, "rollup: too many events waiting; this notice will be redelivered", attrs...)
 		writeJSON(w, http.StatusServiceUnavailable, noticeAnswer{Error: "rollup is overloaded"})
 		return
 	}
-	var results map[string]ledger.RollupResult
-	select {
-	case results = <-req.done:
-	case <-ctx.Done():
+	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, noticeAnswer{Error: "the request ended before its rollup"})
 		return
 	}
@@ -249,54 +241,6 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 // notFoundPause is how long the rollup waits before looking again for
 // events that were not in the ledger yet.
 const notFoundPause = 250 * time.Millisecond
-
-// rollup rolls up one batch of requests' events and answers each request.
-// Events not in the ledger yet are looked for again until NotFoundWait.
-func (h *Handler) rollup(ctx context.Context, reqs []*noticeRequest) {
-	results := map[string]ledger.RollupResult{}
-	var ids []string
-	for _, r := range reqs {
-		for _, id := range r.ids {
-			if _, ok := results[id]; !ok {
-				results[id] = ledger.RollupResult{}
-				ids = append(ids, id)
-			}
-		}
-	}
-	deadline := time.Now().Add(h.NotFoundWait)
-	for len(ids) > 0 {
-		var missing []string
-		for len(ids) > 0 {
-			n := min(len(ids), ledger.MaxNoticeEvents)
-			rs, err := h.Ledger.RollupMany(ctx, ids[:n])
-			for i, id := range ids[:n] {
-				switch {
-				case err != nil:
-					results[id] = ledger.RollupResult{EventID: id, Err: err}
-				case errors.Is(rs[i].Err, ledger.ErrEventNotFound) && time.Now().Before(deadline):
-					missing = append(missing, id)
-				default:
-					results[id] = rs[i]
-				}
-			}
-			ids = ids[n:]
-		}
-		if len(missing) > 0 {
-			select {
-			case <-time.After(notFoundPause):
-			case <-ctx.Done():
-				for _, id := range missing {
-					results[id] = ledger.RollupResult{EventID: id, Err: ctx.Err()}
-				}
-				missing = nil
-			}
-		}
-		ids = missing
-	}
-	for _, r := range reqs {
-		r.done <- results
-	}
-}
 
 // malformed acknowledges a notice that can never succeed.
 func (h *Handler) malformed(ctx context.Context, w http.ResponseWriter, id string, err error, attrs []any) {

@@ -9,11 +9,14 @@ package fscount
 
 import (
 	"context"
+	"math"
+	"os"
 	"sync/atomic"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Counter counts reads and writes. The zero value is ready.
@@ -27,12 +30,35 @@ func (c *Counter) Writes() int64 { return c.writes.Load() }
 
 // Options returns the client options that route a Firestore client's RPCs
 // through the counter (pass them to firestore.NewClient, or ledger.Open).
+// With FIRESTORE_EMULATOR_HOST set, the client library dials the emulator
+// itself and ignores dial options, so the counter dials it instead, as the
+// library would (no TLS, the emulator's "Bearer owner" credentials).
 func (c *Counter) Options() []option.ClientOption {
-	return []option.ClientOption{
-		option.WithGRPCDialOption(grpc.WithChainUnaryInterceptor(c.unary)),
-		option.WithGRPCDialOption(grpc.WithChainStreamInterceptor(c.stream)),
+	interceptors := []grpc.DialOption{grpc.WithChainUnaryInterceptor(c.unary), grpc.WithChainStreamInterceptor(c.stream)}
+	if addr := os.Getenv("FIRESTORE_EMULATOR_HOST"); addr != "" {
+		conn, err := grpc.NewClient(addr, append(interceptors,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(emulatorOwner{}),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))...)
+		if err == nil {
+			return []option.ClientOption{option.WithGRPCConn(conn)}
+		}
 	}
+	var out []option.ClientOption
+	for _, o := range interceptors {
+		out = append(out, option.WithGRPCDialOption(o))
+	}
+	return out
 }
+
+// emulatorOwner authenticates to the Firestore emulator as its owner.
+type emulatorOwner struct{}
+
+func (emulatorOwner) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer owner"}, nil
+}
+
+func (emulatorOwner) RequireTransportSecurity() bool { return false }
 
 func (c *Counter) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	switch r := req.(type) {

@@ -1,0 +1,88 @@
+package rollup
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/ledger"
+)
+
+// countingRoll records each rollup's ids and can hold the first one.
+type countingRoll struct {
+	mu      sync.Mutex
+	calls   [][]string
+	hold    chan struct{}
+	started chan struct{}
+}
+
+func (c *countingRoll) roll(_ context.Context, ids []string) ([]ledger.RollupResult, error) {
+	c.mu.Lock()
+	c.calls = append(c.calls, append([]string(nil), ids...))
+	first := len(c.calls) == 1
+	c.mu.Unlock()
+	if first && c.hold != nil {
+		close(c.started)
+		<-c.hold
+	}
+	out := make([]ledger.RollupResult, len(ids))
+	for i, id := range ids {
+		out[i] = ledger.RollupResult{EventID: id, Status: ledger.StatusConsumed}
+	}
+	return out, nil
+}
+
+// The notices of one event's consumers that arrive within the window cost
+// one rollup.
+func TestNoticesWithinTheWindowShareOneRollup(t *testing.T) {
+	r := &countingRoll{}
+	c := newCoalescer(r.roll, 100*time.Millisecond, time.Millisecond, time.Second, 4)
+	defer c.close(context.Background())
+	var wg sync.WaitGroup
+	for _, ids := range [][]string{{"e1"}, {"e1", "e2"}, {"e2"}, {"e1"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := c.do(context.Background(), ids)
+			if err != nil || len(res) != len(ids) {
+				t.Errorf("do(%v): %v %v", ids, res, err)
+			}
+		}()
+		time.Sleep(10 * time.Millisecond)
+	}
+	wg.Wait()
+	seen := map[string]int{}
+	for _, call := range r.calls {
+		for _, id := range call {
+			seen[id]++
+		}
+	}
+	if seen["e1"] != 1 || seen["e2"] != 1 {
+		t.Fatalf("rollups %v, want each event rolled up once for its notices", r.calls)
+	}
+}
+
+// A notice that arrives while its event's rollup runs gets a rollup of its
+// own after it (the running one may have read before its attempt).
+func TestANoticeDuringARollupGetsANewOne(t *testing.T) {
+	r := &countingRoll{hold: make(chan struct{}), started: make(chan struct{})}
+	c := newCoalescer(r.roll, 10*time.Millisecond, time.Millisecond, time.Second, 4)
+	defer c.close(context.Background())
+	first := make(chan error, 1)
+	go func() { _, err := c.do(context.Background(), []string{"e1"}); first <- err }()
+	<-r.started
+	second := make(chan error, 1)
+	go func() { _, err := c.do(context.Background(), []string{"e1"}); second <- err }()
+	time.Sleep(30 * time.Millisecond)
+	close(r.hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if len(r.calls) != 2 {
+		t.Fatalf("rollups %v, want two: the running one and one after it", r.calls)
+	}
+}
