@@ -68,6 +68,7 @@ var docTypes = map[string]reflect.Type{
 	CollectionEvents:       reflect.TypeFor[Event](),
 	CollectionConsumptions: reflect.TypeFor[Attempt](),
 	CollectionConsumers:    reflect.TypeFor[consumerDoc](),
+	CollectionAudit:        reflect.TypeFor[AuditEntry](),
 }
 
 // fieldType resolves a dotted field path in a document type (nil when the
