@@ -244,6 +244,8 @@ type Filter struct {
 	Topic, Consumer, Reason string
 	// EventID selects the letters of one event.
 	EventID string
+	// Unreplayed selects letters no operator replayed yet.
+	Unreplayed bool
 	// Since and Until bound archivedAt.
 	Since, Until time.Time
 	// Deleted includes tombstones.
@@ -251,7 +253,7 @@ type Filter struct {
 }
 
 func (f Filter) match(l *Letter) bool {
-	return (f.Topic == "" || l.Topic == f.Topic) && (f.Consumer == "" || l.Consumer == f.Consumer) && (f.EventID == "" || l.EventID == f.EventID) &&
+	return (f.Topic == "" || l.Topic == f.Topic) && (f.Consumer == "" || l.Consumer == f.Consumer) && (f.EventID == "" || l.EventID == f.EventID) && (!f.Unreplayed || len(l.Replays) == 0) &&
 		(f.Reason == "" || l.Reason == f.Reason) && (f.Deleted || !l.Deleted) &&
 		(f.Since.IsZero() || !l.ArchivedAt.Before(f.Since)) && (f.Until.IsZero() || l.ArchivedAt.Before(f.Until))
 }
@@ -350,7 +352,7 @@ type TopicConsumerCount struct {
 }
 
 // summaryFields are what Summarize reads of each letter.
-var summaryFields = []string{"id", "topic", "consumer", "subscription", "pubsubSubscription", "reason", "eventId", "archivedAt", "deleted"}
+var summaryFields = []string{"id", "topic", "consumer", "subscription", "pubsubSubscription", "reason", "eventId", "archivedAt", "deleted", "replays"}
 
 // Summarize counts the letters matching f (tombstones only when f.Deleted),
 // by topic and consumer, reading only the fields it needs.

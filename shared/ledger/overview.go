@@ -157,3 +157,60 @@ func firstCommits(attempts []Attempt) []ConsumerCommit {
 	sort.Slice(out, func(i, j int) bool { return out[i].ConsumerID < out[j].ConsumerID })
 	return out
 }
+
+// ConsumedCounts says, for each event, how many of its expected consumers'
+// latest attempts succeeded (the "n" of the seed's "n/m consumed"). A
+// CONSUMED event counts all of them without a read; the others read their
+// attempts, at most 8 events at a time.
+func (s *Store) ConsumedCounts(ctx context.Context, events []Event) (map[string]int, error) {
+	out := make(map[string]int, len(events))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		sem  = make(chan struct{}, 8)
+		errs []error
+	)
+	for _, e := range events {
+		if e.Status == StatusConsumed || len(e.ExpectedConsumers) == 0 {
+			out[e.EventID] = map[bool]int{true: len(e.ExpectedConsumers)}[e.Status == StatusConsumed]
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			attempts, err := s.readAttempts(ctx, OpQuery, nil, e.EventID)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			out[e.EventID] = succeededCount(e.ExpectedConsumers, attempts)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("ledger: consumed counts: %w", err)
+	}
+	return out, nil
+}
+
+// succeededCount counts the expected consumers whose latest attempt (the
+// highest attempt number) succeeded.
+func succeededCount(expected []string, attempts []Attempt) int {
+	latest := map[string]Attempt{}
+	for _, a := range attempts {
+		if cur, ok := latest[a.ConsumerID]; !ok || a.AttemptNo > cur.AttemptNo {
+			latest[a.ConsumerID] = a
+		}
+	}
+	n := 0
+	for _, c := range expected {
+		if a, ok := latest[c]; ok && a.Outcome == OutcomeSuccess {
+			n++
+		}
+	}
+	return n
+}
