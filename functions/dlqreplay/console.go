@@ -33,7 +33,7 @@ func (a *api) serveConsole(w http.ResponseWriter, r *http.Request, rid string) {
 	}
 	if a.o.Auth != AuthToken {
 		if _, err := a.authenticate(r); err != nil {
-			writeJSON(w, http.StatusUnauthorized, fail(http.StatusUnauthorized, "unauthenticated", "%v", err))
+			a.unauthenticated(w, err)
 			return
 		}
 	}

@@ -60,7 +60,7 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"consumers": out, "audit": audit, "cacheNote": "a change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers"}, nil
+	return map[string]any{"consumers": out, "audit": audit, "cacheNote": "A change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers"}, nil
 }
 
 // describe adds the topology's facts to a registry entry.

@@ -179,6 +179,16 @@ type apiError struct {
 	Fields []fieldRule `json:"fields,omitempty"`
 	// RequestID ties a 5xx answer to its log entry.
 	RequestID string `json:"requestId,omitempty"`
+	// Auth names the auth mode in a 401, so the console knows to ask for a
+	// token.
+	Auth string `json:"auth,omitempty"`
+}
+
+// unauthenticated is the 401 answer.
+func (a *api) unauthenticated(w http.ResponseWriter, err error) {
+	e := fail(http.StatusUnauthorized, "unauthenticated", "%v", err)
+	e.Auth = a.o.Auth
+	writeJSON(w, http.StatusUnauthorized, e)
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Msg }
@@ -219,7 +229,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	who, err := a.authenticate(r)
 	if err != nil {
-		writeJSON(w, http.StatusUnauthorized, fail(http.StatusUnauthorized, "unauthenticated", "%v", err))
+		a.unauthenticated(w, err)
 		return
 	}
 	req := &request{Request: r, who: who, id: rid}

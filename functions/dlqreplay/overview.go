@@ -3,6 +3,7 @@ package dlqreplay
 import (
 	"context"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,7 +108,7 @@ func (a *api) overview(r *request, _ []string) (any, error) {
 
 func (a *api) buildOverview(ctx context.Context, window time.Duration) *overviewView {
 	now := time.Now().UTC()
-	v := &overviewView{GeneratedAt: now, Window: window.String(), Outbox: map[string]outbox.Counts{}}
+	v := &overviewView{GeneratedAt: now, Window: shortDuration(window), Outbox: map[string]outbox.Counts{}}
 	var (
 		wg sync.WaitGroup
 		mu sync.Mutex
@@ -170,7 +171,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 
 // lagOf turns hop times into per-hop statistics and a per-minute series.
 func lagOf(events []ledger.Hops) *lagView {
-	lv := &lagView{Window: LagWindow.String(), Events: len(events), Hops: []hopStats{}, Consumers: []hopStats{}, Series: []lagPoint{}}
+	lv := &lagView{Window: shortDuration(LagWindow), Events: len(events), Hops: []hopStats{}, Consumers: []hopStats{}, Series: []lagPoint{}}
 	all := map[string][]float64{}
 	byConsumer := map[string][]float64{}
 	perMinute := map[time.Time]map[string][]float64{}
@@ -256,4 +257,16 @@ func percentile(vs []float64, p float64) float64 {
 	sort.Float64s(vs)
 	i := int(float64(len(vs))*p+0.999999) - 1
 	return vs[min(max(i, 0), len(vs)-1)]
+}
+
+// shortDuration writes 24h rather than 24h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
