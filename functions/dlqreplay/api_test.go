@@ -485,3 +485,81 @@ func newServer(t *testing.T, h http.Handler) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// The console is the API's: same auth (but its files load without the
+// token in token mode, where the page asks for it), its own strict CSP, no
+// file outside it.
+func TestConsoleFiles(t *testing.T) {
+	get := func(url string, header map[string]string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", url, nil)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	cr := newEnvWith(t, func(o *dlqreplay.Options) { o.Auth = dlqreplay.AuthCloudRun })
+	if resp, body := get(cr.url+"/console/", nil); resp.StatusCode != 401 || !strings.Contains(body, `"auth":"cloudrun"`) {
+		t.Errorf("console without a token behind cloudrun auth: %d %s", resp.StatusCode, body)
+	}
+	alice := map[string]string{"Authorization": "Bearer " + cloudRunToken(person("alice@example.com"))}
+	resp, body := get(cr.url+"/console/", alice)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(body, `<script src="app.js">`) {
+		t.Fatalf("console page: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), clip(body))
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "connect-src 'self'") || strings.Contains(csp, "unsafe") {
+		t.Errorf("CSP %q", csp)
+	}
+	for _, f := range []struct{ path, ctype string }{{"/console/app.js", "text/javascript"}, {"/console/app.css", "text/css"}} {
+		if resp, body := get(cr.url+f.path, alice); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), f.ctype) || len(body) < 1000 {
+			t.Errorf("%s: %d %s", f.path, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+	}
+	for _, p := range []string{"/console/nope.js", "/console/%2e%2e/env.go", "/console/app.js/x"} {
+		if resp, body := get(cr.url+p, alice); resp.StatusCode != 404 || !strings.Contains(body, `"code":"not_found"`) {
+			t.Errorf("%s: %d %s", p, resp.StatusCode, clip(body))
+		}
+	}
+	if resp, _ := get(cr.url+"/console", alice); resp.StatusCode != 302 || resp.Header.Get("Location") != "console/" {
+		t.Errorf("/console redirects with %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	tok := newEnvWith(t, func(o *dlqreplay.Options) { o.Auth, o.Token = dlqreplay.AuthToken, "s3cret" })
+	if resp, _ := get(tok.url+"/console/", nil); resp.StatusCode != 200 {
+		t.Errorf("console files in token mode: %d", resp.StatusCode)
+	}
+	if resp, body := get(tok.url+"/whoami", nil); resp.StatusCode != 401 || !strings.Contains(body, `"auth":"token"`) {
+		t.Errorf("whoami without the token: %d %s", resp.StatusCode, body)
+	}
+}
+
+// A browser on another site cannot make an operator's browser write
+// (net/http.CrossOriginProtection); the CLI and Pub/Sub send no such
+// headers and pass.
+func TestCrossOriginWritesRefused(t *testing.T) {
+	e := newEnv(t, dlqreplay.AuthNone, "")
+	req, _ := http.NewRequest("DELETE", e.url+"/deadletters/dl-1", nil)
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("cross-site DELETE: %d, want 403", resp.StatusCode)
+	}
+	req, _ = http.NewRequest("GET", e.url+"/deadletters", nil)
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Errorf("cross-site GET: %v %v", resp.StatusCode, err)
+	}
+	if a := e.do(t, "DELETE", "/deadletters/dl-1", nil); a.status != 404 {
+		t.Errorf("same-origin DELETE: %d", a.status)
+	}
+}

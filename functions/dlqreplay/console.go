@@ -39,7 +39,10 @@ func (a *api) serveConsole(w http.ResponseWriter, r *http.Request, rid string) {
 	}
 	p := strings.TrimPrefix(strings.Trim(r.URL.Path, "/"), "console")
 	if p == "" && !strings.HasSuffix(r.URL.Path, "/") {
-		http.Redirect(w, r, path.Base(r.URL.Path)+"/", http.StatusFound)
+		// Relative, so it holds under any prefix (http.Redirect would
+		// resolve it against the stripped path).
+		w.Header().Set("Location", path.Base(r.URL.Path)+"/")
+		w.WriteHeader(http.StatusFound)
 		return
 	}
 	name := strings.TrimPrefix(p, "/")
