@@ -149,7 +149,7 @@ esac
 		t.Run(c.name, func(t *testing.T) {
 			_ = os.Remove(log)
 			t.Setenv("FAKE_USER_ACCOUNT", c.user)
-			code, out, errOut := runCLI("--api", srv.URL, "--gcloud-auth", "-o", "json", "whoami")
+			code, out, errOut := runCLI("-url", srv.URL, "-gcloud-auth", "-o", "json", "whoami") // as infra's docs spell it
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errOut)
 			}

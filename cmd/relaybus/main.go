@@ -4,7 +4,7 @@
 // --help` describes one.
 //
 // Global flags come before the command, a command's flags before its
-// arguments: --api (default $RELAYBUS_API or
+// arguments: --api or --url (default $RELAYBUS_API or
 // http://127.0.0.1:8080/dlqreplay), --token (DLQREPLAY_AUTH=token's static
 // token, sent in X-Relaybus-Token; default $RELAYBUS_TOKEN), --gcloud-auth
 // (an ID token from `gcloud auth print-identity-token` for the API's
@@ -96,6 +96,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer, hc *http.Cli
 	}
 	c := &cli{http: hc, out: out}
 	fs.StringVar(&c.api, "api", def, "the dlqreplay API's base URL (default $RELAYBUS_API)")
+	fs.StringVar(&c.api, "url", def, "the same as -api")
 	fs.StringVar(&c.token, "token", os.Getenv("RELAYBUS_TOKEN"), "the static token of DLQREPLAY_AUTH=token, sent in X-Relaybus-Token (default $RELAYBUS_TOKEN)")
 	gcloud := fs.Bool("gcloud-auth", false, "send an ID token from gcloud auth print-identity-token for the API's service URL (dlqreplay on Cloud Run)")
 	fs.StringVar(&c.output, "o", "table", "output: table or json")
