@@ -239,6 +239,13 @@ func TestConsoleInABrowser(t *testing.T) {
 		stack.Close(cctx)
 	})
 	base := stack.Info.URL
+	// The stack's unknown paths answer JSON, as its functions do.
+	if resp, err := http.Get(base + "/consume/shop.order.events.nobody-processor"); err != nil || resp.StatusCode != 404 ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		t.Errorf("unknown /consume path: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	b := newBrowser(t, base+"/dlqreplay/console/")
 	run := event.NewID()[:8]
 
