@@ -2,7 +2,7 @@
 GO ?= go
 TESTENV = $(GO) run ./internal/cmd/testenv --
 
-.PHONY: dev demo test test-short bench fuzz lint fmt build
+.PHONY: dev demo test test-short bench fuzz lint fmt build screenshots
 
 ## dev: run the whole stack on this machine until Ctrl-C.
 dev:
@@ -21,6 +21,10 @@ test: lint
 ## test-short: the suite without the slow concurrency and crash tests.
 test-short:
 	$(TESTENV) $(GO) test -count=1 -short ./...
+
+## screenshots: the console's browser test, saving its screenshots to docs/console for the README.
+screenshots:
+	RELAYBUS_SCREENSHOTS=$(CURDIR)/docs/console $(TESTENV) $(GO) test -count=1 -run '^TestConsoleInABrowser$$' ./functions/dlqreplay/
 
 ## bench: every benchmark; prints BENCH <name> <value> <unit> lines.
 bench:

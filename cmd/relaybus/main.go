@@ -1,20 +1,15 @@
-// Command relaybus is the operator's command line over the dlqreplay API.
+// Command relaybus is the operators' command line over the dlqreplay API:
+// events, traces, dead letters, replays, re-pushes, seeks and the consumer
+// registry. `relaybus --help` lists every command; `relaybus <command>
+// --help` describes one.
 //
-//	relaybus [flags] events ls [--status S] [--topic T] [--service S] [--trace ID]
-//	relaybus [flags] events show EVENT_ID
-//	relaybus [flags] events trace EVENT_ID
-//	relaybus [flags] dlq ls [--topic T] [--consumer C] [--reason R]
-//	relaybus [flags] dlq show ID
-//	relaybus [flags] dlq replay [--dry-run] ID
-//	relaybus [flags] dlq rm ID
-//	relaybus [flags] repush [--consumer C] EVENT_ID
-//	relaybus [flags] seek --time RFC3339|--snapshot NAME SUBSCRIPTION
-//
-// Subcommand flags come before the id.
-//
-// Flags: --api (default $RELAYBUS_API or http://127.0.0.1:8080/dlqreplay),
-// --token (a bearer token; default $RELAYBUS_TOKEN), --gcloud-auth (use
-// `gcloud auth print-identity-token`, for the API on Cloud Run), -o table|json.
+// Global flags come before the command, a command's flags before its
+// arguments: --api or --url (default $RELAYBUS_API or
+// http://127.0.0.1:8080/dlqreplay), --token (DLQREPLAY_AUTH=token's static
+// token, sent in X-Relaybus-Token; default $RELAYBUS_TOKEN), --gcloud-auth
+// (an ID token from `gcloud auth print-identity-token` for the API's
+// service URL, sent as Authorization: Bearer, for dlqreplay on Cloud Run),
+// -o table|json.
 package main
 
 import (
@@ -29,9 +24,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -39,40 +32,126 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, http.DefaultClient))
 }
 
+// cli is one invocation's settings.
 type cli struct {
-	api, token, output string
-	http               *http.Client
-	out                io.Writer
+	api, token, idToken, output string
+	http                        *http.Client
+	out                         io.Writer
 }
+
+// usageError is a command line mistake: exit code 2.
+type usageError string
+
+func (u usageError) Error() string { return string(u) }
+
+// command is one relaybus command.
+type command struct {
+	// path is the command's words ("events", "ls").
+	path []string
+	// args describes its arguments, short what it does in a line.
+	args, short string
+	// setup registers its flags and returns what runs it.
+	setup func(fs *flag.FlagSet) func(ctx context.Context, c *cli, args []string) error
+}
+
+func (c *command) name() string { return strings.Join(c.path, " ") }
+
+// flagSet is a command's flags, their help written to out.
+func (c *command) flagSet(out io.Writer) (*flag.FlagSet, func(ctx context.Context, cl *cli, args []string) error) {
+	fs := flag.NewFlagSet("relaybus "+c.name(), flag.ContinueOnError)
+	fs.SetOutput(out)
+	runner := c.setup(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "%s\n\nusage: relaybus [global flags] %s", c.short, c.name())
+		if hasFlags(fs) {
+			fmt.Fprint(out, " [flags]")
+		}
+		if c.args != "" {
+			fmt.Fprint(out, " "+c.args)
+		}
+		fmt.Fprintln(out)
+		if hasFlags(fs) {
+			fmt.Fprintln(out, "\nflags:")
+			fs.PrintDefaults()
+		}
+		fmt.Fprintln(out, "\nglobal flags: relaybus --help")
+	}
+	return fs, runner
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+const defaultAPI = "http://127.0.0.1:8080/dlqreplay"
 
 func run(ctx context.Context, args []string, out, errOut io.Writer, hc *http.Client) int {
 	fs := flag.NewFlagSet("relaybus", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	def := os.Getenv("RELAYBUS_API")
 	if def == "" {
-		def = "http://127.0.0.1:8080/dlqreplay"
+		def = defaultAPI
 	}
 	c := &cli{http: hc, out: out}
-	fs.StringVar(&c.api, "api", def, "the dlqreplay API's base URL")
-	fs.StringVar(&c.token, "token", os.Getenv("RELAYBUS_TOKEN"), "bearer token")
-	gcloud := fs.Bool("gcloud-auth", false, "authenticate with `gcloud auth print-identity-token`")
+	fs.StringVar(&c.api, "api", def, "the dlqreplay API's base URL (default $RELAYBUS_API)")
+	fs.StringVar(&c.api, "url", def, "the same as -api")
+	fs.StringVar(&c.token, "token", os.Getenv("RELAYBUS_TOKEN"), "the static token of DLQREPLAY_AUTH=token, sent in X-Relaybus-Token (default $RELAYBUS_TOKEN)")
+	gcloud := fs.Bool("gcloud-auth", false, "send an ID token from gcloud auth print-identity-token for the API's service URL (dlqreplay on Cloud Run)")
 	fs.StringVar(&c.output, "o", "table", "output: table or json")
+	fs.Usage = func() { mainHelp(out, fs) }
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
-	if *gcloud {
-		tok, err := exec.CommandContext(ctx, "gcloud", "auth", "print-identity-token").Output()
-		if err != nil {
-			fmt.Fprintln(errOut, "relaybus: gcloud auth print-identity-token:", err)
-			return 1
+	rest := fs.Args()
+	if len(rest) == 0 || (len(rest) == 1 && rest[0] == "help") {
+		mainHelp(out, fs)
+		if len(rest) == 0 {
+			return 2
 		}
-		c.token = strings.TrimSpace(string(tok))
+		return 0
+	}
+	if rest[0] == "help" {
+		rest = append(rest[1:], "--help")
 	}
 	if c.output != "table" && c.output != "json" {
 		fmt.Fprintln(errOut, "relaybus: -o must be table or json")
 		return 2
 	}
-	if err := c.dispatch(ctx, fs.Args()); err != nil {
+	cmd, cmdArgs := find(rest)
+	if cmd == nil {
+		group := groupOf(rest[0])
+		if len(group) > 0 && (len(rest) == 1 || rest[1] == "--help" || rest[1] == "-h") {
+			groupHelp(out, rest[0], group)
+			if len(rest) == 1 {
+				return 2
+			}
+			return 0
+		}
+		fmt.Fprintf(errOut, "relaybus: unknown command %q (relaybus --help lists them)\n", strings.Join(rest, " "))
+		return 2
+	}
+	cfs, runner := cmd.flagSet(out)
+	if err := cfs.Parse(cmdArgs); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(errOut, "relaybus %s: %v (relaybus %s --help)\n", cmd.name(), err, cmd.name())
+		return 2
+	}
+	if *gcloud {
+		tok, err := gcloudIDToken(ctx, c.api)
+		if err != nil {
+			fmt.Fprintln(errOut, "relaybus:", err)
+			return 1
+		}
+		c.idToken = tok
+	}
+	if err := runner(ctx, c, cfs.Args()); err != nil {
 		fmt.Fprintln(errOut, "relaybus:", err)
 		var u usageError
 		if errors.As(err, &u) {
@@ -83,128 +162,90 @@ func run(ctx context.Context, args []string, out, errOut io.Writer, hc *http.Cli
 	return 0
 }
 
-type usageError string
-
-func (u usageError) Error() string { return string(u) }
-
-const usage = "usage: relaybus [--api URL] [--token T|--gcloud-auth] [-o table|json] " +
-	"events ls|show|trace, dlq ls|show|replay|rm, repush [--consumer C] EVENT_ID, seek --time T|--snapshot S SUBSCRIPTION"
-
-func (c *cli) dispatch(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usageError(usage)
+// find returns the command the arguments name, and the rest.
+func find(args []string) (*command, []string) {
+	for _, cmd := range commands {
+		if len(args) >= len(cmd.path) && strings.Join(args[:len(cmd.path)], " ") == cmd.name() {
+			return cmd, args[len(cmd.path):]
+		}
 	}
-	sub := func(name string, a []string, flags func(*flag.FlagSet)) ([]string, error) {
-		fs := flag.NewFlagSet(name, flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		if flags != nil {
-			flags(fs)
-		}
-		if err := fs.Parse(a); err != nil {
-			return nil, usageError(name + ": " + err.Error())
-		}
-		return fs.Args(), nil
-	}
-	one := func(rest []string, what string) (string, error) {
-		if len(rest) != 1 {
-			return "", usageError(what + " needs exactly one id")
-		}
-		return url.PathEscape(rest[0]), nil
-	}
-	verb := ""
-	if len(args) > 1 {
-		verb = args[1]
-	}
-	switch {
-	case args[0] == "events" && verb == "ls":
-		q := url.Values{}
-		var status, topic, service, trace string
-		if _, err := sub("events ls", args[2:], func(fs *flag.FlagSet) {
-			fs.StringVar(&status, "status", "", "")
-			fs.StringVar(&topic, "topic", "", "")
-			fs.StringVar(&service, "service", "", "")
-			fs.StringVar(&trace, "trace", "", "")
-		}); err != nil {
-			return err
-		}
-		set(q, "status", status, "topic", topic, "service", service, "traceId", trace)
-		return c.do(ctx, "GET", "/events?"+q.Encode(), nil, renderEvents)
-	case args[0] == "events" && (verb == "show" || verb == "trace"):
-		id, err := one(args[2:], "events "+verb)
-		if err != nil {
-			return err
-		}
-		if verb == "show" {
-			return c.do(ctx, "GET", "/events/"+id, nil, renderEvent)
-		}
-		return c.do(ctx, "GET", "/traces/"+id, nil, renderTrace)
-	case args[0] == "dlq" && verb == "ls":
-		q := url.Values{}
-		var topic, consumer, reason string
-		if _, err := sub("dlq ls", args[2:], func(fs *flag.FlagSet) {
-			fs.StringVar(&topic, "topic", "", "")
-			fs.StringVar(&consumer, "consumer", "", "")
-			fs.StringVar(&reason, "reason", "", "")
-		}); err != nil {
-			return err
-		}
-		set(q, "topic", topic, "consumer", consumer, "reason", reason)
-		return c.do(ctx, "GET", "/deadletters?"+q.Encode(), nil, renderLetters)
-	case args[0] == "dlq" && (verb == "show" || verb == "rm"):
-		id, err := one(args[2:], "dlq "+verb)
-		if err != nil {
-			return err
-		}
-		if verb == "show" {
-			return c.do(ctx, "GET", "/deadletters/"+id, nil, renderLetter)
-		}
-		return c.do(ctx, "DELETE", "/deadletters/"+id, nil, renderLetter)
-	case args[0] == "dlq" && verb == "replay":
-		var dry bool
-		rest, err := sub("dlq replay", args[2:], func(fs *flag.FlagSet) { fs.BoolVar(&dry, "dry-run", false, "") })
-		if err != nil {
-			return err
-		}
-		id, err := one(rest, "dlq replay")
-		if err != nil {
-			return err
-		}
-		return c.do(ctx, "POST", "/deadletters/"+id+":replay", map[string]bool{"dryRun": dry}, renderKV)
-	case args[0] == "seek":
-		var at, snapshot string
-		rest, err := sub("seek", args[1:], func(fs *flag.FlagSet) {
-			fs.StringVar(&at, "time", "", "")
-			fs.StringVar(&snapshot, "snapshot", "", "")
-		})
-		if err != nil {
-			return err
-		}
-		name, err := one(rest, "seek")
-		if err != nil {
-			return err
-		}
-		return c.do(ctx, "POST", "/subscriptions/"+name+":seek", map[string]string{"time": at, "snapshot": snapshot}, renderKV)
-	case args[0] == "repush":
-		var consumer string
-		rest, err := sub("repush", args[1:], func(fs *flag.FlagSet) { fs.StringVar(&consumer, "consumer", "", "") })
-		if err != nil {
-			return err
-		}
-		id, err := one(rest, "repush")
-		if err != nil {
-			return err
-		}
-		return c.do(ctx, "POST", "/events/"+id+":repush", map[string]string{"consumer": consumer}, renderKV)
-	}
-	return usageError(usage)
+	return nil, nil
 }
 
-func set(q url.Values, kv ...string) {
-	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i+1] != "" {
-			q.Set(kv[i], kv[i+1])
+// groupOf returns the commands under a first word with subcommands.
+func groupOf(word string) []*command {
+	var out []*command
+	for _, cmd := range commands {
+		if len(cmd.path) > 1 && cmd.path[0] == word {
+			out = append(out, cmd)
 		}
 	}
+	return out
+}
+
+func mainHelp(out io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(out, "relaybus: the operators' command line over the dlqreplay API (events, traces, dead letters, replays, the consumer registry)")
+	fmt.Fprintln(out, "\nusage: relaybus [global flags] <command> [flags] [arguments]")
+	fmt.Fprintln(out, "\ncommands:")
+	printCommands(out, commands)
+	fmt.Fprintln(out, "\nglobal flags:")
+	fs.SetOutput(out)
+	fs.PrintDefaults()
+	fmt.Fprintln(out, "\nrelaybus <command> --help describes a command and its flags.")
+}
+
+func groupHelp(out io.Writer, word string, cmds []*command) {
+	fmt.Fprintf(out, "relaybus %s: its commands\n\n", word)
+	printCommands(out, cmds)
+	fmt.Fprintf(out, "\nrelaybus %s <command> --help describes one.\n", word)
+}
+
+func printCommands(out io.Writer, cmds []*command) {
+	width := 0
+	for _, c := range cmds {
+		width = max(width, len(c.name()+" "+c.args))
+	}
+	for _, c := range cmds {
+		fmt.Fprintf(out, "  %-*s  %s\n", width, strings.TrimSpace(c.name()+" "+c.args), c.short)
+	}
+}
+
+// gcloudIDToken asks gcloud for an ID token whose audience is the API's
+// service URL (what Cloud Run checks); a user account, which gcloud gives
+// no custom audience, gets its default token, which Cloud Run also accepts
+// (https://cloud.google.com/run/docs/authenticating/developers).
+func gcloudIDToken(ctx context.Context, api string) (string, error) {
+	u, err := url.Parse(api)
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("--gcloud-auth: --api %q is not a URL", api)
+	}
+	gcloud := os.Getenv("RELAYBUS_GCLOUD")
+	if gcloud == "" {
+		gcloud = "gcloud"
+	}
+	audience := u.Scheme + "://" + u.Host
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, gcloud, "auth", "print-identity-token", "--audiences="+audience)
+	cmd.Stderr = &stderr
+	tok, err := cmd.Output()
+	if err != nil && strings.Contains(strings.ToLower(stderr.String()), "audience") {
+		stderr.Reset()
+		cmd = exec.CommandContext(ctx, gcloud, "auth", "print-identity-token")
+		cmd.Stderr = &stderr
+		tok, err = cmd.Output()
+	}
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return "", fmt.Errorf("--gcloud-auth: gcloud auth print-identity-token: %s", msg)
+	}
+	t := strings.TrimSpace(string(tok))
+	if strings.Count(t, ".") != 2 {
+		return "", errors.New("--gcloud-auth: gcloud printed something that is not an ID token")
+	}
+	return t, nil
 }
 
 // do calls the API and renders the answer.
@@ -220,7 +261,10 @@ func (c *cli) do(ctx context.Context, method, path string, body any, render func
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
+		req.Header.Set("X-Relaybus-Token", c.token)
+	}
+	if c.idToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.idToken)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -250,167 +294,37 @@ func (c *cli) do(ctx context.Context, method, path string, body any, render func
 	return render(c.out, b)
 }
 
-// The API's shapes, as far as the tables show them.
-type (
-	eventDoc struct {
-		EventID, EventType, Topic, AggregateID, Status, ParentEventID, TraceID string
-		Version                                                                int64
-		OccurredAt                                                             time.Time
-		RetryCount                                                             int
-	}
-	attempt struct {
-		AttemptNo             int
-		Outcome, ErrorCode    string
-		ErrorMessage          string
-		Success               bool
-		ConsumerID, MessageID string
-	}
-	consumerReport struct {
-		ConsumerID string
-		State      string
-		Attempts   []attempt
-	}
-	detail struct {
-		Event                         eventDoc
-		Consumers                     []consumerReport
-		Expected, Reported, Succeeded int
-	}
-	node struct {
-		Event    eventDoc
-		Children []*node
-	}
-	letter struct {
-		ID, Topic, Consumer, Reason, Error, EventID, Subscription, DeletedBy string
-		Deliveries                                                           int
-		Deleted                                                              bool
-		Replays                                                              []struct{ By, MessageID, Consumer string }
-		Ledger                                                               *detail
-	}
-)
-
-func table(w io.Writer, header string, rows [][]string) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	return tw.Flush()
-}
-
-func renderEvents(w io.Writer, b []byte) error {
-	var p struct {
-		Events        []eventDoc
-		NextPageToken string
-	}
-	if err := json.Unmarshal(b, &p); err != nil {
-		return err
-	}
-	var rows [][]string
-	for _, e := range p.Events {
-		rows = append(rows, []string{e.EventID, e.EventType, e.AggregateID, fmt.Sprint(e.Version), e.Status, e.OccurredAt.UTC().Format(time.RFC3339)})
-	}
-	if err := table(w, "EVENT\tTYPE\tAGGREGATE\tVERSION\tSTATUS\tOCCURRED", rows); err != nil {
-		return err
-	}
-	if p.NextPageToken != "" {
-		fmt.Fprintln(w, "more: --page-token", p.NextPageToken)
+// exactly checks a command's argument count.
+func exactly(args []string, names ...string) error {
+	if len(args) != len(names) {
+		return usageError(fmt.Sprintf("want %d argument(s): %s (got %d)", len(names), strings.Join(names, " "), len(args)))
 	}
 	return nil
 }
 
-func renderEvent(w io.Writer, b []byte) error {
-	var d detail
-	if err := json.Unmarshal(b, &d); err != nil {
-		return err
-	}
-	e := d.Event
-	fmt.Fprintf(w, "%s %s %s v%d on %s\nstatus %s, %d/%d consumed, re-pushed %d times, trace %s\n",
-		e.EventID, e.EventType, e.AggregateID, e.Version, e.Topic, e.Status, d.Succeeded, d.Expected, e.RetryCount, e.TraceID)
-	var rows [][]string
-	for _, c := range d.Consumers {
-		if len(c.Attempts) == 0 {
-			rows = append(rows, []string{c.ConsumerID, "-", "waiting", ""})
-		}
-		for _, a := range c.Attempts {
-			rows = append(rows, []string{c.ConsumerID, fmt.Sprint(a.AttemptNo), a.Outcome, strings.TrimSpace(a.ErrorCode + " " + a.ErrorMessage)})
+// query builds a query string from name/value pairs, leaving out empty values.
+func query(kv ...string) string {
+	q := url.Values{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			q.Set(kv[i], kv[i+1])
 		}
 	}
-	return table(w, "CONSUMER\tATTEMPT\tOUTCOME\tERROR", rows)
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
 }
 
-func renderTrace(w io.Writer, b []byte) error {
-	var t struct {
-		TraceID string
-		Roots   []*node
-		Count   int
-	}
-	if err := json.Unmarshal(b, &t); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "trace %s (%d events)\n", t.TraceID, t.Count)
-	var walk func(ns []*node, prefix string)
-	walk = func(ns []*node, prefix string) {
-		for i, n := range ns {
-			branch, next := "├─ ", "│  "
-			if i == len(ns)-1 {
-				branch, next = "└─ ", "   "
-			}
-			e := n.Event
-			fmt.Fprintf(w, "%s%s%s %s v%d [%s] %s\n", prefix, branch, e.EventType, e.AggregateID, e.Version, e.Status, e.EventID)
-			walk(n.Children, prefix+next)
-		}
-	}
-	walk(t.Roots, "")
-	return nil
-}
+func seg(s string) string { return url.PathEscape(s) }
 
-func renderLetters(w io.Writer, b []byte) error {
-	var p struct {
-		DeadLetters   []letter
-		NextPageToken string
+// timeFlag checks an RFC 3339 flag value before the API does.
+func timeFlag(name, v string) error {
+	if v == "" {
+		return nil
 	}
-	if err := json.Unmarshal(b, &p); err != nil {
-		return err
-	}
-	var rows [][]string
-	for _, l := range p.DeadLetters {
-		rows = append(rows, []string{l.ID, l.Topic, l.Consumer, l.Reason, l.EventID, fmt.Sprint(len(l.Replays))})
-	}
-	return table(w, "ID\tTOPIC\tCONSUMER\tREASON\tEVENT\tREPLAYS", rows)
-}
-
-func renderLetter(w io.Writer, b []byte) error {
-	var l letter
-	if err := json.Unmarshal(b, &l); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "dead letter %s from %s\nconsumer %s (%s), reason %s, deliveries %d\nerror: %s\nevent %s\n",
-		l.ID, l.Topic, l.Consumer, l.Subscription, l.Reason, l.Deliveries, l.Error, l.EventID)
-	for _, r := range l.Replays {
-		fmt.Fprintf(w, "replayed by %s to %s as message %s\n", r.By, r.Consumer, r.MessageID)
-	}
-	if l.Deleted {
-		fmt.Fprintf(w, "deleted by %s\n", l.DeletedBy)
-	}
-	if l.Ledger != nil {
-		fmt.Fprintf(w, "ledger: %s, %d/%d consumed\n", l.Ledger.Event.Status, l.Ledger.Succeeded, l.Ledger.Expected)
+	if _, err := time.Parse(time.RFC3339, v); err != nil {
+		return usageError(fmt.Sprintf("--%s: an RFC 3339 time such as 2026-11-22T09:00:00Z, got %q", name, v))
 	}
 	return nil
-}
-
-func renderKV(w io.Writer, b []byte) error {
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return err
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var rows [][]string
-	for _, k := range keys {
-		rows = append(rows, []string{k, fmt.Sprint(m[k])})
-	}
-	return table(w, "FIELD\tVALUE", rows)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"net/http"
 	"net/http/httptest"
@@ -77,7 +78,11 @@ func TestGoldenOutput(t *testing.T) {
 	if _, _, err := arc.Archive(ctx, "shop.order.events.dlq", dl); err != nil {
 		t.Fatal(err)
 	}
-	h, err := dlqreplay.New(dlqreplay.Options{Archive: arc, Ledger: store, DB: pool, Publisher: fake.Client, Auth: dlqreplay.AuthToken, Token: "t0k"})
+	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := dlqreplay.New(dlqreplay.Options{Archive: arc, Ledger: store, DB: pool, Publisher: fake.Client, Topology: top,
+		Auth: dlqreplay.AuthToken, Token: "t0k"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,17 +95,32 @@ func TestGoldenOutput(t *testing.T) {
 		code int
 	}{
 		{"events_ls", []string{"events", "ls", "--topic", "shop.order.events"}, 0},
+		{"events_ls_by_type", []string{"events", "ls", "--type", "points.added"}, 0},
 		{"events_show", []string{"events", "show", "evt-order-1"}, 0},
 		{"events_trace", []string{"events", "trace", "evt-order-1"}, 0},
+		{"events_ls_bad_time", []string{"events", "ls", "--from", "yesterday"}, 2},
+		{"events_ls_bad_status", []string{"events", "ls", "--status", "DONE"}, 1},
 		{"dlq_ls", []string{"dlq", "ls"}, 0},
 		{"dlq_show", []string{"dlq", "show", "dl-1"}, 0},
 		{"dlq_replay_dry", []string{"dlq", "replay", "--dry-run", "dl-1"}, 0},
+		{"dlq_replay_all_count", []string{"dlq", "replay-all", "--consumer", "member-service"}, 0},
+		{"dlq_replay_all_yes", []string{"dlq", "replay-all", "--consumer", "member-service", "--yes"}, 0},
+		{"dlq_replay_all_done", []string{"dlq", "replay-all", "--consumer", "member-service"}, 0},
 		{"repush", []string{"repush", "--consumer", "audit-service", "evt-points-1"}, 0},
 		{"repush_unknown", []string{"repush", "evt-nope"}, 1},
 		{"unknown", []string{"dlq", "show", "nope"}, 1},
 		{"usage", []string{"events"}, 2},
+		{"unknown_command", []string{"evnets", "ls"}, 2},
+		{"missing_argument", []string{"events", "show"}, 2},
 		{"seek_unconfigured", []string{"seek", "--time", "2026-11-20T08:00:00Z", "member.points.events.audit-service-recorder"}, 1},
 		{"dlq_ls_json_filtered", []string{"-o", "json", "dlq", "ls", "--reason", "max_delivery_attempts"}, 0},
+		{"consumers_ls", []string{"consumers", "ls"}, 0},
+		{"consumers_disable", []string{"consumers", "disable", "shop.order.events", "message-service"}, 0},
+		{"consumers_disable_again", []string{"consumers", "disable", "shop.order.events", "message-service"}, 0},
+		{"consumers_ls_after_disable", []string{"consumers", "ls", "--topic", "shop.order.events"}, 0},
+		{"consumers_enable", []string{"consumers", "enable", "shop.order.events", "message-service"}, 0},
+		{"consumers_enable_unknown", []string{"consumers", "enable", "shop.order.events", "nobody"}, 1},
+		{"whoami", []string{"whoami"}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
@@ -108,21 +128,38 @@ func TestGoldenOutput(t *testing.T) {
 			if code != c.code {
 				t.Fatalf("exit %d, want %d; stderr %s", code, c.code, errOut.String())
 			}
-			got := append(out.Bytes(), errOut.Bytes()...)
-			path := filepath.Join("testdata", c.name+".golden")
-			if *update {
-				_ = os.MkdirAll("testdata", 0o755)
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("output differs from %s:\n--- got\n%s\n--- want\n%s", path, got, want)
-			}
+			golden(t, c.name, append(out.Bytes(), errOut.Bytes()...))
 		})
+	}
+	// The registry changes are audited with the token's name.
+	var out, errOut bytes.Buffer
+	if code := run(ctx, []string{"--api", srv.URL, "--token", "t0k", "-o", "json", "consumers", "audit"}, &out, &errOut, http.DefaultClient); code != 0 {
+		t.Fatalf("audit: %d %s", code, errOut.String())
+	}
+	var audit struct {
+		Entries []struct{ Action, By, ConsumerID string }
+	}
+	if err := json.Unmarshal(out.Bytes(), &audit); err != nil || len(audit.Entries) != 2 || audit.Entries[0].Action != "consumer.enable" ||
+		audit.Entries[1].Action != "consumer.disable" || audit.Entries[1].By != "token" {
+		t.Errorf("audit %s", out.String())
+	}
+}
+
+// golden compares got with testdata/<name>.golden (-update rewrites it).
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		_ = os.MkdirAll("testdata", 0o755)
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("output differs from %s:\n--- got\n%s\n--- want\n%s", path, got, want)
 	}
 }

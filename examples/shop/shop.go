@@ -8,7 +8,10 @@
 //     notification and emits notification.sent on
 //     message.notification.events (aggregate: the order). When the order's
 //     payload has "failFirstNotify": true, its first attempt fails
-//     transiently, so the demo shows a redelivery.
+//     transiently, so the demo shows a redelivery; with
+//     "failNotifyAttempts": n its first n attempts fail (past the
+//     subscription's maximum, Pub/Sub dead-letters it: the console's browser
+//     test replays it).
 //
 // Both emit their child events through the consumer's outbox in the same
 // transaction, so the children share the order's trace and name it as
@@ -41,6 +44,8 @@ type Order struct {
 	MemberID        string  `json:"memberId"`
 	Amount          float64 `json:"amount"`
 	FailFirstNotify bool    `json:"failFirstNotify"`
+	// FailNotifyAttempts makes message-service's first n attempts fail.
+	FailNotifyAttempts int `json:"failNotifyAttempts"`
 }
 
 func order(c *consumer.Context) (Order, error) {
@@ -98,6 +103,9 @@ func Notify() consumer.Handler {
 		}
 		if o.FailFirstNotify && c.Attempt == 1 {
 			return consumer.Transient("demo_first_attempt", errors.New("the notification gateway timed out (the demo's planned first failure)"))
+		}
+		if c.Attempt <= o.FailNotifyAttempts {
+			return consumer.Transient("demo_gateway_down", fmt.Errorf("the notification gateway is down (planned failure %d of %d)", c.Attempt, o.FailNotifyAttempts))
 		}
 		if _, err := c.Tx.Exec(ctx, `INSERT INTO shop_notifications (event_id, order_id, member_id) VALUES ($1, $2, $3)`,
 			c.Event.ID, o.OrderID, o.MemberID); err != nil {

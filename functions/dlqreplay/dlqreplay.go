@@ -1,50 +1,77 @@
-// Package dlqreplay is the operator's HTTP API (JSON):
+// Package dlqreplay is the operators' HTTP API (JSON) and, under /console/,
+// their web console (event-ledger-design.md's "man"), one handler:
 //
-//	POST   /deadletters:archive        a DLQ delivery (push or Eventarc, from <topic>.dlq-monitor) is archived
-//	GET    /deadletters                ?topic=&consumer=&reason=&since=&until=&pageSize=&pageToken=&deleted=true
-//	GET    /deadletters/{id}           the letter, with its event's attempt history from the ledger
-//	POST   /deadletters/{id}:replay    republish the original to its topic for the failed consumer only
-//	                                   (attribute target_consumer); {"dryRun": true} says what it would do
-//	POST   /deadletters:replay         {"topic", "consumer", "reason", "dryRun"}: every matching letter;
-//	                                   the dry run answers the count first
-//	DELETE /deadletters/{id}           keep it as a tombstone with who and when
-//	POST   /events/{id}:repush         {"consumer": "..."} re-enqueue through the outbox (seed §5.2 rules)
-//	GET    /events                     ?status=&topic=&service=&traceId=&pageSize=&pageToken=
-//	GET    /events/{id}                one event with every attempt grouped by consumer
+//	GET    /whoami                     the caller, and whether they may write
+//	GET    /overview                   ?window=: events by status, dead letters per topic and consumer,
+//	                                   outbox backlog, the lag of each hop over the last hour
+//	GET    /events                     ?status=&topic=&eventType=&service=&traceId=&aggregateId=&from=&to=&pageSize=&pageToken=
+//	GET    /events/{id}                the event (a JSON payload as JSON), every attempt by consumer, its
+//	                                   outbox state, parent, children, dead letters and whether a re-push is allowed
+//	POST   /events/{id}:repush         {"consumer", "dryRun"}: re-enqueue through the outbox (seed §5.2 rules)
 //	GET    /traces/{eventId}           the event's trace as a tree
+//	POST   /deadletters:archive        a DLQ delivery (push or Eventarc, from <topic>.dlq-monitor) is archived
+//	GET    /deadletters                ?topic=&consumer=&reason=&eventId=&since=&until=&pageSize=&pageToken=&deleted=
+//	GET    /deadletters/{id}           the letter, with its event's attempt history from the ledger
+//	POST   /deadletters/{id}:replay    republish the original for the failed consumer only (attribute
+//	                                   target_consumer); {"dryRun": true} says what would happen
+//	POST   /deadletters:replay         {"topic", "consumer", "reason", "since", "until", "includeReplayed",
+//	                                   "dryRun", "expect"}: every matching letter, each to its consumer;
+//	                                   the dry run counts them, "expect" makes the replay refuse another count
+//	DELETE /deadletters/{id}           keep it as a tombstone with who and when
+//	GET    /consumers                  the topic_consumers registry, with each consumer's subscription
+//	POST   /consumers                  {"topic", "consumerId", "enabled", "description", "sortOrder"}: add one
+//	PATCH  /consumers/{topic}/{id}     {"enabled", "description", "sortOrder"}: change one
+//	POST   /consumers/{topic}/{id}:enable, :disable
+//	GET    /audit                      ?action=&topic=&consumer=&limit=: who changed what, newest first
 //	POST   /subscriptions/{name}:seek  {"time": RFC 3339} or {"snapshot": name}: redeliver from there
 //	POST   /snapshots                  {"name", "subscription"}; GET /snapshots lists them
 //
-// Errors are {"code", "message"}: 404 for unknown ids, 409 with the rule for
-// a refused re-push or replay, 400 for bad parameters, 401 without valid
-// credentials. Every mutating call is logged with the caller's identity:
-// the verified Google ID token's email (DLQREPLAY_AUTH=iam), "token"
-// (DLQREPLAY_AUTH=token, a bearer DLQREPLAY_TOKEN) or "anonymous" (none,
-// for local runs). The handler works under http.StripPrefix.
+// Subscriptions are named logically (<topic>.<service>-<role>); the
+// SubscriptionMap (DLQREPLAY_SUBSCRIPTIONS) turns an Eventarc consumer's
+// into the trigger's real subscription for seek and snapshots, and the
+// real one Pub/Sub stamps on dead letters back into the consumer.
 //
-// Not built: a Scheduler-driven sync that pulls the DLQ monitor
-// subscriptions (they push to /deadletters:archive instead).
+// Answers: errors are {"code", "message"} (400 answers add "fields", each
+// with its rule); every parameter and body field is validated (length,
+// charset, range) before anything else happens, unknown parameters and
+// fields included; unknown routes answer a JSON 404, a known route with
+// another method 405. An internal failure answers 500 (503 when a store is
+// unreachable) with a request id and no internal detail: the detail is in
+// the log under that id.
+//
+// Auth (DLQREPLAY_AUTH): cloudrun, iam, token or none (see the Auth*
+// constants). Writes (replay, bulk replay, delete, re-push, seek, snapshot,
+// registry changes; dry runs are reads) need a caller DLQREPLAY_WRITERS
+// lists (empty or *: everyone authenticated) and are refused with 403 in
+// DLQREPLAY_READ_ONLY mode; POST /deadletters:archive needs a caller
+// DLQREPLAY_ARCHIVERS lists (the DLQ monitors' push identity). Every write
+// is logged with the caller's identity and appended to the ledger's audit
+// log. Non-GET requests from another origin in a browser are refused
+// (net/http.CrossOriginProtection). The handler works under
+// http.StripPrefix.
 package dlqreplay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
+	"sort"
 	"strings"
 	"time"
 
-	"google.golang.org/api/idtoken"
+	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/relaybus/relaybus/shared/archive"
-	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
-	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -53,13 +80,6 @@ import (
 type Publisher interface {
 	Publish(ctx context.Context, topic string, m event.Message) (string, error)
 }
-
-// Auth modes (DLQREPLAY_AUTH).
-const (
-	AuthIAM   = "iam"
-	AuthToken = "token"
-	AuthNone  = "none"
-)
 
 // Defaults of Options.
 const (
@@ -75,9 +95,27 @@ type Options struct {
 	Ledger    *ledger.Store
 	DB        outbox.DBTX
 	Publisher Publisher
-	// Auth is AuthIAM (the default: verify the Google ID token, and its
-	// audience when Audience is set), AuthToken (Token required) or AuthNone.
+	// Topology, when set, tells the consumers' delivery, handler and
+	// database (dry runs, the registry view) and validates registry edits.
+	Topology *topology.Topology
+	// Subscriptions maps logical subscriptions to the real ones (nil: every
+	// subscription is its logical name).
+	Subscriptions *topology.SubscriptionMap
+	// Databases holds the topology's databases by name (its inboxes,
+	// projections and outboxes) for dry runs and outbox states. Nil means DB
+	// holds all of them (one database, as the local stack runs).
+	Databases map[string]outbox.DBTX
+	// Auth is AuthCloudRun, AuthIAM (the default), AuthToken (Token
+	// required) or AuthNone; Audience, when set, is checked against the ID
+	// token's aud.
 	Auth, Audience, Token string
+	// Writers may take write actions (empty or "*": every authenticated
+	// caller); ReadOnly refuses every write action. Archivers may POST
+	// dead letters to /deadletters:archive (empty: every authenticated
+	// caller).
+	Writers   []string
+	ReadOnly  bool
+	Archivers []string
 	// Seeker, when set, serves seek and snapshots.
 	Seeker *Seeker
 	// MaxRepushes and SentTimeout are the re-push rules (defaults above).
@@ -87,7 +125,11 @@ type Options struct {
 }
 
 type api struct {
-	o Options
+	o         Options
+	writers   principals
+	archivers principals
+	csrf      *http.CrossOriginProtection
+	cache     overviewCache
 }
 
 // New returns the API's handler.
@@ -96,32 +138,57 @@ func New(o Options) (http.Handler, error) {
 		return nil, errors.New("dlqreplay: Archive, Ledger, DB and Publisher are required")
 	}
 	switch o.Auth {
-	case AuthNone:
+	case AuthNone, AuthCloudRun:
 	case AuthToken:
 		if o.Token == "" {
-			return nil, errors.New("dlqreplay: DLQREPLAY_AUTH=token needs DLQREPLAY_TOKEN")
+			return nil, errors.New("dlqreplay: DLQREPLAY_AUTH=token needs DLQREPLAY_TOKEN (a Secret Manager secret)")
 		}
 	case AuthIAM, "":
-		o.Auth = AuthIAM // Cloud Run's IAM already checked the audience; Audience adds our own check
+		o.Auth = AuthIAM
 	default:
-		return nil, fmt.Errorf("dlqreplay: DLQREPLAY_AUTH=%q: want iam, token or none", o.Auth)
+		return nil, fmt.Errorf("dlqreplay: DLQREPLAY_AUTH=%q: want cloudrun, iam, token or none", o.Auth)
 	}
-	if o.MaxRepushes <= 0 {
-		o.MaxRepushes = DefaultMaxRepushes
+	a := &api{o: o, csrf: http.NewCrossOriginProtection()}
+	var err error
+	if a.writers, err = parsePrincipals("DLQREPLAY_WRITERS", o.Writers); err != nil {
+		return nil, fmt.Errorf("dlqreplay: %w", err)
 	}
-	if o.SentTimeout <= 0 {
-		o.SentTimeout = DefaultSentTimeout
+	if a.archivers, err = parsePrincipals("DLQREPLAY_ARCHIVERS", o.Archivers); err != nil {
+		return nil, fmt.Errorf("dlqreplay: %w", err)
 	}
-	if o.Logger == nil {
-		o.Logger = logging.Discard()
+	if a.o.MaxRepushes <= 0 {
+		a.o.MaxRepushes = DefaultMaxRepushes
 	}
-	return &api{o: o}, nil
+	if a.o.SentTimeout <= 0 {
+		a.o.SentTimeout = DefaultSentTimeout
+	}
+	if a.o.Logger == nil {
+		a.o.Logger = logging.Discard()
+	}
+	if a.o.Subscriptions == nil && a.o.Topology != nil {
+		a.o.Subscriptions, _ = topology.NewSubscriptionMap(a.o.Topology, nil)
+	}
+	return a, nil
 }
 
+// apiError is an answer other than 200.
 type apiError struct {
 	status int
-	Code   string `json:"code"`
-	Msg    string `json:"message"`
+	Code   string      `json:"code"`
+	Msg    string      `json:"message"`
+	Fields []fieldRule `json:"fields,omitempty"`
+	// RequestID ties a 5xx answer to its log entry.
+	RequestID string `json:"requestId,omitempty"`
+	// Auth names the auth mode in a 401, so the console knows to ask for a
+	// token.
+	Auth string `json:"auth,omitempty"`
+}
+
+// unauthenticated is the 401 answer.
+func (a *api) unauthenticated(w http.ResponseWriter, err error) {
+	e := fail(http.StatusUnauthorized, "unauthenticated", "%v", err)
+	e.Auth = a.o.Auth
+	writeJSON(w, http.StatusUnauthorized, e)
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Msg }
@@ -130,338 +197,222 @@ func fail(status int, code, format string, a ...any) *apiError {
 	return &apiError{status: status, Code: code, Msg: fmt.Sprintf(format, a...)}
 }
 
+// request is one call being served.
+type request struct {
+	*http.Request
+	who Principal
+	id  string
+}
+
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	who, err := a.caller(r)
-	if err != nil {
-		writeJSON(w, http.StatusUnauthorized, fail(401, "unauthenticated", "%v", err))
+	rid := requestID(r)
+	w.Header().Set("X-Request-Id", rid)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	path := strings.Trim(r.URL.Path, "/")
+	if path == "console" || strings.HasPrefix(path, "console/") {
+		a.serveConsole(w, r, rid)
 		return
 	}
-	v, err := a.route(r, who)
-	if err != nil {
-		var ae *apiError
-		if !errors.As(err, &ae) {
-			ae = fail(http.StatusInternalServerError, "internal", "%v", err)
+	if err := a.csrf.Check(r); err != nil {
+		writeJSON(w, http.StatusForbidden, fail(http.StatusForbidden, "cross_origin", "a browser request from another origin may not change anything here"))
+		return
+	}
+	rt, args, known := match(path, r.Method)
+	if rt == nil {
+		if known != nil {
+			w.Header().Set("Allow", strings.Join(known, ", "))
+			writeJSON(w, http.StatusMethodNotAllowed, fail(http.StatusMethodNotAllowed, "method_not_allowed", "%s /%s: this route takes %s", r.Method, clip(path, 200), strings.Join(known, ", ")))
+			return
 		}
-		writeJSON(w, ae.status, ae)
+		writeJSON(w, http.StatusNotFound, fail(http.StatusNotFound, "not_found", "no route for %s /%s", r.Method, clip(path, 200)))
+		return
+	}
+	who, err := a.authenticate(r)
+	if err != nil {
+		a.unauthenticated(w, err)
+		return
+	}
+	req := &request{Request: r, who: who, id: rid}
+	v, err := rt.serve(a, req, args)
+	if err != nil {
+		a.writeError(w, req, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
 }
 
-// caller authenticates the request and names the caller.
-func (a *api) caller(r *http.Request) (string, error) {
-	if a.o.Auth == AuthNone {
-		return "anonymous", nil
+// writeError answers err: an apiError as it is; anything else as 503 when
+// a store is unreachable, else 500, without its text (logged instead).
+func (a *api) writeError(w http.ResponseWriter, r *request, err error) {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		writeJSON(w, ae.status, ae)
+		return
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || tok == "" {
-		return "", errors.New("an Authorization: Bearer header is required")
+	if fe := event.FieldErrors(err); len(fe) > 0 && errors.Is(err, event.ErrInvalid) {
+		writeJSON(w, http.StatusBadRequest, badRequest(fe))
+		return
 	}
-	if a.o.Auth == AuthToken {
-		if tok != a.o.Token {
-			return "", errors.New("the bearer token is not DLQREPLAY_TOKEN")
-		}
-		return "token", nil
+	code, msg := http.StatusInternalServerError, "internal error"
+	if unavailable(err) {
+		code, msg = http.StatusServiceUnavailable, "a store the API depends on is unavailable; retry later"
 	}
-	p, err := idtoken.Validate(r.Context(), tok, a.o.Audience)
-	if err != nil {
-		return "", fmt.Errorf("the ID token does not verify: %w", err)
-	}
-	if email, _ := p.Claims["email"].(string); email != "" {
-		return email, nil
-	}
-	return p.Subject, nil
+	a.o.Logger.ErrorContext(r.Context(), "dlqreplay: request failed", "request_id", r.id, "method", r.Method,
+		"path", clip(r.URL.Path, 300), "caller", r.who.Name, "error", err.Error())
+	e := fail(code, map[int]string{500: "internal", 503: "unavailable"}[code], "%s (request %s; the detail is in the service's log)", msg, r.id)
+	e.RequestID = r.id
+	writeJSON(w, code, e)
 }
 
-func (a *api) route(r *http.Request, who string) (any, error) {
-	path := strings.Trim(r.URL.Path, "/")
-	head, rest, _ := strings.Cut(path, "/")
-	id, action, _ := strings.Cut(rest, ":")
-	if rest == "" {
-		head, action, _ = strings.Cut(head, ":")
+// unavailable reports whether err means a store could not be reached.
+func unavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
 	}
-	switch {
-	case head == "deadletters" && rest == "" && action == "archive" && r.Method == http.MethodPost:
-		return a.archive(r)
-	case head == "deadletters" && rest == "" && action == "replay" && r.Method == http.MethodPost:
-		return a.replayBatch(r, who)
-	case head == "deadletters" && rest == "" && action == "" && r.Method == http.MethodGet:
-		return a.listLetters(r)
-	case head == "deadletters" && id != "" && action == "" && r.Method == http.MethodGet:
-		return a.getLetter(r.Context(), id)
-	case head == "deadletters" && id != "" && action == "replay" && r.Method == http.MethodPost:
-		return a.replay(r, id, who)
-	case head == "deadletters" && id != "" && action == "" && r.Method == http.MethodDelete:
-		l, err := a.o.Archive.Delete(r.Context(), id, who)
-		if err == nil {
-			a.o.Logger.InfoContext(r.Context(), "dlqreplay: dead letter deleted", "dead_letter_id", id, "caller", who)
-		}
-		return l, mapErr(err)
-	case head == "events" && id != "" && action == "repush" && r.Method == http.MethodPost:
-		return a.repush(r, id, who)
-	case head == "events" && rest == "" && r.Method == http.MethodGet:
-		return a.listEvents(r)
-	case head == "events" && id != "" && action == "" && r.Method == http.MethodGet:
-		d, err := a.o.Ledger.Get(r.Context(), id)
-		return d, mapErr(err)
-	case head == "subscriptions" && id != "" && action == "seek" && r.Method == http.MethodPost:
-		return a.seek(r, id, who)
-	case head == "snapshots" && rest == "" && r.Method == http.MethodPost:
-		return a.createSnapshot(r, who)
-	case head == "snapshots" && rest == "" && r.Method == http.MethodGet:
-		return a.listSnapshots(r.Context())
-	case head == "traces" && id != "" && r.Method == http.MethodGet:
-		t, err := a.o.Ledger.Trace(r.Context(), id)
-		return t, mapErr(err)
+	switch status.Code(err) { // status.Code sees a wrapped status too
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
+		return true
 	}
-	return nil, fail(http.StatusNotFound, "not_found", "no route for %s /%s", r.Method, path)
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ce) || pgconn.Timeout(err)
 }
 
-func mapErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, archive.ErrNotFound), errors.Is(err, ledger.ErrEventNotFound):
-		return fail(http.StatusNotFound, "not_found", "%v", err)
-	case errors.Is(err, event.ErrInvalid):
-		return fail(http.StatusBadRequest, "invalid_argument", "%v", err)
-	}
-	return err
-}
-
-func (a *api) archive(r *http.Request) (any, error) {
-	d, err := delivery.Read(r, delivery.DefaultMaxBody)
-	if err != nil {
-		// Not a delivery: acknowledged (a 4xx would be redelivered forever).
-		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: archive request is not a Pub/Sub delivery", "error", err.Error())
-		return map[string]string{"ignored": err.Error()}, nil
-	}
-	// A DLQ monitor subscription names its topic (<topic>.dlq-monitor);
-	// otherwise the delivery may (Eventarc's source).
-	topic := ""
-	if sub := d.Subscription; sub != "" {
-		if id := sub[strings.LastIndex(sub, "/")+1:]; strings.HasSuffix(id, names.DeadLetterSuffix+"-monitor") {
-			topic = strings.TrimSuffix(id, "-monitor")
+func requestID(r *http.Request) string {
+	if tc := r.Header.Get("X-Cloud-Trace-Context"); tc != "" {
+		if t, _, _ := strings.Cut(tc, "/"); charset(t, 64, "") {
+			return t
 		}
 	}
-	if topic == "" {
-		topic = d.Topic()
-	}
-	if !names.IsDeadLetter(topic) {
-		return nil, fail(http.StatusBadRequest, "invalid_argument", "the delivery's topic %q is not a dead-letter topic", topic)
-	}
-	l, created, err := a.o.Archive.Archive(r.Context(), topic, d.Message)
-	if err != nil {
-		return nil, err
-	}
-	if created {
-		a.o.Logger.WarnContext(r.Context(), "dlqreplay: dead letter archived", "dead_letter_id", l.ID, "topic", l.Topic,
-			"consumer", l.Consumer, "reason", l.Reason, "event_id", l.EventID)
-	}
-	return map[string]any{"id": l.ID, "created": created}, nil
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
-func (a *api) listLetters(r *http.Request) (any, error) {
-	q := r.URL.Query()
-	f := archive.Filter{Topic: q.Get("topic"), Consumer: q.Get("consumer"), Reason: q.Get("reason"), Deleted: q.Get("deleted") == "true"}
-	var err error
-	if f.Since, err = parseTime(q, "since"); err != nil {
-		return nil, err
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	if f.Until, err = parseTime(q, "until"); err != nil {
-		return nil, err
-	}
-	size, _ := strconv.Atoi(q.Get("pageSize"))
-	letters, next, err := a.o.Archive.List(r.Context(), f, size, q.Get("pageToken"))
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	if letters == nil {
-		letters = []archive.Letter{}
-	}
-	return map[string]any{"deadLetters": letters, "nextPageToken": next}, nil
+	return s[:n] + "…"
 }
 
-func parseTime(q map[string][]string, name string) (time.Time, error) {
-	v := ""
-	if vs := q[name]; len(vs) > 0 {
-		v = vs[0]
-	}
-	if v == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339, v)
-	if err != nil {
-		return time.Time{}, fail(http.StatusBadRequest, "invalid_argument", "%s: an RFC 3339 time, got %q", name, v)
-	}
-	return t, nil
+// route is one operation.
+type route struct {
+	method string
+	// pattern is segments with {} for a path argument; a trailing :action
+	// is part of the last segment.
+	pattern string
+	write   bool
+	h       func(a *api, r *request, args []string) (any, error)
 }
 
-// letterDetail is a letter with its event's ledger history.
-type letterDetail struct {
-	archive.Letter
-	Event *ledger.Detail `json:"ledger,omitempty"`
-}
-
-func (a *api) getLetter(ctx context.Context, id string) (any, error) {
-	l, err := a.o.Archive.Get(ctx, id)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	out := letterDetail{Letter: l}
-	if l.EventID != "" {
-		if d, err := a.o.Ledger.Get(ctx, l.EventID); err == nil {
-			out.Event = &d
-		}
-	}
-	return out, nil
-}
-
-type replayRequest struct {
-	DryRun bool `json:"dryRun"`
-}
-
-func (a *api) replay(r *http.Request, id, who string) (any, error) {
-	var req replayRequest
-	if r.ContentLength != 0 {
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			return nil, fail(http.StatusBadRequest, "invalid_argument", "body: %v", err)
-		}
-	}
-	if r.URL.Query().Get("dryRun") == "true" {
-		req.DryRun = true
-	}
-	l, err := a.o.Archive.Get(r.Context(), id)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	if l.Deleted {
-		return nil, fail(http.StatusConflict, "deleted", "dead letter %s was deleted by %s", id, l.DeletedBy)
-	}
-	if l.Consumer == "" {
-		return nil, fail(http.StatusConflict, "no_consumer", "dead letter %s does not say which consumer failed it", id)
-	}
-	m := l.Original()
-	m.Attributes[topology.TargetConsumerAttr] = l.Consumer
-	plan := map[string]any{"topic": l.Topic, "consumer": l.Consumer, "eventId": l.EventID, "dryRun": req.DryRun}
-	if req.DryRun {
-		return plan, nil
-	}
-	msgID, err := a.o.Publisher.Publish(r.Context(), l.Topic, m)
-	if err != nil {
-		return nil, err
-	}
-	if err := a.o.Archive.AddReplay(r.Context(), id, archive.Replay{By: who, At: time.Now().UTC(), MessageID: msgID, Consumer: l.Consumer}); err != nil {
-		return nil, err
-	}
-	a.o.Logger.InfoContext(r.Context(), "dlqreplay: dead letter replayed", "dead_letter_id", id, "topic", l.Topic,
-		"consumer", l.Consumer, "event_id", l.EventID, "caller", who, "message_id", msgID)
-	plan["messageId"] = msgID
-	return plan, nil
-}
-
-type batchRequest struct {
-	Topic, Consumer, Reason string
-	DryRun                  bool `json:"dryRun"`
-}
-
-// replayBatch replays every letter matching the filter (at most 500 per
-// call; call again for more), each to the consumer that failed it.
-func (a *api) replayBatch(r *http.Request, who string) (any, error) {
-	var req batchRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		return nil, fail(http.StatusBadRequest, "invalid_argument", "body: %v", err)
-	}
-	if req.Topic == "" && req.Consumer == "" && req.Reason == "" {
-		return nil, fail(http.StatusBadRequest, "invalid_argument", "give at least one of topic, consumer, reason")
-	}
-	letters, next, err := a.o.Archive.List(r.Context(), archive.Filter{Topic: req.Topic, Consumer: req.Consumer, Reason: req.Reason}, 500, "")
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]any{"matched": len(letters), "more": next != "", "dryRun": req.DryRun}
-	if req.DryRun {
-		return out, nil
-	}
-	replayed := 0
-	for _, l := range letters {
-		if l.Consumer == "" {
-			continue
-		}
-		m := l.Original()
-		m.Attributes[topology.TargetConsumerAttr] = l.Consumer
-		id, err := a.o.Publisher.Publish(r.Context(), l.Topic, m)
-		if err != nil {
-			out["replayed"], out["error"] = replayed, err.Error()
-			return out, nil
-		}
-		if err := a.o.Archive.AddReplay(r.Context(), l.ID, archive.Replay{By: who, At: time.Now().UTC(), MessageID: id, Consumer: l.Consumer}); err != nil {
+func (rt *route) serve(a *api, r *request, args []string) (any, error) {
+	if rt.write {
+		if err := a.canWrite(r.who); err != nil {
 			return nil, err
 		}
-		replayed++
 	}
-	a.o.Logger.InfoContext(r.Context(), "dlqreplay: dead letters replayed", "topic", req.Topic, "consumer", req.Consumer,
-		"reason", req.Reason, "replayed", replayed, "caller", who)
-	out["replayed"] = replayed
-	return out, nil
+	return rt.h(a, r, args)
 }
 
-type repushRequest struct {
-	Consumer string `json:"consumer"`
+// routes lists the API. Write routes whose dry run is a read check the
+// writer themselves (write false, a.canWrite when not a dry run).
+var routes = []*route{
+	{"GET", "whoami", false, (*api).whoami},
+	{"GET", "overview", false, (*api).overview},
+	{"GET", "events", false, (*api).listEvents},
+	{"GET", "events/{}", false, (*api).getEvent},
+	{"POST", "events/{}:repush", false, (*api).repush},
+	{"GET", "traces/{}", false, (*api).trace},
+	{"POST", "deadletters:archive", false, (*api).archive},
+	{"POST", "deadletters:replay", false, (*api).replayBatch},
+	{"GET", "deadletters", false, (*api).listLetters},
+	{"GET", "deadletters/{}", false, (*api).getLetter},
+	{"POST", "deadletters/{}:replay", false, (*api).replay},
+	{"DELETE", "deadletters/{}", true, (*api).deleteLetter},
+	{"GET", "consumers", false, (*api).listConsumers},
+	{"POST", "consumers", true, (*api).addConsumer},
+	{"PATCH", "consumers/{}/{}", true, (*api).changeConsumer},
+	{"POST", "consumers/{}/{}:enable", true, (*api).enableConsumer},
+	{"POST", "consumers/{}/{}:disable", true, (*api).disableConsumer},
+	{"GET", "audit", false, (*api).audit},
+	{"POST", "subscriptions/{}:seek", true, (*api).seek},
+	{"POST", "snapshots", true, (*api).createSnapshot},
+	{"GET", "snapshots", false, (*api).listSnapshots},
 }
 
-func (a *api) repush(r *http.Request, id, who string) (any, error) {
-	var req repushRequest
-	if r.ContentLength != 0 {
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			return nil, fail(http.StatusBadRequest, "invalid_argument", "body: %v", err)
+// actions are the words a path may end in after a colon.
+var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true}
+
+// match finds the route of a path and method. It returns the path's
+// arguments, or, when the path is known but not for this method, the
+// methods it takes.
+func match(path, method string) (*route, []string, []string) {
+	body, action := path, ""
+	if i := strings.LastIndexByte(path, ':'); i >= 0 && actions[path[i+1:]] && !strings.Contains(path[i+1:], "/") {
+		body, action = path[:i], path[i+1:]
+	}
+	segs := strings.Split(body, "/")
+	var methods []string
+	for _, rt := range routes {
+		pbody, paction, _ := strings.Cut(rt.pattern, ":")
+		psegs := strings.Split(pbody, "/")
+		if paction != action || len(psegs) != len(segs) {
+			continue
 		}
-	}
-	now := time.Now().UTC()
-	check := func(d ledger.Event) error {
-		switch {
-		case !d.ExpireAt.IsZero() && now.After(d.ExpireAt):
-			return fail(http.StatusConflict, "expired", "event %s expired at %s and is not re-pushed", id, d.ExpireAt.Format(time.RFC3339))
-		case d.RetryCount >= a.o.MaxRepushes:
-			return fail(http.StatusConflict, "max_repushes", "event %s was re-pushed %d times, the most allowed", id, d.RetryCount)
-		case d.Status == ledger.StatusFailed || d.Status == ledger.StatusRetrying || d.Status == ledger.StatusPartial:
-			return nil
-		case d.Status == ledger.StatusSent && now.Sub(d.LastSentAt) >= a.o.SentTimeout:
-			return nil
-		case d.Status == ledger.StatusSent:
-			return fail(http.StatusConflict, "too_recent", "event %s was sent %s ago; SENT events are re-pushed after %s", id, now.Sub(d.LastSentAt).Round(time.Second), a.o.SentTimeout)
+		var args []string
+		ok := true
+		for i, p := range psegs {
+			switch {
+			case p == "{}" && segs[i] != "":
+				args = append(args, segs[i])
+			case p != segs[i]:
+				ok = false
+			}
 		}
-		return fail(http.StatusConflict, "status", "event %s is %s; only FAILED, RETRYING, PARTIAL or long-SENT events are re-pushed", id, d.Status)
+		if !ok {
+			continue
+		}
+		if rt.method == method {
+			return rt, args, nil
+		}
+		methods = append(methods, rt.method)
 	}
-	d, err := a.o.Ledger.BeginRepush(r.Context(), id, req.Consumer, check, now)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	e, err := d.Envelope()
-	if err != nil {
-		return nil, fail(http.StatusConflict, "payload_omitted", "%v", err)
-	}
-	if _, err := outbox.Repush(r.Context(), a.o.DB, &e, req.Consumer); err != nil && !errors.Is(err, outbox.ErrPending) {
-		return nil, err
-	}
-	a.o.Logger.InfoContext(r.Context(), "dlqreplay: event re-pushed", append(logging.Event(&e), "consumer", req.Consumer, "caller", who)...)
-	return map[string]any{"eventId": id, "status": ledger.StatusRetrying, "retryCount": d.RetryCount, "consumer": req.Consumer}, nil
-}
-
-func (a *api) listEvents(r *http.Request) (any, error) {
-	q := r.URL.Query()
-	size, _ := strconv.Atoi(q.Get("pageSize"))
-	lq := ledger.ListQuery{Topic: q.Get("topic"), InitiatorService: q.Get("service"), TraceID: q.Get("traceId"),
-		PageSize: size, PageToken: q.Get("pageToken")}
-	if s := q.Get("status"); s != "" {
-		lq.Status = ledger.Status(s)
-	}
-	p, err := a.o.Ledger.List(r.Context(), lq)
-	return p, mapErr(err)
+	sort.Strings(methods)
+	return nil, nil, methods
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// whoami tells the console who is calling and what they may do.
+func (a *api) whoami(r *request, _ []string) (any, error) {
+	if err := newQuery(r.Request).err(); err != nil {
+		return nil, err
+	}
+	werr := a.canWrite(r.who)
+	out := map[string]any{"caller": r.who.Name, "auth": r.who.Method, "canWrite": werr == nil, "readOnly": a.o.ReadOnly,
+		"writers": a.writers.describe()}
+	if werr != nil {
+		out["why"] = werr.(*apiError).Msg
+	}
+	return out, nil
+}
+
+// record logs a write action with the caller and appends it to the audit
+// log; a failed audit write is logged, the action stands.
+func (a *api) record(r *request, e ledger.AuditEntry, msg string, attrs ...any) {
+	e.By = r.who.Name
+	a.o.Logger.InfoContext(r.Context(), msg, append(attrs, "caller", r.who.Name, "auth", r.who.Method, "request_id", r.id)...)
+	if _, err := a.o.Ledger.Audit(context.WithoutCancel(r.Context()), e); err != nil {
+		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: audit entry not written", "action", e.Action, "caller", r.who.Name, "error", err.Error())
+	}
+}
+
+func sortedStrings(s []string) []string {
+	sort.Strings(s)
+	return s
 }

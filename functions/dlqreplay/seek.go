@@ -2,7 +2,6 @@ package dlqreplay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -11,8 +10,12 @@ import (
 	vkit "cloud.google.com/go/pubsub/v2/apiv1"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/api/iterator"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 )
 
@@ -30,36 +33,98 @@ type seekRequest struct {
 	Snapshot string `json:"snapshot"`
 }
 
-func (a *api) seek(r *http.Request, sub, who string) (any, error) {
-	if a.o.Seeker == nil {
-		return nil, fail(http.StatusNotImplemented, "unavailable", "seek is not configured")
+// subscription validates a subscription named in a request: a consumer's
+// logical subscription (<topic>.<service>-<role>), a DLQ monitor
+// (<topic>.dlq-monitor), or a real subscription the SubscriptionMap lists.
+// It returns the real id to send Pub/Sub.
+func (a *api) subscription(field, name string) (string, *event.FieldError) {
+	bad := &event.FieldError{Field: field, Rule: names.SubscriptionRule + " (or <topic>.dlq-monitor)"}
+	if len(name) > 255 || strings.Contains(name, "/") {
+		return "", bad
 	}
-	if _, _, _, err := names.ParseSubscription(sub); err != nil && !strings.HasSuffix(sub, "-monitor") {
-		return nil, fail(http.StatusBadRequest, "invalid_argument", "subscription: %v", err)
+	if _, _, _, err := names.ParseSubscription(name); err == nil {
+		if a.o.Topology != nil {
+			if _, ok := a.o.Topology.Consumer(name); !ok {
+				return "", &event.FieldError{Field: field, Rule: "a consumer subscription the topology declares (" + name + " is none)"}
+			}
+		}
+		return a.o.Subscriptions.Real(name), nil
+	}
+	if topic, ok := strings.CutSuffix(name, names.DeadLetterSuffix+"-monitor"); ok && names.ValidateTopic(topic) == nil {
+		if a.o.Topology != nil && a.o.Topology.Topic(topic) == nil {
+			return "", &event.FieldError{Field: field, Rule: "the DLQ monitor of a topic the topology declares (" + topic + " is none)"}
+		}
+		return name, nil
+	}
+	if logical := a.o.Subscriptions.Logical(name); logical != name {
+		return name, nil
+	}
+	return "", bad
+}
+
+func (a *api) seek(r *request, args []string) (any, error) {
+	if err := newQuery(r.Request).err(); err != nil {
+		return nil, err
+	}
+	var bad []*event.FieldError
+	real, fe := a.subscription("subscription", args[0])
+	if fe != nil {
+		bad = append(bad, fe)
 	}
 	var req seekRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		return nil, fail(http.StatusBadRequest, "invalid_argument", "body: %v", err)
+	if err := decodeBody(r.Request, &req, false); err != nil {
+		return nil, err
 	}
-	s := a.o.Seeker
-	sr := &pb.SeekRequest{Subscription: "projects/" + s.Project + "/subscriptions/" + sub}
+	var at time.Time
 	switch {
 	case req.Time != "" && req.Snapshot == "":
 		t, err := time.Parse(time.RFC3339, req.Time)
-		if err != nil {
-			return nil, fail(http.StatusBadRequest, "invalid_argument", "time: an RFC 3339 time, got %q", req.Time)
+		if err != nil || t.Before(minTime) || !t.Before(maxTime) {
+			bad = append(bad, &event.FieldError{Field: "time", Rule: ruleTime})
 		}
-		sr.Target = &pb.SeekRequest_Time{Time: timestamppb.New(t)}
+		at = t
 	case req.Snapshot != "" && req.Time == "":
-		sr.Target = &pb.SeekRequest_Snapshot{Snapshot: "projects/" + s.Project + "/snapshots/" + req.Snapshot}
+		if !validSnapshot(req.Snapshot) {
+			bad = append(bad, &event.FieldError{Field: "snapshot", Rule: ruleSnapshot})
+		}
 	default:
-		return nil, fail(http.StatusBadRequest, "invalid_argument", `give exactly one of "time" or "snapshot"`)
+		bad = append(bad, &event.FieldError{Field: "time", Rule: `give exactly one of "time" or "snapshot"`})
+	}
+	if len(bad) > 0 {
+		return nil, badRequest(bad)
+	}
+	if a.o.Seeker == nil {
+		return nil, fail(http.StatusNotImplemented, "unavailable", "seek is not configured")
+	}
+	s := a.o.Seeker
+	sr := &pb.SeekRequest{Subscription: "projects/" + s.Project + "/subscriptions/" + real}
+	if req.Snapshot != "" {
+		sr.Target = &pb.SeekRequest_Snapshot{Snapshot: "projects/" + s.Project + "/snapshots/" + req.Snapshot}
+	} else {
+		sr.Target = &pb.SeekRequest_Time{Time: timestamppb.New(at)}
 	}
 	if _, err := s.Admin.Seek(r.Context(), sr); err != nil {
-		return nil, err
+		return nil, pubsubErr(err, "subscription "+args[0])
 	}
-	a.o.Logger.InfoContext(r.Context(), "dlqreplay: subscription seeked", "subscription", sub, "time", req.Time, "snapshot", req.Snapshot, "caller", who)
-	return map[string]string{"subscription": sub, "time": req.Time, "snapshot": req.Snapshot}, nil
+	a.record(r, ledger.AuditEntry{Action: ledger.AuditSeek, Subscription: args[0], Detail: "seeked " + real + " to " + req.Time + req.Snapshot},
+		"dlqreplay: subscription seeked", "subscription", args[0], "pubsub_subscription", real, "time", req.Time, "snapshot", req.Snapshot)
+	return map[string]string{"subscription": args[0], "pubsubSubscription": real, "time": req.Time, "snapshot": req.Snapshot}, nil
+}
+
+// pubsubErr answers Pub/Sub's refusals that are the caller's (an unknown
+// subscription or snapshot, an existing snapshot) without Pub/Sub's text.
+func pubsubErr(err error, what string) error {
+	switch status.Code(err) {
+	case codes.NotFound:
+		return fail(http.StatusNotFound, "not_found", "Pub/Sub has no %s (or no snapshot of that name)", what)
+	case codes.AlreadyExists:
+		return fail(http.StatusConflict, "exists", "a snapshot of that name exists")
+	case codes.FailedPrecondition, codes.InvalidArgument:
+		return fail(http.StatusConflict, "refused", "Pub/Sub refused it for %s (retention too short for that time, or a snapshot of another topic)", what)
+	case codes.PermissionDenied:
+		return fail(http.StatusForbidden, "permission_denied", "dlqreplay's service account may not do that on %s", what)
+	}
+	return err
 }
 
 type snapshotRequest struct {
@@ -67,30 +132,52 @@ type snapshotRequest struct {
 	Subscription string `json:"subscription"`
 }
 
-func (a *api) createSnapshot(r *http.Request, who string) (any, error) {
-	if a.o.Seeker == nil {
-		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are not configured")
+func (a *api) createSnapshot(r *request, _ []string) (any, error) {
+	if err := newQuery(r.Request).err(); err != nil {
+		return nil, err
 	}
 	var req snapshotRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.Name == "" || req.Subscription == "" {
-		return nil, fail(http.StatusBadRequest, "invalid_argument", `body: {"name", "subscription"} are required`)
+	if err := decodeBody(r.Request, &req, false); err != nil {
+		return nil, err
+	}
+	var bad []*event.FieldError
+	if !validSnapshot(req.Name) {
+		bad = append(bad, &event.FieldError{Field: "name", Rule: ruleSnapshot})
+	}
+	real, fe := a.subscription("subscription", req.Subscription)
+	if fe != nil {
+		bad = append(bad, fe)
+	}
+	if len(bad) > 0 {
+		return nil, badRequest(bad)
+	}
+	if a.o.Seeker == nil {
+		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are not configured")
 	}
 	s := a.o.Seeker
 	snap, err := s.Admin.CreateSnapshot(r.Context(), &pb.CreateSnapshotRequest{
 		Name:         "projects/" + s.Project + "/snapshots/" + req.Name,
-		Subscription: "projects/" + s.Project + "/subscriptions/" + req.Subscription,
+		Subscription: "projects/" + s.Project + "/subscriptions/" + real,
 	})
 	if err != nil {
-		return nil, err
+		return nil, pubsubErr(err, "subscription "+req.Subscription)
 	}
-	a.o.Logger.InfoContext(r.Context(), "dlqreplay: snapshot created", "snapshot", req.Name, "subscription", req.Subscription, "caller", who)
+	a.record(r, ledger.AuditEntry{Action: ledger.AuditSnapshot, Subscription: req.Subscription, Detail: "snapshot " + req.Name + " of " + real},
+		"dlqreplay: snapshot created", "snapshot", req.Name, "subscription", req.Subscription, "pubsub_subscription", real)
 	return snapshotView(snap), nil
 }
 
-func (a *api) listSnapshots(ctx context.Context) (any, error) {
+func (a *api) listSnapshots(r *request, _ []string) (any, error) {
+	if err := newQuery(r.Request).err(); err != nil {
+		return nil, err
+	}
 	if a.o.Seeker == nil {
 		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are not configured")
 	}
+	return a.snapshots(r.Context())
+}
+
+func (a *api) snapshots(ctx context.Context) (any, error) {
 	it := a.o.Seeker.Admin.ListSnapshots(ctx, &pb.ListSnapshotsRequest{Project: "projects/" + a.o.Seeker.Project})
 	out := []map[string]string{}
 	for {
@@ -106,8 +193,7 @@ func (a *api) listSnapshots(ctx context.Context) (any, error) {
 }
 
 func snapshotView(s *pb.Snapshot) map[string]string {
-	short := func(p string) string { return p[strings.LastIndex(p, "/")+1:] }
-	v := map[string]string{"name": short(s.GetName()), "topic": short(s.GetTopic())}
+	v := map[string]string{"name": names.ResourceID(s.GetName()), "topic": names.ResourceID(s.GetTopic())}
 	if s.GetExpireTime() != nil {
 		v["expireTime"] = s.GetExpireTime().AsTime().Format(time.RFC3339)
 	}

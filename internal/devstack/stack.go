@@ -347,6 +347,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	// events go through the relay of their database).
 	base := "http://" + ln.Addr().String()
 	mux := http.NewServeMux()
+	mux.Handle("/", notFound{})
 	s.Relays = map[string]*relay.Relay{}
 	drainers := map[string]relayfn.Drainer{}
 	for name, p := range s.Pools {
@@ -420,7 +421,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 	})
 	ops, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pool, Publisher: ps,
-		Auth: dlqreplay.AuthNone, Logger: o.Logger})
+		Topology: top, Databases: dlqreplay.Databases(s.Pools), Auth: dlqreplay.AuthNone, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -474,6 +475,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	paths = append(paths, base+"/dlqreplay/deadletters, /dlqreplay/events/{id}, /dlqreplay/traces/{id}, ...")
 	s.Started = append(s.Started, "Functions   "+strings.Join(paths, "\n            "))
+	s.Started = append(s.Started, "Console     "+base+"/dlqreplay/console/")
 	s.Started = append(s.Started, fmt.Sprintf("Delivery    pull → POST as push/Eventarc would; redelivery after the subscription's backoff ×%g; dead letters after max attempts", o.BackoffScale))
 	s.Started = append(s.Started, fmt.Sprintf("Scheduler   POST /relay?database=<each> every %v; /rollup/reconcile and each consumer's /ledger:ship every %v; /rollup/expire every %v; /inbox:purge every %v",
 		o.RelayEvery, o.LedgerEvery, o.ExpireEvery, o.PurgeEvery))

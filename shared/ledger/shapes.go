@@ -219,6 +219,7 @@ func listShape(fields []string) QueryShape {
 // QueryShapes returns every query shape the store runs.
 func QueryShapes() []QueryShape {
 	out := []QueryShape{shapeByTrace, shapeExpireDue, shapeCheckDue, shapeConsumersByTopic, shapeAllConsumers, shapeAttemptsOfEvent, shapeEventByName}
+	out = append(out, consoleShapes...) // search.go
 	for _, k := range sortedKeys(listShapes) {
 		out = append(out, listShapes[k])
 	}

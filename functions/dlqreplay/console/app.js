@@ -1,0 +1,771 @@
+// relaybus console: a single-page application over the dlqreplay API it is
+// served by (same origin, same auth). No framework, no build step, nothing
+// fetched from elsewhere. Every value from the API is set as text, never as
+// HTML.
+"use strict";
+
+// The API is the console's parent path: <base>/console/ → <base>.
+const API = location.pathname.replace(/\/console(\/.*)?$/, "");
+const STATUSES = ["PENDING", "SENT", "CONSUMED", "PARTIAL", "FAILED", "RETRYING", "EXPIRED"];
+const POLL_MS = 3000;
+
+const state = {
+  who: null,          // /whoami's answer
+  token: sessionStorage.getItem("relaybus-token") || "",
+  live: localStorage.getItem("relaybus-live") !== "paused",
+  timer: null,        // the current view's polling timer
+  view: 0,            // bumps on every navigation, so late answers are dropped
+};
+
+// ---------------------------------------------------------------- helpers
+
+// h builds an element: h("a", {href: "#/", class: "x"}, "text", child...).
+function h(tag, attrs, ...children) {
+  const el = tag === "svg" || tag in SVG_TAGS ? document.createElementNS("http://www.w3.org/2000/svg", tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "text") el.textContent = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+const SVG_TAGS = { g: 1, line: 1, polyline: 1, text: 1, rect: 1, circle: 1, title: 1 };
+
+function main() { return document.getElementById("main"); }
+
+function render(...nodes) {
+  main().replaceChildren(...nodes);
+}
+
+// api calls the API; it resolves to {status, data} and never throws on an
+// HTTP error (the caller shows it).
+async function api(method, path, body) {
+  const headers = { "Accept": "application/json" };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (state.token) headers["X-Relaybus-Token"] = state.token;
+  let resp;
+  try {
+    resp = await fetch(API + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), credentials: "same-origin" });
+  } catch (e) {
+    return { status: 0, data: { code: "network", message: "the API did not answer: " + e.message } };
+  }
+  let data = null;
+  try { data = await resp.json(); } catch (e) { data = { code: "bad_answer", message: "the API answered " + resp.status + " without JSON" }; }
+  if (resp.status === 401) showAuth(data);
+  return { status: resp.status, data };
+}
+
+function errorText(r) {
+  const d = r.data || {};
+  return (d.code ? d.code + ": " : "") + (d.message || "HTTP " + r.status);
+}
+
+function notice(text, kind) {
+  return h("div", { class: "notice" + (kind === "error" ? " error" : ""), "data-testid": "notice", role: "status" }, text);
+}
+
+function badge(text, cls, testid) {
+  return h("span", { class: "badge " + cls, "data-testid": testid || "badge" }, text);
+}
+function statusBadge(s) { return badge(s || "?", "s-" + s, "status"); }
+function outcomeBadge(o) { return badge(o || "waiting", "o-" + (o || "waiting"), "outcome"); }
+
+// fmtTime shows a time in UTC, to the second.
+function fmtTime(t) {
+  if (!t || t.startsWith("0001-")) return "";
+  const d = new Date(t);
+  if (isNaN(d)) return "";
+  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+function ms(v) {
+  if (v === undefined || v === null) return "–";
+  return v >= 10000 ? (v / 1000).toFixed(1) + " s" : v >= 1000 ? (v / 1000).toFixed(2) + " s" : Math.round(v) + " ms";
+}
+function between(a, b) {
+  if (!a || !b || a.startsWith("0001-") || b.startsWith("0001-")) return null;
+  return Math.max(new Date(b) - new Date(a), 0);
+}
+
+// errText joins an attempt's code and message, once.
+function errText(a) {
+  const code = a.errorCode || "", msg = a.errorMessage || "";
+  if (!msg) return code;
+  return !code || msg.startsWith(code) ? msg : code + ": " + msg;
+}
+
+function eventLink(id) { return h("a", { href: "#/events/" + encodeURIComponent(id), class: "mono" }, id); }
+
+function canWrite() { return !!(state.who && state.who.canWrite); }
+
+// params reads the hash's query: #/events?status=SENT → {status: "SENT"}.
+function params() {
+  const q = location.hash.split("?")[1] || "";
+  return Object.fromEntries(new URLSearchParams(q));
+}
+function query(obj) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(obj)) if (v !== undefined && v !== null && v !== "") q.set(k, v);
+  const s = q.toString();
+  return s ? "?" + s : "";
+}
+
+// datetime-local (read as UTC) ↔ RFC 3339.
+function toRFC3339(v) { return v ? v + (v.length === 16 ? ":00" : "") + "Z" : ""; }
+function fromRFC3339(v) { return v ? v.replace(/Z$/, "").slice(0, 19) : ""; }
+
+// confirm shows the confirmation dialog and resolves to true on OK.
+function confirmAction(title, body, okText) {
+  const dlg = document.getElementById("confirm");
+  document.getElementById("confirm-title").textContent = title;
+  document.getElementById("confirm-body").replaceChildren(...(Array.isArray(body) ? body : [body]));
+  document.getElementById("confirm-ok").textContent = okText;
+  return new Promise((resolve) => {
+    dlg.addEventListener("close", () => resolve(dlg.returnValue === "ok"), { once: true });
+    dlg.returnValue = "cancel";
+    dlg.showModal();
+  });
+}
+
+// poll runs f now and every POLL_MS while the view is current and live.
+function poll(f) {
+  const v = state.view;
+  const tick = async () => {
+    if (v !== state.view) return;
+    await f();
+    if (v === state.view && state.live) state.timer = setTimeout(tick, POLL_MS);
+  };
+  tick();
+}
+
+function liveToggle(refresh) {
+  const el = h("span", { class: "live" + (state.live ? "" : " paused"), "data-testid": "live" },
+    h("span", { class: "dot" }), h("span", { "data-testid": "live-state" }, state.live ? "Live" : "Paused"),
+    h("button", {
+      type: "button", "data-testid": "live-toggle", onclick: () => {
+        state.live = !state.live;
+        localStorage.setItem("relaybus-live", state.live ? "live" : "paused");
+        clearTimeout(state.timer);
+        el.classList.toggle("paused", !state.live);
+        el.querySelector("[data-testid=live-state]").textContent = state.live ? "Live" : "Paused";
+        el.querySelector("button").textContent = state.live ? "Pause" : "Resume";
+        if (state.live) refresh();
+      },
+    }, state.live ? "Pause" : "Resume"));
+  return el;
+}
+
+// ------------------------------------------------------------------ auth
+
+function showAuth(data) {
+  const banner = document.getElementById("banner");
+  banner.hidden = false;
+  banner.className = "banner error";
+  if (data && data.auth === "token") {
+    const input = h("input", { type: "password", placeholder: "DLQREPLAY_TOKEN", "aria-label": "token", "data-testid": "token-input" });
+    banner.replaceChildren(h("form", {
+      class: "inline-form", onsubmit: (e) => {
+        e.preventDefault();
+        state.token = input.value;
+        sessionStorage.setItem("relaybus-token", state.token);
+        location.reload();
+      },
+    }, "This API takes a token (X-Relaybus-Token): ", input, h("button", { type: "submit" }, "Use it")));
+  } else {
+    banner.textContent = "Not authenticated: " + ((data && data.message) || "") +
+      ". Behind Cloud Run IAM, open the console through `gcloud run services proxy <service> --port 8080`, which adds your ID token.";
+  }
+}
+
+async function loadWho() {
+  const r = await api("GET", "/whoami");
+  if (r.status !== 200) return;
+  state.who = r.data;
+  const who = document.getElementById("who");
+  who.replaceChildren(h("span", { "data-testid": "caller" }, r.data.caller),
+    r.data.canWrite ? h("span", { class: "tag" }, "can write") : h("span", { class: "tag warn", "data-testid": "read-only" }, "read-only"));
+  document.body.classList.toggle("read-only", !r.data.canWrite);
+  if (!r.data.canWrite) {
+    const banner = document.getElementById("banner");
+    banner.hidden = false;
+    banner.className = "banner";
+    banner.setAttribute("data-testid", "read-only-banner");
+    banner.textContent = "Read-only: " + (r.data.why || "you may not change anything here").replace(/\.?$/, ".") + " Write actions are hidden.";
+  }
+}
+
+// ---------------------------------------------------------------- router
+
+const routes = [
+  [/^#?\/?$/, viewOverview, "overview"],
+  [/^#\/events\/([^/?]+)$/, viewEvent, "events"],
+  [/^#\/events$/, viewEvents, "events"],
+  [/^#\/traces\/([^/?]+)$/, viewTrace, "events"],
+  [/^#\/deadletters\/([^/?]+)$/, viewLetter, "deadletters"],
+  [/^#\/deadletters$/, viewLetters, "deadletters"],
+  [/^#\/consumers$/, viewConsumers, "consumers"],
+];
+
+function route() {
+  state.view++;
+  clearTimeout(state.timer);
+  const path = location.hash.split("?")[0];
+  for (const [re, view, nav] of routes) {
+    const m = path.match(re);
+    if (!m) continue;
+    for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === nav);
+    view(...m.slice(1).map(decodeURIComponent));
+    return;
+  }
+  render(h("h1", {}, "Not found"), h("p", { class: "muted" }, "The console has no page at " + location.hash + "."));
+}
+
+// ----------------------------------------------------------- overview
+
+function viewOverview() {
+  const p = params();
+  const windowSel = h("select", { "data-testid": "window", onchange: () => { location.hash = "#/" + query({ window: windowSel.value }); } },
+    ...["1h", "24h", "168h"].map((w) => h("option", { value: w, selected: (p.window || "24h") === w }, w === "168h" ? "7 days" : w)));
+  const body = h("div", { "data-testid": "overview" }, h("p", { class: "muted" }, "Loading…"));
+  const updated = h("span", { class: "muted small", "data-testid": "updated" });
+  const refresh = async () => {
+    const v = state.view;
+    const r = await api("GET", "/overview" + query({ window: p.window }));
+    if (v !== state.view) return;
+    if (r.status !== 200) { body.replaceChildren(notice(errorText(r), "error")); return; }
+    body.replaceChildren(...overviewBody(r.data));
+    updated.textContent = "updated " + fmtTime(r.data.generatedAt);
+  };
+  render(h("div", { class: "head" }, h("h1", {}, "Overview"), h("span", { class: "spacer" }),
+    h("label", { class: "muted small" }, "events of the last ", windowSel), liveToggle(refresh), updated), body);
+  poll(refresh);
+}
+
+function overviewBody(o) {
+  const out = [];
+  if (o.unavailable && o.unavailable.length) out.push(notice("Could not read: " + o.unavailable.join(", "), "error"));
+  const counts = o.counts || {};
+  out.push(h("div", { class: "cards", "data-testid": "status-counts" }, ...STATUSES.map((s) =>
+    h("a", { class: "card s-" + s, href: "#/events" + query({ status: s }), "data-testid": "count-" + s },
+      h("div", { class: "l" }, s), h("div", { class: "n" }, String(counts[s] || 0))))));
+  out.push(h("p", { class: "muted small" }, "Events by status that occurred in the last " + o.window + "."));
+
+  const dl = o.deadLetters;
+  const dlPanel = h("div", { class: "panel", "data-testid": "dead-letter-summary" }, h("h2", {}, "Dead letters", dl ? " (" + dl.total + ")" : ""));
+  if (!dl) dlPanel.append(h("p", { class: "muted" }, "unavailable"));
+  else if (!dl.byTopicConsumer.length) dlPanel.append(h("p", { class: "empty" }, "No dead letters."));
+  else dlPanel.append(h("table", {}, h("tr", {}, h("th", {}, "Topic"), h("th", {}, "Consumer"), h("th", { class: "num" }, "Letters")),
+    ...dl.byTopicConsumer.map((x) => h("tr", {},
+      h("td", {}, x.topic), h("td", {}, x.consumer || "(unknown)"),
+      h("td", { class: "num" }, h("a", { href: "#/deadletters" + query({ topic: x.topic, consumer: x.consumer }) }, String(x.count)))))));
+
+  const obPanel = h("div", { class: "panel", "data-testid": "outbox-backlog" }, h("h2", {}, "Outbox backlog"));
+  const dbs = Object.keys(o.outbox || {}).sort();
+  if (!dbs.length) obPanel.append(h("p", { class: "muted" }, "unavailable"));
+  else obPanel.append(h("table", {}, h("tr", {}, h("th", {}, "Database"), h("th", { class: "num" }, "Pending"), h("th", { class: "num" }, "Failed")),
+    ...dbs.map((d) => h("tr", {}, h("td", {}, d), h("td", { class: "num" }, String(o.outbox[d].pending)),
+      h("td", { class: "num" }, String(o.outbox[d].failed))))),
+  h("p", { class: "muted small" }, "Pending rows wait for the relay; failed rows gave up publishing and block their aggregate until re-pushed."));
+  out.push(h("div", { class: "row" }, dlPanel, obPanel));
+
+  const lag = o.lag;
+  const lagPanel = h("div", { class: "panel", "data-testid": "lag" }, h("h2", {}, "Lag of each hop over the last hour"));
+  if (!lag) lagPanel.append(h("p", { class: "muted" }, "unavailable"));
+  else {
+    lagPanel.append(lagChart(lag), h("table", {},
+      h("tr", {}, h("th", {}, "Hop"), h("th", { class: "num" }, "Events"), h("th", { class: "num" }, "p50"), h("th", { class: "num" }, "p95"), h("th", { class: "num" }, "max")),
+      ...lag.hops.map((x) => h("tr", { "data-testid": "hop" }, h("td", {}, x.hop), h("td", { class: "num" }, String(x.count)),
+        h("td", { class: "num" }, x.count ? ms(x.p50Ms) : "–"), h("td", { class: "num" }, x.count ? ms(x.p95Ms) : "–"), h("td", { class: "num" }, x.count ? ms(x.maxMs) : "–"))),
+      ...lag.consumers.map((x) => h("tr", { class: "muted" }, h("td", {}, "  published → " + x.hop + " commit"), h("td", { class: "num" }, String(x.count)),
+        h("td", { class: "num" }, ms(x.p50Ms)), h("td", { class: "num" }, ms(x.p95Ms)), h("td", { class: "num" }, ms(x.maxMs))))),
+    h("p", { class: "muted small" }, "From the newest " + lag.events + " events of the hour (consumer commits from the newest 100)." +
+      (lag.missingEnqueuedAt ? " " + lag.missingEnqueuedAt + " events have no outbox commit time in the ledger: their first hop is not counted." : "")));
+  }
+  out.push(lagPanel);
+  return out;
+}
+
+const HOP_COLORS = { "commit → published": "#2f5bd3", "published → consumer commit": "#13795b", "consumer commit → final status": "#b25e09", "commit → final status": "#7c3aed" };
+
+// lagChart draws each hop's per-minute median over the last hour.
+function lagChart(lag) {
+  const W = 900, H = 240, L = 56, R = 12, T = 12, B = 26;
+  const end = Date.now(), start = end - 3600e3;
+  const x = (t) => L + (W - L - R) * (t - start) / (end - start);
+  let maxV = 1;
+  for (const p of lag.series) for (const v of Object.values(p.p50Ms)) maxV = Math.max(maxV, v);
+  const y = (v) => T + (H - T - B) * (1 - v / maxV);
+  const svg = h("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": "lag chart" });
+  for (let i = 0; i <= 4; i++) {
+    const v = maxV * i / 4;
+    svg.append(h("line", { class: "grid", x1: L, x2: W - R, y1: y(v), y2: y(v) }), h("text", { x: L - 6, y: y(v) + 3, "text-anchor": "end" }, ms(v)));
+  }
+  for (let m = 0; m <= 60; m += 10) {
+    const t = start + m * 60e3;
+    svg.append(h("text", { x: x(t), y: H - 8, "text-anchor": "middle" }, m === 60 ? "now" : "-" + (60 - m) + "m"));
+  }
+  svg.append(h("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));
+  for (const [hop, color] of Object.entries(HOP_COLORS)) {
+    const pts = lag.series.filter((p) => p.p50Ms[hop] !== undefined).map((p) => [x(new Date(p.minute).getTime() + 30e3), y(p.p50Ms[hop])]);
+    if (!pts.length) continue;
+    svg.append(h("polyline", { points: pts.map((p) => p.join(",")).join(" "), fill: "none", stroke: color, "stroke-width": 2 }));
+    for (const [px, py] of pts) svg.append(h("circle", { cx: px, cy: py, r: 2.5, fill: color }));
+  }
+  return h("div", { class: "chart", "data-testid": "lag-chart" }, svg,
+    h("div", { class: "legend" }, ...Object.keys(HOP_COLORS).map((hop, i) => h("span", {}, h("i", { class: "c" + i }), hop + " (p50 per minute)"))));
+}
+
+// -------------------------------------------------------------- events
+
+function viewEvents() {
+  const p = params();
+  const field = (name, label, attrs) => h("label", {}, label, h("input", Object.assign({ name, value: p[name] || "", "data-testid": "filter-" + name }, attrs || {})));
+  const status = h("select", { name: "status", "data-testid": "filter-status" }, h("option", { value: "" }, "any"),
+    ...STATUSES.map((s) => h("option", { value: s, selected: p.status === s }, s)));
+  const from = h("input", { type: "datetime-local", step: 1, name: "from", value: fromRFC3339(p.from), "data-testid": "filter-from" });
+  const to = h("input", { type: "datetime-local", step: 1, name: "to", value: fromRFC3339(p.to), "data-testid": "filter-to" });
+  const form = h("form", {
+    class: "filters panel", "data-testid": "event-filters", onsubmit: (e) => {
+      e.preventDefault();
+      const f = Object.fromEntries(new FormData(form));
+      f.from = toRFC3339(f.from); f.to = toRFC3339(f.to);
+      location.hash = "#/events" + query(f);
+    },
+  },
+  h("label", {}, "Status", status), field("topic", "Topic", { placeholder: "shop.order.events" }), field("eventType", "Event type", { placeholder: "order.purchased" }),
+  field("service", "Initiator service"), field("traceId", "Trace id"), field("aggregateId", "Aggregate id"),
+  h("label", {}, "From (UTC)", from), h("label", {}, "To (UTC)", to),
+  h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", "data-testid": "apply" }, "Apply"),
+    h("button", { type: "button", onclick: () => { location.hash = "#/events"; } }, "Clear")));
+  const list = h("div", { class: "panel", "data-testid": "events" }, h("p", { class: "muted" }, "Loading…"));
+  const tokens = [];
+  let token = "";
+  const load = async () => {
+    const v = state.view;
+    const r = await api("GET", "/events" + query(Object.assign({}, p, { pageToken: token })));
+    if (v !== state.view) return;
+    if (r.status !== 200) { list.replaceChildren(notice(errorText(r), "error")); return; }
+    list.replaceChildren(eventsTable(r.data.events), h("div", { class: "pager" },
+      h("button", { type: "button", disabled: !tokens.length, "data-testid": "prev-page", onclick: () => { token = tokens.pop() || ""; refresh(); } }, "← Previous"),
+      h("button", { type: "button", disabled: !r.data.nextPageToken, "data-testid": "next-page", onclick: () => { tokens.push(token); token = r.data.nextPageToken; refresh(); } }, "Next →"),
+      h("span", { class: "muted small" }, r.data.events.length + " events on this page" + (token ? "" : " (first page)"))));
+  };
+  const refresh = () => { clearTimeout(state.timer); if (!token && state.live) poll(load); else load(); };
+  render(h("div", { class: "head" }, h("h1", {}, "Events"), h("span", { class: "spacer" }), liveToggle(refresh)), form, list);
+  refresh();
+}
+
+function eventsTable(events) {
+  if (!events.length) return h("p", { class: "empty", "data-testid": "no-events" }, "No event matches.");
+  return h("table", {}, h("tr", {}, h("th", {}, "Occurred (UTC)"), h("th", {}, "Event"), h("th", {}, "Type"), h("th", {}, "Topic"),
+    h("th", {}, "Aggregate"), h("th", {}, "Status"), h("th", {}, "Consumed"), h("th", {}, "Initiator"), h("th", {}, "Trace")),
+  ...events.map((e) => h("tr", { "data-testid": "event-row", "data-event-id": e.eventId },
+    h("td", { class: "small" }, fmtTime(e.occurredAt)), h("td", {}, eventLink(e.eventId)), h("td", {}, e.eventType), h("td", {}, e.topic),
+    h("td", {}, e.aggregateId + " v" + e.version), h("td", {}, statusBadge(e.status)),
+    h("td", { "data-testid": "consumed" }, e.consumed + "/" + e.expected + " consumed"),
+    h("td", {}, (e.initiator && e.initiator.service) || h("span", { class: "muted" }, e.source)),
+    h("td", {}, e.traceId ? h("a", { href: "#/traces/" + encodeURIComponent(e.eventId), class: "mono small", title: e.traceId }, e.traceId.slice(0, 8) + "…") : ""))));
+}
+
+// ---------------------------------------------------------------- event
+
+function viewEvent(id) {
+  const box = h("div", { "data-testid": "event" }, h("p", { class: "muted" }, "Loading…"));
+  const flash = h("div", { "data-testid": "flash" });
+  const refresh = async () => {
+    const v = state.view;
+    const r = await api("GET", "/events/" + encodeURIComponent(id));
+    if (v !== state.view) return;
+    if (r.status !== 200) { box.replaceChildren(notice(errorText(r), "error")); return; }
+    if (box.contains(document.activeElement) && document.activeElement.tagName === "SELECT") return; // not under the operator's hand
+    box.replaceChildren(...eventBody(r.data, refresh, flash));
+  };
+  render(h("div", { class: "head" }, h("h1", {}, "Event"), h("span", { class: "mono muted" }, id), h("span", { class: "spacer" }), liveToggle(refresh)), flash, box);
+  poll(refresh);
+}
+
+function eventBody(d, refresh, flash) {
+  const e = d.event;
+  const out = [h("div", { class: "head" }, h("h2", { class: "flat" }, e.eventType + " · " + e.aggregateId + " v" + e.version),
+    statusBadge(e.status), h("span", { "data-testid": "summary" }, d.summary),
+    e.traceId ? h("a", { href: "#/traces/" + encodeURIComponent(e.eventId), "data-testid": "open-trace" }, "Trace →") : "")];
+
+  const initiator = e.initiator || {};
+  const initText = [initiator.service, initiator.operation, initiator.userId && "user " + initiator.userId, initiator.clientRequestId && "request " + initiator.clientRequestId]
+    .filter(Boolean).join(" · ");
+  const kv = [
+    ["Event id", e.eventId], ["Type", e.eventType], ["Topic", e.topic], ["Source", e.source], ["Aggregate", (e.aggregateType || "") + " " + e.aggregateId + " v" + e.version],
+    ["Occurred", fmtTime(e.occurredAt)], ["Schema", e.schemaVersion], ["Payload type", e.payloadType + " (" + e.payloadSize + " bytes)"],
+    ["Initiator", h("span", {}, initText || "–", e.initiatorDerivedFrom ? h("span", { class: "tag warn" }, "filled from " + e.initiatorDerivedFrom.join(", ")) : "")],
+    ["Trace", e.traceId ? h("a", { href: "#/traces/" + encodeURIComponent(e.eventId), class: "mono" }, e.traceId) : "–"], ["Span", e.spanId],
+    ["Parent event", e.parentEventId ? eventLink(e.parentEventId) : "–"], ["Correlation", e.correlationId],
+    ["Expires", fmtTime(e.expireAt)], ["Sent", fmtTime(e.sentAt)], ["Last sent", fmtTime(e.lastSentAt)], ["Status since", fmtTime(e.statusAt)],
+    ["Re-pushed", String(e.retryCount) + " times"], ["Expected consumers", (e.expectedConsumers || []).join(", ") || "none"],
+  ];
+  out.push(h("div", { class: "row" },
+    h("div", { class: "panel" }, h("h2", {}, "Envelope"), h("table", { class: "kv" }, ...kv.filter(([, v]) => v !== undefined && v !== "").map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))))),
+    h("div", { class: "panel" }, h("h2", {}, "Payload"), payloadView(e))));
+
+  // The fate matrix: each consumer's latest outcome.
+  out.push(h("div", { class: "panel", "data-testid": "fate" }, h("h2", {}, "Consumers (" + d.summary + ")"),
+    d.consumers.length ? h("table", {}, h("tr", {}, h("th", {}, "Consumer"), h("th", {}, "Expected"), h("th", {}, "Latest"), h("th", { class: "num" }, "Attempts"), h("th", {}, "Last error")),
+      ...d.consumers.map((c) => {
+        const last = c.attempts[c.attempts.length - 1];
+        const err = c.attempts.slice().reverse().find((a) => a.errorCode || a.errorMessage);
+        return h("tr", { "data-testid": "fate-row", "data-consumer": c.consumerId }, h("td", {}, c.consumerId), h("td", {}, c.expected ? "yes" : "no (reported anyway)"),
+          h("td", {}, outcomeBadge(last && last.outcome), c.repushPending ? h("span", { class: "tag warn" }, "re-push pending") : ""),
+          h("td", { class: "num", "data-testid": "attempt-count" }, String(c.attempts.length)), h("td", { class: "small" }, err ? errText(err) : ""));
+      })) : h("p", { class: "empty" }, "No consumer is expected.")));
+
+  const attempts = [];
+  for (const c of d.consumers) for (const a of c.attempts) attempts.push(a);
+  attempts.sort((a, b) => (a.consumedAt || "").localeCompare(b.consumedAt || "") || a.attemptNo - b.attemptNo);
+  out.push(h("div", { class: "panel", "data-testid": "attempts" }, h("h2", {}, "Attempts, in order"),
+    attempts.length ? h("table", {}, h("tr", {}, h("th", {}, "At (UTC)"), h("th", {}, "Consumer"), h("th", { class: "num" }, "#"), h("th", {}, "Outcome"),
+      h("th", {}, "Error"), h("th", { class: "num" }, "Delivery"), h("th", {}, "Message")),
+    ...attempts.map((a) => h("tr", { "data-testid": "attempt", "data-consumer": a.consumerId, "data-attempt": a.attemptNo },
+      h("td", { class: "small" }, fmtTime(a.consumedAt)), h("td", {}, a.consumerId), h("td", { class: "num" }, String(a.attemptNo)), h("td", {}, outcomeBadge(a.outcome)),
+      h("td", { class: "small" }, errText(a)), h("td", { class: "num" }, a.deliveryAttempt ? String(a.deliveryAttempt) : ""),
+      h("td", { class: "mono small" }, a.messageId || "")))) : h("p", { class: "empty" }, "No consumer reported yet.")));
+
+  const ob = d.outbox;
+  const family = h("div", { class: "panel" }, h("h2", {}, "Outbox, parent and children"),
+    h("p", { "data-testid": "outbox-state" }, ob ? ["Outbox (" + ob.database + "): ", h("b", {}, ob.state), " after " + ob.attempts + " attempt(s)",
+      ob.publishedAt ? ", published " + fmtTime(ob.publishedAt) : "", ob.lastError ? " — last error: " + ob.lastError : ""]
+      : h("span", { class: "muted" }, "Not in a reachable outbox (published and purged after the retention, or in another database).")),
+    h("p", {}, "Parent: ", d.parent ? [eventLink(d.parent.eventId), " " + d.parent.eventType + " ", statusBadge(d.parent.status)] : h("span", { class: "muted" }, "none")),
+    h("div", {}, "Children: ", d.children.length ? h("ul", {}, ...d.children.map((c) => h("li", { "data-testid": "child" }, eventLink(c.eventId), " " + c.eventType + " " + c.aggregateId + " v" + c.version + " ", statusBadge(c.status))))
+      : h("span", { class: "muted" }, "none")),
+    d.deadLetters.length ? h("p", {}, "Dead letters: ", ...d.deadLetters.map((l) => h("span", {}, h("a", { href: "#/deadletters/" + encodeURIComponent(l.id) }, l.id), " (" + l.consumer + ", " + l.reason + ") "))) : "");
+  out.push(h("div", { class: "row" }, family, repushPanel(d, refresh, flash)));
+  return out;
+}
+
+function payloadView(e) {
+  if (e.payloadEncoding === "omitted") return h("p", { class: "muted" }, "Too large for the ledger; the outbox and Pub/Sub hold it.");
+  if (e.payloadEncoding === "json") return h("pre", { "data-testid": "payload" }, JSON.stringify(e.payload, null, 2));
+  return h("div", {}, h("p", { class: "muted small" }, e.payloadType + ", shown as hex"), h("pre", { "data-testid": "payload" }, hexDump(e.payload || "")));
+}
+
+function hexDump(b64) {
+  let bin;
+  try { bin = atob(b64); } catch (e) { return b64; }
+  const lines = [];
+  for (let i = 0; i < bin.length && i < 4096; i += 16) {
+    const chunk = bin.slice(i, i + 16);
+    const hex = Array.from(chunk, (c) => c.charCodeAt(0).toString(16).padStart(2, "0")).join(" ");
+    const txt = Array.from(chunk, (c) => (c >= " " && c <= "~" ? c : ".")).join("");
+    lines.push(i.toString(16).padStart(6, "0") + "  " + hex.padEnd(48) + "  " + txt);
+  }
+  if (bin.length > 4096) lines.push("… " + (bin.length - 4096) + " more bytes");
+  return lines.join("\n");
+}
+
+function repushPanel(d, refresh, flash) {
+  const e = d.event;
+  const rules = d.repush || {};
+  const panel = h("div", { class: "panel", "data-testid": "repush" }, h("h2", {}, "Re-push"),
+    h("p", { "data-testid": "repush-rules" }, rules.allowed ? "The re-push rules allow it." : ["Not allowed now: ", h("b", {}, rules.code || ""), " — " + (rules.message || "")]));
+  if (canWrite()) {
+    const target = h("select", { "data-testid": "repush-consumer" }, h("option", { value: "" }, "every consumer"),
+      ...(e.expectedConsumers || []).map((c) => h("option", { value: c }, c)));
+    panel.append(h("div", { class: "inline-form" }, "to ", target, h("button", {
+      type: "button", "data-testid": "repush-button", onclick: async () => {
+        const to = target.value || "every consumer";
+        if (!(await confirmAction("Re-push " + e.eventId + "?", [h("p", {}, "The event goes through the outbox again, in order behind its aggregate's earlier versions, to " + to + ".")], "Re-push"))) return;
+        const r = await api("POST", "/events/" + encodeURIComponent(e.eventId) + ":repush", { consumer: target.value });
+        flash.replaceChildren(r.status === 200 ? notice("Re-pushed to " + to + ": status " + r.data.status + ", re-push " + r.data.retryCount + ".")
+          : notice("Refused: " + errorText(r), "error"));
+        refresh();
+      },
+    }, "Re-push…")));
+  }
+  return panel;
+}
+
+// ---------------------------------------------------------------- trace
+
+function viewTrace(id) {
+  const box = h("div", { "data-testid": "trace" }, h("p", { class: "muted" }, "Loading…"));
+  render(h("div", { class: "head" }, h("h1", {}, "Trace"), h("span", { class: "muted" }, "of event "), eventLink(id)), box);
+  (async () => {
+    const v = state.view;
+    const r = await api("GET", "/traces/" + encodeURIComponent(id));
+    if (v !== state.view) return;
+    if (r.status !== 200) { box.replaceChildren(notice(errorText(r), "error")); return; }
+    const t = r.data;
+    let first = null, last = null;
+    const walk = (ns) => { for (const n of ns) { const e = n.event; if (!first || e.occurredAt < first) first = e.occurredAt; const end = e.statusAt || e.occurredAt; if (!last || end > last) last = end; walk(n.children || []); } };
+    walk(t.roots || []);
+    box.replaceChildren(h("p", { class: "muted" }, "Trace ", h("span", { class: "mono" }, t.traceId || "(none)"), ": " + t.count + " events, " + ms(between(first, last)) +
+      " from the first event to the last status." + (t.truncated ? " Only the newest 1000 events are shown." : "")),
+    h("div", { class: "panel" }, h("ul", { class: "tree" }, ...(t.roots || []).map((n) => traceNode(n, null, id)))));
+  })();
+}
+
+function traceNode(n, parent, selfId) {
+  const e = n.event;
+  const hops = [];
+  const publish = between(e.enqueuedAt || e.occurredAt, e.sentAt);
+  if (publish !== null) hops.push((e.enqueuedAt ? "commit" : "occurred") + " → published " + ms(publish));
+  if (["CONSUMED", "FAILED", "PARTIAL"].includes(e.status)) {
+    const consume = between(e.sentAt, e.statusAt);
+    if (consume !== null) hops.push("published → " + e.status.toLowerCase() + " " + ms(consume));
+  }
+  if (parent) {
+    const after = between(parent.occurredAt, e.occurredAt);
+    if (after !== null) hops.push("+" + ms(after) + " after its parent");
+  }
+  return h("li", { "data-testid": "trace-node", "data-event-id": e.eventId },
+    h("div", { class: "node" + (e.eventId === selfId ? " self" : "") }, h("b", {}, e.eventType), h("span", {}, e.aggregateId + " v" + e.version), h("span", { class: "muted small" }, e.topic),
+      statusBadge(e.status), eventLink(e.eventId), h("span", { class: "hops", "data-testid": "hops" }, hops.join(" · "))),
+    n.children && n.children.length ? h("ul", {}, ...n.children.map((c) => traceNode(c, e, selfId))) : "");
+}
+
+// --------------------------------------------------------- dead letters
+
+function viewLetters() {
+  const p = params();
+  const field = (name, label, attrs) => h("label", {}, label, h("input", Object.assign({ name, value: p[name] || "", "data-testid": "filter-" + name }, attrs || {})));
+  const since = h("input", { type: "datetime-local", step: 1, name: "since", value: fromRFC3339(p.since), "data-testid": "filter-since" });
+  const until = h("input", { type: "datetime-local", step: 1, name: "until", value: fromRFC3339(p.until), "data-testid": "filter-until" });
+  const deleted = h("input", { type: "checkbox", name: "deleted", value: "true", checked: p.deleted === "true" });
+  const form = h("form", {
+    class: "filters panel", "data-testid": "letter-filters", onsubmit: (e) => {
+      e.preventDefault();
+      const f = Object.fromEntries(new FormData(form));
+      f.since = toRFC3339(f.since); f.until = toRFC3339(f.until);
+      location.hash = "#/deadletters" + query(f);
+    },
+  }, field("topic", "Topic"), field("consumer", "Consumer"), field("reason", "Reason", { placeholder: "max_delivery_attempts" }), field("eventId", "Event id"),
+  h("label", {}, "Archived since (UTC)", since), h("label", {}, "Until (UTC)", until), h("label", {}, h("span", {}, deleted, " deleted ones too")),
+  h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", "data-testid": "apply" }, "Apply"),
+    h("button", { type: "button", onclick: () => { location.hash = "#/deadletters"; } }, "Clear")));
+  const list = h("div", { class: "panel", "data-testid": "letters" }, h("p", { class: "muted" }, "Loading…"));
+  const result = h("div", { "data-testid": "bulk-result" });
+  const tokens = [];
+  let token = "";
+  const load = async () => {
+    const v = state.view;
+    const r = await api("GET", "/deadletters" + query(Object.assign({}, p, { pageToken: token })));
+    if (v !== state.view) return;
+    if (r.status !== 200) { list.replaceChildren(notice(errorText(r), "error")); return; }
+    list.replaceChildren(lettersTable(r.data.deadLetters), h("div", { class: "pager" },
+      h("button", { type: "button", disabled: !tokens.length, onclick: () => { token = tokens.pop() || ""; load(); } }, "← Previous"),
+      h("button", { type: "button", disabled: !r.data.nextPageToken, onclick: () => { tokens.push(token); token = r.data.nextPageToken; load(); } }, "Next →")));
+  };
+  const head = h("div", { class: "head" }, h("h1", {}, "Dead letters"), h("span", { class: "spacer" }));
+  if (canWrite()) {
+    head.append(h("button", { type: "button", "data-testid": "bulk-replay", onclick: () => bulkReplay(p, result, load) }, "Replay all matching…"));
+  }
+  render(head, form, result, list);
+  load();
+}
+
+async function bulkReplay(p, result, reload) {
+  if (!p.topic && !p.consumer && !p.reason) {
+    result.replaceChildren(notice("Filter by topic, consumer or reason first: a bulk replay needs a filter.", "error"));
+    return;
+  }
+  const filter = { topic: p.topic, consumer: p.consumer, reason: p.reason, since: p.since, until: p.until };
+  const dry = await api("POST", "/deadletters:replay", Object.assign({ dryRun: true }, filter));
+  if (dry.status !== 200) { result.replaceChildren(notice(errorText(dry), "error")); return; }
+  const n = dry.data.matched;
+  if (!n) { result.replaceChildren(notice("No letter matching the filter waits for a replay.")); return; }
+  const body = [h("p", { "data-testid": "bulk-count" }, n + " dead letter(s) match and were never replayed. Each goes back to the one consumer that failed it" +
+    (n > dry.data.limit ? "; this replays the first " + dry.data.limit + "." : ".")),
+  h("table", {}, h("tr", {}, h("th", {}, "Topic"), h("th", {}, "Consumer"), h("th", { class: "num" }, "Letters")),
+    ...dry.data.byTopicConsumer.map((x) => h("tr", {}, h("td", {}, x.topic), h("td", {}, x.consumer || "(unknown)"), h("td", { class: "num" }, String(x.count)))))];
+  if (!(await confirmAction("Replay " + n + " dead letter(s)?", body, "Replay " + n))) return;
+  const r = await api("POST", "/deadletters:replay", Object.assign({ expect: n }, filter));
+  result.replaceChildren(r.status === 200 ? notice("Replayed " + r.data.replayed + " of " + r.data.matched + " dead letter(s)" + (r.data.remaining ? "; " + r.data.remaining + " remain" : "") + ".")
+    : notice(errorText(r), "error"));
+  reload();
+}
+
+function lettersTable(letters) {
+  if (!letters.length) return h("p", { class: "empty", "data-testid": "no-letters" }, "No dead letter matches.");
+  return h("table", {}, h("tr", {}, h("th", {}, "Archived (UTC)"), h("th", {}, "Letter"), h("th", {}, "Topic"), h("th", {}, "Consumer"), h("th", {}, "Reason"),
+    h("th", {}, "Event"), h("th", { class: "num" }, "Deliveries"), h("th", { class: "num" }, "Replays")),
+  ...letters.map((l) => h("tr", { "data-testid": "letter-row", "data-letter-id": l.id },
+    h("td", { class: "small" }, fmtTime(l.archivedAt)), h("td", {}, h("a", { href: "#/deadletters/" + encodeURIComponent(l.id), class: "mono" }, l.id)),
+    h("td", {}, l.topic), h("td", {}, l.consumer || h("span", { class: "muted" }, "(unknown)")), h("td", {}, l.reason, l.deleted ? h("span", { class: "tag warn" }, "deleted") : ""),
+    h("td", {}, l.eventId ? eventLink(l.eventId) : ""), h("td", { class: "num" }, String(l.deliveries)), h("td", { class: "num", "data-testid": "replays" }, String((l.replays || []).length)))));
+}
+
+function viewLetter(id) {
+  const box = h("div", { "data-testid": "letter" }, h("p", { class: "muted" }, "Loading…"));
+  const flash = h("div", { "data-testid": "flash" });
+  render(h("div", { class: "head" }, h("h1", {}, "Dead letter"), h("span", { class: "mono muted" }, id)), flash, box);
+  const load = async () => {
+    const v = state.view;
+    const r = await api("GET", "/deadletters/" + encodeURIComponent(id));
+    if (v !== state.view) return;
+    if (r.status !== 200) { box.replaceChildren(notice(errorText(r), "error")); return; }
+    box.replaceChildren(...letterBody(r.data, load, flash));
+  };
+  load();
+}
+
+function letterBody(l, reload, flash) {
+  const kv = [["Topic", l.topic], ["Consumer", l.consumer || "(unknown)"], ["Subscription", l.subscription + (l.pubsubSubscription ? " (Pub/Sub: " + l.pubsubSubscription + ")" : "")],
+    ["Reason", l.reason], ["Error", l.error], ["Deliveries", String(l.deliveries)], ["Dead-lettered", fmtTime(l.deadLetteredAt)], ["Archived", fmtTime(l.archivedAt)],
+    ["Kept until", fmtTime(l.deleteAt)], ["Event", l.eventId ? eventLink(l.eventId) : "–"], ["Ordering key", l.orderingKey]];
+  if (l.deleted) kv.push(["Deleted", "by " + l.deletedBy + " at " + fmtTime(l.deletedAt)]);
+  const attrs = Object.keys(l.attributes || {}).sort();
+  let data = "";
+  try { data = atob(l.data || ""); } catch (e) { data = ""; }
+  let shown;
+  try { shown = h("pre", { "data-testid": "letter-data" }, JSON.stringify(JSON.parse(data), null, 2)); } catch (e) { shown = h("pre", { "data-testid": "letter-data" }, hexDump(l.data || "")); }
+  const out = [h("div", { class: "row" },
+    h("div", { class: "panel" }, h("h2", {}, "Why and where"), h("table", { class: "kv" }, ...kv.filter(([, v]) => v).map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))))),
+    h("div", { class: "panel" }, h("h2", {}, "Original message"), h("table", { class: "kv small" }, ...attrs.map((k) => h("tr", {}, h("th", { class: "mono" }, k), h("td", { class: "mono" }, l.attributes[k])))),
+      h("h2", { class: "spaced" }, "Data"), shown))];
+
+  // Delivery history: the consumer's attempts from the ledger and the operators' replays.
+  const hist = [];
+  const report = l.ledger && l.ledger.consumers.find((c) => c.consumerId === l.consumer);
+  for (const a of (report ? report.attempts : [])) hist.push([a.consumedAt, "attempt " + a.attemptNo, outcomeBadge(a.outcome), errText(a)]);
+  for (const r of l.replays || []) hist.push([r.at, "replay", badge("replayed", "s-SENT", "replayed"), "by " + r.by + " to " + r.consumer + " as message " + r.messageId]);
+  hist.sort((a, b) => (a[0] || "").localeCompare(b[0] || ""));
+  out.push(h("div", { class: "panel", "data-testid": "history" }, h("h2", {}, "Delivery history of " + (l.consumer || "its consumer")),
+    hist.length ? h("table", {}, ...hist.map(([at, what, b, detail]) => h("tr", { "data-testid": "history-row" }, h("td", { class: "small" }, fmtTime(at)), h("td", {}, what), h("td", {}, b), h("td", { class: "small" }, detail))))
+      : h("p", { class: "empty" }, "The ledger has no attempt of " + (l.consumer || "this consumer") + " at this event.")));
+
+  const plan = h("div", { "data-testid": "plan" });
+  const result = flash;
+  const actions = h("div", { class: "inline-form" }, h("button", {
+    type: "button", "data-testid": "dry-run", onclick: async () => {
+      const r = await api("POST", "/deadletters/" + encodeURIComponent(l.id) + ":replay", { dryRun: true });
+      plan.replaceChildren(r.status === 200 ? planView(r.data) : notice(errorText(r), "error"));
+    },
+  }, "Dry run"));
+  if (canWrite() && !l.deleted) {
+    actions.append(h("button", {
+      type: "button", class: "primary", "data-testid": "replay", onclick: async () => {
+        const dry = await api("POST", "/deadletters/" + encodeURIComponent(l.id) + ":replay", { dryRun: true });
+        if (dry.status !== 200) { result.replaceChildren(notice(errorText(dry), "error")); return; }
+        if (!(await confirmAction("Replay to " + l.consumer + " only?", [planView(dry.data)], "Replay"))) return;
+        const r = await api("POST", "/deadletters/" + encodeURIComponent(l.id) + ":replay", {});
+        result.replaceChildren(r.status === 200 ? notice("Replayed to " + r.data.consumer + " as message " + r.data.messageId + ". " + r.data.summary) : notice(errorText(r), "error"));
+        reload();
+      },
+    }, "Replay to " + (l.consumer || "its consumer") + "…"), h("button", {
+      type: "button", class: "danger", "data-testid": "delete", onclick: async () => {
+        if (!(await confirmAction("Delete dead letter " + l.id + "?", [h("p", {}, "It leaves the list and can no longer be replayed; a tombstone keeps who deleted it and when.")], "Delete"))) return;
+        const r = await api("DELETE", "/deadletters/" + encodeURIComponent(l.id));
+        result.replaceChildren(r.status === 200 ? notice("Deleted.") : notice(errorText(r), "error"));
+        reload();
+      },
+    }, "Delete…"));
+  }
+  out.push(h("div", { class: "panel", "data-testid": "letter-actions" }, h("h2", {}, "Replay"), actions, plan));
+  return out;
+}
+
+function planView(p) {
+  return h("div", { class: "plan", "data-testid": "plan-view" }, h("div", {}, badge(p.outcome, "p-" + p.outcome, "plan-outcome"), " ", h("span", { "data-testid": "plan-summary" }, p.summary)),
+    h("ul", { class: "checks" }, ...p.checks.map((c) => h("li", {}, h("b", {}, c.check + ": "), c.result))));
+}
+
+// ------------------------------------------------------------ consumers
+
+function viewConsumers() {
+  const box = h("div", { "data-testid": "consumers" }, h("p", { class: "muted" }, "Loading…"));
+  const result = h("div", { "data-testid": "consumer-result" });
+  render(h("div", { class: "head" }, h("h1", {}, "Consumers"), h("span", { class: "muted" }, "the topic_consumers registry")), result, box);
+  const load = async () => {
+    const v = state.view;
+    const r = await api("GET", "/consumers");
+    if (v !== state.view) return;
+    if (r.status !== 200) { box.replaceChildren(notice(errorText(r), "error")); return; }
+    box.replaceChildren(...consumersBody(r.data, result, load));
+  };
+  load();
+}
+
+function consumersBody(d, result, reload) {
+  const change = async (c, body, verb) => {
+    const r = await api("PATCH", "/consumers/" + encodeURIComponent(c.topic) + "/" + encodeURIComponent(c.consumerId), body);
+    result.replaceChildren(r.status === 200 ? notice(c.consumerId + " on " + c.topic + ": " + (r.data.changed ? verb : "nothing changed") + "." + (r.data.warning ? " " + r.data.warning : ""))
+      : notice(errorText(r), "error"));
+    reload();
+  };
+  const topics = [...new Set(d.consumers.map((c) => c.topic))].sort();
+  const out = [h("p", { class: "muted small" }, d.cacheNote + ". The deploy's sync makes the registry match infra/topology.yaml again: make lasting changes there.")];
+  for (const t of topics) {
+    out.push(h("div", { class: "panel", "data-testid": "topic", "data-topic": t }, h("h2", {}, t),
+      h("table", {}, h("tr", {}, h("th", {}, "Consumer"), h("th", {}, "State"), h("th", {}, "Description"), h("th", {}, "Delivery"), h("th", {}, "Subscription"),
+        h("th", {}, "Changed"), canWrite() ? h("th", {}, "") : ""),
+      ...d.consumers.filter((c) => c.topic === t).map((c) => {
+        const row = h("tr", { "data-testid": "consumer-row", "data-consumer": c.consumerId },
+          h("td", {}, h("b", {}, c.consumerId)),
+          h("td", { "data-testid": "consumer-state" }, !c.inRegistry ? badge("not in registry", "s-PENDING") : c.enabled ? badge("enabled", "s-CONSUMED") : badge("disabled", "s-EXPIRED"),
+            c.declared ? "" : h("span", { class: "tag warn" }, "no subscription")),
+          h("td", { class: "small" }, c.description || ""), h("td", {}, c.delivery || "–", c.handler ? h("span", { class: "muted small" }, " · " + c.handler) : ""),
+          h("td", { class: "mono small" }, c.subscription || "", c.pubsubSubscription ? h("div", { class: "muted" }, c.pubsubSubscription) : ""),
+          h("td", { class: "small" }, c.updatedBy ? c.updatedBy + ", " + fmtTime(c.updatedAt) : fmtTime(c.updatedAt)));
+        if (canWrite()) {
+          const cell = h("td", { class: "nowrap" });
+          if (!c.inRegistry) {
+            cell.append(h("button", { type: "button", "data-testid": "add-declared", onclick: async () => {
+              const r = await api("POST", "/consumers", { topic: c.topic, consumerId: c.consumerId, enabled: c.enabled, description: c.description, sortOrder: c.sortOrder });
+              result.replaceChildren(r.status === 200 ? notice("Added " + c.consumerId + " to " + c.topic + ".") : notice(errorText(r), "error"));
+              reload();
+            } }, "Add to registry"));
+          } else if (c.enabled) {
+            cell.append(h("button", { type: "button", "data-testid": "disable", onclick: async () => {
+              if (!(await confirmAction("Disable " + c.consumerId + " on " + c.topic + "?", [h("p", {}, "Events sent to " + c.topic + " from now on will not expect " + c.consumerId +
+                " (within " + "the services' registry cache, 30 s). Events already sent keep it. Its subscription still delivers.")], "Disable"))) return;
+              change(c, { enabled: false }, "disabled");
+            } }, "Disable…"));
+          } else {
+            cell.append(h("button", { type: "button", "data-testid": "enable", onclick: () => change(c, { enabled: true }, "enabled") }, "Enable"));
+          }
+          if (c.inRegistry) {
+            cell.append(" ", h("button", { type: "button", "data-testid": "describe", onclick: () => {
+              const input = h("input", { value: c.description || "", maxlength: 256, size: 40, "data-testid": "description-input" });
+              row.replaceChildren(h("td", { colspan: 7 }, h("form", { class: "inline-form", onsubmit: (e) => { e.preventDefault(); change(c, { description: input.value }, "described"); } },
+                h("b", {}, c.consumerId), " description: ", input, h("button", { type: "submit", class: "primary" }, "Save"), h("button", { type: "button", onclick: reload }, "Cancel"))));
+              input.focus();
+            } }, "Describe"));
+          }
+          row.append(cell);
+        }
+        return row;
+      }))));
+  }
+  if (canWrite()) {
+    const topic = h("select", { name: "topic", "data-testid": "add-topic" }, ...topics.map((t) => h("option", { value: t }, t)));
+    const id = h("input", { name: "consumerId", placeholder: "consumer service", maxlength: 63, "data-testid": "add-consumer" });
+    const desc = h("input", { name: "description", placeholder: "what it does", maxlength: 256, size: 36 });
+    out.push(h("div", { class: "panel" }, h("h2", {}, "Add a consumer"), h("form", {
+      class: "inline-form", onsubmit: async (e) => {
+        e.preventDefault();
+        const r = await api("POST", "/consumers", { topic: topic.value, consumerId: id.value, description: desc.value });
+        result.replaceChildren(r.status === 200 ? notice("Added " + id.value + " to " + topic.value + "." + (r.data.warning ? " " + r.data.warning : "")) : notice(errorText(r), "error"));
+        if (r.status === 200) reload();
+      },
+    }, topic, id, desc, h("button", { type: "submit", class: "primary" }, "Add")),
+    h("p", { class: "muted small" }, "A consumer needs a subscription and a consume service (infra/topology.yaml, then deploy); until it reports, new events wait for it.")));
+  }
+  out.push(h("div", { class: "panel", "data-testid": "audit" }, h("h2", {}, "Changes (audit)"),
+    d.audit.length ? h("table", {}, h("tr", {}, h("th", {}, "At (UTC)"), h("th", {}, "By"), h("th", {}, "Action"), h("th", {}, "Topic"), h("th", {}, "Consumer"), h("th", {}, "What")),
+      ...d.audit.map((a) => h("tr", { "data-testid": "audit-row" }, h("td", { class: "small" }, fmtTime(a.at)), h("td", {}, a.by), h("td", {}, a.action), h("td", {}, a.topic),
+        h("td", {}, a.consumerId), h("td", { class: "small" }, a.detail)))) : h("p", { class: "empty" }, "No change yet.")));
+  return out;
+}
+
+// ------------------------------------------------------------------ boot
+
+document.getElementById("lookup").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const id = document.getElementById("lookup-id").value.trim();
+  if (id) location.hash = "#/events/" + encodeURIComponent(id);
+});
+window.addEventListener("hashchange", route);
+loadWho().then(route);

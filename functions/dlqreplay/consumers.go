@@ -1,0 +1,186 @@
+package dlqreplay
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/registry"
+)
+
+// consumerView is a registry entry with what the topology says of it.
+type consumerView struct {
+	ledger.ConsumerEntry
+	// InRegistry is false for a consumer the topology declares but
+	// topic_consumers lacks (the deploy's sync has not run).
+	InRegistry bool `json:"inRegistry"`
+	// Declared is false for an entry no subscription in the topology
+	// delivers to: events expecting it wait for it forever.
+	Declared           bool   `json:"declared"`
+	Subscription       string `json:"subscription,omitempty"`
+	PubSubSubscription string `json:"pubsubSubscription,omitempty"`
+	Delivery           string `json:"delivery,omitempty"`
+	Handler            string `json:"handler,omitempty"`
+	Database           string `json:"database,omitempty"`
+}
+
+func (a *api) listConsumers(r *request, _ []string) (any, error) {
+	q := newQuery(r.Request, "topic")
+	topic := q.topic("topic")
+	if err := q.err(); err != nil {
+		return nil, err
+	}
+	entries, err := a.o.Ledger.Consumers(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	out := []consumerView{}
+	seen := map[string]bool{}
+	for _, e := range entries {
+		if topic != "" && e.Topic != topic {
+			continue
+		}
+		v := consumerView{ConsumerEntry: e, InRegistry: true}
+		a.describe(&v)
+		seen[e.Topic+"/"+e.ConsumerID] = true
+		out = append(out, v)
+	}
+	if a.o.Topology != nil {
+		for _, c := range registry.Consumers(a.o.Topology) {
+			if seen[c.Topic+"/"+c.ConsumerID] || (topic != "" && c.Topic != topic) {
+				continue
+			}
+			v := consumerView{ConsumerEntry: ledger.ConsumerEntry{Topic: c.Topic, ConsumerID: c.ConsumerID, Enabled: c.Enabled, SortOrder: c.SortOrder, Description: c.Description}}
+			a.describe(&v)
+			out = append(out, v)
+		}
+	}
+	audit, err := a.o.Ledger.AuditLog(r.Context(), ledger.AuditQuery{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"consumers": out, "audit": audit, "cacheNote": "A change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers"}, nil
+}
+
+// describe adds the topology's facts to a registry entry.
+func (a *api) describe(v *consumerView) {
+	if a.o.Topology == nil {
+		return
+	}
+	for _, c := range a.o.Topology.Consumers() {
+		if c.Topic == v.Topic && c.Service == v.ConsumerID {
+			v.Declared, v.Subscription, v.Delivery, v.Handler, v.Database = true, c.Subscription(), c.Delivery, c.Handler, c.Database
+			if real := a.o.Subscriptions.Real(c.Subscription()); real != c.Subscription() {
+				v.PubSubSubscription = real
+			}
+			return
+		}
+	}
+}
+
+type consumerBody struct {
+	Topic       string  `json:"topic"`
+	ConsumerID  string  `json:"consumerId"`
+	Enabled     *bool   `json:"enabled"`
+	Description *string `json:"description"`
+	SortOrder   *int    `json:"sortOrder"`
+}
+
+func (a *api) addConsumer(r *request, _ []string) (any, error) {
+	if err := newQuery(r.Request).err(); err != nil {
+		return nil, err
+	}
+	var b consumerBody
+	if err := decodeBody(r.Request, &b, false); err != nil {
+		return nil, err
+	}
+	return a.applyConsumer(r, ledger.ConsumerChange{Topic: b.Topic, ConsumerID: b.ConsumerID, Add: true, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
+}
+
+// consumerArgs validates the topic and consumer of a path.
+func consumerArgs(r *request, args []string) (string, string, error) {
+	if err := newQuery(r.Request).err(); err != nil {
+		return "", "", err
+	}
+	var bad invalid
+	if names.ValidateTopic(args[0]) != nil || names.IsDeadLetter(args[0]) {
+		bad.add("topic", "%s", names.TopicRule)
+	}
+	if names.ValidateConsumer(args[1]) != nil {
+		bad.add("consumerId", "%s", names.ConsumerRule)
+	}
+	return args[0], args[1], bad.err()
+}
+
+func (a *api) changeConsumer(r *request, args []string) (any, error) {
+	topic, id, err := consumerArgs(r, args)
+	if err != nil {
+		return nil, err
+	}
+	var b struct {
+		Enabled     *bool   `json:"enabled"`
+		Description *string `json:"description"`
+		SortOrder   *int    `json:"sortOrder"`
+	}
+	if err := decodeBody(r.Request, &b, false); err != nil {
+		return nil, err
+	}
+	return a.applyConsumer(r, ledger.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
+}
+
+func (a *api) enableConsumer(r *request, args []string) (any, error) { return a.toggle(r, args, true) }
+func (a *api) disableConsumer(r *request, args []string) (any, error) {
+	return a.toggle(r, args, false)
+}
+
+func (a *api) toggle(r *request, args []string, on bool) (any, error) {
+	topic, id, err := consumerArgs(r, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := decodeBody(r.Request, &struct{}{}, true); err != nil {
+		return nil, err
+	}
+	return a.applyConsumer(r, ledger.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: &on})
+}
+
+func (a *api) applyConsumer(r *request, ch ledger.ConsumerChange) (any, error) {
+	entry, audit, err := a.o.Ledger.ChangeConsumer(r.Context(), ch, r.who.Name)
+	switch {
+	case errors.Is(err, ledger.ErrConsumerExists):
+		return nil, fail(http.StatusConflict, "exists", "%s already has consumer %s: change it instead", ch.Topic, ch.ConsumerID)
+	case errors.Is(err, ledger.ErrConsumerNotFound):
+		return nil, fail(http.StatusNotFound, "not_found", "%s has no consumer %s in topic_consumers", ch.Topic, ch.ConsumerID)
+	case err != nil:
+		return nil, err
+	}
+	v := consumerView{ConsumerEntry: entry, InRegistry: true}
+	a.describe(&v)
+	out := map[string]any{"consumer": v, "changed": audit != nil}
+	if audit != nil {
+		out["audit"] = audit
+		a.o.Logger.InfoContext(r.Context(), "dlqreplay: consumer registry changed", "topic", ch.Topic, "consumer", ch.ConsumerID,
+			"action", audit.Action, "detail", audit.Detail, "caller", r.who.Name, "auth", r.who.Method, "request_id", r.id)
+	}
+	if a.o.Topology != nil && !v.Declared {
+		out["warning"] = "the topology declares no subscription of " + ch.ConsumerID + " on " + ch.Topic + ": while it is enabled, new events wait for it (SENT) until it reports"
+	}
+	return out, nil
+}
+
+func (a *api) audit(r *request, _ []string) (any, error) {
+	q := newQuery(r.Request, "action", "topic", "consumer", "limit")
+	aq := ledger.AuditQuery{
+		ActionPrefix: q.str("action", func(s string) bool { return charset(s, 64, "._") }, "an action or its prefix: at most 64 characters of [a-z._] (consumer., deadletter.replay, ...)"),
+		Topic:        q.topic("topic"), ConsumerID: q.consumer("consumer"), Limit: q.integer("limit", 1, ledger.MaxAuditScan),
+	}
+	if err := q.err(); err != nil {
+		return nil, err
+	}
+	entries, err := a.o.Ledger.AuditLog(r.Context(), aq)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"entries": entries}, nil
+}

@@ -1,0 +1,313 @@
+package dlqreplay
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/archive"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/outbox"
+)
+
+// eventRow is one event of a listing with its "n/m consumed".
+type eventRow struct {
+	ledger.Event
+	// Consumed counts the expected consumers whose latest attempt
+	// succeeded; Expected counts the expected consumers.
+	Consumed int `json:"consumed"`
+	Expected int `json:"expected"`
+}
+
+func (a *api) listEvents(r *request, _ []string) (any, error) {
+	q := newQuery(r.Request, "status", "topic", "eventType", "service", "traceId", "aggregateId", "from", "to", "pageSize", "pageToken")
+	sq := ledger.SearchQuery{
+		ListQuery: ledger.ListQuery{
+			Status: q.status("status"), Topic: q.topic("topic"), InitiatorService: q.str("service", validService, ruleService),
+			TraceID: q.str("traceId", validTrace, ruleToken), From: q.time("from"), To: q.time("to"),
+			PageSize: q.integer("pageSize", 1, ledger.MaxPageSize), PageToken: q.str("pageToken", validPageToken, rulePageToken),
+		},
+		EventType:   q.str("eventType", validEventType, ruleEventType),
+		AggregateID: q.str("aggregateId", validAggregate, ruleAggregateID),
+	}
+	if !sq.From.IsZero() && !sq.To.IsZero() && !sq.From.Before(sq.To) {
+		q.bad.add("to", "must be later than from")
+	}
+	if err := q.err(); err != nil {
+		return nil, err
+	}
+	p, err := a.o.Ledger.Search(r.Context(), sq)
+	if err != nil {
+		return nil, err
+	}
+	consumed, err := a.o.Ledger.ConsumedCounts(r.Context(), p.Events)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]eventRow, 0, len(p.Events))
+	for _, e := range p.Events {
+		rows = append(rows, eventRow{Event: e, Consumed: consumed[e.EventID], Expected: len(e.ExpectedConsumers)})
+	}
+	return map[string]any{"events": rows, "nextPageToken": p.NextPageToken}, nil
+}
+
+func (a *api) eventID(r *request, raw string) (string, error) {
+	if err := newQuery(r.Request).err(); err != nil {
+		return "", err
+	}
+	if !validEventID(raw) {
+		return "", badRequest([]*event.FieldError{{Field: "id", Rule: ruleEventID}})
+	}
+	return raw, nil
+}
+
+// eventSummary is an event as the parent and children of a view show it.
+type eventSummary struct {
+	EventID     string        `json:"eventId"`
+	EventType   string        `json:"eventType"`
+	Topic       string        `json:"topic"`
+	AggregateID string        `json:"aggregateId"`
+	Version     int64         `json:"version"`
+	Status      ledger.Status `json:"status"`
+	OccurredAt  time.Time     `json:"occurredAt"`
+}
+
+func summaryOf(e ledger.Event) eventSummary {
+	return eventSummary{EventID: e.EventID, EventType: e.EventType, Topic: e.Topic, AggregateID: e.AggregateID, Version: e.Version, Status: e.Status, OccurredAt: e.OccurredAt}
+}
+
+// outboxView is an event's row in an outbox.
+type outboxView struct {
+	Database    string    `json:"database"`
+	State       string    `json:"state"`
+	Attempts    int       `json:"attempts"`
+	PublishedAt time.Time `json:"publishedAt,omitzero"`
+	LastError   string    `json:"lastError,omitempty"`
+}
+
+// repushAnswer is what the re-push rules say about an event now.
+type repushAnswer struct {
+	Allowed bool   `json:"allowed"`
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message"`
+}
+
+func (a *api) getEvent(r *request, args []string) (any, error) {
+	id, err := a.eventID(r, args[0])
+	if err != nil {
+		return nil, err
+	}
+	d, err := a.o.Ledger.Get(r.Context(), id)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	ev, err := eventJSON(d.Event)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"event": ev, "consumers": d.Consumers, "expected": d.Expected, "reported": d.Reported,
+		"succeeded": d.Succeeded, "summary": d.Summary()}
+	if out["consumers"] == nil {
+		out["consumers"] = []ledger.ConsumerReport{}
+	}
+	out["outbox"] = a.outboxState(r.Context(), id)
+	parent, children := a.family(r.Context(), d.Event)
+	out["parent"], out["children"] = parent, children
+	letters, _, err := a.o.Archive.List(r.Context(), archive.Filter{EventID: id}, 50, "")
+	if err != nil {
+		a.o.Logger.WarnContext(r.Context(), "dlqreplay: dead letters of an event not read", "event_id", id, "error", err.Error())
+		letters = nil
+	}
+	ids := []map[string]string{}
+	for _, l := range letters {
+		ids = append(ids, map[string]string{"id": l.ID, "consumer": l.Consumer, "reason": l.Reason})
+	}
+	out["deadLetters"] = ids
+	out["repush"] = a.repushAnswer(d.Event, time.Now().UTC())
+	return out, nil
+}
+
+// eventJSON is the event as the API shows it: a JSON payload as JSON,
+// another as base64 with its type (payloadEncoding says which), and an
+// initiator filled from what is known when the producer gave none (seed
+// §6.1: the initiator can always be shown).
+func eventJSON(e ledger.Event) (map[string]json.RawMessage, error) {
+	payload := e.Payload
+	e.Payload = nil
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	raw := func(v any) json.RawMessage { b, _ := json.Marshal(v); return b }
+	switch {
+	case e.PayloadOmitted:
+		m["payloadEncoding"] = raw("omitted")
+	case event.IsJSONType(e.PayloadType) && json.Valid(payload):
+		m["payload"], m["payloadEncoding"] = json.RawMessage(payload), raw("json")
+	default:
+		m["payload"], m["payloadEncoding"] = raw(base64.StdEncoding.EncodeToString(payload)), raw("base64")
+	}
+	if e.Initiator == (ledger.Initiator{}) {
+		in := ledger.Initiator{Service: e.Source}
+		from := []string{"source"}
+		if e.CorrelationID != "" {
+			in.ClientRequestID = e.CorrelationID
+			from = append(from, "correlationId")
+		}
+		m["initiator"], m["initiatorDerivedFrom"] = raw(in), raw(from)
+	}
+	return m, nil
+}
+
+// outboxState finds the event's row in the outboxes dlqreplay reaches (nil
+// when none holds it: retention deleted it, or another database does).
+func (a *api) outboxState(ctx context.Context, id string) *outboxView {
+	dbs := map[string]outbox.DBTX{"main": a.o.DB}
+	if a.o.Databases != nil {
+		dbs = a.o.Databases
+	}
+	for _, name := range sortedKeys(dbs) {
+		got, err := outbox.Lookup(ctx, dbs[name], id)
+		if err != nil {
+			a.o.Logger.WarnContext(ctx, "dlqreplay: outbox lookup failed", "database", name, "event_id", id, "error", err.Error())
+			continue
+		}
+		if e, ok := got[id]; ok {
+			return &outboxView{Database: name, State: string(e.State), Attempts: e.Attempts, PublishedAt: e.PublishedAt, LastError: e.LastError}
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return sortedStrings(out)
+}
+
+// family returns an event's parent and children from its trace.
+func (a *api) family(ctx context.Context, e ledger.Event) (*eventSummary, []eventSummary) {
+	children := []eventSummary{}
+	tr, err := a.o.Ledger.Trace(ctx, e.EventID)
+	if err != nil {
+		a.o.Logger.WarnContext(ctx, "dlqreplay: trace of an event not read", "event_id", e.EventID, "error", err.Error())
+		return nil, children
+	}
+	var parent *eventSummary
+	var walk func(ns []*ledger.TraceNode, up *ledger.TraceNode)
+	walk = func(ns []*ledger.TraceNode, up *ledger.TraceNode) {
+		for _, n := range ns {
+			if n.Event.EventID == e.EventID {
+				if up != nil {
+					p := summaryOf(up.Event)
+					parent = &p
+				}
+				for _, c := range n.Children {
+					children = append(children, summaryOf(c.Event))
+				}
+			}
+			walk(n.Children, n)
+		}
+	}
+	walk(tr.Roots, nil)
+	return parent, children
+}
+
+func (a *api) trace(r *request, args []string) (any, error) {
+	id, err := a.eventID(r, args[0])
+	if err != nil {
+		return nil, err
+	}
+	t, err := a.o.Ledger.Trace(r.Context(), id)
+	return t, mapErr(err)
+}
+
+type repushRequest struct {
+	Consumer string `json:"consumer"`
+	DryRun   bool   `json:"dryRun"`
+}
+
+// repushRule applies the re-push rules (seed §5.2) to an event.
+func (a *api) repushRule(d ledger.Event, now time.Time) *apiError {
+	id := d.EventID
+	switch {
+	case !d.ExpireAt.IsZero() && now.After(d.ExpireAt):
+		return fail(http.StatusConflict, "expired", "event %s expired at %s and is not re-pushed", id, d.ExpireAt.Format(time.RFC3339))
+	case d.RetryCount >= a.o.MaxRepushes:
+		return fail(http.StatusConflict, "max_repushes", "event %s was re-pushed %d times, the most allowed", id, d.RetryCount)
+	case d.Status == ledger.StatusFailed || d.Status == ledger.StatusRetrying || d.Status == ledger.StatusPartial:
+		return nil
+	case d.Status == ledger.StatusSent && now.Sub(d.LastSentAt) >= a.o.SentTimeout:
+		return nil
+	case d.Status == ledger.StatusSent:
+		return fail(http.StatusConflict, "too_recent", "event %s was sent %s ago; SENT events are re-pushed after %s", id, now.Sub(d.LastSentAt).Round(time.Second), a.o.SentTimeout)
+	}
+	return fail(http.StatusConflict, "status", "event %s is %s; only FAILED, RETRYING, PARTIAL or long-SENT events are re-pushed", id, d.Status)
+}
+
+func (a *api) repushAnswer(d ledger.Event, now time.Time) repushAnswer {
+	if err := a.repushRule(d, now); err != nil {
+		return repushAnswer{Code: err.Code, Message: err.Msg}
+	}
+	return repushAnswer{Allowed: true, Message: "the re-push rules allow it"}
+}
+
+func (a *api) repush(r *request, args []string) (any, error) {
+	id, err := a.eventID(r, args[0])
+	if err != nil {
+		return nil, err
+	}
+	var req repushRequest
+	if err := decodeBody(r.Request, &req, true); err != nil {
+		return nil, err
+	}
+	if req.Consumer != "" && names.ValidateConsumer(req.Consumer) != nil {
+		return nil, badRequest([]*event.FieldError{{Field: "consumer", Rule: names.ConsumerRule}})
+	}
+	now := time.Now().UTC()
+	if req.DryRun {
+		d, err := a.o.Ledger.Get(r.Context(), id)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		return map[string]any{"eventId": id, "consumer": req.Consumer, "dryRun": true, "rules": a.repushAnswer(d.Event, now)}, nil
+	}
+	if err := a.canWrite(r.who); err != nil {
+		return nil, err
+	}
+	check := func(d ledger.Event) error {
+		if err := a.repushRule(d, now); err != nil {
+			return err
+		}
+		return nil
+	}
+	d, err := a.o.Ledger.BeginRepush(r.Context(), id, req.Consumer, check, now)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	e, err := d.Envelope()
+	if err != nil {
+		return nil, fail(http.StatusConflict, "payload_omitted", "event %s's payload was too large for the ledger: re-push it from the producer's outbox", id)
+	}
+	if _, err := outbox.Repush(r.Context(), a.o.DB, &e, req.Consumer); err != nil && !errors.Is(err, outbox.ErrPending) {
+		return nil, err
+	}
+	target := req.Consumer
+	if target == "" {
+		target = "every consumer"
+	}
+	a.record(r, ledger.AuditEntry{Action: ledger.AuditEventRepush, EventID: id, Topic: d.Topic, ConsumerID: req.Consumer,
+		Detail: "re-pushed to " + target + " through the outbox"}, "dlqreplay: event re-pushed", "event_id", id, "topic", d.Topic, "consumer", req.Consumer)
+	return map[string]any{"eventId": id, "status": ledger.StatusRetrying, "retryCount": d.RetryCount, "consumer": req.Consumer}, nil
+}

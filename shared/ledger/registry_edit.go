@@ -1,0 +1,204 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/names"
+)
+
+// ConsumerEntry is one topic_consumers document as operators see it
+// (event-ledger-design.md §2.3).
+type ConsumerEntry struct {
+	Topic       string    `firestore:"topic" json:"topic"`
+	ConsumerID  string    `firestore:"consumerId" json:"consumerId"`
+	Enabled     bool      `firestore:"enabled" json:"enabled"`
+	SortOrder   int       `firestore:"sortOrder" json:"sortOrder"`
+	Description string    `firestore:"description" json:"description"`
+	CreatedAt   time.Time `firestore:"createdAt" json:"createdAt"`
+	UpdatedAt   time.Time `firestore:"updatedAt" json:"updatedAt"`
+	// UpdatedBy is the operator who last changed the entry through
+	// ChangeConsumer (empty when the deploy's sync wrote it).
+	UpdatedBy string `firestore:"updatedBy,omitempty" json:"updatedBy,omitempty"`
+}
+
+// Consumers returns every topic_consumers entry, enabled or not, by topic,
+// then sort order, then consumer id.
+func (s *Store) Consumers(ctx context.Context) ([]ConsumerEntry, error) {
+	docs, err := s.queryDocs(ctx, OpRegistry, nil, shapeAllConsumers.query(s.consumers.Query, nil))
+	if err != nil {
+		return nil, fmt.Errorf("ledger: consumers: %w", err)
+	}
+	out := make([]ConsumerEntry, 0, len(docs))
+	for _, d := range docs {
+		var c ConsumerEntry
+		if err := d.DataTo(&c); err != nil {
+			return nil, fmt.Errorf("ledger: decode %s/%s: %w", CollectionConsumers, d.Ref.ID, err)
+		}
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Topic != b.Topic {
+			return a.Topic < b.Topic
+		}
+		if a.SortOrder != b.SortOrder {
+			return a.SortOrder < b.SortOrder
+		}
+		return a.ConsumerID < b.ConsumerID
+	})
+	return out, nil
+}
+
+// ConsumerChange is an operator's change to one topic_consumers entry.
+// Nil fields are left as they are.
+type ConsumerChange struct {
+	Topic      string
+	ConsumerID string
+	// Add creates the entry (enabled unless Enabled says otherwise); the
+	// entry must not exist. Without Add the entry must exist.
+	Add         bool
+	Enabled     *bool
+	Description *string
+	SortOrder   *int
+}
+
+// Registry edit errors.
+var (
+	// ErrConsumerExists: Add found the entry there.
+	ErrConsumerExists = errors.New("the topic already has this consumer")
+	// ErrConsumerNotFound: a change named an entry that does not exist.
+	ErrConsumerNotFound = errors.New("the topic has no such consumer")
+)
+
+// MaxSortOrder bounds a consumer's sort order.
+const MaxSortOrder = 10000
+
+// validate checks a change, naming each broken field.
+func (c ConsumerChange) validate() error {
+	var errs []error
+	if err := names.ValidateTopic(c.Topic); err != nil || names.IsDeadLetter(c.Topic) {
+		errs = append(errs, &event.FieldError{Field: "topic", Rule: names.TopicRule})
+	}
+	if err := names.ValidateConsumer(c.ConsumerID); err != nil {
+		errs = append(errs, &event.FieldError{Field: "consumerId", Rule: names.ConsumerRule})
+	}
+	if c.Description != nil && !printable(*c.Description, 256) {
+		errs = append(errs, &event.FieldError{Field: "description", Rule: "at most 256 printable characters"})
+	}
+	if c.SortOrder != nil && (*c.SortOrder < 0 || *c.SortOrder > MaxSortOrder) {
+		errs = append(errs, &event.FieldError{Field: "sortOrder", Rule: "an integer from 0 to " + strconv.Itoa(MaxSortOrder)})
+	}
+	if !c.Add && c.Enabled == nil && c.Description == nil && c.SortOrder == nil {
+		errs = append(errs, &event.FieldError{Field: "enabled", Rule: "give at least one of enabled, description, sortOrder"})
+	}
+	return errors.Join(errs...)
+}
+
+func printable(s string, max int) bool {
+	if len(s) > max {
+		return false
+	}
+	for _, r := range s {
+		if r < ' ' || r == 0x7f || r == 0xfffd {
+			return false
+		}
+	}
+	return true
+}
+
+// ChangeConsumer adds, enables, disables or describes one topic_consumers
+// entry and writes the audit entry saying who changed what, in one
+// transaction. The change applies to events sent afterwards (each event
+// keeps the expected consumers it was sent with), once the services'
+// registry caches expire (registry.DefaultCacheTTL). A change that changes
+// nothing writes nothing and returns a nil audit entry.
+//
+// The deploy's sync (SyncConsumers, from infra/topology.yaml) makes the
+// registry match the topology again: a change meant to last belongs in the
+// topology.
+func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string) (ConsumerEntry, *AuditEntry, error) {
+	if err := ch.validate(); err != nil {
+		return ConsumerEntry{}, nil, fmt.Errorf("ledger: change consumer: %w", err)
+	}
+	ref := s.consumers.Doc(ConsumerDocID(ch.Topic, ch.ConsumerID))
+	var (
+		entry ConsumerEntry
+		audit *AuditEntry
+	)
+	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		audit = nil
+		now := s.clock()
+		snap, err := s.getDoc(ctx, OpRegistry, tx, ref)
+		exists := err == nil
+		if err != nil && !notFound(err) {
+			return err
+		}
+		switch {
+		case ch.Add && exists:
+			return fmt.Errorf("%w: %s on %s", ErrConsumerExists, ch.ConsumerID, ch.Topic)
+		case !ch.Add && !exists:
+			return fmt.Errorf("%w: %s on %s", ErrConsumerNotFound, ch.ConsumerID, ch.Topic)
+		}
+		var before ConsumerEntry
+		if exists {
+			if err := snap.DataTo(&before); err != nil {
+				return fmt.Errorf("decode %s: %w", ref.ID, err)
+			}
+		}
+		after := before
+		var changes []string
+		action := AuditConsumerDescribe
+		if ch.Add {
+			after = ConsumerEntry{Topic: ch.Topic, ConsumerID: ch.ConsumerID, Enabled: true, CreatedAt: now}
+			action = AuditConsumerAdd
+		}
+		if ch.Enabled != nil && (ch.Add || *ch.Enabled != before.Enabled) {
+			after.Enabled = *ch.Enabled
+			if !ch.Add {
+				action = map[bool]string{true: AuditConsumerEnable, false: AuditConsumerDisable}[after.Enabled]
+				changes = append(changes, fmt.Sprintf("enabled: %v → %v", before.Enabled, after.Enabled))
+			}
+		}
+		if ch.Description != nil && *ch.Description != before.Description {
+			after.Description = *ch.Description
+			changes = append(changes, fmt.Sprintf("description: %q → %q", before.Description, after.Description))
+		}
+		if ch.SortOrder != nil && *ch.SortOrder != before.SortOrder {
+			after.SortOrder = *ch.SortOrder
+			changes = append(changes, fmt.Sprintf("sortOrder: %d → %d", before.SortOrder, after.SortOrder))
+		}
+		if ch.Add {
+			changes = append([]string{fmt.Sprintf("added, enabled: %v", after.Enabled)}, changes...)
+		}
+		if len(changes) == 0 {
+			entry = before
+			return nil
+		}
+		after.UpdatedAt, after.UpdatedBy = now, by
+		if err := tx.Set(ref, after); err != nil {
+			return err
+		}
+		e, err := s.auditInTx(tx, AuditEntry{At: now, By: by, Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: strings.Join(changes, "; ")})
+		if err != nil {
+			return err
+		}
+		entry, audit = after, &e
+		return nil
+	})
+	if err != nil {
+		return ConsumerEntry{}, nil, fmt.Errorf("ledger: change consumer %s on %s: %w", ch.ConsumerID, ch.Topic, err)
+	}
+	if audit != nil {
+		s.wrote(OpRegistry, 2)
+	}
+	return entry, audit, nil
+}
