@@ -291,6 +291,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) prepare(r *http.Request, d *decoded) ([]*event.Event, []FieldProblem, bool) {
 	now := h.now()
 	header, headerOK := parseTraceparent(r.Header.Get("traceparent"))
+	reqID := requestID(r.Header)
 	events := make([]*event.Event, len(d.items))
 	var problems []FieldProblem
 	tooLarge := false
@@ -324,6 +325,15 @@ func (h *Handler) prepare(r *http.Request, d *decoded) ([]*event.Event, []FieldP
 					e.SpanID = tc.spanID
 				}
 			}
+		}
+		// The initiator can always be shown (event-ledger-design §6.1): what
+		// the request says of it, else the source service and the request's
+		// id.
+		if e.Initiator.Service == "" {
+			e.Initiator.Service = e.Source
+		}
+		if e.Initiator.ClientRequestID == "" {
+			e.Initiator.ClientRequestID = reqID
 		}
 		err := e.Prepare(now, h.limits)
 		// Decoding problems first; validation adds only fields decoding did
@@ -481,6 +491,26 @@ func (h *Handler) fastPath(ctx context.Context, mode string, ids []string, resul
 			results[i].Status = string(st)
 		}
 	}
+}
+
+// requestID is the request's id as a proxy or Google's front end named it:
+// X-Request-Id, else the trace of X-Cloud-Trace-Context (Cloud Run sets it
+// on every request), at most 128 characters; "" when there is none.
+func requestID(hdr http.Header) string {
+	id := strings.TrimSpace(hdr.Get("X-Request-Id"))
+	if id == "" {
+		id, _, _ = strings.Cut(hdr.Get("X-Cloud-Trace-Context"), "/")
+		id = strings.TrimSpace(id)
+	}
+	if len(id) > 128 {
+		return ""
+	}
+	for _, c := range id {
+		if c < 0x21 || c > 0x7e {
+			return ""
+		}
+	}
+	return id
 }
 
 // fail writes an error answer and logs it.

@@ -623,3 +623,27 @@ func TestUnavailableDependenciesAre503AndWriteNothing(t *testing.T) {
 		t.Fatalf("database down: status %d: %s", status, body)
 	}
 }
+
+// An event published without an initiator gets one from what the request
+// says: the source service, and the request's id (X-Request-Id, or the
+// trace Cloud Run's front end puts in X-Cloud-Trace-Context).
+func TestTheInitiatorIsFilledFromTheRequest(t *testing.T) {
+	h := newHarness(t, nil)
+	for i, c := range []struct {
+		header, value, want string
+	}{
+		{"X-Request-Id", "req-42", "req-42"},
+		{"X-Cloud-Trace-Context", "105445aa7843bc8bf206b12000100000/1;o=1", "105445aa7843bc8bf206b12000100000"},
+		{"X-Request-Id", "not\x01printable", ""},
+	} {
+		env := envelope(map[string]any{"initiator": nil, "source": "order-service", "eventId": "evt-" + event.NewID(), "version": i + 1})
+		status, body, _ := post(t, h.url, mustJSON(t, env), "Content-Type", "application/json", c.header, c.value)
+		if status != http.StatusAccepted {
+			t.Fatalf("%s: %d %s", c.header, status, body)
+		}
+		r := h.row(t, env["eventId"].(string))
+		if r.initiator["service"] != "order-service" || r.initiator["clientRequestId"] != c.want {
+			t.Errorf("%s %q: initiator %v, want service order-service, request id %q", c.header, c.value, r.initiator, c.want)
+		}
+	}
+}
