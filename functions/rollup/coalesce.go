@@ -144,10 +144,16 @@ func (c *coalescer) dispatch() {
 	}
 }
 
+// rollTimeout bounds one batch's rollup: a Firestore that hangs fails it
+// (the notices are redelivered) instead of holding the events for good.
+const rollTimeout = 30 * time.Second
+
 // run rolls up ids and answers their waiters, or holds again the events
 // not in the ledger yet.
 func (c *coalescer) run(ids []string) {
-	rs, err := c.roll(c.ctx, ids)
+	ctx, cancel := context.WithTimeout(c.ctx, rollTimeout)
+	rs, err := c.roll(ctx, ids)
+	cancel()
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()

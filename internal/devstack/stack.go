@@ -95,6 +95,9 @@ type Options struct {
 	// ReconcileAfter is how long the ledger waits before the reconciler
 	// looks at an event that is not settled (ledger.DefaultReconcileAfter).
 	ReconcileAfter time.Duration
+	// HealDelay is how long the relays' live ledger recorder has before
+	// their healing step records a send (relay.DefaultHealDelay).
+	HealDelay time.Duration
 	// Logger receives the stack's and the functions' logs.
 	Logger *slog.Logger
 }
@@ -352,7 +355,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	drainers := map[string]relayfn.Drainer{}
 	for name, p := range s.Pools {
 		r, err := relay.New(relay.Options{DB: p, Publisher: ps, Topology: top, Ledger: store, Logger: o.Logger.With("database", name),
-			BackoffBase: time.Second, BackoffMax: 30 * time.Second})
+			BackoffBase: time.Second, BackoffMax: 30 * time.Second, HealDelay: o.HealDelay})
 		if err != nil {
 			return nil, err
 		}

@@ -178,6 +178,14 @@ func (p *Process) waitReady(ctx context.Context) error {
 	}
 }
 
+// Pause stops the emulator's processes (SIGSTOP) without killing them: its
+// port still accepts connections but nothing answers, as a Firestore that
+// hangs would. Resume lets it go on, with its data.
+func (p *Process) Pause() error { return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP) }
+
+// Resume continues a paused emulator (SIGCONT).
+func (p *Process) Resume() error { return syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT) }
+
 // Stop kills the emulator's process group and waits for it.
 func (p *Process) Stop() {
 	if p == nil || p.cmd.Process == nil {
