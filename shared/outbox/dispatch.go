@@ -290,17 +290,6 @@ func settle(ctx context.Context, db DBTX, q string, o SettleOptions, ps []Progre
 	return done, nil
 }
 
-// Release ends the leases of runs that were not published, without moving
-// their cursors: each aggregate is due again at once unless it is FAILED.
-// A lease that was taken over is left alone.
-func Release(ctx context.Context, db DBTX, now time.Time, runs []Run) error {
-	ps := make([]Progress, len(runs))
-	for i, r := range runs {
-		ps[i] = Progress{Aggregate: r.Aggregate, Epoch: r.Epoch}
-	}
-	return release(ctx, db, now, ps)
-}
-
 func release(ctx context.Context, db DBTX, now time.Time, ps []Progress) error {
 	if len(ps) == 0 {
 		return nil
