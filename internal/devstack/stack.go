@@ -330,8 +330,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	s.closers = append(s.closers, func(context.Context) { _ = store.Close() })
 	s.Ledger = store
-	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{DisableUnlisted: true}); err != nil {
-		return nil, fmt.Errorf("topic_consumers: %w", err)
+	// The registry must be seeded before the first event is recorded (its
+	// expected consumers come from it); a Firestore that does not answer is
+	// a clear error, not a start that hangs.
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = store.SyncConsumers(sctx, registry.Consumers(top), ledger.SyncOptions{DisableUnlisted: true})
+	scancel()
+	if err != nil {
+		return nil, fmt.Errorf("topic_consumers: Firestore at %s did not answer in 30 s: %w", o.FirestoreHost, err)
 	}
 
 	// Pub/Sub: the topology's topics and subscriptions.
