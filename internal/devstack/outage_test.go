@@ -34,6 +34,9 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Stop()
+	// The stack points the client library at its Firestore through the
+	// environment; the other tests' emulator comes back after this one.
+	t.Setenv(emulator.Firestore.EnvHost(), fs.Host)
 	_, schema := pgtest.SchemaConfig(t, nil)
 	s, err := Start(ctx, Options{
 		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.UniqueProject(t),
