@@ -31,22 +31,20 @@ import (
 	"github.com/relaybus/relaybus/shared/forward"
 )
 
-// referenceVerify is the Standard Webhooks verification a target writes
-// (the README's Go example), with the standard library only and nothing
-// from package forward: the headers, the tolerance, the HMAC over
-// "<id>.<timestamp>.<body>" with the secret's base64-decoded bytes, a
-// constant-time comparison against every "v1," signature.
-func referenceVerify(secret string, h http.Header, body []byte, now time.Time) error {
+// verify is the Standard Webhooks verification a target writes, with the
+// standard library only and nothing from package forward: the README's Go
+// example, verbatim (TestTheREADMEShowsTheReferenceVerifier).
+func verify(secret string, r *http.Request, body []byte) error {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
 	if err != nil {
 		return err
 	}
-	id, ts, sigs := h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature")
+	id, ts, sigs := r.Header.Get("webhook-id"), r.Header.Get("webhook-timestamp"), r.Header.Get("webhook-signature")
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if id == "" || err != nil || sigs == "" {
 		return errors.New("missing webhook headers")
 	}
-	if d := now.Sub(time.Unix(sec, 0)); d > 5*time.Minute || d < -5*time.Minute {
+	if d := time.Since(time.Unix(sec, 0)); d > 5*time.Minute || d < -5*time.Minute {
 		return errors.New("timestamp outside the 5-minute tolerance")
 	}
 	mac := hmac.New(sha256.New, key)
@@ -55,10 +53,28 @@ func referenceVerify(secret string, h http.Header, body []byte, now time.Time) e
 	want := base64.StdEncoding.EncodeToString(mac.Sum(nil))
 	for _, s := range strings.Split(sigs, " ") {
 		if v, sig, ok := strings.Cut(s, ","); ok && v == "v1" && subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1 {
-			return nil
+			return nil // then apply the event once per webhook-id
 		}
 	}
 	return errors.New("no signature matches")
+}
+
+// The README's Go verifier is this file's verify, so the one the tests run
+// is the one users copy.
+func TestTheREADMEShowsTheReferenceVerifier(t *testing.T) {
+	src, err := os.ReadFile("sign_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fn, _ := strings.Cut(string(src), "\nfunc verify(")
+	fn, _, _ = strings.Cut(fn, "\n}\n")
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fn == "" || !strings.Contains(string(readme), "```go\nfunc verify("+fn+"\n}\n```") {
+		t.Error("the README's Go verification example is not this test's verify")
+	}
 }
 
 // target is a local HTTP service that verifies what it receives with
@@ -71,11 +87,11 @@ type target struct {
 	refusals []error
 }
 
-func newTarget(t *testing.T, verify func(h http.Header, body []byte) error) *target {
+func newTarget(t *testing.T, check func(r *http.Request, body []byte) error) *target {
 	tg := &target{}
 	tg.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		err := verify(r.Header, body)
+		err := check(r, body)
 		tg.mu.Lock()
 		tg.requests, tg.bodies, tg.refusals = append(tg.requests, r), append(tg.bodies, body), append(tg.refusals, err)
 		tg.mu.Unlock()
@@ -110,10 +126,10 @@ func tracedCtx() *consumer.Context {
 func TestHMACSignaturesVerifyAndOldOrForeignOnesAreRefused(t *testing.T) {
 	secret := forward.NewSecret()
 	other := forward.NewSecret()
-	var check func(h http.Header, body []byte) error
-	tg := newTarget(t, func(h http.Header, body []byte) error { return check(h, body) })
+	var mu sync.Mutex
+	key := secret
+	tg := newTarget(t, func(r *http.Request, body []byte) error { mu.Lock(); defer mu.Unlock(); return verify(key, r, body) })
 
-	check = func(h http.Header, body []byte) error { return referenceVerify(secret, h, body, time.Now()) }
 	f, err := forward.New(forward.Options{URL: tg.URL, Auth: forward.AuthHMAC, Secrets: []string{secret}})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +152,7 @@ func TestHMACSignaturesVerifyAndOldOrForeignOnesAreRefused(t *testing.T) {
 		t.Errorf("dedup headers: webhook-id %q Idempotency-Key %q Ce-Id %q", r.Header.Get("webhook-id"), r.Header.Get("Idempotency-Key"), r.Header.Get("Ce-Id"))
 	}
 	// A tampered body fails.
-	if err := referenceVerify(secret, r.Header, []byte(`{"orderId":"order-2"}`), time.Now()); err == nil {
+	if err := verify(secret, r, []byte(`{"orderId":"order-2"}`)); err == nil {
 		t.Error("a tampered body verified")
 	}
 
@@ -166,7 +182,9 @@ func TestHMACSignaturesVerifyAndOldOrForeignOnesAreRefused(t *testing.T) {
 	}
 
 	// Rotation: signed with the new and the old secret, it verifies with either.
-	check = func(h http.Header, body []byte) error { return referenceVerify(other, h, body, time.Now()) }
+	mu.Lock()
+	key = other
+	mu.Unlock()
 	f, _ = forward.New(forward.Options{URL: tg.URL, Auth: forward.AuthHMAC, Secrets: []string{secret, other}})
 	if err := f.Handle(context.Background(), tracedCtx()); err != nil {
 		t.Errorf("rotation: a target on the old secret refused: %v", err)
@@ -176,35 +194,62 @@ func TestHMACSignaturesVerifyAndOldOrForeignOnesAreRefused(t *testing.T) {
 	}
 }
 
-// The README's curl + openssl recipe computes the same signature as the
-// forwarder.
-func TestOpenSSLRecipeComputesTheSameSignature(t *testing.T) {
+// readmeRecipe returns the README's shell verification recipe: the lines
+// of the sh block after "With the shell (curl + openssl)" up to the one
+// that sends a test request.
+func readmeRecipe(t *testing.T) string {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "With the shell (curl + openssl)")
+	_, block, ok2 := strings.Cut(after, "```sh\n")
+	recipe, _, ok3 := strings.Cut(block, "# and to send a signed test request")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("the README's curl + openssl recipe is not where this test looks for it")
+	}
+	return recipe
+}
+
+// The README's curl + openssl recipe, run as written, accepts the
+// forwarder's signature, and refuses a wrong secret and an old timestamp.
+func TestOpenSSLRecipeVerifiesTheForwardersSignature(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("openssl is not installed")
 	}
+	recipe := readmeRecipe(t)
 	secret := forward.NewSecret()
-	tg := newTarget(t, func(http.Header, []byte) error { return nil })
-	f, _ := forward.New(forward.Options{URL: tg.URL, Auth: forward.AuthHMAC, Secrets: []string{secret}})
-	if err := f.Handle(context.Background(), tracedCtx()); err != nil {
-		t.Fatal(err)
+	tg := newTarget(t, func(*http.Request, []byte) error { return nil })
+	run := func(secret string, at time.Time) string {
+		f, _ := forward.New(forward.Options{URL: tg.URL, Auth: forward.AuthHMAC, Secrets: []string{secret},
+			Now: func() time.Time { return at }})
+		if err := f.Handle(context.Background(), tracedCtx()); err != nil {
+			t.Fatal(err)
+		}
+		r, body, _ := tg.last()
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "body"), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("sh", "-c", recipe)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "ID="+r.Header.Get("webhook-id"), "TS="+r.Header.Get("webhook-timestamp"),
+			"SIG="+r.Header.Get("webhook-signature"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return strings.TrimSpace(string(out))
 	}
-	r, body, _ := tg.last()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "body"), body, 0o600); err != nil {
-		t.Fatal(err)
+	t.Setenv("SECRET", secret)
+	if out := run(secret, time.Now()); out != "signature ok" {
+		t.Errorf("the recipe on a good request: %q, want signature ok", out)
 	}
-	// The recipe, as in the README.
-	script := `key_hex=$(printf '%s' "${SECRET#whsec_}" | base64 -d | od -An -v -tx1 | tr -d ' \n')
-{ printf '%s.%s.' "$ID" "$TS"; cat body; } | openssl dgst -sha256 -mac HMAC -macopt "hexkey:$key_hex" -binary | base64`
-	cmd := exec.Command("sh", "-c", script)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "SECRET="+secret, "ID="+r.Header.Get("webhook-id"), "TS="+r.Header.Get("webhook-timestamp"))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
+	if out := run(forward.NewSecret(), time.Now()); out != "refused" {
+		t.Errorf("the recipe on a foreign secret's signature: %q, want refused", out)
 	}
-	if got, want := "v1,"+strings.TrimSpace(string(out)), r.Header.Get("webhook-signature"); got != want {
-		t.Errorf("openssl recipe %q, forwarder %q", got, want)
+	if out := run(secret, time.Now().Add(-10*time.Minute)); out != "signature ok\nrefused: timestamp" {
+		t.Errorf("the recipe on an old timestamp: %q, want the timestamp refused", out)
 	}
 }
 
@@ -306,8 +351,8 @@ func TestGoogleIDTokenForTheTargetsAudience(t *testing.T) {
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", path)
 
 	var audience string
-	tg := newTarget(t, func(h http.Header, _ []byte) error {
-		tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	tg := newTarget(t, func(r *http.Request, _ []byte) error {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok {
 			return errors.New("no bearer token")
 		}
