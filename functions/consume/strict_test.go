@@ -310,3 +310,37 @@ func TestGapRoutesNeedAStrictHandler(t *testing.T) {
 		t.Errorf("POST /gaps on a projection consumer: %d %v", code, body)
 	}
 }
+
+// The success attempts of parked events applied in their predecessor's
+// transaction are in Postgres with it; when the ledger is down as they
+// commit, the scheduled shipping step (POST /ledger:ship) ships them.
+func TestAttemptsOfReleasedEventsAreShippedLaterWhenTheLedgerIsDown(t *testing.T) {
+	s := newStack(t, projection.Strict(nil), "audit-service")
+	for _, v := range []int64{3, 2} {
+		if a := s.push(t, message(t, orderEvent("order-l", v)), 1); a.res.Outcome != ledger.OutcomeParked {
+			t.Fatalf("v%d: %+v", v, a)
+		}
+	}
+	s.shipped(t)
+	setFail := func(n int) { s.ledger.mu.Lock(); s.ledger.fail = n; s.ledger.mu.Unlock() }
+	setFail(1000) // down for every batch the shipper tries, however it splits them
+	if a := s.push(t, message(t, orderEvent("order-l", 1)), 1); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+		t.Fatalf("v1: %+v", a)
+	}
+	s.shipped(t)
+	setFail(0)
+	if n := s.count(t, `SELECT count(*) FROM relaybus_attempts WHERE outcome = 'success' AND shipped_at IS NULL`); n != 3 {
+		t.Fatalf("%d success attempts waiting in Postgres, want 3 (v1 and the two it released)", n)
+	}
+	_, _ = s.pool.Exec(context.Background(), `UPDATE relaybus_attempts SET consumed_at = consumed_at - interval '1 minute'`)
+	var rep consumer.ShipReport
+	if code := s.post(t, "ledger:ship", nil, &rep); code != 200 || rep.Shipped != 3 {
+		t.Fatalf("POST /ledger:ship: %d %+v, want 3 shipped", code, rep)
+	}
+	latest := latestAttempts(s.ledger.all())
+	for v := 1; v <= 3; v++ {
+		if a := latest[fmt.Sprintf("order-l-v%d", v)]; !a.Success {
+			t.Errorf("v%d: ledger's latest attempt %+v, want success", v, a)
+		}
+	}
+}

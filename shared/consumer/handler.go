@@ -4,6 +4,14 @@
 // events into the outbox in that transaction, commits, records the attempt
 // in the ledger, and classifies every failure (see [Engine.Handle]).
 //
+// Besides applying its own event, a handler may park it to apply later
+// ([Context.Park]) and settle other events the consumer holds in the same
+// transaction ([Context.ApplyOther], [Context.RecordAttempt]): that is how
+// shared/projection's resequencer keeps strict order without redeliveries.
+// Their attempts are committed with the delivery and shipped to the ledger
+// after it. A [Remote] handler (shared/forward) runs with no transaction
+// open: the engine claims the event, calls it, and records the outcome.
+//
 // Handlers are registered by event type and schema version on a [Mux]:
 //
 //	mux := consumer.NewMux()
@@ -311,8 +319,11 @@ func Transient(code string, err error) error {
 // Poison marks err as making the message unprocessable forever.
 func Poison(code string, err error) error { return &Error{Class: ClassPoison, Code: code, Err: err} }
 
-// ErrGap is the strict handlers' transient error: an earlier version of the
-// aggregate has not been applied yet, so this one must come back later.
+// ErrGap is a transient error a custom in-order handler may answer: an
+// earlier version of the aggregate has not been applied yet, so this one
+// must come back later (each redelivery costs one of the subscription's
+// delivery attempts). shared/projection's strict handler parks such a
+// version instead.
 var ErrGap = errors.New("version gap: an earlier version has not been applied yet")
 
 // Classify returns err's class and code: *Error says so itself; ErrGap is
