@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
@@ -188,14 +190,17 @@ func postWhenUp(url string, body []byte, deadline time.Time) (int, consumer.Resu
 	}
 }
 
-// A forward consumer's process SIGKILLed after the target received (and
-// applied) the event and before the process recorded the outcome: the
-// claim it committed before the call stands, so the event is not lost and
-// not taken for applied. Redelivered (to another process, as Pub/Sub
-// would), it is refused with 503 while the claim's lease lasts, then the
-// claim is taken over: the target is called once more, which it
-// deduplicates on the event id, the outcome is recorded once, the killed
-// attempt is recorded as abandoned, and later deliveries are duplicates.
+// A forward consumer's process SIGKILLed after the target answered 200
+// and before the process recorded the outcome (the test holds the claim's
+// row lock while the target answers, waits until the process's record
+// statement is blocked on it, kills the process and ends its database
+// session, so the record never runs): the claim it committed before the
+// call stands, so the event is neither lost nor taken for applied.
+// Redelivered (to another process, as Pub/Sub would), it is refused with
+// 503 while the claim's lease lasts, then the claim is taken over: the
+// target is called once more, which it deduplicates on the event id, the
+// outcome is recorded once, the killed attempt is recorded as abandoned,
+// and later deliveries are duplicates.
 func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
 	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
 		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
@@ -204,10 +209,22 @@ func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
 	pool, schema := pgtest.SchemaConfig(t, nil)
 	secret := forward.NewSecret()
 	tg := newForwardTarget(t, secret)
-	called, killed := make(chan struct{}), make(chan struct{})
+	answered := make(chan error, 1)
+	var lock pgx.Tx
 	var once sync.Once
-	tg.setHold(func(*http.Request) {
-		once.Do(func() { close(called); <-killed }) // the first call: answered only once its caller is dead
+	tg.setHold(func(r *http.Request) {
+		once.Do(func() { // the first call: lock the claim's row, then answer 200
+			tx, err := pool.Begin(ctx)
+			if err == nil {
+				var state string
+				err = tx.QueryRow(ctx, `SELECT state FROM relaybus_inbox WHERE event_id = $1 FOR UPDATE`, r.Header.Get("webhook-id")).Scan(&state)
+				if err == nil && state != "claimed" {
+					err = fmt.Errorf("the row is %s during the call, want the committed claim", state)
+				}
+			}
+			lock = tx
+			answered <- err
+		})
 	})
 	env := []string{"GOOGLE_CLOUD_PROJECT=" + fmt.Sprintf("consume-kill-%d", time.Now().UnixNano()),
 		"DATABASE_URL=" + pgtest.SchemaURL(t, schema), "LEDGER=off", "CONSUMER_ID=archive-service",
@@ -225,15 +242,39 @@ func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
 	first, url := startChild(t, env...)
 	go func() { _, _, _ = postWhenUp(url, deliver(1), time.Now().Add(30*time.Second)) }()
 	select {
-	case <-called:
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first process never called the target")
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck
+	var lockPID, recorder int
+	if err := lock.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&lockPID); err != nil {
+		t.Fatal(err)
+	}
+	// The target has answered 200; the process's record waits on our lock.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, lockPID).Scan(&recorder)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process never tried to record the outcome: %v", err)
+		}
 	}
 	if err := first.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = first.Wait()
-	close(killed)
+	// Its connection dies with it: the record never runs.
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, recorder); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	count := func(q string) int {
 		var n int
 		if err := pool.QueryRow(ctx, q, e.ID).Scan(&n); err != nil {
