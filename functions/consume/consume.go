@@ -6,10 +6,11 @@
 // engine (shared/consumer): inbox dedup, the configured handler and child
 // events in one Postgres transaction, the attempt recorded in the ledger.
 //
-// Answers: 200 acknowledges (applied, duplicate, permanent error recorded,
-// poison dead-lettered, addressed to another consumer); 503 asks Pub/Sub to
-// redeliver (transient error; dead-lettered after the subscription's
-// maximum attempts). It never answers 400: push would redeliver a 400
+// Answers: 200 acknowledges (applied, parked by a strict handler,
+// duplicate, permanent error recorded, poison dead-lettered, addressed to
+// another consumer); 503 asks Pub/Sub to redeliver (transient error,
+// dead-lettered after the subscription's maximum attempts; or, for a
+// forward consumer, another delivery of the event holds its claim). It never answers 400: push would redeliver a 400
 // forever. The ledger never changes an answer: attempts are committed in
 // Postgres with the delivery and recorded in Firestore afterwards.
 //
