@@ -30,7 +30,9 @@ var envNames = map[string]map[string]bool{
 	"publish": envTags(reflect.TypeOf(publish.Config{})),
 	"relay":   envTags(reflect.TypeOf(relayfn.Config{})),
 	"rollup":  envTags(reflect.TypeOf(rollup.Config{})),
-	"consume": envTags(reflect.TypeOf(consume.Config{})),
+	// FORWARD_SIGNING_SECRET comes from Secret Manager, for signing
+	// forward consumers only (checked below).
+	"consume": without(envTags(reflect.TypeOf(consume.Config{})), "FORWARD_SIGNING_SECRET"),
 	"dlqreplay": without(envTags(reflect.TypeOf(dlqreplay.Config{})),
 		"DLQREPLAY_TOKEN", "DLQREPLAY_AUDIENCE", "DLQREPLAY_MAX_REPUSHES", "DLQREPLAY_SENT_TIMEOUT"),
 }
@@ -38,7 +40,7 @@ var envNames = map[string]map[string]bool{
 func without(m map[string]bool, names ...string) map[string]bool {
 	for _, n := range names {
 		if !m[n] {
-			panic("dlqreplay.Config has no " + n)
+			panic("the Config has no " + n)
 		}
 		delete(m, n)
 	}
@@ -199,11 +201,25 @@ func TestCloudRunServices(t *testing.T) {
 				"CONSUMER_ID": cs.Service, "CONSUMER_SUBSCRIPTION": cs.Subscription(), "CONSUMER_HANDLER": cs.Handler,
 				"CONSUMER_MAX_DELIVERY_ATTEMPTS": itoa(cs.MaxDeliveryAttempts), "ROLLUP_TOPIC": top.Rollup.Topic,
 				"FORWARD_URL": cs.ForwardURL, "LEDGER_RETENTION": "720h",
+				"FORWARD_AUTH": cs.ForwardAuth, "FORWARD_AUDIENCE": cs.ForwardAudience,
+				"FORWARD_TIMEOUT": itoa(cs.ForwardTimeoutSeconds) + "s", "STRICT_GAP_TIMEOUT": itoa(cs.GapTimeoutSeconds) + "s",
 			}
 			for k, w := range want {
 				if env[k] != w {
 					t.Errorf("consume %s: %s=%v, want %v", cs.Subscription(), k, env[k], w)
 				}
+			}
+			if _, set := env["FORWARD_SIGNING_SECRET"]; set {
+				t.Errorf("consume %s: FORWARD_SIGNING_SECRET set as a plain value; it belongs in Secret Manager", cs.Subscription())
+			}
+		}
+		// FORWARD_SIGNING_SECRET: from the topology's forward_secret, for
+		// the signing forward consumers only.
+		signing := jsonValue(t, ev.local("consume_signing_secrets")).(map[string]any)
+		for _, cs := range top.Consumers() {
+			secret, ok := signing[cs.Subscription()]
+			if want := cs.ForwardAuth == topology.ForwardAuthHMAC; ok != want || (want && secret != cs.ForwardSecret) {
+				t.Errorf("consume %s (forward_auth %s): signing secret %v, want %q", cs.Subscription(), cs.ForwardAuth, secret, cs.ForwardSecret)
 			}
 		}
 	})
@@ -217,6 +233,11 @@ func TestCloudRunServices(t *testing.T) {
 		if !strings.Contains(src, "cpu_idle =") {
 			t.Errorf("%s: cpu_idle is not set explicitly (with resources set, the provider's default is CPU always allocated)", key)
 		}
+	}
+	if src := squeeze(c.exprSourceOfBlock(c.resource(t, "google_cloud_run_v2_service.consume"))); !strings.Contains(src,
+		`name = "FORWARD_SIGNING_SECRET" value_source { secret_key_ref { secret = env.value version = "latest" } }`) ||
+		!strings.Contains(src, `for_each = contains(keys(local.consume_signing_secrets), each.key) ? [local.consume_signing_secrets[each.key]] : []`) {
+		t.Errorf("consume: FORWARD_SIGNING_SECRET does not come from the consumer's signing secret")
 	}
 	if src := squeeze(c.exprSourceOfBlock(c.resource(t, "google_cloud_run_v2_service.consume"))); !strings.Contains(src, "cpu_idle = !var.always_allocated_cpu") {
 		t.Errorf("consume: CPU must stay allocated after answering (it writes the ledger in the background)")
@@ -233,7 +254,8 @@ func TestCloudRunServices(t *testing.T) {
 }
 
 // TestSchedulerJobs: one relay drain per database on the topology's cadence,
-// the consume services' /ledger:ship and /inbox:purge, rollup's /reconcile
+// the consume services' /ledger:ship and /inbox:purge, the strict ones'
+// /gaps:check, rollup's /reconcile
 // and /expire; every job a POST with an empty body and OIDC to its service,
 // its attempt deadline above the service's request timeout; no job calls a
 // route that does not exist (the old /deadletters:sync).
@@ -305,6 +327,9 @@ func TestSchedulerJobs(t *testing.T) {
 			url := "https://" + consumers[cs.Subscription()].(map[string]any)["run_service"].(string) + "-test.a.run.app"
 			check("ledger_ship["+cs.Subscription()+"]", url+"/ledger:ship", url, cs.AckDeadlineSeconds)
 			check("inbox_purge["+cs.Subscription()+"]", url+"/inbox:purge", url, cs.AckDeadlineSeconds)
+			if cs.Handler == topology.HandlerStrict {
+				check("gaps_check["+cs.Subscription()+"]", url+"/gaps:check", url, cs.AckDeadlineSeconds)
+			}
 		}
 		rollup := "https://relaybus-rollup-test.a.run.app"
 		rollupTimeout, _ := functions["rollup"].(map[string]any)["timeout_seconds"].(json.Number).Int64()
@@ -358,6 +383,27 @@ func TestLogMetricsMatchTheRelaysLogLines(t *testing.T) {
 		if !strings.Contains(relaySrc.String(), `"`+f[1]+`"`) {
 			t.Errorf("monitoring.tf extracts jsonPayload.%s, a field shared/relay does not log", f[1])
 		}
+	}
+}
+
+// TestGapLogMetricMatchesTheResequencer: the strict gap metric counts the
+// line shared/projection's resequencer logs, at the level it logs it.
+func TestGapLogMetricMatchesTheResequencer(t *testing.T) {
+	root := repoRoot(t)
+	src, err := os.ReadFile(filepath.Join(root, "shared", "projection", "strict.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mon, err := os.ReadFile(filepath.Join(terraformDir(t), "monitoring.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const msg = "consume: version gap past its time"
+	if !strings.Contains(string(mon), `severity=ERROR AND jsonPayload.message=\"`+msg+`\"`) {
+		t.Errorf("monitoring.tf does not count ERROR lines %q", msg)
+	}
+	if !strings.Contains(string(src), `ErrorContext(ctx, "`+msg+`"`) {
+		t.Errorf("shared/projection does not log %q at ERROR", msg)
 	}
 }
 

@@ -16,7 +16,8 @@ import (
 
 // topologyCases are topologies beyond the repository's own: defaults
 // overridden, zero values meaning "unset", a topic without consumers, extra
-// filters, disabled and forward consumers, Eventarc delivery.
+// filters, disabled and forward consumers (each authentication mode),
+// strict gap timeouts, Eventarc delivery.
 var topologyCases = map[string]string{
 	"minimal": `
 rollup: {topic: relaybus.ledger.rollup}
@@ -59,8 +60,18 @@ topics:
       - service: archive
         handler: forward
         forward_url: https://archive.example.com/events
+        forward_auth: google
+        forward_audience: https://archive.example.com
         enabled: false
         sort_order: 3
+      - service: partner
+        handler: forward
+        forward_url: https://partner.example.com/hooks
+        forward_auth: hmac
+        forward_secret: partner-signing-secret
+        forward_timeout_seconds: 30
+      - service: ledger
+        gap_timeout_seconds: 1800
   - name: shop.cart.events
     message_retention_seconds: 3600
     consumers:
@@ -157,7 +168,10 @@ func assertTopologyAgrees(t *testing.T, ev *evaluator, top *topology.Topology) {
 		want := map[string]any{
 			"topic": cs.Topic, "service": cs.Service, "role": cs.Role, "description": cs.Description,
 			"delivery": cs.Delivery, "handler": cs.Handler, "forward_url": cs.ForwardURL,
-			"extra_filter": cs.ExtraFilter, "enabled": cs.IsEnabled(),
+			"forward_auth": cs.ForwardAuth, "forward_audience": cs.ForwardAudience, "forward_secret": cs.ForwardSecret,
+			"forward_timeout_seconds": json.Number(itoa(cs.ForwardTimeoutSeconds)),
+			"gap_timeout_seconds":     json.Number(itoa(cs.GapTimeoutSeconds)),
+			"extra_filter":            cs.ExtraFilter, "enabled": cs.IsEnabled(),
 			"ack_deadline_seconds":      json.Number(itoa(cs.AckDeadlineSeconds)),
 			"min_backoff_seconds":       json.Number(itoa(cs.MinBackoffSeconds)),
 			"max_backoff_seconds":       json.Number(itoa(cs.MaxBackoffSeconds)),

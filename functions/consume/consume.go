@@ -6,10 +6,11 @@
 // engine (shared/consumer): inbox dedup, the configured handler and child
 // events in one Postgres transaction, the attempt recorded in the ledger.
 //
-// Answers: 200 acknowledges (applied, duplicate, permanent error recorded,
-// poison dead-lettered, addressed to another consumer); 503 asks Pub/Sub to
-// redeliver (transient error; dead-lettered after the subscription's
-// maximum attempts). It never answers 400: push would redeliver a 400
+// Answers: 200 acknowledges (applied, parked by a strict handler,
+// duplicate, permanent error recorded, poison dead-lettered, addressed to
+// another consumer); 503 asks Pub/Sub to redeliver (transient error,
+// dead-lettered after the subscription's maximum attempts; or, for a
+// forward consumer, another delivery of the event holds its claim). It never answers 400: push would redeliver a 400
 // forever. The ledger never changes an answer: attempts are committed in
 // Postgres with the delivery and recorded in Firestore afterwards.
 //
@@ -20,16 +21,35 @@
 // without the database's details.
 //
 // The handler is chosen by name (CONSUMER_HANDLER): projection (latest state
-// per aggregate, version-gated), strict (every version in order, then the
-// projection), forward (POST each event as a CloudEvent to FORWARD_URL), or
-// a name a Go package registered with RegisterHandler.
+// per aggregate, version-gated), strict (every version in order through the
+// resequencer, then the projection), forward (POST each event as a signed
+// CloudEvent to FORWARD_URL, outside the transaction), or a name a Go
+// package registered with RegisterHandler.
+//
+// A handler that keeps gaps (GapKeeper: strict's projection.Resequencer)
+// gets three operator routes, POST and JSON like the others:
+//
+//	POST /gaps        list the open gaps, oldest first; body optional:
+//	                  {"aggregateType", "aggregateId", "limit"}
+//	POST /gaps:check  apply parked events whose turn has come and report
+//	                  gaps open longer than STRICT_GAP_TIMEOUT (a Scheduler
+//	                  job, every minute)
+//	POST /gaps:skip   release a gap: {"aggregateType", "aggregateId",
+//	                  "version", "through", "reason"} skips the missing
+//	                  versions and applies the parked events now next; a
+//	                  refusal answers 409 {"code", "message"} with the rule
+//
+// Other consumers answer 404 there.
 package consume
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -43,6 +63,7 @@ import (
 	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // HandlerConfig is what a handler factory may read.
@@ -51,6 +72,33 @@ type HandlerConfig struct {
 	ConsumerID string
 	// ForwardURL is FORWARD_URL.
 	ForwardURL string
+	// ForwardAuth is FORWARD_AUTH: none, google or hmac (forward.Auth*).
+	ForwardAuth string
+	// ForwardAudience is FORWARD_AUDIENCE: the ID tokens' audience with
+	// FORWARD_AUTH=google (FORWARD_URL when empty).
+	ForwardAudience string
+	// ForwardSecrets are FORWARD_SIGNING_SECRET's secrets (space-separated
+	// there), with FORWARD_AUTH=hmac.
+	ForwardSecrets []string
+	// ForwardTimeout is FORWARD_TIMEOUT (forward.DefaultTimeout when 0).
+	ForwardTimeout time.Duration
+	// GapTimeout is STRICT_GAP_TIMEOUT: how long a strict consumer's gap
+	// may stay open before it is reported (projection.DefaultGapTimeout
+	// when 0).
+	GapTimeout time.Duration
+	// Logger receives the handler's logs.
+	Logger *slog.Logger
+}
+
+// HandlerConfigFor returns the handler configuration a topology consumer
+// declares (its forward_* and gap_timeout_seconds fields); the signing
+// secrets are not in the topology (FORWARD_SIGNING_SECRET, from Secret
+// Manager): pass them in secrets.
+func HandlerConfigFor(c topology.Consumer, secrets []string, log *slog.Logger) HandlerConfig {
+	return HandlerConfig{ConsumerID: c.Service, ForwardURL: c.ForwardURL, ForwardAuth: c.ForwardAuth,
+		ForwardAudience: c.ForwardAudience, ForwardSecrets: secrets,
+		ForwardTimeout: time.Duration(c.ForwardTimeoutSeconds) * time.Second,
+		GapTimeout:     time.Duration(c.GapTimeoutSeconds) * time.Second, Logger: log}
 }
 
 // HandlerFactory builds a named handler.
@@ -60,9 +108,12 @@ var (
 	handlersMu sync.RWMutex
 	handlers   = map[string]HandlerFactory{
 		"projection": func(HandlerConfig) (consumer.Handler, error) { return projection.Latest(), nil },
-		"strict":     func(HandlerConfig) (consumer.Handler, error) { return projection.Strict(projection.Latest()), nil },
+		"strict": func(c HandlerConfig) (consumer.Handler, error) {
+			return projection.NewStrict(projection.Latest(), projection.StrictOptions{GapTimeout: c.GapTimeout, Logger: c.Logger}), nil
+		},
 		"forward": func(c HandlerConfig) (consumer.Handler, error) {
-			return forward.New(forward.Options{URL: c.ForwardURL})
+			return forward.New(forward.Options{URL: c.ForwardURL, Auth: c.ForwardAuth, Audience: c.ForwardAudience,
+				Secrets: c.ForwardSecrets, Timeout: c.ForwardTimeout})
 		},
 	}
 )
@@ -108,6 +159,16 @@ type Options struct {
 	MaxBody int64
 	// Logger receives the structured logs.
 	Logger *slog.Logger
+}
+
+// GapKeeper is a handler that holds events until their predecessor is
+// applied (projection.Resequencer, CONSUMER_HANDLER=strict): consume serves
+// its gaps at POST /gaps, /gaps:check and /gaps:skip.
+type GapKeeper interface {
+	Gaps(ctx context.Context, run projection.Runner, f projection.GapFilter) ([]projection.Gap, error)
+	Check(ctx context.Context, run projection.Runner) (projection.CheckReport, error)
+	Skip(ctx context.Context, run projection.Runner, req projection.SkipRequest) (projection.SkipResult, error)
+	GapTimeout() time.Duration
 }
 
 // Handler is the consume function's HTTP handler.
@@ -172,6 +233,10 @@ func New(o Options) (*Handler, error) {
 			writeJSON(w, http.StatusOK, map[string]any{"purged": n})
 			return
 		}
+		if p := r.URL.Path; strings.HasSuffix(p, "/gaps") || strings.HasSuffix(p, "/gaps:check") || strings.HasSuffix(p, "/gaps:skip") {
+			serveGaps(w, r, o)
+			return
+		}
 		if strings.HasSuffix(r.URL.Path, "/ledger:ship") {
 			rep, err := o.Engine.Ship(r.Context(), o.ShipBudget)
 			if err != nil {
@@ -203,4 +268,111 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// maxGapBody bounds an operator's request body.
+const maxGapBody = 64 << 10
+
+// serveGaps serves a GapKeeper's routes.
+func serveGaps(w http.ResponseWriter, r *http.Request, o Options) {
+	g, ok := o.Engine.Handler().(GapKeeper)
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"code": "no_gaps",
+			"message": "this consumer's handler keeps no gaps (CONSUMER_HANDLER=strict does)"})
+		return
+	}
+	ctx := r.Context()
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxGapBody))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"code": "invalid", "message": err.Error()})
+		return
+	}
+	decode := func(v any) bool {
+		if len(bytes.TrimSpace(body)) == 0 {
+			return true
+		}
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"code": "invalid", "message": "the body is not the route's JSON: " + err.Error()})
+			return false
+		}
+		return true
+	}
+	failed := func(what string, err error) {
+		var ge *projection.GapError
+		if errors.As(err, &ge) {
+			writeJSON(w, http.StatusConflict, map[string]string{"code": ge.Code, "message": ge.Message})
+			return
+		}
+		o.Logger.ErrorContext(ctx, "consume: "+what+" failed", "error", err.Error())
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"code": "internal", "message": what + " failed; see the logs"})
+	}
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/gaps:check"):
+		rep, err := g.Check(ctx, o.Engine)
+		if err != nil {
+			failed("the gap check", err)
+			return
+		}
+		writeJSON(w, http.StatusOK, rep)
+	case strings.HasSuffix(r.URL.Path, "/gaps:skip"):
+		var req projection.SkipRequest
+		if !decode(&req) {
+			return
+		}
+		req.By = caller(r)
+		res, err := g.Skip(ctx, o.Engine, req)
+		if err != nil {
+			failed("the skip", err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	default:
+		var f projection.GapFilter
+		if !decode(&f) {
+			return
+		}
+		gaps, err := g.Gaps(ctx, o.Engine, f)
+		if err != nil {
+			failed("listing gaps", err)
+			return
+		}
+		if gaps == nil {
+			gaps = []projection.Gap{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"gaps": gaps, "gapTimeout": g.GapTimeout().String()})
+	}
+}
+
+// caller names who made an operator's request: the email in the ID token
+// Cloud Run verified before handing the request on (with the signature
+// stripped: its claims are read, not verified again), else "anonymous".
+func caller(r *http.Request) string {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return "anonymous"
+	}
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return "anonymous"
+	}
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return "anonymous"
+	}
+	var claims struct {
+		Email string `json:"email"`
+		Sub   string `json:"sub"`
+	}
+	if json.Unmarshal(b, &claims) != nil {
+		return "anonymous"
+	}
+	if claims.Email != "" {
+		return claims.Email
+	}
+	if claims.Sub != "" {
+		return claims.Sub
+	}
+	return "anonymous"
 }

@@ -90,6 +90,12 @@ func newStack(t testing.TB, h consumer.Handler, consumerID string) *stack {
 
 func newStackOn(t testing.TB, pool *pgxpool.Pool, h consumer.Handler, consumerID string) *stack {
 	t.Helper()
+	return newStackWith(t, pool, h, consumerID, nil)
+}
+
+// newStackWith is newStack on pool with the engine's options adjusted.
+func newStackWith(t testing.TB, pool *pgxpool.Pool, h consumer.Handler, consumerID string, adjust func(*consumer.Options)) *stack {
+	t.Helper()
 	ctx := context.Background()
 	if err := consume.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
@@ -103,8 +109,12 @@ func newStackOn(t testing.TB, pool *pgxpool.Pool, h consumer.Handler, consumerID
 	top, _ := topology.Load("")
 	fake.Provision(t, top)
 	led := &memLedger{}
-	engine, err := consumer.New(consumer.Options{DB: pool, ConsumerID: consumerID, Subscription: sub, Handler: h,
-		DeadLetters: fake.Client, Ledger: led, MaxDeliveryAttempts: 5})
+	o := consumer.Options{DB: pool, ConsumerID: consumerID, Subscription: sub, Handler: h,
+		DeadLetters: fake.Client, Ledger: led, MaxDeliveryAttempts: 5}
+	if adjust != nil {
+		adjust(&o)
+	}
+	engine, err := consumer.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,15 +298,15 @@ func TestConcurrentDuplicatesHaveOneEffect(t *testing.T) {
 	}
 }
 
-// deliverUntilAcked sends every message, redelivering the ones answered
-// non-2xx (as Pub/Sub would), shuffled, until all are acknowledged.
-func deliverUntilAcked(t *testing.T, s *stack, msgs []event.Message) (redeliveries int) {
+// deliverAsPubSub sends every message, concurrently and shuffled, and
+// redelivers the ones answered non-2xx, shuffled again, as Pub/Sub does
+// with a subscription's max delivery attempts: a message answered non-2xx
+// at its maxAttempts-th delivery is dead-lettered (not redelivered) and
+// counted. It returns the redeliveries and the dead-lettered messages.
+func deliverAsPubSub(t *testing.T, s *stack, msgs []event.Message, maxAttempts int) (redeliveries int, deadLettered []event.Message) {
 	t.Helper()
-	pending := msgs
-	for round := 1; len(pending) > 0; round++ {
-		if round > 200 {
-			t.Fatalf("%d messages never acknowledged", len(pending))
-		}
+	pending := append([]event.Message(nil), msgs...)
+	for attempt := 1; len(pending) > 0; attempt++ {
 		rand.Shuffle(len(pending), func(i, j int) { pending[i], pending[j] = pending[j], pending[i] })
 		var next []event.Message
 		var mu sync.Mutex
@@ -308,9 +318,13 @@ func deliverUntilAcked(t *testing.T, s *stack, msgs []event.Message) (redeliveri
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				if a := s.push(t, m, round); a.code != 200 {
+				if a := s.push(t, m, attempt); a.code != 200 {
 					mu.Lock()
-					next = append(next, m)
+					if attempt == maxAttempts {
+						deadLettered = append(deadLettered, m)
+					} else {
+						next = append(next, m)
+					}
 					mu.Unlock()
 				}
 			}()
@@ -319,7 +333,7 @@ func deliverUntilAcked(t *testing.T, s *stack, msgs []event.Message) (redeliveri
 		redeliveries += len(next)
 		pending = next
 	}
-	return redeliveries
+	return redeliveries, deadLettered
 }
 
 func shuffledVersions(t *testing.T, aggregates, versions int) []event.Message {
@@ -335,51 +349,120 @@ func shuffledVersions(t *testing.T, aggregates, versions int) []event.Message {
 func TestOutOfOrderDeliveryProjectionEndsAtNewest(t *testing.T) {
 	const aggregates, versions = 100, 50
 	s := newStack(t, projection.Latest(), "member-service")
-	deliverUntilAcked(t, s, shuffledVersions(t, aggregates, versions))
+	if _, dead := deliverAsPubSub(t, s, shuffledVersions(t, aggregates, versions), 3); len(dead) != 0 {
+		t.Errorf("%d messages dead-lettered", len(dead))
+	}
 	if n := s.count(t, `SELECT count(*) FROM relaybus_projection WHERE version = $1 AND state->>'amount' = $2`, versions, fmt.Sprint(versions*10)); n != aggregates {
 		t.Errorf("%d of %d aggregates at their newest state", n, aggregates)
 	}
 }
 
+// appliedLog is a strict handler's next step that records, in the
+// delivery's transaction, each version it applies; the log's order is the
+// commit order of one aggregate's transactions (they hold its position
+// lock until they commit).
+func appliedLog(t testing.TB, pool *pgxpool.Pool) consumer.Handler {
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE strict_applied (
+		aggregate_id text NOT NULL, version bigint NOT NULL, event_id text NOT NULL, seq bigserial PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
+		_, err := c.Tx.Exec(ctx, `INSERT INTO strict_applied (aggregate_id, version, event_id) VALUES ($1, $2, $3)`,
+			c.Event.AggregateID, c.Event.Version, c.Event.ID)
+		return err
+	})
+}
+
+// appliedVersions returns each aggregate's applied versions in the order
+// they were applied.
+func appliedVersions(t testing.TB, s *stack) map[string][]int64 {
+	rows, err := s.pool.Query(context.Background(), `SELECT aggregate_id, array_agg(version ORDER BY seq) FROM strict_applied GROUP BY aggregate_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]int64{}
+	for rows.Next() {
+		var agg string
+		var vs []int64
+		if err := rows.Scan(&agg, &vs); err != nil {
+			t.Fatal(err)
+		}
+		out[agg] = vs
+	}
+	return out
+}
+
+// Versions 1..50 of 100 aggregates delivered shuffled and concurrently,
+// each message at most 3 times (a 3rd refusal dead-letters it, as Pub/Sub
+// does): the strict handler applies 1..50 in order for every aggregate and
+// nothing is dead-lettered. Early versions are parked and acknowledged;
+// each is applied, with a success attempt of its own, in the transaction
+// that applied its predecessor, and the ledger ends with every event's
+// latest attempt a success.
 func TestOutOfOrderDeliveryStrictAppliesEveryVersionInOrder(t *testing.T) {
 	const aggregates, versions = 100, 50
-	var mu sync.Mutex
-	applied := map[string][]int64{}
-	record := consumer.HandlerFunc(func(_ context.Context, c *consumer.Context) error {
-		mu.Lock()
-		defer mu.Unlock()
-		// Recorded at commit time order is what matters; the position row
-		// lock serializes one aggregate's transactions.
-		applied[c.Event.AggregateID] = append(applied[c.Event.AggregateID], c.Event.Version)
-		return nil
-	})
-	s := newStack(t, projection.Strict(record), "audit-service")
-	redeliveries := deliverUntilAcked(t, s, shuffledVersions(t, aggregates, versions))
-	if redeliveries == 0 {
-		t.Fatal("no gap was ever answered; the shuffle tested nothing")
+	pool := pgtest.Schema(t)
+	s := newStackWith(t, pool, projection.Strict(appliedLog(t, pool)), "audit-service",
+		func(o *consumer.Options) { o.MaxDeliveryAttempts = 3 })
+	msgs := shuffledVersions(t, aggregates, versions)
+	redeliveries, dead := deliverAsPubSub(t, s, msgs, 3)
+	if len(dead) != 0 {
+		t.Errorf("%d messages dead-lettered (%d redeliveries), want none", len(dead), redeliveries)
+	}
+	applied := appliedVersions(t, s)
+	if len(applied) != aggregates {
+		t.Errorf("%d aggregates applied, want %d", len(applied), aggregates)
 	}
 	for agg, vs := range applied {
+		if len(vs) != versions {
+			t.Errorf("%s applied %d versions, want %d: %v", agg, len(vs), versions, vs)
+			continue
+		}
 		for i, v := range vs {
 			if v != int64(i+1) {
 				t.Fatalf("%s applied out of order: %v", agg, vs)
 			}
 		}
-		if len(vs) != versions {
-			t.Errorf("%s applied %d versions, want %d", agg, len(vs), versions)
-		}
 	}
-	if len(applied) != aggregates {
-		t.Errorf("%d aggregates applied, want %d", len(applied), aggregates)
+	parked := s.count(t, `SELECT count(*) FROM relaybus_attempts WHERE outcome = 'parked'`)
+	if parked == 0 {
+		t.Fatal("no event was ever parked; the shuffle tested nothing")
 	}
-	gaps := 0
+	if n := s.count(t, `SELECT count(*) FROM relaybus_strict_parked`); n != 0 {
+		t.Errorf("%d events still parked", n)
+	}
+	if n := s.count(t, `SELECT count(*) FROM relaybus_strict_position WHERE version = $1`, versions); n != aggregates {
+		t.Errorf("%d aggregates at version %d, want %d", n, versions, aggregates)
+	}
+	// The ledger: every event's latest attempt succeeded; each succeeded
+	// once; the parked ones were parked first.
+	latest := map[string]ledger.Attempt{}
+	successes := map[string]int{}
+	parkedInLedger := 0
 	for _, a := range s.shipped(t) {
-		if a.Outcome == ledger.OutcomeRetry && a.ErrorCode == "gap" {
-			gaps++
+		if cur, ok := latest[a.EventID]; !ok || a.AttemptNo > cur.AttemptNo {
+			latest[a.EventID] = a
+		}
+		if a.Success {
+			successes[a.EventID]++
+		}
+		if a.Outcome == ledger.OutcomeParked {
+			parkedInLedger++
 		}
 	}
-	if gaps == 0 {
-		t.Error("the ledger recorded no gap retries")
+	if len(latest) != aggregates*versions {
+		t.Errorf("the ledger has attempts for %d events, want %d", len(latest), aggregates*versions)
 	}
+	for id, a := range latest {
+		if !a.Success || successes[id] != 1 {
+			t.Errorf("%s: latest attempt %+v, %d successes; want one success, the latest", id, a, successes[id])
+			break
+		}
+	}
+	if parkedInLedger != parked {
+		t.Errorf("the ledger has %d parked attempts, Postgres %d", parkedInLedger, parked)
+	}
+	t.Logf("%d of %d deliveries parked, %d redeliveries", parked, aggregates*versions, redeliveries)
 }
 
 func TestDatabaseDownThenRedeliveryAppliesOnce(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
@@ -37,6 +38,21 @@ type Config struct {
 	Handler string `env:"CONSUMER_HANDLER, default=projection"`
 	// ForwardURL is the forward handler's target (FORWARD_URL).
 	ForwardURL string `env:"FORWARD_URL"`
+	// ForwardAuth is how the forward handler authenticates (FORWARD_AUTH:
+	// none, google or hmac; none).
+	ForwardAuth string `env:"FORWARD_AUTH, default=none"`
+	// ForwardAudience is the ID tokens' audience with FORWARD_AUTH=google
+	// (FORWARD_AUDIENCE; FORWARD_URL when empty).
+	ForwardAudience string `env:"FORWARD_AUDIENCE"`
+	// ForwardSigningSecret is the signing secret with FORWARD_AUTH=hmac
+	// (FORWARD_SIGNING_SECRET: "whsec_" + base64; several, space-separated,
+	// all sign), in production from Secret Manager.
+	ForwardSigningSecret string `env:"FORWARD_SIGNING_SECRET"`
+	// ForwardTimeout bounds one forward (FORWARD_TIMEOUT, 10s).
+	ForwardTimeout time.Duration `env:"FORWARD_TIMEOUT, default=10s"`
+	// GapTimeout is how long a strict consumer's version gap may stay open
+	// before it is reported (STRICT_GAP_TIMEOUT, 10m).
+	GapTimeout time.Duration `env:"STRICT_GAP_TIMEOUT, default=10m"`
 	// MaxDeliveryAttempts is the subscription's dead-letter threshold
 	// (CONSUMER_MAX_DELIVERY_ATTEMPTS, 5).
 	MaxDeliveryAttempts int `env:"CONSUMER_MAX_DELIVERY_ATTEMPTS, default=5"`
@@ -62,7 +78,9 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	log := cfg.Logger()
-	h, err := BuildHandler(cfg.Handler, HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL})
+	h, err := BuildHandler(cfg.Handler, HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
+		ForwardAuth: cfg.ForwardAuth, ForwardAudience: cfg.ForwardAudience, ForwardSecrets: strings.Fields(cfg.ForwardSigningSecret),
+		ForwardTimeout: cfg.ForwardTimeout, GapTimeout: cfg.GapTimeout, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -148,4 +150,45 @@ func attemptsOf(t *testing.T, s *ledger.Store, eventID string) int {
 		t.Fatal(err)
 	}
 	return len(docs)
+}
+
+// A topology consumer's forward and strict fields reach the handlers:
+// forward_auth hmac without its secret is refused with the variable to
+// set; with it, the forwarder signs; a strict consumer gets its gap timeout.
+func TestHandlerConfigForTheTopologysFields(t *testing.T) {
+	top, err := topology.Parse([]byte(`
+rollup: {topic: relaybus.ledger.rollup}
+topics:
+  - name: shop.order.events
+    consumers:
+      - service: partner-service
+        handler: forward
+        forward_url: https://partner.example.com/hooks
+        forward_auth: hmac
+        forward_secret: partner-signing-secret
+      - service: audit-service
+        handler: strict
+        gap_timeout_seconds: 900
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := top.Consumers()
+	if _, err := BuildHandler(cs[0].Handler, HandlerConfigFor(cs[0], nil, nil)); err == nil || !strings.Contains(err.Error(), "FORWARD_SIGNING_SECRET") {
+		t.Errorf("hmac without its secret: %v", err)
+	}
+	h, err := BuildHandler(cs[0].Handler, HandlerConfigFor(cs[0], []string{forward.NewSecret()}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := h.(*forward.Forwarder); !ok || f.Lease() != 15*time.Second {
+		t.Errorf("forward handler %T, want a forwarder leasing its 10 s timeout + 5 s", h)
+	}
+	h, err = BuildHandler(cs[1].Handler, HandlerConfigFor(cs[1], nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := h.(GapKeeper); !ok || g.GapTimeout() != 15*time.Minute {
+		t.Errorf("strict handler %T, want a GapKeeper with a 15-minute gap timeout", h)
+	}
 }

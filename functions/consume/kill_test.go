@@ -4,14 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -19,6 +25,7 @@ import (
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/projection"
@@ -145,4 +152,187 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 	if redelivered != 1 {
 		t.Errorf("%d attempts, want the one (no redelivery)", redelivered)
 	}
+}
+
+// startChild starts the consume function in a child process with env on a
+// free port and returns its URL; the process is killed at cleanup.
+func startChild(t *testing.T, env ...string) (*exec.Cmd, string) {
+	t.Helper()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childEnv+"=1", "PORT="+strconv.Itoa(port), "FUNCTION_TARGET="), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, "http://127.0.0.1:" + strconv.Itoa(port)
+}
+
+// postWhenUp POSTs body to url, retrying while nothing listens there yet
+// (the child is starting), and returns the answer or the error that
+// ended the request (a killed child's broken connection).
+func postWhenUp(url string, body []byte, deadline time.Time) (int, consumer.Result, error) {
+	for {
+		resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+		if err == nil {
+			var res consumer.Result
+			_ = json.NewDecoder(resp.Body).Decode(&res)
+			resp.Body.Close()
+			return resp.StatusCode, res, nil
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			return 0, consumer.Result{}, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A forward consumer's process SIGKILLed after the target answered 200
+// and before the process recorded the outcome (the test holds the claim's
+// row lock while the target answers, waits until the process's record
+// statement is blocked on it, kills the process and ends its database
+// session, so the record never runs): the claim it committed before the
+// call stands, so the event is neither lost nor taken for applied.
+// Redelivered (to another process, as Pub/Sub would), it is refused with
+// 503 while the claim's lease lasts, then the claim is taken over: the
+// target is called once more, which it deduplicates on the event id, the
+// outcome is recorded once, the killed attempt is recorded as abandoned,
+// and later deliveries are duplicates.
+func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
+	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
+		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
+	}
+	ctx := context.Background()
+	pool, schema := pgtest.SchemaConfig(t, nil)
+	secret := forward.NewSecret()
+	tg := newForwardTarget(t, secret)
+	answered := make(chan error, 1)
+	var lock pgx.Tx
+	var once sync.Once
+	tg.setHold(func(r *http.Request) {
+		once.Do(func() { // the first call: lock the claim's row, then answer 200
+			tx, err := pool.Begin(ctx)
+			if err == nil {
+				var state string
+				err = tx.QueryRow(ctx, `SELECT state FROM relaybus_inbox WHERE event_id = $1 FOR UPDATE`, r.Header.Get("webhook-id")).Scan(&state)
+				if err == nil && state != "claimed" {
+					err = fmt.Errorf("the row is %s during the call, want the committed claim", state)
+				}
+			}
+			lock = tx
+			answered <- err
+		})
+	})
+	env := []string{"GOOGLE_CLOUD_PROJECT=" + fmt.Sprintf("consume-kill-%d", time.Now().UnixNano()),
+		"DATABASE_URL=" + pgtest.SchemaURL(t, schema), "LEDGER=off", "CONSUMER_ID=archive-service",
+		"CONSUMER_HANDLER=forward", "FORWARD_URL=" + tg.URL, "FORWARD_AUTH=hmac", "FORWARD_SIGNING_SECRET=" + secret,
+		"FORWARD_TIMEOUT=1s"}
+	e := &event.Event{Type: "points.added", Source: "member-service", Topic: "member.points.events", AggregateID: "m-7",
+		Version: 1, Payload: []byte(`{"balance":70}`)}
+	_ = e.Prepare(time.Now(), event.Limits{})
+	m, _ := event.Encode(e, event.EncodingJSON)
+	m.ID = "msg-7"
+	deliver := func(attempt int) []byte {
+		return delivery.WrappedBody(m, "projects/p/subscriptions/member.points.events.archive-service-processor", attempt)
+	}
+
+	first, url := startChild(t, env...)
+	go func() { _, _, _ = postWhenUp(url, deliver(1), time.Now().Add(30*time.Second)) }()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first process never called the target")
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck
+	var lockPID, recorder int
+	if err := lock.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&lockPID); err != nil {
+		t.Fatal(err)
+	}
+	// The target has answered 200; the process's record waits on our lock.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, lockPID).Scan(&recorder)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process never tried to record the outcome: %v", err)
+		}
+	}
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	// Its connection dies with it: the record never runs.
+	if _, err := pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, recorder); err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := func(q string) int {
+		var n int
+		if err := pool.QueryRow(ctx, q, e.ID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(`SELECT count(*) FROM relaybus_inbox WHERE event_id = $1 AND state = 'claimed'`); n != 1 {
+		t.Fatalf("after the kill: %d claims, want the committed one", n)
+	}
+	if n := count(`SELECT count(*) FROM relaybus_attempts WHERE event_id = $1`); n != 0 {
+		t.Fatalf("after the kill: %d attempts recorded, want none (killed before the record)", n)
+	}
+
+	// Pub/Sub redelivers; another instance answers.
+	_, url = startChild(t, env...)
+	deadline := time.Now().Add(30 * time.Second)
+	var code int
+	var res consumer.Result
+	refused := 0
+	for attempt := 2; ; attempt++ {
+		var err error
+		code, res, err = postWhenUp(url, deliver(attempt), deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != http.StatusServiceUnavailable || res.Code != "in_progress" {
+			break
+		}
+		refused++
+		if n := tg.calls.Load(); n != 1 {
+			t.Fatalf("the target was called %d times while the claim's lease lasted, want 1", n)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the claim was never taken over")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code != 200 || res.Outcome != ledger.OutcomeSuccess {
+		t.Fatalf("redelivery after the lease: %d %+v, want 200 success", code, res)
+	}
+	if n, effects := tg.calls.Load(), tg.effectCount(); n != 2 || effects != 1 {
+		t.Errorf("the target was called %d times with %d effects, want 2 calls (once more) and 1 effect", n, effects)
+	}
+	if n := count(`SELECT count(*) FROM relaybus_attempts WHERE event_id = $1 AND outcome = 'success'`); n != 1 {
+		t.Errorf("%d success attempts recorded, want 1", n)
+	}
+	if n := count(`SELECT count(*) FROM relaybus_attempts WHERE event_id = $1 AND outcome = 'retry' AND error_code = 'abandoned' AND attempt_no = 1`); n != 1 {
+		t.Errorf("the killed attempt is not recorded as abandoned")
+	}
+	if n := count(`SELECT count(*) FROM relaybus_inbox WHERE event_id = $1 AND state = 'applied'`); n != 1 {
+		t.Errorf("the inbox row is not applied")
+	}
+	if code, res, err := postWhenUp(url, deliver(99), deadline); err != nil || code != 200 || !res.Duplicate {
+		t.Errorf("a later delivery: %d %+v %v, want a duplicate", code, res, err)
+	}
+	if n := tg.calls.Load(); n != 2 {
+		t.Errorf("the target was called %d times in all, want 2", n)
+	}
+	t.Logf("%d redeliveries refused while the killed process's claim was leased", refused)
 }

@@ -109,6 +109,15 @@ resource "google_secret_manager_secret_iam_member" "consume_database_url" {
   member    = google_service_account.consume[each.key].member
 }
 
+# A forward consumer that signs its requests (forward_auth hmac): its
+# signing secret (topology: forward_secret), created by the operator.
+resource "google_secret_manager_secret_iam_member" "consume_signing_secret" {
+  for_each  = local.consume_signing_secrets
+  secret_id = local.consume_signing_secrets[each.key]
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.consume[each.key].member
+}
+
 # dlqreplay's shared token (DLQREPLAY_AUTH=token only).
 resource "google_secret_manager_secret_iam_member" "dlqreplay_token" {
   count     = length(local.dlqreplay_token_secret)
@@ -347,6 +356,7 @@ resource "time_sleep" "iam_propagation" {
       [for g in google_secret_manager_secret_iam_member.main_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.relay_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.consume_database_url : g.id],
+      [for g in google_secret_manager_secret_iam_member.consume_signing_secret : g.id],
       google_secret_manager_secret_iam_member.dlqreplay_token[*].id,
       [for g in google_project_iam_member.cloudsql_client : g.id],
       [for g in google_project_iam_member.consume_cloudsql_client : g.id],

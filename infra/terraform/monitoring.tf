@@ -24,6 +24,12 @@
 # created or replaced.
 
 locals {
+  # Every consume service (their Cloud Run names start with consume-).
+  consume_log_filter = join(" AND ", [
+    "resource.type=\"cloud_run_revision\"",
+    "resource.labels.service_name=~\"^consume-\"",
+  ])
+
   relay_log_filter = join(" AND ", [
     "resource.type=\"cloud_run_revision\"",
     "resource.labels.service_name=(\"relaybus-relay\" OR \"relaybus-publish\")",
@@ -98,6 +104,22 @@ resource "google_logging_metric" "events_failed" {
   }
 }
 
+# A strict consumer's version gap open past its gap_timeout_seconds: one
+# ERROR line per gap, "consume: version gap past its time" (shared/projection's
+# resequencer, consume's POST /gaps:check; infra/services_test.go fails if it
+# stops logging it), with consumer_id, aggregate_id and missing_version.
+resource "google_logging_metric" "strict_gaps_stalled" {
+  name        = "relaybus/strict_gaps_stalled"
+  description = "Version gaps of strict consumers reported past their gap timeout (one \"consume: version gap past its time\" line each)."
+  filter      = "${local.consume_log_filter} AND severity=ERROR AND jsonPayload.message=\"consume: version gap past its time\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+  }
+}
+
 resource "time_sleep" "log_metrics" {
   create_duration = var.propagation_waits.log_metrics
   triggers = {
@@ -106,6 +128,7 @@ resource "time_sleep" "log_metrics" {
       google_logging_metric.relay_drains.id,
       google_logging_metric.publish_failures.id,
       google_logging_metric.events_failed.id,
+      google_logging_metric.strict_gaps_stalled.id,
     ])
   }
 }
@@ -290,6 +313,35 @@ resource "google_monitoring_alert_policy" "publish_failures" {
   documentation {
     mime_type = "text/markdown"
     content   = "The relay cannot publish: see `relay: publish failed` / `relay: event failed` log lines (event_id, error). FAILED events can be re-pushed with `relaybus repush <id>` once the cause is fixed."
+  }
+
+  # The log-based metrics must be visible to Monitoring first (#11102).
+  depends_on = [time_sleep.log_metrics]
+}
+
+resource "google_monitoring_alert_policy" "strict_gaps" {
+  display_name          = "relaybus: strict consumer gap past its time"
+  combiner              = "OR"
+  notification_channels = var.alerts.notification_channels
+
+  conditions {
+    display_name = "a version gap open longer than its consumer's gap timeout"
+    condition_threshold {
+      filter          = "resource.type = \"cloud_run_revision\" AND metric.type = \"logging.googleapis.com/user/${google_logging_metric.strict_gaps_stalled.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+      aggregations {
+        alignment_period     = "300s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+      }
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "A strict consumer holds events behind a version that has not arrived: `POST <consume URL>/gaps` lists the gaps (aggregate, missing version). Deliver the missing version again (dlqreplay: replay its dead letter, or re-push its event id) or skip it with `POST /gaps:skip`; the parked events then apply in order. See the README, Strict handlers and the resequencer."
   }
 
   # The log-based metrics must be visible to Monitoring first (#11102).

@@ -146,8 +146,18 @@ locals {
       ROLLUP_TOPIC                   = local.rollup.topic
       LEDGER_BUDGET                  = var.ledger_budget
       FORWARD_URL                    = c.forward_url
+      FORWARD_AUTH                   = c.forward_auth
+      FORWARD_AUDIENCE               = c.forward_audience
+      FORWARD_TIMEOUT                = "${c.forward_timeout_seconds}s"
+      STRICT_GAP_TIMEOUT             = "${c.gap_timeout_seconds}s"
     })
   }
+
+  # FORWARD_SIGNING_SECRET of the forward consumers that sign
+  # (forward_auth hmac), from the Secret Manager secret the topology names
+  # (forward_secret): the operator creates it and shares its value with the
+  # target; Terraform only grants consume access to it (iam.tf).
+  consume_signing_secrets = { for k, c in local.consumers : k => c.forward_secret if c.forward_auth == "hmac" }
 
   # Whether a service opens a Cloud SQL database (and so mounts the volume).
   function_uses_cloudsql = { for f, dbs in local.function_databases : f => anytrue([for db in values(dbs) : contains(keys(local.cloudsql_databases), db)]) }
@@ -293,6 +303,20 @@ resource "google_cloud_run_v2_service" "consume" {
           value_source {
             secret_key_ref {
               secret  = local.database_secret_ids[env.value]
+              version = "latest"
+            }
+          }
+        }
+      }
+
+      # FORWARD_SIGNING_SECRET: a signing forward consumer's secret.
+      dynamic "env" {
+        for_each = contains(keys(local.consume_signing_secrets), each.key) ? [local.consume_signing_secrets[each.key]] : []
+        content {
+          name = "FORWARD_SIGNING_SECRET"
+          value_source {
+            secret_key_ref {
+              secret  = env.value
               version = "latest"
             }
           }

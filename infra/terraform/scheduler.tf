@@ -11,6 +11,7 @@
 #   relay-<database>       the topology's relay.schedule   POST relay /?database=<name>
 #   ledger-ship-<consumer> every minute                    POST consume /ledger:ship
 #   inbox-purge-<consumer> daily                           POST consume /inbox:purge
+#   gaps-check-<consumer>  every minute (strict consumers)  POST consume /gaps:check
 #   reconcile              every minute                    POST rollup /reconcile
 #   expire                 hourly                          POST rollup /expire
 #
@@ -118,6 +119,35 @@ resource "google_cloud_scheduler_job" "inbox_purge" {
   http_target {
     http_method = "POST"
     uri         = "${google_cloud_run_v2_service.consume[each.key].uri}/inbox:purge"
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloud_run_v2_service.consume[each.key].uri
+    }
+  }
+
+  depends_on = [time_sleep.consume_invoker_propagation]
+}
+
+# A strict consumer's resequencer: applies parked events whose turn has come
+# (their handler had failed) and reports version gaps open longer than the
+# consumer's gap_timeout_seconds (an ERROR log, stalled attempts in the
+# ledger); bounded and idempotent (each gap is reported once).
+resource "google_cloud_scheduler_job" "gaps_check" {
+  for_each         = { for k, j in local.consume_jobs : k => j if local.consumers[k].handler == "strict" }
+  name             = "relaybus-gaps-check-${each.value.name}"
+  region           = var.region
+  description      = "Report ${each.key}'s version gaps past their time and apply parked events (consume POST /gaps:check)."
+  schedule         = var.schedules.gaps_check
+  time_zone        = var.scheduler_time_zone
+  attempt_deadline = "${each.value.attempt_deadline}s"
+
+  retry_config {
+    retry_count = 0
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = "${google_cloud_run_v2_service.consume[each.key].uri}/gaps:check"
     oidc_token {
       service_account_email = google_service_account.scheduler.email
       audience              = google_cloud_run_v2_service.consume[each.key].uri

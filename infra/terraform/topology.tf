@@ -68,6 +68,11 @@ locals {
         delivery                  = coalesce(try(c.delivery, null), local.defaults.delivery)
         handler                   = coalesce(try(c.handler, null), local.defaults.handler)
         forward_url               = try(c.forward_url, null) != null ? c.forward_url : ""
+        forward_auth              = coalesce(try(c.forward_auth, null), "none")
+        forward_audience          = try(c.forward_audience, null) != null ? c.forward_audience : ""
+        forward_secret            = try(c.forward_secret, null) != null ? c.forward_secret : ""
+        forward_timeout_seconds   = try(c.forward_timeout_seconds > 0 ? c.forward_timeout_seconds : 10, 10)
+        gap_timeout_seconds       = try(c.gap_timeout_seconds > 0 ? c.gap_timeout_seconds : 600, 600)
         extra_filter              = try(c.filter, null) != null ? c.filter : ""
         enabled                   = try(c.enabled, null) != null ? c.enabled : true
         ack_deadline_seconds      = try(c.ack_deadline_seconds > 0 ? c.ack_deadline_seconds : local.defaults.ack_deadline_seconds, local.defaults.ack_deadline_seconds)

@@ -135,6 +135,10 @@ func New(o Options) (*Engine, error) {
 	return e, nil
 }
 
+// Handler is the handler the engine runs (Options.Handler), for the routes
+// a handler serves besides deliveries (a strict consumer's gaps).
+func (e *Engine) Handler() Handler { return e.o.Handler }
+
 // Result is what the engine did with one delivery.
 type Result struct {
 	// Status is the HTTP status to answer: 200 acknowledges, 503 asks for
@@ -168,7 +172,17 @@ type Result struct {
 //     rolled back, the failed attempt committed, 200; poison (no handler
 //     for the type/schema version) → likewise and dead-lettered, 200;
 //     transient error (gap, timeout, database) → likewise (retry, or
-//     dead_lettered at the last attempt), 503.
+//     dead_lettered at the last attempt), 503; a handler that parked the
+//     event (Context.Park) → committed like a success, outcome parked, 200,
+//     and the attempts at other events it settled in the transaction
+//     (Context.ApplyOther) committed with it;
+//   - with a Remote handler, no transaction is open during the call: the
+//     event is claimed in the inbox (committed; a live claim of another
+//     delivery → 503 in_progress, an expired one is taken over), the
+//     handler runs, and its outcome is recorded in one statement (success
+//     → applied, 200; failure → the claim released, the failed attempt
+//     recorded, answered as above). See the inbox's package documentation
+//     for the states.
 //
 // The ledger never changes the answer: committed attempts are shipped to
 // it afterwards (see Ship). Emitted child events are kicked (Kicker) once
@@ -195,6 +209,9 @@ func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
 		return e.undecodable(ctx, log, d, sub, reason, err)
 	}
 	log = log.With(logging.Event(&ev)...)
+	if r, ok := e.o.Handler.(Remote); ok {
+		return e.remote(ctx, log, d, sub, &ev, r)
+	}
 	return e.attempt(ctx, log, d, sub, &ev)
 }
 
@@ -233,21 +250,29 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	if err != nil {
 		return unavailable("savepoint", err)
 	}
-	c := &Context{Event: ev, Tx: sp, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt}
+	c := &Context{Event: ev, Tx: sp, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
+		Subscription: sub, MessageID: d.Message.ID, engine: e}
 	herr := e.o.Handler.Handle(ctx, c)
 	if herr == nil {
-		a.Outcome, a.ConsumedAt = string(ledger.OutcomeSuccess), now()
+		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess}
+		if c.parkCode != "" {
+			res.Outcome, res.Code = ledger.OutcomeParked, c.parkCode
+			a.ErrorCode, a.ErrorMessage = c.parkCode, c.parkMessage
+		}
+		a.Outcome, a.ConsumedAt = string(res.Outcome), now()
 		if _, err := inbox.Record(ctx, sp, a); err != nil {
 			herr = Transient("database", err)
 		} else if err := tx.Commit(ctx); err != nil {
 			return unavailable("commit", err)
 		} else {
 			e.shipLater(ctx, log, a)
-			if e.o.Kicker != nil && len(c.emittedIDs) > 0 {
-				e.o.Kicker.Kick(c.emittedIDs...)
+			e.afterCommit(ctx, log, c)
+			if res.Outcome == ledger.OutcomeParked {
+				log.InfoContext(ctx, "consume: parked", "code", c.parkCode, "reason", c.parkMessage)
+			} else {
+				log.InfoContext(ctx, "consume: applied", "emitted", len(c.emittedIDs), "settled", len(c.recorded))
 			}
-			log.InfoContext(ctx, "consume: applied", "emitted", len(c.emittedIDs))
-			return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess}
+			return res
 		}
 	}
 
@@ -255,12 +280,28 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	if err := sp.Rollback(rctx); err != nil {
 		return unavailable("rollback", err)
 	}
+	res := e.failure(rctx, log, d, sub, ev, n, herr)
+	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(res.Outcome), res.Code, herr.Error(), now()
+	if err := inbox.Failed(rctx, tx, a); err != nil {
+		return unavailable("record", err)
+	}
+	if err := tx.Commit(rctx); err != nil {
+		return unavailable("commit", err)
+	}
+	e.shipLater(ctx, log, a)
+	e.logFailure(ctx, log, ev, res)
+	return res
+}
+
+// failure classifies a handler's error into the delivery's answer and
+// outcome, dead-lettering a poison message.
+func (e *Engine) failure(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string, ev *event.Event, n int, herr error) Result {
 	class, code := Classify(herr)
 	res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Code: code, Error: herr.Error()}
 	switch class {
 	case ClassPoison:
 		res.Outcome = ledger.OutcomePoison
-		if err := e.deadLetter(rctx, d, sub, ev.Topic, code, herr); err != nil {
+		if err := e.deadLetter(ctx, d, sub, ev.Topic, code, herr); err != nil {
 			log.ErrorContext(ctx, "consume: cannot dead-letter a poison message; redelivery requested", "reason", code, "error", err.Error())
 			res.Status, res.Outcome, res.Code = http.StatusServiceUnavailable, ledger.OutcomeRetry, "dead_letter"
 		}
@@ -276,22 +317,126 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 			res.Outcome = ledger.OutcomeDeadLettered
 		}
 	}
-	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(res.Outcome), res.Code, herr.Error(), now()
-	if err := inbox.Failed(rctx, tx, a); err != nil {
-		return unavailable("record", err)
-	}
-	if err := tx.Commit(rctx); err != nil {
-		return unavailable("commit", err)
-	}
-	e.shipLater(ctx, log, a)
+	return res
+}
+
+// logFailure logs a failed attempt once it is recorded.
+func (e *Engine) logFailure(ctx context.Context, log *slog.Logger, ev *event.Event, res Result) {
 	switch res.Outcome {
 	case ledger.OutcomeFailed:
 		log.ErrorContext(ctx, "consume: permanent error; acknowledged", "code", res.Code, "error", res.Error)
 	case ledger.OutcomePoison:
-		log.ErrorContext(ctx, "consume: poison message dead-lettered", "reason", code, "error", res.Error, "dead_letter_topic", names.DeadLetter(ev.Topic))
+		log.ErrorContext(ctx, "consume: poison message dead-lettered", "reason", res.Code, "error", res.Error, "dead_letter_topic", names.DeadLetter(ev.Topic))
 	default:
 		log.WarnContext(ctx, "consume: transient error; redelivery requested", "code", res.Code, "error", res.Error, "outcome", string(res.Outcome))
 	}
+}
+
+// afterCommit ships the attempts at other events c's handler settled and
+// kicks the child events it emitted, once c's transaction has committed.
+func (e *Engine) afterCommit(ctx context.Context, log *slog.Logger, c *Context) {
+	for _, o := range c.recorded {
+		e.shipLater(ctx, log, o)
+	}
+	if e.o.Kicker != nil && len(c.emittedIDs) > 0 {
+		e.o.Kicker.Kick(c.emittedIDs...)
+	}
+}
+
+// Do runs f in one transaction of the consumer's database outside any
+// delivery (an operator's action, a scheduled check): f gets a Context
+// with no event of its own (Event nil, Attempt 0) through which it may
+// apply or record other events the consumer holds (Context.ApplyOther,
+// Context.RecordAttempt) and emit child events. When f returns nil the
+// transaction commits, then the attempts f recorded are shipped to the
+// ledger and its child events kicked; otherwise it rolls back and f's
+// error is returned.
+func (e *Engine) Do(ctx context.Context, f func(ctx context.Context, c *Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
+	defer cancel()
+	var c *Context
+	err := pgx.BeginFunc(ctx, e.o.DB, func(tx pgx.Tx) error {
+		c = &Context{Tx: tx, ConsumerID: e.o.ConsumerID, engine: e}
+		return f(ctx, c)
+	})
+	if err != nil {
+		return err
+	}
+	e.afterCommit(ctx, e.o.Logger.With("consumer_id", e.o.ConsumerID), c)
+	return nil
+}
+
+// remote runs one attempt at ev with a Remote handler: claim (committed),
+// call with no transaction open, record (see the inbox's package
+// documentation).
+func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string, ev *event.Event, h Remote) Result {
+	ctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
+	defer cancel()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer rcancel()
+	unavailable := func(what string, err error) Result {
+		log.WarnContext(ctx, "consume: the database is unavailable; redelivery requested", "step", what, "error", err.Error())
+		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: "database", Error: "the consumer's database is unavailable"}
+	}
+	cl, err := inbox.Claim(ctx, e.o.DB, e.o.ConsumerID, ev.ID, h.Lease())
+	if err != nil {
+		return unavailable("claim", err)
+	}
+	if !cl.Claimed {
+		if cl.State == inbox.StateApplied {
+			log.InfoContext(ctx, "consume: duplicate; already applied", "applied_attempt", cl.Applied)
+			return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: cl.Applied, Duplicate: true}
+		}
+		log.InfoContext(ctx, "consume: another delivery holds the event's claim; redelivery requested",
+			"claimed_by_attempt", cl.Applied, "lease_until", cl.LeaseUntil)
+		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: "in_progress",
+			Error: "another delivery of this event is being handled; its claim expires at " + cl.LeaseUntil.Format(time.RFC3339)}
+	}
+	n := cl.Attempt
+	log = log.With("attempt", n)
+	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, AttemptNo: n, Topic: ev.Topic,
+		Subscription: sub, MessageID: d.Message.ID, DeliveryAttempt: d.Message.DeliveryAttempt}
+	if cl.Abandoned > 0 {
+		// The attempt whose claim this one took over never recorded its
+		// outcome: its process stopped after claiming (and maybe after
+		// calling). Say so in the record.
+		ab := a
+		ab.AttemptNo, ab.Outcome, ab.ErrorCode, ab.ConsumedAt = cl.Abandoned, string(ledger.OutcomeRetry), "abandoned", now()
+		ab.ErrorMessage = "the process handling this attempt stopped before recording its outcome; its claim expired and the next delivery called again"
+		ab.MessageID, ab.DeliveryAttempt = "", 0
+		if m, err := inbox.Record(rctx, e.o.DB, ab); err != nil {
+			log.WarnContext(ctx, "consume: cannot record the abandoned attempt", "abandoned_attempt", cl.Abandoned, "error", err.Error())
+		} else if m > 0 {
+			e.shipLater(ctx, log, ab)
+		}
+		log.WarnContext(ctx, "consume: took over an expired claim; calling again", "abandoned_attempt", cl.Abandoned)
+	}
+	c := &Context{Event: ev, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
+		Subscription: sub, MessageID: d.Message.ID, engine: e}
+	herr := h.Handle(ctx, c)
+	if herr == nil {
+		a.Outcome, a.ConsumedAt = string(ledger.OutcomeSuccess), now()
+		ok, err := inbox.Delivered(rctx, e.o.DB, a)
+		if err != nil {
+			// The claim stands; once its lease runs out a redelivery calls
+			// again and records.
+			return unavailable("record", err)
+		}
+		if !ok {
+			log.WarnContext(ctx, "consume: delivered, but the claim's lease ran out first and another delivery took it over; that delivery records the outcome")
+			return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess, Code: "claim_lost"}
+		}
+		e.shipLater(ctx, log, a)
+		log.InfoContext(ctx, "consume: delivered")
+		return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess}
+	}
+	res := e.failure(rctx, log, d, sub, ev, n, herr)
+	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(res.Outcome), res.Code, herr.Error(), now()
+	if err := inbox.Failed(rctx, e.o.DB, a); err != nil {
+		return unavailable("record", err)
+	}
+	e.shipLater(ctx, log, a)
+	e.logFailure(ctx, log, ev, res)
 	return res
 }
 
@@ -334,6 +479,20 @@ func (e *Engine) undecodable(ctx context.Context, log *slog.Logger, d delivery.D
 func (e *Engine) deadLetter(ctx context.Context, d delivery.Delivery, sub, topic, reason string, cause error) error {
 	dl := deadletter.Poison(d.Message, reason, cause.Error(), e.o.ConsumerID, sub, now())
 	_, err := e.o.DeadLetters.Publish(ctx, names.DeadLetter(topic), dl)
+	return err
+}
+
+// deadLetterEvent publishes a held event (a parked event that turned out
+// poison when its turn came) to <topic>.dlq with reason, re-encoded as the
+// message that brought it.
+func (e *Engine) deadLetterEvent(ctx context.Context, ev *event.Event, via Via, reason string, cause error) error {
+	m, err := event.Encode(ev, event.EncodingJSON)
+	if err != nil {
+		return err
+	}
+	m.ID = via.MessageID
+	dl := deadletter.Poison(m, reason, cause.Error(), e.o.ConsumerID, via.Subscription, now())
+	_, err = e.o.DeadLetters.Publish(ctx, names.DeadLetter(ev.Topic), dl)
 	return err
 }
 

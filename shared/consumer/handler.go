@@ -4,6 +4,14 @@
 // events into the outbox in that transaction, commits, records the attempt
 // in the ledger, and classifies every failure (see [Engine.Handle]).
 //
+// Besides applying its own event, a handler may park it to apply later
+// ([Context.Park]) and settle other events the consumer holds in the same
+// transaction ([Context.ApplyOther], [Context.RecordAttempt]): that is how
+// shared/projection's resequencer keeps strict order without redeliveries.
+// Their attempts are committed with the delivery and shipped to the ledger
+// after it. A [Remote] handler (shared/forward) runs with no transaction
+// open: the engine claims the event, calls it, and records the outcome.
+//
 // Handlers are registered by event type and schema version on a [Mux]:
 //
 //	mux := consumer.NewMux()
@@ -22,16 +30,20 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/inbox"
+	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
 )
 
 // Context is what a handler gets: the event, the transaction its effects
 // go into, and the delivery's facts.
 type Context struct {
-	// Event is the decoded event.
+	// Event is the decoded event (nil in Engine.Do, which runs outside any
+	// delivery).
 	Event *event.Event
 	// Tx is the delivery's transaction: the inbox row, the handler's writes
-	// and emitted child events commit together or not at all.
+	// and emitted child events commit together or not at all. It is nil for
+	// a Remote handler, which runs with no transaction open.
 	Tx pgx.Tx
 	// ConsumerID names the consumer.
 	ConsumerID string
@@ -39,8 +51,129 @@ type Context struct {
 	Attempt int
 	// DeliveryAttempt is Pub/Sub's delivery attempt (0 when unknown).
 	DeliveryAttempt int
+	// Subscription and MessageID are the delivery's subscription and
+	// Pub/Sub message id ("" when unknown).
+	Subscription, MessageID string
 
+	engine     *Engine // nil when the Context was not made by an engine
 	emittedIDs []string
+	// recorded are the attempts at other events settled in this
+	// transaction (ApplyOther, RecordAttempt), shipped after the commit.
+	recorded []inbox.Attempt
+	// parkCode and parkMessage, when set, make the attempt parked (Park).
+	parkCode, parkMessage string
+}
+
+// Park tells the engine that the handler accepted the event without
+// applying it yet: it stored it in c.Tx to apply later (a strict
+// consumer's resequencer holding an event that arrived before its
+// predecessor). The delivery commits and is acknowledged like a success,
+// the inbox keeps the event (redeliveries are duplicates), and the attempt
+// is recorded with outcome parked, code and message. Whoever applies the
+// event later records that with ApplyOther.
+func (c *Context) Park(code, message string) {
+	c.parkCode, c.parkMessage = code, message
+}
+
+// Via says how another event reached the consumer: the delivery facts its
+// attempts are recorded with.
+type Via struct {
+	Subscription, MessageID string
+	DeliveryAttempt         int
+}
+
+// ApplyOther applies another event the consumer holds in its inbox (a
+// parked event whose turn has come) in c's transaction, as one more attempt
+// of this consumer at it: the attempt is counted, h runs with a Context of
+// its own for ev whose Tx is a savepoint of c.Tx, and the attempt is
+// recorded in the transaction (inbox.Settle) with the outcome: success; or,
+// with h's work rolled back to the savepoint, retry (a transient error:
+// the event stays held, nothing redelivers it, whoever holds it tries
+// again), poison (published to <topic>.dlq when c comes from an engine)
+// or failed (a permanent error); a final failure releases the event's
+// inbox row so that a replay or a re-push can apply it. The child events
+// h emitted join c's when it succeeded; the attempt is shipped to the
+// ledger once c's transaction commits (and dropped with it if c's own work
+// is rolled back). It returns the outcome and h's error (nil on success);
+// an error recording the attempt is returned as a transient error with an
+// empty outcome, and c's work should then fail too.
+func (c *Context) ApplyOther(ctx context.Context, ev *event.Event, via Via, h Handler) (ledger.Outcome, error) {
+	n, err := inbox.Next(ctx, c.Tx, c.ConsumerID, ev.ID)
+	if err != nil {
+		return "", Transient("database", err)
+	}
+	sp, err := c.Tx.Begin(ctx)
+	if err != nil {
+		return "", Transient("database", err)
+	}
+	oc := &Context{Event: ev, Tx: sp, ConsumerID: c.ConsumerID, Attempt: n, DeliveryAttempt: via.DeliveryAttempt,
+		Subscription: via.Subscription, MessageID: via.MessageID, engine: c.engine}
+	a := inbox.Attempt{ConsumerID: c.ConsumerID, EventID: ev.ID, AttemptNo: n, Topic: ev.Topic,
+		Subscription: via.Subscription, MessageID: via.MessageID, DeliveryAttempt: via.DeliveryAttempt}
+	herr := h.Handle(ctx, oc)
+	if herr == nil && oc.parkCode != "" {
+		herr = Permanent("parked_twice", errors.New("a held event cannot be parked again"))
+	}
+	if herr == nil {
+		a.Outcome, a.ConsumedAt = string(ledger.OutcomeSuccess), now()
+		if _, err := inbox.Settle(ctx, sp, a); err != nil {
+			herr = Transient("database", err)
+		} else if err := sp.Commit(ctx); err != nil {
+			return "", Transient("database", err)
+		} else {
+			c.emittedIDs = append(c.emittedIDs, oc.emittedIDs...)
+			c.recorded = append(c.recorded, oc.recorded...)
+			c.recorded = append(c.recorded, a)
+			return ledger.OutcomeSuccess, nil
+		}
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return "", Transient("database", err)
+	}
+	class, code := Classify(herr)
+	outcome := ledger.OutcomeRetry
+	switch class {
+	case ClassPermanent:
+		outcome = ledger.OutcomeFailed
+	case ClassPoison:
+		outcome = ledger.OutcomeFailed
+		if c.engine != nil {
+			if err := c.engine.deadLetterEvent(ctx, ev, via, code, herr); err != nil {
+				outcome, code = ledger.OutcomeRetry, "dead_letter"
+			} else {
+				outcome = ledger.OutcomePoison
+			}
+		}
+	}
+	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(outcome), code, herr.Error(), now()
+	if _, err := inbox.Settle(ctx, c.Tx, a); err != nil {
+		return "", Transient("database", err)
+	}
+	c.recorded = append(c.recorded, a)
+	return outcome, herr
+}
+
+// RecordAttempt records, in c's transaction, an attempt at another event
+// the consumer holds in its inbox without applying it (a parked event
+// whose gap stayed open too long: outcome stalled) and returns its number
+// (0 when that attempt was recorded already). ConsumerID and ConsumedAt
+// default to c's and now, AttemptNo 0 takes the event's next number, and
+// the inbox row follows the outcome as inbox.Settle says. The engine ships
+// it to the ledger once c's transaction commits.
+func (c *Context) RecordAttempt(ctx context.Context, a inbox.Attempt) (int, error) {
+	if a.ConsumerID == "" {
+		a.ConsumerID = c.ConsumerID
+	}
+	if a.ConsumedAt.IsZero() {
+		a.ConsumedAt = now()
+	}
+	n, err := inbox.Settle(ctx, c.Tx, a)
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	a.AttemptNo = n
+	c.recorded = append(c.recorded, a)
+	return n, nil
 }
 
 // Emit enqueues child events in the delivery's transaction. Each child
@@ -49,6 +182,9 @@ type Context struct {
 // the consumer. Once the delivery commits, the engine kicks them (its
 // Kicker), so they reach Pub/Sub within milliseconds.
 func (c *Context) Emit(ctx context.Context, children ...*event.Event) error {
+	if c.Tx == nil {
+		return Permanent("emit", errors.New("emit child events: no transaction (a Remote handler cannot emit)"))
+	}
 	for _, e := range children {
 		if e.ParentEventID == "" {
 			e.ParentEventID = c.Event.ID
@@ -82,6 +218,21 @@ func (c *Context) Emit(ctx context.Context, children ...*event.Event) error {
 // Handler applies one event.
 type Handler interface {
 	Handle(ctx context.Context, c *Context) error
+}
+
+// Remote is a handler whose effect is a call to another service
+// (shared/forward's forwarder). The engine holds no transaction open while
+// it runs: it claims the event in the inbox and commits, calls Handle with
+// c.Tx nil, then records the outcome (see Engine.Handle and the inbox's
+// package documentation). The other service must be idempotent on the
+// event id: a process that dies after the call and before the record is
+// followed, once the claim's lease has run out, by one more call.
+type Remote interface {
+	Handler
+	// Lease is how long a claim stands before another delivery may take it
+	// over: longer than one call may take (the handler's own timeout) plus
+	// the time to record its outcome.
+	Lease() time.Duration
 }
 
 // HandlerFunc adapts a function to Handler.
@@ -168,8 +319,11 @@ func Transient(code string, err error) error {
 // Poison marks err as making the message unprocessable forever.
 func Poison(code string, err error) error { return &Error{Class: ClassPoison, Code: code, Err: err} }
 
-// ErrGap is the strict handlers' transient error: an earlier version of the
-// aggregate has not been applied yet, so this one must come back later.
+// ErrGap is a transient error a custom in-order handler may answer: an
+// earlier version of the aggregate has not been applied yet, so this one
+// must come back later (each redelivery costs one of the subscription's
+// delivery attempts). shared/projection's strict handler parks such a
+// version instead.
 var ErrGap = errors.New("version gap: an earlier version has not been applied yet")
 
 // Classify returns err's class and code: *Error says so itself; ErrGap is

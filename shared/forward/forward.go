@@ -4,24 +4,112 @@
 // consume error taxonomy: 2xx success; 408 and 429 transient; other 4xx
 // permanent (the service refuses the event for good); 5xx, timeouts and
 // network errors transient.
+//
+// # The call outside the transaction
+//
+// The forwarder is a consumer.Remote handler: the engine does not hold a
+// Postgres transaction (or connection) open while the target takes its
+// time. Each attempt goes through the inbox's claim states:
+//
+//	claimed   the attempt is counted and the event claimed with a lease
+//	          (Lease: the call's timeout + LeaseMargin), committed
+//	   |
+//	   | the call, no transaction open
+//	   v
+//	applied   2xx: the claim becomes applied and the success attempt is
+//	          recorded, in one statement; later deliveries are duplicates
+//	(released) otherwise: the claim is deleted and the failed attempt
+//	          recorded; a transient failure answers 503 and Pub/Sub
+//	          redelivers
+//
+// A delivery that finds a live claim (another instance is calling) answers
+// 503 and comes back later; one that finds an expired claim (the process
+// holding it died after claiming, maybe after calling) takes it over,
+// records the old attempt as retry "abandoned", and calls again. So no
+// effect is lost, the outcome is recorded once, and the target may see one
+// event more than once: it must be idempotent on the event id, which every
+// request carries as Ce-Id and Idempotency-Key (and webhook-id when
+// signed).
+//
+// # Authentication and tracing
+//
+// Per consumer (Options.Auth, FORWARD_AUTH):
+//
+//   - AuthNone: no credentials (a target on a private network, or one that
+//     checks Options.Header);
+//   - AuthGoogle: "Authorization: Bearer <ID token>", a Google-signed ID
+//     token for Options.Audience (the target's URL by default) from
+//     idtoken.NewTokenSource: on Cloud Run the service's own identity from
+//     the metadata server, elsewhere Application Default Credentials. A
+//     Cloud Run target behind IAM lets it through when that identity has
+//     roles/run.invoker; any other target verifies it against Google's keys
+//     (idtoken.Validate) and checks the audience and the caller's email.
+//   - AuthHMAC: the Standard Webhooks scheme (the one Svix documents and
+//     Convoy's advanced signatures follow): headers webhook-id (the event
+//     id), webhook-timestamp (Unix seconds of this attempt) and
+//     webhook-signature "v1,<base64 HMAC-SHA256 of
+//     `<webhook-id>.<webhook-timestamp>.<body>`>", keyed with the secret's
+//     bytes (a secret is "whsec_" + base64 of 24 to 64 random bytes;
+//     several secrets, space-separated, sign with each, for rotation). The
+//     target recomputes the signature over the raw body, compares in
+//     constant time and refuses a timestamp outside its tolerance (5
+//     minutes, DefaultTolerance): see Verify.
+//
+// Every request carries W3C trace context: "traceparent:
+// 00-<the event's trace id>-<its span id>-01" when the trace id is 32 hex
+// digits (the span id is made up when the event has none that fits), so
+// the target's spans join the event's trace.
 package forward
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"golang.org/x/oauth2"
+	"google.golang.org/api/idtoken"
 
 	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/event"
 )
 
 // DefaultTimeout bounds one forward.
 const DefaultTimeout = 10 * time.Second
+
+// LeaseMargin is added to the call's timeout to make a claim's lease: the
+// time to record the outcome after the call.
+const LeaseMargin = 5 * time.Second
+
+// Authentication modes (Options.Auth, FORWARD_AUTH).
+const (
+	AuthNone   = "none"
+	AuthGoogle = "google"
+	AuthHMAC   = "hmac"
+)
+
+// Headers the forwarder sets besides the CloudEvent's ce-* headers.
+const (
+	HeaderTraceparent    = "Traceparent"
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderWebhookID      = "Webhook-Id"
+	HeaderWebhookTime    = "Webhook-Timestamp"
+	HeaderWebhookSig     = "Webhook-Signature"
+	HeaderConsumer       = "X-Relaybus-Consumer"
+	HeaderAttempt        = "X-Relaybus-Attempt"
+)
 
 // Options configure a forwarder. URL is required.
 type Options struct {
@@ -31,12 +119,32 @@ type Options struct {
 	Client *http.Client
 	// Timeout bounds one request (DefaultTimeout).
 	Timeout time.Duration
-	// Header is added to every request (an Authorization header, say).
+	// Header is added to every request.
 	Header http.Header
+	// Auth is AuthNone (the default), AuthGoogle or AuthHMAC.
+	Auth string
+	// Audience is the ID tokens' audience with AuthGoogle (URL when empty;
+	// a Cloud Run service expects its own URL, or a custom audience it
+	// declares).
+	Audience string
+	// TokenSource mints the ID tokens with AuthGoogle
+	// (idtoken.NewTokenSource for Audience when nil).
+	TokenSource oauth2.TokenSource
+	// Secrets sign the requests with AuthHMAC: each "whsec_" + base64 of
+	// 24 to 64 bytes; every one signs (rotation).
+	Secrets []string
+	// Now is the clock of webhook-timestamp (time.Now).
+	Now func() time.Time
+}
+
+// Forwarder is the forwarding handler; it is a consumer.Remote.
+type Forwarder struct {
+	o    Options
+	keys [][]byte
 }
 
 // New returns a handler that forwards every event to o.URL.
-func New(o Options) (consumer.Handler, error) {
+func New(o Options) (*Forwarder, error) {
 	if o.URL == "" {
 		return nil, errors.New("forward: Options.URL is required (FORWARD_URL)")
 	}
@@ -46,32 +154,231 @@ func New(o Options) (consumer.Handler, error) {
 	if o.Client == nil {
 		o.Client = &http.Client{Timeout: o.Timeout}
 	}
-	return consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-		defer cancel()
-		ce := c.Event.CloudEvent()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL, nil)
-		if err != nil {
-			return consumer.Permanent("forward_url", err)
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	f := &Forwarder{o: o}
+	switch o.Auth {
+	case "", AuthNone:
+		if len(o.Secrets) > 0 {
+			return nil, errors.New("forward: signing secrets are set but FORWARD_AUTH is not hmac")
 		}
-		if err := cehttp.WriteRequest(ctx, binding.ToMessage(&ce), req); err != nil {
-			return consumer.Permanent("forward_encode", fmt.Errorf("forward: encode: %w", err))
+	case AuthGoogle:
+		if f.o.Audience == "" {
+			f.o.Audience = o.URL
 		}
-		for k, vs := range o.Header {
-			for _, v := range vs {
-				req.Header.Add(k, v)
+		if f.o.TokenSource == nil {
+			ts, err := idtoken.NewTokenSource(context.Background(), f.o.Audience)
+			if err != nil {
+				return nil, fmt.Errorf("forward: FORWARD_AUTH=google: ID tokens for audience %q: %w", f.o.Audience, err)
 			}
+			f.o.TokenSource = ts
 		}
-		req.Header.Set("X-Relaybus-Consumer", c.ConsumerID)
-		req.Header.Set("X-Relaybus-Attempt", fmt.Sprint(c.Attempt))
-		resp, err := o.Client.Do(req)
+	case AuthHMAC:
+		if len(o.Secrets) == 0 {
+			return nil, errors.New("forward: FORWARD_AUTH=hmac needs a signing secret (FORWARD_SIGNING_SECRET)")
+		}
+		for i, s := range o.Secrets {
+			k, err := ParseSecret(s)
+			if err != nil {
+				return nil, fmt.Errorf("forward: signing secret %d: %w", i+1, err)
+			}
+			f.keys = append(f.keys, k)
+		}
+	default:
+		return nil, fmt.Errorf("forward: FORWARD_AUTH=%q: must be none, google or hmac", o.Auth)
+	}
+	return f, nil
+}
+
+// Lease is how long a claim of this forwarder stands: the call's timeout
+// plus LeaseMargin (consumer.Remote).
+func (f *Forwarder) Lease() time.Duration { return f.o.Timeout + LeaseMargin }
+
+// Handle forwards c's event and maps the answer (consumer.Handler).
+func (f *Forwarder) Handle(ctx context.Context, c *consumer.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
+	defer cancel()
+	req, err := f.Request(ctx, c)
+	if err != nil {
+		return err
+	}
+	resp, err := f.o.Client.Do(req)
+	if err != nil {
+		return consumer.Transient("forward_unreachable", fmt.Errorf("forward to %s: %w", f.o.URL, err))
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	resp.Body.Close()
+	return classify(resp.StatusCode, string(body))
+}
+
+// Request builds the request that forwards c's event: the binary-mode
+// CloudEvent, the dedup, trace and relaybus headers, and the credentials.
+func (f *Forwarder) Request(ctx context.Context, c *consumer.Context) (*http.Request, error) {
+	ce := c.Event.CloudEvent()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.o.URL, nil)
+	if err != nil {
+		return nil, consumer.Permanent("forward_url", err)
+	}
+	if err := cehttp.WriteRequest(ctx, binding.ToMessage(&ce), req); err != nil {
+		return nil, consumer.Permanent("forward_encode", fmt.Errorf("forward: encode: %w", err))
+	}
+	var body []byte
+	if req.Body != nil {
+		if body, err = io.ReadAll(req.Body); err != nil {
+			return nil, consumer.Permanent("forward_encode", fmt.Errorf("forward: encode: %w", err))
+		}
+		req.Body.Close()
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	req.ContentLength = int64(len(body))
+	for k, vs := range f.o.Header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	req.Header.Set(HeaderConsumer, c.ConsumerID)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(c.Attempt))
+	req.Header.Set(HeaderIdempotencyKey, c.Event.ID)
+	if tp := Traceparent(c.Event); tp != "" {
+		req.Header.Set(HeaderTraceparent, tp)
+	}
+	switch f.o.Auth {
+	case AuthGoogle:
+		tok, err := f.o.TokenSource.Token()
 		if err != nil {
-			return consumer.Transient("forward_unreachable", fmt.Errorf("forward to %s: %w", o.URL, err))
+			return nil, consumer.Transient("forward_auth", fmt.Errorf("forward: ID token for %s: %w", f.o.Audience, err))
 		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		resp.Body.Close()
-		return classify(resp.StatusCode, string(body))
-	}), nil
+		req.Header.Set("Authorization", "Bearer "+tok.AccessToken)
+	case AuthHMAC:
+		ts := strconv.FormatInt(f.o.Now().Unix(), 10)
+		req.Header.Set(HeaderWebhookID, c.Event.ID)
+		req.Header.Set(HeaderWebhookTime, ts)
+		req.Header.Set(HeaderWebhookSig, sign(f.keys, c.Event.ID, ts, body))
+	}
+	return req, nil
+}
+
+// Traceparent returns the W3C traceparent header for e: version 00, e's
+// trace id, e's span id as the parent (a random one when e has none that
+// fits) and the sampled flag; "" when e's trace id is not 32 hex digits
+// (or is all zeros).
+func Traceparent(e *event.Event) string {
+	trace := strings.ToLower(e.TraceID)
+	if !isHex(trace, 32) {
+		return ""
+	}
+	span := strings.ToLower(e.SpanID)
+	for !isHex(span, 16) {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		span = hex.EncodeToString(b[:])
+	}
+	return "00-" + trace + "-" + span + "-01"
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n || allZero(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func allZero(s string) bool { return strings.Trim(s, "0") == "" }
+
+// SecretPrefix starts a Standard Webhooks signing secret.
+const SecretPrefix = "whsec_"
+
+// ParseSecret returns a signing secret's key bytes: secret is "whsec_"
+// (optional) followed by the standard base64 of 24 to 64 bytes.
+func ParseSecret(secret string) ([]byte, error) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(strings.TrimSpace(secret), SecretPrefix))
+	if err != nil {
+		return nil, fmt.Errorf("not %s followed by base64: %w", SecretPrefix, err)
+	}
+	if len(b) < 24 || len(b) > 64 {
+		return nil, fmt.Errorf("the key is %d bytes; Standard Webhooks keys are 24 to 64 random bytes", len(b))
+	}
+	return b, nil
+}
+
+// NewSecret returns a fresh signing secret: "whsec_" + base64 of 32
+// random bytes.
+func NewSecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return SecretPrefix + base64.StdEncoding.EncodeToString(b[:])
+}
+
+// Signature is the v1 signature of a request: base64 of HMAC-SHA256 over
+// "<id>.<timestamp>.<body>" keyed with key.
+func Signature(key []byte, id, timestamp string, body []byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(id))
+	m.Write([]byte{'.'})
+	m.Write([]byte(timestamp))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+func sign(keys [][]byte, id, ts string, body []byte) string {
+	sigs := make([]string, len(keys))
+	for i, k := range keys {
+		sigs[i] = "v1," + Signature(k, id, ts, body)
+	}
+	return strings.Join(sigs, " ")
+}
+
+// DefaultTolerance is how far a signed request's timestamp may be from the
+// verifier's clock (Svix's libraries use the same 5 minutes).
+const DefaultTolerance = 5 * time.Minute
+
+// Verification failures.
+var (
+	ErrMissingHeaders = errors.New("forward: webhook-id, webhook-timestamp and webhook-signature are required")
+	ErrTimestamp      = errors.New("forward: webhook-timestamp is outside the tolerance (a replay, or a clock off)")
+	ErrSignature      = errors.New("forward: no webhook-signature matches")
+)
+
+// Verify checks a signed request the way a target should: the three
+// headers are present, the timestamp is within tolerance of now
+// (DefaultTolerance when 0), and one of the v1 signatures is the HMAC of
+// "<webhook-id>.<webhook-timestamp>.<body>" under secret (compared in
+// constant time). body is the raw request body, as received.
+func Verify(secret string, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	key, err := ParseSecret(secret)
+	if err != nil {
+		return err
+	}
+	id, ts, sigs := h.Get(HeaderWebhookID), h.Get(HeaderWebhookTime), h.Get(HeaderWebhookSig)
+	if id == "" || ts == "" || sigs == "" {
+		return ErrMissingHeaders
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return ErrTimestamp
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
+		return ErrTimestamp
+	}
+	want := []byte(Signature(key, id, ts, body))
+	for _, s := range strings.Fields(sigs) {
+		v, sig, ok := strings.Cut(s, ",")
+		if ok && v == "v1" && hmac.Equal([]byte(sig), want) {
+			return nil
+		}
+	}
+	return ErrSignature
 }
 
 // classify maps the target's status to the taxonomy.

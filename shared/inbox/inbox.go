@@ -22,6 +22,39 @@
 // so the count, the claim, the effect and the attempt commit together, in
 // one round trip each and a single commit.
 //
+// A handler may settle other events in that transaction (a strict
+// consumer's resequencer applies the parked events whose turn has come):
+// Next counts an attempt at such an event and Settle records it, with the
+// inbox row following its outcome (see settle.sql).
+//
+// # Claims: a remote call outside the transaction
+//
+// A handler whose effect is a call to another service (shared/forward) must
+// not hold a Postgres connection while the other service takes its time,
+// so its attempt has three steps and the inbox row has a state:
+//
+//	Claim       count the attempt; insert the row 'claimed' with a lease  -> COMMIT
+//	            (an 'applied' row: a duplicate; a claim still leased: busy)
+//	call        the handler, no transaction open
+//	Delivered   success: 'claimed' -> 'applied' + the attempt, one statement
+//	  or Failed failure: the row deleted + the attempt, one statement
+//
+//	            claimed --success--> applied
+//	               |  \--failure--> (no row: a redelivery claims again)
+//	               \--lease ran out (the process died)--> taken over by the
+//	                   next delivery: claimed again, the old attempt recorded
+//	                   as retry "abandoned", the call made again
+//
+// The effect is never lost: until an outcome is recorded the claim stands,
+// the delivery was not acknowledged, and Pub/Sub redelivers; once its lease
+// has run out the redelivery calls again. It is recorded once: only the
+// attempt holding the claim records a success, and an applied row makes
+// every later delivery a duplicate. The call itself can happen twice (the
+// process died after the call and before Delivered), so the other service
+// must be idempotent on the event id (shared/forward sends it as Ce-Id and
+// Idempotency-Key). Rows written in the handler's own transaction are
+// 'applied' from the start.
+//
 // Every query is a .sql file under sql/, embedded.
 package inbox
 
@@ -62,6 +95,11 @@ var (
 	unshippedSQL = query("unshipped")
 	shippedSQL   = query("shipped")
 	purgeSQL     = query("purge")
+	nextSQL      = query("next")
+	settleSQL    = query("settle")
+	claimSQL     = query("claim")
+	claimedSQL   = query("claimstate")
+	deliveredSQL = query("delivered")
 )
 
 // Migrate creates or upgrades the inbox tables in db's search_path.
@@ -135,7 +173,9 @@ func Record(ctx context.Context, db outbox.DBTX, a Attempt) (int, error) {
 }
 
 // Failed releases the inbox claim of a failed attempt and records it, in
-// tx after the handler's work was rolled back to the savepoint.
+// tx after the handler's work was rolled back to the savepoint, or, for an
+// attempt that claimed the event with Claim, in one statement of its own
+// (a claim another attempt has taken over stays).
 func Failed(ctx context.Context, tx outbox.DBTX, a Attempt) error {
 	if _, err := tx.Exec(ctx, failedSQL, a.args()...); err != nil {
 		return fmt.Errorf("inbox: record failed attempt: %w", err)
@@ -191,4 +231,119 @@ func Purge(ctx context.Context, db outbox.DBTX, before time.Time, limit int) (in
 		return 0, fmt.Errorf("inbox: purge: %w", err)
 	}
 	return a + b + c, nil
+}
+
+// Next counts one more attempt of consumer at eventID, an event the
+// consumer already holds (a parked event its handler applies in another
+// event's transaction), in tx, and returns the attempt's number. Record the
+// attempt with Settle in the same transaction.
+func Next(ctx context.Context, tx outbox.DBTX, consumer, eventID string) (int, error) {
+	var n int
+	if err := tx.QueryRow(ctx, nextSQL, consumer, eventID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("inbox: count attempt: %w", err)
+	}
+	return n, nil
+}
+
+// Settle records attempt a at an event the consumer already holds in its
+// inbox (claimed by an earlier attempt: a parked event) and brings the
+// inbox row in line: success makes it name a (the attempt that applied the
+// event); a final failure (failed, poison, dead_lettered) deletes it, so a
+// replay or a re-push can apply the event; other outcomes leave it.
+// AttemptNo 0 takes the event's next number. It returns the attempt's
+// number, or 0 when that attempt was recorded already.
+func Settle(ctx context.Context, tx outbox.DBTX, a Attempt) (int, error) {
+	var n int
+	err := tx.QueryRow(ctx, settleSQL, a.args()...).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("inbox: settle attempt: %w", err)
+	}
+	return n, nil
+}
+
+// Claim states.
+const (
+	// StateClaimed: a remote call is (or was) under way; see Claim.
+	StateClaimed = "claimed"
+	// StateApplied: the event's effect is done.
+	StateApplied = "applied"
+)
+
+// Claimed is what Claim found.
+type Claimed struct {
+	// Attempt is this attempt's number (when Claimed).
+	Attempt int
+	// Claimed: this attempt holds the claim and makes the call.
+	Claimed bool
+	// Abandoned is the number of the attempt whose expired claim this one
+	// took over (0 when the claim was new): that attempt's process stopped
+	// between its claim and its record, so whether its call reached the
+	// other side is unknown.
+	Abandoned int
+	// When not Claimed: State is StateApplied (a duplicate; Applied is the
+	// attempt that applied it) or StateClaimed (another attempt holds a
+	// live claim until LeaseUntil), or "" (a concurrent claim has not
+	// committed yet: treat it as busy).
+	State      string
+	Applied    int
+	LeaseUntil time.Time
+}
+
+// Claim claims eventID for consumer before a remote call, in a transaction
+// of its own that it commits (see the package documentation): the attempt
+// is counted and the row claimed for lease, or an expired claim taken over.
+// When the event is applied already or another attempt holds a live claim,
+// nothing is written and Claimed is false.
+func Claim(ctx context.Context, db migrate.Beginner, consumer, eventID string, lease time.Duration) (Claimed, error) {
+	var c Claimed
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var abandoned *int
+		if err := tx.QueryRow(ctx, claimSQL, consumer, eventID, lease.Milliseconds()).Scan(&c.Attempt, &c.Claimed, &abandoned); err != nil {
+			return err
+		}
+		if c.Claimed {
+			if abandoned != nil {
+				c.Abandoned = *abandoned
+			}
+			return nil
+		}
+		var lu *time.Time
+		err := tx.QueryRow(ctx, claimedSQL, consumer, eventID).Scan(&c.State, &c.Applied, &lu)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if lu != nil {
+			c.LeaseUntil = lu.UTC()
+		}
+		c.Attempt = 0
+		return errNotClaimed // roll back: the count goes with it
+	})
+	if errors.Is(err, errNotClaimed) {
+		return c, nil
+	}
+	if err != nil {
+		return Claimed{}, fmt.Errorf("inbox: claim: %w", err)
+	}
+	return c, nil
+}
+
+var errNotClaimed = errors.New("not claimed")
+
+// Delivered records the success of a claimed attempt: the claim becomes
+// applied and the attempt is recorded, in one statement, if a still holds
+// the claim. It reports false when it did not (the lease ran out and
+// another attempt took the claim over: that one records its outcome).
+func Delivered(ctx context.Context, db outbox.DBTX, a Attempt) (bool, error) {
+	var n int
+	err := db.QueryRow(ctx, deliveredSQL, a.args()...).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("inbox: record delivered attempt: %w", err)
+	}
+	return true, nil
 }

@@ -109,9 +109,23 @@
 //  5. Some expected consumer's latest attempt failed: PARTIAL if some
 //     expected consumer's latest attempt succeeded; else RETRYING if some
 //     failure will be retried (outcome retry: Pub/Sub redelivers); else
-//     FAILED (failed, poison, dead_lettered).
-//  6. SENT: no failures; some expected consumer has not reported yet (or
-//     the event has no expected consumers).
+//     FAILED (failed, poison, dead_lettered, stalled).
+//  6. SENT: no failures; some expected consumer has not reported yet, or
+//     its latest attempt is parked (or the event has no expected
+//     consumers).
+//
+// Outcomes by the rules above: success succeeds; retry is a failure that
+// will be retried; failed, poison, dead_lettered and stalled are failures
+// nothing retries automatically; parked is neither: a strict consumer
+// received the event before its predecessor and holds it in its own
+// database (it counts as reported, so rule 3 does not apply, and as no
+// failure). A parked event is applied in the transaction that applies its
+// predecessor, with a success attempt of its own, so its status moves on
+// from SENT without a redelivery. If the predecessor stays missing past the
+// consumer's gap timeout, the consumer records a stalled attempt for every
+// event it holds behind the gap (rule 5: FAILED, or PARTIAL next to a
+// consumer that succeeded) until an operator replays or skips the missing
+// version; then their success attempts make them CONSUMED.
 //
 // Statuses are facts derived again on every rollup, not a one-way machine:
 // a late success turns FAILED or PARTIAL into CONSUMED, and a consumer that

@@ -220,7 +220,7 @@ func (d *Event) LogEvent() *event.Event {
 // Valid reports whether o is one of the Outcome constants.
 func (o Outcome) Valid() bool {
 	switch o {
-	case OutcomeSuccess, OutcomeRetry, OutcomeFailed, OutcomePoison, OutcomeDeadLettered:
+	case OutcomeSuccess, OutcomeRetry, OutcomeFailed, OutcomePoison, OutcomeDeadLettered, OutcomeParked, OutcomeStalled:
 		return true
 	}
 	return false
@@ -242,7 +242,7 @@ func (a *Attempt) Validate() error {
 	}
 	switch {
 	case !a.Outcome.Valid():
-		add("outcome", "one of success, retry, failed, poison, dead_lettered")
+		add("outcome", "one of success, retry, failed, poison, dead_lettered, parked, stalled")
 	case a.Success != (a.Outcome == OutcomeSuccess):
 		add("success", "must be true exactly when outcome is success")
 	}

@@ -27,15 +27,16 @@ type Facts struct {
 // Derive applies the status truth table (see the package documentation) to
 // the facts. It is a pure function: the same facts give the same status.
 func Derive(f Facts) Status {
-	var succeeded, failed, waiting int
+	var succeeded, failed, parked int
 	var retryable bool
 	for _, c := range f.Expected {
 		a, ok := f.Latest[c]
 		switch {
 		case !ok:
-			waiting++
 		case a.Success:
 			succeeded++
+		case a.Outcome == OutcomeParked:
+			parked++ // received and held: neither a success nor a failure yet
 		default:
 			failed++
 			if a.Outcome == OutcomeRetry {
@@ -43,7 +44,7 @@ func Derive(f Facts) Status {
 			}
 		}
 	}
-	reported := succeeded + failed
+	reported := succeeded + failed + parked
 
 	// 1. Every expected consumer's latest attempt succeeded.
 	if len(f.Expected) > 0 && succeeded == len(f.Expected) {
@@ -74,7 +75,8 @@ func Derive(f Facts) Status {
 		}
 		return StatusFailed
 	}
-	// 6. No failures; someone has not reported (or nobody is expected).
+	// 6. No failures; someone has not reported, or holds the event parked
+	// (or nobody is expected).
 	return StatusSent
 }
 
@@ -116,6 +118,13 @@ const (
 	// ConsumerFailed: the latest attempt failed for good (failed, poison,
 	// dead-lettered); only a re-push or replay tries again.
 	ConsumerFailed ConsumerState = "failed"
+	// ConsumerParked: a strict consumer holds the event until its
+	// predecessor is applied (outcome parked).
+	ConsumerParked ConsumerState = "parked"
+	// ConsumerStalled: the event is parked and its predecessor has been
+	// missing longer than the consumer's gap timeout (outcome stalled); an
+	// operator replays the missing version or skips it.
+	ConsumerStalled ConsumerState = "stalled"
 )
 
 // StateOf returns a consumer's state from its latest attempt (nil: none).
@@ -127,6 +136,10 @@ func StateOf(latest *Attempt) ConsumerState {
 		return ConsumerSucceeded
 	case latest.Outcome == OutcomeRetry:
 		return ConsumerRetrying
+	case latest.Outcome == OutcomeParked:
+		return ConsumerParked
+	case latest.Outcome == OutcomeStalled:
+		return ConsumerStalled
 	}
 	return ConsumerFailed
 }

@@ -67,6 +67,18 @@ func TestDeriveTruthTable(t *testing.T) {
 		{"every consumer failed for good", Facts{Expected: two, Latest: latest(fail("member-service", 1, OutcomePoison), fail("message-service", 4, OutcomeDeadLettered)), Sent: true}, StatusFailed},
 		{"succeeded then a later replay failed", Facts{Expected: []string{"a"}, Latest: latest(ok("a", 1), fail("a", 2, OutcomeFailed)), Sent: true}, StatusFailed},
 
+		// Strict consumers' resequencer: parked is neither a success nor a failure; stalled is a failure nothing retries.
+		{"the only consumer parked the event", Facts{Expected: []string{"a"}, Latest: latest(fail("a", 1, OutcomeParked)), Sent: true}, StatusSent},
+		{"parked although the send was never recorded (ledger behind)", Facts{Expected: []string{"a"}, Latest: latest(fail("a", 1, OutcomeParked))}, StatusSent},
+		{"one succeeded, one parked", Facts{Expected: two, Latest: latest(ok("member-service", 1), fail("message-service", 1, OutcomeParked)), Sent: true}, StatusSent},
+		{"one parked, one failed for good", Facts{Expected: two, Latest: latest(fail("member-service", 1, OutcomeParked), fail("message-service", 1, OutcomeFailed)), Sent: true}, StatusFailed},
+		{"one parked, one retrying", Facts{Expected: two, Latest: latest(fail("member-service", 1, OutcomeParked), fail("message-service", 1, OutcomeRetry)), Sent: true}, StatusRetrying},
+		{"parked, then applied when its predecessor came", Facts{Expected: []string{"a"}, Latest: latest(fail("a", 1, OutcomeParked), ok("a", 2)), Sent: true}, StatusConsumed},
+		{"the only consumer's gap stalled", Facts{Expected: []string{"a"}, Latest: latest(fail("a", 1, OutcomeParked), fail("a", 2, OutcomeStalled)), Sent: true}, StatusFailed},
+		{"one succeeded, one stalled", Facts{Expected: two, Latest: latest(ok("member-service", 1), fail("message-service", 2, OutcomeStalled)), Sent: true}, StatusPartial},
+		{"stalled, then released by an operator's skip", Facts{Expected: []string{"a"}, Latest: latest(fail("a", 1, OutcomeParked), fail("a", 2, OutcomeStalled), ok("a", 3)), Sent: true}, StatusConsumed},
+		{"expiry beats a parked event", Facts{Expected: []string{"a"}, Latest: latest(fail("a", 1, OutcomeParked)), Sent: true, ExpireAt: now.Add(-time.Second)}, StatusExpired},
+
 		// 6. SENT, waiting
 		{"sent, nobody reported", Facts{Expected: two, Sent: true}, StatusSent},
 		{"sent, one of two succeeded", Facts{Expected: two, Latest: latest(ok("member-service", 1)), Sent: true}, StatusSent},
@@ -100,6 +112,8 @@ func TestStateOf(t *testing.T) {
 		{&Attempt{Outcome: OutcomeFailed}, ConsumerFailed},
 		{&Attempt{Outcome: OutcomePoison}, ConsumerFailed},
 		{&Attempt{Outcome: OutcomeDeadLettered}, ConsumerFailed},
+		{&Attempt{Outcome: OutcomeParked}, ConsumerParked},
+		{&Attempt{Outcome: OutcomeStalled}, ConsumerStalled},
 	} {
 		if got := StateOf(c.a); got != c.want {
 			t.Errorf("StateOf(%+v) = %s, want %s", c.a, got, c.want)

@@ -58,10 +58,22 @@ const (
 	// OutcomeDeadLettered: Pub/Sub gave up after the subscription's maximum
 	// delivery attempts and moved the message to the DLQ.
 	OutcomeDeadLettered Outcome = "dead_lettered"
+	// OutcomeParked: a strict consumer received the event before its
+	// predecessor and parked it in its own database (acknowledged, not
+	// applied). When the missing version is applied, the event is applied in
+	// the same transaction and gets a success attempt of its own.
+	OutcomeParked Outcome = "parked"
+	// OutcomeStalled: a parked event's gap (the missing predecessor) stayed
+	// open longer than the consumer's gap timeout. It is still parked; it is
+	// applied when the missing version arrives (a replay, a re-push) or an
+	// operator skips that version (consume's POST /gaps:skip).
+	OutcomeStalled Outcome = "stalled"
 )
 
-// Final reports whether nothing will retry the attempt automatically.
-func (o Outcome) Final() bool { return o != OutcomeRetry }
+// Final reports whether nothing will retry the attempt automatically: not
+// retry (Pub/Sub redelivers) and not parked (the consumer applies it when
+// its predecessor arrives).
+func (o Outcome) Final() bool { return o != OutcomeRetry && o != OutcomeParked }
 
 // Attempt is one consumption attempt of one event by one consumer: a
 // document of the insert-only event_consumptions collection (group): the

@@ -5,19 +5,23 @@
 //   - Latest upserts each aggregate's latest state, taking an event only
 //     when its version is newer than the one held (a version gate: late or
 //     repeated versions change nothing);
-//   - Strict lets an event through only when its version is the next one
-//     (last + 1); otherwise it answers consumer.ErrGap, a transient error,
-//     so the message comes back later, after the missing versions.
+//   - Strict applies every version of an aggregate exactly in order (last
+//   - 1), through a resequencer: an event that arrives before its
+//     predecessor is parked in the consumer's own database, in the
+//     delivery's transaction, and acknowledged; when the missing version is
+//     applied, the parked events that are now next are applied in the same
+//     transaction, in order. Nothing is redelivered or dead-lettered for
+//     arriving early. See [Resequencer] for its tables, the gap timeout and
+//     how an operator releases a gap.
+//
+// Every query is a .sql file under sql/, embedded.
 package projection
 
 import (
 	"context"
 	"embed"
 	"encoding/json"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
@@ -29,6 +33,30 @@ var migrationFS embed.FS
 
 // Migrations is the projection tables' migration line.
 var Migrations = migrate.MustLoadFS("projection", migrationFS, "migrations")
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+func query(name string) string {
+	b, err := sqlFS.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic("projection: no query " + name)
+	}
+	return string(b)
+}
+
+var (
+	latestSQL   = query("latest")
+	positionSQL = query("position")
+	advanceSQL  = query("advance")
+	skippedSQL  = query("skipped")
+	parkSQL     = query("park")
+	parkedSQL   = query("parked")
+	unparkSQL   = query("unpark")
+	gapsSQL     = query("gaps")
+	stallSQL    = query("stall")
+	skipSQL     = query("skip")
+)
 
 // Migrate creates or upgrades the projection tables in db's search_path.
 func Migrate(ctx context.Context, db migrate.Beginner) error {
@@ -52,52 +80,10 @@ func State(e *event.Event) []byte {
 func Latest() consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
 		e := c.Event
-		_, err := c.Tx.Exec(ctx, `INSERT INTO relaybus_projection
-			(consumer_id, aggregate_type, aggregate_id, version, event_id, event_type, state)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
-			ON CONFLICT (consumer_id, aggregate_type, aggregate_id) DO UPDATE
-			SET version = EXCLUDED.version, event_id = EXCLUDED.event_id, event_type = EXCLUDED.event_type,
-			    state = EXCLUDED.state, updated_at = now()
-			WHERE relaybus_projection.version < EXCLUDED.version`,
-			c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, e.Type, State(e))
+		_, err := c.Tx.Exec(ctx, latestSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, e.Type, State(e))
 		if err != nil {
 			return consumer.Transient("database", fmt.Errorf("projection: %w", err))
 		}
 		return nil
-	})
-}
-
-// Strict runs next only for the aggregate's next version (last applied +
-// 1, or 1 for a new aggregate) and moves the position in the same
-// transaction. A later version answers consumer.ErrGap (redelivered
-// later); an earlier one was applied already and is acknowledged with no
-// effect.
-func Strict(next consumer.Handler) consumer.Handler {
-	return consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
-		e := c.Event
-		var last int64
-		err := c.Tx.QueryRow(ctx, `SELECT version FROM relaybus_strict_position
-			WHERE consumer_id = $1 AND aggregate_type = $2 AND aggregate_id = $3 FOR UPDATE`,
-			c.ConsumerID, e.AggregateType, e.AggregateID).Scan(&last)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return consumer.Transient("database", fmt.Errorf("strict position: %w", err))
-		}
-		switch {
-		case e.Version <= last:
-			return nil // applied before, under another event id
-		case e.Version > last+1:
-			return fmt.Errorf("%w: %s/%s holds version %d, got %d", consumer.ErrGap, e.AggregateType, e.AggregateID, last, e.Version)
-		}
-		if _, err := c.Tx.Exec(ctx, `INSERT INTO relaybus_strict_position (consumer_id, aggregate_type, aggregate_id, version, event_id)
-			VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (consumer_id, aggregate_type, aggregate_id) DO UPDATE
-			SET version = EXCLUDED.version, event_id = EXCLUDED.event_id, updated_at = now()`,
-			c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID); err != nil {
-			return consumer.Transient("database", fmt.Errorf("strict position: %w", err))
-		}
-		if next == nil {
-			return nil
-		}
-		return next.Handle(ctx, c)
 	})
 }

@@ -36,6 +36,20 @@ const (
 	DeliveryEventarc = "eventarc"
 )
 
+// Forward authentication modes (Consumer.ForwardAuth; shared/forward's
+// Auth* constants).
+const (
+	ForwardAuthNone   = "none"
+	ForwardAuthGoogle = "google"
+	ForwardAuthHMAC   = "hmac"
+)
+
+// Per-consumer defaults of the forward and strict settings.
+const (
+	DefaultForwardTimeoutSeconds = 10
+	DefaultGapTimeoutSeconds     = 600
+)
+
 // Built-in handler names; the consume binary may register more.
 const (
 	HandlerProjection = "projection"
@@ -126,6 +140,24 @@ type Consumer struct {
 	Delivery    string `yaml:"delivery"`
 	Handler     string `yaml:"handler"`
 	ForwardURL  string `yaml:"forward_url"`
+	// ForwardAuth is how the forward handler authenticates to forward_url
+	// (FORWARD_AUTH): ForwardAuthNone (the default), ForwardAuthGoogle (a
+	// Google-signed ID token for ForwardAudience) or ForwardAuthHMAC (a
+	// Standard Webhooks signature with the secret in ForwardSecret).
+	ForwardAuth string `yaml:"forward_auth"`
+	// ForwardAudience is the ID tokens' audience with forward_auth google
+	// (FORWARD_AUDIENCE; forward_url when empty).
+	ForwardAudience string `yaml:"forward_audience"`
+	// ForwardSecret names the Secret Manager secret holding the signing
+	// secret(s) with forward_auth hmac; Terraform hands its latest version
+	// to consume as FORWARD_SIGNING_SECRET.
+	ForwardSecret string `yaml:"forward_secret"`
+	// ForwardTimeoutSeconds bounds one forward (FORWARD_TIMEOUT, 10); for a
+	// forward consumer it must be below the ack deadline.
+	ForwardTimeoutSeconds int `yaml:"forward_timeout_seconds"`
+	// GapTimeoutSeconds is how long a strict consumer's version gap may
+	// stay open before it is reported (STRICT_GAP_TIMEOUT, 600).
+	GapTimeoutSeconds int `yaml:"gap_timeout_seconds"`
 	// Database is the name of the consumer's Postgres database (its inbox,
 	// projections and the outbox of its child events): one of the
 	// topology's databases, MainDatabase by default.
@@ -289,6 +321,9 @@ func (t *Topology) applyDefaults() {
 			c.MinBackoffSeconds = orInt(c.MinBackoffSeconds, d.MinBackoffSeconds)
 			c.MaxBackoffSeconds = orInt(c.MaxBackoffSeconds, d.MaxBackoffSeconds)
 			c.MaxDeliveryAttempts = orInt(c.MaxDeliveryAttempts, d.MaxDeliveryAttempts)
+			c.ForwardAuth = orStr(c.ForwardAuth, ForwardAuthNone)
+			c.ForwardTimeoutSeconds = orInt(c.ForwardTimeoutSeconds, DefaultForwardTimeoutSeconds)
+			c.GapTimeoutSeconds = orInt(c.GapTimeoutSeconds, DefaultGapTimeoutSeconds)
 		}
 	}
 }
@@ -376,6 +411,29 @@ func (t *Topology) validate() error {
 			if c.Handler != HandlerForward && c.ForwardURL != "" {
 				bad(cw+".forward_url", "only the forward handler uses forward_url (handler is %q)", c.Handler)
 			}
+			switch c.ForwardAuth {
+			case ForwardAuthNone, ForwardAuthGoogle, ForwardAuthHMAC:
+				if c.ForwardAuth != ForwardAuthNone && c.Handler != HandlerForward {
+					bad(cw+".forward_auth", "only the forward handler uses forward_auth (handler is %q)", c.Handler)
+				}
+			default:
+				bad(cw+".forward_auth", "must be none, google or hmac, not %q", c.ForwardAuth)
+			}
+			if c.ForwardAudience != "" && c.ForwardAuth != ForwardAuthGoogle {
+				bad(cw+".forward_audience", "only forward_auth google uses forward_audience (the ID tokens' audience)")
+			}
+			if c.ForwardAuth == ForwardAuthHMAC && !validSecretID(c.ForwardSecret) {
+				bad(cw+".forward_secret", "forward_auth hmac needs the Secret Manager secret id of the signing secret: 1 to 255 characters of [A-Za-z0-9_-]")
+			}
+			if c.ForwardSecret != "" && c.ForwardAuth != ForwardAuthHMAC {
+				bad(cw+".forward_secret", "only forward_auth hmac uses forward_secret")
+			}
+			if f := c.ForwardTimeoutSeconds; f < 1 || (c.Handler == HandlerForward && f >= c.AckDeadlineSeconds) {
+				bad(cw+".forward_timeout_seconds", "must be at least 1 and below ack_deadline_seconds (%d), not %d: a forward still calling when the ack deadline passes is redelivered", c.AckDeadlineSeconds, f)
+			}
+			if g := c.GapTimeoutSeconds; g < 60 || g > 7*24*3600 {
+				bad(cw+".gap_timeout_seconds", "must be 60 to 604800 (7 days), not %d", g)
+			}
 			if a := c.AckDeadlineSeconds; a < 10 || a > 600 {
 				bad(cw+".ack_deadline_seconds", "must be 10 to 600, not %d", a)
 			}
@@ -394,6 +452,19 @@ func (t *Topology) validate() error {
 }
 
 func validDelivery(d string) bool { return d == DeliveryPush || d == DeliveryEventarc }
+
+// validSecretID: a Secret Manager secret id, [A-Za-z0-9_-]{1,255}.
+func validSecretID(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '_' && r != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 func validDatabaseName(n string) bool {
 	if n == "" || len(n) > 30 || n[0] < 'a' || n[0] > 'z' || strings.HasSuffix(n, "-") {

@@ -72,6 +72,14 @@ topics:
 		{"databases: [{name: shop}]\n" + base, `must declare "main"`},
 		{"databases: [{name: main}, {name: Member_DB}]\n" + base, "must be a lowercase letter"},
 		{"databases: [{name: main}, {name: main}]\n" + base, "database declared twice"},
+		{base + "        forward_auth: google\n", `only the forward handler uses forward_auth (handler is "projection")`},
+		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_auth: jwt\n", "must be none, google or hmac"},
+		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_auth: hmac\n", "forward_auth hmac needs the Secret Manager secret id"},
+		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_auth: hmac\n        forward_secret: a/b\n", "forward_auth hmac needs the Secret Manager secret id"},
+		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_secret: s\n", "only forward_auth hmac uses forward_secret"},
+		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_audience: https://x.example\n", "only forward_auth google uses forward_audience"},
+		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_timeout_seconds: 60\n", "below ack_deadline_seconds (60)"},
+		{base + "        handler: strict\n        gap_timeout_seconds: 30\n", "must be 60 to 604800"},
 	} {
 		_, err := Parse([]byte(tc.doc))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -138,5 +146,42 @@ topics:
 	}
 	if len(top.Databases) != 1 || top.Databases[0].Name != MainDatabase || top.Consumers()[0].Database != MainDatabase {
 		t.Errorf("implicit databases %+v", top.Databases)
+	}
+}
+
+// The forward and strict fields: defaults, and a valid declaration of each
+// authentication mode.
+func TestForwardAndStrictSettings(t *testing.T) {
+	top, err := Parse([]byte(`
+rollup: {topic: relaybus.ledger.rollup}
+topics:
+  - name: shop.order.events
+    consumers:
+      - service: audit-service
+        handler: strict
+      - service: archive-service
+        handler: forward
+        forward_url: https://archive.example.com/events
+        forward_auth: google
+      - service: partner-service
+        handler: forward
+        forward_url: https://partner.example.com/hooks
+        forward_auth: hmac
+        forward_secret: partner-signing-secret
+        forward_timeout_seconds: 20
+        gap_timeout_seconds: 900
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := top.Consumers()
+	if c := cs[0]; c.ForwardAuth != ForwardAuthNone || c.ForwardTimeoutSeconds != DefaultForwardTimeoutSeconds || c.GapTimeoutSeconds != DefaultGapTimeoutSeconds {
+		t.Errorf("defaults: %+v", c)
+	}
+	if c := cs[1]; c.ForwardAuth != ForwardAuthGoogle || c.ForwardAudience != "" {
+		t.Errorf("google: %+v", c)
+	}
+	if c := cs[2]; c.ForwardAuth != ForwardAuthHMAC || c.ForwardSecret != "partner-signing-secret" || c.ForwardTimeoutSeconds != 20 || c.GapTimeoutSeconds != 900 {
+		t.Errorf("hmac: %+v", c)
 	}
 }
