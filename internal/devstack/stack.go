@@ -387,12 +387,19 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	recorder := ledger.NewRecorder(store, ps, top.Rollup.Topic)
 	s.Engines = map[string]*consumer.Engine{}
 	var routes []Route
-	var consumePaths []string
+	var consumePaths, gapChecks []string
 	for _, c := range top.Consumers() {
 		if !c.IsEnabled() {
 			continue
 		}
-		h, err := consume.BuildHandler(c.Handler, consume.HandlerConfig{ConsumerID: c.Service, ForwardURL: c.ForwardURL})
+		// A forward consumer's signing secret (forward_secret names a Secret
+		// Manager secret in production) comes from FORWARD_SIGNING_SECRET
+		// locally.
+		var secrets []string
+		if v := os.Getenv("FORWARD_SIGNING_SECRET"); v != "" && c.ForwardSecret != "" {
+			secrets = strings.Split(v, ",")
+		}
+		h, err := consume.BuildHandler(c.Handler, consume.HandlerConfigFor(c, secrets, o.Logger))
 		if err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", c.Subscription(), err)
 		}
@@ -415,6 +422,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		path := "/consume/" + c.Subscription()
 		mount(mux, path, ch)
 		consumePaths = append(consumePaths, base+path)
+		if c.Handler == topology.HandlerStrict {
+			gapChecks = append(gapChecks, base+path)
+		}
 		// Backoff: the subscription's retry policy, scaled by BackoffScale.
 		routes = append(routes, Route{Subscription: c.Subscription(), Topic: c.Topic, URL: base + path + "/", Mode: c.Delivery,
 			MaxAttempts: c.MaxDeliveryAttempts})
@@ -458,6 +468,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	for _, p := range consumePaths {
 		jobs = append(jobs, job{p + "/ledger:ship", o.LedgerEvery}, job{p + "/inbox:purge", o.PurgeEvery})
 	}
+	for _, p := range gapChecks {
+		jobs = append(jobs, job{p + "/gaps:check", o.LedgerEvery})
+	}
 	go func() {
 		defer close(s.done)
 		var wg sync.WaitGroup
@@ -486,7 +499,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.Started = append(s.Started, "Functions   "+strings.Join(paths, "\n            "))
 	s.Started = append(s.Started, "Console     "+base+"/dlqreplay/console/")
 	s.Started = append(s.Started, fmt.Sprintf("Delivery    pull → POST as push/Eventarc would; redelivery after the subscription's backoff ×%g; dead letters after max attempts", o.BackoffScale))
-	s.Started = append(s.Started, fmt.Sprintf("Scheduler   POST /relay?database=<each> every %v; /rollup/reconcile and each consumer's /ledger:ship every %v; /rollup/expire every %v; /inbox:purge every %v",
+	s.Started = append(s.Started, fmt.Sprintf("Scheduler   POST /relay?database=<each> every %v; /rollup/reconcile, each consumer's /ledger:ship and each strict one's /gaps:check every %v; /rollup/expire every %v; /inbox:purge every %v",
 		o.RelayEvery, o.LedgerEvery, o.ExpireEvery, o.PurgeEvery))
 	return s, nil
 }
