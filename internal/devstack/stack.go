@@ -267,8 +267,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			mu.Unlock()
 		}()
 	}
+	var wake *Wakeup // pstest tells the delivery loop about each publish
 	if o.PubSubHost == "" {
-		srv := pstest.NewServer()
+		wake = NewWakeup()
+		srv := pstest.NewServer(wake.Reactor())
 		closeLater(func(ctx context.Context) {
 			// pstest's Close can deadlock on its own delivery goroutines
 			// after heavy use; the process is ending anyway, so wait only a
@@ -456,7 +458,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	go func() { _ = s.server.Serve(ln) }()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Logger: o.Logger}
+	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Wakeup: wake, Logger: o.Logger}
 	// The scheduler: the jobs Terraform creates on Cloud Scheduler.
 	jobs := []job{
 		{base + "/rollup/expire", o.ExpireEvery},
