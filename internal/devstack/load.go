@@ -547,7 +547,7 @@ func (ob *Observer) Check(ctx context.Context, lr *LoadRun, drain time.Duration,
 		case r.Status != 0:
 			rep.Refused[strconv.Itoa(r.Status)]++
 		default:
-			rep.Refused[r.Err]++
+			rep.Refused[shortErr(r.Err)]++
 		}
 		rep.Sent++
 	}
@@ -615,6 +615,15 @@ func (ob *Observer) Check(ctx context.Context, lr *LoadRun, drain time.Duration,
 		return rep, err
 	}
 	return rep, nil
+}
+
+// shortErr keeps the end of a client error ("connection refused",
+// "EOF", "timeout"), dropping the URL and the addresses before it.
+func shortErr(s string) string {
+	if i := strings.LastIndex(s, ": "); i >= 0 {
+		return s[i+2:]
+	}
+	return s
 }
 
 // indexOf is the request index of a load event id (load-<run>-<n>).
