@@ -115,7 +115,10 @@ func crashScenario(t *testing.T, bin string, crash func(*testing.T, *crashRig)) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	info := Info{URL: "http://" + c.stack.addr, DatabaseURL: c.pg.URL, FirestoreHost: emutest.Host(t, emulator.Firestore), Project: c.project}
+	info, err := ReadInfo(c.stack.state)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ob, err := Observe(ctx, info, top)
 	if err != nil {
 		t.Fatal(err)

@@ -222,6 +222,7 @@ type Observer struct {
 	Consumers []ObservedConsumer
 	Ledger    *ledger.Store
 	pools     []*pgxpool.Pool
+	outboxes  []*pgxpool.Pool // one per database
 }
 
 // ObservedConsumer is one consumer of the load topic.
@@ -234,10 +235,8 @@ type ObservedConsumer struct {
 	DBName, DBSource string
 }
 
-// Observe connects to a running stack's databases and ledger. A consumer
-// whose topology database is not main is read from its DATABASE_URL_<NAME>
-// when the environment sets one, else from the main database (the stack
-// runs every consumer on it unless told otherwise).
+// Observe connects to a running stack's databases (Info.Databases, else
+// each database's DATABASE_URL_<NAME>) and ledger.
 func Observe(ctx context.Context, info Info, top *topology.Topology) (*Observer, error) {
 	ob := &Observer{}
 	open := func(url string) (*pgxpool.Pool, error) {
@@ -259,25 +258,50 @@ func Observe(ctx context.Context, info Info, top *topology.Topology) (*Observer,
 		return nil, fmt.Errorf("database: %w", err)
 	}
 	ob.Main = main
+	byURL := map[string]*pgxpool.Pool{info.DatabaseURL: main}
 	for _, c := range top.Consumers() {
 		if c.Topic != LoadTopic || !c.IsEnabled() {
 			continue
 		}
-		oc := ObservedConsumer{Service: c.Service, Delivery: c.Delivery, DB: main, DBName: c.Database, DBSource: "DATABASE_URL"}
+		oc := ObservedConsumer{Service: c.Service, Delivery: c.Delivery, DB: main, DBName: c.Database, DBSource: "database main"}
 		if c.Database != "" && c.Database != topology.MainDatabase {
-			env := topology.Database{Name: c.Database}.EnvVar()
-			if url := os.Getenv(env); url != "" {
+			url, src := info.Databases[c.Database], "database "+c.Database
+			if url == "" {
+				env := topology.Database{Name: c.Database}.EnvVar()
+				url, src = os.Getenv(env), env
+			}
+			if url == "" {
+				ob.Close()
+				return nil, fmt.Errorf("%s: the stack names no URL for database %s", c.Service, c.Database)
+			}
+			if p, ok := byURL[url]; ok {
+				oc.DB = p
+			} else {
 				p, err := open(url)
 				if err != nil {
 					ob.Close()
-					return nil, fmt.Errorf("%s (%s): %w", c.Service, env, err)
+					return nil, fmt.Errorf("%s (%s): %w", c.Service, src, err)
 				}
-				oc.DB, oc.DBSource = p, env
-			} else {
-				oc.DBSource = "DATABASE_URL (" + env + " unset)"
+				byURL[url], oc.DB = p, p
 			}
+			oc.DBSource = src
 		}
 		ob.Consumers = append(ob.Consumers, oc)
+	}
+	// Every outbox: the stack's other databases hold child events.
+	for _, name := range slices.Sorted(maps.Keys(info.Databases)) {
+		url := info.Databases[name]
+		if _, ok := byURL[url]; !ok {
+			p, err := open(url)
+			if err != nil {
+				ob.Close()
+				return nil, fmt.Errorf("database %s: %w", name, err)
+			}
+			byURL[url] = p
+		}
+	}
+	for _, p := range byURL {
+		ob.outboxes = append(ob.outboxes, p)
 	}
 	if info.FirestoreHost != "" {
 		os.Setenv("FIRESTORE_EMULATOR_HOST", info.FirestoreHost)
@@ -323,12 +347,7 @@ func (ob *Observer) Written(ctx context.Context, ids []string) (map[string]bool,
 // Unpublished counts the rows of every known outbox that are not
 // published (child events included), and those of them FAILED.
 func (ob *Observer) Unpublished(ctx context.Context) (pending, failed int, err error) {
-	seen := map[*pgxpool.Pool]bool{}
-	for _, p := range append([]*pgxpool.Pool{ob.Main}, ob.consumerPools()...) {
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
+	for _, p := range ob.outboxes {
 		var a, b int
 		if err := p.QueryRow(ctx, `SELECT count(*) FILTER (WHERE failed_at IS NULL), count(*) FILTER (WHERE failed_at IS NOT NULL)
 			FROM relaybus_outbox WHERE published_at IS NULL`).Scan(&a, &b); err != nil {
@@ -337,14 +356,6 @@ func (ob *Observer) Unpublished(ctx context.Context) (pending, failed int, err e
 		pending, failed = pending+a, failed+b
 	}
 	return pending, failed, nil
-}
-
-func (ob *Observer) consumerPools() []*pgxpool.Pool {
-	var ps []*pgxpool.Pool
-	for _, c := range ob.Consumers {
-		ps = append(ps, c.DB)
-	}
-	return ps
 }
 
 // Inbox returns, per consumer, when each of ids was applied (the inbox

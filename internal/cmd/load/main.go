@@ -7,9 +7,9 @@
 //
 //	go run ./internal/cmd/load [-rate 200] [-duration 60s] [-drain 60s] [-members 100] [-state .state]
 //
-// It reads the stack's addresses from <state>/dev.json (written by make
-// dev). A consumer whose topology database is not main is read from its
-// DATABASE_URL_<NAME> when set. It exits 1 when anything is stuck or lost.
+// It reads the stack's addresses (its databases included) from
+// <state>/dev.json, written by make dev. It exits 1 when anything is stuck
+// or lost.
 package main
 
 import (
