@@ -328,7 +328,11 @@ func (ob *Observer) Close() {
 // Written returns which of ids are in the main outbox (the event exists),
 // with whether each is published.
 func (ob *Observer) Written(ctx context.Context, ids []string) (map[string]bool, error) {
-	rows, err := ob.Main.Query(ctx, `SELECT id, published_at IS NOT NULL FROM relaybus_outbox WHERE id = ANY($1)`, ids)
+	// An aggregate's versions up to its dispatch row's published_version
+	// are on Pub/Sub.
+	rows, err := ob.Main.Query(ctx, `SELECT o.id, o.version <= coalesce(d.published_version, 0)
+		FROM relaybus_outbox o LEFT JOIN relaybus_outbox_dispatch d USING (aggregatetype, aggregateid)
+		WHERE o.id = ANY($1)`, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -344,13 +348,14 @@ func (ob *Observer) Written(ctx context.Context, ids []string) (map[string]bool,
 	return out, rows.Err()
 }
 
-// Unpublished counts the rows of every known outbox that are not
-// published (child events included), and those of them FAILED.
+// Unpublished counts the rows of every outbox that are not published
+// (child events included; the operators' relaybus_outbox_backlog view),
+// and those of them behind a FAILED head.
 func (ob *Observer) Unpublished(ctx context.Context) (pending, failed int, err error) {
 	for _, p := range ob.outboxes {
 		var a, b int
-		if err := p.QueryRow(ctx, `SELECT count(*) FILTER (WHERE failed_at IS NULL), count(*) FILTER (WHERE failed_at IS NOT NULL)
-			FROM relaybus_outbox WHERE published_at IS NULL`).Scan(&a, &b); err != nil {
+		if err := p.QueryRow(ctx, `SELECT coalesce(sum(unpublished) FILTER (WHERE state <> 'failed'), 0),
+			coalesce(sum(unpublished) FILTER (WHERE state = 'failed'), 0) FROM relaybus_outbox_backlog`).Scan(&a, &b); err != nil {
 			return 0, 0, err
 		}
 		pending, failed = pending+a, failed+b

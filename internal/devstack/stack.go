@@ -131,6 +131,10 @@ type Stack struct {
 	// engine per subscription; Close flushes their ledger writes.
 	Relays  map[string]*relay.Relay
 	Engines map[string]*consumer.Engine
+	// Delivery is what the delivery loop handed back to Pub/Sub when it
+	// stopped (set by Close once the loop stopped within its context).
+	Delivery Stopped
+	delivery Stopped
 
 	server  *http.Server
 	cancel  context.CancelFunc
@@ -480,7 +484,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			wg.Add(1)
 			go func() { defer wg.Done(); schedule(runCtx, o.Logger, j.url, j.every) }()
 		}
-		loop.Run(runCtx, routes)
+		s.delivery = loop.Run(runCtx, routes)
 		wg.Wait()
 	}()
 
@@ -607,6 +611,7 @@ func (s *Stack) Close(ctx context.Context) {
 		s.cancel()
 		select {
 		case <-s.done:
+			s.Delivery = s.delivery
 		case <-ctx.Done():
 		}
 	}

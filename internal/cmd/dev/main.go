@@ -79,5 +79,8 @@ Stop:                       Ctrl-C
 	force, unforce := signal.NotifyContext(cctx, os.Interrupt, syscall.SIGTERM)
 	defer unforce()
 	s.Close(force)
+	if s.Delivery.HandedBack > 0 || s.Delivery.Lapsing > 0 {
+		fmt.Println(s.Delivery.String())
+	}
 	fmt.Println("stopped")
 }
