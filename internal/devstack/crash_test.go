@@ -217,8 +217,12 @@ func crashScenario(t *testing.T, bin string, crash func(*testing.T, *crashRig)) 
 	c.checkExactlyOnce(t, ob, lr)
 	// Quiet and final in time.
 	if quietAt.IsZero() || quietAt.Sub(end) > 30*time.Second {
-		t.Errorf("the outbox was not quiet within 30 s of the last request (%s; %d rows unpublished at the end, %d FAILED)",
-			since(end, quietAt), rep.OutboxPending, rep.OutboxFailed)
+		backlog, err := ob.Backlog(ctx, 5)
+		if err != nil {
+			backlog = []string{err.Error()}
+		}
+		t.Errorf("the outbox was not quiet within 30 s of the last request (%s; %d rows unpublished at the end, %d FAILED); the backlog now:\n  %s",
+			since(end, quietAt), rep.OutboxPending, rep.OutboxFailed, strings.Join(backlog, "\n  "))
 	}
 	if finalAt.IsZero() || finalAt.Sub(end) > 60*time.Second {
 		var notFinal []string

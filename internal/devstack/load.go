@@ -363,6 +363,43 @@ func (ob *Observer) Unpublished(ctx context.Context) (pending, failed int, err e
 	return pending, failed, nil
 }
 
+// Backlog describes up to limit aggregates of each outbox that have
+// something unpublished (the relaybus_outbox_backlog view): state, head,
+// attempts, last error, lease.
+func (ob *Observer) Backlog(ctx context.Context, limit int) ([]string, error) {
+	var out []string
+	for _, p := range ob.outboxes {
+		var db string
+		if err := p.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+			return nil, err
+		}
+		rows, err := p.Query(ctx, `SELECT aggregatetype || '/' || aggregateid, state, unpublished, coalesce(head_event_id, ''),
+			coalesce(head_version, 0), published_version, attempts, coalesce(last_error, ''),
+			coalesce(to_char(next_attempt_at, 'HH24:MI:SS.MS'), '-'), coalesce(lease_owner, '-'),
+			coalesce(to_char(lease_expires_at, 'HH24:MI:SS.MS'), '-')
+			FROM relaybus_outbox_backlog ORDER BY head_event_id LIMIT $1`, limit)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var agg, state, head, lastErr, next, owner, leaseTo string
+			var unpub, headV, pubV int64
+			var attempts int
+			if err := rows.Scan(&agg, &state, &unpub, &head, &headV, &pubV, &attempts, &lastErr, &next, &owner, &leaseTo); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, fmt.Sprintf("%s: %s %s, %d unpublished from v%d (%s; published v%d), attempts %d, next %s, lease %s until %s, last error %q",
+				db, agg, state, unpub, headV, head, pubV, attempts, next, owner, leaseTo, lastErr))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // Inbox returns, per consumer, when each of ids was applied (the inbox
 // row's processed_at: the consumer transaction's start, a few ms before
 // its commit).

@@ -104,6 +104,14 @@ func run(ctx context.Context, state string, o devstack.LoadOptions, drain time.D
 		return err
 	}
 	rep.Print(os.Stdout)
+	if rep.OutboxPending+rep.OutboxFailed > 0 {
+		if lines, err := ob.Backlog(context.WithoutCancel(ctx), 5); err == nil && len(lines) > 0 {
+			fmt.Println("  outbox backlog (relaybus_outbox_backlog, first 5 per database):")
+			for _, l := range lines {
+				fmt.Println("    " + l)
+			}
+		}
+	}
 	if rep.Stuck() {
 		return fmt.Errorf("events stuck or lost (above)")
 	}
