@@ -375,7 +375,7 @@ func (r *runner) run(ctx, cutCtx, endCtx context.Context) {
 	leaseCtx, stopLeasing := context.WithCancel(context.WithoutCancel(ctx))
 	var pulling, working, acking, leasing sync.WaitGroup
 	pulling.Add(1)
-	go func() { defer pulling.Done(); r.pull(ctx) }()
+	go func() { defer pulling.Done(); r.pull(ctx, endCtx) }()
 	for range l.MaxInFlight {
 		working.Add(1)
 		go func() { defer working.Done(); r.work(ctx, cutCtx) }()
@@ -400,8 +400,9 @@ func (r *runner) run(ctx, cutCtx, endCtx context.Context) {
 	r.handBack(endCtx)
 }
 
-// pull fetches messages while the route has room, until ctx ends.
-func (r *runner) pull(ctx context.Context) {
+// pull fetches messages while the route has room, until ctx ends; endCtx
+// bounds the last Pull.
+func (r *runner) pull(ctx, endCtx context.Context) {
 	l := r.l
 	var wake <-chan struct{}
 	if l.Wakeup != nil {
@@ -431,20 +432,21 @@ func (r *runner) pull(ctx context.Context) {
 			continue
 		}
 		want := min(free, 1000)
-		// The pull is not cut short by ctx: a cancelled Pull may already
-		// have handed messages out, which would then wait out the
-		// subscription's ack deadline. A long poll is bounded instead (the
-		// emulator answers empty a second before the deadline).
+		// The pull is not cut short by ctx (only by the shutdown timeout):
+		// a cancelled Pull may already have handed messages out, which
+		// would then wait out the subscription's ack deadline. A long poll
+		// is bounded instead (the emulator answers empty a second before
+		// the deadline), and what it brings after ctx ended is handed back.
 		var (
 			resp *pb.PullResponse
 			err  error
 		)
 		if wake != nil {
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			pctx, cancel := context.WithTimeout(endCtx, 10*time.Second)
 			resp, err = subs.Pull(pctx, &pb.PullRequest{Subscription: r.sub, MaxMessages: int32(want), ReturnImmediately: true})
 			cancel()
 		} else {
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+			pctx, cancel := context.WithTimeout(endCtx, 3*time.Second)
 			resp, err = subs.Pull(pctx, &pb.PullRequest{Subscription: r.sub, MaxMessages: int32(want)})
 			cancel()
 			if status.Code(err) == codes.DeadlineExceeded {
