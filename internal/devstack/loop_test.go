@@ -580,8 +580,15 @@ func TestLoopThroughput(t *testing.T) {
 		f.wait("every message", 2*time.Minute, func() bool { return len(f.got) >= n })
 		rate := float64(n) / time.Since(t0).Seconds()
 		t.Logf("%s: %d messages in %v: %.0f msg/s", f.backend, n, time.Since(t0).Round(time.Millisecond), rate)
-		if rate < 500 {
-			t.Errorf("%.0f msg/s, want at least 500 even on a busy machine (the benchmark's target is 2,000)", rate)
+		// Generous floors for a busy machine: the benchmark's target is
+		// 2,000 msg/s on pstest; the Java emulator's Acknowledge and
+		// ModifyAckDeadline are its own limit.
+		floor := 500.0
+		if f.backend == "emulator" {
+			floor = 200
+		}
+		if rate < floor {
+			t.Errorf("%.0f msg/s, want at least %.0f even on a busy machine", rate, floor)
 		}
 	})
 }
