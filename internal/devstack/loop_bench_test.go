@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/relaybus/relaybus/shared/delivery"
@@ -131,5 +133,54 @@ func BenchmarkLoopLatency(b *testing.B) {
 				fmt.Printf("BENCH loop_delivery_p50_ms_at_%d %.1f ms\nBENCH loop_delivery_p99_ms_at_%d %.1f ms\n", rate, p.P50, rate, p.P99)
 			}
 		})
+	}
+}
+
+// BenchmarkLoopStreamingPullBaseline runs what the loop replaced, in the
+// same process for comparison: StreamingPull (Subscriber.Receive, one
+// stream, 256 outstanding, as the old loop) POSTing each message to a
+// trivial endpoint and acking it, 2,000 queued messages on 2,000 keys,
+// pstest. pstest's deliver tick hands a stream about one message per
+// 10 ms.
+func BenchmarkLoopStreamingPullBaseline(b *testing.B) {
+	const n = 2000
+	for range b.N {
+		f := newLoopFixture(b, "pstest")
+		var got atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got.Add(1)
+			w.WriteHeader(http.StatusOK)
+		}))
+		sub := "test.loop.events.bench-processor"
+		f.mkSub(&pb.Subscription{Name: sub, Topic: f.topic, EnableMessageOrdering: true})
+		f.publishMany(n, n)
+		ctx, cancel := context.WithCancel(context.Background())
+		s := f.client.PubSub().Subscriber(sub)
+		s.ReceiveSettings.NumGoroutines = 1
+		s.ReceiveSettings.MaxOutstandingMessages = 256
+		done := make(chan struct{})
+		t0 := time.Now()
+		go func() {
+			defer close(done)
+			_ = s.Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+				body := delivery.WrappedBody(event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey,
+					PublishTime: m.PublishTime}, sub, 1)
+				resp, err := http.Post(srv.URL, "application/json", bytes.NewReader(body))
+				if err == nil {
+					resp.Body.Close()
+				}
+				m.Ack()
+			})
+		}()
+		for got.Load() < n && time.Since(t0) < 5*time.Minute {
+			time.Sleep(time.Millisecond)
+		}
+		took := time.Since(t0)
+		cancel()
+		<-done
+		srv.Close()
+		fmt.Printf("# loop baseline: StreamingPull (Receive, 1 stream, 256 outstanding) as the old loop, %d queued messages on %d keys, pstest, trivial 200 endpoint; %d delivered in %v\n",
+			n, n, got.Load(), took.Round(time.Millisecond))
+		fmt.Printf("BENCH loop_streamingpull_baseline_msgs_per_s %.0f msg/s\n", float64(got.Load())/took.Seconds())
 	}
 }
