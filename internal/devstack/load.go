@@ -465,6 +465,7 @@ func percentiles(ds []time.Duration) Percentiles {
 	return Percentiles{N: len(ds), P50: ms(at(50)), P99: ms(at(99)), Max: ms(ds[len(ds)-1])}
 }
 
+// String is "p50 … ms  p99 … ms  max … ms  (n=…)", or "n/a" without samples.
 func (p Percentiles) String() string {
 	if p.N == 0 {
 		return "n/a"

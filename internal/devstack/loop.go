@@ -140,6 +140,7 @@ type Stopped struct {
 	Lapsing int
 }
 
+// String says what was handed back, per subscription, in one line.
 func (s Stopped) String() string {
 	if s.HandedBack == 0 && s.Lapsing == 0 {
 		return "local delivery: stopped; nothing held"
