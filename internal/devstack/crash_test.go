@@ -221,6 +221,7 @@ func crashScenario(t *testing.T, bin string, crash func(*testing.T, *crashRig)) 
 		if err != nil {
 			backlog = []string{err.Error()}
 		}
+		backlog = append(backlog, pgActivity(ctx, ob)...)
 		t.Errorf("the outbox was not quiet within 30 s of the last request (%s; %d rows unpublished at the end, %d FAILED); the backlog now:\n  %s",
 			since(end, quietAt), rep.OutboxPending, rep.OutboxFailed, strings.Join(backlog, "\n  "))
 	}
@@ -425,6 +426,33 @@ func tail(path string, n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// pgActivity lists the stack's Postgres sessions that are not idle: what
+// each runs or waits on, and for how long (a stuck relay or a held lock
+// shows here).
+func pgActivity(ctx context.Context, ob *Observer) []string {
+	rows, err := ob.Main.Query(ctx, `SELECT datname, coalesce(application_name, ''), state, coalesce(wait_event_type || ':' || wait_event, '-'),
+		coalesce(extract(epoch FROM now() - xact_start)::int, 0), left(regexp_replace(query, '\s+', ' ', 'g'), 160)
+		FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'
+		ORDER BY xact_start NULLS LAST LIMIT 15`)
+	if err != nil {
+		return []string{"pg_stat_activity: " + err.Error()}
+	}
+	defer rows.Close()
+	out := []string{"Postgres sessions not idle (oldest transaction first):"}
+	for rows.Next() {
+		var db, app, state, wait, query string
+		var age int
+		if err := rows.Scan(&db, &app, &state, &wait, &age, &query); err != nil {
+			return append(out, err.Error())
+		}
+		out = append(out, fmt.Sprintf("  %s %s, transaction %d s old, waiting %s: %s", db, state, age, wait, query))
+	}
+	if len(out) == 1 {
+		out = append(out, "  none")
+	}
+	return out
 }
 
 // logSummary counts the stack's log lines by message (the JSON "message"
