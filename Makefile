@@ -2,7 +2,7 @@
 GO ?= go
 TESTENV = $(GO) run ./internal/cmd/testenv --
 
-.PHONY: dev demo test test-short bench fuzz lint fmt build screenshots
+.PHONY: dev demo load test test-short bench fuzz lint fmt build screenshots
 
 ## dev: run the whole stack on this machine until Ctrl-C.
 dev:
@@ -13,6 +13,15 @@ dev:
 demo:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make demo: Go not found: install Go 1.26 or newer (https://go.dev/dl/)"; exit 1; }
 	$(GO) run ./internal/cmd/demo
+
+## load: drive the running stack (make dev) open loop and report; RATE, DURATION, DRAIN, MEMBERS override.
+RATE ?= 200
+DURATION ?= 60s
+DRAIN ?= 60s
+MEMBERS ?= 100
+load:
+	@command -v $(GO) >/dev/null 2>&1 || { echo "make load: Go not found: install Go 1.26 or newer (https://go.dev/dl/)"; exit 1; }
+	$(GO) run ./internal/cmd/load -rate $(RATE) -duration $(DURATION) -drain $(DRAIN) -members $(MEMBERS)
 
 ## test: the whole suite against a throwaway Postgres and the Google emulators.
 test: lint

@@ -131,6 +131,10 @@ type Stack struct {
 	// engine per subscription; Close flushes their ledger writes.
 	Relays  map[string]*relay.Relay
 	Engines map[string]*consumer.Engine
+	// Delivery is what the delivery loop handed back to Pub/Sub when it
+	// stopped (set by Close once the loop stopped within its context).
+	Delivery Stopped
+	delivery Stopped
 
 	server  *http.Server
 	cancel  context.CancelFunc
@@ -267,8 +271,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			mu.Unlock()
 		}()
 	}
+	var wake *Wakeup // pstest tells the delivery loop about each publish
 	if o.PubSubHost == "" {
-		srv := pstest.NewServer()
+		wake = NewWakeup()
+		srv := pstest.NewServer(wake.Reactor())
 		closeLater(func(ctx context.Context) {
 			// pstest's Close can deadlock on its own delivery goroutines
 			// after heavy use; the process is ending anyway, so wait only a
@@ -456,7 +462,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	go func() { _ = s.server.Serve(ln) }()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Logger: o.Logger}
+	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Wakeup: wake, Logger: o.Logger}
 	// The scheduler: the jobs Terraform creates on Cloud Scheduler.
 	jobs := []job{
 		{base + "/rollup/expire", o.ExpireEvery},
@@ -478,7 +484,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			wg.Add(1)
 			go func() { defer wg.Done(); schedule(runCtx, o.Logger, j.url, j.every) }()
 		}
-		loop.Run(runCtx, routes)
+		s.delivery = loop.Run(runCtx, routes)
 		wg.Wait()
 	}()
 
@@ -605,6 +611,7 @@ func (s *Stack) Close(ctx context.Context) {
 		s.cancel()
 		select {
 		case <-s.done:
+			s.Delivery = s.delivery
 		case <-ctx.Done():
 		}
 	}

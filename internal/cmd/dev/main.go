@@ -2,10 +2,11 @@
 // dev): Postgres, Pub/Sub, Firestore, the five functions on one address,
 // the delivery loop and the scheduler. See internal/devstack.
 //
-//	go run ./internal/cmd/dev [-addr 127.0.0.1:8080] [-state .state] [-backoff-scale 0.05]
+//	go run ./internal/cmd/dev [-addr 127.0.0.1:8080] [-state .state] [-backoff-scale 0.05] [-project relaybus-local]
 //
 // DATABASE_URL, PUBSUB_EMULATOR_HOST and FIRESTORE_EMULATOR_HOST use
-// services that already run instead of starting them; RELAYBUS_DEV_ADDR
+// services that already run instead of starting them (two stacks sharing
+// emulators need their own -project or GOOGLE_CLOUD_PROJECT); RELAYBUS_DEV_ADDR
 // sets the address when -addr is not given; LOG_LEVEL (warn) sets how much
 // the functions log (to stderr, as JSON). A missing prerequisite prints one
 // line each saying what to install, and the command exits 1.
@@ -33,6 +34,11 @@ func main() {
 	addr := flag.String("addr", defAddr, "address the functions listen on ($RELAYBUS_DEV_ADDR)")
 	state := flag.String("state", ".state", "directory for the throwaway Postgres cluster and dev.json")
 	scale := flag.Float64("backoff-scale", 0.05, "multiplies the subscriptions' redelivery backoff (1 = Pub/Sub's timing)")
+	defProject := os.Getenv("GOOGLE_CLOUD_PROJECT")
+	if defProject == "" {
+		defProject = "relaybus-local"
+	}
+	project := flag.String("project", defProject, "the Google Cloud project the emulators see ($GOOGLE_CLOUD_PROJECT)")
 	flag.Parse()
 	level := os.Getenv("LOG_LEVEL")
 	if level == "" {
@@ -42,7 +48,7 @@ func main() {
 	defer stop()
 	start := time.Now()
 	s, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, StateDir: *state, BackoffScale: *scale,
+		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project,
 		DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
 		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"),
 		Logger:        logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
@@ -73,5 +79,8 @@ Stop:                       Ctrl-C
 	force, unforce := signal.NotifyContext(cctx, os.Interrupt, syscall.SIGTERM)
 	defer unforce()
 	s.Close(force)
+	if s.Delivery.HandedBack > 0 || s.Delivery.Lapsing > 0 {
+		fmt.Println(s.Delivery.String())
+	}
 	fmt.Println("stopped")
 }
