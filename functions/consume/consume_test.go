@@ -709,3 +709,24 @@ func TestInboxPurgeDeletesOnlyRowsPastRetention(t *testing.T) {
 		t.Errorf("an old attempt the ledger does not have yet was purged")
 	}
 }
+
+// A child event the database cannot take right now (here: its transaction
+// is broken) asks for a redelivery; a child that is itself wrong is a
+// permanent error.
+func TestEmitFailuresAreClassifiedByCause(t *testing.T) {
+	broken := consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
+		_, _ = c.Tx.Exec(ctx, `SELECT 1/0`) // aborts the transaction, as a dropped connection would fail it
+		return c.Emit(ctx, &event.Event{Type: "points.added", Topic: "member.points.events", AggregateID: "m-x", Version: 1, Payload: []byte(`{}`)})
+	})
+	s := newStack(t, broken, "member-service")
+	if a := s.push(t, message(t, orderEvent("order-70", 1)), 1); a.code != http.StatusServiceUnavailable || a.res.Outcome != ledger.OutcomeRetry {
+		t.Errorf("emit into a broken transaction: %+v, want 503 retry", a)
+	}
+	invalid := consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
+		return c.Emit(ctx, &event.Event{Type: "points.added", Topic: "Not A Topic", AggregateID: "m-x", Version: 1, Payload: []byte(`{}`)})
+	})
+	s2 := newStack(t, invalid, "member-service")
+	if a := s2.push(t, message(t, orderEvent("order-71", 1)), 1); a.code != http.StatusOK || a.res.Outcome != ledger.OutcomeFailed || a.res.Code != "emit" {
+		t.Errorf("emit of an invalid child: %+v, want 200 failed emit", a)
+	}
+}

@@ -43,8 +43,10 @@
 //	413            too_large: body over the body limit, payload over PUBLISH_MAX_PAYLOAD_BYTES,
 //	               or more events than the batch limit
 //	415            unsupported_media_type
-//	503            unavailable: the outbox or the registry cannot be reached; nothing was written
-//	               (Retry-After: 1); retrying with the same eventId is safe
+//	503            unavailable: the outbox or the registry cannot be reached, or the outbox
+//	               did not answer within PUBLISH_BUDGET (the event may have been written);
+//	               busy: every request slot is taken, nothing written (Retry-After: 1);
+//	               retrying with the same eventId is always safe
 //
 // A batch answers {"results": [...]} with one result per event, in order;
 // its status is 202 when at least one event was accepted. Validation is all

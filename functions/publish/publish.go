@@ -427,9 +427,12 @@ func (h *Handler) accept(ctx context.Context, deadline time.Time, mode string, e
 		}
 		h.log.ErrorContext(ctx, "publish: outbox write failed", slog.String("mode", mode),
 			slog.Int("events", len(write)), slog.String("first_event_id", write[0].ID), slog.Any("error", err))
-		msg := "the outbox is unavailable; nothing was written, retry with the same eventId"
+		// The statement may have committed before the error reached us (a
+		// connection lost, the budget ending): say so, and that a retry is
+		// safe.
+		msg := "the outbox is unavailable; retry with the same eventId (a repeat is recognized, so nothing is written twice)"
 		if ctx.Err() != nil {
-			msg = "the outbox did not answer within the request's budget; retry with the same eventId (a repeat is recognized)"
+			msg = "the outbox did not answer within the request's budget; the event may have been written: retry with the same eventId (a repeat is recognized)"
 		}
 		return nil, http.StatusServiceUnavailable, &ErrorResponse{Error: CodeUnavailable, Message: msg}
 	}

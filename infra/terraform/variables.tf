@@ -129,7 +129,7 @@ variable "relay_settings" {
     aggregates       = optional(number, 1000)
     run_limit        = optional(number, 500)
     workers          = optional(number, 4)
-    lease            = optional(string, "2m")
+    lease            = optional(string, "20s")
     max_attempts     = optional(number, 5)
     backoff_base     = optional(string, "10s")
     backoff_max      = optional(string, "10m")

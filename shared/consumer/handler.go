@@ -204,8 +204,13 @@ func (c *Context) Emit(ctx context.Context, children ...*event.Event) error {
 		}
 	}
 	res, err := outbox.Enqueue(ctx, c.Tx, children...)
-	if err != nil {
+	switch {
+	case errors.Is(err, event.ErrInvalid), errors.Is(err, event.ErrTooLarge), errors.Is(err, outbox.ErrVersionConflict):
+		// The child itself is wrong: no retry makes it right.
 		return Permanent("emit", fmt.Errorf("emit child events: %w", err))
+	case err != nil:
+		// The database: the delivery is redelivered.
+		return Transient("database", fmt.Errorf("emit child events: %w", err))
 	}
 	for _, r := range res {
 		if !r.Duplicate {

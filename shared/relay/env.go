@@ -32,8 +32,10 @@ type Config struct {
 	// Concurrency is how many claim/publish/settle workers a drain runs
 	// (RELAY_CONCURRENCY, 4).
 	Concurrency int `env:"RELAY_CONCURRENCY, default=4"`
-	// Lease is how long a claim holds its aggregates (RELAY_LEASE, 2m).
-	Lease time.Duration `env:"RELAY_LEASE, default=2m"`
+	// Lease is how long a claim holds its aggregates (RELAY_LEASE, 20s):
+	// long enough for one claim's publishes, short enough that a relay that
+	// died leaves its aggregates waiting only that long.
+	Lease time.Duration `env:"RELAY_LEASE, default=20s"`
 	// MaxAttempts failed publishes make an aggregate FAILED (RELAY_MAX_ATTEMPTS, 5).
 	MaxAttempts int `env:"RELAY_MAX_ATTEMPTS, default=5"`
 	// BackoffBase and BackoffMax shape the retry delays (RELAY_BACKOFF_BASE

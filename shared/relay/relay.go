@@ -62,7 +62,7 @@ const (
 	DefaultAggregates   = 1000
 	DefaultRunLimit     = 500
 	DefaultConcurrency  = 4
-	DefaultLease        = 2 * time.Minute
+	DefaultLease        = 20 * time.Second
 	DefaultMaxAttempts  = 5
 	DefaultBackoffBase  = 10 * time.Second
 	DefaultBackoffMax   = 10 * time.Minute

@@ -20,17 +20,18 @@ const publishers = 32
 // batchResult is what one claim came to.
 type batchResult struct {
 	runs, claimed, published, retried, failed, lost int
-	// publishedIDs are the events published and settled (for the fast
-	// path's claims only).
+	// publishedIDs are the events Pub/Sub acknowledged (for the fast path's
+	// claims only).
 	publishedIDs map[string]bool
 }
 
 // claimAndPublish claims one batch (the drain's, or co's events for the
 // fast path), publishes every run, settles the batch and hands the sends to
 // the ledger's recorder. With bounded (the fast path, answering a
-// request), ctx's deadline bounds everything, publishes and settle
-// included; otherwise a publish under way and the settle finish even when
-// ctx ends, so that what Pub/Sub has is recorded.
+// request), ctx's deadline bounds the claim and the publishes, and the
+// answer does not wait for the settle past it (the settle finishes on its
+// own); otherwise a publish under way and the settle finish even when ctx
+// ends, so that what Pub/Sub has is recorded.
 func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, bounded bool) (batchResult, error) {
 	co.Owner, co.Lease, co.Now = r.o.Owner, r.o.Lease, r.dbNow()
 	if co.Limit == 0 {
@@ -76,23 +77,46 @@ func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, bou
 		}()
 	}
 	wg.Wait()
-	// The settle must land even when ctx ends now: it records what Pub/Sub
-	// already has.
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer scancel()
-	if bounded {
-		sctx = pctx
+	if !bounded {
+		err := r.settle(ctx, runs, progress, &res)
+		return res, err
 	}
+	// The fast path answers by its deadline: what Pub/Sub acknowledged is
+	// published, whatever becomes of the settle, which finishes on its own
+	// (a settle cut short would leave the leases to expire, and the events
+	// waiting for them).
+	res.publishedIDs = make(map[string]bool, len(co.Events))
+	for i, p := range progress {
+		for _, row := range runs[i].Rows[:p.Rows] {
+			res.publishedIDs[row.Event.ID] = true
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.settle(context.WithoutCancel(ctx), runs, progress, &batchResult{}) }()
+	select {
+	case err := <-done:
+		return res, err
+	case <-ctx.Done():
+		return res, nil
+	}
+}
+
+// settleTimeout bounds a settle: it records what Pub/Sub already has, so it
+// runs even when the claim's context has ended.
+const settleTimeout = 30 * time.Second
+
+// settle settles a claimed batch, counts it in res and hands the sends to
+// the ledger's recorder and the failures to the log and the ledger.
+func (r *Relay) settle(ctx context.Context, runs []outbox.Run, progress []outbox.Progress, res *batchResult) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
 	settled, err := outbox.Settle(sctx, r.o.DB, outbox.SettleOptions{Ledger: r.o.Ledger != nil, HealDelay: r.o.HealDelay, Now: r.dbNow()}, progress)
 	if err != nil {
-		return res, err
+		return err
 	}
 	moved := make(map[outbox.Aggregate]bool, len(settled))
 	for _, s := range settled {
 		moved[s.Aggregate] = s.Moved
-	}
-	if len(co.Events) > 0 {
-		res.publishedIDs = make(map[string]bool, len(co.Events))
 	}
 	sentAt := time.Now().UTC()
 	for i, p := range progress {
@@ -106,11 +130,6 @@ func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, bou
 			continue
 		}
 		res.published += p.Rows
-		if res.publishedIDs != nil {
-			for _, row := range run.Rows[:p.Rows] {
-				res.publishedIDs[row.Event.ID] = true
-			}
-		}
 		if f := p.Failure; f != nil {
 			if f.Final {
 				res.failed++
@@ -131,7 +150,7 @@ func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, bou
 			}
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // publishRun publishes one run in version order, as few requests as
