@@ -19,16 +19,20 @@ import (
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgcluster"
+	"github.com/relaybus/relaybus/internal/pstestserver"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // The stack survives a crash under load. It runs as make dev does, as a
-// child process, against its own Postgres cluster and the gcloud emulators
-// (pstest would die with the process and take its messages along), in a
-// project of its own, and gets ~100 order.purchased events a second for
-// 20 s (RELAYBUS_CRASH_RATE overrides the rate). Eight seconds in, either the stack is SIGKILLed and started again,
-// or Postgres is restarted under it. Afterwards:
+// child process, against its own Postgres cluster, the Firestore emulator
+// and pstest served from the test's process (pstest inside the stack would
+// die with it and take its messages along; the gcloud Pub/Sub emulator
+// keeps a thread for every ordering key it has seen, see
+// internal/pstestserver), in a project of its own, and gets ~100
+// order.purchased events a second for 20 s (RELAYBUS_CRASH_RATE overrides
+// the rate). Eight seconds in, either the stack is SIGKILLed and started
+// again, or Postgres is restarted under it. Afterwards:
 //
 //   - nothing is lost: every accepted event is in the outbox and reached
 //     both consumers' inboxes;
@@ -94,10 +98,15 @@ func crashScenario(t *testing.T, bin string, crash func(*testing.T, *crashRig)) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	ps, err := pstestserver.Start("127.0.0.1:0", pstestserver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ps.Close() })
 	c.stack = &devProcess{bin: bin, addr: fmt.Sprintf("127.0.0.1:%d", port), state: filepath.Join(dir, "state"),
 		log: filepath.Join(dir, "stack.log"), env: []string{
 			"DATABASE_URL=" + c.pg.URL,
-			"PUBSUB_EMULATOR_HOST=" + emutest.Host(t, emulator.PubSub),
+			"PUBSUB_EMULATOR_HOST=" + ps.Addr,
 			"FIRESTORE_EMULATOR_HOST=" + emutest.Host(t, emulator.Firestore),
 			"GOOGLE_CLOUD_PROJECT=" + c.project,
 			"LOG_LEVEL=warn",

@@ -1,0 +1,192 @@
+// Package pstestserver serves pstest, the Go Pub/Sub fake, on an address of
+// its own with a Pull that long-polls as Pub/Sub's does.
+//
+// The local stack needs a Pub/Sub that outlives it: a stack killed with
+// SIGKILL must find its undelivered messages when it starts again, so the
+// fake cannot live in the stack's process. The gcloud Pub/Sub emulator
+// outlives it, but it starts a thread for every ordering key an ordered
+// subscription has seen and never stops it (measured with emulator 0.8.20:
+// 200 messages on 200 keys, all acknowledged, left 200 more threads 70 s
+// later). relaybus orders by aggregate id, so every new order is a new key:
+// at 100 events/s the emulator holds thousands of threads within a minute
+// and their timers take the machine's two cores. pstest keeps no per-key
+// state, but its own Pull without ReturnImmediately waits a fixed 500 ms
+// when nothing is there. This server fixes that in front of pstest: a Pull
+// that would wait returns as soon as a message is published to the
+// subscription's topic (or within Poll, for messages that come back by a
+// lapsed ack deadline or a nack), and answers empty shortly before the
+// caller's deadline, never after, so a pull that gave up has taken nothing.
+package pstestserver
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Options configures a Server. The zero value is ready to use.
+type Options struct {
+	// Poll is how often a waiting Pull looks again without a publish to
+	// wake it (50 ms).
+	Poll time.Duration
+	// MaxWait bounds a waiting Pull whose caller set no deadline (10 s).
+	MaxWait time.Duration
+	// Margin is how long before the caller's deadline a waiting Pull
+	// answers empty (300 ms).
+	Margin time.Duration
+}
+
+// Server is pstest behind a gRPC server that long-polls Pull.
+type Server struct {
+	// Addr is the address clients dial (host:port).
+	Addr string
+
+	o    Options
+	fake *pstest.Server
+	gs   *grpc.Server
+	done chan error
+
+	mu     sync.Mutex
+	wakes  map[string]chan struct{} // by topic path; closed by a publish
+	topics map[string]string        // subscription path → topic path
+}
+
+// Start serves a new, empty fake on addr ("127.0.0.1:0" picks a port).
+func Start(addr string, o Options) (*Server, error) {
+	if o.Poll <= 0 {
+		o.Poll = 50 * time.Millisecond
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 10 * time.Second
+	}
+	if o.Margin <= 0 {
+		o.Margin = 300 * time.Millisecond
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Addr: l.Addr().String(), o: o, done: make(chan error, 1),
+		wakes: map[string]chan struct{}{}, topics: map[string]string{}}
+	// pstest listens on a port of its own too; nobody is told about it.
+	s.fake = pstest.NewServerWithAddress("127.0.0.1:0")
+	s.gs = grpc.NewServer(grpc.UnaryInterceptor(s.intercept))
+	pb.RegisterPublisherServer(s.gs, &s.fake.GServer)
+	pb.RegisterSubscriberServer(s.gs, &s.fake.GServer)
+	pb.RegisterSchemaServiceServer(s.gs, &s.fake.GServer)
+	go func() { s.done <- s.gs.Serve(l) }()
+	return s, nil
+}
+
+// Close stops serving. It does not close pstest itself, whose Close can
+// wait on its own delivery goroutines; end the process instead.
+func (s *Server) Close() error {
+	s.gs.Stop()
+	return <-s.done
+}
+
+func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	switch info.FullMethod {
+	case pb.Publisher_Publish_FullMethodName:
+		resp, err := handler(ctx, req)
+		if err == nil {
+			s.notify(req.(*pb.PublishRequest).GetTopic())
+		}
+		return resp, err
+	case pb.Subscriber_Pull_FullMethodName:
+		if r := req.(*pb.PullRequest); !r.GetReturnImmediately() {
+			return s.longPull(ctx, r, handler)
+		}
+	case pb.Subscriber_DeleteSubscription_FullMethodName:
+		s.mu.Lock()
+		delete(s.topics, req.(*pb.DeleteSubscriptionRequest).GetSubscription())
+		s.mu.Unlock()
+	}
+	return handler(ctx, req)
+}
+
+// longPull answers at once when messages are there, else waits for a
+// publish to the subscription's topic, looking again every Poll, and
+// answers empty Margin before the caller's deadline.
+func (s *Server) longPull(ctx context.Context, req *pb.PullRequest, handler grpc.UnaryHandler) (any, error) {
+	topic, err := s.topicOf(ctx, req.GetSubscription())
+	if err != nil {
+		return nil, err
+	}
+	until := time.Now().Add(s.o.MaxWait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-s.o.Margin).Before(until) {
+		until = d.Add(-s.o.Margin)
+	}
+	now := proto.Clone(req).(*pb.PullRequest)
+	now.ReturnImmediately = true
+	poll := time.NewTicker(s.o.Poll)
+	defer poll.Stop()
+	for {
+		wake := s.listen(topic) // before pulling: a publish in between still wakes us
+		resp, err := handler(ctx, now)
+		if err != nil || len(resp.(*pb.PullResponse).GetReceivedMessages()) > 0 {
+			return resp, err
+		}
+		left := time.Until(until)
+		if left <= 0 {
+			return resp, nil
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-wake:
+		case <-poll.C:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		t.Stop()
+	}
+}
+
+// topicOf returns the topic of a subscription, asking pstest once.
+func (s *Server) topicOf(ctx context.Context, sub string) (string, error) {
+	s.mu.Lock()
+	t, ok := s.topics[sub]
+	s.mu.Unlock()
+	if ok {
+		return t, nil
+	}
+	got, err := s.fake.GServer.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: sub})
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	s.topics[sub] = got.GetTopic()
+	s.mu.Unlock()
+	return got.GetTopic(), nil
+}
+
+// listen returns a channel closed by the next publish to topic.
+func (s *Server) listen(topic string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.wakes[topic]
+	if !ok {
+		c = make(chan struct{})
+		s.wakes[topic] = c
+	}
+	return c
+}
+
+// notify wakes every Pull waiting on topic.
+func (s *Server) notify(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.wakes[topic]; ok {
+		close(c)
+		delete(s.wakes, topic)
+	}
+}

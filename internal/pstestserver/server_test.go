@@ -1,0 +1,132 @@
+package pstestserver
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/relaybus/relaybus/shared/transport"
+)
+
+const (
+	topic = "projects/p/topics/orders"
+	sub   = "projects/p/subscriptions/orders-sub"
+)
+
+func setup(t *testing.T) *transport.Client {
+	t.Helper()
+	srv, err := Start("127.0.0.1:0", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	c, err := transport.Dial(context.Background(), "p", srv.Addr, transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	if _, err := c.PubSub().TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PubSub().SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: sub, Topic: topic,
+		EnableMessageOrdering: true, AckDeadlineSeconds: 10}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func publish(t *testing.T, c *transport.Client, data, key string) {
+	t.Helper()
+	if _, err := c.PubSub().TopicAdminClient.Publish(context.Background(), &pb.PublishRequest{Topic: topic,
+		Messages: []*pb.PubsubMessage{{Data: []byte(data), OrderingKey: key}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiting Pull answers with a message published while it waits, long
+// before its deadline: the loop is not held up by pstest's fixed 500 ms.
+func TestPullReturnsWhenAMessageIsPublished(t *testing.T) {
+	c := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		publish(t, c, "late", "k")
+	}()
+	t0 := time.Now()
+	resp, err := c.PubSub().SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetReceivedMessages(); len(got) != 1 || string(got[0].GetMessage().GetData()) != "late" {
+		t.Fatalf("Pull answered %v, want the message published while it waited", got)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("Pull took %v: it waited for its deadline instead of the publish", d)
+	}
+}
+
+// With nothing to deliver, a waiting Pull answers empty before the
+// caller's deadline (not DEADLINE_EXCEEDED), so a pull that gave up never
+// took a message with it.
+func TestPullAnswersEmptyBeforeTheDeadline(t *testing.T) {
+	c := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	resp, err := c.PubSub().SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10})
+	if err != nil {
+		t.Fatalf("Pull with nothing to deliver: %v, want an empty answer", err)
+	}
+	if n := len(resp.GetReceivedMessages()); n != 0 {
+		t.Fatalf("Pull answered %d messages on an empty subscription", n)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("Pull answered after its caller's deadline")
+	}
+}
+
+// A nacked message (ack deadline 0) comes back to a waiting Pull without
+// any publish to wake it; ReturnImmediately is answered at once; an
+// unknown subscription is NOT_FOUND.
+func TestPullSeesNackedMessagesAndKeepsPstestSemantics(t *testing.T) {
+	c := setup(t)
+	subs := c.PubSub().SubscriptionAdminClient
+	ctx := context.Background()
+	for i := range 3 {
+		publish(t, c, fmt.Sprint(i), fmt.Sprint("k", i))
+	}
+	resp, err := subs.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10, ReturnImmediately: true})
+	if err != nil || len(resp.GetReceivedMessages()) != 3 {
+		t.Fatalf("ReturnImmediately Pull: %v messages, %v; want 3", len(resp.GetReceivedMessages()), err)
+	}
+	first := resp.GetReceivedMessages()[0]
+	var rest []string
+	for _, m := range resp.GetReceivedMessages()[1:] {
+		rest = append(rest, m.GetAckId())
+	}
+	if err := subs.Acknowledge(ctx, &pb.AcknowledgeRequest{Subscription: sub, AckIds: rest}); err != nil {
+		t.Fatal(err)
+	}
+	if err := subs.ModifyAckDeadline(ctx, &pb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: []string{first.GetAckId()}}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err = subs.Pull(wctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetReceivedMessages(); len(got) != 1 || got[0].GetMessage().GetMessageId() != first.GetMessage().GetMessageId() {
+		t.Fatalf("after a nack Pull answered %v, want the nacked message again", got)
+	}
+	_, err = subs.Pull(ctx, &pb.PullRequest{Subscription: "projects/p/subscriptions/nope", MaxMessages: 1})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("Pull on an unknown subscription: %v, want NOT_FOUND", err)
+	}
+}
