@@ -2,7 +2,7 @@
 // dev): Postgres, Pub/Sub, Firestore, the five functions on one address,
 // the delivery loop and the scheduler. See internal/devstack.
 //
-//	go run ./internal/cmd/dev [-addr 127.0.0.1:8080] [-state .state] [-backoff-scale 0.05] [-project relaybus-local]
+//	go run ./internal/cmd/dev [-addr 127.0.0.1:8080] [-state .state] [-backoff-scale 0.05] [-project relaybus-local] [-pprof 127.0.0.1:6060]
 //
 // DATABASE_URL, PUBSUB_EMULATOR_HOST and FIRESTORE_EMULATOR_HOST use
 // services that already run instead of starting them (two stacks sharing
@@ -16,6 +16,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -39,7 +41,16 @@ func main() {
 		defProject = "relaybus-local"
 	}
 	project := flag.String("project", defProject, "the Google Cloud project the emulators see ($GOOGLE_CLOUD_PROJECT)")
+	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address, to profile the stack under load (off when empty)")
 	flag.Parse()
+	if *pprofAddr != "" {
+		go func() {
+			// The default mux carries net/http/pprof's handlers only.
+			if err := http.ListenAndServe(*pprofAddr, nil); err != nil {
+				fmt.Fprintln(os.Stderr, "make dev: pprof:", err)
+			}
+		}()
+	}
 	level := os.Getenv("LOG_LEVEL")
 	if level == "" {
 		level = "warn"
