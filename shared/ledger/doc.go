@@ -145,10 +145,15 @@
 //
 // # Rollup
 //
-// [Store.RollupMany] reads the events' documents in one request and each
-// event's attempts (its event_consumptions subcollection), derives each
-// status and writes the ones that changed through one BulkWriter, each
-// write conditioned on the document's update time as it was read. There is
+// [Store.RollupMany] reads the events' documents in one request, then in
+// one more request, by document id, the attempts numbered after each
+// consumer's latest attempt the document already records (Event.Latest),
+// derives each status and writes the ones that changed, with the marks
+// that moved, through one BulkWriter, each write conditioned on the
+// document's update time as it was read. No query: the Firestore emulator
+// scans its whole store for one, which made rollups the local stack's
+// bottleneck (see RollupMany). The reconciler reads attempts whole, so an
+// attempt the window could miss is still found. There is
 // no transaction, so attempt inserts never wait on a rollup's locks; a
 // write whose document changed in between (another rollup, a send, a
 // re-push) is derived again from fresh reads. Every notice is published
@@ -190,12 +195,12 @@
 // succeeds once, their notices reach one rollup) costs:
 //
 //	writes: N + 2     event create, N attempts, one final status write
-//	reads:  N + 1     the rollup reads the event and its N attempts
+//	reads:  2N + 1    the rollup reads the event and, by id, each
+//	                  consumer's next two attempt numbers (found or not)
 //
 // plus the registry lookup (one query per topic per 30 s per instance,
 // cached). When the consumers report far apart, each notice triggers its
-// own rollup: reads N + N(N+1)/2 at worst (the event and the attempts so far,
-// each time). The seed's shape (PENDING insert, an attempt-0 row per
+// own rollup of 2N + 1 reads and one write. The seed's shape (PENDING insert, an attempt-0 row per
 // consumer, a SENT update, an attempt per callback and a status
 // read-modify-write per callback) costs 3N + 2 writes. Each failed attempt
 // adds one write and at most one status write; a re-push costs 1 + k reads

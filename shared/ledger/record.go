@@ -78,6 +78,24 @@ type Event struct {
 	// DeleteAt is when Firestore's TTL policy deletes the document (created
 	// at + the store's Retention); absent when the store keeps documents.
 	DeleteAt time.Time `firestore:"deleteAt,omitempty" json:"-"`
+	// Latest holds, per consumer, the latest attempt the last rollup read.
+	// A rollup reads only the attempts numbered after it, by their
+	// document ids (see RollupMany), instead of querying the event's whole
+	// event_consumptions subcollection.
+	Latest map[string]AttemptMark `firestore:"latest,omitempty" json:"-"`
+}
+
+// AttemptMark is what the status derivation needs of a consumer's latest
+// attempt; Event.Latest keeps one per consumer.
+type AttemptMark struct {
+	AttemptNo int     `firestore:"attemptNo"`
+	Success   bool    `firestore:"success"`
+	Outcome   Outcome `firestore:"outcome"`
+}
+
+// mark returns the attempt's AttemptMark.
+func (a *Attempt) mark() AttemptMark {
+	return AttemptMark{AttemptNo: a.AttemptNo, Success: a.Success, Outcome: a.Outcome}
 }
 
 // Sent is one send for RecordSent: the event, when its producer's

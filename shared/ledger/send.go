@@ -159,7 +159,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 		}
 		d.ExpectedConsumers = expected
 		now := s.clock()
-		prev, next = d.Status, Derive(factsOf(&d, attempts, now))
+		prev, next = d.Status, Derive(factsOf(&d, latestByConsumer(attempts), now))
 		ups := []firestore.Update{
 			{Path: "sentAt", Value: d.SentAt},
 			{Path: "lastSentAt", Value: d.LastSentAt},
@@ -249,7 +249,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			d.PublishFailure = pf
 			d.ExpectedConsumers = expected[e.Topic]
 			d.CreatedAt, d.UpdatedAt = now, now
-			d.Status, d.StatusAt = Derive(factsOf(&d, attempts, now)), at
+			d.Status, d.StatusAt = Derive(factsOf(&d, latestByConsumer(attempts), now)), at
 			d.DeleteAt = s.deleteAt(now)
 			if !d.Status.open() {
 				d.ExpireDue = time.Time{}
@@ -278,7 +278,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			if err != nil {
 				return err
 			}
-			ups = append(ups, s.statusUpdates(&d, Derive(factsOf(&d, attempts, now)), now)...)
+			ups = append(ups, s.statusUpdates(&d, Derive(factsOf(&d, latestByConsumer(attempts), now)), now)...)
 		}
 		writes = 1
 		return tx.Update(ref, ups)

@@ -155,11 +155,12 @@ func latestByConsumer(attempts []Attempt) map[string]Attempt {
 	return out
 }
 
-// factsOf gathers the facts of an event document and its attempts.
-func factsOf(d *Event, attempts []Attempt, now time.Time) Facts {
+// factsOf gathers the facts of an event document and each consumer's
+// latest attempt (latestByConsumer).
+func factsOf(d *Event, latest map[string]Attempt, now time.Time) Facts {
 	return Facts{
 		Expected:       d.ExpectedConsumers,
-		Latest:         latestByConsumer(attempts),
+		Latest:         latest,
 		ExpireAt:       d.ExpireAt,
 		Now:            now,
 		Sent:           !d.SentAt.IsZero(),
