@@ -85,8 +85,7 @@ const rollupReaders = 16
 // error. The error is for failures of the whole batch.
 //
 // Cost per event: one read for the document, attemptWindow reads per
-// expected consumer (found or not), one write when the status or a mark
-// changes.
+// expected consumer (found or not), one write when the status changes.
 func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResult, error) {
 	out := make([]RollupResult, len(eventIDs))
 	at := map[string][]int{} // id -> its positions in eventIDs
@@ -316,9 +315,16 @@ func (s *Store) derive(d *derivation, now time.Time, bump bool) {
 	if bump && !st.Settled() {
 		ups = append(withoutPath(ups, "checkAt"), firestore.Update{Path: "checkAt", Value: now.Add(s.recheckAfter(ev, now))})
 	}
-	for c, a := range d.latest {
-		if m := a.mark(); ev.Latest[c] != m {
-			ups = append(ups, firestore.Update{FieldPath: firestore.FieldPath{"latest", c}, Value: m})
+	// The marks that moved are written with a status change, or on their
+	// own when a window came back full (so the next rollup need not read
+	// the attempts whole again); a consumer's first success while another
+	// has not reported changes no status and costs no write: the next
+	// rollup's window still holds that attempt.
+	if len(ups) > 0 || d.readAll {
+		for c, a := range d.latest {
+			if m := a.mark(); ev.Latest[c] != m {
+				ups = append(ups, firestore.Update{FieldPath: firestore.FieldPath{"latest", c}, Value: m})
+			}
 		}
 	}
 	if len(ups) > 0 {
