@@ -197,3 +197,26 @@ func TestReconcilerBacksOffOnEventsThatWait(t *testing.T) {
 		t.Errorf("status %s", d.Event.Status)
 	}
 }
+
+// After a crash the consumers' attempts can reach the ledger before the
+// send does (the relay's healing step records it later): the late send
+// derives the event's status at once, without waiting for the reconciler.
+func TestLateSendFindsItsAttempts(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	seed(t, s, orderTopic, "billing", "shipping")
+	sentAt := time.Now().Add(-time.Minute)
+	e := newEventOn(t, orderTopic, "order.purchased", sentAt)
+	if err := s.InsertAttempts(ctx, []Attempt{attempt(e, "billing", 1, OutcomeSuccess), attempt(e, "shipping", 1, OutcomeSuccess)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Rollup(ctx, e.ID); !errors.Is(err, ErrEventNotFound) {
+		t.Fatalf("rollup before the send: %v, want ErrEventNotFound", err)
+	}
+	if err := s.RecordSent(ctx, SentAt(sentAt, e)); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustGet(t, s, e.ID); d.Event.Status != StatusConsumed {
+		t.Fatalf("after the late send: %s, want CONSUMED", d.Event.Status)
+	}
+}

@@ -27,7 +27,9 @@ import (
 //
 // The happy path costs one write per event and no read (creates go through
 // a BulkWriter, 20 to a request); only documents that already exist are
-// read. It returns every failure joined; events whose documents were
+// read, and events whose send is recorded more than 5 s after it happened
+// (by the relay's healing step, after a crash) are rolled up at once, since
+// their consumers may have reported before the document existed. It returns every failure joined; events whose documents were
 // written are done whatever the others did.
 func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
 	if len(sends) == 0 {
@@ -81,10 +83,14 @@ func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
 	}
 	bw.End()
 	s.wrote(OpRecordSent, len(jobs))
+	var late []string
 	for _, p := range jobs {
 		_, err := p.job.Results()
 		switch {
 		case err == nil:
+			if now.Sub(sent[p.e.ID].At) > lateSend {
+				late = append(late, p.e.ID)
+			}
 		case alreadyExists(err):
 			if err := s.markSent(ctx, p.e, expected[p.e.Topic], sent[p.e.ID]); err != nil {
 				errs = append(errs, fmt.Errorf("event %s: %w", p.e.ID, err))
@@ -93,11 +99,30 @@ func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
 			errs = append(errs, fmt.Errorf("event %s: %w", p.e.ID, err))
 		}
 	}
+	// A send recorded late (after a crash, by the relay's healing step)
+	// may find its consumers' attempts written already and their rollups
+	// gone by without a document to write to: derive those events now
+	// rather than leave them to the reconciler.
+	if len(late) > 0 {
+		rs, err := s.RollupMany(ctx, late)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, r := range rs {
+			if r.Err != nil && !errors.Is(r.Err, ErrEventNotFound) {
+				errs = append(errs, r.Err)
+			}
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("ledger: record sent: %w", err)
 	}
 	return nil
 }
+
+// lateSend is how long after its send a send's record counts as late (see
+// RecordSent): longer than the relay's live recorder takes.
+const lateSend = 5 * time.Second
 
 // expectedFor looks up the expected consumers of every topic in the batch.
 func (s *Store) expectedFor(ctx context.Context, events []*event.Event) (map[string][]string, error) {
