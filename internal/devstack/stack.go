@@ -71,6 +71,12 @@ type Options struct {
 	DatabaseURL, PubSubHost, FirestoreHost string
 	// Topology is the topology file ("" finds infra/topology.yaml).
 	Topology string
+	// DurablePostgres starts the stack's own cluster with fsync,
+	// synchronous_commit and full_page_writes on, as in production (off by
+	// default: a developer's stack trades an OS crash's durability for
+	// speed; a SIGKILL of the stack loses nothing either way). Benchmarks
+	// set it.
+	DurablePostgres bool
 	// RelayEvery is the local scheduler's cadence for POST /relay (2s; Cloud
 	// Scheduler runs every minute; child events are kicked at once anyway).
 	RelayEvery time.Duration
@@ -89,8 +95,13 @@ type Options struct {
 	// 0.5 s..30 s, so the demo's planned failure clears in half a second; 1
 	// is Pub/Sub's own timing).
 	BackoffScale float64
-	// PoolSize is the most Postgres connections the stack's functions share
-	// per database (32), unless DatabaseURL sets pool_max_conns.
+	// PoolSize is the most Postgres connections each function holds per
+	// database (16), unless DatabaseURL sets pool_max_conns. As in
+	// production, where each function is a Cloud Run service with pools of
+	// its own, publish, each database's relay and each consumer have their
+	// own pool, so a flood of deliveries cannot starve publish of
+	// connections; the stack keeps one more per database (Pools) for
+	// dlqreplay, its scheduler and tests.
 	PoolSize int
 	// ReconcileAfter is how long the ledger waits before the reconciler
 	// looks at an event that is not settled (ledger.DefaultReconcileAfter).
@@ -197,7 +208,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		o.BackoffScale = 0.05
 	}
 	if o.PoolSize <= 0 {
-		o.PoolSize = 32
+		o.PoolSize = 16
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -243,7 +254,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			if pgErr = os.MkdirAll(filepath.Dir(dir), 0o755); pgErr != nil {
 				return
 			}
-			c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: dir})
+			c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: dir, Durable: o.DurablePostgres})
 			if err != nil {
 				pgErr = fmt.Errorf("postgres: %w", err)
 				return
@@ -324,6 +335,22 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.Pools[db.Name], urls[db.Name] = pool, url
 	}
+	// fnPool opens a function's own pool on a database.
+	fnPool := func(db string) (*pgxpool.Pool, error) {
+		cfg, err := pgxpool.ParseConfig(urls[db])
+		if err != nil {
+			return nil, fmt.Errorf("database %s: %w", db, err)
+		}
+		if !strings.Contains(urls[db], "pool_max_conns") {
+			cfg.MaxConns = int32(o.PoolSize)
+		}
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("database %s: %w", db, err)
+		}
+		s.closers = append(s.closers, func(context.Context) { p.Close() })
+		return p, nil
+	}
 	pool := s.Pools[topology.MainDatabase]
 	s.Pool = pool
 
@@ -365,7 +392,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	mux.Handle("/", notFound{})
 	s.Relays = map[string]*relay.Relay{}
 	drainers := map[string]relayfn.Drainer{}
-	for name, p := range s.Pools {
+	for name := range s.Pools {
+		p, err := fnPool(name)
+		if err != nil {
+			return nil, err
+		}
 		r, err := relay.New(relay.Options{DB: p, Publisher: ps, Topology: top, Ledger: store, Logger: o.Logger.With("database", name),
 			BackoffBase: time.Second, BackoffMax: 30 * time.Second, HealDelay: o.HealDelay})
 		if err != nil {
@@ -373,7 +404,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.Relays[name], drainers[name] = r, r
 	}
-	pub, err := publish.New(publish.Options{DB: pool, Logger: o.Logger, FastPath: s.Relays[topology.MainDatabase],
+	pubPool, err := fnPool(topology.MainDatabase)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := publish.New(publish.Options{DB: pubPool, Logger: o.Logger, FastPath: s.Relays[topology.MainDatabase],
 		Registry: registry.Cached(registry.WithFallback(store, registry.FromTopology(top), 500*time.Millisecond), 5*time.Second)})
 	if err != nil {
 		return nil, err
@@ -409,7 +444,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", c.Subscription(), err)
 		}
-		cpool := s.Pools[c.Database]
+		cpool, err := fnPool(c.Database)
+		if err != nil {
+			return nil, err
+		}
 		if m, ok := h.(consume.Migrator); ok {
 			if err := m.Migrate(ctx, cpool); err != nil {
 				return nil, err
