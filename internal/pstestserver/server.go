@@ -101,9 +101,22 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		}
 		return resp, err
 	case pb.Subscriber_Pull_FullMethodName:
-		if r := req.(*pb.PullRequest); !r.GetReturnImmediately() {
-			return s.longPull(ctx, r, handler)
+		r := req.(*pb.PullRequest)
+		var resp any
+		var err error
+		if r.GetReturnImmediately() {
+			resp, err = handler(ctx, req)
+		} else {
+			resp, err = s.longPull(ctx, r, handler)
 		}
+		if err == nil && ctx.Err() != nil {
+			// The caller is gone (a process killed mid-pull) and will never
+			// see these messages: hand them back at once rather than leave
+			// them out for the subscription's whole ack deadline.
+			s.handBack(r.GetSubscription(), resp.(*pb.PullResponse))
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return resp, err
 	case pb.Subscriber_DeleteSubscription_FullMethodName:
 		s.mu.Lock()
 		delete(s.topics, req.(*pb.DeleteSubscriptionRequest).GetSubscription())
@@ -149,6 +162,19 @@ func (s *Server) longPull(ctx context.Context, req *pb.PullRequest, handler grpc
 		}
 		t.Stop()
 	}
+}
+
+// handBack nacks pulled messages (ack deadline 0), so they are delivered
+// again at once.
+func (s *Server) handBack(sub string, resp *pb.PullResponse) {
+	var ids []string
+	for _, m := range resp.GetReceivedMessages() {
+		ids = append(ids, m.GetAckId())
+	}
+	if len(ids) == 0 {
+		return
+	}
+	_, _ = s.fake.GServer.ModifyAckDeadline(context.Background(), &pb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: ids})
 }
 
 // topicOf returns the topic of a subscription, asking pstest once.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -128,5 +129,47 @@ func TestPullSeesNackedMessagesAndKeepsPstestSemantics(t *testing.T) {
 	_, err = subs.Pull(ctx, &pb.PullRequest{Subscription: "projects/p/subscriptions/nope", MaxMessages: 1})
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("Pull on an unknown subscription: %v, want NOT_FOUND", err)
+	}
+}
+
+// A Pull whose caller went away while pstest was taking its messages (a
+// process killed mid-pull) hands them back: the next Pull gets them at
+// once, not after the subscription's ack deadline.
+func TestPullOfAGoneCallerHandsItsMessagesBack(t *testing.T) {
+	srv, err := Start("127.0.0.1:0", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	c, err := transport.Dial(context.Background(), "p", srv.Addr, transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	if _, err := c.PubSub().TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PubSub().SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: sub, Topic: topic, AckDeadlineSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, c, "order-1", "")
+
+	gone, cancel := context.WithCancel(ctx)
+	pullThenGo := func(_ context.Context, req any) (any, error) {
+		resp, err := srv.fake.GServer.Pull(ctx, req.(*pb.PullRequest))
+		cancel() // the caller dies while the answer is on its way
+		return resp, err
+	}
+	info := &grpc.UnaryServerInfo{FullMethod: pb.Subscriber_Pull_FullMethodName}
+	if _, err := srv.intercept(gone, &pb.PullRequest{Subscription: sub, MaxMessages: 10, ReturnImmediately: true}, info, pullThenGo); status.Code(err) != codes.Canceled {
+		t.Fatalf("the gone caller's Pull: %v, want CANCELED", err)
+	}
+	resp, err := c.PubSub().SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10, ReturnImmediately: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetReceivedMessages(); len(got) != 1 || string(got[0].GetMessage().GetData()) != "order-1" {
+		t.Fatalf("the next Pull got %v, want order-1 at once", got)
 	}
 }
