@@ -104,7 +104,10 @@ type Options struct {
 	// dlqreplay, its scheduler and tests.
 	PoolSize int
 	// ReconcileAfter is how long the ledger waits before the reconciler
-	// looks at an event that is not settled (ledger.DefaultReconcileAfter).
+	// looks at an event that is not settled (15 s: with the reconciler
+	// every LedgerEvery, an event whose rollup was lost in a crash is
+	// final within half a minute; production waits
+	// ledger.DefaultReconcileAfter, a minute, for its once-a-minute job).
 	ReconcileAfter time.Duration
 	// HealDelay is how long the relays' live ledger recorder has before
 	// their healing step records a send (relay.DefaultHealDelay).
@@ -197,6 +200,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	if o.LedgerEvery <= 0 {
 		o.LedgerEvery = 10 * time.Second
+	}
+	if o.ReconcileAfter <= 0 {
+		o.ReconcileAfter = 15 * time.Second
 	}
 	if o.PurgeEvery <= 0 {
 		o.PurgeEvery = time.Hour
