@@ -41,6 +41,13 @@ type Options struct {
 	// Margin is how long before the caller's deadline a waiting Pull
 	// answers empty (300 ms).
 	Margin time.Duration
+	// PullLease, when set, is the ack deadline pulled messages get instead
+	// of their subscription's, as if the caller had extended it at once:
+	// the local delivery loop leases what it pulls for 10 s and renews it,
+	// but a stack killed between a Pull and that first lease would leave
+	// its messages out for the subscription's whole deadline (60 s in the
+	// topology). 0 keeps the subscription's.
+	PullLease time.Duration
 }
 
 // Server is pstest behind a gRPC server that long-polls Pull.
@@ -113,8 +120,11 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			// The caller is gone (a process killed mid-pull) and will never
 			// see these messages: hand them back at once rather than leave
 			// them out for the subscription's whole ack deadline.
-			s.handBack(r.GetSubscription(), resp.(*pb.PullResponse))
+			s.setDeadline(r.GetSubscription(), resp.(*pb.PullResponse), 0)
 			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if err == nil && s.o.PullLease > 0 {
+			s.setDeadline(r.GetSubscription(), resp.(*pb.PullResponse), s.o.PullLease)
 		}
 		return resp, err
 	case pb.Subscriber_DeleteSubscription_FullMethodName:
@@ -164,9 +174,9 @@ func (s *Server) longPull(ctx context.Context, req *pb.PullRequest, handler grpc
 	}
 }
 
-// handBack nacks pulled messages (ack deadline 0), so they are delivered
-// again at once.
-func (s *Server) handBack(sub string, resp *pb.PullResponse) {
+// setDeadline sets the ack deadline of pulled messages (0 nacks them:
+// delivered again at once).
+func (s *Server) setDeadline(sub string, resp *pb.PullResponse, d time.Duration) {
 	var ids []string
 	for _, m := range resp.GetReceivedMessages() {
 		ids = append(ids, m.GetAckId())
@@ -174,7 +184,8 @@ func (s *Server) handBack(sub string, resp *pb.PullResponse) {
 	if len(ids) == 0 {
 		return
 	}
-	_, _ = s.fake.GServer.ModifyAckDeadline(context.Background(), &pb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: ids})
+	_, _ = s.fake.GServer.ModifyAckDeadline(context.Background(), &pb.ModifyAckDeadlineRequest{Subscription: sub, AckIds: ids,
+		AckDeadlineSeconds: int32((d + time.Second - 1) / time.Second)})
 }
 
 // topicOf returns the topic of a subscription, asking pstest once.

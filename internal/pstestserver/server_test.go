@@ -173,3 +173,44 @@ func TestPullOfAGoneCallerHandsItsMessagesBack(t *testing.T) {
 		t.Fatalf("the next Pull got %v, want order-1 at once", got)
 	}
 }
+
+// With PullLease, what a caller pulled and never touched again comes back
+// after the lease, not after the subscription's ack deadline (60 s here).
+func TestPullLeaseBringsBackWhatACallerAbandoned(t *testing.T) {
+	srv, err := Start("127.0.0.1:0", Options{PullLease: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	c, err := transport.Dial(context.Background(), "p", srv.Addr, transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	subs := c.PubSub().SubscriptionAdminClient
+	if _, err := c.PubSub().TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := subs.CreateSubscription(ctx, &pb.Subscription{Name: sub, Topic: topic, AckDeadlineSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, c, "order-1", "")
+	resp, err := subs.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10, ReturnImmediately: true})
+	if err != nil || len(resp.GetReceivedMessages()) != 1 {
+		t.Fatalf("first Pull: %d messages, %v", len(resp.GetReceivedMessages()), err)
+	}
+	pulled := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	defer cancel()
+	resp, err = subs.Pull(wctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetReceivedMessages(); len(got) != 1 || string(got[0].GetMessage().GetData()) != "order-1" {
+		t.Fatalf("second Pull got %v, want order-1 again after the 1 s lease", got)
+	}
+	if d := time.Since(pulled); d > 5*time.Second {
+		t.Errorf("came back after %v, want about the 1 s lease", d)
+	}
+}

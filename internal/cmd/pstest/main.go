@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/relaybus/relaybus/internal/pstestserver"
 )
@@ -26,8 +27,9 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "address to serve on (port 0 picks a free one)")
 	stdin := flag.Bool("stdin", true, "stop when standard input closes")
+	lease := flag.Duration("pull-lease", 10*time.Second, "ack deadline of pulled messages, as if the caller extended it at once (0: the subscription's)")
 	flag.Parse()
-	srv, err := pstestserver.Start(*addr, pstestserver.Options{})
+	srv, err := pstestserver.Start(*addr, pstestserver.Options{PullLease: *lease})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pstest:", err)
 		os.Exit(1)
