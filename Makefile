@@ -40,7 +40,7 @@ screenshots:
 
 ## bench: every benchmark; prints BENCH <name> <value> <unit> lines.
 bench:
-	$(GO) run ./internal/cmd/testenv -durable -- $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee .bench.out | grep -E '^(BENCH|#)' || true
+	$(GO) run ./internal/cmd/testenv -durable -- $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee .bench.out | grep -E '^(BENCH|#)' || true
 
 ## fuzz: run each fuzz target for a while (the corpus is in testdata/fuzz).
 fuzz:
