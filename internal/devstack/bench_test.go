@@ -24,7 +24,7 @@ import (
 //     to CONSUMED in the ledger (statusAt). Requests that were not
 //     accepted are counted on their own line, never in the percentiles.
 //   - local_sustained_events_per_s: the highest of the rates in
-//     RELAYBUS_BENCH_SUSTAIN (requests/s, "100,200,300") that the stack
+//     RELAYBUS_BENCH_SUSTAIN (requests/s, "50,100,200,300,500") that the stack
 //     carries for RELAYBUS_BENCH_SUSTAIN_FOR (60s): every request accepted,
 //     every event delivered to both consumers, and the delivery backlog
 //     gone within 10 s of the last request (a backlog that grew during
@@ -155,7 +155,7 @@ func acceptedIDs(lr *LoadRun) []string {
 func sustainRates(b *testing.B) []float64 {
 	spec := os.Getenv("RELAYBUS_BENCH_SUSTAIN")
 	if spec == "" {
-		spec = "100,200,300"
+		spec = "50,100,200,300,500"
 	}
 	var out []float64
 	for _, f := range strings.Split(spec, ",") {

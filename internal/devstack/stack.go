@@ -314,34 +314,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 
-	// Postgres: one pool per database, every migration applied.
-	s.Pools = map[string]*pgxpool.Pool{}
+	// Postgres: every database's URL, every migration applied, and one pool
+	// per database for dlqreplay, the scheduler and tests (Pools); each
+	// function gets pools of its own (fnPool; see Options.PoolSize).
 	urls := map[string]string{}
-	for _, db := range top.Databases {
-		url := o.DatabaseURL
-		if db.Name != topology.MainDatabase {
-			if url, err = databaseBeside(ctx, o.DatabaseURL, db); err != nil {
-				return nil, fmt.Errorf("database %s: %w", db.Name, err)
-			}
-		}
-		cfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			return nil, fmt.Errorf("database %s: %w", db.Name, err)
-		}
-		if !strings.Contains(url, "pool_max_conns") {
-			cfg.MaxConns = int32(o.PoolSize)
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("database %s: %w", db.Name, err)
-		}
-		s.closers = append(s.closers, func(context.Context) { pool.Close() })
-		if err := consume.Migrate(ctx, pool); err != nil {
-			return nil, fmt.Errorf("database %s: migrations: %w", db.Name, err)
-		}
-		s.Pools[db.Name], urls[db.Name] = pool, url
-	}
-	// fnPool opens a function's own pool on a database.
 	fnPool := func(db string) (*pgxpool.Pool, error) {
 		cfg, err := pgxpool.ParseConfig(urls[db])
 		if err != nil {
@@ -356,6 +332,24 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.closers = append(s.closers, func(context.Context) { p.Close() })
 		return p, nil
+	}
+	s.Pools = map[string]*pgxpool.Pool{}
+	for _, db := range top.Databases {
+		url := o.DatabaseURL
+		if db.Name != topology.MainDatabase {
+			if url, err = databaseBeside(ctx, o.DatabaseURL, db); err != nil {
+				return nil, fmt.Errorf("database %s: %w", db.Name, err)
+			}
+		}
+		urls[db.Name] = url
+		pool, err := fnPool(db.Name)
+		if err != nil {
+			return nil, err
+		}
+		if err := consume.Migrate(ctx, pool); err != nil {
+			return nil, fmt.Errorf("database %s: migrations: %w", db.Name, err)
+		}
+		s.Pools[db.Name] = pool
 	}
 	pool := s.Pools[topology.MainDatabase]
 	s.Pool = pool

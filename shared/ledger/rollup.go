@@ -163,13 +163,10 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 	for i, id := range ids {
 		d := &derivation{id: id, snap: snaps[i], res: RollupResult{EventID: id}, readAll: bump}
 		ds[i] = d
-		switch {
-		case !d.snap.Exists():
+		if !d.snap.Exists() {
 			d.res.Err = fmt.Errorf("%w: %s", ErrEventNotFound, id)
-		default:
-			if err := d.snap.DataTo(&d.ev); err != nil {
-				d.res.Err = fmt.Errorf("ledger: rollup: decode %s: %w", d.snap.Ref.ID, err)
-			}
+		} else if err := d.snap.DataTo(&d.ev); err != nil {
+			d.res.Err = fmt.Errorf("ledger: rollup: decode %s: %w", d.snap.Ref.ID, err)
 		}
 	}
 	if !bump {
