@@ -19,9 +19,10 @@ const (
 	sub   = "projects/p/subscriptions/orders-sub"
 )
 
-func setup(t *testing.T) *transport.Client {
+// serve starts a server with o and returns it with a client and the topic.
+func serve(t *testing.T, o Options) (*Server, *transport.Client) {
 	t.Helper()
-	srv, err := Start("127.0.0.1:0", Options{})
+	srv, err := Start("127.0.0.1:0", o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,14 +32,26 @@ func setup(t *testing.T) *transport.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	ctx := context.Background()
-	if _, err := c.PubSub().TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic}); err != nil {
+	if _, err := c.PubSub().TopicAdminClient.CreateTopic(context.Background(), &pb.Topic{Name: topic}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.PubSub().SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: sub, Topic: topic,
-		EnableMessageOrdering: true, AckDeadlineSeconds: 10}); err != nil {
+	return srv, c
+}
+
+// subscribe creates the subscription with the given ack deadline.
+func subscribe(t *testing.T, c *transport.Client, ordered bool, ackDeadline int32) {
+	t.Helper()
+	if _, err := c.PubSub().SubscriptionAdminClient.CreateSubscription(context.Background(), &pb.Subscription{Name: sub, Topic: topic,
+		EnableMessageOrdering: ordered, AckDeadlineSeconds: ackDeadline}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// setup serves a default server with an ordered subscription (10 s).
+func setup(t *testing.T) *transport.Client {
+	t.Helper()
+	_, c := serve(t, Options{})
+	subscribe(t, c, true, 10)
 	return c
 }
 
@@ -136,23 +149,9 @@ func TestPullSeesNackedMessagesAndKeepsPstestSemantics(t *testing.T) {
 // process killed mid-pull) hands them back: the next Pull gets them at
 // once, not after the subscription's ack deadline.
 func TestPullOfAGoneCallerHandsItsMessagesBack(t *testing.T) {
-	srv, err := Start("127.0.0.1:0", Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	c, err := transport.Dial(context.Background(), "p", srv.Addr, transport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	srv, c := serve(t, Options{})
+	subscribe(t, c, false, 60)
 	ctx := context.Background()
-	if _, err := c.PubSub().TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.PubSub().SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: sub, Topic: topic, AckDeadlineSeconds: 60}); err != nil {
-		t.Fatal(err)
-	}
 	publish(t, c, "order-1", "")
 
 	gone, cancel := context.WithCancel(ctx)
@@ -177,24 +176,10 @@ func TestPullOfAGoneCallerHandsItsMessagesBack(t *testing.T) {
 // With PullLease, what a caller pulled and never touched again comes back
 // after the lease, not after the subscription's ack deadline (60 s here).
 func TestPullLeaseBringsBackWhatACallerAbandoned(t *testing.T) {
-	srv, err := Start("127.0.0.1:0", Options{PullLease: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	c, err := transport.Dial(context.Background(), "p", srv.Addr, transport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	_, c := serve(t, Options{PullLease: time.Second})
+	subscribe(t, c, false, 60)
 	ctx := context.Background()
 	subs := c.PubSub().SubscriptionAdminClient
-	if _, err := c.PubSub().TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := subs.CreateSubscription(ctx, &pb.Subscription{Name: sub, Topic: topic, AckDeadlineSeconds: 60}); err != nil {
-		t.Fatal(err)
-	}
 	publish(t, c, "order-1", "")
 	resp, err := subs.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10, ReturnImmediately: true})
 	if err != nil || len(resp.GetReceivedMessages()) != 1 {
