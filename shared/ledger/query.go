@@ -259,6 +259,40 @@ type ConsumerReport struct {
 	Attempts []Attempt `json:"attempts"`
 }
 
+// Events returns the documents of the given events that the ledger holds,
+// by event id, without their payloads: reads by id, maxGetAll to a
+// request, no query. Ids the ledger does not hold are left out.
+func (s *Store) Events(ctx context.Context, eventIDs []string) (map[string]Event, error) {
+	out := make(map[string]Event, len(eventIDs))
+	for len(eventIDs) > 0 {
+		n := min(len(eventIDs), maxGetAll)
+		refs := make([]*firestore.DocumentRef, 0, n)
+		for _, id := range eventIDs[:n] {
+			if checkEventID(id) == nil {
+				refs = append(refs, s.eventRef(id))
+			}
+		}
+		s.usage.op(OpQuery).reads.Add(int64(len(refs)))
+		snaps, err := s.client.GetAll(ctx, refs)
+		if err != nil {
+			return nil, fmt.Errorf("ledger: events: %w", err)
+		}
+		for _, snap := range snaps {
+			if !snap.Exists() {
+				continue
+			}
+			var e Event
+			if err := snap.DataTo(&e); err != nil {
+				return nil, fmt.Errorf("ledger: events: decode %s: %w", snap.Ref.ID, err)
+			}
+			e.Payload = nil
+			out[e.EventID] = e
+		}
+		eventIDs = eventIDs[n:]
+	}
+	return out, nil
+}
+
 // Get returns an event with all its attempts grouped by consumer, read in
 // one consistent snapshot. It fails with ErrEventNotFound when the ledger
 // has no such event.

@@ -225,3 +225,23 @@ func TestGetUnknownEvent(t *testing.T) {
 		t.Errorf("Trace: %v", err)
 	}
 }
+
+// Events reads events by id; ids the ledger does not hold, or that are
+// not event ids, are left out.
+func TestEventsByID(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, Options{})
+	seed(t, s, orderTopic, "member-service")
+	a := newEventOn(t, orderTopic, "order.purchased", time.Now())
+	b := newEventOn(t, orderTopic, "order.purchased", time.Now())
+	if err := s.RecordSent(ctx, SentAt(time.Now(), a, b)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Events(ctx, []string{a.ID, "no-such-event", b.ID, "bad/id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[a.ID].Status != StatusSent || got[b.ID].EventID != b.ID || got[a.ID].Payload != nil {
+		t.Fatalf("Events = %v, want a and b, SENT, without payloads", got)
+	}
+}
