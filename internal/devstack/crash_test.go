@@ -38,7 +38,7 @@ import (
 //     event in the outbox (accepted, or committed before its answer was
 //     lost in the crash) reaches both consumers' inboxes within two
 //     minutes of the last request (messages the killed stack had pulled
-//     come back when their ack deadline, 60 s, passes, as in Pub/Sub);
+//     come back when their 10 s lease passes);
 //   - nothing is applied twice: each member's points and version are
 //     exactly the sum and the count of its written orders, one
 //     notification per order;
@@ -211,8 +211,8 @@ func crashScenario(t *testing.T, bin string, crash func(*testing.T, *crashRig)) 
 			ids = append(ids, r.ID)
 		}
 	}
-	for since := time.Since(end); since < 120*time.Second && deliveredAt.IsZero() ||
-		since < 90*time.Second && (quietAt.IsZero() || finalAt.IsZero()); since = time.Since(end) {
+	for waited := time.Since(end); waited < 120*time.Second && deliveredAt.IsZero() ||
+		waited < 90*time.Second && (quietAt.IsZero() || finalAt.IsZero()); waited = time.Since(end) {
 		if deliveredAt.IsZero() {
 			written, err := ob.Written(ctx, ids)
 			inbox, err2 := ob.Inbox(ctx, ids)
