@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Firestore stops answering for 30 s (the emulator's processes are
@@ -42,6 +45,8 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.UniqueProject(t),
 		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: fs.Host,
 		RelayEvery: time.Second, LedgerEvery: 2 * time.Second, ReconcileAfter: 5 * time.Second, HealDelay: 5 * time.Second,
+		// publish's own errors reach the test's output (shown when it fails).
+		Logger: slog.New(publishErrors{slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -52,12 +57,33 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 		s.Close(cctx)
 	}()
 
+	// Warm up first, as the crash test does: the stack's Firestore emulator
+	// is a new JVM, whose first thousands of operations run interpreted and
+	// took both cores for the first 6 s (publishes up to 2.3 s, once a 503
+	// at the budget); a cold emulator is not what this test is about.
+	top, err := topology.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := Observe(ctx, s.Info, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	warm := StartLoad(ctx, LoadOptions{URL: s.Info.URL, Rate: 50, Duration: 5 * time.Second, Members: 5, Timeout: 10 * time.Second})
+	<-warm.Done
+	if _, err := ob.Check(ctx, warm, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
+
 	const rate, seconds = 20, 45
 	run := time.Now().UnixNano()
 	type sent struct {
 		id, member string
 		took       time.Duration
 		status     int
+		answer     string
+		at         time.Duration
 	}
 	sends := make([]sent, rate*seconds)
 	client := &http.Client{Timeout: time.Minute}
@@ -96,24 +122,34 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 			}
 			var r struct {
 				EventID string `json:"eventId"`
+				Error   string `json:"error"`
+				Message string `json:"message"`
 			}
 			_ = json.NewDecoder(resp.Body).Decode(&r)
 			resp.Body.Close()
-			sends[i] = sent{id: r.EventID, member: member, took: time.Since(start), status: resp.StatusCode}
+			sends[i] = sent{id: r.EventID, member: member, took: time.Since(start), status: resp.StatusCode,
+				answer: r.Error + ": " + r.Message, at: start.Sub(begin)}
 		}()
 	}
 	wg.Wait()
 	if paused {
 		_ = fs.Resume()
 	}
-	slow := 0
+	slow, refused := 0, 0
 	for i, snd := range sends {
 		if snd.status != http.StatusAccepted {
-			t.Fatalf("publish %d answered %d", i, snd.status)
+			if refused++; refused <= 5 {
+				t.Errorf("publish %d, sent at %v, answered %d after %v: %s", i, snd.at.Round(time.Millisecond),
+					snd.status, snd.took.Round(time.Millisecond), snd.answer)
+			}
+			continue
 		}
 		if snd.took > 3*time.Second { // the budget is 2 s
 			slow++
 		}
+	}
+	if refused > 0 {
+		t.Fatalf("%d of %d publishes were not accepted", refused, len(sends))
 	}
 	if slow > 0 {
 		t.Errorf("%d publishes took longer than their budget", slow)
@@ -168,4 +204,23 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// publishErrors passes on publish's records only: while Firestore is
+// paused the ledger's errors would bury them.
+type publishErrors struct{ slog.Handler }
+
+func (h publishErrors) Handle(ctx context.Context, r slog.Record) error {
+	if !strings.HasPrefix(r.Message, "publish:") {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h publishErrors) WithAttrs(as []slog.Attr) slog.Handler {
+	return publishErrors{h.Handler.WithAttrs(as)}
+}
+
+func (h publishErrors) WithGroup(name string) slog.Handler {
+	return publishErrors{h.Handler.WithGroup(name)}
 }
