@@ -261,34 +261,30 @@ type ConsumerReport struct {
 
 // Events returns the documents of the given events that the ledger holds,
 // by event id, without their payloads: reads by id, maxGetAll to a
-// request, no query. Ids the ledger does not hold are left out.
+// request, no query (over a loaded Firestore emulator a query scans the
+// whole store). Ids the ledger does not hold are left out.
 func (s *Store) Events(ctx context.Context, eventIDs []string) (map[string]Event, error) {
-	out := make(map[string]Event, len(eventIDs))
-	for len(eventIDs) > 0 {
-		n := min(len(eventIDs), maxGetAll)
-		refs := make([]*firestore.DocumentRef, 0, n)
-		for _, id := range eventIDs[:n] {
-			if checkEventID(id) == nil {
-				refs = append(refs, s.eventRef(id))
-			}
+	refs := make([]*firestore.DocumentRef, 0, len(eventIDs))
+	for _, id := range eventIDs {
+		if checkEventID(id) == nil {
+			refs = append(refs, s.eventRef(id))
 		}
-		s.usage.op(OpQuery).reads.Add(int64(len(refs)))
-		snaps, err := s.client.GetAll(ctx, refs)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: events: %w", err)
+	}
+	snaps, err := s.getAll(ctx, OpQuery, refs)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: events: %w", err)
+	}
+	out := make(map[string]Event, len(snaps))
+	for _, snap := range snaps {
+		if !snap.Exists() {
+			continue
 		}
-		for _, snap := range snaps {
-			if !snap.Exists() {
-				continue
-			}
-			var e Event
-			if err := snap.DataTo(&e); err != nil {
-				return nil, fmt.Errorf("ledger: events: decode %s: %w", snap.Ref.ID, err)
-			}
-			e.Payload = nil
-			out[e.EventID] = e
+		var e Event
+		if err := snap.DataTo(&e); err != nil {
+			return nil, fmt.Errorf("ledger: events: decode %s: %w", snap.Ref.ID, err)
 		}
-		eventIDs = eventIDs[n:]
+		e.Payload = nil
+		out[e.EventID] = e
 	}
 	return out, nil
 }

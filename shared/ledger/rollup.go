@@ -154,8 +154,7 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 	for i, id := range ids {
 		refs[i] = s.eventRef(id)
 	}
-	s.usage.op(OpRollup).reads.Add(int64(len(refs)))
-	snaps, err := s.client.GetAll(ctx, refs)
+	snaps, err := s.getAll(ctx, OpRollup, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -263,30 +262,25 @@ func (s *Store) readNewAttempts(ctx context.Context, ds []*derivation) error {
 			}
 		}
 	}
+	snaps, err := s.getAll(ctx, OpRollup, refs)
+	if err != nil {
+		return fmt.Errorf("read attempts: %w", err)
+	}
 	found := make(map[slot]int)
-	for len(refs) > 0 {
-		n := min(len(refs), maxGetAll)
-		s.usage.op(OpRollup).reads.Add(int64(n))
-		snaps, err := s.client.GetAll(ctx, refs[:n])
-		if err != nil {
-			return fmt.Errorf("read attempts: %w", err)
+	for i, snap := range snaps {
+		if !snap.Exists() {
+			continue
 		}
-		for i, snap := range snaps {
-			if !snap.Exists() {
-				continue
-			}
-			sl := slots[i]
-			var a Attempt
-			if err := snap.DataTo(&a); err != nil {
-				sl.d.res.Err = fmt.Errorf("ledger: rollup: decode attempt %s: %w", snap.Ref.ID, err)
-				continue
-			}
-			found[sl]++
-			if cur, ok := sl.d.latest[sl.consumer]; !ok || a.AttemptNo > cur.AttemptNo {
-				sl.d.latest[sl.consumer] = a
-			}
+		sl := slots[i]
+		var a Attempt
+		if err := snap.DataTo(&a); err != nil {
+			sl.d.res.Err = fmt.Errorf("ledger: rollup: decode attempt %s: %w", snap.Ref.ID, err)
+			continue
 		}
-		refs, slots = refs[n:], slots[n:]
+		found[sl]++
+		if cur, ok := sl.d.latest[sl.consumer]; !ok || a.AttemptNo > cur.AttemptNo {
+			sl.d.latest[sl.consumer] = a
+		}
 	}
 	for sl, n := range found {
 		if n == attemptWindow {
@@ -295,9 +289,6 @@ func (s *Store) readNewAttempts(ctx context.Context, ds []*derivation) error {
 	}
 	return nil
 }
-
-// maxGetAll is the most documents one GetAll asks for.
-const maxGetAll = 500
 
 // derive derives an event's status from its document and the latest
 // attempts read, leaving the updates to write (none when nothing changes):

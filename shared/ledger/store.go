@@ -233,6 +233,27 @@ func (s *Store) getDoc(ctx context.Context, op string, tx *firestore.Transaction
 	return ref.Get(ctx)
 }
 
+// getAll reads the documents of refs by id, at most maxGetAll to a
+// request, counts the reads and returns the snapshots in refs' order (a
+// document that does not exist has a snapshot whose Exists is false).
+func (s *Store) getAll(ctx context.Context, op string, refs []*firestore.DocumentRef) ([]*firestore.DocumentSnapshot, error) {
+	out := make([]*firestore.DocumentSnapshot, 0, len(refs))
+	for len(refs) > 0 {
+		n := min(len(refs), maxGetAll)
+		s.usage.op(op).reads.Add(int64(n))
+		snaps, err := s.client.GetAll(ctx, refs[:n])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, snaps...)
+		refs = refs[n:]
+	}
+	return out, nil
+}
+
+// maxGetAll is the most documents one GetAll asks for.
+const maxGetAll = 500
+
 // queryDocs runs a query to the end and counts its reads.
 func (s *Store) queryDocs(ctx context.Context, op string, tx *firestore.Transaction, q firestore.Query) ([]*firestore.DocumentSnapshot, error) {
 	var it *firestore.DocumentIterator
