@@ -236,7 +236,7 @@ func crashScenario(t *testing.T, bin string, crash func(*testing.T, *crashRig)) 
 			}
 		}
 		if finalAt.IsZero() {
-			if led, err := ob.LedgerEvents(ctx, ids); err == nil {
+			if led, err := ob.Ledger.Events(ctx, ids); err == nil {
 				n := 0
 				for id := range accIDs {
 					if led[id].Status == ledger.StatusConsumed {

@@ -429,13 +429,6 @@ func (ob *Observer) Inbox(ctx context.Context, ids []string) (map[string]map[str
 	return out, nil
 }
 
-// LedgerEvents returns the ledger's record of the given events (read by
-// id: a query over a loaded Firestore emulator scans its whole store, page
-// after page, and held make load's report for minutes).
-func (ob *Observer) LedgerEvents(ctx context.Context, ids []string) (map[string]ledger.Event, error) {
-	return ob.Ledger.Events(ctx, ids)
-}
-
 // Percentiles are latency percentiles in milliseconds over N samples.
 type Percentiles struct {
 	N             int
@@ -547,7 +540,7 @@ func (ob *Observer) Check(ctx context.Context, lr *LoadRun, drain time.Duration,
 		}
 		final := 0
 		if done || time.Now().After(deadline) {
-			if led, err = ob.LedgerEvents(ctx, ids); err != nil {
+			if led, err = ob.Ledger.Events(ctx, ids); err != nil {
 				return LoadReport{}, err
 			}
 			for id := range written {
