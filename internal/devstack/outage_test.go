@@ -1,14 +1,9 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -76,80 +71,43 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	const rate, seconds = 20, 45
-	run := time.Now().UnixNano()
-	type sent struct {
-		id, member string
-		took       time.Duration
-		status     int
-		answer     string
-		at         time.Duration
-	}
-	sends := make([]sent, rate*seconds)
-	client := &http.Client{Timeout: time.Minute}
-	var wg sync.WaitGroup
-	begin := time.Now()
-	paused := false
-	for i := range sends {
-		at := begin.Add(time.Duration(i) * time.Second / rate)
-		time.Sleep(time.Until(at))
-		switch elapsed := time.Since(begin); {
-		case !paused && elapsed > 5*time.Second && elapsed < 35*time.Second:
-			if err := fs.Pause(); err != nil {
-				t.Fatal(err)
-			}
-			paused = true
-			t.Logf("Firestore paused at %v", elapsed.Round(time.Millisecond))
-		case paused && elapsed >= 35*time.Second:
-			if err := fs.Resume(); err != nil {
-				t.Fatal(err)
-			}
-			paused = false
-			t.Logf("Firestore resumed at %v", elapsed.Round(time.Millisecond))
+	// 20 purchases/s for 45 s, open loop (make load's generator), with
+	// Firestore paused from 5 s in to 35 s in.
+	lr := StartLoad(ctx, LoadOptions{URL: s.Info.URL, Rate: 20, Duration: 45 * time.Second, Members: 10, Timeout: time.Minute})
+	for _, step := range []struct {
+		after  time.Duration
+		name   string
+		signal func() error
+	}{{5 * time.Second, "paused", fs.Pause}, {30 * time.Second, "resumed", fs.Resume}} {
+		if sleep(ctx, step.after) != nil {
+			t.Fatal("interrupted")
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			member := fmt.Sprintf("m-%d-%d", run, i%10)
-			body, _ := json.Marshal(map[string]any{"eventType": "order.purchased", "topic": "shop.order.events",
-				"aggregateId": fmt.Sprintf("order-%d-%d", run, i), "version": 1, "source": "order-service",
-				"payload": map[string]any{"orderId": fmt.Sprintf("order-%d-%d", run, i), "memberId": member, "amount": 10}})
-			start := time.Now()
-			resp, err := client.Post(s.Info.URL+"/publish", "application/json", bytes.NewReader(body))
-			if err != nil {
-				t.Errorf("publish %d: %v", i, err)
-				return
-			}
-			var r struct {
-				EventID string `json:"eventId"`
-				Error   string `json:"error"`
-				Message string `json:"message"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&r)
-			resp.Body.Close()
-			sends[i] = sent{id: r.EventID, member: member, took: time.Since(start), status: resp.StatusCode,
-				answer: r.Error + ": " + r.Message, at: start.Sub(begin)}
-		}()
+		if err := step.signal(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("Firestore %s", step.name)
 	}
-	wg.Wait()
-	if paused {
-		_ = fs.Resume()
-	}
+	<-lr.Done
+	reqs := lr.snapshot()
 	slow, refused := 0, 0
-	for i, snd := range sends {
-		if snd.status != http.StatusAccepted {
+	ids := make([]string, len(reqs))
+	var amount int64
+	for i, r := range reqs {
+		ids[i], amount = r.ID, amount+r.Amount
+		took := r.Answered.Sub(r.At) // from its scheduled time
+		if !r.Accepted() {
 			if refused++; refused <= 5 {
-				t.Errorf("publish %d, sent at %v, answered %d after %v: %s", i, snd.at.Round(time.Millisecond),
-					snd.status, snd.took.Round(time.Millisecond), snd.answer)
+				t.Errorf("publish %d, due %v in, answered %d after %v %s(publish's log above says why)", i,
+					r.At.Sub(reqs[0].At).Round(time.Millisecond), r.Status, took.Round(time.Millisecond), r.Err)
 			}
 			continue
 		}
-		if snd.took > 3*time.Second { // the budget is 2 s
+		if took > 3*time.Second { // the budget is 2 s
 			slow++
 		}
 	}
 	if refused > 0 {
-		t.Fatalf("%d of %d publishes were not accepted", refused, len(sends))
+		t.Fatalf("%d of %d publishes were not accepted", refused, len(reqs))
 	}
 	if slow > 0 {
 		t.Errorf("%d publishes took longer than their budget", slow)
@@ -164,10 +122,6 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 		}
 		return n
 	}
-	ids := make([]string, len(sends))
-	for i, snd := range sends {
-		ids[i] = snd.id
-	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		m := count(member, `SELECT count(*) FROM relaybus_inbox WHERE consumer_id = 'member-service' AND event_id = ANY($1)`, ids)
@@ -180,8 +134,8 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if got := count(member, `SELECT coalesce(sum(points), 0) FROM shop_member_points WHERE member_id LIKE $1`, fmt.Sprintf("m-%d-%%", run)); got != 10*len(ids) {
-		t.Errorf("%d points, want %d: a purchase was applied twice or not at all", got, 10*len(ids))
+	if got := count(member, `SELECT coalesce(sum(points), 0) FROM shop_member_points WHERE member_id LIKE $1`, "m-"+lr.Options.Run+"-%"); int64(got) != amount {
+		t.Errorf("%d points, want %d: a purchase was applied twice or not at all", got, amount)
 	}
 
 	// The ledger converges: every event final, every attempt in it.
