@@ -13,10 +13,13 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // DB is what the handler needs of Postgres (a *pgxpool.Pool): the outbox
@@ -220,8 +223,41 @@ type FieldProblem struct {
 	Rule string `json:"rule"`
 }
 
-// ServeHTTP handles one publish request.
+// ServeHTTP handles one publish request. With telemetry on, the request is
+// a server span (continuing the caller's traceparent header, sampled by
+// relaybus's own policy), under which the outbox rows are written (they
+// keep its context) and the fast path publishes; its duration is recorded
+// by status.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !telemetry.Enabled() {
+		h.serve(w, r)
+		return
+	}
+	start := time.Now()
+	ctx, span := telemetry.Start(r.Context(), "publish", telemetry.KindServer, r.Header.Get("traceparent"),
+		attribute.String("http.request.method", r.Method))
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	h.serve(sw, r.WithContext(ctx))
+	span.SetAttributes(telemetry.KeyStatus.Int(sw.status))
+	if sw.status >= 500 {
+		span.Fail(http.StatusText(sw.status))
+	}
+	span.End(nil)
+	telemetry.RecordPublishRequest(ctx, sw.status, time.Since(start))
+}
+
+// statusWriter remembers the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	select {
 	case h.slots <- struct{}{}:
@@ -324,6 +360,10 @@ func (h *Handler) prepare(r *http.Request, d *decoded) ([]*event.Event, []FieldP
 				if e.SpanID == "" {
 					e.SpanID = tc.spanID
 				}
+			} else if tp := telemetry.Traceparent(r.Context()); tp != "" {
+				// The request span's trace: the event's trace id is the one
+				// Cloud Trace shows.
+				e.TraceID = tp[3:35]
 			}
 		}
 		// The initiator can always be shown (event-ledger-design §6.1): what
