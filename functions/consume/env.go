@@ -92,7 +92,13 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	closers := []func(context.Context) error{func(context.Context) error { pool.Close(); return nil }}
+	flush, err := cfg.StartTelemetry(ctx, "consume")
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	// Telemetry first, so it is flushed last.
+	closers := []func(context.Context) error{flush, func(context.Context) error { pool.Close(); return nil }}
 	fail := func(err error) (http.Handler, error) {
 		for i := len(closers) - 1; i >= 0; i-- {
 			_ = closers[i](context.Background())

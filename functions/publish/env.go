@@ -89,6 +89,11 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		_ = f.Close(context.Background())
 		return nil, err
 	}
+	flush, err := cfg.StartTelemetry(ctx, "publish")
+	if err != nil {
+		return nil, err
+	}
+	f.close = append(f.close, flush) // closed last: flushes the spans of everything else's shutdown
 	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, outbox.Migrations)
 	if err != nil {
 		return nil, err

@@ -175,8 +175,13 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	log := cfg.Logger()
+	flush, err := cfg.StartTelemetry(ctx, "relay") // before Open, which registers the outbox gauges
+	if err != nil {
+		return nil, err
+	}
 	set, err := engine.Open(ctx, cfg, log)
 	if err != nil {
+		_ = flush(ctx)
 		return nil, err
 	}
 	relays := make(map[string]Drainer, len(set.Relays))
@@ -186,8 +191,9 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	h, err := New(relays, cfg.TimeBudget, log)
 	if err != nil {
 		_ = set.Close(ctx)
+		_ = flush(ctx)
 		return nil, err
 	}
-	h.closer = set.Close
+	h.closer = func(ctx context.Context) error { return errors.Join(set.Close(ctx), flush(ctx)) }
 	return h, nil
 }

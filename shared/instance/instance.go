@@ -42,6 +42,7 @@ import (
 
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/migrate"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // Env holds the settings every function reads (github.com/sethvargo/go-envconfig
@@ -57,6 +58,16 @@ type Env struct {
 	// ShutdownTimeout bounds the graceful shutdown on SIGTERM
 	// (SHUTDOWN_TIMEOUT, 8s; Main reads it).
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT, default=8s"`
+	// Telemetry is OpenTelemetry's export and sampling (TELEMETRY_*,
+	// OTEL_EXPORTER_OTLP_ENDPOINT; see shared/telemetry).
+	Telemetry telemetry.Config
+}
+
+// StartTelemetry sets up the process's telemetry for the function named
+// service (telemetry.Setup: nothing unless an export is configured); its
+// Shutdown, called when the function closes, flushes what is buffered.
+func (e Env) StartTelemetry(ctx context.Context, service string) (telemetry.Shutdown, error) {
+	return telemetry.Setup(ctx, telemetry.Options{Config: e.Telemetry, ServiceName: service, ProjectID: e.ProjectID})
 }
 
 // Logger returns the function's JSON logger on stderr at the configured

@@ -12,6 +12,7 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
@@ -149,6 +150,10 @@ func Open(ctx context.Context, env Env, log *slog.Logger) (*Set, error) {
 			return fail(fmt.Errorf("database %s: %w", name, err))
 		}
 		s.close = append(s.close, func(context.Context) error { pool.Close(); return nil })
+		unobserve := telemetry.ObserveOutbox(name, func(ctx context.Context) (telemetry.OutboxBacklog, error) {
+			return Backlog(ctx, pool)
+		})
+		s.close = append(s.close, func(context.Context) error { return unobserve() })
 		r, err := New(env.Config.Options(pool, ps, top, led, log.With("database", name)))
 		if err != nil {
 			return fail(err)
@@ -158,4 +163,18 @@ func Open(ctx context.Context, env Env, log *slog.Logger) (*Set, error) {
 		s.Names = append(s.Names, name)
 	}
 	return s, nil
+}
+
+// Backlog reads db's outbox backlog as the telemetry gauges report it
+// (outbox.Count and outbox.Oldest).
+func Backlog(ctx context.Context, db DB) (telemetry.OutboxBacklog, error) {
+	c, err := outbox.Count(ctx, db)
+	if err != nil {
+		return telemetry.OutboxBacklog{}, err
+	}
+	age, err := outbox.Oldest(ctx, db)
+	if err != nil {
+		return telemetry.OutboxBacklog{}, err
+	}
+	return telemetry.OutboxBacklog{OldestAge: age, Pending: c.Pending, Blocked: c.Blocked, Failed: c.Failed}, nil
 }

@@ -85,6 +85,9 @@ type Config struct {
 	// (TELEMETRY_METRIC_INTERVAL, 60s; Cloud Monitoring accepts a point per
 	// series at most every 5 s).
 	MetricInterval time.Duration `env:"TELEMETRY_METRIC_INTERVAL, default=60s"`
+	// CloudRunService is set on Cloud Run (K_SERVICE); ExportAuto exports
+	// to Google only there.
+	CloudRunService string `env:"K_SERVICE"`
 }
 
 // Options say what Setup sets up.
@@ -95,9 +98,6 @@ type Options struct {
 	// ProjectID is the Google Cloud project (the quota project of exports
 	// to Google).
 	ProjectID string
-	// OnCloudRun is true when the process runs on Cloud Run (K_SERVICE is
-	// set); ExportAuto exports to Google only then.
-	OnCloudRun bool
 }
 
 // destination resolves o.Export to otlp, google or off.
@@ -107,7 +107,7 @@ func (o Options) destination() (string, error) {
 		switch {
 		case o.Endpoint != "":
 			return ExportOTLP, nil
-		case o.OnCloudRun && o.ProjectID != "":
+		case o.CloudRunService != "" && o.ProjectID != "":
 			return ExportGoogle, nil
 		}
 		return ExportOff, nil
