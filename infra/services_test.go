@@ -47,6 +47,12 @@ func without(m map[string]bool, names ...string) map[string]bool {
 	return m
 }
 
+// notFromTerraform are variables a Config reads that Terraform leaves
+// alone: K_SERVICE is Cloud Run's own, and OTEL_EXPORTER_OTLP_ENDPOINT
+// names a collector, which production does not use (it exports to
+// telemetry.googleapis.com).
+var notFromTerraform = map[string]bool{"K_SERVICE": true, "OTEL_EXPORTER_OTLP_ENDPOINT": true}
+
 // envTags collects the variable names of a config struct's env tags.
 func envTags(t reflect.Type) map[string]bool {
 	out := map[string]bool{}
@@ -54,7 +60,9 @@ func envTags(t reflect.Type) map[string]bool {
 		f := t.Field(i)
 		if tag, ok := f.Tag.Lookup("env"); ok {
 			name, _, _ := strings.Cut(tag, ",")
-			out[strings.TrimSpace(name)] = true
+			if name = strings.TrimSpace(name); !notFromTerraform[name] {
+				out[name] = true
+			}
 			continue
 		}
 		if f.Type.Kind() == reflect.Struct {

@@ -35,6 +35,10 @@ locals {
     FIRESTORE_DATABASE   = var.firestore_database
     LEDGER_RETENTION     = var.ledger_retention
     SHUTDOWN_TIMEOUT     = var.shutdown_timeout
+    # OpenTelemetry (telemetry.tf, shared/telemetry).
+    TELEMETRY_EXPORT          = var.telemetry.export
+    TELEMETRY_SAMPLE_RATIO    = tostring(var.telemetry.sample_ratio)
+    TELEMETRY_METRIC_INTERVAL = var.telemetry.metric_interval
   }
 
   # The relay's settings; publish's fast path runs the same relay code.

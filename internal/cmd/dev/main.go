@@ -24,8 +24,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sethvargo/go-envconfig"
+
 	"github.com/relaybus/relaybus/internal/devstack"
 	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 func main() {
@@ -57,6 +61,18 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Telemetry: exported to OTEL_EXPORTER_OTLP_ENDPOINT when it is set
+	// (TELEMETRY_* as on Cloud Run), else off and silent.
+	var tel telemetry.Config
+	if err := envconfig.Process(ctx, &tel); err != nil {
+		fmt.Fprintln(os.Stderr, "make dev:", err)
+		os.Exit(1)
+	}
+	flush, err := telemetry.Setup(ctx, telemetry.Options{Config: tel, ServiceName: "relaybus-dev", ProjectID: *project})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "make dev:", err)
+		os.Exit(1)
+	}
 	start := time.Now()
 	s, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project,
@@ -69,6 +85,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, "make dev:", line)
 		}
 		os.Exit(1)
+	}
+	for name, pool := range s.Pools {
+		defer telemetry.ObserveOutbox(name, func(ctx context.Context) (telemetry.OutboxBacklog, error) { return relay.Backlog(ctx, pool) })() //nolint:errcheck
 	}
 	fmt.Printf("relaybus local stack ready in %.1fs\n", time.Since(start).Seconds())
 	for _, line := range s.Started {
@@ -90,6 +109,9 @@ Stop:                       Ctrl-C
 	force, unforce := signal.NotifyContext(cctx, os.Interrupt, syscall.SIGTERM)
 	defer unforce()
 	s.Close(force)
+	if err := flush(cctx); err != nil {
+		fmt.Fprintln(os.Stderr, "make dev: telemetry:", err)
+	}
 	if s.Delivery.HandedBack > 0 || s.Delivery.Lapsing > 0 {
 		fmt.Println(s.Delivery.String())
 	}
