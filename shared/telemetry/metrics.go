@@ -81,7 +81,17 @@ type instruments struct {
 	hop, publishRequest   metric.Float64Histogram
 	sent, consumed        metric.Int64Counter
 	aggSource, aggInvalid metric.Int64Counter
-	sets                  sync.Map // setKey → metric.MeasurementOption
+
+	mu   sync.RWMutex
+	sets map[setKey]*opts
+}
+
+// opts are one attribute set's options, as the slices the instruments'
+// variadic methods take (built once: a slice made at each call would be
+// allocated at each call).
+type opts struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
 }
 
 func newInstruments(m metric.Meter) *instruments {
@@ -95,6 +105,7 @@ func newInstruments(m metric.Meter) *instruments {
 	}
 	return &instruments{
 		meter:          m,
+		sets:           map[setKey]*opts{},
 		opDuration:     h(MetricOperationDuration, "Duration of a Pub/Sub publish request of the relay."),
 		process:        h(MetricProcessDuration, "Duration of consume's processing of one delivery."),
 		hop:            h(MetricHopDuration, "Time an event spent on one hop of its way."),
@@ -106,7 +117,8 @@ func newInstruments(m metric.Meter) *instruments {
 	}
 }
 
-// setKey names one attribute set; sets are built once and cached, so a
+// setKey names one attribute set; sets are built once and cached (a map
+// under a read lock: a sync.Map would box the key on every lookup), so a
 // measurement allocates nothing.
 type setKey struct {
 	kind       uint8
@@ -114,12 +126,18 @@ type setKey struct {
 	status     int
 }
 
-func (in *instruments) set(k setKey, build func() []attribute.KeyValue) metric.MeasurementOption {
-	if v, ok := in.sets.Load(k); ok {
-		return v.(metric.MeasurementOption)
+func (in *instruments) set(k setKey, build func() []attribute.KeyValue) *opts {
+	in.mu.RLock()
+	o, ok := in.sets[k]
+	in.mu.RUnlock()
+	if ok {
+		return o
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(build()...))
-	in.sets.Store(k, o)
+	m := metric.WithAttributeSet(attribute.NewSet(build()...))
+	o = &opts{add: []metric.AddOption{m}, rec: []metric.RecordOption{m}}
+	in.mu.Lock()
+	in.sets[k] = o
+	in.mu.Unlock()
 	return o
 }
 
@@ -142,23 +160,23 @@ func RecordPublish(ctx context.Context, topic string, sent, failed int, d time.D
 	}
 	in := st.inst
 	et := errorType(err)
-	opts := in.set(setKey{kind: 1, a: topic, b: et}, func() []attribute.KeyValue {
+	o := in.set(setKey{kind: 1, a: topic, b: et}, func() []attribute.KeyValue {
 		kv := []attribute.KeyValue{KeySystem.String(SystemPubSub), KeyDestination.String(topic), KeyOperationName.String("publish"), KeyOperationType.String("send")}
 		if et != "" {
 			kv = append(kv, KeyErrorType.String(et))
 		}
 		return kv
 	})
-	in.opDuration.Record(ctx, d.Seconds(), opts)
+	in.opDuration.Record(ctx, d.Seconds(), o.rec...)
 	if sent > 0 {
 		in.sent.Add(ctx, int64(sent), in.set(setKey{kind: 2, a: topic}, func() []attribute.KeyValue {
 			return []attribute.KeyValue{KeySystem.String(SystemPubSub), KeyDestination.String(topic), KeyOperationName.String("publish")}
-		}))
+		}).add...)
 	}
 	if failed > 0 {
 		in.sent.Add(ctx, int64(failed), in.set(setKey{kind: 3, a: topic, b: et}, func() []attribute.KeyValue {
 			return []attribute.KeyValue{KeySystem.String(SystemPubSub), KeyDestination.String(topic), KeyOperationName.String("publish"), KeyErrorType.String(et)}
-		}))
+		}).add...)
 	}
 }
 
@@ -170,12 +188,12 @@ func RecordConsume(ctx context.Context, topic, subscription, consumer, outcome s
 		return
 	}
 	in := st.inst
-	opts := in.set(setKey{kind: 4, a: topic, b: subscription, c: consumer, d: outcome}, func() []attribute.KeyValue {
+	o := in.set(setKey{kind: 4, a: topic, b: subscription, c: consumer, d: outcome}, func() []attribute.KeyValue {
 		return []attribute.KeyValue{KeySystem.String(SystemPubSub), KeyDestination.String(topic), KeySubscription.String(subscription),
 			KeyOperationName.String("process"), KeyConsumer.String(consumer), KeyOutcome.String(outcome)}
 	})
-	in.consumed.Add(ctx, 1, opts)
-	in.process.Record(ctx, d.Seconds(), opts)
+	in.consumed.Add(ctx, 1, o.add...)
+	in.process.Record(ctx, d.Seconds(), o.rec...)
 }
 
 // RecordHop records the time one event spent on hop (Hop*), for topic and,
@@ -196,7 +214,7 @@ func RecordHop(ctx context.Context, hop, topic, consumer string, d time.Duration
 			kv = append(kv, KeyConsumer.String(consumer))
 		}
 		return kv
-	}))
+	}).rec...)
 }
 
 // RecordPublishRequest records one HTTP publish request's duration and
@@ -209,7 +227,7 @@ func RecordPublishRequest(ctx context.Context, status int, d time.Duration) {
 	in := st.inst
 	in.publishRequest.Record(ctx, d.Seconds(), in.set(setKey{kind: 6, status: status}, func() []attribute.KeyValue {
 		return []attribute.KeyValue{KeyStatus.Int(status)}
-	}))
+	}).rec...)
 }
 
 // RecordAggregateID counts a decoded event's aggregate id source (from:
@@ -224,7 +242,7 @@ func RecordAggregateID(ctx context.Context, topic, from, reason string) {
 	if reason != "" {
 		in.aggInvalid.Add(ctx, 1, in.set(setKey{kind: 7, a: topic, b: reason}, func() []attribute.KeyValue {
 			return []attribute.KeyValue{KeyDestination.String(topic), KeyReason.String(reason)}
-		}))
+		}).add...)
 		return
 	}
 	if from == "" {
@@ -232,7 +250,7 @@ func RecordAggregateID(ctx context.Context, topic, from, reason string) {
 	}
 	in.aggSource.Add(ctx, 1, in.set(setKey{kind: 8, a: topic, b: from}, func() []attribute.KeyValue {
 		return []attribute.KeyValue{KeyDestination.String(topic), KeySource.String(from)}
-	}))
+	}).add...)
 }
 
 // OutboxBacklog is one outbox database's backlog as the gauges report it.
