@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,6 +214,7 @@ func TestOnePurchaseIsOneTraceAndItsMetricsCountEveryHop(t *testing.T) {
 	if t.Failed() {
 		dump(t, all)
 	}
+	t.Log("the purchase's trace, as the exporter received it:\n" + render(inTrace, all))
 
 	// The metrics, exactly.
 	var rm metricdata.ResourceMetrics
@@ -326,4 +329,60 @@ func counts(rm metricdata.ResourceMetrics, name string, keys ...attribute.Key) m
 		}
 	}
 	return out
+}
+
+// render draws a trace as an indented tree, each span under its parent,
+// with the spans of other traces that link to one of its spans under it
+// (marked "linked"), each with its duration.
+func render(tr, all tracetest.SpanStubs) string {
+	in := map[trace.SpanID]bool{}
+	for _, sp := range tr {
+		in[sp.SpanContext.SpanID()] = true
+	}
+	children := map[trace.SpanID][]tracetest.SpanStub{}
+	var roots []tracetest.SpanStub
+	for _, sp := range tr {
+		if in[sp.Parent.SpanID()] {
+			children[sp.Parent.SpanID()] = append(children[sp.Parent.SpanID()], sp)
+		} else {
+			roots = append(roots, sp)
+		}
+	}
+	linked := map[trace.SpanID][]tracetest.SpanStub{}
+	for _, sp := range all {
+		if in[sp.SpanContext.SpanID()] {
+			continue
+		}
+		for _, l := range sp.Links {
+			if in[l.SpanContext.SpanID()] {
+				linked[l.SpanContext.SpanID()] = append(linked[l.SpanContext.SpanID()], sp)
+			}
+		}
+	}
+	var b strings.Builder
+	var walk func(sp tracetest.SpanStub, depth int, mark string)
+	walk = func(sp tracetest.SpanStub, depth int, mark string) {
+		line := strings.Repeat("  ", depth) + mark + sp.Name + " [" + sp.SpanKind.String() + "]"
+		if c := attr(sp, telemetry.KeyConsumer); c != "" {
+			line += " " + c
+		}
+		if o := attr(sp, telemetry.KeyOutcome); o != "" {
+			line += " " + o
+		}
+		fmt.Fprintf(&b, "%-78s %7.1f ms\n", line, float64(sp.EndTime.Sub(sp.StartTime).Microseconds())/1000)
+		kids := append(children[sp.SpanContext.SpanID()], linked[sp.SpanContext.SpanID()]...)
+		sort.Slice(kids, func(i, j int) bool { return kids[i].StartTime.Before(kids[j].StartTime) })
+		for _, k := range kids {
+			m := ""
+			if k.SpanContext.TraceID() != sp.SpanContext.TraceID() {
+				m = "(linked) "
+			}
+			walk(k, depth+1, m)
+		}
+	}
+	sort.Slice(roots, func(i, j int) bool { return roots[i].StartTime.Before(roots[j].StartTime) })
+	for _, r := range roots {
+		walk(r, 0, "")
+	}
+	return b.String()
 }
