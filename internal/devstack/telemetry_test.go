@@ -22,6 +22,7 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/transport"
 )
@@ -385,4 +386,95 @@ func render(tr, all tracetest.SpanStubs) string {
 		walk(r, 0, "")
 	}
 	return b.String()
+}
+
+// The sampling decision is made once, at the root, and travels with the
+// events: at ratio 0 an HTTP purchase records nothing anywhere, while a Go
+// producer's forced root (relaybus.sample.force) is recorded at every
+// consumer and child, though each delivery is a root of its own process.
+func TestTheRootsSamplingDecisionTravelsWithTheEvents(t *testing.T) {
+	ctx := context.Background()
+	spans := tracetest.NewInMemoryExporter()
+	tp := telemetry.NewTracerProvider(0, nil, sdktrace.WithSyncer(spans))
+	reader := sdkmetric.NewManualReader()
+	restore := telemetry.Install(tp, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	defer restore()
+
+	_, schema := pgtest.SchemaConfig(t, nil)
+	s, err := Start(ctx, Options{
+		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
+		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore),
+		RelayEvery: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		s.Close(cctx)
+	}()
+	run := event.NewID()[:8]
+	purchase := func(order string) []byte {
+		b, _ := json.Marshal(map[string]any{"orderId": order, "memberId": "member-" + order, "amount": 10})
+		return b
+	}
+
+	// An HTTP purchase: sampled out at publish, so nowhere.
+	body, _ := json.Marshal(map[string]any{
+		"eventType": "order.purchased", "topic": "shop.order.events", "aggregateType": "order",
+		"aggregateId": "http-" + run, "version": 1, "source": "order-service", "payload": json.RawMessage(purchase("http-" + run)),
+	})
+	resp, err := http.Post(s.Info.URL+"/publish", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct{ TraceID string }
+	_ = json.NewDecoder(resp.Body).Decode(&res)
+	resp.Body.Close()
+
+	// A Go producer's checkout, forced.
+	rctx, root := tp.Tracer("shop").Start(ctx, "checkout", trace.WithAttributes(telemetry.ForceSample.Bool(true)))
+	forced := &event.Event{Type: "order.purchased", Topic: "shop.order.events", AggregateType: "order", AggregateID: "go-" + run,
+		Version: 1, Source: "order-service", Payload: purchase("go-" + run)}
+	if _, err := outbox.Enqueue(rctx, s.Pool, forced); err != nil {
+		t.Fatal(err)
+	}
+	root.End()
+	forcedTrace := root.SpanContext().TraceID()
+
+	// Both purchases done: audit-service applied four children (counted
+	// whatever the sampling).
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		c := sums(rm, telemetry.MetricConsumedMessages, telemetry.KeyConsumer, telemetry.KeyOutcome)
+		if c["audit-service/success"] == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the purchases never finished: %v", c)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := map[string]int{}
+	for _, sp := range spans.GetSpans() {
+		switch sp.SpanContext.TraceID() {
+		case forcedTrace:
+			if sp.SpanKind == trace.SpanKindConsumer {
+				got[attr(sp, telemetry.KeyConsumer)+"/"+attr(sp, telemetry.KeyOutcome)]++
+			}
+		default:
+			if sp.SpanContext.TraceID().String() == res.TraceID {
+				t.Errorf("the HTTP purchase, sampled out, recorded %s", sp.Name)
+			}
+		}
+	}
+	want := map[string]int{"member-service/success": 1, "message-service/success": 1, "audit-service/success": 2}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("the forced purchase's deliveries: %v, want %v", got, want)
+	}
 }

@@ -44,7 +44,7 @@ func TestTraceparentRoundTripsAndRefusesWhatW3CRefuses(t *testing.T) {
 	}
 }
 
-func TestSamplerDecidesAtTheRootByTraceIDAndFollowsLocalParents(t *testing.T) {
+func TestSamplerDecidesAtTheRootAndDeliveriesFollowTheProducer(t *testing.T) {
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	parent := func(sampled, remote bool) context.Context {
@@ -66,10 +66,14 @@ func TestSamplerDecidesAtTheRootByTraceIDAndFollowsLocalParents(t *testing.T) {
 		{"root, ratio 0", 0, sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: tid}, sdktrace.Drop},
 		{"local sampled parent, ratio 0", 0, sdktrace.SamplingParameters{ParentContext: parent(true, false), TraceID: tid}, sdktrace.RecordAndSample},
 		{"local unsampled parent, ratio 1", 1, sdktrace.SamplingParameters{ParentContext: parent(false, false), TraceID: tid}, sdktrace.Drop},
-		// Cloud Run's sampled flag does not decide for relaybus, and an
+		// Cloud Run's sampled flag does not decide for a request, and an
 		// unsampled caller does not stop it.
-		{"remote sampled parent, ratio 0", 0, sdktrace.SamplingParameters{ParentContext: parent(true, true), TraceID: tid}, sdktrace.Drop},
-		{"remote unsampled parent, ratio 1", 1, sdktrace.SamplingParameters{ParentContext: parent(false, true), TraceID: tid}, sdktrace.RecordAndSample},
+		{"request under a remote sampled parent, ratio 0", 0, sdktrace.SamplingParameters{ParentContext: parent(true, true), TraceID: tid, Kind: trace.SpanKindServer}, sdktrace.Drop},
+		{"request under a remote unsampled parent, ratio 1", 1, sdktrace.SamplingParameters{ParentContext: parent(false, true), TraceID: tid, Kind: trace.SpanKindServer}, sdktrace.RecordAndSample},
+		// A delivery follows its producer's decision.
+		{"delivery of a sampled producer, ratio 0", 0, sdktrace.SamplingParameters{ParentContext: parent(true, true), TraceID: tid, Kind: trace.SpanKindConsumer}, sdktrace.RecordAndSample},
+		{"delivery of an unsampled producer, ratio 1", 1, sdktrace.SamplingParameters{ParentContext: parent(false, true), TraceID: tid, Kind: trace.SpanKindConsumer}, sdktrace.Drop},
+		{"delivery with no producer context, ratio 1", 1, sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: tid, Kind: trace.SpanKindConsumer}, sdktrace.RecordAndSample},
 		{"forced root, ratio 0", 0, sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: tid,
 			Attributes: []attributeKV{telemetry.ForceSample.Bool(true)}}, sdktrace.RecordAndSample},
 		{"linked to a sampled span, ratio 0", 0, sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: tid,
