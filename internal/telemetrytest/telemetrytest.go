@@ -17,7 +17,7 @@ import (
 type discard struct{}
 
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
-func (discard) Shutdown(context.Context) error                           { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
 
 // On installs telemetry at ratio (telemetry.DefaultSampleRatio for the
 // production default) and returns the function that turns it off again.
