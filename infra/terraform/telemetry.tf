@@ -92,6 +92,8 @@ locals {
     dead_letters         = "sum by (\"relaybus.consumer\", \"relaybus.outcome\") (increase({\"messaging.client.consumed.messages\", \"relaybus.outcome\"=~\"poison|dead_lettered\"}[1h]))"
     aggregate_id_invalid = "sum by (\"messaging.destination.name\", \"relaybus.reason\") (increase({\"relaybus.aggregate_id.invalid\"}[1h]))"
     aggregate_id_source  = "sum by (\"relaybus.aggregate_id.source\") (rate({\"relaybus.aggregate_id.source\"}[5m]))"
+    strict_oldest_gap    = "max by (\"relaybus.consumer\") ({\"relaybus.strict.oldest_gap.age\"})"
+    strict_open_gaps     = "max by (\"relaybus.consumer\") ({\"relaybus.strict.open_gaps\"})"
     end_to_end_p99       = "histogram_quantile(0.99, sum by (le) (rate({\"relaybus.hop.duration_bucket\", \"relaybus.hop\"=\"end_to_end\"}[5m])))"
   }
 
@@ -109,6 +111,7 @@ locals {
     { title = "Processing p50 / p95 (s)", queries = ["process_p50", "process_p95"] },
     { title = "Dead letters per hour", queries = ["dead_letters"] },
     { title = "Aggregate ids: refused per hour / sources", queries = ["aggregate_id_invalid", "aggregate_id_source"] },
+    { title = "Strict consumers: oldest open gap (s) / open gaps", queries = ["strict_oldest_gap", "strict_open_gaps"] },
   ]
 }
 

@@ -141,6 +141,9 @@ func New(o Options) (*Engine, error) {
 // a handler serves besides deliveries (a strict consumer's gaps).
 func (e *Engine) Handler() Handler { return e.o.Handler }
 
+// ConsumerID is the consumer the engine handles deliveries for.
+func (e *Engine) ConsumerID() string { return e.o.ConsumerID }
+
 // Result is what the engine did with one delivery.
 type Result struct {
 	// Status is the HTTP status to answer: 200 acknowledges, 503 asks for

@@ -44,6 +44,14 @@ const (
 	// MetricOutboxPending: unpublished outbox events, per database and
 	// relaybus.state (pending, blocked, failed).
 	MetricOutboxPending = "relaybus.outbox.pending"
+	// MetricStrictOldestGapAge: seconds the oldest event parked behind an
+	// open gap of a strict consumer has waited (relaybus.consumer); 0 when
+	// no gap is open.
+	MetricStrictOldestGapAge = "relaybus.strict.oldest_gap.age"
+	// MetricStrictOpenGaps: a strict consumer's open gaps (aggregates
+	// whose next version has not been applied while later ones wait; at
+	// most projection.DefaultGapLimit are counted).
+	MetricStrictOpenGaps = "relaybus.strict.open_gaps"
 	// MetricAggregateIDSource: decoded events by where their aggregate id
 	// came from (relaybus.aggregate_id.source: envelope, attribute,
 	// ordering_key), per topic.
@@ -296,6 +304,39 @@ func ObserveOutbox(database string, read func(ctx context.Context) (OutboxBacklo
 		o.ObserveInt64(pending, int64(b.Failed), sets["failed"])
 		return nil
 	}, oldest, pending)
+	if err != nil {
+		return func() error { return nil }
+	}
+	return reg.Unregister
+}
+
+// ObserveGaps registers a strict consumer's gap gauges: read returns the
+// age of the oldest parked event behind an open gap (0 when none) and the
+// number of open gaps, and is called at each collection. It returns the
+// function that unregisters them; with telemetry off it does nothing.
+func ObserveGaps(consumer string, read func(ctx context.Context) (oldest time.Duration, open int, err error)) (unregister func() error) {
+	st := current.Load()
+	if st == nil {
+		return func() error { return nil }
+	}
+	m := st.inst.meter
+	age, err1 := m.Float64ObservableGauge(MetricStrictOldestGapAge, metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest event parked behind an open gap of a strict consumer."))
+	gaps, err2 := m.Int64ObservableGauge(MetricStrictOpenGaps, metric.WithUnit("{gap}"),
+		metric.WithDescription("Open gaps of a strict consumer."))
+	if err1 != nil || err2 != nil {
+		return func() error { return nil }
+	}
+	at := metric.WithAttributes(KeyConsumer.String(consumer))
+	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		oldest, open, err := read(ctx)
+		if err != nil {
+			return err
+		}
+		o.ObserveFloat64(age, oldest.Seconds(), at)
+		o.ObserveInt64(gaps, int64(open), at)
+		return nil
+	}, age, gaps)
 	if err != nil {
 		return func() error { return nil }
 	}
