@@ -88,13 +88,13 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, Migrations...)
+	flush, err := cfg.StartTelemetry(ctx, "consume") // before the pool, which traces its statements
 	if err != nil {
 		return nil, err
 	}
-	flush, err := cfg.StartTelemetry(ctx, "consume")
+	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, Migrations...)
 	if err != nil {
-		pool.Close()
+		_ = flush(ctx)
 		return nil, err
 	}
 	// Telemetry first, so it is flushed last.

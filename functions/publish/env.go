@@ -96,7 +96,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	f.close = append(f.close, flush) // closed last: flushes the spans of everything else's shutdown
 	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, outbox.Migrations)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	f.close = append(f.close, func(context.Context) error { pool.Close(); return nil })
 	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log}

@@ -160,6 +160,9 @@ func Postgres(ctx context.Context, url string, lines ...migrate.Line) (*pgxpool.
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
+	if t := telemetry.QueryTracer(); t != nil {
+		cfg.ConnConfig.Tracer = t // statements as spans of the request's trace (telemetry on)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)

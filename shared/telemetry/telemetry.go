@@ -262,8 +262,9 @@ func NewTracerProvider(ratio float64, res *resource.Resource, opts ...sdktrace.T
 
 // state is what the hooks record into; nil when telemetry is off.
 type state struct {
-	tracer trace.Tracer
-	inst   *instruments
+	provider trace.TracerProvider
+	tracer   trace.Tracer
+	inst     *instruments
 }
 
 var current atomic.Pointer[state]
@@ -272,7 +273,7 @@ var current atomic.Pointer[state]
 // returns a function that puts back the previous ones. Setup calls it;
 // tests call it with an in-memory exporter and a manual reader.
 func Install(tp trace.TracerProvider, mp metric.MeterProvider) (restore func()) {
-	s := &state{tracer: tp.Tracer(scope), inst: newInstruments(mp.Meter(scope))}
+	s := &state{provider: tp, tracer: tp.Tracer(scope), inst: newInstruments(mp.Meter(scope))}
 	prev := current.Swap(s)
 	return func() { current.CompareAndSwap(s, prev) }
 }
