@@ -24,6 +24,8 @@ package telemetry
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -44,6 +46,7 @@ import (
 	"golang.org/x/oauth2/google"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/oauth"
+	_ "google.golang.org/grpc/encoding/gzip" // the exporters' compressor
 )
 
 // Export destinations (Config.Export).
@@ -202,6 +205,8 @@ func install(ctx context.Context, o Options, dest string) (Shutdown, error) {
 		topts = append(topts, otlptracegrpc.WithEndpointURL(o.Endpoint))
 		mopts = append(mopts, otlpmetricgrpc.WithEndpointURL(o.Endpoint))
 	}
+	topts = append(topts, otlptracegrpc.WithCompressor("gzip"))
+	mopts = append(mopts, otlpmetricgrpc.WithCompressor("gzip"))
 	texp, err := otlptracegrpc.New(ctx, topts...)
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: trace exporter: %w", err)
@@ -220,8 +225,11 @@ func install(ctx context.Context, o Options, dest string) (Shutdown, error) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res),
 		sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp, sdkmetric.WithInterval(interval))))
 	restore := Install(tp, mp)
+	// The global tracer and propagator, so that the Google clients' gRPC
+	// instrumentation puts Pub/Sub and Firestore calls under relaybus's
+	// spans. The meter provider stays relaybus's own: no metric series but
+	// those listed in the README.
 	otel.SetTracerProvider(tp)
-	otel.SetMeterProvider(mp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	return func(ctx context.Context) error {
 		restore()
@@ -229,10 +237,14 @@ func install(ctx context.Context, o Options, dest string) (Shutdown, error) {
 	}, nil
 }
 
-// Resource describes the process: service.name, and the project as
-// gcp.project_id when known.
+// Resource describes the process: service.name, service.instance.id (a
+// random id: every Cloud Run instance writes its own metric series, which
+// the Telemetry API keeps apart by it, as Prometheus's instance label) and
+// the project as gcp.project_id when known.
 func Resource(service, project string) *resource.Resource {
-	kvs := []attribute.KeyValue{attribute.String("service.name", service)}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	kvs := []attribute.KeyValue{attribute.String("service.name", service), attribute.String("service.instance.id", hex.EncodeToString(id[:]))}
 	if project != "" {
 		kvs = append(kvs, attribute.String("gcp.project_id", project))
 	}
