@@ -8,7 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sort"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaybus/relaybus/functions/publish"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/ledger"
@@ -154,40 +155,37 @@ func BenchmarkPublish(b *testing.B) {
 			failed++
 			continue
 		}
-		lat = append(lat, o.latency)
 		switch o.result {
 		case publish.StatusPublished:
 			published++
+			lat = append(lat, o.latency)
 		case publish.StatusPending:
+			// A 202 pending is not the answer measured (the event is left to
+			// the relay): BENCH.md counts non-final answers apart.
 			pending++
+		default:
+			failed++
 		}
 	}
 	if len(lat) == 0 {
-		b.Fatalf("no request of %d got a 202", total)
+		b.Fatalf("no request of %d got a 202 published (%d pending, %d failed)", total, pending, failed)
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	pct := func(p float64) float64 {
-		i := int(float64(len(lat))*p+0.999999) - 1
-		if i < 0 {
-			i = 0
-		}
-		return float64(lat[i].Microseconds()) / 1000
-	}
-	var syncCommit, fsync string
-	_ = pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&syncCommit, &fsync)
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(percentile.Sorted(lat, p).Microseconds()) / 1000 }
+	durable := pgtest.RequireDurable(b)
 	fmt.Printf("# publish: %d requests at %d req/s open loop (sent over %s, last answer at %s), plain JSON envelope, %d-byte payload, %d aggregates; "+
 		"latency from each request's scheduled start to its 202; fast path on (%d published, %d pending), Firestore ledger on (emulator; sends recorded after the answer); "+
-		"Postgres pool %d (synchronous_commit=%s, fsync=%s), in-process pstest; p90 %.2f ms, p99.9 %.2f ms, max %.2f ms\n",
+		"Postgres pool %d (%s), in-process pstest; p90 %.2f ms, p99.9 %.2f ms, max %.2f ms\n",
 		total, rate, (time.Duration(total-1) * interval).Round(time.Millisecond), elapsed.Round(time.Millisecond), len(payload), aggregates,
-		published, pending, poolSize, syncCommit, fsync, pct(0.90), pct(0.999), pct(1))
+		published, pending, poolSize, durable, pct(0.90), pct(0.999), pct(1))
 	if failed > 0 {
-		fmt.Printf("# publish: %d of %d requests did not get a 202 (not in the percentiles)\n", failed, total)
+		fmt.Printf("# publish: %d of %d requests did not get a 202 published (not in the percentiles)\n", failed, total)
+	}
+	if pending > 0 {
+		fmt.Printf("# publish: %d of %d requests answered 202 pending, left to the relay (not in the percentiles)\n", pending, total)
 	}
 	fmt.Printf("BENCH publish_p50_ms %.2f ms\n", pct(0.50))
 	fmt.Printf("BENCH publish_p99_ms %.2f ms\n", pct(0.99))
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
-	if published == 0 {
-		b.Fatalf("the fast path published nothing (%d pending)", pending)
-	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -441,8 +442,7 @@ func percentiles(ds []time.Duration) Percentiles {
 	}
 	slices.Sort(ds)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	at := func(p int) time.Duration { return ds[min(len(ds)-1, len(ds)*p/100)] }
-	return Percentiles{N: len(ds), P50: ms(at(50)), P99: ms(at(99)), Max: ms(ds[len(ds)-1])}
+	return Percentiles{N: len(ds), P50: ms(percentile.Sorted(ds, 0.5)), P99: ms(percentile.Sorted(ds, 0.99)), Max: ms(ds[len(ds)-1])}
 }
 
 // String is "p50 … ms  p99 … ms  max … ms  (n=…)", or "n/a" without samples.

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +20,7 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
@@ -74,20 +75,6 @@ func topicRequest(project, topic string) *pb.Topic {
 	return &pb.Topic{Name: "projects/" + project + "/topics/" + topic}
 }
 
-// durability says how the benchmark's Postgres commits, from the server.
-func durability(b *testing.B, pool *pgxpool.Pool) string {
-	b.Helper()
-	var fsync, sync, fpw string
-	if err := pool.QueryRow(context.Background(), `SELECT current_setting('fsync'), current_setting('synchronous_commit'),
-		current_setting('full_page_writes')`).Scan(&fsync, &sync, &fpw); err != nil {
-		b.Fatal(err)
-	}
-	if fsync != "on" || sync != "on" || fpw != "on" {
-		b.Logf("Postgres is not durable (fsync=%s synchronous_commit=%s full_page_writes=%s): the figures do not count (make bench starts a durable one)", fsync, sync, fpw)
-	}
-	return fmt.Sprintf("fsync=%s synchronous_commit=%s full_page_writes=%s", fsync, sync, fpw)
-}
-
 // heapSampler records the peak of the Go heap (live and not yet swept
 // objects, runtime/metrics) while it runs.
 type heapSampler struct {
@@ -138,7 +125,7 @@ func drainBench(b *testing.B, events, aggregates int) (rate, heapMB float64, o r
 		b.Fatal(err)
 	}
 	pub, pubsub := benchPubSub(b, top)
-	durable = durability(b, pool)
+	durable = pgtest.RequireDurable(b)
 	fill(b, pool, aggregates, int64(events/aggregates))
 	if _, err := pool.Exec(ctx, `ANALYZE relaybus_outbox; ANALYZE relaybus_outbox_dispatch`); err != nil { // as autovacuum would have by now
 		b.Fatal(err)
@@ -279,7 +266,7 @@ func BenchmarkChildPublish(b *testing.B) {
 			b.Fatal(err)
 		}
 		pub, pubsub := benchPubSub(b, top)
-		durable := durability(b, pool)
+		durable := pgtest.RequireDurable(b)
 		clock := &ackClock{Publisher: pub, acked: map[string]time.Time{}}
 		r, err := relay.New(relay.Options{DB: pool, Publisher: clock, Topology: top})
 		if err != nil {
@@ -335,8 +322,8 @@ func BenchmarkChildPublish(b *testing.B) {
 		if len(lat) == 0 {
 			b.Fatal("no event was acknowledged through the kick")
 		}
-		sort.Float64s(lat)
-		pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+		slices.Sort(lat)
+		pct := func(p float64) float64 { return percentile.Sorted(lat, p) }
 		fmt.Printf("# child publish: %d transactions at %d/s open loop (after %d warm-up), one event each (its own aggregate), kicked after commit; commit -> Pub/Sub ack; Postgres %s; %s; p50 %.2f ms, p90 %.2f ms, max %.2f ms\n",
 			total-warmup, rate, warmup, durable, pubsub, pct(0.5), pct(0.9), lat[len(lat)-1])
 		if late > 0 || failed.Load() > 0 {
