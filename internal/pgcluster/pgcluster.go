@@ -269,3 +269,22 @@ func serverCredential() (*syscall.Credential, error) {
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
+
+// Durability reads how the server at url commits: its fsync,
+// synchronous_commit and full_page_writes settings, as "fsync=on
+// synchronous_commit=on full_page_writes=on", and whether all three are on,
+// as production runs (and as ../shared/BENCH.md requires of every figure).
+func Durability(ctx context.Context, url string) (settings string, durable bool, err error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "", false, fmt.Errorf("durability: %w", err)
+	}
+	defer conn.Close(ctx)
+	var fsync, sync, fpw string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'),
+		current_setting('full_page_writes')`).Scan(&fsync, &sync, &fpw); err != nil {
+		return "", false, fmt.Errorf("durability: %w", err)
+	}
+	settings = fmt.Sprintf("fsync=%s synchronous_commit=%s full_page_writes=%s", fsync, sync, fpw)
+	return settings, fsync == "on" && sync == "on" && fpw == "on", nil
+}
