@@ -364,7 +364,7 @@ func TestLogMetricsMatchTheRelaysLogLines(t *testing.T) {
 		relaySrc.Write(b)
 	}
 	if relaySrc.Len() == 0 {
-		t.Skip("shared/relay has no Go files yet: nothing to check the log-based metrics against")
+		t.Fatal("shared/relay has no Go source: nothing to check the log-based metrics against")
 	}
 	mon, err := os.ReadFile(filepath.Join(terraformDir(t), "monitoring.tf"))
 	if err != nil {
