@@ -54,7 +54,8 @@ func URL(t testing.TB) string {
 		tmpDir = dir
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{DataDir: dir + "/data"})
+		cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{DataDir: dir + "/data",
+			Settings: map[string]string{"shared_preload_libraries": "pg_stat_statements"}})
 		if startErr == nil {
 			url = cluster.URL
 		}
