@@ -150,6 +150,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if !opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
+	// Commit times of rows (pg_xact_commit_timestamp) let make load and the
+	// benchmarks end a consumer's latency at its commit, not at a now()
+	// taken when its transaction began.
+	args = append(args, "-c", "track_commit_timestamp=on")
 	keys := make([]string, 0, len(opts.Settings))
 	for k := range opts.Settings {
 		keys = append(keys, k)
