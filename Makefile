@@ -4,10 +4,12 @@ TESTENV = $(GO) run ./internal/cmd/testenv --
 
 .PHONY: dev demo load test test-short bench fuzz lint fmt build screenshots tf-fmt terraform
 
-## dev: run the whole stack on this machine until Ctrl-C.
+## dev: run the whole stack on this machine until Ctrl-C (DEV_FLAGS: the
+## command's flags, e.g. DEV_FLAGS="-addr 127.0.0.1:9090 -state /tmp/s").
+DEV_FLAGS ?=
 dev:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make dev: Go not found: install Go 1.26 or newer (https://go.dev/dl/)"; exit 1; }
-	$(GO) run ./internal/cmd/dev
+	$(GO) run ./internal/cmd/dev $(DEV_FLAGS)
 
 ## demo: run the purchase scenario against the running stack.
 demo:
