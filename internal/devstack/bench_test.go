@@ -57,24 +57,9 @@ func BenchmarkLocalStack(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var commit []time.Duration
-		inbox, err := ob.Inbox(ctx, acceptedIDs(lr))
+		commit, undelivered, err := commitLatencies(ctx, ob, lr)
 		if err != nil {
 			b.Fatal(err)
-		}
-		undelivered := 0
-		for _, r := range lr.Requests {
-			if !r.Accepted() {
-				continue
-			}
-			for _, c := range ob.Consumers {
-				at, ok := inbox[c.Service][r.ID]
-				if !ok {
-					undelivered++
-					continue
-				}
-				commit = append(commit, at.Sub(r.At))
-			}
 		}
 		if len(commit) == 0 {
 			b.Fatal("no event was delivered")
@@ -136,6 +121,30 @@ func sustains(ctx context.Context, ob *Observer, url string, rate float64, d tim
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// commitLatencies returns, for every accepted request of lr and every
+// consumer, the time from the request's scheduled send to the consumer's
+// commit, and how many of those deliveries are missing.
+func commitLatencies(ctx context.Context, ob *Observer, lr *LoadRun) (lat []time.Duration, missing int, err error) {
+	inbox, err := ob.Inbox(ctx, acceptedIDs(lr))
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, r := range lr.Requests {
+		if !r.Accepted() {
+			continue
+		}
+		for _, c := range ob.Consumers {
+			at, ok := inbox[c.Service][r.ID]
+			if !ok {
+				missing++
+				continue
+			}
+			lat = append(lat, at.Sub(r.At))
+		}
+	}
+	return lat, missing, nil
 }
 
 func acceptedIDs(lr *LoadRun) []string {

@@ -153,7 +153,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	// Commit times of rows (pg_xact_commit_timestamp) let make load and the
 	// benchmarks end a consumer's latency at its commit, not at a now()
 	// taken when its transaction began.
-	args = append(args, "-c", "track_commit_timestamp=on")
+	// pg_stat_statements, for the benchmarks' statement counts and profiles
+	// (and anyone profiling make dev); Settings may override it.
+	args = append(args, "-c", "track_commit_timestamp=on", "-c", "shared_preload_libraries=pg_stat_statements")
 	keys := make([]string, 0, len(opts.Settings))
 	for k := range opts.Settings {
 		keys = append(keys, k)
