@@ -126,7 +126,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	t.Setenv("LEDGER", "off")
 	enqueue(t, pool, 2)
 	enqueue(t, memberPool, 3)
-	srv := httptest.NewServer(instance.Lazy("relay", fromEnv))
+	srv := httptest.NewServer(instance.Lazy("relay", instance.FromEnv(LoadConfig, Build)))
 	defer srv.Close()
 	code, body := post(t, srv.URL+"?database=member")
 	if code != http.StatusOK || body["published"] != float64(3) {
@@ -176,7 +176,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
 	t.Setenv("DATABASE_URL", pgtest.SchemaURL(t, schema))
 	enqueue(t, pool, 2)
-	srv := httptest.NewServer(instance.Lazy("relay", fromEnv))
+	srv := httptest.NewServer(instance.Lazy("relay", instance.FromEnv(LoadConfig, Build)))
 	defer srv.Close()
 	if code, body := post(t, srv.URL); code != http.StatusOK || body["published"] != float64(2) {
 		t.Fatalf("env-built relay: %d %v", code, body)
