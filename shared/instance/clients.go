@@ -16,9 +16,13 @@ import (
 	"github.com/relaybus/relaybus/shared/transport"
 )
 
-// Logger returns the function's JSON logger on stderr at the configured
-// level, with Cloud Logging's trace correlation for the project.
+// Logger returns the function's logger: LogHandler's when set, else JSON
+// lines on stderr at LogLevel with Cloud Logging's trace correlation for
+// the project.
 func (e Env) Logger() *slog.Logger {
+	if e.LogHandler != nil {
+		return slog.New(e.LogHandler)
+	}
 	return logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(e.LogLevel), ProjectID: e.ProjectID})
 }
 

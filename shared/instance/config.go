@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -33,6 +34,10 @@ type Env struct {
 	// ShutdownTimeout bounds the graceful shutdown on SIGTERM
 	// (SHUTDOWN_TIMEOUT, default 8s; Main serves with it).
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT, default=8s"`
+	// LogHandler, when set, receives the function's logs instead of the
+	// JSON lines on stderr at LogLevel that production writes (the local
+	// stack and tests set it; no variable).
+	LogHandler slog.Handler
 }
 
 // PubSub is how a function reaches Pub/Sub.
