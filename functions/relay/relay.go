@@ -38,8 +38,8 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/topology"
 	engine "github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Drainer is what the handler needs of the relay engine.
