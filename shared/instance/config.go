@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -84,9 +85,32 @@ type Recorder struct {
 func Load[C any](ctx context.Context) (C, error) {
 	var c C
 	if err := envconfig.Process(ctx, &c); err != nil {
-		return c, fmt.Errorf("config: %w", err)
+		return c, fmt.Errorf("config: %w", named(reflect.TypeOf(c), err))
 	}
 	return c, nil
+}
+
+// named rewrites go-envconfig's error, which names the Go field path
+// ("Ledger: Budget: time: invalid duration ..."), to name the variable
+// ("LEDGER_BUDGET: time: invalid duration ...").
+func named(t reflect.Type, err error) error {
+	rest := err.Error()
+	for t.Kind() == reflect.Struct {
+		name, after, ok := strings.Cut(rest, ": ")
+		if !ok {
+			break
+		}
+		f, found := t.FieldByName(name)
+		if !found {
+			break
+		}
+		if tag, ok := f.Tag.Lookup("env"); ok {
+			v, _, _ := strings.Cut(tag, ",")
+			return fmt.Errorf("%s: %s", strings.TrimSpace(v), after)
+		}
+		t, rest = f.Type, after
+	}
+	return err
 }
 
 // Defaults returns a configuration of type C holding only its documented
