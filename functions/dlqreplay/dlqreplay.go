@@ -76,11 +76,6 @@ import (
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-// Publisher republishes replayed messages (a *transport.Client).
-type Publisher interface {
-	Publish(ctx context.Context, topic string, m event.Message) (string, error)
-}
-
 // Defaults of Options.
 const (
 	// DefaultMaxRepushes refuses a re-push once an event was re-pushed this often.
@@ -94,7 +89,7 @@ type Options struct {
 	Archive   *archive.Store
 	Ledger    *ledger.Store
 	DB        outbox.DBTX
-	Publisher Publisher
+	Publisher event.Publisher
 	// Topology, when set, tells the consumers' delivery, handler and
 	// database (dry runs, the registry view) and validates registry edits.
 	Topology *topology.Topology

@@ -35,11 +35,6 @@ type Ledger interface {
 	RecordAttempts(ctx context.Context, as []ledger.Attempt) error
 }
 
-// Publisher publishes dead letters (a *transport.Client).
-type Publisher interface {
-	Publish(ctx context.Context, topic string, m event.Message) (string, error)
-}
-
 // Kicker publishes events at once after the transaction that enqueued them
 // committed (a *relay.Relay's Kick): the engine kicks the child events a
 // handler emitted.
@@ -68,7 +63,7 @@ type Options struct {
 	// Handler applies events (a *Mux, a projection, a forwarder, ...).
 	Handler Handler
 	// DeadLetters receives poison messages on <topic>.dlq.
-	DeadLetters Publisher
+	DeadLetters event.Publisher
 	// Ledger, when set, records every attempt after the fact: attempts are
 	// committed in Postgres with the delivery and shipped to the ledger in
 	// the background, in batches.
