@@ -18,6 +18,11 @@
 // instance with Build from the environment (LoadConfig); the local stack
 // and the tests call Build with their own Config. New builds the handler
 // over given drainers (a relay's tests); it works under http.StripPrefix.
+//
+// The engine is imported under its own name, relay (as html/template
+// imports text/template as template), the way consume refers to its
+// engine as consumer: relay.Relay, relay.Summary, relay.New are the
+// engine's; New and Handler are this function's.
 package relay
 
 import (
@@ -38,21 +43,21 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
-	engine "github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Drainer is what the handler needs of the relay engine.
 type Drainer interface {
-	Drain(ctx context.Context, budget time.Duration) (engine.Summary, error)
+	Drain(ctx context.Context, budget time.Duration) (relay.Summary, error)
 }
 
 // Answer is the function's JSON answer: the totals of the databases
 // drained, each one's summary, and the first error.
 type Answer struct {
-	engine.Summary
-	Databases map[string]engine.Summary `json:"databases"`
-	Error     string                    `json:"error,omitempty"`
+	relay.Summary
+	Databases map[string]relay.Summary `json:"databases"`
+	Error     string                   `json:"error,omitempty"`
 }
 
 // Handler drains the outbox databases it was given.
@@ -100,7 +105,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		sort.Strings(names)
 	}
-	ans := Answer{Databases: make(map[string]engine.Summary, len(names))}
+	ans := Answer{Databases: make(map[string]relay.Summary, len(names))}
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -142,7 +147,7 @@ func (h *Handler) Close(ctx context.Context) error {
 	return h.closer(ctx)
 }
 
-func add(t *engine.Summary, s engine.Summary) {
+func add(t *relay.Summary, s relay.Summary) {
 	t.Claimed += s.Claimed
 	t.Published += s.Published
 	t.Retried += s.Retried
@@ -169,7 +174,7 @@ type Config struct {
 	PubSub instance.PubSub
 	Ledger instance.Recorder
 	// Relay is each relay's tuning (RELAY_*; TimeBudget bounds one POST).
-	Relay engine.Config
+	Relay relay.Config
 	// Databases are the names of the outbox databases to drain
 	// (RELAY_DATABASES, comma-separated, default "main"): the topology's
 	// databases.
@@ -246,7 +251,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		closers.Add(func(context.Context) error { pool.Close(); return nil })
 		o := opts
 		o.DB, o.Logger = pool, log.With("database", name)
-		r, err := engine.New(o)
+		r, err := relay.New(o)
 		if err != nil {
 			return fail(err)
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/registry"
-	engine "github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
@@ -57,7 +57,7 @@ func TestDrainOverHTTP(t *testing.T) {
 	fake := pubsubtest.New(t)
 	top, _ := topology.Load("")
 	fake.Provision(t, top)
-	r, err := engine.New(engine.Options{DB: pool, Publisher: fake.Client, Topology: top})
+	r, err := relay.New(relay.Options{DB: pool, Publisher: fake.Client, Topology: top})
 	if err != nil {
 		t.Fatal(err)
 	}
