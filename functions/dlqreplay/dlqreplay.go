@@ -72,7 +72,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
-	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -88,7 +88,7 @@ const (
 type Options struct {
 	Archive   *archive.Store
 	Ledger    *ledger.Store
-	DB        outbox.DBTX
+	DB        postgres.DBTX
 	Publisher event.Publisher
 	// Topology, when set, tells the consumers' delivery, handler and
 	// database (dry runs, the registry view) and validates registry edits.
@@ -99,7 +99,7 @@ type Options struct {
 	// Databases holds the topology's databases by name (its inboxes,
 	// projections and outboxes) for dry runs and outbox states. Nil means DB
 	// holds all of them (one database, as the local stack runs).
-	Databases map[string]outbox.DBTX
+	Databases map[string]postgres.DBTX
 	// Auth is AuthCloudRun, AuthIAM (the default), AuthToken (Token
 	// required) or AuthNone; Audience, when set, is checked against the ID
 	// token's aud.

@@ -13,6 +13,7 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -112,7 +113,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		return nil, err
 	}
 	f.close.Add(func(context.Context) error { pool.Close(); return nil })
-	dbs := map[string]outbox.DBTX{topology.MainDatabase: pool}
+	dbs := map[string]postgres.DBTX{topology.MainDatabase: pool}
 	for _, d := range top.Databases {
 		url := cfg.DatabaseURLs[d.Name]
 		if d.Name == topology.MainDatabase || url == "" {
@@ -161,8 +162,8 @@ func (f *Function) Close(ctx context.Context) error { return f.close.Close(ctx) 
 
 // Databases turns the pools of the topology's databases (by name) into
 // Options.Databases.
-func Databases(pools map[string]*pgxpool.Pool) map[string]outbox.DBTX {
-	out := make(map[string]outbox.DBTX, len(pools))
+func Databases(pools map[string]*pgxpool.Pool) map[string]postgres.DBTX {
+	out := make(map[string]postgres.DBTX, len(pools))
 	for name, p := range pools {
 		out[name] = p
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -350,7 +350,7 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 
 // orderCheck compares the event's version with what the consumer's
 // version gate holds for its aggregate.
-func (a *api) orderCheck(ctx context.Context, db outbox.DBTX, c *topology.Consumer, e *event.Event, p *replayPlan, add func(string, string, ...any)) {
+func (a *api) orderCheck(ctx context.Context, db postgres.DBTX, c *topology.Consumer, e *event.Event, p *replayPlan, add func(string, string, ...any)) {
 	var table string
 	switch c.Handler {
 	case topology.HandlerStrict:
@@ -387,7 +387,7 @@ func (a *api) orderCheck(ctx context.Context, db outbox.DBTX, c *topology.Consum
 
 // consumerDB returns the database of a consumer (nil when dlqreplay has no
 // connection to it) and its name.
-func (a *api) consumerDB(c *topology.Consumer) (outbox.DBTX, string) {
+func (a *api) consumerDB(c *topology.Consumer) (postgres.DBTX, string) {
 	name := topology.MainDatabase
 	if c != nil {
 		name = c.Database
@@ -508,7 +508,7 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 
 // applied reports whether consumer's inbox (relaybus_inbox, shared/inbox's
 // table) holds eventID, and the attempt that applied it.
-func applied(ctx context.Context, db outbox.DBTX, consumer, eventID string) (int, bool, error) {
+func applied(ctx context.Context, db postgres.DBTX, consumer, eventID string) (int, bool, error) {
 	var attempt int
 	err := db.QueryRow(ctx, `SELECT attempt_no FROM relaybus_inbox WHERE consumer_id = $1 AND event_id = $2`, consumer, eventID).Scan(&attempt)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -18,6 +18,7 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -26,7 +27,7 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func enqueue(t *testing.T, db outbox.DBTX, n int) {
+func enqueue(t *testing.T, db postgres.DBTX, n int) {
 	t.Helper()
 	for i := range n {
 		e := &event.Event{Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
@@ -137,7 +138,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	if code != http.StatusOK || body["published"] != float64(2) || len(dbs) != 2 {
 		t.Fatalf("env-built relay, every database: %d %v", code, body)
 	}
-	for _, c := range []outbox.DBTX{pool, memberPool} {
+	for _, c := range []postgres.DBTX{pool, memberPool} {
 		if n, err := outbox.Count(context.Background(), c); err != nil || n.Pending != 0 {
 			t.Errorf("a database still holds %+v (%v)", n, err)
 		}

@@ -18,13 +18,13 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // DB is what the engine needs of Postgres (a *pgxpool.Pool).
 type DB interface {
-	outbox.DBTX
+	postgres.DBTX
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
