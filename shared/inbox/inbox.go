@@ -100,6 +100,7 @@ var (
 	claimSQL     = query("claim")
 	claimedSQL   = query("claimstate")
 	deliveredSQL = query("delivered")
+	lookupSQL    = query("lookup")
 )
 
 // Migrate creates or upgrades the inbox tables in db's search_path.
@@ -346,4 +347,18 @@ func Delivered(ctx context.Context, db postgres.DBTX, a Attempt) (bool, error) {
 		return false, fmt.Errorf("inbox: record delivered attempt: %w", err)
 	}
 	return true, nil
+}
+
+// Lookup reports whether consumer's inbox holds eventID, and the attempt
+// that holds it. Readers outside the consume path (dlqreplay's dry runs)
+// go through it rather than reading the table.
+func Lookup(ctx context.Context, db postgres.DBTX, consumer, eventID string) (attempt int, ok bool, err error) {
+	err = db.QueryRow(ctx, lookupSQL, consumer, eventID).Scan(&attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("inbox: lookup: %w", err)
+	}
+	return attempt, true, nil
 }
