@@ -1,14 +1,20 @@
 // Package instance is what every relaybus function does the same way on
-// Cloud Run: build its dependencies once per instance from the environment
-// (lazily, on the first request, so a cold start that cannot reach a
-// dependency answers 500 and the next request tries again), read the
-// settings every function shares, and serve, shutting down gracefully.
+// Cloud Run: read its configuration from the environment (config.go, the
+// one reader of the environment, and the settings every function shares:
+// Env, PubSub, Ledger, Recorder), build itself once per instance (lazily,
+// on the first request, so a cold start that cannot reach a dependency
+// answers 500 and the next request tries again), and serve, shutting down
+// gracefully.
 //
-// A function package registers itself in init():
+// A function package declares one Config and one constructor,
+// Build(ctx, Config), and registers the production path in init():
 //
 //	func init() {
-//		functions.HTTP("relay", instance.Lazy("relay", fromEnv))
+//		functions.HTTP("relay", instance.Lazy("relay", instance.FromEnv(LoadConfig, Build)))
 //	}
+//
+// The local stack and the tests call the same Build with a Config of
+// their own (from Defaults), so they run what ships.
 //
 // and its command is one line:
 //
