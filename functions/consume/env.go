@@ -26,9 +26,9 @@ type Config struct {
 	instance.Env
 	PubSub instance.PubSub
 	Ledger instance.Recorder
-	// DatabaseURL is the consumer's Postgres: inbox, attempts, projections,
-	// its outbox for child events (DATABASE_URL, required).
-	DatabaseURL string `env:"DATABASE_URL"`
+	// DB is the consumer's database: inbox, attempts, projections, its
+	// outbox for child events (DATABASE_URL).
+	DB instance.Database
 	// ConsumerID is the consumer service (CONSUMER_ID, required).
 	ConsumerID string `env:"CONSUMER_ID"`
 	// Subscription is its subscription id (CONSUMER_SUBSCRIPTION).
@@ -89,7 +89,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, Migrations...)
+	pool, err := cfg.DB.Open(ctx, Migrations...)
 	if err != nil {
 		return nil, err
 	}

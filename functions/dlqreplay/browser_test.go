@@ -411,7 +411,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	rc := instance.Defaults[dlqreplay.Config]()
 	rc.ProjectID, rc.LogHandler = stack.Info.Project, slog.DiscardHandler
 	rc.PubSub.EmulatorHost, rc.Ledger.EmulatorHost = stack.Info.PubSubHost, stack.Info.FirestoreHost
-	rc.DatabaseURL, rc.DatabaseURLs = stack.Info.DatabaseURL, stack.Info.Databases
+	rc.DB.URL, rc.DatabaseURLs = stack.Info.DatabaseURL, stack.Info.Databases
 	rc.Auth, rc.ReadOnly = dlqreplay.AuthNone, true
 	ro, err := dlqreplay.Build(ctx, rc)
 	if err != nil {

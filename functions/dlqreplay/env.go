@@ -24,9 +24,9 @@ type Config struct {
 	// Ledger holds the ledger and the archive (FIRESTORE_DATABASE,
 	// LEDGER_RETENTION for the ledger writes of re-pushes).
 	Ledger instance.Ledger
-	// DatabaseURL is the producers' outbox, where re-pushes are queued
-	// (DATABASE_URL, required).
-	DatabaseURL string `env:"DATABASE_URL"`
+	// DB is the producers' outbox, where re-pushes are queued, in the
+	// topology's main database (DATABASE_URL).
+	DB instance.Database
 	// DatabaseURLs are the topology's other databases, by name, when their
 	// URLs are given (DATABASE_URL_<NAME>; LoadConfig fills it): their
 	// inboxes and outboxes answer dry runs and outbox states. Their
@@ -108,7 +108,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		_ = f.close.Close(context.Background())
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, outbox.Migrations)
+	pool, err := cfg.DB.Open(ctx, outbox.Migrations)
 	if err != nil {
 		return nil, err
 	}

@@ -21,9 +21,8 @@ type Config struct {
 	Ledger instance.Recorder
 	// Relay is the fast path's relay tuning (RELAY_*).
 	Relay relay.Config
-	// DatabaseURL is the outbox's Postgres, the topology's main database
-	// (DATABASE_URL, required).
-	DatabaseURL string `env:"DATABASE_URL"`
+	// DB is the outbox's database, the topology's main one (DATABASE_URL).
+	DB instance.Database
 	// MaxPayloadBytes is the payload limit (PUBLISH_MAX_PAYLOAD_BYTES, default 1 MiB).
 	MaxPayloadBytes int `env:"PUBLISH_MAX_PAYLOAD_BYTES, default=1048576"`
 	// FastPath publishes each accepted event at once (PUBLISH_FAST_PATH, default true).
@@ -73,7 +72,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		_ = f.Close(context.Background())
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, outbox.Migrations)
+	pool, err := cfg.DB.Open(ctx, outbox.Migrations)
 	if err != nil {
 		return nil, err
 	}

@@ -179,8 +179,8 @@ type Config struct {
 	// (RELAY_DATABASES, comma-separated, default "main"): the topology's
 	// databases.
 	Databases []string `env:"RELAY_DATABASES, default=main"`
-	// DatabaseURL is main's URL (DATABASE_URL).
-	DatabaseURL string `env:"DATABASE_URL"`
+	// DB is the main database (DATABASE_URL).
+	DB instance.Database
 	// DatabaseURLs are the other databases' URLs by name, each from its
 	// topology.Database.EnvVar (DATABASE_URL_<NAME>); LoadConfig fills it.
 	DatabaseURLs map[string]string
@@ -239,7 +239,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		}
 		url := cfg.DatabaseURLs[name]
 		if name == topology.MainDatabase {
-			url = cfg.DatabaseURL
+			url = cfg.DB.URL
 		}
 		if url == "" {
 			return fail(fmt.Errorf("database %s: %s is not set", name, db.EnvVar()))

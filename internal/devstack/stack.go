@@ -409,7 +409,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	pc := instance.Defaults[publish.Config]()
 	pc.Env, pc.PubSub, pc.Ledger, pc.Relay = env, pubsubCfg, recorderCfg, relayCfg
-	pc.DatabaseURL = fnURL(topology.MainDatabase)
+	pc.DB.URL = fnURL(topology.MainDatabase)
 	// A topic_consumers change shows within seconds (30 s in production).
 	pc.RegistryTTL = 5 * time.Second
 	pub, err := publish.Build(ctx, pc)
@@ -419,7 +419,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	mount(mux, "/publish", pub)
 	rc := instance.Defaults[relayfn.Config]()
 	rc.Env, rc.PubSub, rc.Ledger, rc.Relay = env, pubsubCfg, recorderCfg, relayCfg
-	rc.Databases, rc.DatabaseURL, rc.DatabaseURLs = dbNames, fnURL(topology.MainDatabase), others
+	rc.Databases, rc.DB.URL, rc.DatabaseURLs = dbNames, fnURL(topology.MainDatabase), others
 	rh, err := relayfn.Build(ctx, rc)
 	if err := built("relay", rh, err); err != nil {
 		return nil, err
@@ -440,7 +440,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		cc := consumeConfig(c, top)
 		cc.Env, cc.PubSub, cc.Ledger = env, pubsubCfg, recorderCfg
-		cc.DatabaseURL = fnURL(c.Database)
+		cc.DB.URL = fnURL(c.Database)
 		// A forward consumer's signing secret (forward_secret names a Secret
 		// Manager secret in production) comes from FORWARD_SIGNING_SECRET
 		// locally.
@@ -463,7 +463,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	dc := instance.Defaults[dlqreplay.Config]()
 	dc.Env, dc.PubSub, dc.Ledger = env, pubsubCfg, ledgerCfg
-	dc.DatabaseURL, dc.DatabaseURLs = fnURL(topology.MainDatabase), others
+	dc.DB.URL, dc.DatabaseURLs = fnURL(topology.MainDatabase), others
 	// No auth locally (Cloud Run's IAM in production).
 	dc.Auth = dlqreplay.AuthNone
 	ops, err := dlqreplay.Build(ctx, dc)

@@ -11,8 +11,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 
@@ -24,6 +26,12 @@ func (e Env) Logger() *slog.Logger {
 		return slog.New(e.LogHandler)
 	}
 	return logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(e.LogLevel), ProjectID: e.ProjectID})
+}
+
+// Open opens the database's pool (Postgres) and applies the migration
+// lines.
+func (d Database) Open(ctx context.Context, lines ...migrate.Line) (*pgxpool.Pool, error) {
+	return Postgres(ctx, d.URL, lines...)
 }
 
 // Open connects to Pub/Sub for project: the emulator at EmulatorHost when

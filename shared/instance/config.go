@@ -41,6 +41,16 @@ type Env struct {
 	LogHandler slog.Handler
 }
 
+// Database is the function's own Postgres database: the topology's main
+// database for publish, the relay (main's URL) and dlqreplay, the
+// consumer's own for consume.
+type Database struct {
+	// URL is its connection string (DATABASE_URL, required): a
+	// postgres:// URL or a keyword/value string with pgx's parameters
+	// (pool_max_conns: the pool's size; pgx's default is max(4, CPUs)).
+	URL string `env:"DATABASE_URL"`
+}
+
 // PubSub is how a function reaches Pub/Sub.
 type PubSub struct {
 	// EmulatorHost is a Pub/Sub emulator or pstest to talk to without
