@@ -47,14 +47,23 @@ func without(m map[string]bool, names ...string) map[string]bool {
 	return m
 }
 
-// envTags collects the variable names of a config struct's env tags.
+// localOnly are variables the functions read that production leaves
+// unset (their defaults hold there): the emulators' hosts, which the local
+// stack and tests set, and timings the local stack shortens.
+var localOnly = map[string]bool{"PUBSUB_EMULATOR_HOST": true, "FIRESTORE_EMULATOR_HOST": true,
+	"LEDGER_RECONCILE_AFTER": true, "REGISTRY_CACHE_TTL": true}
+
+// envTags collects the variable names of a config struct's env tags
+// (localOnly left out).
 func envTags(t reflect.Type) map[string]bool {
 	out := map[string]bool{}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if tag, ok := f.Tag.Lookup("env"); ok {
 			name, _, _ := strings.Cut(tag, ",")
-			out[strings.TrimSpace(name)] = true
+			if name = strings.TrimSpace(name); !localOnly[name] {
+				out[name] = true
+			}
 			continue
 		}
 		if f.Type.Kind() == reflect.Struct {

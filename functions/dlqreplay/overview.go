@@ -11,6 +11,7 @@ import (
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 // The overview's bounds.
@@ -141,7 +142,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 	}()
 	go func() {
 		defer wg.Done()
-		dbs := map[string]outbox.DBTX{"main": a.o.DB}
+		dbs := map[string]postgres.DBTX{"main": a.o.DB}
 		if a.o.Databases != nil {
 			dbs = a.o.Databases
 		}
