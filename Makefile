@@ -2,12 +2,14 @@
 GO ?= go
 TESTENV = $(GO) run ./internal/cmd/testenv --
 
-.PHONY: dev demo load test test-short bench fuzz lint fmt build screenshots
+.PHONY: dev demo load test test-short bench fuzz lint fmt build screenshots tf-fmt terraform
 
-## dev: run the whole stack on this machine until Ctrl-C.
+## dev: run the whole stack on this machine until Ctrl-C (DEV_FLAGS: the
+## command's flags, e.g. DEV_FLAGS="-addr 127.0.0.1:9090 -state /tmp/s").
+DEV_FLAGS ?=
 dev:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make dev: Go not found: install Go 1.26 or newer (https://go.dev/dl/)"; exit 1; }
-	$(GO) run ./internal/cmd/dev
+	$(GO) run ./internal/cmd/dev $(DEV_FLAGS)
 
 ## demo: run the purchase scenario against the running stack.
 demo:
@@ -38,9 +40,10 @@ test-short:
 screenshots:
 	RELAYBUS_SCREENSHOTS=$(CURDIR)/docs/console $(TESTENV) $(GO) test -count=1 -run '^TestConsoleInABrowser$$' ./functions/dlqreplay/
 
-## bench: every benchmark; prints BENCH <name> <value> <unit> lines.
+## bench: every benchmark; prints BENCH <name> <value> <unit> lines (and every
+## failure), keeps the whole output in .bench.out, and fails when a benchmark fails.
 bench:
-	$(GO) run ./internal/cmd/testenv -durable -- $(GO) test -p 1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./... | tee .bench.out | grep -E '^(BENCH|#)' || true
+	@bash -o pipefail -c "$(GO) run ./internal/cmd/testenv -durable -- $(GO) test -p 1 -run '^\$$' -bench . -benchtime 1x -timeout 60m ./... 2>&1 | tee .bench.out | grep --line-buffered -E '^(BENCH|#|--- FAIL|FAIL|panic:)|_test.go:[0-9]+:'"
 
 ## fuzz: run each fuzz target for a while (the corpus is in testdata/fuzz).
 fuzz:
@@ -65,6 +68,10 @@ build:
 
 ## tf-fmt: terraform fmt -check on infra/terraform (a terraform on PATH, else Terraform 1.5.7 built into $GOPATH/bin once, ~4 min).
 TERRAFORM ?= $(shell command -v terraform 2>/dev/null || echo "$$($(GO) env GOPATH)/bin/terraform")
-tf-fmt:
-	@test -x "$(TERRAFORM)" || $(GO) install github.com/hashicorp/terraform@v1.5.7
+tf-fmt: terraform
 	TF_CLI_CONFIG_FILE=/dev/null "$(TERRAFORM)" fmt -check -recursive -diff infra/terraform
+
+## terraform: Terraform 1.5.7 built into $GOPATH/bin unless one is on PATH (the
+## infra tests run it: fmt, console, validate without providers).
+terraform:
+	@test -x "$(TERRAFORM)" || $(GO) install github.com/hashicorp/terraform@v1.5.7

@@ -34,6 +34,9 @@ func terraformBinary(t *testing.T) string {
 			return p
 		}
 	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no terraform binary under CI: .ci/run installs one with `make terraform` before the tests")
+	}
 	t.Skip("no terraform binary: `make tf-fmt` installs one (go install github.com/hashicorp/terraform@v1.5.7), or put one on PATH, or set TERRAFORM")
 	return ""
 }

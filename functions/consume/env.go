@@ -2,13 +2,11 @@ package consume
 
 import (
 	"context"
-	"fmt"
-	"net/http"
+	"errors"
 	"strings"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
-	"github.com/sethvargo/go-envconfig"
 
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/inbox"
@@ -19,27 +17,28 @@ import (
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
-// Config is the function's environment.
+// Config is the consume function's configuration: one consumer (one
+// deployment per consumer in production; Terraform sets these from the
+// topology's consumer, as the local stack does).
 type Config struct {
 	instance.Env
-	// LedgerBudget bounds one batch of ledger writes (LEDGER_BUDGET, 10s).
-	LedgerBudget time.Duration `env:"LEDGER_BUDGET, default=10s"`
-	// DatabaseURL is the consumer's Postgres: inbox, attempts, projections,
-	// its outbox for child events (DATABASE_URL).
-	DatabaseURL string `env:"DATABASE_URL"`
+	PubSub instance.PubSub
+	Ledger instance.Recorder
+	// DB is the consumer's database: inbox, attempts, projections, its
+	// outbox for child events (DATABASE_URL).
+	DB instance.Database
 	// ConsumerID is the consumer service (CONSUMER_ID, required).
-	ConsumerID string `env:"CONSUMER_ID, required"`
+	ConsumerID string `env:"CONSUMER_ID"`
 	// Subscription is its subscription id (CONSUMER_SUBSCRIPTION).
 	Subscription string `env:"CONSUMER_SUBSCRIPTION"`
-	// Handler is the handler's name (CONSUMER_HANDLER, projection).
+	// Handler is the handler's name (CONSUMER_HANDLER, default projection).
 	Handler string `env:"CONSUMER_HANDLER, default=projection"`
 	// ForwardURL is the forward handler's target (FORWARD_URL).
 	ForwardURL string `env:"FORWARD_URL"`
 	// ForwardAuth is how the forward handler authenticates (FORWARD_AUTH:
-	// none, google or hmac; none).
+	// none, google or hmac; default none).
 	ForwardAuth string `env:"FORWARD_AUTH, default=none"`
 	// ForwardAudience is the ID tokens' audience with FORWARD_AUTH=google
 	// (FORWARD_AUDIENCE; FORWARD_URL when empty).
@@ -48,34 +47,36 @@ type Config struct {
 	// (FORWARD_SIGNING_SECRET: "whsec_" + base64; several, space-separated,
 	// all sign), in production from Secret Manager.
 	ForwardSigningSecret string `env:"FORWARD_SIGNING_SECRET"`
-	// ForwardTimeout bounds one forward (FORWARD_TIMEOUT, 10s).
+	// ForwardTimeout bounds one forward (FORWARD_TIMEOUT, default 10s).
 	ForwardTimeout time.Duration `env:"FORWARD_TIMEOUT, default=10s"`
 	// GapTimeout is how long a strict consumer's version gap may stay open
-	// before it is reported (STRICT_GAP_TIMEOUT, 10m).
+	// before it is reported (STRICT_GAP_TIMEOUT, default 10m).
 	GapTimeout time.Duration `env:"STRICT_GAP_TIMEOUT, default=10m"`
 	// MaxDeliveryAttempts is the subscription's dead-letter threshold
-	// (CONSUMER_MAX_DELIVERY_ATTEMPTS, 5).
+	// (CONSUMER_MAX_DELIVERY_ATTEMPTS, default 5).
 	MaxDeliveryAttempts int `env:"CONSUMER_MAX_DELIVERY_ATTEMPTS, default=5"`
-	// InboxRetention is how long inbox rows are kept (INBOX_RETENTION, 192h).
+	// InboxRetention is how long inbox rows are kept (INBOX_RETENTION,
+	// default 192h).
 	InboxRetention time.Duration `env:"INBOX_RETENTION, default=192h"`
-	// RollupTopic receives attempt notices (ROLLUP_TOPIC).
+	// RollupTopic receives attempt notices (ROLLUP_TOPIC, default
+	// relaybus.ledger.rollup).
 	RollupTopic string `env:"ROLLUP_TOPIC, default=relaybus.ledger.rollup"`
-	// Ledger is firestore or off (LEDGER, firestore).
-	Ledger string `env:"LEDGER, default=firestore"`
-	// FirestoreDatabase is the ledger's database id (FIRESTORE_DATABASE).
-	FirestoreDatabase string `env:"FIRESTORE_DATABASE, default=(default)"`
-	// LedgerRetention is how long ledger documents are kept (LEDGER_RETENTION, 720h).
-	LedgerRetention time.Duration `env:"LEDGER_RETENTION, default=720h"`
 }
 
 func init() {
-	functions.HTTP("consume", instance.Lazy("consume", fromEnv))
+	functions.HTTP("consume", instance.Lazy("consume", instance.FromEnv(instance.Load[Config], Build)))
 }
 
-func fromEnv(ctx context.Context) (http.Handler, error) {
-	var cfg Config
-	if err := envconfig.Process(ctx, &cfg); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+// Build is the consume function's one constructor, in production (from
+// the environment), in the local stack and in tests: the handler named by
+// cfg.Handler, the consumer's pool (every table migrated, the handler's
+// own included), one Pub/Sub client (dead letters, rollup notices, kicks),
+// the ledger unless it is off, the kicker of the handlers' child events
+// (a relay of this database with the relay's defaults; the scheduled drain
+// of this database is the relay function's) and the engine.
+func Build(ctx context.Context, cfg Config) (*Handler, error) {
+	if cfg.ConsumerID == "" {
+		return nil, errors.New("config: CONSUMER_ID is required: the consumer service's name")
 	}
 	log := cfg.Logger()
 	h, err := BuildHandler(cfg.Handler, HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
@@ -92,17 +93,16 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, Migrations...)
+	pool, err := cfg.DB.Open(ctx, Migrations...)
 	if err != nil {
 		_ = flush(ctx)
 		return nil, err
 	}
-	// Telemetry first, so it is flushed last.
-	closers := []func(context.Context) error{flush, func(context.Context) error { pool.Close(); return nil }}
-	fail := func(err error) (http.Handler, error) {
-		for i := len(closers) - 1; i >= 0; i-- {
-			_ = closers[i](context.Background())
-		}
+	var closers instance.Closers
+	closers.Add(flush) // first, so it is flushed last
+	closers.Add(func(context.Context) error { pool.Close(); return nil })
+	fail := func(err error) (*Handler, error) {
+		_ = closers.Close(context.Background())
 		return nil, err
 	}
 	if m, ok := h.(Migrator); ok {
@@ -110,32 +110,28 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 			return fail(err)
 		}
 	}
-	ps, err := transport.New(ctx, cfg.ProjectID, transport.Options{})
+	ps, err := cfg.PubSub.Open(ctx, cfg.ProjectID)
 	if err != nil {
 		return fail(err)
 	}
-	closers = append(closers, func(context.Context) error { return ps.Close() })
-	store, err := ledger.OpenMode(ctx, cfg.Ledger, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase},
-		ledger.Options{Logger: log, Retention: cfg.LedgerRetention})
+	closers.Add(func(context.Context) error { return ps.Close() })
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
 	if err != nil {
 		return fail(err)
 	}
-	var led relay.Ledger
 	o := consumer.Options{DB: pool, ConsumerID: cfg.ConsumerID, Subscription: cfg.Subscription, Handler: h,
-		DeadLetters: ps, MaxDeliveryAttempts: cfg.MaxDeliveryAttempts, LedgerBudget: cfg.LedgerBudget, Logger: log}
+		DeadLetters: ps, MaxDeliveryAttempts: cfg.MaxDeliveryAttempts, LedgerBudget: cfg.Ledger.Budget, Logger: log}
+	ro := relay.Options{DB: pool, Publisher: ps, Topology: top, LedgerBudget: cfg.Ledger.Budget, Logger: log}
 	if store != nil {
-		closers = append(closers, func(context.Context) error { return store.Close() })
+		closers.Add(func(context.Context) error { return store.Close() })
 		o.Ledger = ledger.NewRecorder(store, ps, cfg.RollupTopic)
-		led = store
+		ro.Ledger = store
 	}
-	// The kick of the handlers' child events: a relay of this database with
-	// the relay's defaults (the scheduled drain of this database is the
-	// relay function's).
-	kicker, err := relay.New(relay.Options{DB: pool, Publisher: ps, Topology: top, Ledger: led, LedgerBudget: cfg.LedgerBudget, Logger: log})
+	kicker, err := relay.New(ro)
 	if err != nil {
 		return fail(err)
 	}
-	closers = append(closers, kicker.Close)
+	closers.Add(kicker.Close)
 	o.Kicker = kicker
 	engine, err := consumer.New(o)
 	if err != nil {
@@ -147,9 +143,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	}
 	// At shutdown: the engine's attempts first (New put it first), then the
 	// kicks, the ledger and the clients.
-	for i := len(closers) - 1; i >= 0; i-- {
-		fn.close = append(fn.close, closers[i])
-	}
+	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
 	return fn, nil
 }
 

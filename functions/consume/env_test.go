@@ -40,7 +40,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	t.Setenv("LEDGER", "off")
 	t.Setenv("CONSUMER_ID", "audit-service")
 	t.Setenv("CONSUMER_HANDLER", "strict")
-	srv := httptest.NewServer(instance.Lazy("consume", fromEnv))
+	srv := httptest.NewServer(instance.Lazy("consume", instance.FromEnv(instance.Load[Config], Build)))
 	defer srv.Close()
 	e := &event.Event{Type: "points.added", Source: "member-service", Topic: "member.points.events", AggregateID: "m-1",
 		Version: 1, Payload: []byte(`{"balance":10}`)}
@@ -91,7 +91,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	t.Setenv("DATABASE_URL", pgtest.SchemaURL(t, schema))
 	t.Setenv("CONSUMER_ID", "member-service")
 	t.Setenv("CONSUMER_HANDLER", "example.points")
-	srv := httptest.NewServer(instance.Lazy("consume", fromEnv))
+	srv := httptest.NewServer(instance.Lazy("consume", instance.FromEnv(instance.Load[Config], Build)))
 	defer srv.Close()
 	e := &event.Event{Type: "order.purchased", Source: "order-service", Topic: "shop.order.events", AggregateID: "order-1",
 		Version: 1, Payload: []byte(`{"orderId":"order-1","memberId":"m-1","amount":5}`)}

@@ -20,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/registry"
 )
@@ -430,7 +431,7 @@ func TestReplayDryRunPredictsTheOutcome(t *testing.T) {
 		t.Errorf("dry runs published %d messages", n)
 	}
 	// Without a connection to the consumer's database the plan says so.
-	other := newHandler(t, e, func(o *dlqreplay.Options) { o.Databases = map[string]outbox.DBTX{"main": e.db} })
+	other := newHandler(t, e, func(o *dlqreplay.Options) { o.Databases = map[string]postgres.DBTX{"main": e.db} })
 	a := other.do(t, "POST", "/deadletters/dl-dup:replay", map[string]any{"dryRun": true})
 	if a.status != 200 || a.body["outcome"] != dlqreplay.PlanDeliver || !strings.Contains(a.raw, "no connection to member-service's database (member)") {
 		t.Errorf("consumer database missing: %s", a.raw)

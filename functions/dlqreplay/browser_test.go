@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,8 +24,8 @@ import (
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/instance"
 )
 
 // EnvScreenshots names the directory the browser test writes its
@@ -406,11 +407,17 @@ func TestConsoleInABrowser(t *testing.T) {
 
 	// 6. Read-only: the same stack through a read-only API; write actions
 	// are not shown, and the API refuses them.
-	ro, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(stack.Ledger.Client()), Ledger: stack.Ledger, DB: stack.Pool, Publisher: stack.PubSub,
-		Topology: stack.Topology, Auth: dlqreplay.AuthNone, ReadOnly: true})
+	// Built as the stack built its own dlqreplay, read-only.
+	rc := instance.Defaults[dlqreplay.Config]()
+	rc.ProjectID, rc.LogHandler = stack.Info.Project, slog.DiscardHandler
+	rc.PubSub.EmulatorHost, rc.Ledger.EmulatorHost = stack.Info.PubSubHost, stack.Info.FirestoreHost
+	rc.DB.URL, rc.DatabaseURLs = stack.Info.DatabaseURL, stack.Info.Databases
+	rc.Auth, rc.ReadOnly = dlqreplay.AuthNone, true
+	ro, err := dlqreplay.Build(ctx, rc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = ro.Close(context.Background()) })
 	mux := http.NewServeMux()
 	mux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", ro))
 	srv := httptest.NewServer(mux)

@@ -72,14 +72,9 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
-	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
-
-// Publisher republishes replayed messages (a *transport.Client).
-type Publisher interface {
-	Publish(ctx context.Context, topic string, m event.Message) (string, error)
-}
 
 // Defaults of Options.
 const (
@@ -93,8 +88,8 @@ const (
 type Options struct {
 	Archive   *archive.Store
 	Ledger    *ledger.Store
-	DB        outbox.DBTX
-	Publisher Publisher
+	DB        postgres.DBTX
+	Publisher event.Publisher
 	// Topology, when set, tells the consumers' delivery, handler and
 	// database (dry runs, the registry view) and validates registry edits.
 	Topology *topology.Topology
@@ -104,7 +99,7 @@ type Options struct {
 	// Databases holds the topology's databases by name (its inboxes,
 	// projections and outboxes) for dry runs and outbox states. Nil means DB
 	// holds all of them (one database, as the local stack runs).
-	Databases map[string]outbox.DBTX
+	Databases map[string]postgres.DBTX
 	// Auth is AuthCloudRun, AuthIAM (the default), AuthToken (Token
 	// required) or AuthNone; Audience, when set, is checked against the ID
 	// token's aud.

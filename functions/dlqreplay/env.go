@@ -4,30 +4,36 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/sethvargo/go-envconfig"
 
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
-// Config is the function's environment.
+// Config is the dlqreplay function's configuration.
 type Config struct {
 	instance.Env
-	// DatabaseURL is the producers' outbox, where re-pushes are queued (DATABASE_URL).
-	DatabaseURL string `env:"DATABASE_URL"`
-	// FirestoreDatabase holds the ledger and the archive (FIRESTORE_DATABASE).
-	FirestoreDatabase string `env:"FIRESTORE_DATABASE, default=(default)"`
-	// Auth is cloudrun, iam, token or none (DLQREPLAY_AUTH, iam). Behind
-	// Cloud Run IAM use cloudrun.
+	PubSub instance.PubSub
+	// Ledger holds the ledger and the archive (FIRESTORE_DATABASE,
+	// LEDGER_RETENTION for the ledger writes of re-pushes).
+	Ledger instance.Ledger
+	// DB is the producers' outbox, where re-pushes are queued, in the
+	// topology's main database (DATABASE_URL).
+	DB instance.Database
+	// DatabaseURLs are the topology's other databases, by name, when their
+	// URLs are given (DATABASE_URL_<NAME>; LoadConfig fills it): their
+	// inboxes and outboxes answer dry runs and outbox states. Their
+	// migrations are their consumers' business.
+	DatabaseURLs map[string]string
+	// Auth is cloudrun, iam, token or none (DLQREPLAY_AUTH, default iam).
+	// Behind Cloud Run IAM use cloudrun.
 	Auth string `env:"DLQREPLAY_AUTH, default=iam"`
 	// Audience, when set, is checked against the ID token's audience (the
 	// service URL; DLQREPLAY_AUDIENCE). Cloud Run's IAM checks it anyway.
@@ -37,7 +43,7 @@ type Config struct {
 	Token string `env:"DLQREPLAY_TOKEN"`
 	// Writers may write (DLQREPLAY_WRITERS, comma-separated; empty or *:
 	// every authenticated caller); ReadOnly lets nobody write
-	// (DLQREPLAY_READ_ONLY).
+	// (DLQREPLAY_READ_ONLY, default false).
 	Writers  []string `env:"DLQREPLAY_WRITERS"`
 	ReadOnly bool     `env:"DLQREPLAY_READ_ONLY, default=false"`
 	// Archivers may POST /deadletters:archive (DLQREPLAY_ARCHIVERS; empty:
@@ -46,32 +52,50 @@ type Config struct {
 	// Subscriptions maps logical subscription ids to real ones
 	// (DLQREPLAY_SUBSCRIPTIONS, a JSON object; see topology.SubscriptionMap).
 	Subscriptions string `env:"DLQREPLAY_SUBSCRIPTIONS"`
-	// Retention is how long dead letters are kept (ARCHIVE_RETENTION, 720h):
-	// each gets deleteAt = archived + retention for Firestore's TTL policy.
+	// Retention is how long dead letters are kept (ARCHIVE_RETENTION,
+	// default 720h): each gets deleteAt = archived + retention for
+	// Firestore's TTL policy.
 	Retention time.Duration `env:"ARCHIVE_RETENTION, default=720h"`
-	// LedgerRetention is how long ledger documents are kept
-	// (LEDGER_RETENTION, 720h), for the ledger writes of re-pushes.
-	LedgerRetention time.Duration `env:"LEDGER_RETENTION, default=720h"`
 	// MaxRepushes and SentTimeout are the re-push rules
-	// (DLQREPLAY_MAX_REPUSHES 3, DLQREPLAY_SENT_TIMEOUT 10m).
+	// (DLQREPLAY_MAX_REPUSHES, default 3; DLQREPLAY_SENT_TIMEOUT, default
+	// 10m).
 	MaxRepushes int           `env:"DLQREPLAY_MAX_REPUSHES, default=3"`
 	SentTimeout time.Duration `env:"DLQREPLAY_SENT_TIMEOUT, default=10m"`
 }
 
-func init() {
-	functions.HTTP("dlqreplay", instance.Lazy("dlqreplay", fromEnv))
+// LoadConfig reads the configuration from the environment, with the URLs
+// of the topology's databases that are set.
+func LoadConfig(ctx context.Context) (Config, error) {
+	c, err := instance.Load[Config](ctx)
+	if err != nil {
+		return c, err
+	}
+	top, err := topology.Load(c.Topology)
+	if err != nil {
+		return c, err
+	}
+	var dbs []string
+	for _, d := range top.Databases {
+		dbs = append(dbs, d.Name)
+	}
+	c.DatabaseURLs = instance.DatabaseURLs(dbs)
+	return c, nil
 }
 
-func fromEnv(ctx context.Context) (http.Handler, error) {
-	var cfg Config
-	if err := envconfig.Process(ctx, &cfg); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
+func init() {
+	functions.HTTP("dlqreplay", instance.Lazy("dlqreplay", instance.FromEnv(LoadConfig, Build)))
+}
+
+// Build is the dlqreplay function's one constructor, in production (from
+// LoadConfig), in the local stack and in tests: the topology, the outbox
+// pool (migrated), the pools of the other databases given, the ledger and
+// its archive, one Pub/Sub client and the seeker. Close closes them.
+func Build(ctx context.Context, cfg Config) (*Function, error) {
 	if cfg.Retention <= 0 {
 		return nil, fmt.Errorf("ARCHIVE_RETENTION=%s: want a positive duration such as 720h", cfg.Retention)
 	}
 	log := cfg.Logger()
-	top, err := topology.Load("")
+	top, err := topology.Load(cfg.Topology)
 	if err != nil {
 		return nil, err
 	}
@@ -79,47 +103,67 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, outbox.Migrations)
+	f := &Function{}
+	fail := func(err error) (*Function, error) {
+		_ = f.close.Close(context.Background())
+		return nil, err
+	}
+	pool, err := cfg.DB.Open(ctx, outbox.Migrations)
 	if err != nil {
 		return nil, err
 	}
-	// The other databases of the topology, when their URLs are given
-	// (DATABASE_URL_<NAME>): their inboxes and outboxes answer dry runs and
-	// outbox states. Their migrations are their consumers' business.
-	dbs := map[string]outbox.DBTX{topology.MainDatabase: pool}
+	f.close.Add(func(context.Context) error { pool.Close(); return nil })
+	dbs := map[string]postgres.DBTX{topology.MainDatabase: pool}
 	for _, d := range top.Databases {
-		if url := os.Getenv(d.EnvVar()); d.Name != topology.MainDatabase && url != "" {
-			p, err := instance.Postgres(ctx, url)
-			if err != nil {
-				pool.Close()
-				return nil, fmt.Errorf("%s: %w", d.EnvVar(), err)
-			}
-			dbs[d.Name] = p
+		url := cfg.DatabaseURLs[d.Name]
+		if d.Name == topology.MainDatabase || url == "" {
+			continue
 		}
+		p, err := instance.Postgres(ctx, url)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", d.EnvVar(), err))
+		}
+		f.close.Add(func(context.Context) error { p.Close(); return nil })
+		dbs[d.Name] = p
 	}
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase}, ledger.Options{Logger: log, Retention: cfg.LedgerRetention})
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
 	if err != nil {
-		pool.Close()
-		return nil, err
+		return fail(err)
 	}
-	ps, err := transport.New(ctx, cfg.ProjectID, transport.Options{})
+	f.close.Add(func(context.Context) error { return store.Close() })
+	ps, err := cfg.PubSub.Open(ctx, cfg.ProjectID)
 	if err != nil {
-		pool.Close()
-		return nil, err
+		return fail(err)
 	}
-	return New(Options{
+	f.close.Add(func(context.Context) error { return ps.Close() })
+	h, err := New(Options{
 		Archive: archive.New(store.Client(), archive.WithRetention(cfg.Retention), archive.WithSubscriptions(subs)),
 		Ledger:  store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
 		Seeker: &Seeker{Admin: ps.PubSub().SubscriptionAdminClient, Project: cfg.ProjectID},
 		Auth:   cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log,
 	})
+	if err != nil {
+		return fail(err)
+	}
+	f.Handler = h
+	return f, nil
 }
+
+// Function is the dlqreplay handler built by Build, with what it must
+// close at shutdown.
+type Function struct {
+	http.Handler
+	close instance.Closers
+}
+
+// Close closes the clients and pools Build opened.
+func (f *Function) Close(ctx context.Context) error { return f.close.Close(ctx) }
 
 // Databases turns the pools of the topology's databases (by name) into
 // Options.Databases.
-func Databases(pools map[string]*pgxpool.Pool) map[string]outbox.DBTX {
-	out := make(map[string]outbox.DBTX, len(pools))
+func Databases(pools map[string]*pgxpool.Pool) map[string]postgres.DBTX {
+	out := make(map[string]postgres.DBTX, len(pools))
 	for name, p := range pools {
 		out[name] = p
 	}

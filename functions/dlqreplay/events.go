@@ -13,6 +13,7 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 // eventRow is one event of a listing with its "n/m consumed".
@@ -171,7 +172,7 @@ func eventJSON(e ledger.Event) (map[string]json.RawMessage, error) {
 // outboxState finds the event's row in the outboxes dlqreplay reaches (nil
 // when none holds it: retention deleted it, or another database does).
 func (a *api) outboxState(ctx context.Context, id string) *outboxView {
-	dbs := map[string]outbox.DBTX{"main": a.o.DB}
+	dbs := map[string]postgres.DBTX{"main": a.o.DB}
 	if a.o.Databases != nil {
 		dbs = a.o.Databases
 	}

@@ -8,14 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -350,25 +350,14 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 
 // orderCheck compares the event's version with what the consumer's
 // version gate holds for its aggregate.
-func (a *api) orderCheck(ctx context.Context, db outbox.DBTX, c *topology.Consumer, e *event.Event, p *replayPlan, add func(string, string, ...any)) {
-	var table string
-	switch c.Handler {
-	case topology.HandlerStrict:
-		table = "relaybus_strict_position"
-	case topology.HandlerProjection:
-		table = "relaybus_projection"
-	default:
+func (a *api) orderCheck(ctx context.Context, db postgres.DBTX, c *topology.Consumer, e *event.Event, p *replayPlan, add func(string, string, ...any)) {
+	held, err := projection.HeldVersion(ctx, db, c.Handler, c.Service, e.AggregateType, e.AggregateID)
+	if errors.Is(err, projection.ErrNoVersionGate) {
 		add("order", "handler %s keeps no version gate dlqreplay can read", c.Handler)
 		return
 	}
-	var held int64
-	err := db.QueryRow(ctx, `SELECT version FROM `+table+` WHERE consumer_id = $1 AND aggregate_type = $2 AND aggregate_id = $3`,
-		c.Service, e.AggregateType, e.AggregateID).Scan(&held)
-	if errors.Is(err, pgx.ErrNoRows) {
-		held, err = 0, nil
-	}
 	if err != nil {
-		a.o.Logger.WarnContext(ctx, "dlqreplay: dry run could not read a version gate", "consumer", c.Service, "table", table, "error", err.Error())
+		a.o.Logger.WarnContext(ctx, "dlqreplay: dry run could not read a version gate", "consumer", c.Service, "handler", c.Handler, "error", err.Error())
 		add("order", "%s's version gate could not be read", c.Service)
 		return
 	}
@@ -387,7 +376,7 @@ func (a *api) orderCheck(ctx context.Context, db outbox.DBTX, c *topology.Consum
 
 // consumerDB returns the database of a consumer (nil when dlqreplay has no
 // connection to it) and its name.
-func (a *api) consumerDB(c *topology.Consumer) (outbox.DBTX, string) {
+func (a *api) consumerDB(c *topology.Consumer) (postgres.DBTX, string) {
 	name := topology.MainDatabase
 	if c != nil {
 		name = c.Database
@@ -506,16 +495,8 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 	return out, nil
 }
 
-// applied reports whether consumer's inbox (relaybus_inbox, shared/inbox's
-// table) holds eventID, and the attempt that applied it.
-func applied(ctx context.Context, db outbox.DBTX, consumer, eventID string) (int, bool, error) {
-	var attempt int
-	err := db.QueryRow(ctx, `SELECT attempt_no FROM relaybus_inbox WHERE consumer_id = $1 AND event_id = $2`, consumer, eventID).Scan(&attempt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, err
-	}
-	return attempt, true, nil
+// applied reports whether consumer's inbox holds eventID, and the attempt
+// that applied it (shared/inbox owns the table).
+func applied(ctx context.Context, db postgres.DBTX, consumer, eventID string) (int, bool, error) {
+	return inbox.Lookup(ctx, db, consumer, eventID)
 }

@@ -7,9 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 // The overview's bounds.
@@ -140,7 +142,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 	}()
 	go func() {
 		defer wg.Done()
-		dbs := map[string]outbox.DBTX{"main": a.o.DB}
+		dbs := map[string]postgres.DBTX{"main": a.o.DB}
 		if a.o.Databases != nil {
 			dbs = a.o.Databases
 		}
@@ -233,7 +235,7 @@ func lagOf(events []ledger.Hops) *lagView {
 	for _, m := range minutes {
 		p := lagPoint{Minute: m, P50: map[string]float64{}}
 		for hop, vs := range perMinute[m] {
-			p.P50[hop] = percentile(vs, 0.5)
+			p.P50[hop] = percentile.Of(vs, 0.5)
 		}
 		lv.Series = append(lv.Series, p)
 	}
@@ -245,18 +247,11 @@ func stats(name string, vs []float64) hopStats {
 	if len(vs) == 0 {
 		return s
 	}
-	s.P50, s.P95 = percentile(vs, 0.5), percentile(vs, 0.95)
+	s.P50, s.P95 = percentile.Of(vs, 0.5), percentile.Of(vs, 0.95)
 	for _, v := range vs {
 		s.Max = max(s.Max, v)
 	}
 	return s
-}
-
-// percentile is the nearest-rank percentile of vs (which it sorts).
-func percentile(vs []float64, p float64) float64 {
-	sort.Float64s(vs)
-	i := int(float64(len(vs))*p+0.999999) - 1
-	return vs[min(max(i, 0), len(vs)-1)]
 }
 
 // shortDuration writes 24h rather than 24h0m0s.

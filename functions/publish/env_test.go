@@ -43,7 +43,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
 	t.Setenv("DATABASE_URL", pgtest.SchemaURL(t, schema))
 	t.Setenv("LEDGER", "off")
-	srv := httptest.NewServer(instance.Lazy("publish", fromEnv))
+	srv := httptest.NewServer(instance.Lazy("publish", instance.FromEnv(instance.Load[Config], Build)))
 	defer srv.Close()
 	body := `{"eventType":"order.purchased","topic":"shop.order.events","aggregateId":"order-1","version":1,"source":"order-service","payload":{"n":1}}`
 	resp, err := http.Post(srv.URL, "application/json", bytes.NewReader([]byte(body)))
@@ -90,7 +90,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	}
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
 	t.Setenv("DATABASE_URL", pgtest.SchemaURL(t, schema))
-	srv := httptest.NewServer(instance.Lazy("publish", fromEnv))
+	srv := httptest.NewServer(instance.Lazy("publish", instance.FromEnv(instance.Load[Config], Build)))
 	defer srv.Close()
 	body := `{"eventType":"order.purchased","topic":"shop.order.events","aggregateId":"order-1","version":1,"source":"order-service","payload":{"n":1}}`
 	resp, err := http.Post(srv.URL, "application/json", bytes.NewReader([]byte(body)))

@@ -18,13 +18,14 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // DB is what the handler needs of Postgres (a *pgxpool.Pool): the outbox
 // write is one statement.
-type DB = outbox.DBTX
+type DB = postgres.DBTX
 
 // FastPath publishes outbox rows at once, through the relay's own
 // claim/publish/mark code ((*relay.Relay).PublishNow). It returns each id's

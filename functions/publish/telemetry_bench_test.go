@@ -12,9 +12,9 @@ import (
 // telemetry off, then on (the default sampling, exports discarded), and
 // reports the p50 latency added: publish_telemetry_overhead_pct.
 func BenchmarkPublishTelemetryOverhead(b *testing.B) {
-	offP50, offP99 := publishLoad(b)
+	offP50, offP99 := publishLoad(b, false)
 	stop := telemetrytest.On(telemetry.DefaultSampleRatio)
-	onP50, onP99 := publishLoad(b)
+	onP50, onP99 := publishLoad(b, false)
 	stop()
 	fmt.Printf("# publish telemetry overhead: the publish load above twice, telemetry off then on (sampling %g at the root, batching span processor and metrics in process, exports discarded)\n",
 		telemetry.DefaultSampleRatio)

@@ -14,10 +14,15 @@
 // It answers 500 with {"error": ...} and the partial summary when a drain
 // stopped on an error (the error names the database, never its URL), 400
 // for an unknown database, 405 for methods other than POST. The function
-// registers itself as "relay" (functions.HTTP) and builds its dependencies
-// once per instance from the environment (Config); New builds the handler
-// from given relays for tests and the local stack, and works under
-// http.StripPrefix.
+// registers itself as "relay" (functions.HTTP) and builds itself once per
+// instance with Build from the environment (LoadConfig); the local stack
+// and the tests call Build with their own Config. New builds the handler
+// over given drainers (a relay's tests); it works under http.StripPrefix.
+//
+// The engine is imported under its own name, relay (as html/template
+// imports text/template as template), the way consume refers to its
+// engine as consumer: relay.Relay, relay.Summary, relay.New are the
+// engine's; New and Handler are this function's.
 package relay
 
 import (
@@ -33,24 +38,27 @@ import (
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
-	"github.com/sethvargo/go-envconfig"
 
 	"github.com/relaybus/relaybus/shared/instance"
+	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
-	engine "github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Drainer is what the handler needs of the relay engine.
 type Drainer interface {
-	Drain(ctx context.Context, budget time.Duration) (engine.Summary, error)
+	Drain(ctx context.Context, budget time.Duration) (relay.Summary, error)
 }
 
 // Answer is the function's JSON answer: the totals of the databases
 // drained, each one's summary, and the first error.
 type Answer struct {
-	engine.Summary
-	Databases map[string]engine.Summary `json:"databases"`
-	Error     string                    `json:"error,omitempty"`
+	relay.Summary
+	Databases map[string]relay.Summary `json:"databases"`
+	Error     string                   `json:"error,omitempty"`
 }
 
 // Handler drains the outbox databases it was given.
@@ -98,7 +106,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		sort.Strings(names)
 	}
-	ans := Answer{Databases: make(map[string]engine.Summary, len(names))}
+	ans := Answer{Databases: make(map[string]relay.Summary, len(names))}
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -140,7 +148,7 @@ func (h *Handler) Close(ctx context.Context) error {
 	return h.closer(ctx)
 }
 
-func add(t *engine.Summary, s engine.Summary) {
+func add(t *relay.Summary, s relay.Summary) {
 	t.Claimed += s.Claimed
 	t.Published += s.Published
 	t.Retried += s.Retried
@@ -160,40 +168,110 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// Config is the function's environment: relay.Env (GOOGLE_CLOUD_PROJECT,
-// LOG_LEVEL, RELAYBUS_TOPOLOGY, RELAY_DATABASES and each database's URL,
-// LEDGER, FIRESTORE_DATABASE, LEDGER_RETENTION and the RELAY_* settings).
-type Config = engine.Env
-
-func init() {
-	functions.HTTP("relay", instance.Lazy("relay", fromEnv))
+// Config is the relay function's configuration: one relay per database
+// of Databases, sharing one Pub/Sub client and one ledger.
+type Config struct {
+	instance.Env
+	PubSub instance.PubSub
+	Ledger instance.Recorder
+	// Relay is each relay's tuning (RELAY_*; TimeBudget bounds one POST).
+	Relay relay.Config
+	// Databases are the names of the outbox databases to drain
+	// (RELAY_DATABASES, comma-separated, default "main"): the topology's
+	// databases.
+	Databases []string `env:"RELAY_DATABASES, default=main"`
+	// DB is the main database (DATABASE_URL).
+	DB instance.Database
+	// DatabaseURLs are the other databases' URLs by name, each from its
+	// topology.Database.EnvVar (DATABASE_URL_<NAME>); LoadConfig fills it.
+	DatabaseURLs map[string]string
 }
 
-func fromEnv(ctx context.Context) (http.Handler, error) {
-	var cfg Config
-	if err := envconfig.Process(ctx, &cfg); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+// LoadConfig reads the configuration from the environment.
+func LoadConfig(ctx context.Context) (Config, error) {
+	c, err := instance.Load[Config](ctx)
+	if err != nil {
+		return c, err
 	}
+	c.DatabaseURLs = instance.DatabaseURLs(c.Databases)
+	return c, nil
+}
+
+func init() {
+	functions.HTTP("relay", instance.Lazy("relay", instance.FromEnv(LoadConfig, Build)))
+}
+
+// Build is the relay function's one constructor, in production (from
+// LoadConfig), in the local stack and in tests: the topology, one Pub/Sub
+// client, the ledger unless Ledger.Mode is off, and for each database its
+// pool (migrated) and its relay. Close closes them.
+func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	log := cfg.Logger()
-	flush, err := cfg.StartTelemetry(ctx, "relay") // before Open, which registers the outbox gauges
+	top, err := topology.Load(cfg.Topology)
 	if err != nil {
 		return nil, err
 	}
-	set, err := engine.Open(ctx, cfg, log)
-	if err != nil {
-		_ = flush(ctx)
+	var closers instance.Closers
+	fail := func(err error) (*Handler, error) {
+		_ = closers.Close(context.Background())
 		return nil, err
 	}
-	relays := make(map[string]Drainer, len(set.Relays))
-	for n, r := range set.Relays {
-		relays[n] = r
-	}
-	h, err := New(relays, cfg.TimeBudget, log)
+	// Before the pools, which trace their statements and report their
+	// outbox's gauges; closed last, so it flushes everything else's spans.
+	flush, err := cfg.StartTelemetry(ctx, "relay")
 	if err != nil {
-		_ = set.Close(ctx)
-		_ = flush(ctx)
 		return nil, err
 	}
-	h.closer = func(ctx context.Context) error { return errors.Join(set.Close(ctx), flush(ctx)) }
+	closers.Add(flush)
+	ps, err := cfg.PubSub.Open(ctx, cfg.ProjectID)
+	if err != nil {
+		return fail(err)
+	}
+	closers.Add(func(context.Context) error { return ps.Close() })
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	opts := cfg.Relay.Options()
+	opts.Publisher, opts.Topology, opts.LedgerBudget = ps, top, cfg.Ledger.Budget
+	if store != nil {
+		closers.Add(func(context.Context) error { return store.Close() })
+		opts.Ledger = store
+	}
+	relays := make(map[string]Drainer, len(cfg.Databases))
+	for _, name := range cfg.Databases {
+		name = strings.TrimSpace(name)
+		db, ok := top.Database(name)
+		if !ok {
+			return fail(fmt.Errorf("RELAY_DATABASES: %q is not a database of the topology", name))
+		}
+		url := cfg.DatabaseURLs[name]
+		if name == topology.MainDatabase {
+			url = cfg.DB.URL
+		}
+		if url == "" {
+			return fail(fmt.Errorf("database %s: %s is not set", name, db.EnvVar()))
+		}
+		pool, err := instance.Postgres(ctx, url, outbox.Migrations)
+		if err != nil {
+			return fail(fmt.Errorf("database %s: %w", name, err))
+		}
+		closers.Add(func(context.Context) error { pool.Close(); return nil })
+		unobserve := telemetry.ObserveOutbox(name, func(ctx context.Context) (telemetry.OutboxBacklog, error) { return relay.Backlog(ctx, pool) })
+		closers.Add(func(context.Context) error { return unobserve() })
+		o := opts
+		o.DB, o.Logger = pool, log.With("database", name)
+		r, err := relay.New(o)
+		if err != nil {
+			return fail(err)
+		}
+		closers.Add(r.Close)
+		relays[name] = r
+	}
+	h, err := New(relays, cfg.Relay.TimeBudget, log)
+	if err != nil {
+		return fail(err)
+	}
+	h.closer = closers.Close
 	return h, nil
 }

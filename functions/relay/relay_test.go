@@ -18,15 +18,16 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
-	engine "github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func enqueue(t *testing.T, db outbox.DBTX, n int) {
+func enqueue(t *testing.T, db postgres.DBTX, n int) {
 	t.Helper()
 	for i := range n {
 		e := &event.Event{Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
@@ -57,7 +58,7 @@ func TestDrainOverHTTP(t *testing.T) {
 	fake := pubsubtest.New(t)
 	top, _ := topology.Load("")
 	fake.Provision(t, top)
-	r, err := engine.New(engine.Options{DB: pool, Publisher: fake.Client, Topology: top})
+	r, err := relay.New(relay.Options{DB: pool, Publisher: fake.Client, Topology: top})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +127,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	t.Setenv("LEDGER", "off")
 	enqueue(t, pool, 2)
 	enqueue(t, memberPool, 3)
-	srv := httptest.NewServer(instance.Lazy("relay", fromEnv))
+	srv := httptest.NewServer(instance.Lazy("relay", instance.FromEnv(LoadConfig, Build)))
 	defer srv.Close()
 	code, body := post(t, srv.URL+"?database=member")
 	if code != http.StatusOK || body["published"] != float64(3) {
@@ -137,7 +138,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	if code != http.StatusOK || body["published"] != float64(2) || len(dbs) != 2 {
 		t.Fatalf("env-built relay, every database: %d %v", code, body)
 	}
-	for _, c := range []outbox.DBTX{pool, memberPool} {
+	for _, c := range []postgres.DBTX{pool, memberPool} {
 		if n, err := outbox.Count(context.Background(), c); err != nil || n.Pending != 0 {
 			t.Errorf("a database still holds %+v (%v)", n, err)
 		}
@@ -176,7 +177,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
 	t.Setenv("DATABASE_URL", pgtest.SchemaURL(t, schema))
 	enqueue(t, pool, 2)
-	srv := httptest.NewServer(instance.Lazy("relay", fromEnv))
+	srv := httptest.NewServer(instance.Lazy("relay", instance.FromEnv(LoadConfig, Build)))
 	defer srv.Close()
 	if code, body := post(t, srv.URL); code != http.StatusOK || body["published"] != float64(2) {
 		t.Fatalf("env-built relay: %d %v", code, body)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/fscount"
+	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/batch"
@@ -237,13 +237,7 @@ func runLedger(b *testing.B, n, events, rate int) ledgerRun {
 	return run
 }
 
-func pctl(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	sort.Float64s(xs)
-	return xs[min(len(xs)-1, int(p*float64(len(xs))))]
-}
+func pctl(xs []float64, p float64) float64 { return percentile.Of(xs, p) }
 
 // BenchmarkLedger measures the ledger's write path end to end with 1, 2
 // and 5 consumers: Firestore reads and writes per event (what the client's

@@ -30,17 +30,16 @@
 // report.
 //
 // The function registers itself as the HTTP function "rollup"
-// (functions.HTTP) and builds its dependencies once per instance from the
-// environment (Config). New builds the same handler from given
-// dependencies for tests and the local stack; it works under
-// http.StripPrefix.
+// (functions.HTTP) and builds itself once per instance with Build from the
+// environment (Config); the local stack and the tests call Build with
+// their own Config. New builds the handler over a given Ledger (tests of
+// its coalescing); it works under http.StripPrefix.
 package rollup
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -48,7 +47,6 @@ import (
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
-	"github.com/sethvargo/go-envconfig"
 
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/instance"
@@ -56,17 +54,16 @@ import (
 	"github.com/relaybus/relaybus/shared/logging"
 )
 
-// Config is the function's environment.
+// Config is the rollup function's configuration.
 type Config struct {
 	// Env is what every function reads (GOOGLE_CLOUD_PROJECT, LOG_LEVEL,
-	// RELAYBUS_TOPOLOGY).
+	// RELAYBUS_TOPOLOGY, SHUTDOWN_TIMEOUT).
 	instance.Env
-	// Database is the Firestore database id (FIRESTORE_DATABASE, "(default)").
-	Database string `env:"FIRESTORE_DATABASE, default=(default)"`
-	// LedgerRetention is how long ledger documents are kept (LEDGER_RETENTION, 720h).
-	LedgerRetention time.Duration `env:"LEDGER_RETENTION, default=720h"`
+	// Ledger is the Firestore ledger (FIRESTORE_DATABASE, LEDGER_RETENTION,
+	// LEDGER_RECONCILE_AFTER).
+	Ledger instance.Ledger
 	// Window is how long an event is held to gather its consumers' notices
-	// into one rollup (ROLLUP_WINDOW, 250ms).
+	// into one rollup (ROLLUP_WINDOW, default 250ms).
 	Window time.Duration `env:"ROLLUP_WINDOW, default=250ms"`
 }
 
@@ -346,18 +343,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func init() {
-	functions.HTTP("rollup", instance.Lazy("rollup", fromEnv))
+	functions.HTTP("rollup", instance.Lazy("rollup", instance.FromEnv(instance.Load[Config], Build)))
 }
 
-// fromEnv builds the instance's handler from the environment (Config).
-func fromEnv(ctx context.Context) (http.Handler, error) {
-	var cfg Config
-	if err := envconfig.Process(ctx, &cfg); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
+// Build is the rollup function's one constructor, in production (from
+// the environment), in the local stack and in tests: the ledger, and the
+// handler over it. Close closes the ledger.
+func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	log := cfg.Logger()
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.Database},
-		ledger.Options{Logger: log, Retention: cfg.LedgerRetention})
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -269,7 +269,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	project := emutest.FirestoreProject(t)
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
 	t.Setenv("FIRESTORE_DATABASE", "(default)")
-	srv := httptest.NewServer(instance.Lazy("rollup", fromEnv))
+	srv := httptest.NewServer(instance.Lazy("rollup", instance.FromEnv(instance.Load[Config], Build)))
 	defer srv.Close()
 	req := requests(t, srv.URL, notice("unknown-event"))["push"]
 	if a := do(t, req); a.code != http.StatusOK || !a.body.Pending {

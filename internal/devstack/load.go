@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -400,14 +401,18 @@ func (ob *Observer) Backlog(ctx context.Context, limit int) ([]string, error) {
 	return out, nil
 }
 
-// Inbox returns, per consumer, when each of ids was applied (the inbox
-// row's processed_at: the consumer transaction's start, a few ms before
-// its commit).
+// Inbox returns, per consumer, when each of ids was applied: the commit
+// time of the transaction that last wrote its inbox row (the delivery's
+// own, which settles the row with its effect), read with
+// pg_xact_commit_timestamp. It fails on a server without
+// track_commit_timestamp (the stack's own cluster has it): the row's
+// processed_at is now() at the transaction's start, earlier than the
+// commit the latency must end at.
 func (ob *Observer) Inbox(ctx context.Context, ids []string) (map[string]map[string]time.Time, error) {
 	out := map[string]map[string]time.Time{}
 	for _, c := range ob.Consumers {
 		m := map[string]time.Time{}
-		rows, err := c.DB.Query(ctx, `SELECT event_id, processed_at FROM relaybus_inbox WHERE consumer_id = $1 AND event_id = ANY($2)`, c.Service, ids)
+		rows, err := c.DB.Query(ctx, `SELECT event_id, pg_xact_commit_timestamp(xmin) FROM relaybus_inbox WHERE consumer_id = $1 AND event_id = ANY($2)`, c.Service, ids)
 		if err != nil {
 			return nil, fmt.Errorf("%s inbox: %w", c.Service, err)
 		}
@@ -441,8 +446,7 @@ func percentiles(ds []time.Duration) Percentiles {
 	}
 	slices.Sort(ds)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	at := func(p int) time.Duration { return ds[min(len(ds)-1, len(ds)*p/100)] }
-	return Percentiles{N: len(ds), P50: ms(at(50)), P99: ms(at(99)), Max: ms(ds[len(ds)-1])}
+	return Percentiles{N: len(ds), P50: ms(percentile.Sorted(ds, 0.5)), P99: ms(percentile.Sorted(ds, 0.99)), Max: ms(ds[len(ds)-1])}
 }
 
 // String is "p50 … ms  p99 … ms  max … ms  (n=…)", or "n/a" without samples.
@@ -704,7 +708,7 @@ func (r LoadReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "  written       %d events in the outbox (accepted %d)\n", r.Written, r.Accepted)
 	for _, c := range r.Consumers {
 		fmt.Fprintf(w, "  %-13s delivered %d/%d (%s; inbox in %s)\n", c.Service, r.Delivered[c.Service], r.Written, c.Delivery, c.DBSource)
-		fmt.Fprintf(w, "    e2e         %s  (scheduled send → inbox processed_at)\n", r.E2E[c.Service])
+		fmt.Fprintf(w, "    e2e         %s  (scheduled send → the consumer's commit)\n", r.E2E[c.Service])
 	}
 	fmt.Fprintf(w, "  ledger        %d/%d CONSUMED\n", r.Consumed, r.Written)
 	fmt.Fprintf(w, "    lag         %s  (last consumer commit → CONSUMED statusAt)\n", r.LedgerLag)

@@ -52,6 +52,7 @@ type loopFixture struct {
 	perMsg    map[string]int
 	hold      time.Duration
 	block     chan struct{} // when set, requests wait for it to close (or the client to give up)
+	stopLoop  func()        // stops what run started and waits for it
 }
 
 type received struct {
@@ -179,8 +180,27 @@ func (f *loopFixture) run(l *Loop, routes ...Route) *Loop {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.Run(ctx, routes); close(done) }()
-	f.t.Cleanup(func() { cancel(); <-done })
+	f.stopLoop = sync.OnceFunc(func() { cancel(); <-done })
+	f.t.Cleanup(f.stopLoop)
 	return l
+}
+
+// quiesce stops the loop run started and waits until it has returned, then
+// fails the test unless sub holds nothing: every message it took was
+// acknowledged (what it held unanswered at its stop it handed back, and
+// would be found). After it, no delivery can come any more, so the test's
+// counts are final without a quiet window to wait out.
+func (f *loopFixture) quiesce(sub string) {
+	f.t.Helper()
+	f.stopLoop()
+	resp, err := f.client.PubSub().SubscriptionAdminClient.Pull(context.Background(),
+		&pb.PullRequest{Subscription: f.path("subscriptions", sub), MaxMessages: 100, ReturnImmediately: true})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if n := len(resp.ReceivedMessages); n > 0 {
+		f.t.Fatalf("%s still holds %d messages after the loop stopped: not every delivery was acknowledged", sub, n)
+	}
 }
 
 func (f *loopFixture) publish(key string, i int, attrs ...string) {
@@ -313,7 +333,7 @@ func TestLoopOneInFlightPerOrderingKey(t *testing.T) {
 				}
 				f.run(nil, Route{Subscription: "test.loop.events.a-processor", Topic: f.topic, URL: url, Mode: topology.DeliveryPush})
 				f.wait("every message", 20*time.Second, func() bool { return len(f.got) >= per*len(keys) })
-				time.Sleep(100 * time.Millisecond) // nothing more may come
+				f.quiesce("test.loop.events.a-processor")
 				f.mu.Lock()
 				defer f.mu.Unlock()
 				if len(f.got) != per*len(keys) {
@@ -377,7 +397,7 @@ func TestLoopRedeliversAfterTheSubscriptionsBackoff(t *testing.T) {
 		}
 		f.run(nil, Route{Subscription: "test.loop.events.a-processor", Topic: f.topic, URL: url, Mode: topology.DeliveryPush})
 		f.wait("every message acknowledged", 20*time.Second, func() bool { return len(f.got) >= 7 })
-		time.Sleep(200 * time.Millisecond)
+		f.quiesce("test.loop.events.a-processor")
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if len(f.got) != 7 {
@@ -427,7 +447,7 @@ func TestLoopDeadLettersAfterMaxAttempts(t *testing.T) {
 			MinBackoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond, MaxAttempts: 3})
 		dl := f.pullAll("test.loop.events.dlq-watch", 1, 20*time.Second)[0].Message
 		f.wait("the next message on the key", 20*time.Second, func() bool { return len(f.got) >= 4 })
-		time.Sleep(200 * time.Millisecond)
+		f.quiesce(sub)
 
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -516,7 +536,7 @@ func TestLoopAppliesTheSubscriptionsFilter(t *testing.T) {
 		f.publish("c", 0, topology.TargetConsumerAttr, "member-service")
 		f.run(nil, Route{Subscription: "test.loop.events.member-service-processor", Topic: f.topic, URL: url, Mode: topology.DeliveryPush})
 		f.wait("the two messages for member-service", 20*time.Second, func() bool { return len(f.got) >= 2 })
-		time.Sleep(500 * time.Millisecond)
+		f.quiesce("test.loop.events.member-service-processor")
 		f.mu.Lock()
 		var keys []string
 		for _, g := range f.got {
@@ -557,7 +577,7 @@ func TestLoopSlowEndpointLargeBacklogNoDeadlock(t *testing.T) {
 			}
 		}
 		f.wait("every message", 3*time.Minute, func() bool { return len(f.got) >= n+5 })
-		time.Sleep(300 * time.Millisecond)
+		f.quiesce("test.loop.events.a-processor")
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if len(f.got) != n+5 {
@@ -570,35 +590,6 @@ func TestLoopSlowEndpointLargeBacklogNoDeadlock(t *testing.T) {
 			t.Errorf("up to %d deliveries of one key in flight, want 1", f.maxPerKey)
 		}
 		f.checkOrder()
-	})
-}
-
-// Throughput against a trivial endpoint: a generous functional bound (the
-// benchmark measures it, see BenchmarkLoopThroughput).
-func TestLoopThroughput(t *testing.T) {
-	if testing.Short() {
-		t.Skip("moves ten thousand messages")
-	}
-	forEachBackend(t, func(t *testing.T, f *loopFixture) {
-		const n = 10000
-		f.mkSub(&pb.Subscription{Name: "test.loop.events.a-processor", Topic: f.topic, EnableMessageOrdering: true})
-		url := f.serve()
-		f.publishMany(n, 2000)
-		t0 := time.Now()
-		f.run(nil, Route{Subscription: "test.loop.events.a-processor", Topic: f.topic, URL: url, Mode: topology.DeliveryPush})
-		f.wait("every message", 2*time.Minute, func() bool { return len(f.got) >= n })
-		rate := float64(n) / time.Since(t0).Seconds()
-		t.Logf("%s: %d messages in %v: %.0f msg/s", f.backend, n, time.Since(t0).Round(time.Millisecond), rate)
-		// Generous floors for a busy machine: the benchmark's target is
-		// 2,000 msg/s on pstest; the Java emulator's Acknowledge and
-		// ModifyAckDeadline are its own limit.
-		floor := 500.0
-		if f.backend == "emulator" {
-			floor = 200
-		}
-		if rate < floor {
-			t.Errorf("%.0f msg/s, want at least %.0f even on a busy machine", rate, floor)
-		}
 	})
 }
 

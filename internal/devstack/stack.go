@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,12 +45,10 @@ import (
 	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/pgcluster"
-	"github.com/relaybus/relaybus/shared/archive"
-	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/registry"
-	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 
@@ -96,12 +95,13 @@ type Options struct {
 	// is Pub/Sub's own timing).
 	BackoffScale float64
 	// PoolSize is the most Postgres connections each function holds per
-	// database (16), unless DatabaseURL sets pool_max_conns. As in
+	// database (16), unless DatabaseURL sets pool_max_conns: the stack
+	// passes it to the functions as pool_max_conns in their URLs. As in
 	// production, where each function is a Cloud Run service with pools of
-	// its own, publish, each database's relay and each consumer have their
-	// own pool, so a flood of deliveries cannot starve publish of
-	// connections; the stack keeps one more per database (Pools) for
-	// dlqreplay, its scheduler and tests.
+	// its own, publish, the relay (one pool per database), each consumer
+	// and dlqreplay have their own pools, so a flood of deliveries cannot
+	// starve publish of connections; the stack keeps one more per database
+	// (Pools) for its scheduler and tests.
 	PoolSize int
 	// ReconcileAfter is how long the ledger waits before the reconciler
 	// looks at an event that is not settled (15 s: with the reconciler
@@ -135,16 +135,13 @@ type Stack struct {
 	// Started lists, one line each, what the stack started and where.
 	Started []string
 	// Ledger, Pool (main's), Pools (every database's), PubSub and Topology
-	// are the stack's own clients.
+	// are the stack's own clients; the functions have theirs, built by
+	// each function's Build from its configuration as in production.
 	Ledger   *ledger.Store
 	Pool     *pgxpool.Pool
 	Pools    map[string]*pgxpool.Pool
 	PubSub   *transport.Client
 	Topology *topology.Topology
-	// Relays and Engines are the stack's relay per database and consume
-	// engine per subscription; Close flushes their ledger writes.
-	Relays  map[string]*relay.Relay
-	Engines map[string]*consumer.Engine
 	// Delivery is what the delivery loop handed back to Pub/Sub when it
 	// stopped (set by Close once the loop stopped within its context).
 	Delivery Stopped
@@ -315,25 +312,12 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 
 	// Postgres: every database's URL, every migration applied, and one pool
-	// per database for dlqreplay, the scheduler and tests (Pools); each
-	// function gets pools of its own (fnPool; see Options.PoolSize).
+	// per database for the scheduler and tests (Pools). Each function opens
+	// pools of its own from its URL (fnURL; see Options.PoolSize).
 	urls := map[string]string{}
-	fnPool := func(db string) (*pgxpool.Pool, error) {
-		cfg, err := pgxpool.ParseConfig(urls[db])
-		if err != nil {
-			return nil, fmt.Errorf("database %s: %w", db, err)
-		}
-		if !strings.Contains(urls[db], "pool_max_conns") {
-			cfg.MaxConns = int32(o.PoolSize)
-		}
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("database %s: %w", db, err)
-		}
-		s.closers = append(s.closers, func(context.Context) { p.Close() })
-		return p, nil
-	}
+	fnURL := func(db string) string { return withPoolSize(urls[db], o.PoolSize) }
 	s.Pools = map[string]*pgxpool.Pool{}
+	var dbNames []string
 	for _, db := range top.Databases {
 		url := o.DatabaseURL
 		if db.Name != topology.MainDatabase {
@@ -342,22 +326,46 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			}
 		}
 		urls[db.Name] = url
-		pool, err := fnPool(db.Name)
+		dbNames = append(dbNames, db.Name)
+		pool, err := pgxpool.New(ctx, fnURL(db.Name))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("database %s: %w", db.Name, err)
 		}
+		s.closers = append(s.closers, func(context.Context) { pool.Close() })
 		if err := consume.Migrate(ctx, pool); err != nil {
 			return nil, fmt.Errorf("database %s: migrations: %w", db.Name, err)
 		}
 		s.Pools[db.Name] = pool
 	}
-	pool := s.Pools[topology.MainDatabase]
-	s.Pool = pool
+	s.Pool = s.Pools[topology.MainDatabase]
+	others := map[string]string{}
+	for name := range urls {
+		if name != topology.MainDatabase {
+			others[name] = fnURL(name)
+		}
+	}
 
-	// Firestore: the ledger and its topic_consumers registry.
-	os.Setenv("FIRESTORE_EMULATOR_HOST", o.FirestoreHost)
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: o.Project, Database: ledger.DefaultDatabase},
-		ledger.Options{Logger: o.Logger, ReconcileAfter: o.ReconcileAfter})
+	// The configuration every function shares: what differs from
+	// production is only values (the emulators, the local cadences), never
+	// the code path: each function below is built by its own Build, as its
+	// cmd/main.go builds it on Cloud Run.
+	env := instance.Defaults[instance.Env]()
+	env.ProjectID, env.Topology, env.LogHandler = o.Project, o.Topology, o.Logger.Handler()
+	pubsubCfg := instance.PubSub{EmulatorHost: o.PubSubHost}
+	ledgerCfg := instance.Defaults[instance.Ledger]()
+	ledgerCfg.EmulatorHost, ledgerCfg.ReconcileAfter = o.FirestoreHost, o.ReconcileAfter
+	recorderCfg := instance.Defaults[instance.Recorder]()
+	recorderCfg.Ledger = ledgerCfg
+	relayCfg := instance.Defaults[relayfn.Config]().Relay
+	relayCfg.TimeBudget = time.Duration(top.Relay.TimeBudgetSeconds) * time.Second
+	relayCfg.BackoffBase, relayCfg.BackoffMax = time.Second, 30*time.Second
+	if o.HealDelay > 0 {
+		relayCfg.HealDelay = o.HealDelay
+	}
+
+	// Firestore: the stack's own ledger client and the topic_consumers
+	// registry.
+	store, err := ledgerCfg.Open(ctx, o.Project, ledger.Options{Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -373,8 +381,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("topic_consumers: Firestore at %s did not answer in 30 s: %w", o.FirestoreHost, err)
 	}
 
-	// Pub/Sub: the topology's topics and subscriptions.
-	ps, err := transport.Dial(ctx, o.Project, o.PubSubHost, transport.Options{})
+	// Pub/Sub: the stack's own client, the topology's topics and
+	// subscriptions.
+	ps, err := pubsubCfg.Open(ctx, o.Project)
 	if err != nil {
 		return nil, err
 	}
@@ -384,83 +393,62 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
 
-	// The functions, each under its own prefix. Every database has its
-	// relay (publish's fast path and the kicks of the consumers' child
-	// events go through the relay of their database).
+	// The functions, each under its own prefix, each closed (its ledger
+	// writes flushed) at Close after the server has finished its requests.
 	base := "http://" + ln.Addr().String()
 	mux := http.NewServeMux()
 	mux.Handle("/", notFound{})
-	s.Relays = map[string]*relay.Relay{}
-	drainers := map[string]relayfn.Drainer{}
-	for name := range s.Pools {
-		p, err := fnPool(name)
+	built := func(name string, h http.Handler, err error) error {
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("%s: %w", name, err)
 		}
-		r, err := relay.New(relay.Options{DB: p, Publisher: ps, Topology: top, Ledger: store, Logger: o.Logger.With("database", name),
-			BackoffBase: time.Second, BackoffMax: 30 * time.Second, HealDelay: o.HealDelay})
-		if err != nil {
-			return nil, err
+		if c, ok := h.(instance.Closer); ok {
+			s.closers = append(s.closers, func(ctx context.Context) { _ = c.Close(ctx) })
 		}
-		s.Relays[name], drainers[name] = r, r
+		return nil
 	}
-	pubPool, err := fnPool(topology.MainDatabase)
-	if err != nil {
-		return nil, err
-	}
-	pub, err := publish.New(publish.Options{DB: pubPool, Logger: o.Logger, FastPath: s.Relays[topology.MainDatabase],
-		Registry: registry.Cached(registry.WithFallback(store, registry.FromTopology(top), 500*time.Millisecond), 5*time.Second)})
-	if err != nil {
+	pc := instance.Defaults[publish.Config]()
+	pc.Env, pc.PubSub, pc.Ledger, pc.Relay = env, pubsubCfg, recorderCfg, relayCfg
+	pc.DB.URL = fnURL(topology.MainDatabase)
+	// A topic_consumers change shows within seconds (30 s in production).
+	pc.RegistryTTL = 5 * time.Second
+	pub, err := publish.Build(ctx, pc)
+	if err := built("publish", pub, err); err != nil {
 		return nil, err
 	}
 	mount(mux, "/publish", pub)
-	rh, err := relayfn.New(drainers, time.Duration(top.Relay.TimeBudgetSeconds)*time.Second, o.Logger)
-	if err != nil {
+	rc := instance.Defaults[relayfn.Config]()
+	rc.Env, rc.PubSub, rc.Ledger, rc.Relay = env, pubsubCfg, recorderCfg, relayCfg
+	rc.Databases, rc.DB.URL, rc.DatabaseURLs = dbNames, fnURL(topology.MainDatabase), others
+	rh, err := relayfn.Build(ctx, rc)
+	if err := built("relay", rh, err); err != nil {
 		return nil, err
 	}
 	mount(mux, "/relay", rh)
-	ru, err := rollup.New(ctx, rollup.Deps{Ledger: store, Logger: o.Logger})
-	if err != nil {
+	uc := instance.Defaults[rollup.Config]()
+	uc.Env, uc.Ledger = env, ledgerCfg
+	ru, err := rollup.Build(ctx, uc)
+	if err := built("rollup", ru, err); err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, func(ctx context.Context) { _ = ru.Close(ctx) })
 	mount(mux, "/rollup", ru)
-	recorder := ledger.NewRecorder(store, ps, top.Rollup.Topic)
-	s.Engines = map[string]*consumer.Engine{}
 	var routes []Route
 	var consumePaths, gapChecks []string
 	for _, c := range top.Consumers() {
 		if !c.IsEnabled() {
 			continue
 		}
+		cc := consumeConfig(c, top)
+		cc.Env, cc.PubSub, cc.Ledger = env, pubsubCfg, recorderCfg
+		cc.DB.URL = fnURL(c.Database)
 		// A forward consumer's signing secret (forward_secret names a Secret
 		// Manager secret in production) comes from FORWARD_SIGNING_SECRET
 		// locally.
-		var secrets []string
-		if v := os.Getenv("FORWARD_SIGNING_SECRET"); v != "" && c.ForwardSecret != "" {
-			secrets = strings.Split(v, ",")
+		if c.ForwardSecret != "" {
+			cc.ForwardSigningSecret = os.Getenv("FORWARD_SIGNING_SECRET")
 		}
-		h, err := consume.BuildHandler(c.Handler, consume.HandlerConfigFor(c, secrets, o.Logger))
-		if err != nil {
-			return nil, fmt.Errorf("consumer %s: %w", c.Subscription(), err)
-		}
-		cpool, err := fnPool(c.Database)
-		if err != nil {
-			return nil, err
-		}
-		if m, ok := h.(consume.Migrator); ok {
-			if err := m.Migrate(ctx, cpool); err != nil {
-				return nil, err
-			}
-		}
-		e, err := consumer.New(consumer.Options{DB: cpool, ConsumerID: c.Service, Subscription: c.Subscription(), Handler: h,
-			DeadLetters: ps, Ledger: recorder, Kicker: s.Relays[c.Database], MaxDeliveryAttempts: c.MaxDeliveryAttempts, Logger: o.Logger})
-		if err != nil {
-			return nil, err
-		}
-		s.Engines[c.Subscription()] = e
-		ch, err := consume.New(consume.Options{Engine: e, DB: cpool, Logger: o.Logger})
-		if err != nil {
+		ch, err := consume.Build(ctx, cc)
+		if err := built("consumer "+c.Subscription(), ch, err); err != nil {
 			return nil, err
 		}
 		path := "/consume/" + c.Subscription()
@@ -473,19 +461,13 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		routes = append(routes, Route{Subscription: c.Subscription(), Topic: c.Topic, URL: base + path + "/", Mode: c.Delivery,
 			MaxAttempts: c.MaxDeliveryAttempts})
 	}
-	// The engines' attempts and the relays' sends are flushed to the ledger
-	// at Close, after the server has finished its requests.
-	s.closers = append(s.closers, func(ctx context.Context) {
-		for _, e := range s.Engines {
-			_ = e.Close(ctx)
-		}
-		for _, r := range s.Relays {
-			_ = r.Close(ctx)
-		}
-	})
-	ops, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pool, Publisher: ps,
-		Topology: top, Databases: dlqreplay.Databases(s.Pools), Auth: dlqreplay.AuthNone, Logger: o.Logger})
-	if err != nil {
+	dc := instance.Defaults[dlqreplay.Config]()
+	dc.Env, dc.PubSub, dc.Ledger = env, pubsubCfg, ledgerCfg
+	dc.DB.URL, dc.DatabaseURLs = fnURL(topology.MainDatabase), others
+	// No auth locally (Cloud Run's IAM in production).
+	dc.Auth = dlqreplay.AuthNone
+	ops, err := dlqreplay.Build(ctx, dc)
+	if err := built("dlqreplay", ops, err); err != nil {
 		return nil, err
 	}
 	mount(mux, "/dlqreplay", ops)
@@ -679,4 +661,39 @@ func ReadInfo(stateDir string) (Info, error) {
 		return Info{}, err
 	}
 	return i, nil
+}
+
+// consumeConfig is what Terraform sets for a topology consumer's consume
+// service (infra/terraform/run.tf, consume_env), over consume's defaults.
+func consumeConfig(c topology.Consumer, top *topology.Topology) consume.Config {
+	cc := instance.Defaults[consume.Config]()
+	cc.ConsumerID, cc.Subscription, cc.Handler = c.Service, c.Subscription(), c.Handler
+	cc.MaxDeliveryAttempts, cc.RollupTopic = c.MaxDeliveryAttempts, top.Rollup.Topic
+	cc.ForwardURL, cc.ForwardAudience = c.ForwardURL, c.ForwardAudience
+	if c.ForwardAuth != "" {
+		cc.ForwardAuth = c.ForwardAuth
+	}
+	if c.ForwardTimeoutSeconds > 0 {
+		cc.ForwardTimeout = time.Duration(c.ForwardTimeoutSeconds) * time.Second
+	}
+	if c.GapTimeoutSeconds > 0 {
+		cc.GapTimeout = time.Duration(c.GapTimeoutSeconds) * time.Second
+	}
+	return cc
+}
+
+// withPoolSize returns url with pool_max_conns=size unless it sets
+// pool_max_conns itself: a postgres:// URL gets a query parameter, a
+// keyword/value string one more keyword.
+func withPoolSize(raw string, size int) string {
+	if strings.Contains(raw, "pool_max_conns") {
+		return raw
+	}
+	if u, err := url.Parse(raw); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set("pool_max_conns", strconv.Itoa(size))
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return raw + " pool_max_conns=" + strconv.Itoa(size)
 }

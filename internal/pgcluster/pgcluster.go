@@ -150,6 +150,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if !opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
+	// Commit times of rows (pg_xact_commit_timestamp) let make load and the
+	// benchmarks end a consumer's latency at its commit, not at a now()
+	// taken when its transaction began.
+	// pg_stat_statements, for the benchmarks' statement counts and profiles
+	// (and anyone profiling make dev); Settings may override it.
+	args = append(args, "-c", "track_commit_timestamp=on", "-c", "shared_preload_libraries=pg_stat_statements")
 	keys := make([]string, 0, len(opts.Settings))
 	for k := range opts.Settings {
 		keys = append(keys, k)
@@ -268,4 +274,23 @@ func serverCredential() (*syscall.Credential, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// Durability reads how the server at url commits: its fsync,
+// synchronous_commit and full_page_writes settings, as "fsync=on
+// synchronous_commit=on full_page_writes=on", and whether all three are on,
+// as production runs (and as ../shared/BENCH.md requires of every figure).
+func Durability(ctx context.Context, url string) (settings string, durable bool, err error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "", false, fmt.Errorf("durability: %w", err)
+	}
+	defer conn.Close(ctx)
+	var fsync, sync, fpw string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'),
+		current_setting('full_page_writes')`).Scan(&fsync, &sync, &fpw); err != nil {
+		return "", false, fmt.Errorf("durability: %w", err)
+	}
+	settings = fmt.Sprintf("fsync=%s synchronous_commit=%s full_page_writes=%s", fsync, sync, fpw)
+	return settings, fsync == "on" && sync == "on" && fpw == "on", nil
 }

@@ -54,7 +54,8 @@ func URL(t testing.TB) string {
 		tmpDir = dir
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{DataDir: dir + "/data"})
+		cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{DataDir: dir + "/data",
+			Settings: map[string]string{"shared_preload_libraries": "pg_stat_statements"}})
 		if startErr == nil {
 			url = cluster.URL
 		}
@@ -164,4 +165,23 @@ func sanitize(name string) string {
 		}
 	}
 	return sb.String()
+}
+
+// RequireDurable fails the benchmark unless the test server commits as
+// production does (fsync, synchronous_commit and full_page_writes on), and
+// returns those settings for the benchmark's comment line: a figure taken
+// on a non-durable server does not count (../shared/BENCH.md), so it is not
+// printed at all. make bench starts a durable server (testenv -durable).
+func RequireDurable(tb testing.TB) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	settings, durable, err := pgcluster.Durability(ctx, URL(tb))
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	if !durable {
+		tb.Fatalf("pgtest: the benchmark's Postgres is not durable (%s): its figures would not count; run it through make bench (testenv -durable)", settings)
+	}
+	return settings
 }

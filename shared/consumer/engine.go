@@ -19,14 +19,14 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // DB is what the engine needs of Postgres (a *pgxpool.Pool).
 type DB interface {
-	outbox.DBTX
+	postgres.DBTX
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -35,11 +35,6 @@ type Ledger interface {
 	// RecordAttempts inserts the attempts (idempotent on consumer, event
 	// and attempt number) and notifies the rollup.
 	RecordAttempts(ctx context.Context, as []ledger.Attempt) error
-}
-
-// Publisher publishes dead letters (a *transport.Client).
-type Publisher interface {
-	Publish(ctx context.Context, topic string, m event.Message) (string, error)
 }
 
 // Kicker publishes events at once after the transaction that enqueued them
@@ -70,7 +65,7 @@ type Options struct {
 	// Handler applies events (a *Mux, a projection, a forwarder, ...).
 	Handler Handler
 	// DeadLetters receives poison messages on <topic>.dlq.
-	DeadLetters Publisher
+	DeadLetters event.Publisher
 	// Ledger, when set, records every attempt after the fact: attempts are
 	// committed in Postgres with the delivery and shipped to the ledger in
 	// the background, in batches.

@@ -2,6 +2,7 @@ package event
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,18 @@ import (
 	pbformat "github.com/cloudevents/sdk-go/binding/format/protobuf/v2"
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 )
+
+// Publisher sends one message to a topic and returns the message id the
+// broker gave it: the one publish contract of relaybus, declared beside the
+// message it carries (as Watermill's message.Publisher is), so the engines
+// and functions that publish (consume's dead letters, the ledger's rollup
+// notices, dlqreplay's replays) share it without importing a transport.
+// *transport.Client implements it for Pub/Sub.
+type Publisher interface {
+	// Publish sends m to topic (a topic id such as "shop.order.events") and
+	// waits for the broker's answer.
+	Publish(ctx context.Context, topic string, m Message) (messageID string, err error)
+}
 
 // Message is a Pub/Sub message as relaybus reads and writes it, independent of
 // the client library and of how it was delivered (pull, push, Eventarc).

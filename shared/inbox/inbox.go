@@ -68,7 +68,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/shared/migrate"
-	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 //go:embed migrations/*.sql
@@ -100,6 +100,7 @@ var (
 	claimSQL     = query("claim")
 	claimedSQL   = query("claimstate")
 	deliveredSQL = query("delivered")
+	lookupSQL    = query("lookup")
 )
 
 // Migrate creates or upgrades the inbox tables in db's search_path.
@@ -122,7 +123,7 @@ type Begun struct {
 // Begin counts one more attempt of consumer at eventID and claims the
 // event in the inbox, in tx (the attempt's transaction), in one statement.
 // A concurrent delivery of the same event waits here until tx ends.
-func Begin(ctx context.Context, tx outbox.DBTX, consumer, eventID string) (Begun, error) {
+func Begin(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (Begun, error) {
 	var b Begun
 	var applied *int
 	if err := tx.QueryRow(ctx, beginSQL, consumer, eventID).Scan(&b.Attempt, &b.Claimed, &applied); err != nil {
@@ -160,7 +161,7 @@ func (a *Attempt) args() []any {
 // success, or the pool for an attempt outside any: then AttemptNo 0 takes
 // the next number in the same statement). It returns the attempt's number,
 // or 0 when that attempt was recorded already.
-func Record(ctx context.Context, db outbox.DBTX, a Attempt) (int, error) {
+func Record(ctx context.Context, db postgres.DBTX, a Attempt) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, recordSQL, a.args()...).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -176,7 +177,7 @@ func Record(ctx context.Context, db outbox.DBTX, a Attempt) (int, error) {
 // tx after the handler's work was rolled back to the savepoint, or, for an
 // attempt that claimed the event with Claim, in one statement of its own
 // (a claim another attempt has taken over stays).
-func Failed(ctx context.Context, tx outbox.DBTX, a Attempt) error {
+func Failed(ctx context.Context, tx postgres.DBTX, a Attempt) error {
 	if _, err := tx.Exec(ctx, failedSQL, a.args()...); err != nil {
 		return fmt.Errorf("inbox: record failed attempt: %w", err)
 	}
@@ -187,7 +188,7 @@ func Failed(ctx context.Context, tx outbox.DBTX, a Attempt) error {
 // were made before before, oldest first (of consumer, or of every consumer
 // of the database when consumer is empty), locked in tx until it ends, so
 // that two shipping steps never ship the same attempts.
-func Unshipped(ctx context.Context, tx outbox.DBTX, consumer string, before time.Time, limit int) ([]Attempt, error) {
+func Unshipped(ctx context.Context, tx postgres.DBTX, consumer string, before time.Time, limit int) ([]Attempt, error) {
 	rows, err := tx.Query(ctx, unshippedSQL, before, limit, consumer)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: unshipped attempts: %w", err)
@@ -207,7 +208,7 @@ func Unshipped(ctx context.Context, tx outbox.DBTX, consumer string, before time
 }
 
 // Shipped marks attempts as held by the ledger, in one statement.
-func Shipped(ctx context.Context, db outbox.DBTX, as []Attempt) error {
+func Shipped(ctx context.Context, db postgres.DBTX, as []Attempt) error {
 	if len(as) == 0 {
 		return nil
 	}
@@ -225,7 +226,7 @@ func Shipped(ctx context.Context, db outbox.DBTX, as []Attempt) error {
 // the attempt counters and the attempts the ledger has (keep them longer
 // than the subscription's message retention, so a redelivery still finds
 // its inbox row) and returns how many rows it deleted in all.
-func Purge(ctx context.Context, db outbox.DBTX, before time.Time, limit int) (int, error) {
+func Purge(ctx context.Context, db postgres.DBTX, before time.Time, limit int) (int, error) {
 	var a, b, c int
 	if err := db.QueryRow(ctx, purgeSQL, before, limit).Scan(&a, &b, &c); err != nil {
 		return 0, fmt.Errorf("inbox: purge: %w", err)
@@ -237,7 +238,7 @@ func Purge(ctx context.Context, db outbox.DBTX, before time.Time, limit int) (in
 // consumer already holds (a parked event its handler applies in another
 // event's transaction), in tx, and returns the attempt's number. Record the
 // attempt with Settle in the same transaction.
-func Next(ctx context.Context, tx outbox.DBTX, consumer, eventID string) (int, error) {
+func Next(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (int, error) {
 	var n int
 	if err := tx.QueryRow(ctx, nextSQL, consumer, eventID).Scan(&n); err != nil {
 		return 0, fmt.Errorf("inbox: count attempt: %w", err)
@@ -252,7 +253,7 @@ func Next(ctx context.Context, tx outbox.DBTX, consumer, eventID string) (int, e
 // replay or a re-push can apply the event; other outcomes leave it.
 // AttemptNo 0 takes the event's next number. It returns the attempt's
 // number, or 0 when that attempt was recorded already.
-func Settle(ctx context.Context, tx outbox.DBTX, a Attempt) (int, error) {
+func Settle(ctx context.Context, tx postgres.DBTX, a Attempt) (int, error) {
 	var n int
 	err := tx.QueryRow(ctx, settleSQL, a.args()...).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -336,7 +337,7 @@ var errNotClaimed = errors.New("not claimed")
 // applied and the attempt is recorded, in one statement, if a still holds
 // the claim. It reports false when it did not (the lease ran out and
 // another attempt took the claim over: that one records its outcome).
-func Delivered(ctx context.Context, db outbox.DBTX, a Attempt) (bool, error) {
+func Delivered(ctx context.Context, db postgres.DBTX, a Attempt) (bool, error) {
 	var n int
 	err := db.QueryRow(ctx, deliveredSQL, a.args()...).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -346,4 +347,18 @@ func Delivered(ctx context.Context, db outbox.DBTX, a Attempt) (bool, error) {
 		return false, fmt.Errorf("inbox: record delivered attempt: %w", err)
 	}
 	return true, nil
+}
+
+// Lookup reports whether consumer's inbox holds eventID, and the attempt
+// that holds it. Readers outside the consume path (dlqreplay's dry runs)
+// go through it rather than reading the table.
+func Lookup(ctx context.Context, db postgres.DBTX, consumer, eventID string) (attempt int, ok bool, err error) {
+	err = db.QueryRow(ctx, lookupSQL, consumer, eventID).Scan(&attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("inbox: lookup: %w", err)
+	}
+	return attempt, true, nil
 }

@@ -1,14 +1,20 @@
 // Package instance is what every relaybus function does the same way on
-// Cloud Run: build its dependencies once per instance from the environment
-// (lazily, on the first request, so a cold start that cannot reach a
-// dependency answers 500 and the next request tries again), read the
-// settings every function shares, and serve, shutting down gracefully.
+// Cloud Run: read its configuration from the environment (config.go, the
+// one reader of the environment, and the settings every function shares:
+// Env, PubSub, Ledger, Recorder), build itself once per instance (lazily,
+// on the first request, so a cold start that cannot reach a dependency
+// answers 500 and the next request tries again), and serve, shutting down
+// gracefully.
 //
-// A function package registers itself in init():
+// A function package declares one Config and one constructor,
+// Build(ctx, Config), and registers the production path in init():
 //
 //	func init() {
-//		functions.HTTP("relay", instance.Lazy("relay", fromEnv))
+//		functions.HTTP("relay", instance.Lazy("relay", instance.FromEnv(LoadConfig, Build)))
 //	}
+//
+// The local stack and the tests call the same Build with a Config of
+// their own (from Defaults), so they run what ships.
 //
 // and its command is one line:
 //
@@ -44,37 +50,6 @@ import (
 	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
-
-// Env holds the settings every function reads (github.com/sethvargo/go-envconfig
-// tags). Embed it in a function's own Config.
-type Env struct {
-	// ProjectID is the Google Cloud project (GOOGLE_CLOUD_PROJECT).
-	ProjectID string `env:"GOOGLE_CLOUD_PROJECT"`
-	// LogLevel is debug, info, warn or error (LOG_LEVEL, default info).
-	LogLevel string `env:"LOG_LEVEL, default=info"`
-	// Topology is the topology file's path (RELAYBUS_TOPOLOGY; empty means
-	// topology.Load's own search).
-	Topology string `env:"RELAYBUS_TOPOLOGY"`
-	// ShutdownTimeout bounds the graceful shutdown on SIGTERM
-	// (SHUTDOWN_TIMEOUT, 8s; Main reads it).
-	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT, default=8s"`
-	// Telemetry is OpenTelemetry's export and sampling (TELEMETRY_*,
-	// OTEL_EXPORTER_OTLP_ENDPOINT; see shared/telemetry).
-	Telemetry telemetry.Config
-}
-
-// StartTelemetry sets up the process's telemetry for the function named
-// service (telemetry.Setup: nothing unless an export is configured); its
-// Shutdown, called when the function closes, flushes what is buffered.
-func (e Env) StartTelemetry(ctx context.Context, service string) (telemetry.Shutdown, error) {
-	return telemetry.Setup(ctx, telemetry.Options{Config: e.Telemetry, ServiceName: service, ProjectID: e.ProjectID})
-}
-
-// Logger returns the function's JSON logger on stderr at the configured
-// level, with Cloud Logging's trace correlation for the project.
-func (e Env) Logger() *slog.Logger {
-	return logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(e.LogLevel), ProjectID: e.ProjectID})
-}
 
 // Lazy returns an HTTP handler that builds the real handler with build on
 // first use and serves every request with it. A failed build is not kept:
@@ -191,26 +166,21 @@ const DefaultShutdownTimeout = 8 * time.Second
 // SIGINT, then shuts down gracefully within SHUTDOWN_TIMEOUT (see the
 // package documentation). It exits 1 when serving fails.
 func Main(target string) {
-	if t := os.Getenv("FUNCTION_TARGET"); t != "" {
-		target = t
+	h, err := Load[host](context.Background())
+	if err == nil && h.ShutdownTimeout <= 0 {
+		err = fmt.Errorf("SHUTDOWN_TIMEOUT=%s: want a positive duration such as 8s", h.ShutdownTimeout)
 	}
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", target, err)
+		os.Exit(1)
 	}
-	timeout := DefaultShutdownTimeout
-	if v := os.Getenv("SHUTDOWN_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			fmt.Fprintf(os.Stderr, "%s: SHUTDOWN_TIMEOUT=%q: want a positive duration such as 8s\n", target, v)
-			os.Exit(1)
-		}
-		timeout = d
+	if h.Target != "" {
+		target = h.Target
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log := logging.New(os.Stderr, logging.Options{ProjectID: os.Getenv("GOOGLE_CLOUD_PROJECT")})
-	if err := Serve(ctx, ServeOptions{Addr: ":" + port, Target: target, ShutdownTimeout: timeout, Logger: log}); err != nil {
+	log := logging.New(os.Stderr, logging.Options{ProjectID: h.ProjectID})
+	if err := Serve(ctx, ServeOptions{Addr: ":" + h.Port, Target: target, ShutdownTimeout: h.ShutdownTimeout, Logger: log}); err != nil {
 		fmt.Fprintln(os.Stderr, target+":", err)
 		os.Exit(1)
 	}

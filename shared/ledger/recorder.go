@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/event"
 )
 
 // DefaultRollupTopic is the rollup topic when the topology names none.
@@ -21,13 +21,13 @@ const DefaultRollupTopic = "relaybus.ledger.rollup"
 // rollup about them.
 type Recorder struct {
 	store *Store
-	pub   transport.Publisher
+	pub   event.Publisher
 	topic string
 }
 
 // NewRecorder returns a Recorder that inserts attempts into s and publishes
 // rollup notices to topic (DefaultRollupTopic when empty) through pub.
-func NewRecorder(s *Store, pub transport.Publisher, topic string) *Recorder {
+func NewRecorder(s *Store, pub event.Publisher, topic string) *Recorder {
 	if topic == "" {
 		topic = DefaultRollupTopic
 	}

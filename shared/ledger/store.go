@@ -22,13 +22,13 @@ import (
 // DefaultDatabase is Firestore's default database id.
 const DefaultDatabase = "(default)"
 
-// Config names the Firestore database of the ledger, as the functions read
-// it from the environment (github.com/sethvargo/go-envconfig).
+// Config names the Firestore database of the ledger (the functions
+// declare its settings once, in shared/instance's Ledger).
 type Config struct {
 	// ProjectID is the Google Cloud project.
-	ProjectID string `env:"GOOGLE_CLOUD_PROJECT"`
+	ProjectID string
 	// Database is the Firestore database id; default "(default)".
-	Database string `env:"FIRESTORE_DATABASE, default=(default)"`
+	Database string
 }
 
 // Options tune a Store. The zero value is ready to use.

@@ -19,8 +19,8 @@ type Options struct {
 	// Level is the minimum level logged; nil means Info.
 	Level slog.Leveler
 	// ProjectID, when set, turns trace_id fields into Cloud Logging's
-	// logging.googleapis.com/trace so log lines join their trace. Defaults to
-	// $GOOGLE_CLOUD_PROJECT.
+	// logging.googleapis.com/trace so log lines join their trace (the
+	// functions pass their GOOGLE_CLOUD_PROJECT).
 	ProjectID string
 }
 
@@ -30,9 +30,6 @@ type Options struct {
 func New(w io.Writer, opts Options) *slog.Logger {
 	if w == nil {
 		w = os.Stderr
-	}
-	if opts.ProjectID == "" {
-		opts.ProjectID = os.Getenv("GOOGLE_CLOUD_PROJECT")
 	}
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{
 		Level: opts.Level,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 var (
@@ -16,7 +18,7 @@ var (
 // Oldest returns how long ago the oldest unpublished event was committed
 // (by the database's clock), 0 when nothing waits: the age the
 // relaybus.outbox.oldest_pending.age gauge reports.
-func Oldest(ctx context.Context, db DBTX) (time.Duration, error) {
+func Oldest(ctx context.Context, db postgres.DBTX) (time.Duration, error) {
 	var secs float64
 	if err := db.QueryRow(ctx, oldestSQL).Scan(&secs); err != nil {
 		return 0, fmt.Errorf("outbox: oldest: %w", err)
@@ -44,7 +46,7 @@ type Counts struct {
 }
 
 // Count returns the backlog (the sums of the relaybus_outbox_backlog view).
-func Count(ctx context.Context, db DBTX) (Counts, error) {
+func Count(ctx context.Context, db postgres.DBTX) (Counts, error) {
 	var c Counts
 	var failedRepushes int
 	err := db.QueryRow(ctx, countSQL).Scan(&c.Pending, &c.Failed, &c.Blocked, &c.Aggregates, &c.Leased, &c.Repushes, &failedRepushes)
@@ -61,7 +63,7 @@ func Count(ctx context.Context, db DBTX) (Counts, error) {
 // limit dispatch rows of aggregates that have no row left and have been
 // idle since before. It returns how many outbox rows it deleted; call it
 // until that is less than limit.
-func Purge(ctx context.Context, db DBTX, before time.Time, limit int, ledger bool) (int, error) {
+func Purge(ctx context.Context, db postgres.DBTX, before time.Time, limit int, ledger bool) (int, error) {
 	tag, err := db.Exec(ctx, purgeSQL, before, limit, ledger)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: purge: %w", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 var (
@@ -77,7 +78,7 @@ type ClaimOptions struct {
 // one, and a lease bumps the aggregate's epoch, so a relay whose lease
 // expired cannot move the cursor after another relay took over. One
 // statement does it all.
-func Claim(ctx context.Context, db DBTX, o ClaimOptions) ([]Run, error) {
+func Claim(ctx context.Context, db postgres.DBTX, o ClaimOptions) ([]Run, error) {
 	if o.Limit <= 0 || o.Lease <= 0 || o.Owner == "" || o.Aggregates <= 0 || o.RunLimit <= 0 {
 		return nil, errors.New("outbox: a claim needs an owner, a lease and its limits")
 	}
@@ -219,7 +220,7 @@ type Settled struct {
 // transaction holds (it is enqueuing for them right now) are settled after
 // it commits, one statement each, so one slow producer never holds up the
 // batch. An aggregate whose lease was lost is reported, not settled.
-func Settle(ctx context.Context, db DBTX, o SettleOptions, ps []Progress) ([]Settled, error) {
+func Settle(ctx context.Context, db postgres.DBTX, o SettleOptions, ps []Progress) ([]Settled, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
@@ -257,7 +258,7 @@ func Settle(ctx context.Context, db DBTX, o SettleOptions, ps []Progress) ([]Set
 	return out, nil
 }
 
-func settle(ctx context.Context, db DBTX, q string, o SettleOptions, ps []Progress) (map[Aggregate]bool, error) {
+func settle(ctx context.Context, db postgres.DBTX, q string, o SettleOptions, ps []Progress) (map[Aggregate]bool, error) {
 	n := len(ps)
 	types, ids := make([]string, n), make([]string, n)
 	epochs, from, to := make([]int64, n), make([]int64, n), make([]int64, n)
@@ -294,7 +295,7 @@ func settle(ctx context.Context, db DBTX, q string, o SettleOptions, ps []Progre
 	return done, nil
 }
 
-func release(ctx context.Context, db DBTX, now time.Time, ps []Progress) error {
+func release(ctx context.Context, db postgres.DBTX, now time.Time, ps []Progress) error {
 	if len(ps) == 0 {
 		return nil
 	}

@@ -176,22 +176,40 @@ func TestSettleDoesNotWaitOnOneProducer(t *testing.T) {
 	if _, err := outbox.Enqueue(ctx, tx, ev("a2", "A", 2)); err != nil { // holds A's dispatch row
 		t.Fatal(err)
 	}
-	var aSettledWhileOpen bool
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		aSettledWhileOpen = cursor(t, pool, "B") == 1 && cursor(t, pool, "A") == 0
-		_ = tx.Commit(ctx)
-	}()
 	var ps []outbox.Progress
 	for _, r := range runs {
 		ps = append(ps, published(r))
 	}
-	settled, err := outbox.Settle(ctx, pool, outbox.SettleOptions{}, ps)
-	if err != nil || len(settled) != 2 || !settled[0].Moved || !settled[1].Moved {
-		t.Fatalf("settle: %+v %v", settled, err)
+	type result struct {
+		settled []outbox.Settled
+		err     error
 	}
-	if !aSettledWhileOpen {
-		t.Error("B was not settled while the producer held A")
+	done := make(chan result, 1)
+	go func() {
+		settled, err := outbox.Settle(ctx, pool, outbox.SettleOptions{}, ps)
+		done <- result{settled, err}
+	}()
+	// B's cursor moves while the producer still holds A's row.
+	for deadline := time.Now().Add(10 * time.Second); cursor(t, pool, "B") != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = tx.Rollback(ctx)
+			t.Fatal("B was not settled within 10 s while the producer held A")
+		}
+	}
+	if c := cursor(t, pool, "A"); c != 0 {
+		t.Errorf("A's cursor %d while its producer's transaction is open, want 0", c)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the settle returned while the producer held A: %+v %v", r.settled, r.err)
+	default:
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || len(r.settled) != 2 || !r.settled[0].Moved || !r.settled[1].Moved {
+		t.Fatalf("settle: %+v %v", r.settled, r.err)
 	}
 	if cursor(t, pool, "A") != 1 {
 		t.Error("A not settled after the producer committed")

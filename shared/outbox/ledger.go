@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 var (
@@ -32,7 +34,7 @@ type Recorded struct {
 // ClaimUnrecorded leases to the ledger's healing step up to aggregates
 // aggregates whose sends the live recorder did not report recorded in
 // time, for lease, with at most runLimit of each one's rows.
-func ClaimUnrecorded(ctx context.Context, db DBTX, now time.Time, aggregates int, lease time.Duration, runLimit int) ([]Unrecorded, error) {
+func ClaimUnrecorded(ctx context.Context, db postgres.DBTX, now time.Time, aggregates int, lease time.Duration, runLimit int) ([]Unrecorded, error) {
 	rows, err := db.Query(ctx, ledgerClaimSQL, at(now), aggregates, lease.Seconds(), runLimit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim unrecorded sends: %w", err)
@@ -71,7 +73,7 @@ func ClaimUnrecorded(ctx context.Context, db DBTX, now time.Time, aggregates int
 // To, where it still stands at From, in one statement. An aggregate that
 // caught up with its published cursor leaves the healing queue; one still
 // behind waits another healDelay.
-func LedgerRecorded(ctx context.Context, db DBTX, now time.Time, healDelay time.Duration, rs []Recorded) error {
+func LedgerRecorded(ctx context.Context, db postgres.DBTX, now time.Time, healDelay time.Duration, rs []Recorded) error {
 	if len(rs) == 0 {
 		return nil
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/migrate"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
@@ -60,14 +61,6 @@ var (
 func Migrate(ctx context.Context, db migrate.Beginner) error {
 	_, err := Migrations.Apply(ctx, db)
 	return err
-}
-
-// DBTX is what Enqueue needs of a database handle: a pgx.Tx (the usual case,
-// the caller's own transaction), a *pgxpool.Pool or a *pgx.Conn.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // State is where an event is in its dispatch.
@@ -139,7 +132,7 @@ var ErrVersionConflict = errors.New("version conflict")
 // Call the relay's kick (relay.Kicker) with the ids after the transaction
 // commits to have them published within milliseconds instead of at the
 // next scheduled drain.
-func Enqueue(ctx context.Context, db DBTX, events ...*event.Event) ([]Enqueued, error) {
+func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]Enqueued, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -223,7 +216,7 @@ var ErrPending = errors.New("event is still pending in the outbox")
 //
 // db is a pool (Repush runs its own transaction) or the caller's
 // transaction.
-func Repush(ctx context.Context, db DBTX, e *event.Event, target string) (Enqueued, error) {
+func Repush(ctx context.Context, db postgres.DBTX, e *event.Event, target string) (Enqueued, error) {
 	if err := e.Prepare(time.Now().UTC(), event.Limits{MaxPayloadBytes: event.MaxPayloadLimit}); err != nil {
 		return Enqueued{}, fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
 	}
@@ -296,7 +289,7 @@ func Repush(ctx context.Context, db DBTX, e *event.Event, target string) (Enqueu
 
 // Lookup returns the dispatch state of the given event ids; ids not in the
 // outbox are absent from the map.
-func Lookup(ctx context.Context, db DBTX, ids ...string) (map[string]Enqueued, error) {
+func Lookup(ctx context.Context, db postgres.DBTX, ids ...string) (map[string]Enqueued, error) {
 	rows, err := db.Query(ctx, lookupSQL, ids)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: lookup: %w", err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 var (
@@ -26,7 +28,7 @@ type QueuedRepush struct {
 }
 
 // ClaimRepushes leases up to limit due re-pushes for lease.
-func ClaimRepushes(ctx context.Context, db DBTX, now time.Time, lease time.Duration, limit int) ([]QueuedRepush, error) {
+func ClaimRepushes(ctx context.Context, db postgres.DBTX, now time.Time, lease time.Duration, limit int) ([]QueuedRepush, error) {
 	rows, err := db.Query(ctx, repushClaimSQL, at(now), lease.Seconds(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: claim re-pushes: %w", err)
@@ -76,7 +78,7 @@ type RepushOutcome struct {
 
 // SettleRepushes deletes the re-pushes Pub/Sub acknowledged and records the
 // failures of the others, in one statement.
-func SettleRepushes(ctx context.Context, db DBTX, now time.Time, outcomes []RepushOutcome) error {
+func SettleRepushes(ctx context.Context, db postgres.DBTX, now time.Time, outcomes []RepushOutcome) error {
 	if len(outcomes) == 0 {
 		return nil
 	}

@@ -21,11 +21,15 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/migrate"
+	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 //go:embed migrations/*.sql
@@ -56,7 +60,41 @@ var (
 	gapsSQL     = query("gaps")
 	stallSQL    = query("stall")
 	skipSQL     = query("skip")
+
+	latestVersionSQL = query("latestversion")
+	strictVersionSQL = query("strictversion")
 )
+
+// HeldVersion returns the version consumer's version gate holds for an
+// aggregate (0 when it holds none): the latest-state projection's
+// (handler "projection") or the strict position's (handler "strict").
+// Readers outside the consume path (dlqreplay's dry runs) go through it
+// rather than reading the tables. Any other handler is an error: it keeps
+// no version gate.
+func HeldVersion(ctx context.Context, db postgres.DBTX, handler, consumer, aggregateType, aggregateID string) (int64, error) {
+	var q string
+	switch handler {
+	case topology.HandlerProjection:
+		q = latestVersionSQL
+	case topology.HandlerStrict:
+		q = strictVersionSQL
+	default:
+		return 0, fmt.Errorf("%w: handler %s", ErrNoVersionGate, handler)
+	}
+	var v int64
+	err := db.QueryRow(ctx, q, consumer, aggregateType, aggregateID).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("projection: held version: %w", err)
+	}
+	return v, nil
+}
+
+// ErrNoVersionGate is HeldVersion's error for a handler that keeps no
+// version gate.
+var ErrNoVersionGate = errors.New("projection: no version gate")
 
 // Migrate creates or upgrades the projection tables in db's search_path.
 func Migrate(ctx context.Context, db migrate.Beginner) error {

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +20,8 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/internal/cost"
+	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
@@ -74,20 +76,6 @@ func topicRequest(project, topic string) *pb.Topic {
 	return &pb.Topic{Name: "projects/" + project + "/topics/" + topic}
 }
 
-// durability says how the benchmark's Postgres commits, from the server.
-func durability(b *testing.B, pool *pgxpool.Pool) string {
-	b.Helper()
-	var fsync, sync, fpw string
-	if err := pool.QueryRow(context.Background(), `SELECT current_setting('fsync'), current_setting('synchronous_commit'),
-		current_setting('full_page_writes')`).Scan(&fsync, &sync, &fpw); err != nil {
-		b.Fatal(err)
-	}
-	if fsync != "on" || sync != "on" || fpw != "on" {
-		b.Logf("Postgres is not durable (fsync=%s synchronous_commit=%s full_page_writes=%s): the figures do not count (make bench starts a durable one)", fsync, sync, fpw)
-	}
-	return fmt.Sprintf("fsync=%s synchronous_commit=%s full_page_writes=%s", fsync, sync, fpw)
-}
-
 // heapSampler records the peak of the Go heap (live and not yet swept
 // objects, runtime/metrics) while it runs.
 type heapSampler struct {
@@ -124,9 +112,19 @@ func (h *heapSampler) peakMB() float64 {
 	return float64(h.peak.Load()) / (1 << 20)
 }
 
+// drainRun is what one drain benchmark measured and how it ran.
+type drainRun struct {
+	rate, heapMB float64
+	// cpuPerEvent is the process's CPU time (getrusage) during the drain,
+	// in µs per event: the relay alone runs then (Pub/Sub is another process).
+	cpuPerEvent     float64
+	o               relay.Options
+	pubsub, durable string
+}
+
 // drainBench fills the outbox with versions 1..events/aggregates of each
 // aggregate and times a relay draining it.
-func drainBench(b *testing.B, events, aggregates int) (rate, heapMB float64, o relay.Options, pubsub, durable string) {
+func drainBench(b *testing.B, events, aggregates int) (run drainRun) {
 	b.Helper()
 	ctx := context.Background()
 	pool, _ := pgtest.SchemaConfig(b, func(c *pgxpool.Config) { c.MaxConns = 16 })
@@ -138,12 +136,12 @@ func drainBench(b *testing.B, events, aggregates int) (rate, heapMB float64, o r
 		b.Fatal(err)
 	}
 	pub, pubsub := benchPubSub(b, top)
-	durable = durability(b, pool)
+	durable := pgtest.RequireDurable(b)
 	fill(b, pool, aggregates, int64(events/aggregates))
 	if _, err := pool.Exec(ctx, `ANALYZE relaybus_outbox; ANALYZE relaybus_outbox_dispatch`); err != nil { // as autovacuum would have by now
 		b.Fatal(err)
 	}
-	o = relay.Options{DB: pool, Publisher: pub, Topology: top}
+	o := relay.Options{DB: pool, Publisher: pub, Topology: top}
 	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_BATCH")); n > 0 {
 		o.BatchSize = n
 	}
@@ -162,6 +160,10 @@ func drainBench(b *testing.B, events, aggregates int) (rate, heapMB float64, o r
 	}
 	runtime.GC()
 	heap := sampleHeap()
+	cpu0, err := cost.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.StartTimer()
 	start := time.Now()
 	published := 0
@@ -177,7 +179,11 @@ func drainBench(b *testing.B, events, aggregates int) (rate, heapMB float64, o r
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
-	heapMB = heap.peakMB()
+	cpu1, err := cost.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	heapMB := heap.peakMB()
 	if c, _ := outbox.Count(ctx, pool); published != events || c.Pending != 0 {
 		b.Fatalf("published %d, %d pending; want %d", published, c.Pending, events)
 	}
@@ -195,7 +201,8 @@ func drainBench(b *testing.B, events, aggregates int) (rate, heapMB float64, o r
 	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_RUN")); n > 0 {
 		o.RunLimit = n
 	}
-	return float64(events) / elapsed.Seconds(), heapMB, o, pubsub, durable
+	return drainRun{rate: float64(events) / elapsed.Seconds(), heapMB: heapMB,
+		cpuPerEvent: float64((cpu1 - cpu0).Microseconds()) / float64(events), o: o, pubsub: pubsub, durable: durable}
 }
 
 func benchEvents(def int) int {
@@ -214,12 +221,15 @@ func BenchmarkDrain(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		events := benchEvents(200_000)
-		rate, heap, o, pubsub, durable := drainBench(b, events, 500)
+		r := drainBench(b, events, 500)
+		o := r.o
 		fmt.Printf("# relay drain: %d events on 500 aggregates, %d-byte payloads, batch %d rows, %d aggregates and %d rows of each per claim, %d workers; Postgres %s; %s, topics only, ordering keys\n",
-			events, len(`{"n":1}`), o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, durable, pubsub)
-		fmt.Printf("BENCH relay_events_per_s %.0f ev/s\n", rate)
+			events, len(`{"n":1}`), o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, r.durable, r.pubsub)
+		fmt.Printf("BENCH relay_events_per_s %.0f ev/s\n", r.rate)
 		fmt.Printf("# relay_peak_heap_mb: the Go heap's objects (runtime/metrics /memory/classes/heap/objects:bytes), sampled every 5 ms during the drain; Pub/Sub's store is in another process\n")
-		fmt.Printf("BENCH relay_peak_heap_mb %.1f MB\n", heap)
+		fmt.Printf("BENCH relay_peak_heap_mb %.1f MB\n", r.heapMB)
+		fmt.Printf("# relay_cpu_us_per_event: the benchmark process's user+system CPU (getrusage) during the drain, when only the relay runs in it (Pub/Sub is another process, the outbox was filled before), divided by the events\n")
+		fmt.Printf("BENCH relay_cpu_us_per_event %.2f µs\n", r.cpuPerEvent)
 		fmt.Printf("# relay_peak_rss_mb: VmHWM of the benchmark process, which also filled the outbox\n")
 		fmt.Printf("BENCH relay_peak_rss_mb %.1f MB\n", peakRSSMB())
 	}
@@ -231,10 +241,11 @@ func BenchmarkDrainDeep(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		events := benchEvents(100_000)
-		rate, _, o, pubsub, durable := drainBench(b, events, 50)
+		r := drainBench(b, events, 50)
+		o := r.o
 		fmt.Printf("# relay deep drain: %d events on 50 aggregates, batch %d rows, %d aggregates and %d rows of each per claim, %d workers; Postgres %s; %s\n",
-			events, o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, durable, pubsub)
-		fmt.Printf("BENCH relay_deep_events_per_s %.0f ev/s\n", rate)
+			events, o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, r.durable, r.pubsub)
+		fmt.Printf("BENCH relay_deep_events_per_s %.0f ev/s\n", r.rate)
 	}
 }
 
@@ -279,7 +290,7 @@ func BenchmarkChildPublish(b *testing.B) {
 			b.Fatal(err)
 		}
 		pub, pubsub := benchPubSub(b, top)
-		durable := durability(b, pool)
+		durable := pgtest.RequireDurable(b)
 		clock := &ackClock{Publisher: pub, acked: map[string]time.Time{}}
 		r, err := relay.New(relay.Options{DB: pool, Publisher: clock, Topology: top})
 		if err != nil {
@@ -335,8 +346,8 @@ func BenchmarkChildPublish(b *testing.B) {
 		if len(lat) == 0 {
 			b.Fatal("no event was acknowledged through the kick")
 		}
-		sort.Float64s(lat)
-		pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+		slices.Sort(lat)
+		pct := func(p float64) float64 { return percentile.Sorted(lat, p) }
 		fmt.Printf("# child publish: %d transactions at %d/s open loop (after %d warm-up), one event each (its own aggregate), kicked after commit; commit -> Pub/Sub ack; Postgres %s; %s; p50 %.2f ms, p90 %.2f ms, max %.2f ms\n",
 			total-warmup, rate, warmup, durable, pubsub, pct(0.5), pct(0.9), lat[len(lat)-1])
 		if late > 0 || failed.Load() > 0 {

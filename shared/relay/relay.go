@@ -53,6 +53,7 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -77,7 +78,7 @@ const (
 )
 
 // DB is what the relay needs of Postgres (a *pgxpool.Pool).
-type DB = outbox.DBTX
+type DB = postgres.DBTX
 
 // Publisher is what the relay needs of Pub/Sub (a *transport.Client).
 type Publisher interface {

@@ -24,7 +24,7 @@ func BenchmarkDrainTelemetryOverhead(b *testing.B) {
 			if on {
 				off = telemetrytest.On(telemetry.DefaultSampleRatio)
 			}
-			rate, _, _, ps, d := drainBench(b, events, 500)
+			r := drainBench(b, events, 500)
 			if on {
 				off()
 			}
@@ -32,8 +32,8 @@ func BenchmarkDrainTelemetryOverhead(b *testing.B) {
 			if on {
 				i = 1
 			}
-			best[i] = max(best[i], rate)
-			durable, pubsub = d, ps
+			best[i] = max(best[i], r.rate)
+			durable, pubsub = r.durable, r.pubsub
 		}
 		fmt.Printf("# relay telemetry overhead: %d events on 500 aggregates drained 4 times (off, on, off, on; best of each), telemetry on = sampling %g at the root, "+
 			"batching span processor and metrics in process, exports discarded; rows enqueued without a producer span; Postgres %s; %s\n",

@@ -201,12 +201,9 @@ func (c Consumer) Filter() string {
 }
 
 // Load reads the topology from path, or, when path is empty, from
-// $RELAYBUS_TOPOLOGY or infra/topology.yaml found by walking up from the
-// working directory.
+// infra/topology.yaml found by walking up from the working directory. The
+// functions pass their RELAYBUS_TOPOLOGY (instance.Env.Topology).
 func Load(path string) (*Topology, error) {
-	if path == "" {
-		path = os.Getenv(EnvPath)
-	}
 	if path == "" {
 		p, err := find(DefaultPath)
 		if err != nil {

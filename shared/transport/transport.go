@@ -28,13 +28,8 @@ import (
 	"github.com/relaybus/relaybus/shared/names"
 )
 
-// Publisher is the one-method view of the transport that most code needs:
-// publish a message and learn its id or why it failed.
-type Publisher interface {
-	// Publish sends m to topic (a topic id such as "shop.order.events") and
-	// waits for Pub/Sub's answer.
-	Publish(ctx context.Context, topic string, m event.Message) (messageID string, err error)
-}
+// Client implements the publish contract of the engines.
+var _ event.Publisher = (*Client)(nil)
 
 // Options configure a Client.
 type Options struct {

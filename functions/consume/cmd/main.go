@@ -1,6 +1,7 @@
 // Command consume serves the consume function (functions-framework-go) on
 // $PORT (8080) with the built-in handlers and the demo's (examples/shop);
-// configuration is the environment (see consume.Config).
+// the function is consume.Build over consume.Config read from the
+// environment, as the local stack and the tests build it with theirs.
 package main
 
 import (

@@ -1,5 +1,6 @@
 // Command dlqreplay serves the operations API (functions-framework-go) on
-// $PORT (8080); configuration is the environment (see dlqreplay.Config).
+// $PORT (8080); the function is dlqreplay.Build over dlqreplay.Config read from
+// the environment, as the local stack and the tests build it with theirs.
 package main
 
 import (

@@ -1,5 +1,6 @@
 // Command publish serves the publish function (functions-framework-go) on
-// $PORT (8080); configuration is the environment (see publish.Config).
+// $PORT (8080); the function is publish.Build over publish.Config read from the
+// environment, as the local stack and the tests build it with theirs.
 package main
 
 import (

@@ -1,5 +1,6 @@
 // Command relay serves the relay function (functions-framework-go) on
-// $PORT (8080); configuration is the environment (see relay.Config).
+// $PORT (8080); the function is relay.Build over relay.Config read from the
+// environment, as the local stack and the tests build it with theirs.
 package main
 
 import (

@@ -3,7 +3,7 @@
 // topic_consumers collection match the topology file ($RELAYBUS_TOPOLOGY)
 // and exits: a deploy step to run before traffic, since the relay takes each
 // event's expected consumers and publish its topic check from that
-// collection.
+// collection. Both read rollup.Config.
 package main
 
 import (
@@ -11,9 +11,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/sethvargo/go-envconfig"
-
-	_ "github.com/relaybus/relaybus/functions/rollup"
+	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/registry"
@@ -32,15 +30,15 @@ func main() {
 }
 
 func syncConsumers(ctx context.Context) error {
-	var cfg ledger.Config
-	if err := envconfig.Process(ctx, &cfg); err != nil {
-		return err
-	}
-	top, err := topology.Load(os.Getenv("RELAYBUS_TOPOLOGY"))
+	cfg, err := instance.Load[rollup.Config](ctx)
 	if err != nil {
 		return err
 	}
-	store, err := ledger.Open(ctx, cfg, ledger.Options{})
+	top, err := topology.Load(cfg.Topology)
+	if err != nil {
+		return err
+	}
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{})
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func run(ctx context.Context, state string, o devstack.LoadOptions, drain time.D
 	if err != nil {
 		return err
 	}
-	top, err := topology.Load("")
+	top, err := topology.Load(os.Getenv(topology.EnvPath))
 	if err != nil {
 		return err
 	}

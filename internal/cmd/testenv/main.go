@@ -52,6 +52,20 @@ func run(args []string, durable bool) int {
 	defer cancel()
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "testenv: "+format+"\n", a...) }
 
+	if u := os.Getenv(pgtest.EnvURL); u != "" && durable {
+		// A server named by the environment is used as it is, so -durable
+		// must check it rather than trust it: figures on a non-durable
+		// server do not count (../shared/BENCH.md).
+		settings, ok, err := pgcluster.Durability(ctx, u)
+		if err != nil {
+			logf("%s: %v", pgtest.EnvURL, err)
+			return 1
+		}
+		if !ok {
+			logf("-durable: %s is not durable (%s): unset it to start a durable cluster, or turn those settings on", pgtest.EnvURL, settings)
+			return 1
+		}
+	}
 	if os.Getenv(pgtest.EnvURL) == "" {
 		dir, err := os.MkdirTemp("", "relaybus-testenv-")
 		if err != nil {

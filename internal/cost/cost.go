@@ -1,0 +1,84 @@
+// Package cost reads what a benchmark's run cost, from counters the
+// operating system and Postgres keep rather than the code under test: a
+// process's own CPU time (getrusage for this process, /proc for a child)
+// and the statements a database executed (pg_stat_statements). Figures
+// divided by the events of a run hold on a noisy machine, where latency
+// and throughput do not.
+package cost
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// CPU returns the user plus system CPU time this process has used so far
+// (getrusage RUSAGE_SELF).
+func CPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+// ProcessCPU returns the user plus system CPU time process pid has used so
+// far, from /proc/<pid>/stat (utime and stime, in clock ticks of 1/100 s
+// on Linux), for a function run as a child process.
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count fields from the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(ut+st) * tick, nil
+}
+
+// Statements reads the total number of statements the database at url has
+// executed, transaction control included, from pg_stat_statements (its
+// calls, summed over every statement of this database). The server must
+// load the module (shared_preload_libraries, as testenv starts it); the
+// extension is created in the database when missing. A run's statements
+// are the difference of two readings; the readings' own statements (which
+// name pg_stat_statements) are left out of both.
+func Statements(ctx context.Context, url string) (int64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return 0, fmt.Errorf("pg_stat_statements: %w (is it in shared_preload_libraries?)", err)
+	}
+	var calls int64
+	err = conn.QueryRow(ctx, `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND query NOT LIKE '%pg_stat_statements%'`).Scan(&calls)
+	if err != nil {
+		return 0, fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	return calls, nil
+}

@@ -1,0 +1,251 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/pgcluster"
+)
+
+// pgCounters is a reading of a cluster's work: transactions committed in
+// the stack's databases (pg_stat_database) and WAL written by the whole
+// cluster (pg_current_wal_lsn, exact at the moment it is read).
+type pgCounters struct {
+	xacts int64
+	lsn   string
+}
+
+// readPgCounters reads the counters through url (any database of the
+// cluster), summing the transactions of the named databases only (not the
+// benchmark's own connection to another). Backends report their
+// transactions to pg_stat_database when they go idle, at most every
+// second while busy and within 10 s once idle, so a reading is taken after
+// the stack has been idle that long.
+func readPgCounters(ctx context.Context, url string, dbs []string) (pgCounters, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return pgCounters{}, err
+	}
+	defer conn.Close(ctx)
+	var c pgCounters
+	err = conn.QueryRow(ctx, `SELECT (SELECT coalesce(sum(xact_commit), 0)::bigint FROM pg_stat_database WHERE datname = ANY($1)),
+		pg_current_wal_lsn()::text`, dbs).Scan(&c.xacts, &c.lsn)
+	return c, err
+}
+
+// walBytes is the WAL written between two readings.
+func walBytes(ctx context.Context, url string, from, to pgCounters) (int64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint`, to.lsn, from.lsn).Scan(&n)
+	return n, err
+}
+
+// resetStatements empties pg_stat_statements (the server loads it:
+// testenv's cluster and the stack's own do), so a profile covers one window.
+func resetStatements(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `SELECT pg_stat_statements_reset()`)
+	return err
+}
+
+// printStatements prints, as comment lines, the statements the stack's
+// databases executed since the reset, most called first: calls per
+// purchase, rows per call, mean time, database, and the statement's first
+// line (each of relaybus's .sql files opens with a comment naming it).
+func printStatements(ctx context.Context, url string, dbs []string, purchases int) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT d.datname, s.calls, s.rows, s.mean_exec_time, s.query
+		FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+		WHERE d.datname = ANY($1) AND s.query NOT LIKE '%pg_stat_statements%'
+		ORDER BY s.calls DESC, s.total_exec_time DESC LIMIT 40`, dbs)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	fmt.Printf("# pg profile (pg_stat_statements over the window): calls/purchase  rows/call  mean ms  database  statement\n")
+	for rows.Next() {
+		var db, q string
+		var calls, n int64
+		var mean float64
+		if err := rows.Scan(&db, &calls, &n, &mean, &q); err != nil {
+			return err
+		}
+		fmt.Printf("#   %7.2f  %7.1f  %6.3f  %-16s %s\n", float64(calls)/float64(purchases), float64(n)/float64(max(calls, 1)), mean, db, statementLabel(q))
+	}
+	return rows.Err()
+}
+
+// statementLabel is a statement on one line, at most 110 characters.
+func statementLabel(q string) string {
+	q = strings.Join(strings.Fields(q), " ")
+	if len(q) > 110 {
+		q = q[:107] + "..."
+	}
+	return q
+}
+
+// statsSettle is how long backends may hold their transaction counts
+// before reporting them (PostgreSQL's idle flush interval, plus a margin).
+const statsSettle = 11 * time.Second
+
+// BenchmarkPostgresWorkPerPurchase runs make dev's graph on a durable
+// Postgres: one purchase is an order.purchased to member-service (push)
+// and message-service (Eventarc), each emitting one child event that
+// audit-service records: 3 events, 4 deliveries. After a warm-up it sends
+// 50 purchases/s for 20 s, waits until every event is delivered and final
+// in the ledger, and reports the transactions committed in the stack's
+// databases and the WAL written, divided by the purchases; then the
+// end-to-end latency at 50 and at 100 purchases/s (scheduled send → each
+// consumer's commit), the second from a run of its own.
+//
+// The counting window runs from a reading taken when the stack was idle
+// to one taken when it was idle again: the schedulers' and loops' polling
+// in that window is counted too (it is work the database does), and the
+// idle rate is printed beside the figure.
+func BenchmarkPostgresWorkPerPurchase(b *testing.B) {
+	ctx := context.Background()
+	for range b.N {
+		state, err := os.MkdirTemp("", "relaybus-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer os.RemoveAll(state)
+		_ = os.Chmod(state, 0o755)
+		s, err := Start(ctx, Options{Addr: "127.0.0.1:0", StateDir: state, Project: emutest.UniqueProject(b), DurablePostgres: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ob, err := Observe(ctx, s.Info, s.Topology)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var dbs []string
+		for _, u := range s.Info.Databases {
+			cfg, err := pgx.ParseConfig(u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			dbs = append(dbs, cfg.Database)
+		}
+		slices.Sort(dbs)
+		durable := requireDurableURL(b, s.Info.DatabaseURL)
+		run := func(rate float64, d time.Duration) (*LoadRun, LoadReport) {
+			lr := StartLoad(ctx, LoadOptions{URL: s.Info.URL, Rate: rate, Duration: d})
+			<-lr.Done
+			rep, err := ob.Check(ctx, lr, 3*time.Minute, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return lr, rep
+		}
+		read := func() pgCounters {
+			c, err := readPgCounters(ctx, s.Info.DatabaseURL, dbs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return c
+		}
+
+		run(50, 5*time.Second) // warm-up: connections, caches, the emulator's JIT
+		time.Sleep(statsSettle)
+		idle0 := read()
+		time.Sleep(statsSettle)
+		before := read()
+		if err := resetStatements(ctx, s.Info.DatabaseURL); err != nil {
+			b.Fatal(err)
+		}
+		idleXacts := float64(before.xacts-idle0.xacts) / statsSettle.Seconds()
+
+		const rate, seconds = 50, 20
+		t0 := time.Now()
+		lr, rep := run(rate, seconds*time.Second)
+		time.Sleep(statsSettle)
+		after := read()
+		window := time.Since(t0)
+		wal, err := walBytes(ctx, s.Info.DatabaseURL, before, after)
+		if err != nil {
+			b.Fatal(err)
+		}
+		purchases := rep.Accepted
+		if purchases == 0 {
+			b.Fatal("no purchase was accepted")
+		}
+		lat, missing, err := commitLatencies(ctx, ob, lr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Printf("# pg work: make dev's graph (1 purchase = 3 events, 4 deliveries), %d purchases/s for %d s after a 5 s warm-up, %d accepted, %d CONSUMED; Postgres %s; databases %v; counted from an idle reading to one %v later, after every event was final and %v idle; the idle stack commits %.1f transactions/s (polling), %.0f of the window's\n",
+			rate, seconds, purchases, rep.Consumed, durable, dbs, window.Round(time.Second), statsSettle, idleXacts, idleXacts*window.Seconds())
+		fmt.Printf("BENCH pg_xacts_per_purchase %.2f transactions\n", float64(after.xacts-before.xacts)/float64(purchases))
+		fmt.Printf("BENCH pg_wal_kb_per_purchase %.2f KB\n", float64(wal)/1024/float64(purchases))
+		if err := printStatements(ctx, s.Info.DatabaseURL, dbs, purchases); err != nil {
+			b.Fatal(err)
+		}
+		printE2E(b, 50, lat, missing)
+
+		lr, _ = run(100, seconds*time.Second)
+		lat, missing, err = commitLatencies(ctx, ob, lr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		printE2E(b, 100, lat, missing)
+		ob.Close()
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		s.Close(cctx)
+		cancel()
+	}
+}
+
+// printE2E prints the e2e figures at rate: scheduled send → each consumer's
+// commit, the missing deliveries apart.
+func printE2E(b *testing.B, rate int, lat []time.Duration, missing int) {
+	if len(lat) == 0 {
+		b.Fatalf("no delivery at %d purchases/s", rate)
+	}
+	p := percentiles(lat)
+	fmt.Printf("# e2e at %d purchases/s for 20 s (open loop, make dev's graph, durable Postgres): scheduled send → each of the 2 consumers' commit (commit timestamp of its inbox row); %d deliveries, %d missing (not in the percentiles); max %.1f ms\n",
+		rate, p.N, missing, p.Max)
+	if rate == 50 {
+		fmt.Printf("BENCH e2e_p50_ms_at_50 %.1f ms\nBENCH e2e_p99_ms_at_50 %.1f ms\n", p.P50, p.P99)
+	} else {
+		fmt.Printf("BENCH e2e_p99_ms_at_%d %.1f ms\n", rate, p.P99)
+	}
+}
+
+// requireDurableURL fails the benchmark unless the server at url commits
+// as production does, and returns its settings for the comment line.
+func requireDurableURL(b *testing.B, url string) string {
+	b.Helper()
+	settings, ok, err := pgcluster.Durability(context.Background(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !ok {
+		b.Fatalf("the stack's Postgres is not durable (%s): its figures would not count", settings)
+	}
+	return settings
+}

@@ -1,0 +1,98 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/migrate"
+	"github.com/relaybus/relaybus/shared/transport"
+)
+
+// Logger returns the function's logger: LogHandler's when set, else JSON
+// lines on stderr at LogLevel with Cloud Logging's trace correlation for
+// the project.
+func (e Env) Logger() *slog.Logger {
+	if e.LogHandler != nil {
+		return slog.New(e.LogHandler)
+	}
+	return logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(e.LogLevel), ProjectID: e.ProjectID})
+}
+
+// Open opens the database's pool (Postgres) and applies the migration
+// lines.
+func (d Database) Open(ctx context.Context, lines ...migrate.Line) (*pgxpool.Pool, error) {
+	return Postgres(ctx, d.URL, lines...)
+}
+
+// Open connects to Pub/Sub for project: the emulator at EmulatorHost when
+// set, else Google's endpoint.
+func (p PubSub) Open(ctx context.Context, project string) (*transport.Client, error) {
+	if p.EmulatorHost != "" {
+		return transport.Dial(ctx, project, p.EmulatorHost, transport.Options{})
+	}
+	return transport.New(ctx, project, transport.Options{})
+}
+
+// Open opens the ledger of project with these settings; opts carries the
+// caller's own (its logger).
+func (l Ledger) Open(ctx context.Context, project string, opts ledger.Options) (*ledger.Store, error) {
+	opts.Retention = l.Retention
+	opts.ReconcileAfter = l.ReconcileAfter
+	var client []option.ClientOption
+	if l.EmulatorHost != "" {
+		// What the Firestore client does with FIRESTORE_EMULATOR_HOST, on a
+		// connection the client owns (and closes): no TLS, and the
+		// emulator's admin credentials ("Bearer owner").
+		client = append(client, option.WithEndpoint(l.EmulatorHost), option.WithoutAuthentication(),
+			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
+			option.WithGRPCDialOption(grpc.WithPerRPCCredentials(emulatorOwner{})))
+	}
+	return ledger.Open(ctx, ledger.Config{ProjectID: project, Database: l.Database}, opts, client...)
+}
+
+// Open opens the ledger unless Mode is off (then it returns nil and no
+// error).
+func (r Recorder) Open(ctx context.Context, project string, opts ledger.Options) (*ledger.Store, error) {
+	switch r.Mode {
+	case ledger.ModeOff:
+		return nil, nil
+	case ledger.ModeFirestore, "":
+		return r.Ledger.Open(ctx, project, opts)
+	}
+	return nil, fmt.Errorf("LEDGER=%q: want %s or %s", r.Mode, ledger.ModeFirestore, ledger.ModeOff)
+}
+
+// emulatorOwner authenticates to the Firestore emulator as its admin.
+type emulatorOwner struct{}
+
+func (emulatorOwner) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer owner"}, nil
+}
+
+func (emulatorOwner) RequireTransportSecurity() bool { return false }
+
+// Closers closes what a constructor opened, last first: a function's
+// Close, or the clean-up of a constructor that failed half-way.
+type Closers []func(context.Context) error
+
+// Add appends a close function.
+func (c *Closers) Add(f func(context.Context) error) { *c = append(*c, f) }
+
+// Close runs them all, last added first, and joins their errors.
+func (c Closers) Close(ctx context.Context) error {
+	var errs []error
+	for i := len(c) - 1; i >= 0; i-- {
+		errs = append(errs, c[i](ctx))
+	}
+	return errors.Join(errs...)
+}
