@@ -72,6 +72,7 @@ topics:
         forward_timeout_seconds: 30
       - service: ledger
         gap_timeout_seconds: 1800
+        emits: [shop.refund.events, shop.cart.events]
   - name: shop.cart.events
     message_retention_seconds: 3600
     consumers:

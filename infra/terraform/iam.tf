@@ -85,12 +85,27 @@ resource "google_project_iam_member" "consume_ledger_user" {
 
 # ---- Postgres: URL secrets (Secret Manager) and Cloud SQL Client ------------
 
-# publish and dlqreplay: main.
+# publish: main.
 resource "google_secret_manager_secret_iam_member" "main_database_url" {
-  for_each  = toset(["publish", "dlqreplay"])
+  for_each  = toset(["publish"])
   secret_id = local.database_secret_ids["main"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function[each.key].member
+}
+
+# dlqreplay: every database (local.function_databases), so a consumer with
+# its own database gets a true replay dry run, outbox state, gap list and
+# rebuild.
+resource "google_secret_manager_secret_iam_member" "dlqreplay_database_url" {
+  for_each  = local.databases
+  secret_id = local.database_secret_ids[each.key]
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function["dlqreplay"].member
+}
+
+moved {
+  from = google_secret_manager_secret_iam_member.main_database_url["dlqreplay"]
+  to   = google_secret_manager_secret_iam_member.dlqreplay_database_url["main"]
 }
 
 # The relay drains every database.
@@ -174,6 +189,16 @@ resource "google_pubsub_topic_iam_member" "consume_dead_letter" {
   topic    = google_pubsub_topic.dead_letter[each.value.topic].name
   role     = "roles/pubsub.publisher"
   member   = google_service_account.consume[each.key].member
+}
+
+# ...and its handler's child events (topology: emits), right after its
+# transaction commits: without this the kick is refused (PermissionDenied)
+# and the children wait for the relay's next Scheduler drain.
+resource "google_pubsub_topic_iam_member" "consume_emits" {
+  for_each = local.consumer_emits
+  topic    = google_pubsub_topic.topic[each.value.topic].name
+  role     = "roles/pubsub.publisher"
+  member   = google_service_account.consume[each.value.consumer].member
 }
 
 # dlqreplay replays a dead letter to its original topic (for one consumer).
@@ -355,6 +380,7 @@ resource "time_sleep" "iam_propagation" {
       [for g in google_project_iam_member.consume_ledger_user : g.id],
       [for g in google_secret_manager_secret_iam_member.main_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.relay_database_url : g.id],
+      [for g in google_secret_manager_secret_iam_member.dlqreplay_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.consume_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.consume_signing_secret : g.id],
       google_secret_manager_secret_iam_member.dlqreplay_token[*].id,

@@ -21,7 +21,9 @@
 # not visible to Monitoring at once ("Cannot find metric(s)...", provider issue
 # https://github.com/hashicorp/terraform-provider-google/issues/11102): the
 # policies wait for time_sleep.log_metrics, which runs only when a metric is
-# created or replaced.
+# created or replaced. Monitoring's own error says a new metric "could take
+# up to 10 minutes to become available", so the wait is 11 minutes by default
+# and var.propagation_waits refuses less than 10 (infra/ops_test.go).
 
 locals {
   # Every consume service (their Cloud Run names start with consume-).

@@ -81,6 +81,7 @@ locals {
         max_delivery_attempts     = try(c.max_delivery_attempts > 0 ? c.max_delivery_attempts : local.defaults.max_delivery_attempts, local.defaults.max_delivery_attempts)
         message_retention_seconds = local.topics[t.name].message_retention_seconds
         database                  = coalesce(try(c.database, null), "main")
+        emits                     = [for e in flatten([try(c.emits, [])]) : e if e != null]
       } if c != null
     ]
   ])
@@ -105,6 +106,13 @@ locals {
       account_id = "rb-consume-${substr(sha1("${c.topic}.${c.service}-${c.role}"), 0, 12)}"
     })
   }
+
+  # Each consumer's child-event topics (topology emits): its service account
+  # publishes the children right after commit, so it is a publisher on
+  # each (iam.tf, consume_emits). Keyed "<subscription> <topic>".
+  consumer_emits = merge([
+    for k, c in local.consumers : { for e in c.emits : "${k} ${e}" => { consumer = k, topic = e } }
+  ]...)
 
   push_consumers     = { for k, c in local.consumers : k => c if c.delivery == "push" }
   eventarc_consumers = { for k, c in local.consumers : k => c if c.delivery == "eventarc" }
@@ -163,5 +171,11 @@ locals {
       for c in local.consumer_list : "consumer ${c.topic}.${c.service}-${c.role}: database \"${c.database}\" is not one of the topology's databases"
       if !contains([for d in local.database_list : d.name], c.database)
     ],
+    flatten([
+      for c in local.consumer_list : [
+        for e in c.emits : "consumer ${c.topic}.${c.service}-${c.role}: emits \"${e}\" is not one of the topology's topics"
+        if !contains([for t in local.topology.topics : t.name], e)
+      ]
+    ]),
   )
 }

@@ -166,6 +166,13 @@ type Consumer struct {
 	MinBackoffSeconds   int    `yaml:"min_backoff_seconds"`
 	MaxBackoffSeconds   int    `yaml:"max_backoff_seconds"`
 	MaxDeliveryAttempts int    `yaml:"max_delivery_attempts"`
+	// Emits are the topics the consumer's handler emits child events to
+	// (consumer.Context.Emit): each must be a declared topic. The consume
+	// service publishes its children right after its transaction commits
+	// as its own service account, so Terraform grants that account
+	// roles/pubsub.publisher on exactly these topics; a child on a topic
+	// left out is refused by Pub/Sub and waits for the relay's next drain.
+	Emits []string `yaml:"emits"`
 	// ExtraFilter is the topology's filter field: ANDed with the replay filter.
 	ExtraFilter string `yaml:"filter"`
 	// Enabled defaults to true; a disabled consumer is not expected by the ledger.
@@ -445,6 +452,21 @@ func (t *Topology) validate() error {
 			}
 			if m := c.MaxDeliveryAttempts; m < 5 || m > 100 {
 				bad(cw+".max_delivery_attempts", "must be 5 to 100 (Pub/Sub's dead-letter limits), not %d", m)
+			}
+		}
+	}
+	for i, tp := range t.Topics {
+		for j, c := range tp.Consumers {
+			seen := map[string]bool{}
+			for k, e := range c.Emits {
+				ew := fmt.Sprintf("topics[%d] (%s).consumers[%d] (%s).emits[%d]", i, tp.Name, j, c.Service, k)
+				switch {
+				case seen[e]:
+					bad(ew, "topic %q listed twice", e)
+				case t.Topic(e) == nil:
+					bad(ew, "must name one of the topology's topics (where the handler's child events go), not %q", e)
+				}
+				seen[e] = true
 			}
 		}
 	}

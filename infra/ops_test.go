@@ -1,0 +1,159 @@
+package infra
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+// grant is one evaluated instance of an *_iam_member resource.
+type grant struct {
+	resource, target, role, member string
+}
+
+// grantsOf evaluates every instance of every resource of an *_iam_member
+// type, with target the value of its targetAttr (topic, secret_id, ...).
+// Resources with count are evaluated when count is a plain number.
+func grantsOf(t *testing.T, c *tfConfig, ev *evaluator, typ, targetAttr string) []grant {
+	t.Helper()
+	stubs := resourceStubs(t, ev)
+	var out []grant
+	for _, key := range c.resourcesOfType(typ) {
+		b := c.resources[key]
+		instances := map[string]cty.Value{"": cty.NilVal}
+		if _, ok := b.Body.Attributes["for_each"]; ok {
+			instances = forEachKeys(t, ev, b)
+		} else if a, ok := b.Body.Attributes["count"]; ok {
+			n, diags := ev.eval(a.Expr, stubs)
+			if diags.HasErrors() {
+				t.Fatalf("%s count: %s", key, diags.Error())
+			}
+			instances = map[string]cty.Value{}
+			count, _ := n.AsBigFloat().Int64()
+			for i := int64(0); i < count; i++ {
+				instances[strconv.FormatInt(i, 10)] = cty.NumberIntVal(i)
+			}
+		}
+		for k, v := range instances {
+			in := newInstance(t, ev, stubs, key, k, v)
+			if v != cty.NilVal && v.Type() == cty.Number {
+				in.extra["count"] = cty.ObjectVal(map[string]cty.Value{"index": v})
+			}
+			out = append(out, grant{
+				resource: key + "[" + k + "]",
+				target:   in.attr(b.Body, targetAttr).AsString(),
+				role:     in.attr(b.Body, "role").AsString(),
+				member:   in.attr(b.Body, "member").AsString(),
+			})
+		}
+	}
+	return out
+}
+
+func consumeMember(ev *evaluator, sub string) string {
+	acct := ev.local("consumers").GetAttr(sub).GetAttr("account_id").AsString()
+	return "serviceAccount:" + acct + "@relaybus-test.iam.gserviceaccount.com"
+}
+
+// TestConsumersPublishTheirChildEvents: every consume service account is a
+// Pub/Sub publisher on exactly the topics it writes: the rollup topic, its
+// topic's <topic>.dlq and the topics its handler emits child events to
+// (the topology's emits). Each consume service kicks its children right
+// after its transaction commits, as its own account; with publisher on the
+// rollup and dead-letter topics only, every kick in production got
+// PermissionDenied and the children waited for the next Scheduler drain.
+func TestConsumersPublishTheirChildEvents(t *testing.T) {
+	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
+		ev.withStubs()
+		got := map[string][]string{} // member -> topics it may publish to
+		for _, g := range grantsOf(t, c, ev, "google_pubsub_topic_iam_member", "topic") {
+			if g.role == "roles/pubsub.publisher" {
+				got[g.member] = append(got[g.member], g.target)
+			}
+		}
+		emitting := 0
+		for _, cs := range top.Consumers() {
+			want := append([]string{top.Rollup.Topic, cs.DeadLetterTopic()}, cs.Emits...)
+			sort.Strings(want)
+			have := append([]string(nil), got[consumeMember(ev, cs.Subscription())]...)
+			sort.Strings(have)
+			if strings.Join(have, ",") != strings.Join(want, ",") {
+				t.Errorf("consume %s (emits %v) publishes to %v, want %v", cs.Subscription(), cs.Emits, have, want)
+			}
+			if len(cs.Emits) > 0 {
+				emitting++
+			}
+		}
+		if t.Name() == "TestConsumersPublishTheirChildEvents/infra/topology.yaml" && emitting == 0 {
+			t.Error("the repository's topology declares no emits, though its example handlers emit child events")
+		}
+	})
+}
+
+// TestDlqreplayReadsEveryDatabase: dlqreplay gets every database's URL
+// (DATABASE_URL and DATABASE_URL_<NAME>) from its secret and may read each
+// secret; with main only, a consumer with its own database got a replay dry
+// run of "unknown" and an event page without its outbox state.
+func TestDlqreplayReadsEveryDatabase(t *testing.T) {
+	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
+		ev.withStubs()
+		dbs := jsonValue(t, ev.local("function_databases")).(map[string]any)["dlqreplay"].(map[string]any)
+		secretIDs := jsonValue(t, ev.local("database_secret_ids")).(map[string]any)
+		readable := map[string]bool{}
+		for _, g := range grantsOf(t, c, ev, "google_secret_manager_secret_iam_member", "secret_id") {
+			if g.role == "roles/secretmanager.secretAccessor" && g.member == "serviceAccount:relaybus-dlqreplay@relaybus-test.iam.gserviceaccount.com" {
+				readable[g.target] = true
+			}
+		}
+		for _, d := range top.Databases {
+			if dbs[d.EnvVar()] != d.Name {
+				t.Errorf("dlqreplay: %s is %v, want the %s database's secret", d.EnvVar(), dbs[d.EnvVar()], d.Name)
+			}
+			if id, _ := secretIDs[d.Name].(string); !readable[id] {
+				t.Errorf("dlqreplay may not read %s's URL secret %v", d.Name, secretIDs[d.Name])
+			}
+		}
+		if len(dbs) != len(top.Databases) {
+			t.Errorf("dlqreplay databases %v, want the topology's %d", dbs, len(top.Databases))
+		}
+	})
+}
+
+// TestLogMetricAlertsWaitTenMinutes: the alert policies that read a
+// log-based metric wait (time_sleep.log_metrics) at least 10 minutes by
+// default, and var.propagation_waits refuses less: Monitoring answers a
+// policy on a new metric with 404 "If a metric was created recently, it
+// could take up to 10 minutes to become available"
+// (https://github.com/hashicorp/terraform-provider-google/issues/11102).
+func TestLogMetricAlertsWaitTenMinutes(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	ev := c.newEvaluator(t, requiredVars(t))
+	wait := c.resource(t, "time_sleep.log_metrics")
+	d, diags := ev.eval(wait.Body.Attributes["create_duration"].Expr, nil)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	secs, err := strconv.Atoi(strings.TrimSuffix(d.AsString(), "s"))
+	if err != nil || !strings.HasSuffix(d.AsString(), "s") {
+		t.Fatalf("time_sleep.log_metrics create_duration %q: want whole seconds", d.AsString())
+	}
+	if secs < 600 {
+		t.Errorf("the alert policies wait %ds for a new log-based metric; Monitoring says it may take up to 10 minutes", secs)
+	}
+	cond := block(t, "variable propagation_waits", c.variables["propagation_waits"].Body, "validation").Attributes["condition"].Expr
+	for value, want := range map[string]bool{"300s": false, "599s": false, "600s": true, "660s": true, "10m": false, "abc": false} {
+		ev2 := c.newEvaluator(t, map[string]cty.Value{"propagation_waits": cty.ObjectVal(map[string]cty.Value{"log_metrics": cty.StringVal(value)})})
+		got, diags := ev2.eval(cond, nil)
+		if diags.HasErrors() {
+			t.Fatalf("log_metrics = %q: %s", value, diags.Error())
+		}
+		if got.True() != want {
+			t.Errorf("propagation_waits.log_metrics = %q: accepted %v, want %v", value, got.True(), want)
+		}
+	}
+}
