@@ -44,7 +44,9 @@
 // registry changes; dry runs are reads) need a caller DLQREPLAY_WRITERS
 // lists (empty or *: everyone authenticated) and are refused with 403 in
 // DLQREPLAY_READ_ONLY mode; POST /deadletters:archive needs a caller
-// DLQREPLAY_ARCHIVERS lists (the DLQ monitors' push identity). Every write
+// DLQREPLAY_ARCHIVERS lists (the DLQ monitors' push identity), and under
+// DLQREPLAY_AUTH=token is authenticated by the push subscription's OIDC
+// token instead of the static token, which push cannot send. Every write
 // is logged with the caller's identity and appended to the ledger's audit
 // log. Non-GET requests from another origin in a browser are refused
 // (net/http.CrossOriginProtection). The handler works under
@@ -143,6 +145,9 @@ func New(o Options) (http.Handler, error) {
 		if o.Token == "" {
 			return nil, errors.New("dlqreplay: DLQREPLAY_AUTH=token needs DLQREPLAY_TOKEN (a Secret Manager secret)")
 		}
+		if len(o.Archivers) == 0 {
+			return nil, errors.New("dlqreplay: DLQREPLAY_AUTH=token needs DLQREPLAY_ARCHIVERS (the DLQ monitors' push service account): POST /deadletters:archive is authenticated by the push subscription's OIDC token, since push cannot send X-Relaybus-Token")
+		}
 	case AuthIAM, "":
 		o.Auth = AuthIAM
 	default:
@@ -227,7 +232,14 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, fail(http.StatusNotFound, "not_found", "no route for %s /%s", r.Method, clip(path, 200)))
 		return
 	}
-	who, err := a.authenticate(r)
+	var who Principal
+	var err error
+	if rt.pattern == pushedRoute && a.o.Auth == AuthToken {
+		// The DLQ monitors push: they cannot send the static token.
+		who, err = a.pushIdentity(r)
+	} else {
+		who, err = a.authenticate(r)
+	}
 	if err != nil {
 		a.unauthenticated(w, err)
 		return
@@ -305,6 +317,10 @@ type route struct {
 	h       func(a *api, r *request, args []string) (any, error)
 }
 
+// pushedRoute is the route Pub/Sub push calls (the DLQ monitors), with the
+// push subscription's OIDC token (pushIdentity under AuthToken).
+const pushedRoute = "deadletters:archive"
+
 func (rt *route) serve(a *api, r *request, args []string) (any, error) {
 	if rt.write {
 		if err := a.canWrite(r.who); err != nil {
@@ -323,7 +339,7 @@ var routes = []*route{
 	{"GET", "events/{}", false, (*api).getEvent},
 	{"POST", "events/{}:repush", false, (*api).repush},
 	{"GET", "traces/{}", false, (*api).trace},
-	{"POST", "deadletters:archive", false, (*api).archive},
+	{"POST", pushedRoute, false, (*api).archive},
 	{"POST", "deadletters:replay", false, (*api).replayBatch},
 	{"GET", "deadletters", false, (*api).listLetters},
 	{"GET", "deadletters/{}", false, (*api).getLetter},

@@ -182,7 +182,9 @@ variable "dlqreplay_settings" {
                      Google ID token (var.operators hold roles/run.invoker) and dlqreplay reads the
                      caller from the token's claims; iam: dlqreplay verifies the token itself (only
                      where no platform verified it); token: a shared token from token_secret in
-                     header X-Relaybus-Token; none: no check (local only).
+                     header X-Relaybus-Token (the DLQ monitors, whose push cannot add a header,
+                     archive with their push OIDC token: DLQREPLAY_ARCHIVERS); none: no check
+                     (local only).
       writers        DLQREPLAY_WRITERS: principals (emails) allowed to change anything; empty means
                      every caller Cloud Run admitted.
       read_only      DLQREPLAY_READ_ONLY: refuse every change.
