@@ -192,7 +192,7 @@ func TestStaticTokenAuth(t *testing.T) {
 			headers: map[string]string{dlqreplay.TokenHeader: "s3cret"}, want: 401, code: "unauthenticated"},
 		{name: "a signed token is verified, not trusted", method: "POST", path: "/deadletters:archive", body: archiveBody("t5"),
 			headers: map[string]string{"Authorization": "Bearer " + strings.TrimSuffix(cloudRunToken(map[string]any{"email": monitor, "email_verified": true}), "SIGNATURE_REMOVED_BY_GOOGLE") + "Zm9yZ2Vk"},
-			want: 401, code: "unauthenticated"},
+			want:    401, code: "unauthenticated"},
 		{name: "the push token does not open the other routes", path: "/deadletters",
 			headers: bearerOf(map[string]any{"email": monitor, "email_verified": true}), want: 401, code: "unauthenticated"},
 	})
