@@ -157,3 +157,30 @@ func TestLogMetricAlertsWaitTenMinutes(t *testing.T) {
 		}
 	}
 }
+
+// TestGapAlertNamesAReachableRoute: the gap alert tells operators how to
+// list and skip gaps through dlqreplay (the relaybus CLI), not through the
+// consume service, whose internal ingress refuses them (Cloud Run: with
+// Internal, "Requests from other sources, including the internet, cannot
+// reach your service").
+func TestGapAlertNamesAReachableRoute(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	ev := c.newEvaluator(t, requiredVars(t)).withStubs()
+	doc := block(t, "strict_gaps", c.resource(t, "google_monitoring_alert_policy.strict_gaps").Body, "documentation")
+	v, diags := ev.eval(doc.Attributes["content"].Expr, nil)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	text := v.AsString()
+	for _, want := range []string{"relaybus -url <dlqreplay URL> -gcloud-auth gaps ls", "relaybus gaps skip", "/consumers/<topic>/<consumer>/gaps"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the gap alert's documentation does not say %q: %s", want, text)
+		}
+	}
+	if strings.Contains(text, "consume URL") {
+		t.Errorf("the gap alert sends operators to the consume service, which is internal-only: %s", text)
+	}
+	if got := c.exprSource(c.resource(t, "google_cloud_run_v2_service.consume").Body.Attributes["ingress"].Expr); got != `"INGRESS_TRAFFIC_INTERNAL_ONLY"` {
+		t.Errorf("consume ingress %s", got)
+	}
+}

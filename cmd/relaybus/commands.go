@@ -186,6 +186,36 @@ var commands = []*command{
 				return c.do(ctx, "GET", "/audit"+query("action", "consumer.", "topic", *topic), nil, renderAudit)
 			}
 		}},
+	{path: []string{"gaps", "ls"}, args: "TOPIC CONSUMER", short: "a strict consumer's open version gaps, oldest first (from its own database)",
+		setup: func(fs *flag.FlagSet) runner {
+			aggType := fs.String("aggregate-type", "", "one aggregate type")
+			aggID := fs.String("aggregate", "", "one aggregate id")
+			return func(ctx context.Context, c *cli, args []string) error {
+				if err := exactly(args, "TOPIC", "CONSUMER"); err != nil {
+					return err
+				}
+				return c.do(ctx, "GET", fmt.Sprintf("/consumers/%s/%s/gaps", seg(args[0]), seg(args[1]))+
+					query("aggregateType", *aggType, "aggregateId", *aggID), nil, renderGaps)
+			}
+		}},
+	{path: []string{"gaps", "skip"}, args: "TOPIC CONSUMER", short: "release a strict consumer's gap by skipping versions that will never come",
+		setup: func(fs *flag.FlagSet) runner {
+			aggType := fs.String("aggregate-type", "", "the aggregate type (may be left out when one type has a gap for the id)")
+			aggID := fs.String("aggregate", "", "the aggregate id (required)")
+			version := fs.Int64("version", 0, "the first missing version (required)")
+			through := fs.Int64("through", 0, "the last version to skip, below the first parked one (default: --version alone)")
+			reason := fs.String("reason", "", "why, for the audit log")
+			return func(ctx context.Context, c *cli, args []string) error {
+				if err := exactly(args, "TOPIC", "CONSUMER"); err != nil {
+					return err
+				}
+				if *aggID == "" || *version < 1 {
+					return usageError("give --aggregate and --version (the first missing version)")
+				}
+				return c.do(ctx, "POST", fmt.Sprintf("/consumers/%s/%s/gaps:skip", seg(args[0]), seg(args[1])),
+					map[string]any{"aggregateType": *aggType, "aggregateId": *aggID, "version": *version, "through": *through, "reason": *reason}, renderKV)
+			}
+		}},
 	{path: []string{"seek"}, args: "SUBSCRIPTION", short: "rewind a consumer's subscription to a time or a snapshot (redelivers what it retained)",
 		setup: func(fs *flag.FlagSet) runner {
 			at := fs.String("time", "", "seek to this time (RFC 3339)")

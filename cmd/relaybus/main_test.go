@@ -82,7 +82,7 @@ func TestGoldenOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: arc, Ledger: store, DB: pool, Publisher: fake.Client, Topology: top,
-		Auth: dlqreplay.AuthToken, Token: "t0k"})
+		Auth: dlqreplay.AuthToken, Token: "t0k", Archivers: []string{"relaybus-dlq-push@relaybus-test.iam.gserviceaccount.com"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +121,10 @@ func TestGoldenOutput(t *testing.T) {
 		{"consumers_enable", []string{"consumers", "enable", "shop.order.events", "message-service"}, 0},
 		{"consumers_enable_unknown", []string{"consumers", "enable", "shop.order.events", "nobody"}, 1},
 		{"whoami", []string{"whoami"}, 0},
+		{"gaps_ls", []string{"gaps", "ls", "message.notification.events", "audit-service"}, 0},
+		{"gaps_ls_not_strict", []string{"gaps", "ls", "shop.order.events", "member-service"}, 1},
+		{"gaps_skip_nothing_parked", []string{"gaps", "skip", "--aggregate", "u-42", "--version", "7", "message.notification.events", "audit-service"}, 1},
+		{"gaps_skip_usage", []string{"gaps", "skip", "message.notification.events", "audit-service"}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer

@@ -417,3 +417,28 @@ func renderKV(w io.Writer, b []byte) error {
 	}
 	return table(w, "FIELD\tVALUE", rows)
 }
+
+func renderGaps(w io.Writer, b []byte) error {
+	var p struct {
+		Gaps []struct {
+			AggregateType, AggregateID, Age string
+			Applied, Missing, FirstParked   int64
+			Parked                          int
+			Overdue                         bool
+		}
+		GapTimeout string
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	var rows [][]string
+	for _, g := range p.Gaps {
+		missing := fmt.Sprint(g.Missing)
+		if g.FirstParked-1 > g.Missing {
+			missing = fmt.Sprintf("%d..%d", g.Missing, g.FirstParked-1)
+		}
+		rows = append(rows, []string{g.AggregateType, g.AggregateID, fmt.Sprint(g.Applied), missing, fmt.Sprint(g.Parked), g.Age,
+			map[bool]string{true: "overdue (gap timeout " + p.GapTimeout + ")", false: ""}[g.Overdue]})
+	}
+	return table(w, "TYPE\tAGGREGATE\tAPPLIED\tMISSING\tPARKED\tAGE\tSTATE", rows)
+}

@@ -103,6 +103,11 @@ func consumerArgs(r *request, args []string) (string, string, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return "", "", err
 	}
+	return consumerPath(args)
+}
+
+// consumerPath validates the topic and consumer of a path's arguments.
+func consumerPath(args []string) (string, string, error) {
 	var bad invalid
 	if names.ValidateTopic(args[0]) != nil || names.IsDeadLetter(args[0]) {
 		bad.add("topic", "%s", names.TopicRule)

@@ -22,6 +22,10 @@
 //	POST   /consumers                  {"topic", "consumerId", "enabled", "description", "sortOrder"}: add one
 //	PATCH  /consumers/{topic}/{id}     {"enabled", "description", "sortOrder"}: change one
 //	POST   /consumers/{topic}/{id}:enable, :disable
+//	GET    /consumers/{topic}/{id}/gaps ?aggregateType=&aggregateId=&limit=: a strict consumer's open
+//	                                   version gaps, oldest first, read from its own database
+//	POST   /consumers/{topic}/{id}/gaps:skip {"aggregateType", "aggregateId", "version", "through",
+//	                                   "reason"}: release a gap by skipping missing versions (gaps.go)
 //	GET    /audit                      ?action=&topic=&consumer=&limit=: who changed what, newest first
 //	POST   /subscriptions/{name}:seek  {"time": RFC 3339} or {"snapshot": name}: redeliver from there
 //	POST   /snapshots                  {"name", "subscription"}; GET /snapshots lists them
@@ -350,6 +354,8 @@ var routes = []*route{
 	{"PATCH", "consumers/{}/{}", true, (*api).changeConsumer},
 	{"POST", "consumers/{}/{}:enable", true, (*api).enableConsumer},
 	{"POST", "consumers/{}/{}:disable", true, (*api).disableConsumer},
+	{"GET", "consumers/{}/{}/gaps", false, (*api).listGaps},
+	{"POST", "consumers/{}/{}/gaps:skip", true, (*api).skipGap},
 	{"GET", "audit", false, (*api).audit},
 	{"POST", "subscriptions/{}:seek", true, (*api).seek},
 	{"POST", "snapshots", true, (*api).createSnapshot},
@@ -357,7 +363,7 @@ var routes = []*route{
 }
 
 // actions are the words a path may end in after a colon.
-var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true}
+var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true}
 
 // match finds the route of a path and method. It returns the path's
 // arguments, or, when the path is known but not for this method, the
