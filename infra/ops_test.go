@@ -8,6 +8,7 @@ import (
 
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -183,4 +184,66 @@ func TestGapAlertNamesAReachableRoute(t *testing.T) {
 	if got := c.exprSource(c.resource(t, "google_cloud_run_v2_service.consume").Body.Attributes["ingress"].Expr); got != `"INGRESS_TRAFFIC_INTERNAL_ONLY"` {
 		t.Errorf("consume ingress %s", got)
 	}
+}
+
+// TestPauseResumeWiring: what dlqreplay's resume sets back
+// (DLQREPLAY_PUSH_TARGETS) is exactly each push subscription's push_config
+// as Terraform creates it; Terraform then leaves push_config alone (a
+// deploy does not resume a paused consumer); dlqreplay may update those
+// subscriptions and act as their push identities, and nothing else.
+func TestPauseResumeWiring(t *testing.T) {
+	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
+		ev.withStubs()
+		stubs := resourceStubs(t, ev)
+		wired := jsonValue(t, ev.local("function_wired_env")).(map[string]any)["dlqreplay"].(map[string]any)
+		var targets map[string]dlqreplay.PushTarget
+		raw, _ := wired["DLQREPLAY_PUSH_TARGETS"].(string)
+		targets, err := dlqreplay.ParsePushTargets(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := c.resource(t, "google_pubsub_subscription.consumer")
+		subs := forEachKeys(t, ev, b)
+		if len(targets) != len(subs) {
+			t.Errorf("%d push targets for %d push subscriptions", len(targets), len(subs))
+		}
+		for key, v := range subs {
+			in := newInstance(t, ev, stubs, "consumer", key, v)
+			pc := block(t, key, b.Body, "push_config")
+			oidc := block(t, key, pc, "oidc_token")
+			want := dlqreplay.PushTarget{Endpoint: in.attr(pc, "push_endpoint").AsString(),
+				ServiceAccount: in.attr(oidc, "service_account_email").AsString(), Audience: in.attr(oidc, "audience").AsString()}
+			if targets[key] != want {
+				t.Errorf("%s: resume would set %+v, Terraform creates %+v", key, targets[key], want)
+			}
+		}
+		lc := block(t, "google_pubsub_subscription.consumer", b.Body, "lifecycle")
+		if got := c.exprSource(lc.Attributes["ignore_changes"].Expr); got != "[push_config]" {
+			t.Errorf("push subscriptions ignore_changes %s: a deploy would resume paused consumers", got)
+		}
+		dlq := "serviceAccount:relaybus-dlqreplay@relaybus-test.iam.gserviceaccount.com"
+		control := map[string]bool{}
+		for _, g := range grantsOf(t, c, ev, "google_pubsub_subscription_iam_member", "subscription") {
+			if g.member == dlq && g.role == stubProject+"/roles/relaybusPushControl" {
+				control[g.target] = true
+			}
+		}
+		actAs := map[string]bool{}
+		for _, g := range grantsOf(t, c, ev, "google_service_account_iam_member", "service_account_id") {
+			if g.member == dlq && g.role == "roles/iam.serviceAccountUser" {
+				actAs[g.target] = true
+			}
+		}
+		for key := range subs {
+			if !control[key] {
+				t.Errorf("dlqreplay may not update %s's push config", key)
+			}
+			if !actAs[stubProject+"/serviceAccounts/"+targets[key].ServiceAccount] {
+				t.Errorf("dlqreplay may not act as %s (resume sets it as the push identity)", targets[key].ServiceAccount)
+			}
+		}
+		if len(control) != len(subs) || len(actAs) != len(subs) {
+			t.Errorf("dlqreplay controls %d subscriptions and acts as %d accounts, want the %d push consumers'", len(control), len(actAs), len(subs))
+		}
+	})
 }

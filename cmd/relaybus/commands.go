@@ -176,6 +176,10 @@ var commands = []*command{
 		setup: func(fs *flag.FlagSet) runner { return toggle(true) }},
 	{path: []string{"consumers", "disable"}, args: "TOPIC CONSUMER", short: "stop expecting CONSUMER on events sent to TOPIC from now on",
 		setup: func(fs *flag.FlagSet) runner { return toggle(false) }},
+	{path: []string{"consumers", "pause"}, args: "TOPIC CONSUMER", short: "stop delivery to a push consumer: messages wait in its subscription, no attempt is counted",
+		setup: func(fs *flag.FlagSet) runner { return pause("pause") }},
+	{path: []string{"consumers", "resume"}, args: "TOPIC CONSUMER", short: "restart delivery to a paused consumer, oldest waiting message first",
+		setup: func(fs *flag.FlagSet) runner { return pause("resume") }},
 	{path: []string{"consumers", "audit"}, short: "who changed the registry, when, and what",
 		setup: func(fs *flag.FlagSet) runner {
 			topic := fs.String("topic", "", "one topic's changes")
@@ -266,5 +270,14 @@ func toggle(on bool) runner {
 			return err
 		}
 		return c.do(ctx, "POST", fmt.Sprintf("/consumers/%s/%s:%s", seg(args[0]), seg(args[1]), verb), nil, renderConsumerChange)
+	}
+}
+
+func pause(verb string) runner {
+	return func(ctx context.Context, c *cli, args []string) error {
+		if err := exactly(args, "TOPIC", "CONSUMER"); err != nil {
+			return err
+		}
+		return c.do(ctx, "POST", fmt.Sprintf("/consumers/%s/%s:%s", seg(args[0]), seg(args[1]), verb), nil, renderKV)
 	}
 }

@@ -121,6 +121,7 @@ func TestGoldenOutput(t *testing.T) {
 		{"consumers_enable", []string{"consumers", "enable", "shop.order.events", "message-service"}, 0},
 		{"consumers_enable_unknown", []string{"consumers", "enable", "shop.order.events", "nobody"}, 1},
 		{"whoami", []string{"whoami"}, 0},
+		{"consumers_pause_eventarc", []string{"consumers", "pause", "shop.order.events", "message-service"}, 1},
 		{"gaps_ls", []string{"gaps", "ls", "message.notification.events", "audit-service"}, 0},
 		{"gaps_ls_not_strict", []string{"gaps", "ls", "shop.order.events", "member-service"}, 1},
 		{"gaps_skip_nothing_parked", []string{"gaps", "skip", "--aggregate", "u-42", "--version", "7", "message.notification.events", "audit-service"}, 1},

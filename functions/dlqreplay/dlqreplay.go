@@ -22,6 +22,9 @@
 //	POST   /consumers                  {"topic", "consumerId", "enabled", "description", "sortOrder"}: add one
 //	PATCH  /consumers/{topic}/{id}     {"enabled", "description", "sortOrder"}: change one
 //	POST   /consumers/{topic}/{id}:enable, :disable
+//	POST   /consumers/{topic}/{id}:pause, :resume  detach / restore a push consumer's push endpoint:
+//	                                   messages wait in its subscription meanwhile (pause.go)
+//	GET    /consumers/{topic}/{id}/delivery  whether it is paused
 //	GET    /consumers/{topic}/{id}/gaps ?aggregateType=&aggregateId=&limit=: a strict consumer's open
 //	                                   version gaps, oldest first, read from its own database
 //	POST   /consumers/{topic}/{id}/gaps:skip {"aggregateType", "aggregateId", "version", "through",
@@ -122,8 +125,12 @@ type Options struct {
 	Writers   []string
 	ReadOnly  bool
 	Archivers []string
-	// Seeker, when set, serves seek and snapshots.
+	// Seeker, when set, serves seek, snapshots, pause and resume (its
+	// subscription admin client).
 	Seeker *Seeker
+	// PushTargets are the push consumers' endpoints and OIDC identities by
+	// logical subscription (DLQREPLAY_PUSH_TARGETS): what resume restores.
+	PushTargets map[string]PushTarget
 	// MaxRepushes and SentTimeout are the re-push rules (defaults above).
 	MaxRepushes int
 	SentTimeout time.Duration
@@ -354,6 +361,9 @@ var routes = []*route{
 	{"PATCH", "consumers/{}/{}", true, (*api).changeConsumer},
 	{"POST", "consumers/{}/{}:enable", true, (*api).enableConsumer},
 	{"POST", "consumers/{}/{}:disable", true, (*api).disableConsumer},
+	{"POST", "consumers/{}/{}:pause", true, (*api).pauseConsumer},
+	{"POST", "consumers/{}/{}:resume", true, (*api).resumeConsumer},
+	{"GET", "consumers/{}/{}/delivery", false, (*api).consumerDelivery},
 	{"GET", "consumers/{}/{}/gaps", false, (*api).listGaps},
 	{"POST", "consumers/{}/{}/gaps:skip", true, (*api).skipGap},
 	{"GET", "audit", false, (*api).audit},
@@ -363,7 +373,7 @@ var routes = []*route{
 }
 
 // actions are the words a path may end in after a colon.
-var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true}
+var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true}
 
 // match finds the route of a path and method. It returns the path's
 // arguments, or, when the path is known but not for this method, the

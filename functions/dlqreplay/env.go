@@ -46,6 +46,10 @@ type Config struct {
 	// Subscriptions maps logical subscription ids to real ones
 	// (DLQREPLAY_SUBSCRIPTIONS, a JSON object; see topology.SubscriptionMap).
 	Subscriptions string `env:"DLQREPLAY_SUBSCRIPTIONS"`
+	// PushTargets are the push consumers' endpoints and OIDC identities
+	// (DLQREPLAY_PUSH_TARGETS, a JSON object; see ParsePushTargets): what
+	// resume restores.
+	PushTargets string `env:"DLQREPLAY_PUSH_TARGETS"`
 	// Retention is how long dead letters are kept (ARCHIVE_RETENTION, 720h):
 	// each gets deleteAt = archived + retention for Firestore's TTL policy.
 	Retention time.Duration `env:"ARCHIVE_RETENTION, default=720h"`
@@ -76,6 +80,10 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		return nil, err
 	}
 	subs, err := topology.ParseSubscriptionMap(top, cfg.Subscriptions)
+	if err != nil {
+		return nil, err
+	}
+	targets, err := ParsePushTargets(cfg.PushTargets)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +118,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	return New(Options{
 		Archive: archive.New(store.Client(), archive.WithRetention(cfg.Retention), archive.WithSubscriptions(subs)),
 		Ledger:  store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
-		Seeker: &Seeker{Admin: ps.PubSub().SubscriptionAdminClient, Project: cfg.ProjectID},
+		Seeker: &Seeker{Admin: ps.PubSub().SubscriptionAdminClient, Project: cfg.ProjectID}, PushTargets: targets,
 		Auth:   cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log,
 	})

@@ -226,6 +226,37 @@ resource "google_pubsub_subscription_iam_member" "dlqreplay_seek_eventarc" {
   member       = google_service_account.function["dlqreplay"].member
 }
 
+# Pause and resume of a push consumer: read and update its subscription's
+# push_config (pubsub.subscriptions.get/update), on the push consumers'
+# subscriptions only...
+resource "google_project_iam_custom_role" "push_control" {
+  role_id     = "relaybusPushControl"
+  title       = "relaybus push control"
+  description = "Read a subscription and update its push configuration (dlqreplay's consumer pause and resume)."
+  permissions = [
+    "pubsub.subscriptions.get",
+    "pubsub.subscriptions.update",
+  ]
+}
+
+resource "google_pubsub_subscription_iam_member" "dlqreplay_push_control" {
+  for_each     = local.push_consumers
+  subscription = google_pubsub_subscription.consumer[each.key].name
+  role         = google_project_iam_custom_role.push_control.name
+  member       = google_service_account.function["dlqreplay"].member
+}
+
+# ...and setting a push endpoint's OIDC identity back needs
+# iam.serviceAccounts.actAs on that identity (the consumer's account), as
+# creating the push subscription does
+# (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions).
+resource "google_service_account_iam_member" "dlqreplay_act_as_consume" {
+  for_each           = local.push_consumers
+  service_account_id = google_service_account.consume[each.key].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.function["dlqreplay"].member
+}
+
 # Snapshots for rebuilds (create, list, get, delete): only these permissions.
 resource "google_project_iam_custom_role" "snapshots" {
   role_id     = "relaybusSnapshots"
@@ -390,6 +421,7 @@ resource "time_sleep" "iam_propagation" {
       [for g in google_service_account_iam_member.agent_token_creator_consume : g.id],
       google_service_account_iam_member.agent_token_creator_rollup.id,
       google_service_account_iam_member.agent_token_creator_dead_letter_push.id,
+      [for g in google_service_account_iam_member.dlqreplay_act_as_consume : g.id],
     ]))
   }
 }

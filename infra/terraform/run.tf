@@ -126,6 +126,15 @@ locals {
     dlqreplay = {
       DLQREPLAY_ARCHIVERS     = google_service_account.dead_letter_push.email
       DLQREPLAY_SUBSCRIPTIONS = jsonencode(local.consumer_subscription_ids)
+      # What :resume sets back on a paused push consumer: the push_config
+      # of google_pubsub_subscription.consumer.
+      DLQREPLAY_PUSH_TARGETS = jsonencode({
+        for k, c in local.push_consumers : k => {
+          endpoint       = google_cloud_run_v2_service.consume[k].uri
+          serviceAccount = google_service_account.consume[k].email
+          audience       = google_cloud_run_v2_service.consume[k].uri
+        }
+      })
     }
   }
 
