@@ -119,7 +119,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		Archive: archive.New(store.Client(), archive.WithRetention(cfg.Retention), archive.WithSubscriptions(subs)),
 		Ledger:  store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
 		Seeker: &Seeker{Admin: ps.PubSub().SubscriptionAdminClient, Project: cfg.ProjectID}, PushTargets: targets,
-		Auth:   cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
+		Auth: cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log,
 	})
 }
