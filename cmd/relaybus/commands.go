@@ -180,6 +180,26 @@ var commands = []*command{
 		setup: func(fs *flag.FlagSet) runner { return pause("pause") }},
 	{path: []string{"consumers", "resume"}, args: "TOPIC CONSUMER", short: "restart delivery to a paused consumer, oldest waiting message first",
 		setup: func(fs *flag.FlagSet) runner { return pause("resume") }},
+	{path: []string{"consumers", "rebuild"}, args: "TOPIC CONSUMER", short: "rebuild a consumer's projection: pause, clear it and its inbox, seek, resume (--dry-run first)",
+		setup: func(fs *flag.FlagSet) runner {
+			at := fs.String("time", "", "replay every message retained since this time (RFC 3339)")
+			snapshot := fs.String("snapshot", "", "replay from this snapshot")
+			aggType := fs.String("aggregate-type", "", "clear only this aggregate type's projection (default: all)")
+			dry := fs.Bool("dry-run", false, "say what would be cleared and replayed; change nothing")
+			return func(ctx context.Context, c *cli, args []string) error {
+				if err := exactly(args, "TOPIC", "CONSUMER"); err != nil {
+					return err
+				}
+				if (*at == "") == (*snapshot == "") {
+					return usageError("give exactly one of --time and --snapshot")
+				}
+				if err := timeFlag("time", *at); err != nil {
+					return err
+				}
+				return c.do(ctx, "POST", fmt.Sprintf("/consumers/%s/%s:rebuild", seg(args[0]), seg(args[1])),
+					map[string]any{"time": *at, "snapshot": *snapshot, "aggregateType": *aggType, "dryRun": *dry}, renderKV)
+			}
+		}},
 	{path: []string{"consumers", "audit"}, short: "who changed the registry, when, and what",
 		setup: func(fs *flag.FlagSet) runner {
 			topic := fs.String("topic", "", "one topic's changes")

@@ -25,6 +25,8 @@
 //	POST   /consumers/{topic}/{id}:pause, :resume  detach / restore a push consumer's push endpoint:
 //	                                   messages wait in its subscription meanwhile (pause.go)
 //	GET    /consumers/{topic}/{id}/delivery  whether it is paused
+//	POST   /consumers/{topic}/{id}:rebuild {"time" | "snapshot", "aggregateType", "dryRun"}: pause, clear
+//	                                   its projection (scope) and inbox in its database, seek, resume (rebuild.go)
 //	GET    /consumers/{topic}/{id}/gaps ?aggregateType=&aggregateId=&limit=: a strict consumer's open
 //	                                   version gaps, oldest first, read from its own database
 //	POST   /consumers/{topic}/{id}/gaps:skip {"aggregateType", "aggregateId", "version", "through",
@@ -363,6 +365,7 @@ var routes = []*route{
 	{"POST", "consumers/{}/{}:disable", true, (*api).disableConsumer},
 	{"POST", "consumers/{}/{}:pause", true, (*api).pauseConsumer},
 	{"POST", "consumers/{}/{}:resume", true, (*api).resumeConsumer},
+	{"POST", "consumers/{}/{}:rebuild", false, (*api).rebuild},
 	{"GET", "consumers/{}/{}/delivery", false, (*api).consumerDelivery},
 	{"GET", "consumers/{}/{}/gaps", false, (*api).listGaps},
 	{"POST", "consumers/{}/{}/gaps:skip", true, (*api).skipGap},
@@ -373,7 +376,7 @@ var routes = []*route{
 }
 
 // actions are the words a path may end in after a colon.
-var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true}
+var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true, "rebuild": true}
 
 // match finds the route of a path and method. It returns the path's
 // arguments, or, when the path is known but not for this method, the
