@@ -248,12 +248,15 @@ func renderBatch(w io.Writer, b []byte) error {
 }
 
 type consumerRow struct {
-	Topic, ConsumerID, Description, UpdatedBy, Subscription, PubSubSubscription, Delivery string
-	Enabled, InRegistry, Declared                                                         bool
+	Topic, ConsumerID, Description, UpdatedBy, Subscription, PubSubSubscription, Delivery, Owner string
+	Enabled, InRegistry, Declared                                                                bool
 }
 
 func renderConsumers(w io.Writer, b []byte) error {
-	var p struct{ Consumers []consumerRow }
+	var p struct {
+		Consumers []consumerRow
+		Ownership string
+	}
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
@@ -270,9 +273,15 @@ func renderConsumers(w io.Writer, b []byte) error {
 		if !c.Declared {
 			sub = "(no subscription in the topology)"
 		}
-		rows = append(rows, []string{c.Topic, c.ConsumerID, state, c.Delivery, sub, c.UpdatedBy})
+		rows = append(rows, []string{c.Topic, c.ConsumerID, state, c.Delivery, sub, c.Owner, c.UpdatedBy})
 	}
-	return table(w, "TOPIC\tCONSUMER\tSTATE\tDELIVERY\tSUBSCRIPTION\tCHANGED BY", rows)
+	if err := table(w, "TOPIC\tCONSUMER\tSTATE\tDELIVERY\tSUBSCRIPTION\tOWNER\tCHANGED BY", rows); err != nil {
+		return err
+	}
+	if p.Ownership != "" {
+		fmt.Fprintln(w, "\n"+p.Ownership)
+	}
+	return nil
 }
 
 func renderConsumerChange(w io.Writer, b []byte) error {

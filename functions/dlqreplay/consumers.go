@@ -23,6 +23,10 @@ type consumerView struct {
 	Delivery           string `json:"delivery,omitempty"`
 	Handler            string `json:"handler,omitempty"`
 	Database           string `json:"database,omitempty"`
+	// Owner says who the entry follows: "topology" (the deploy's sync
+	// keeps it as infra/topology.yaml says) or "operator" (edited here or
+	// in the console: the sync never rewrites nor disables it).
+	Owner string `json:"owner"`
 }
 
 func (a *api) listConsumers(r *request, _ []string) (any, error) {
@@ -60,11 +64,16 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"consumers": out, "audit": audit, "cacheNote": "A change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers"}, nil
+	return map[string]any{"consumers": out, "audit": audit, "cacheNote": "A change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers",
+		"ownership": ownershipRule}, nil
 }
 
 // describe adds the topology's facts to a registry entry.
 func (a *api) describe(v *consumerView) {
+	v.Owner = "topology"
+	if v.UpdatedBy != "" {
+		v.Owner = "operator"
+	}
 	if a.o.Topology == nil {
 		return
 	}
@@ -189,3 +198,6 @@ func (a *api) audit(r *request, _ []string) (any, error) {
 	}
 	return map[string]any{"entries": entries}, nil
 }
+
+// ownershipRule is the registry's ownership rule, shown with every listing.
+const ownershipRule = "The topology owns the consumers it declares; operators own their edits. A deploy's sync (rollup sync-consumers) creates declared consumers and keeps the ones it wrote as infra/topology.yaml says, but never rewrites nor disables an entry an operator added or changed here (owner: operator)."
