@@ -43,6 +43,10 @@ type Config struct {
 	Budget time.Duration `env:"PUBLISH_BUDGET, default=2s"`
 	// MaxInFlight bounds the requests served at once (PUBLISH_MAX_IN_FLIGHT, 256).
 	MaxInFlight int `env:"PUBLISH_MAX_IN_FLIGHT, default=256"`
+	// Auth is cloudrun (behind Cloud Run IAM: the caller is read from the
+	// ID token it verified, topics' publishers are enforced) or none
+	// (PUBLISH_AUTH, none).
+	Auth string `env:"PUBLISH_AUTH, default=none"`
 }
 
 func init() {
@@ -95,6 +99,10 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	}
 	f.close = append(f.close, func(context.Context) error { pool.Close(); return nil })
 	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log}
+	opts.Auth, opts.Publishers = cfg.Auth, map[string][]string{}
+	for _, t := range top.Topics {
+		opts.Publishers[t.Name] = t.PublisherEmails()
+	}
 	store, err := ledger.OpenMode(ctx, cfg.Ledger, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase},
 		ledger.Options{Logger: log, Retention: cfg.LedgerRetention})
 	if err != nil {

@@ -63,6 +63,9 @@ locals {
         PUBLISH_MAX_PAYLOAD_BYTES = tostring(var.publish_settings.max_payload_bytes)
         PUBLISH_BUDGET            = var.publish_settings.budget
         PUBLISH_MAX_IN_FLIGHT     = tostring(var.publish_settings.max_in_flight)
+        # Behind Cloud Run IAM: the caller is read from the ID token it
+        # verified; each topic's topology publishers are enforced.
+        PUBLISH_AUTH = "cloudrun"
       })
       concurrency     = 80
       max_instances   = var.publish_settings.max_instances

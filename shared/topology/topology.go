@@ -129,7 +129,25 @@ type Topic struct {
 	// Encoding is json or protobuf: how events are written into message data.
 	Encoding                string     `yaml:"encoding"`
 	MessageRetentionSeconds int        `yaml:"message_retention_seconds"`
-	Consumers               []Consumer `yaml:"consumers"`
+	// Publishers, when set, are the only callers the publish function lets
+	// write this topic: service account (or user) emails, as the ID token
+	// Cloud Run verified names them (a serviceAccount: or user: prefix is
+	// dropped). Empty: every caller Cloud Run admits.
+	Publishers []string   `yaml:"publishers"`
+	Consumers  []Consumer `yaml:"consumers"`
+}
+
+// PublisherEmails returns the topic's publishers as lower-cased emails,
+// without their IAM member prefix.
+func (t Topic) PublisherEmails() []string {
+	out := make([]string, 0, len(t.Publishers))
+	for _, p := range t.Publishers {
+		if _, rest, ok := strings.Cut(p, ":"); ok {
+			p = rest
+		}
+		out = append(out, strings.ToLower(strings.TrimSpace(p)))
+	}
+	return out
 }
 
 // Consumer is one consuming service's subscription to a topic.
@@ -386,6 +404,15 @@ func (t *Topology) validate() error {
 		seenTopic[tp.Name] = true
 		if _, err := event.ParseEncoding(tp.Encoding); err != nil {
 			bad(where+".encoding", "%v", err)
+		}
+		for k, p := range tp.Publishers {
+			kind, email, prefixed := strings.Cut(p, ":")
+			if !prefixed {
+				email = p
+			}
+			if (prefixed && kind != "serviceAccount" && kind != "user") || !strings.Contains(email, "@") || strings.ContainsAny(email, " ,") {
+				bad(fmt.Sprintf("%s.publishers[%d]", where, k), "must be an email (a serviceAccount: or user: prefix is allowed), as the caller's ID token names it; groups and domains cannot be checked against a token, not %q", p)
+			}
 		}
 		if r := tp.MessageRetentionSeconds; r < 600 || r > 31*24*3600 {
 			bad(where+".message_retention_seconds", "must be 600 (10 minutes) to 2678400 (31 days), not %d", r)
