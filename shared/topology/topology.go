@@ -127,8 +127,8 @@ type Topic struct {
 	Name        string `yaml:"name"`
 	Description string `yaml:"description"`
 	// Encoding is json or protobuf: how events are written into message data.
-	Encoding                string     `yaml:"encoding"`
-	MessageRetentionSeconds int        `yaml:"message_retention_seconds"`
+	Encoding                string `yaml:"encoding"`
+	MessageRetentionSeconds int    `yaml:"message_retention_seconds"`
 	// Publishers, when set, are the only callers the publish function lets
 	// write this topic: service account (or user) emails, as the ID token
 	// Cloud Run verified names them (a serviceAccount: or user: prefix is
