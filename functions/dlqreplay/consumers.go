@@ -4,9 +4,12 @@ import (
 	"errors"
 	"net/http"
 
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // consumerView is a registry entry with what the topology says of it.
@@ -27,6 +30,9 @@ type consumerView struct {
 	// keeps it as infra/topology.yaml says) or "operator" (edited here or
 	// in the console: the sync never rewrites nor disables it).
 	Owner string `json:"owner"`
+	// Paused is whether a push consumer's subscription has its push
+	// endpoint detached (pause.go); absent when it could not be read.
+	Paused *bool `json:"paused,omitempty"`
 }
 
 func (a *api) listConsumers(r *request, _ []string) (any, error) {
@@ -60,6 +66,7 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 			out = append(out, v)
 		}
 	}
+	a.pausedStates(r, out)
 	audit, err := a.o.Ledger.AuditLog(r.Context(), ledger.AuditQuery{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
 	if err != nil {
 		return nil, err
@@ -201,3 +208,25 @@ func (a *api) audit(r *request, _ []string) (any, error) {
 
 // ownershipRule is the registry's ownership rule, shown with every listing.
 const ownershipRule = "The topology owns the consumers it declares; operators own their edits. A deploy's sync (rollup sync-consumers) creates declared consumers and keeps the ones it wrote as infra/topology.yaml says, but never rewrites nor disables an entry an operator added or changed here (owner: operator)."
+
+// pausedStates fills Paused for the declared push consumers, reading their
+// subscriptions; one that cannot be read is left without (and logged).
+func (a *api) pausedStates(r *request, vs []consumerView) {
+	if a.o.Seeker == nil {
+		return
+	}
+	for i := range vs {
+		v := &vs[i]
+		if !v.Declared || v.Delivery != topology.DeliveryPush {
+			continue
+		}
+		sub := "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(v.Subscription)
+		s, err := a.o.Seeker.Admin.GetSubscription(r.Context(), &pb.GetSubscriptionRequest{Subscription: sub})
+		if err != nil {
+			a.o.Logger.WarnContext(r.Context(), "dlqreplay: cannot read a consumer's subscription", "subscription", v.Subscription, "error", err.Error(), "request_id", r.id)
+			continue
+		}
+		paused := s.GetPushConfig().GetPushEndpoint() == ""
+		v.Paused = &paused
+	}
+}

@@ -73,6 +73,23 @@ func TestPauseAndResumeAPushConsumer(t *testing.T) {
 	if code := e.callWith(t, "GET", base+"/delivery", bob, nil, &st); code != 200 || st["paused"] != true {
 		t.Errorf("delivery while paused: %d %v", code, st)
 	}
+	var list struct {
+		Consumers []struct {
+			Topic, ConsumerID string
+			Paused            *bool
+		}
+	}
+	if code := e.callWith(t, "GET", "/consumers", bob, nil, &list); code != 200 {
+		t.Fatalf("list: %d", code)
+	}
+	for _, c := range list.Consumers {
+		if c.Topic == "member.points.events" && c.ConsumerID == "audit-service" && (c.Paused == nil || !*c.Paused) {
+			t.Errorf("the registry listing does not show audit-service paused: %v", c.Paused)
+		}
+		if c.ConsumerID == "message-service" && c.Paused != nil {
+			t.Errorf("an Eventarc consumer shows a paused state")
+		}
+	}
 
 	if code := e.callWith(t, "POST", base+":resume", alice, nil, &st); code != 200 || st["paused"] != false || st["changed"] != true {
 		t.Fatalf("resume: %d %v", code, st)
