@@ -117,6 +117,9 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	var led relay.Ledger
 	o := consumer.Options{DB: pool, ConsumerID: cfg.ConsumerID, Subscription: cfg.Subscription, Handler: h,
 		DeadLetters: ps, MaxDeliveryAttempts: cfg.MaxDeliveryAttempts, LedgerBudget: cfg.LedgerBudget, Logger: log}
+	if c, ok := top.Consumer(cfg.Subscription); ok {
+		o.Emits = append([]string{}, c.Emits...) // where its account may publish the kick
+	}
 	if store != nil {
 		closers = append(closers, func(context.Context) error { return store.Close() })
 		o.Ledger = ledger.NewRecorder(store, ps, cfg.RollupTopic)

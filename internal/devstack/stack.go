@@ -454,7 +454,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			}
 		}
 		e, err := consumer.New(consumer.Options{DB: cpool, ConsumerID: c.Service, Subscription: c.Subscription(), Handler: h,
-			DeadLetters: ps, Ledger: recorder, Kicker: s.Relays[c.Database], MaxDeliveryAttempts: c.MaxDeliveryAttempts, Logger: o.Logger})
+			DeadLetters: ps, Ledger: recorder, Kicker: s.Relays[c.Database], MaxDeliveryAttempts: c.MaxDeliveryAttempts, Logger: o.Logger,
+			Emits: append([]string{}, c.Emits...)})
 		if err != nil {
 			return nil, err
 		}
