@@ -376,6 +376,18 @@ func TestConsoleInABrowser(t *testing.T) {
 	if got := b.text("[data-testid=audit-row]"); !strings.Contains(got, "consumer.disable") || !strings.Contains(got, "message-service") || !strings.Contains(got, "anonymous") {
 		t.Errorf("the audit row says %q", got)
 	}
+	// The disabled entry is now the operator's: the deploy's sync leaves it
+	// (the rule is on the page); the others still follow the topology.
+	if got := b.text(msgRow + " [data-testid=consumer-owner]"); got != "operator's" {
+		t.Errorf("message-service's owner tag says %q, want operator's", got)
+	}
+	memberRow := `[data-testid=topic][data-topic="shop.order.events"] [data-testid=consumer-row][data-consumer=member-service]`
+	if got := b.text(memberRow + " [data-testid=consumer-owner]"); got != "topology's" {
+		t.Errorf("member-service's owner tag says %q, want topology's", got)
+	}
+	if got := b.text("[data-testid=ownership]"); !strings.Contains(got, "never rewrites nor disables an entry an operator added or changed") {
+		t.Errorf("the registry page states no ownership rule: %q", got)
+	}
 	b.shot("consumers")
 	// The services cache the registry (registry.DefaultCacheTTL): publish
 	// until an order is sent under the change.
