@@ -4,8 +4,6 @@ import (
 	"errors"
 	"net/http"
 
-	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/registry"
@@ -209,10 +207,10 @@ func (a *api) audit(r *request, _ []string) (any, error) {
 // ownershipRule is the registry's ownership rule, shown with every listing.
 const ownershipRule = "The topology owns the consumers it declares; operators own their edits. A deploy's sync (rollup sync-consumers) creates declared consumers and keeps the ones it wrote as infra/topology.yaml says, but never rewrites nor disables an entry an operator added or changed here (owner: operator)."
 
-// pausedStates fills Paused for the declared push consumers, reading their
-// subscriptions; one that cannot be read is left without (and logged).
+// pausedStates fills Paused for the declared push consumers; one whose
+// state cannot be read is left without (and logged).
 func (a *api) pausedStates(r *request, vs []consumerView) {
-	if a.o.Seeker == nil {
+	if a.o.Pauser == nil {
 		return
 	}
 	for i := range vs {
@@ -220,13 +218,11 @@ func (a *api) pausedStates(r *request, vs []consumerView) {
 		if !v.Declared || v.Delivery != topology.DeliveryPush {
 			continue
 		}
-		sub := "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(v.Subscription)
-		s, err := a.o.Seeker.Admin.GetSubscription(r.Context(), &pb.GetSubscriptionRequest{Subscription: sub})
+		paused, err := a.o.Pauser.Paused(r.Context(), v.Subscription)
 		if err != nil {
-			a.o.Logger.WarnContext(r.Context(), "dlqreplay: cannot read a consumer's subscription", "subscription", v.Subscription, "error", err.Error(), "request_id", r.id)
+			a.o.Logger.WarnContext(r.Context(), "dlqreplay: cannot read a consumer's delivery state", "subscription", v.Subscription, "error", err.Error(), "request_id", r.id)
 			continue
 		}
-		paused := s.GetPushConfig().GetPushEndpoint() == ""
 		v.Paused = &paused
 	}
 }

@@ -133,6 +133,10 @@ type Options struct {
 	// PushTargets are the push consumers' endpoints and OIDC identities by
 	// logical subscription (DLQREPLAY_PUSH_TARGETS): what resume restores.
 	PushTargets map[string]PushTarget
+	// Pauser pauses and resumes consumers (pause, resume, rebuild); nil
+	// with a Seeker means a PushPauser over the Seeker's client and
+	// PushTargets.
+	Pauser Pauser
 	// MaxRepushes and SentTimeout are the re-push rules (defaults above).
 	MaxRepushes int
 	SentTimeout time.Duration
@@ -185,6 +189,9 @@ func New(o Options) (http.Handler, error) {
 	}
 	if a.o.Subscriptions == nil && a.o.Topology != nil {
 		a.o.Subscriptions, _ = topology.NewSubscriptionMap(a.o.Topology, nil)
+	}
+	if a.o.Pauser == nil && a.o.Seeker != nil {
+		a.o.Pauser = &PushPauser{Admin: a.o.Seeker.Admin, Project: a.o.Seeker.Project, Subscriptions: a.o.Subscriptions, Targets: a.o.PushTargets}
 	}
 	return a, nil
 }

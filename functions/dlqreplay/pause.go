@@ -1,10 +1,12 @@
 package dlqreplay
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 
+	vkit "cloud.google.com/go/pubsub/v2/apiv1"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
@@ -57,105 +59,154 @@ func ParsePushTargets(s string) (map[string]PushTarget, error) {
 	return out, nil
 }
 
-// deliveryState is a consumer's delivery as Pub/Sub has it.
+// Pauser stops and restarts delivery to a consumer's subscription, named
+// by its logical id (<topic>.<service>-<role>): on Google Cloud PushPauser
+// (the push endpoint detached and set back), on the local stack its
+// delivery loop. Pause and Resume report whether they changed anything.
+type Pauser interface {
+	Paused(ctx context.Context, subscription string) (bool, error)
+	Pause(ctx context.Context, subscription string) (changed bool, err error)
+	Resume(ctx context.Context, subscription string) (changed bool, err error)
+}
+
+// PushPauser pauses push subscriptions through Pub/Sub's subscription
+// admin API (see the top of this file).
+type PushPauser struct {
+	Admin   *vkit.SubscriptionAdminClient
+	Project string
+	// Subscriptions maps logical subscriptions to the real ones (nil: the
+	// same).
+	Subscriptions *topology.SubscriptionMap
+	// Targets are what Resume sets back, by logical subscription.
+	Targets map[string]PushTarget
+}
+
+func (p *PushPauser) path(sub string) string {
+	real := sub
+	if p.Subscriptions != nil {
+		real = p.Subscriptions.Real(sub)
+	}
+	return "projects/" + p.Project + "/subscriptions/" + real
+}
+
+// Paused reports whether the subscription has no push endpoint.
+func (p *PushPauser) Paused(ctx context.Context, sub string) (bool, error) {
+	cur, err := p.Admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: p.path(sub)})
+	if err != nil {
+		return false, pubsubErr(err, "subscription "+sub)
+	}
+	return cur.GetPushConfig().GetPushEndpoint() == "", nil
+}
+
+// Pause detaches the push endpoint.
+func (p *PushPauser) Pause(ctx context.Context, sub string) (bool, error) {
+	return p.set(ctx, sub, nil)
+}
+
+// Resume sets the push endpoint and OIDC identity of Targets back.
+func (p *PushPauser) Resume(ctx context.Context, sub string) (bool, error) {
+	t, ok := p.Targets[sub]
+	if !ok {
+		return false, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS, set by Terraform)", sub)
+	}
+	return p.set(ctx, sub, &t)
+}
+
+// set reads the subscription and, when its push endpoint is not already as
+// wanted (t nil: none), updates it.
+func (p *PushPauser) set(ctx context.Context, sub string, t *PushTarget) (bool, error) {
+	cur, err := p.Admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: p.path(sub)})
+	if err != nil {
+		return false, pubsubErr(err, "subscription "+sub)
+	}
+	want := &pb.PushConfig{}
+	if t != nil {
+		want = &pb.PushConfig{PushEndpoint: t.Endpoint, AuthenticationMethod: &pb.PushConfig_OidcToken_{
+			OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: t.ServiceAccount, Audience: t.Audience}}}
+	}
+	pc := cur.GetPushConfig()
+	if pc.GetPushEndpoint() == want.GetPushEndpoint() && (t == nil || pc.GetOidcToken().GetServiceAccountEmail() == t.ServiceAccount) {
+		return false, nil
+	}
+	if _, err := p.Admin.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: p.path(sub), PushConfig: want},
+		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"push_config"}},
+	}); err != nil {
+		return false, pubsubErr(err, "subscription "+sub)
+	}
+	return true, nil
+}
+
+// deliveryState is a consumer's delivery state.
 type deliveryState struct {
 	Topic              string `json:"topic"`
 	Consumer           string `json:"consumer"`
 	Subscription       string `json:"subscription"`
 	PubSubSubscription string `json:"pubsubSubscription"`
 	Delivery           string `json:"delivery"`
-	// Paused: the push subscription has no push endpoint (messages wait).
-	Paused       bool   `json:"paused"`
-	PushEndpoint string `json:"pushEndpoint,omitempty"`
-	Changed      bool   `json:"changed"`
+	// Paused: nothing is delivered; messages wait in the subscription.
+	Paused  bool `json:"paused"`
+	Changed bool `json:"changed"`
 }
 
-// pushConsumer finds the push consumer of a path and its subscription.
-func (a *api) pushConsumer(r *request, args []string, verb string) (topology.Consumer, string, error) {
+// pushConsumer finds the push consumer of a path.
+func (a *api) pushConsumer(r *request, args []string, verb string) (topology.Consumer, error) {
 	topic, id, err := consumerArgs(r, args)
 	if err != nil {
-		return topology.Consumer{}, "", err
+		return topology.Consumer{}, err
 	}
 	if err := decodeBody(r.Request, &struct{}{}, true); err != nil {
-		return topology.Consumer{}, "", err
+		return topology.Consumer{}, err
 	}
 	c, err := a.declared(topic, id)
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
 	if c.Delivery != topology.DeliveryPush {
-		return c, "", fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which owns its subscription's push configuration: relaybus cannot %s it (declare the consumer with delivery: push to pause it)", id, topic, verb)
+		return c, fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which owns its subscription's push configuration: relaybus cannot %s it (declare the consumer with delivery: push to pause it)", id, topic, verb)
 	}
-	if a.o.Seeker == nil {
-		return c, "", fail(http.StatusNotImplemented, "unavailable", "Pub/Sub administration is not configured")
+	if a.o.Pauser == nil {
+		return c, fail(http.StatusNotImplemented, "unavailable", "pausing is not configured (no Pub/Sub administration)")
 	}
-	return c, "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(c.Subscription()), nil
+	return c, nil
+}
+
+func (a *api) state(c topology.Consumer) deliveryState {
+	return deliveryState{Topic: c.Topic, Consumer: c.Service, Subscription: c.Subscription(), PubSubSubscription: a.o.Subscriptions.Real(c.Subscription()), Delivery: c.Delivery}
 }
 
 func (a *api) pauseConsumer(r *request, args []string) (any, error) {
-	c, sub, err := a.pushConsumer(r, args, "pause")
+	c, err := a.pushConsumer(r, args, "pause")
 	if err != nil {
 		return nil, err
 	}
-	st, err := a.setPush(r, c, sub, nil)
-	if err != nil {
+	st := a.state(c)
+	if st.Changed, err = a.o.Pauser.Pause(r.Context(), c.Subscription()); err != nil {
 		return nil, err
 	}
+	st.Paused = true
 	if st.Changed {
 		a.record(r, ledger.AuditEntry{Action: "consumer.pause", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
-			Detail: "push endpoint detached: messages wait in " + c.Subscription()},
+			Detail: "delivery paused: messages wait in " + c.Subscription()},
 			"dlqreplay: consumer paused", "topic", c.Topic, "consumer", c.Service, "subscription", c.Subscription())
 	}
 	return st, nil
 }
 
 func (a *api) resumeConsumer(r *request, args []string) (any, error) {
-	c, sub, err := a.pushConsumer(r, args, "resume")
+	c, err := a.pushConsumer(r, args, "resume")
 	if err != nil {
 		return nil, err
 	}
-	t, ok := a.o.PushTargets[c.Subscription()]
-	if !ok {
-		return nil, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS, set by Terraform)", c.Subscription())
-	}
-	st, err := a.setPush(r, c, sub, &t)
-	if err != nil {
+	st := a.state(c)
+	if st.Changed, err = a.o.Pauser.Resume(r.Context(), c.Subscription()); err != nil {
 		return nil, err
 	}
 	if st.Changed {
 		a.record(r, ledger.AuditEntry{Action: "consumer.resume", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
-			Detail: "push endpoint " + t.Endpoint + " restored"},
+			Detail: "delivery resumed"},
 			"dlqreplay: consumer resumed", "topic", c.Topic, "consumer", c.Service, "subscription", c.Subscription())
 	}
-	return st, nil
-}
-
-// setPush reads the subscription and, when its push endpoint is not
-// already as wanted (t nil: none), updates it.
-func (a *api) setPush(r *request, c topology.Consumer, sub string, t *PushTarget) (deliveryState, error) {
-	st := deliveryState{Topic: c.Topic, Consumer: c.Service, Subscription: c.Subscription(), PubSubSubscription: a.o.Subscriptions.Real(c.Subscription()), Delivery: c.Delivery}
-	cur, err := a.o.Seeker.Admin.GetSubscription(r.Context(), &pb.GetSubscriptionRequest{Subscription: sub})
-	if err != nil {
-		return st, pubsubErr(err, "subscription "+c.Subscription())
-	}
-	endpoint := cur.GetPushConfig().GetPushEndpoint()
-	want := &pb.PushConfig{}
-	if t != nil {
-		want = &pb.PushConfig{PushEndpoint: t.Endpoint, AuthenticationMethod: &pb.PushConfig_OidcToken_{
-			OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: t.ServiceAccount, Audience: t.Audience}}}
-	}
-	if endpoint != want.GetPushEndpoint() || (t != nil && cur.GetPushConfig().GetOidcToken().GetServiceAccountEmail() != t.ServiceAccount) {
-		cur, err = a.o.Seeker.Admin.UpdateSubscription(r.Context(), &pb.UpdateSubscriptionRequest{
-			Subscription: &pb.Subscription{Name: sub, PushConfig: want},
-			UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"push_config"}},
-		})
-		if err != nil {
-			return st, pubsubErr(err, "subscription "+c.Subscription())
-		}
-		st.Changed = true
-	}
-	st.PushEndpoint = cur.GetPushConfig().GetPushEndpoint()
-	st.Paused = st.PushEndpoint == ""
 	return st, nil
 }
 
@@ -170,15 +221,12 @@ func (a *api) consumerDelivery(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := deliveryState{Topic: c.Topic, Consumer: c.Service, Subscription: c.Subscription(), PubSubSubscription: a.o.Subscriptions.Real(c.Subscription()), Delivery: c.Delivery}
-	if c.Delivery != topology.DeliveryPush || a.o.Seeker == nil {
+	st := a.state(c)
+	if c.Delivery != topology.DeliveryPush || a.o.Pauser == nil {
 		return st, nil
 	}
-	cur, err := a.o.Seeker.Admin.GetSubscription(r.Context(), &pb.GetSubscriptionRequest{Subscription: "projects/" + a.o.Seeker.Project + "/subscriptions/" + st.PubSubSubscription})
-	if err != nil {
-		return nil, pubsubErr(err, "subscription "+c.Subscription())
+	if st.Paused, err = a.o.Pauser.Paused(r.Context(), c.Subscription()); err != nil {
+		return nil, err
 	}
-	st.PushEndpoint = cur.GetPushConfig().GetPushEndpoint()
-	st.Paused = st.PushEndpoint == ""
 	return st, nil
 }

@@ -135,24 +135,25 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			"seek to " + b.Time + b.Snapshot, "resume: Pub/Sub delivers every message retained since then, in order"}
 		return plan, nil
 	}
-	if a.o.Seeker == nil {
-		return nil, fail(http.StatusNotImplemented, "unavailable", "Pub/Sub administration is not configured")
+	if a.o.Seeker == nil || a.o.Pauser == nil {
+		return nil, fail(http.StatusNotImplemented, "unavailable", "Pub/Sub administration is not configured (seek and pause)")
 	}
-	target, ok := a.o.PushTargets[c.Subscription()]
-	if !ok {
-		return nil, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS), so it could not resume it after the rebuild", c.Subscription())
+	if pp, ok := a.o.Pauser.(*PushPauser); ok {
+		if _, ok := pp.Targets[c.Subscription()]; !ok {
+			return nil, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS), so it could not resume it after the rebuild", c.Subscription())
+		}
 	}
 	sub := "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(c.Subscription())
-	st, err := a.setPush(r, c, sub, nil)
+	changed, err := a.o.Pauser.Pause(r.Context(), c.Subscription())
 	if err != nil {
 		return nil, err
 	}
-	wasPaused := !st.Changed
+	wasPaused := !changed
 	resume := func() error {
 		if wasPaused {
 			return nil
 		}
-		_, err := a.setPush(r, c, sub, &target)
+		_, err := a.o.Pauser.Resume(r.Context(), c.Subscription())
 		return err
 	}
 	n, err := a.clearRebuild(r.Context(), run, c, b.AggregateType, true)

@@ -484,8 +484,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			_ = r.Close(ctx)
 		}
 	})
+	// The delivery loop stands in for push and Eventarc; it also pauses
+	// and resumes consumers for the operations API.
+	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Wakeup: wake, Logger: o.Logger}
 	ops, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pool, Publisher: ps,
-		Topology: top, Databases: dlqreplay.Databases(s.Pools), Auth: dlqreplay.AuthNone, Logger: o.Logger})
+		Topology: top, Databases: dlqreplay.Databases(s.Pools), Auth: dlqreplay.AuthNone, Logger: o.Logger, Pauser: loop})
 	if err != nil {
 		return nil, err
 	}
@@ -501,7 +504,6 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	go func() { _ = s.server.Serve(ln) }()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Wakeup: wake, Logger: o.Logger}
 	// The scheduler: the jobs Terraform creates on Cloud Scheduler.
 	jobs := []job{
 		{base + "/rollup/expire", o.ExpireEvery},
