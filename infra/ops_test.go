@@ -1,6 +1,7 @@
 package infra
 
 import (
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,6 +245,48 @@ func TestPauseResumeWiring(t *testing.T) {
 		}
 		if len(control) != len(subs) || len(actAs) != len(subs) {
 			t.Errorf("dlqreplay controls %d subscriptions and acts as %d accounts, want the %d push consumers'", len(control), len(actAs), len(subs))
+		}
+	})
+}
+
+// TestKickFailuresReachTheAlert: a consume service's failed kick of its
+// child events ("relay: publish failed; retry scheduled", logged by the
+// relay it kicks with) is counted by the publish-failure metric: it used to
+// be logged outside the relay's log filter, so no alert saw it.
+func TestKickFailuresReachTheAlert(t *testing.T) {
+	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
+		ev.withStubs()
+		stubs := resourceStubs(t, ev)
+		filter := func(name string) string {
+			b := c.resource(t, "google_logging_metric."+name)
+			v, diags := ev.eval(b.Body.Attributes["filter"].Expr, stubs)
+			if diags.HasErrors() {
+				t.Fatal(diags.Error())
+			}
+			return v.AsString()
+		}
+		runs := jsonValue(t, ev.local("consumers")).(map[string]any)
+		for _, name := range []string{"publish_failures", "events_failed"} {
+			f := filter(name)
+			m := regexp.MustCompile(`resource\.labels\.service_name=~"([^"]+)"`).FindStringSubmatch(f)
+			if m == nil {
+				t.Fatalf("%s: no service name pattern in %s", name, f)
+			}
+			re := regexp.MustCompile(m[1])
+			services := []string{"relaybus-relay", "relaybus-publish"}
+			for _, cs := range runs {
+				services = append(services, cs.(map[string]any)["run_service"].(string))
+			}
+			for _, s := range services {
+				if !re.MatchString(s) {
+					t.Errorf("%s does not count the publish failures of %s (%s)", name, s, m[1])
+				}
+			}
+			for _, s := range []string{"relaybus-rollup", "relaybus-dlqreplay"} {
+				if re.MatchString(s) {
+					t.Errorf("%s counts %s, which publishes no outbox rows", name, s)
+				}
+			}
 		}
 	})
 }

@@ -37,6 +37,15 @@ locals {
     "resource.labels.service_name=(\"relaybus-relay\" OR \"relaybus-publish\")",
   ])
 
+  # Every service that publishes outbox rows: the relay, publish's fast
+  # path, and each consume service's kick of its child events (a relay of
+  # its own database): a kick that fails must reach the publish-failure
+  # alert too.
+  publisher_log_filter = join(" AND ", [
+    "resource.type=\"cloud_run_revision\"",
+    "resource.labels.service_name=~\"^(relaybus-relay|relaybus-publish|consume-.*)$\"",
+  ])
+
   # Every consumer subscription id as Pub/Sub names it (eventarc.tf).
   subscription_filter     = "resource.type = \"pubsub_subscription\" AND resource.label.subscription_id = one_of(${join(", ", [for s in values(local.consumer_subscription_ids) : "\"${s}\""])})"
   dead_letter_monitor_ids = [for k, s in google_pubsub_subscription.dead_letter_monitor : s.name]
@@ -83,8 +92,8 @@ resource "google_logging_metric" "relay_drains" {
 # outbox_publish_error_total: one line per failed publish (retried or final).
 resource "google_logging_metric" "publish_failures" {
   name        = "relaybus/outbox_publish_failures"
-  description = "Failed publishes of outbox events (relay and publish's fast path)."
-  filter      = "${local.relay_log_filter} AND jsonPayload.message=(\"relay: publish failed; retry scheduled\" OR \"relay: event failed\")"
+  description = "Failed publishes of outbox events (relay, publish's fast path, consume's child-event kicks)."
+  filter      = "${local.publisher_log_filter} AND jsonPayload.message=(\"relay: publish failed; retry scheduled\" OR \"relay: event failed\")"
 
   metric_descriptor {
     metric_kind = "DELTA"
@@ -97,7 +106,7 @@ resource "google_logging_metric" "publish_failures" {
 resource "google_logging_metric" "events_failed" {
   name        = "relaybus/outbox_events_failed"
   description = "Outbox events that reached the relay's max attempts and were marked FAILED."
-  filter      = "${local.relay_log_filter} AND severity=ERROR AND jsonPayload.message=\"relay: event failed\""
+  filter      = "${local.publisher_log_filter} AND severity=ERROR AND jsonPayload.message=\"relay: event failed\""
 
   metric_descriptor {
     metric_kind = "DELTA"
