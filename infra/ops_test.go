@@ -290,3 +290,38 @@ func TestKickFailuresReachTheAlert(t *testing.T) {
 		}
 	})
 }
+
+// TestTopologyPublishersMayInvokePublish: every topic's publishers are
+// admitted to publish by Cloud Run IAM (publish then checks the topic), as
+// IAM members: a service account's email as serviceAccount:, a user's as
+// user:; and nobody else is added.
+func TestTopologyPublishersMayInvokePublish(t *testing.T) {
+	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
+		ev.withStubs()
+		want := map[string]bool{}
+		for _, tp := range top.Topics {
+			for _, p := range tp.Publishers {
+				switch {
+				case strings.HasPrefix(p, "serviceAccount:"), strings.HasPrefix(p, "user:"):
+					want[p] = true
+				case strings.HasSuffix(p, ".gserviceaccount.com"):
+					want["serviceAccount:"+p] = true
+				default:
+					want["user:"+p] = true
+				}
+			}
+		}
+		got := map[string]bool{}
+		for _, g := range grantsOf(t, c, ev, "google_cloud_run_v2_service_iam_member", "name") {
+			if strings.HasPrefix(g.resource, "google_cloud_run_v2_service_iam_member.topology_publishers[") {
+				if g.target != "relaybus-publish" || g.role != "roles/run.invoker" {
+					t.Errorf("%s: %s on %s", g.resource, g.role, g.target)
+				}
+				got[g.member] = true
+			}
+		}
+		if strings.Join(sortedKeys(got), ",") != strings.Join(sortedKeys(want), ",") {
+			t.Errorf("publish invokers from the topology %v, want %v", sortedKeys(got), sortedKeys(want))
+		}
+	})
+}

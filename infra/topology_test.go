@@ -47,6 +47,7 @@ topics:
   - name: shop.order.events
     encoding: json
     message_retention_seconds: 0
+    publishers: [serviceAccount:billing-api@p.iam.gserviceaccount.com, ops@example.com, checkout@p.iam.gserviceaccount.com]
     consumers:
       - service: billing
         role: ""

@@ -389,6 +389,16 @@ resource "google_cloud_run_v2_service_iam_member" "publish_invokers" {
   member   = each.key
 }
 
+# Each topic's publishers (topology publishers) may invoke publish, which
+# then lets each write only its topics (PUBLISH_AUTH=cloudrun).
+resource "google_cloud_run_v2_service_iam_member" "topology_publishers" {
+  for_each = local.topology_publishers
+  location = var.region
+  name     = google_cloud_run_v2_service.function["publish"].name
+  role     = "roles/run.invoker"
+  member   = each.key
+}
+
 # Operators call dlqreplay with their Google ID token
 # (`relaybus -gcloud-auth ...`); Cloud Run IAM admits them, dlqreplay reads
 # who they are from the token (DLQREPLAY_AUTH=cloudrun) and

@@ -114,6 +114,19 @@ locals {
     for k, c in local.consumers : { for e in c.emits : "${k} ${e}" => { consumer = k, topic = e } }
   ]...)
 
+  # Every topic's publishers (topology publishers) as IAM members: Cloud
+  # Run must admit them to publish before publish checks the topic
+  # (iam.tf, topology_publishers). A bare email is a service account's when
+  # it ends in .gserviceaccount.com, else a user's.
+  topology_publishers = toset(flatten([
+    for t in local.topology.topics : [
+      for p in flatten([try(t.publishers, [])]) : (
+        length(regexall("^(serviceAccount|user):", p)) > 0 ? p :
+        length(regexall("\\.gserviceaccount\\.com$", p)) > 0 ? "serviceAccount:${p}" : "user:${p}"
+      ) if p != null
+    ]
+  ]))
+
   push_consumers     = { for k, c in local.consumers : k => c if c.delivery == "push" }
   eventarc_consumers = { for k, c in local.consumers : k => c if c.delivery == "eventarc" }
 
@@ -171,6 +184,12 @@ locals {
       for c in local.consumer_list : "consumer ${c.topic}.${c.service}-${c.role}: database \"${c.database}\" is not one of the topology's databases"
       if !contains([for d in local.database_list : d.name], c.database)
     ],
+    flatten([
+      for t in local.topology.topics : [
+        for p in flatten([try(t.publishers, [])]) : "topic \"${t.name}\": publisher \"${p}\" must be an email (serviceAccount: or user: prefix allowed)"
+        if p != null && length(regexall("^((serviceAccount|user):)?[^:@, ]+@[^:@, ]+$", p)) == 0
+      ]
+    ]),
     flatten([
       for c in local.consumer_list : [
         for e in c.emits : "consumer ${c.topic}.${c.service}-${c.role}: emits \"${e}\" is not one of the topology's topics"
