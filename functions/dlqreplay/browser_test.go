@@ -410,6 +410,27 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.click(msgRow + " [data-testid=enable]")
 	b.waitFor("message-service enabled again", fmt.Sprintf(`document.querySelector(%q)?.textContent.startsWith("enabled")`, msgRow+" [data-testid=consumer-state]"), 20*time.Second)
 
+	// Pause a push consumer from its row (on the local stack the delivery
+	// loop holds its messages), see it paused, resume it. An Eventarc
+	// consumer offers no pause.
+	auditRow := `[data-testid=topic][data-topic="member.points.events"] [data-testid=consumer-row][data-consumer=audit-service]`
+	b.waitFor("the pause button", fmt.Sprintf(`!!document.querySelector(%q)`, auditRow+" [data-testid=pause]"), 20*time.Second)
+	if n := b.count(msgRow + " [data-testid=pause]"); n != 0 {
+		t.Error("the Eventarc consumer offers a pause")
+	}
+	b.click(auditRow + " [data-testid=pause]")
+	b.waitFor("the pause confirmation", `document.getElementById("confirm").open`, 10*time.Second)
+	b.click("#confirm-ok")
+	b.waitFor("audit-service paused", fmt.Sprintf(`/paused/.test(document.querySelector(%q)?.textContent || "") && !!document.querySelector(%q)`,
+		auditRow+" [data-testid=consumer-state]", auditRow+" [data-testid=resume]"), 20*time.Second)
+	if got := b.text("[data-testid=audit-row]"); !strings.Contains(got, "consumer.pause") {
+		t.Errorf("the newest audit row says %q, want the pause", got)
+	}
+	b.shot("consumer-paused")
+	b.click(auditRow + " [data-testid=resume]")
+	b.waitFor("audit-service resumed", fmt.Sprintf(`!!document.querySelector(%q) && !/paused/.test(document.querySelector(%q)?.textContent || "")`,
+		auditRow+" [data-testid=pause]", auditRow+" [data-testid=consumer-state]"), 20*time.Second)
+
 	// The overview after all this: counts, dead letters, lag.
 	b.open("/")
 	b.waitFor("the overview's dead letters", `/Dead letters \(\d+\)/.test(document.querySelector("[data-testid=dead-letter-summary]")?.textContent || "")`, 20*time.Second)
