@@ -121,6 +121,9 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	}
 	o := consumer.Options{DB: pool, ConsumerID: cfg.ConsumerID, Subscription: cfg.Subscription, Handler: h,
 		DeadLetters: ps, MaxDeliveryAttempts: cfg.MaxDeliveryAttempts, LedgerBudget: cfg.Ledger.Budget, Logger: log}
+	if c, ok := top.Consumer(cfg.Subscription); ok {
+		o.Emits = append([]string{}, c.Emits...) // where its account may publish the kick
+	}
 	ro := relay.Options{DB: pool, Publisher: ps, Topology: top, LedgerBudget: cfg.Ledger.Budget, Logger: log}
 	if store != nil {
 		closers.Add(func(context.Context) error { return store.Close() })

@@ -461,11 +461,15 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		routes = append(routes, Route{Subscription: c.Subscription(), Topic: c.Topic, URL: base + path + "/", Mode: c.Delivery,
 			MaxAttempts: c.MaxDeliveryAttempts})
 	}
+	// The delivery loop stands in for push and Eventarc; it also pauses
+	// and resumes consumers for the operations API.
+	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Wakeup: wake, Logger: o.Logger}
 	dc := instance.Defaults[dlqreplay.Config]()
 	dc.Env, dc.PubSub, dc.Ledger = env, pubsubCfg, ledgerCfg
 	dc.DB.URL, dc.DatabaseURLs = fnURL(topology.MainDatabase), others
 	// No auth locally (Cloud Run's IAM in production).
 	dc.Auth = dlqreplay.AuthNone
+	dc.Pauser = loop
 	ops, err := dlqreplay.Build(ctx, dc)
 	if err := built("dlqreplay", ops, err); err != nil {
 		return nil, err
@@ -482,7 +486,6 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	go func() { _ = s.server.Serve(ln) }()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Wakeup: wake, Logger: o.Logger}
 	// The scheduler: the jobs Terraform creates on Cloud Scheduler.
 	jobs := []job{
 		{base + "/rollup/expire", o.ExpireEvery},

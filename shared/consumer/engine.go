@@ -78,6 +78,12 @@ type Options struct {
 	// Kicker, when set, publishes the child events a handler emitted right
 	// after the delivery commits.
 	Kicker Kicker
+	// Emits, when not nil, are the only topics the handler may emit child
+	// events to (the topology's emits of this consumer, which is also
+	// where its service account may publish the kick): a child on another
+	// topic fails the attempt as a permanent error naming the topic and
+	// the rule. Nil checks nothing.
+	Emits []string
 	// MaxDeliveryAttempts is the subscription's dead-letter threshold
 	// (DefaultMaxDeliveryAttempts): a transient failure at that attempt is
 	// recorded as dead-lettered.

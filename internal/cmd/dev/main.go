@@ -7,7 +7,8 @@
 // DATABASE_URL, PUBSUB_EMULATOR_HOST and FIRESTORE_EMULATOR_HOST use
 // services that already run instead of starting them (two stacks sharing
 // emulators need their own -project or GOOGLE_CLOUD_PROJECT); RELAYBUS_DEV_ADDR
-// sets the address when -addr is not given; LOG_LEVEL (warn) sets how much
+// sets the address when -addr is not given; RELAYBUS_TOPOLOGY names another
+// topology file than infra/topology.yaml; LOG_LEVEL (warn) sets how much
 // the functions log (to stderr, as JSON). A missing prerequisite prints one
 // line each saying what to install, and the command exits 1.
 package main
@@ -77,8 +78,8 @@ func main() {
 	s, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project,
 		DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
-		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"),
-		Logger:        logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
+		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"), Topology: os.Getenv("RELAYBUS_TOPOLOGY"),
+		Logger: logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
 	})
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
