@@ -68,11 +68,15 @@ type Config struct {
 	// Window is how long an event is held to gather its consumers' notices
 	// into one rollup (ROLLUP_WINDOW, 250ms).
 	Window time.Duration `env:"ROLLUP_WINDOW, default=250ms"`
+	// WriteGap is the least time between two writes of one event's
+	// document (ROLLUP_WRITE_GAP, 1s): Firestore sustains about one write
+	// per second per document.
+	WriteGap time.Duration `env:"ROLLUP_WRITE_GAP, default=1s"`
 }
 
 // Ledger is what the function needs of the ledger (*ledger.Store).
 type Ledger interface {
-	RollupMany(ctx context.Context, eventIDs []string) ([]ledger.RollupResult, error)
+	Fold(ctx context.Context, notices []ledger.Notice, gap time.Duration) ([]ledger.RollupResult, error)
 	ExpireDue(ctx context.Context, limit int) (ledger.ExpireReport, error)
 	Reconcile(ctx context.Context, limit int) (ledger.ReconcileReport, error)
 }
@@ -94,6 +98,13 @@ type Deps struct {
 	// looked for again before the notice is acknowledged as pending
 	// (default 2 s).
 	NotFoundWait time.Duration
+	// WriteGap is the least time between two writes of one event's
+	// document: a rollup due sooner after the event's last write (its
+	// send, normally) waits for it (default 1 s; Firestore sustains about
+	// one write per second per document,
+	// https://firebase.google.com/docs/firestore/best-practices). Negative
+	// waits for nothing.
+	WriteGap time.Duration
 }
 
 // maxNoticeBody bounds a notice request; notices are small, and anything
@@ -124,8 +135,17 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 	if d.NotFoundWait <= 0 {
 		d.NotFoundWait = 2 * time.Second
 	}
+	switch {
+	case d.WriteGap == 0:
+		d.WriteGap = time.Second
+	case d.WriteGap < 0:
+		d.WriteGap = 0
+	}
 	h := &Handler{Deps: d}
-	h.rollups = newCoalescer(d.Ledger.RollupMany, d.Window, notFoundPause, d.NotFoundWait, 8)
+	fold := func(ctx context.Context, ns []ledger.Notice) ([]ledger.RollupResult, error) {
+		return d.Ledger.Fold(ctx, ns, d.WriteGap)
+	}
+	h.rollups = newCoalescer(fold, d.Window, notFoundPause, d.NotFoundWait, 8)
 	return h, nil
 }
 
@@ -181,18 +201,20 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	attrs := []any{"delivery_mode", d.Mode, "message_id", d.Message.ID, "subscription", d.Subscription}
-	ids, err := ledger.RollupEventIDs(d.Message)
+	notices, err := ledger.ReadNotice(d.Message)
 	if err != nil {
 		h.malformed(ctx, w, "", err, attrs)
 		return
 	}
-	for _, id := range ids {
-		if err := ledger.CheckEventID(id); err != nil {
-			h.malformed(ctx, w, id, err, attrs)
+	ids := make([]string, len(notices))
+	for i, n := range notices {
+		if err := ledger.CheckEventID(n.EventID); err != nil {
+			h.malformed(ctx, w, n.EventID, err, attrs)
 			return
 		}
+		ids[i] = n.EventID
 	}
-	results, err := h.rollups.do(ctx, ids)
+	results, err := h.rollups.do(ctx, notices)
 	if errors.Is(err, errBusy) {
 		h.Logger.ErrorContext(ctx, "rollup: too many events waiting; this notice will be redelivered", attrs...)
 		writeJSON(w, http.StatusServiceUnavailable, noticeAnswer{Error: "rollup is overloaded"})
@@ -204,7 +226,7 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 	}
 	var ans noticeAnswer
 	failed := false
-	for _, id := range ids {
+	for i, id := range ids {
 		res := results[id]
 		ea := EventAnswer{EventID: id, Status: res.Status, Previous: res.Previous, Changed: res.Changed}
 		switch {
@@ -217,6 +239,12 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 			} else {
 				h.Logger.DebugContext(ctx, "rollup: status unchanged", fields...)
 			}
+		case errors.Is(res.Err, ledger.ErrEventNotFound) && !notices[i].Legacy:
+			// The notice carries the attempts: it is their only way into
+			// the ledger, so it is kept (redelivered) until the send is.
+			failed, ea.Pending = true, true
+			h.Logger.WarnContext(ctx, "rollup: event not in the ledger yet; the notice will be redelivered",
+				append(attrs, "event_id", id)...)
 		case errors.Is(res.Err, ledger.ErrEventNotFound):
 			ea.Pending = true
 			h.Logger.InfoContext(ctx, "rollup: event not in the ledger yet; the reconciler rolls it up once its send is recorded",
@@ -361,7 +389,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := New(ctx, Deps{Ledger: store, Logger: log, Window: cfg.Window})
+	h, err := New(ctx, Deps{Ledger: store, Logger: log, Window: cfg.Window, WriteGap: cfg.WriteGap})
 	if err != nil {
 		_ = store.Close()
 		return nil, err

@@ -85,17 +85,42 @@ type Event struct {
 	Latest map[string]AttemptMark `firestore:"latest,omitempty" json:"-"`
 }
 
-// AttemptMark is what the status derivation needs of a consumer's latest
-// attempt; Event.Latest keeps one per consumer.
+// AttemptMark is a consumer's latest attempt as the event's document
+// keeps it (Event.Latest): what the status derivation needs, and the
+// delivery facts, so that an attempt that is not kept as a document of its
+// own (a consumer's first attempt that succeeded, at ledger level
+// failures: see Level) can still be shown as the attempt it was. Marks
+// written before the fold carry only the first three fields; their
+// attempts are all documents.
 type AttemptMark struct {
-	AttemptNo int     `firestore:"attemptNo"`
-	Success   bool    `firestore:"success"`
-	Outcome   Outcome `firestore:"outcome"`
+	AttemptNo       int       `firestore:"attemptNo"`
+	Success         bool      `firestore:"success"`
+	Outcome         Outcome   `firestore:"outcome"`
+	ConsumedAt      time.Time `firestore:"consumedAt,omitempty"`
+	ErrorCode       string    `firestore:"errorCode,omitempty"`
+	Subscription    string    `firestore:"subscription,omitempty"`
+	MessageID       string    `firestore:"messageId,omitempty"`
+	DeliveryAttempt int       `firestore:"deliveryAttempt,omitempty"`
 }
 
 // mark returns the attempt's AttemptMark.
 func (a *Attempt) mark() AttemptMark {
-	return AttemptMark{AttemptNo: a.AttemptNo, Success: a.Success, Outcome: a.Outcome}
+	return AttemptMark{AttemptNo: a.AttemptNo, Success: a.Success, Outcome: a.Outcome, ConsumedAt: a.ConsumedAt.UTC(),
+		ErrorCode: a.ErrorCode, Subscription: a.Subscription, MessageID: a.MessageID, DeliveryAttempt: a.DeliveryAttempt}
+}
+
+// sameAttempt reports whether two marks are of the same attempt with the
+// same outcome (marks of one attempt may differ in the delivery facts an
+// older mark did not keep).
+func (m AttemptMark) sameAttempt(o AttemptMark) bool {
+	return m.AttemptNo == o.AttemptNo && m.Success == o.Success && m.Outcome == o.Outcome
+}
+
+// attempt rebuilds the attempt a mark stands for.
+func (m AttemptMark) attempt(d *Event, consumerID string) Attempt {
+	return Attempt{EventID: d.EventID, ConsumerID: consumerID, AttemptNo: m.AttemptNo, Success: m.Success, Outcome: m.Outcome,
+		ErrorCode: m.ErrorCode, ConsumedAt: m.ConsumedAt, CreatedAt: m.ConsumedAt, Topic: d.Topic,
+		Subscription: m.Subscription, MessageID: m.MessageID, DeliveryAttempt: m.DeliveryAttempt}
 }
 
 // Sent is one send for RecordSent: the event, when its producer's

@@ -48,6 +48,9 @@ func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
 			errs = append(errs, fmt.Errorf("event %q: %w", e.ID, err))
 			continue
 		}
+		if s.level(e.Topic) == LevelOff {
+			continue
+		}
 		if !seen[e.ID] {
 			seen[e.ID] = true
 			batch = append(batch, e)
@@ -174,7 +177,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 		if !d.SentAt.IsZero() {
 			return nil // already recorded: leave it exactly as it is
 		}
-		attempts, err := s.readAttempts(ctx, OpRecordSent, tx, e.ID)
+		attempts, err := s.eventAttempts(ctx, OpRecordSent, tx, &d)
 		if err != nil {
 			return err
 		}
@@ -251,6 +254,9 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 	if err := checkEventID(e.ID); err != nil {
 		return fmt.Errorf("ledger: record publish failure: %w", err)
 	}
+	if s.level(e.Topic) == LevelOff {
+		return nil
+	}
 	at = at.UTC()
 	pf := &PublishFailure{Attempts: attempts, LastError: truncate(lastError, maxErrorText), At: at, Final: final}
 	expected, err := s.expectedFor(ctx, []*event.Event{e})
@@ -299,7 +305,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			ups = append(ups, firestore.Update{Path: "repush.publishFailed", Value: true})
 		}
 		if d.SentAt.IsZero() || final {
-			attempts, err := s.readAttempts(ctx, OpPublishFailure, tx, e.ID)
+			attempts, err := s.eventAttempts(ctx, OpPublishFailure, tx, &d)
 			if err != nil {
 				return err
 			}

@@ -51,6 +51,9 @@ type Options struct {
 	// Firestore's TTL policies delete by (DefaultRetention when zero;
 	// negative writes no deleteAt).
 	Retention time.Duration
+	// Levels is each topic's ledger level (Level); a topic it does not
+	// name has DefaultLevel. LevelsOf reads them from the topology.
+	Levels map[string]Level
 	// ReconcileAfter is how long after its last status change an event
 	// that is not settled waits before the reconciler derives its status
 	// again (DefaultReconcileAfter when zero).
@@ -82,6 +85,7 @@ type Store struct {
 	flights    coalescer
 	retention  time.Duration
 	reconcile  time.Duration
+	levels     map[string]Level
 }
 
 // Open connects to Firestore (the emulator when FIRESTORE_EMULATOR_HOST is
@@ -114,6 +118,7 @@ func New(c *firestore.Client, opts Options) *Store {
 		reg:        opts.Registry,
 		retention:  opts.Retention,
 		reconcile:  opts.ReconcileAfter,
+		levels:     opts.Levels,
 	}
 	if s.retention == 0 {
 		s.retention = DefaultRetention
@@ -317,6 +322,16 @@ func (s *Store) readAttempts(ctx context.Context, op string, tx *firestore.Trans
 	}
 	sortAttempts(out)
 	return out, nil
+}
+
+// eventAttempts returns every attempt of the event d is the document of:
+// its attempt documents and its folded ones (withFolded).
+func (s *Store) eventAttempts(ctx context.Context, op string, tx *firestore.Transaction, d *Event) ([]Attempt, error) {
+	docs, err := s.readAttempts(ctx, op, tx, d.EventID)
+	if err != nil {
+		return nil, err
+	}
+	return withFolded(d, docs), nil
 }
 
 // eventRef returns an event's document.
