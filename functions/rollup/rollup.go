@@ -66,8 +66,8 @@ type Config struct {
 	// LedgerRetention is how long ledger documents are kept (LEDGER_RETENTION, 720h).
 	LedgerRetention time.Duration `env:"LEDGER_RETENTION, default=720h"`
 	// Window is how long an event is held to gather its consumers' notices
-	// into one rollup (ROLLUP_WINDOW, 250ms).
-	Window time.Duration `env:"ROLLUP_WINDOW, default=250ms"`
+	// into one rollup (ROLLUP_WINDOW, 1s).
+	Window time.Duration `env:"ROLLUP_WINDOW, default=1s"`
 	// WriteGap is the least time between two writes of one event's
 	// document (ROLLUP_WRITE_GAP, 1s): Firestore sustains about one write
 	// per second per document.
@@ -92,7 +92,11 @@ type Deps struct {
 	// batches.
 	SweepBudget time.Duration
 	// Window is how long an event a notice names is held before its
-	// rollup, gathering the notices of its other consumers (default 250 ms).
+	// rollup, gathering the notices of its other consumers (default 1 s:
+	// the consumers of an event report within it in steady state, so an
+	// event's document is written once with all their outcomes, and that
+	// write comes a second or more after the send's, within Firestore's
+	// sustained rate of one write per second per document).
 	Window time.Duration
 	// NotFoundWait is how long an event that is not in the ledger yet is
 	// looked for again before the notice is acknowledged as pending
@@ -130,7 +134,7 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 		d.SweepBudget = 45 * time.Second
 	}
 	if d.Window <= 0 {
-		d.Window = 250 * time.Millisecond
+		d.Window = time.Second
 	}
 	if d.NotFoundWait <= 0 {
 		d.NotFoundWait = 2 * time.Second
