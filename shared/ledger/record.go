@@ -58,8 +58,9 @@ type Event struct {
 	// list whatever the registry says later.
 	ExpectedConsumers []string `firestore:"expectedConsumers" json:"expectedConsumers"`
 
-	// Shard is ShardOf(EventID): the first field of the time-ordered
-	// indexes (see Shards).
+	// Shard is the event id's hash modulo the shard count of the store that
+	// created the document: the first field of the time-ordered indexes
+	// (see DefaultShards).
 	Shard int `firestore:"shard" json:"-"`
 	// ExpireDue equals ExpireAt while the event is open (not CONSUMED or
 	// EXPIRED) and is absent otherwise, so the expiry sweep's index holds
@@ -179,8 +180,8 @@ const DefaultMaxStoredPayload = 900 << 10
 const maxErrorText = 4096
 
 // newEvent builds the document of a sent (or failed) event from its
-// envelope.
-func newEvent(e *event.Event, maxPayload int) Event {
+// envelope, spread over shards index shards.
+func newEvent(e *event.Event, maxPayload, shards int) Event {
 	d := Event{
 		EventID:       e.ID,
 		EventType:     e.Type,
@@ -203,7 +204,7 @@ func newEvent(e *event.Event, maxPayload int) Event {
 			UserID:          e.Initiator.UserID,
 			ClientRequestID: e.Initiator.ClientRequestID,
 		},
-		Shard:             ShardOf(e.ID),
+		Shard:             shardOf(e.ID, shards),
 		ExpectedConsumers: []string{},
 	}
 	if len(e.Payload) <= maxPayload {

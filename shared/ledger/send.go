@@ -71,7 +71,7 @@ func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
 	jobs := make([]pending, 0, len(batch))
 	for _, e := range batch {
 		at := sent[e.ID].At
-		d := newEvent(e, s.maxPayload)
+		d := newEvent(e, s.maxPayload, s.shards)
 		d.Status, d.StatusAt = StatusSent, at
 		d.SentAt, d.LastSentAt, d.EnqueuedAt = at, at, sent[e.ID].EnqueuedAt
 		d.CreatedAt, d.UpdatedAt = now, now
@@ -159,7 +159,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 		snap, err := s.getDoc(ctx, OpRecordSent, tx, ref)
 		if notFound(err) {
 			// Gone since the create failed (deleted by hand): write it anew.
-			d := newEvent(e, s.maxPayload)
+			d := newEvent(e, s.maxPayload, s.shards)
 			now := s.clock()
 			d.Status, d.StatusAt, d.SentAt, d.LastSentAt, d.EnqueuedAt = StatusSent, at, at, at, snd.EnqueuedAt
 			d.CreatedAt, d.UpdatedAt, d.ExpectedConsumers = now, now, expected
@@ -276,7 +276,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			if err != nil {
 				return err
 			}
-			d := newEvent(e, s.maxPayload)
+			d := newEvent(e, s.maxPayload, s.shards)
 			d.PublishFailure = pf
 			d.ExpectedConsumers = expected[e.Topic]
 			d.CreatedAt, d.UpdatedAt = now, now

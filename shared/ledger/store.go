@@ -51,6 +51,10 @@ type Options struct {
 	// Firestore's TTL policies delete by (DefaultRetention when zero;
 	// negative writes no deleteAt).
 	Retention time.Duration
+	// Shards is how many index shards new event documents are spread over
+	// (DefaultShards when zero; at most MaxShards, Open refuses more):
+	// size it for the target rate, rate / 500 or more (see DefaultShards).
+	Shards int
 	// Levels is each topic's ledger level (Level); a topic it does not
 	// name has DefaultLevel. LevelsOf reads them from the topology.
 	Levels map[string]Level
@@ -86,6 +90,7 @@ type Store struct {
 	retention  time.Duration
 	reconcile  time.Duration
 	levels     map[string]Level
+	shards     int
 }
 
 // Open connects to Firestore (the emulator when FIRESTORE_EMULATOR_HOST is
@@ -96,6 +101,9 @@ func Open(ctx context.Context, cfg Config, opts Options, clientOpts ...option.Cl
 	}
 	if cfg.Database == "" {
 		cfg.Database = DefaultDatabase
+	}
+	if opts.Shards < 0 || opts.Shards > MaxShards {
+		return nil, fmt.Errorf("ledger: shards %d: want 1 to %d (0: %d)", opts.Shards, MaxShards, DefaultShards)
 	}
 	c, err := firestore.NewClientWithDatabase(ctx, cfg.ProjectID, cfg.Database, clientOpts...)
 	if err != nil {
@@ -119,7 +127,12 @@ func New(c *firestore.Client, opts Options) *Store {
 		retention:  opts.Retention,
 		reconcile:  opts.ReconcileAfter,
 		levels:     opts.Levels,
+		shards:     opts.Shards,
 	}
+	if s.shards <= 0 {
+		s.shards = DefaultShards
+	}
+	s.shards = min(s.shards, MaxShards)
 	if s.retention == 0 {
 		s.retention = DefaultRetention
 	}
