@@ -110,7 +110,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	}
 	closers = append(closers, func(context.Context) error { return ps.Close() })
 	store, err := ledger.OpenMode(ctx, cfg.Ledger, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase},
-		ledger.Options{Logger: log, Retention: cfg.LedgerRetention})
+		ledger.Options{Logger: log, Retention: cfg.LedgerRetention, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}

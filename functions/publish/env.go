@@ -96,7 +96,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	f.close = append(f.close, func(context.Context) error { pool.Close(); return nil })
 	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log}
 	store, err := ledger.OpenMode(ctx, cfg.Ledger, ledger.Config{ProjectID: cfg.ProjectID, Database: cfg.FirestoreDatabase},
-		ledger.Options{Logger: log, Retention: cfg.LedgerRetention})
+		ledger.Options{Logger: log, Retention: cfg.LedgerRetention, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}

@@ -357,7 +357,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	// Firestore: the ledger and its topic_consumers registry.
 	os.Setenv("FIRESTORE_EMULATOR_HOST", o.FirestoreHost)
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: o.Project, Database: ledger.DefaultDatabase},
-		ledger.Options{Logger: o.Logger, ReconcileAfter: o.ReconcileAfter})
+		ledger.Options{Logger: o.Logger, ReconcileAfter: o.ReconcileAfter, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,8 @@ package ledger
 import (
 	"fmt"
 	"strings"
+
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Level is how much the ledger keeps of a topic's events, declared per
@@ -59,4 +61,19 @@ func (s *Store) level(topic string) Level {
 // consumer's first attempt when it succeeded.
 func (l Level) keepsDocument(a Attempt) bool {
 	return l == LevelFull || a.AttemptNo != 1 || !a.Success
+}
+
+// LevelsOf returns the ledger level of every topic of a topology (its
+// ledger field; DefaultLevel where empty), for Options.Levels. The
+// topology has validated the names.
+func LevelsOf(top *topology.Topology) map[string]Level {
+	out := make(map[string]Level, len(top.Topics))
+	for _, tp := range top.Topics {
+		l, err := ParseLevel(tp.Ledger)
+		if err != nil {
+			l = DefaultLevel
+		}
+		out[tp.Name] = l
+	}
+	return out
 }

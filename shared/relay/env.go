@@ -122,7 +122,7 @@ func Open(ctx context.Context, env Env, log *slog.Logger) (*Set, error) {
 	}
 	s.close = append(s.close, func(context.Context) error { return ps.Close() })
 	store, err := ledger.OpenMode(ctx, env.Ledger, ledger.Config{ProjectID: env.ProjectID, Database: env.FirestoreDatabase},
-		ledger.Options{Logger: log, Retention: env.LedgerRetention})
+		ledger.Options{Logger: log, Retention: env.LedgerRetention, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}

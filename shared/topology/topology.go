@@ -127,10 +127,23 @@ type Topic struct {
 	Name        string `yaml:"name"`
 	Description string `yaml:"description"`
 	// Encoding is json or protobuf: how events are written into message data.
-	Encoding                string     `yaml:"encoding"`
-	MessageRetentionSeconds int        `yaml:"message_retention_seconds"`
-	Consumers               []Consumer `yaml:"consumers"`
+	Encoding                string `yaml:"encoding"`
+	MessageRetentionSeconds int    `yaml:"message_retention_seconds"`
+	// Ledger is how much the Firestore ledger keeps of the topic's events
+	// (shared/ledger's Level): full (every attempt a document), failures
+	// (the default when empty: the attempts of consumers that did not
+	// succeed at once; a status and each consumer's outcome for every
+	// event) or off (nothing).
+	Ledger    string     `yaml:"ledger"`
+	Consumers []Consumer `yaml:"consumers"`
 }
+
+// Ledger levels a topic may declare (shared/ledger's Level).
+const (
+	LedgerFull     = "full"
+	LedgerFailures = "failures"
+	LedgerOff      = "off"
+)
 
 // Consumer is one consuming service's subscription to a topic.
 type Consumer struct {
@@ -379,6 +392,11 @@ func (t *Topology) validate() error {
 		seenTopic[tp.Name] = true
 		if _, err := event.ParseEncoding(tp.Encoding); err != nil {
 			bad(where+".encoding", "%v", err)
+		}
+		switch tp.Ledger {
+		case "", LedgerFull, LedgerFailures, LedgerOff:
+		default:
+			bad(where+".ledger", "must be full, failures or off, not %q", tp.Ledger)
 		}
 		if r := tp.MessageRetentionSeconds; r < 600 || r > 31*24*3600 {
 			bad(where+".message_retention_seconds", "must be 600 (10 minutes) to 2678400 (31 days), not %d", r)
