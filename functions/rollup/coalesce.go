@@ -19,7 +19,16 @@ import (
 // the ledger yet is held again (notFoundPause) until notFoundWait has
 // passed since its first notice, then answered as it is.
 type coalescer struct {
-	roll          func(ctx context.Context, notices []ledger.Notice) ([]ledger.RollupResult, error)
+	roll func(ctx context.Context, notices []ledger.Notice) ([]ledger.RollupResult, error)
+	// expected, when set, names the consumers of a topic's events: an
+	// event whose notices carry an attempt of each is rolled up at once
+	// instead of at the end of its window.
+	expected func(ctx context.Context, topic string) ([]string, error)
+	// minHold is the least an event whose consumers have all reported is
+	// held from its first notice: its write waits that long after the
+	// event's send anyway (the write gap), and the send, recorded in the
+	// background, is then in the ledger.
+	minHold       time.Duration
 	window        time.Duration
 	notFoundPause time.Duration
 	notFoundWait  time.Duration
@@ -42,10 +51,34 @@ type held struct {
 	// notice gathers what the waiters' notices said of the event; next
 	// what the notices that arrived during a running rollup said.
 	notice, nextNotice ledger.Notice
+	// expected are the consumers the event waits for (none: unknown).
+	expected []string
 	// next are the waiters that arrived while a rollup was running: it
 	// may have read before their attempts, so they get a rollup of their
 	// own after it.
 	next []chan ledger.RollupResult
+}
+
+// legacyWindow is how long a notice without attempts (the former shape)
+// holds its event: its attempts are documents, read by the rollup.
+const legacyWindow = 250 * time.Millisecond
+
+// complete reports whether the gathered notices carry an attempt of every
+// expected consumer.
+func (h *held) complete() bool {
+	if len(h.expected) == 0 {
+		return false
+	}
+	have := make(map[string]bool, len(h.notice.Attempts))
+	for _, a := range h.notice.Attempts {
+		have[a.ConsumerID] = true
+	}
+	for _, c := range h.expected {
+		if !have[c] {
+			return false
+		}
+	}
+	return true
 }
 
 // maxHeld bounds the events held at once; past it a notice is refused (and
@@ -75,6 +108,23 @@ func gather(into *ledger.Notice, n ledger.Notice) {
 // rollup, or ctx's end.
 func (c *coalescer) do(ctx context.Context, notices []ledger.Notice) (map[string]ledger.RollupResult, error) {
 	chans := make(map[string]chan ledger.RollupResult, len(notices))
+	expected := map[string][]string{} // by topic
+	if c.expected != nil {
+		for _, n := range notices {
+			if len(n.Attempts) == 0 {
+				continue
+			}
+			topic := n.Attempts[0].Topic
+			if _, ok := expected[topic]; ok || topic == "" {
+				continue
+			}
+			cs, err := c.expected(ctx, topic)
+			if err != nil {
+				cs = nil // the window alone decides
+			}
+			expected[topic] = cs
+		}
+	}
 	now := time.Now()
 	c.mu.Lock()
 	if len(c.pending)+len(notices) > maxHeld {
@@ -88,7 +138,11 @@ func (c *coalescer) do(ctx context.Context, notices []ledger.Notice) (map[string
 		h, ok := c.pending[id]
 		switch {
 		case !ok:
-			h = &held{due: now.Add(c.window), first: now}
+			hold := c.window
+			if len(n.Attempts) == 0 {
+				hold = min(hold, legacyWindow)
+			}
+			h = &held{due: now.Add(hold), first: now}
 			c.pending[id] = h
 		case h.running:
 			h.next = append(h.next, ch)
@@ -97,6 +151,13 @@ func (c *coalescer) do(ctx context.Context, notices []ledger.Notice) (map[string
 		}
 		h.waiters = append(h.waiters, ch)
 		gather(&h.notice, n)
+		if len(n.Attempts) > 0 && h.expected == nil {
+			h.expected = expected[n.Attempts[0].Topic]
+		}
+		if h.complete() {
+			// Every consumer has reported: no reason to wait longer.
+			h.due = maxTime(now, h.first.Add(c.minHold))
+		}
 	}
 	c.mu.Unlock()
 	select {
@@ -193,6 +254,9 @@ func (c *coalescer) run(notices []ledger.Notice) {
 			// their own, so their consumers' outcomes share one write.
 			h.waiters, h.next, h.running, h.due, h.first = h.next, nil, false, now.Add(c.window), now
 			h.notice, h.nextNotice = h.nextNotice, ledger.Notice{}
+			if h.complete() {
+				h.due = maxTime(now, h.first.Add(c.minHold))
+			}
 			continue
 		}
 		delete(c.pending, id)
@@ -219,4 +283,11 @@ func (c *coalescer) close(ctx context.Context) error {
 	c.cancel()
 	c.wg.Wait()
 	return ctx.Err()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

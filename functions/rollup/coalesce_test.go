@@ -129,3 +129,49 @@ func TestNoticesWithinTheWindowShareTheirAttempts(t *testing.T) {
 		t.Fatalf("rolled up %+v, want the three consumers' attempts and no legacy read", n)
 	}
 }
+
+// An event whose notices carry an attempt of every consumer its topic
+// expects is rolled up at once, not at the end of its window; one that
+// still waits for a consumer holds until the window ends.
+func TestAnEventIsRolledUpOnceEveryConsumerReported(t *testing.T) {
+	r := &countingRoll{}
+	c := newCoalescer(r.roll, 3*time.Second, time.Millisecond, time.Second, 4)
+	c.expected = func(_ context.Context, topic string) ([]string, error) {
+		if topic != "shop.order.events" {
+			t.Errorf("expected consumers asked of %q", topic)
+		}
+		return []string{"a", "b"}, nil
+	}
+	defer c.close(context.Background())
+	notice := func(id, consumer string) []ledger.Notice {
+		return []ledger.Notice{{EventID: id, Attempts: []ledger.Attempt{{EventID: id, ConsumerID: consumer, AttemptNo: 1,
+			Success: true, Outcome: ledger.OutcomeSuccess, Topic: "shop.order.events"}}}}
+	}
+	start := time.Now()
+	done := make(chan time.Duration, 2)
+	for _, consumer := range []string{"a", "b"} {
+		go func() {
+			if _, err := c.do(context.Background(), notice("e1", consumer)); err != nil {
+				t.Error(err)
+			}
+			done <- time.Since(start)
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 2 {
+		if d := <-done; d > time.Second {
+			t.Errorf("answered after %v, want at once once both consumers reported (window 3 s)", d)
+		}
+	}
+	if len(r.calls) != 1 || len(r.notices[0][0].Attempts) != 2 {
+		t.Fatalf("rollups %v, want one with both attempts", r.calls)
+	}
+	// Only a of e2's consumers reports: held to the end of the window.
+	start = time.Now()
+	if _, err := c.do(context.Background(), notice("e2", "a")); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 3*time.Second {
+		t.Errorf("e2 rolled up after %v with b missing, want the whole window", d)
+	}
+}

@@ -65,9 +65,10 @@ type Config struct {
 	Database string `env:"FIRESTORE_DATABASE, default=(default)"`
 	// LedgerRetention is how long ledger documents are kept (LEDGER_RETENTION, 720h).
 	LedgerRetention time.Duration `env:"LEDGER_RETENTION, default=720h"`
-	// Window is how long an event is held to gather its consumers' notices
-	// into one rollup (ROLLUP_WINDOW, 1s).
-	Window time.Duration `env:"ROLLUP_WINDOW, default=1s"`
+	// Window is the longest an event is held to gather its consumers'
+	// notices into one rollup (ROLLUP_WINDOW, 5s); it is rolled up as soon
+	// as every expected consumer has reported.
+	Window time.Duration `env:"ROLLUP_WINDOW, default=5s"`
 	// WriteGap is the least time between two writes of one event's
 	// document (ROLLUP_WRITE_GAP, 1s): Firestore sustains about one write
 	// per second per document.
@@ -77,6 +78,7 @@ type Config struct {
 // Ledger is what the function needs of the ledger (*ledger.Store).
 type Ledger interface {
 	Fold(ctx context.Context, notices []ledger.Notice, gap time.Duration) ([]ledger.RollupResult, error)
+	Expected(ctx context.Context, topic string) ([]string, error)
 	ExpireDue(ctx context.Context, limit int) (ledger.ExpireReport, error)
 	Reconcile(ctx context.Context, limit int) (ledger.ReconcileReport, error)
 }
@@ -91,12 +93,16 @@ type Deps struct {
 	// inside Cloud Scheduler's attempt deadline); a sweep stops between
 	// batches.
 	SweepBudget time.Duration
-	// Window is how long an event a notice names is held before its
-	// rollup, gathering the notices of its other consumers (default 1 s:
-	// the consumers of an event report within it in steady state, so an
-	// event's document is written once with all their outcomes, and that
-	// write comes a second or more after the send's, within Firestore's
-	// sustained rate of one write per second per document).
+	// Window is the longest an event a notice names is held before its
+	// rollup, gathering the notices of its other consumers (default 5 s).
+	// An event is rolled up as soon as the notices carry an attempt of
+	// every consumer its topic expects (Ledger.Expected), but not before
+	// WriteGap after its first notice (its write would wait for the gap
+	// after the send anyway), so in the happy path its document is written
+	// once with all their outcomes, however far apart they report within
+	// the window; only a consumer slower than the window costs a write of
+	// its own. A notice without attempts (the
+	// former shape) holds its event 250 ms at most.
 	Window time.Duration
 	// NotFoundWait is how long an event that is not in the ledger yet is
 	// looked for again before the notice is acknowledged as pending
@@ -134,7 +140,7 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 		d.SweepBudget = 45 * time.Second
 	}
 	if d.Window <= 0 {
-		d.Window = time.Second
+		d.Window = 5 * time.Second
 	}
 	if d.NotFoundWait <= 0 {
 		d.NotFoundWait = 2 * time.Second
@@ -150,6 +156,7 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 		return d.Ledger.Fold(ctx, ns, d.WriteGap)
 	}
 	h.rollups = newCoalescer(fold, d.Window, notFoundPause, d.NotFoundWait, 8)
+	h.rollups.expected, h.rollups.minHold = d.Ledger.Expected, d.WriteGap
 	return h, nil
 }
 
