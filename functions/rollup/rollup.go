@@ -1,25 +1,28 @@
 // Package rollup is the rollup function: it turns consumption attempts into
 // each event's status in the Firestore ledger.
 //
-// consume publishes a notice (ledger.RollupMessage: the ids of the events
-// whose attempts it recorded) to the rollup topic after it ships a batch of
-// attempts to the ledger; Pub/Sub delivers it here by push or Eventarc. The
-// function holds each event a short window (Deps.Window) from its first
-// notice, so the consumers of one event that report within it cost one
-// rollup, and derives the due events' statuses in batches
-// (ledger.Store.RollupMany: the events' documents in one read, each one's
-// attempts, the changed statuses written in one BulkWriter with
-// preconditions; no transactions). Answers:
+// consume publishes a notice to the rollup topic after it commits a batch
+// of attempts: the attempts themselves (ledger.FoldMessage; notices of the
+// former shape name only event ids, ledger.RollupMessage). Pub/Sub delivers
+// it here by push or Eventarc. The function holds each event until every
+// consumer its topic expects has reported, at most Deps.Window, and folds
+// the due events' outcomes into their documents in batches
+// (ledger.Store.Fold: each event's document in one read, one write with
+// every consumer's outcome and the derived status, with preconditions; no
+// transactions), never sooner than Deps.WriteGap after the event's last
+// write. Answers:
 //
 //   - 200: rolled up (the JSON body says each event's status and whether it
-//     changed), after each event was held a short window (Deps.Window) to
-//     gather its other consumers' notices; or an event is not in the ledger yet (its send is recorded
-//     after the fact) after waiting Deps.NotFoundWait for it: acknowledged
-//     with "pending", since the send, once recorded, leaves the event due
-//     for the reconciler; or the notice was malformed and can never
+//     changed); or, for a notice without attempts, an event is not in the
+//     ledger yet after waiting Deps.NotFoundWait for it: acknowledged with
+//     "pending", since its attempts are documents the reconciler reads once
+//     the send is recorded; or the notice was malformed and can never
 //     succeed: acknowledged with an ERROR log line, never 400, which push
 //     would redeliver forever.
-//   - 500: Firestore failed; Pub/Sub redelivers.
+//   - 500: Firestore failed, or a notice carries attempts of an event that
+//     is not in the ledger yet ("pending"): Pub/Sub redelivers it (the
+//     notice is the attempts' only way into the ledger; the rollup
+//     subscription has no dead-letter topic).
 //
 // POST <root>/reconcile runs the reconciler (ledger.Store.Reconcile) for
 // Cloud Scheduler: every event whose status is not settled and is due for
