@@ -16,7 +16,7 @@ import (
 // consumer's outcome folded in (ledger.Store.Fold), instead of one rollup
 // per consumer. The attempts the notices carry are gathered per event. Due events are rolled up together,
 // in batches of ledger.MaxNoticeEvents, by a few workers. An event not in
-// the ledger yet is held again (notFoundPause) until notFoundWait has
+// the ledger yet is held again (notFoundPause, doubling) until notFoundWait has
 // passed since its first notice, then answered as it is.
 type coalescer struct {
 	roll func(ctx context.Context, notices []ledger.Notice) ([]ledger.RollupResult, error)
@@ -53,6 +53,9 @@ type held struct {
 	notice, nextNotice ledger.Notice
 	// expected are the consumers the event waits for (none: unknown).
 	expected []string
+	// pause is how long the event waits before it is looked for again
+	// while it is not in the ledger: notFoundPause, doubling each time.
+	pause time.Duration
 	// next are the waiters that arrived while a rollup was running: it
 	// may have read before their attempts, so they get a rollup of their
 	// own after it.
@@ -243,7 +246,8 @@ func (c *coalescer) run(notices []ledger.Notice) {
 			r = rs[i]
 		}
 		if errors.Is(r.Err, ledger.ErrEventNotFound) && now.Sub(h.first) < c.notFoundWait {
-			h.running, h.due = false, now.Add(c.notFoundPause)
+			h.pause = max(c.notFoundPause, 2*h.pause)
+			h.running, h.due = false, now.Add(h.pause)
 			continue
 		}
 		for _, ch := range h.waiters {

@@ -14,7 +14,7 @@
 //
 //   - 200: rolled up (the JSON body says each event's status and whether it
 //     changed); or, for a notice without attempts, an event is not in the
-//     ledger yet after waiting Deps.NotFoundWait for it: acknowledged with
+//     ledger yet after looking for it Deps.NotFoundWait: acknowledged with
 //     "pending", since its attempts are documents the reconciler reads once
 //     the send is recorded; or the notice was malformed and can never
 //     succeed: acknowledged with an ERROR log line, never 400, which push
@@ -107,9 +107,12 @@ type Deps struct {
 	// its own. A notice without attempts (the
 	// former shape) holds its event 250 ms at most.
 	Window time.Duration
-	// NotFoundWait is how long an event that is not in the ledger yet is
-	// looked for again before the notice is acknowledged as pending
-	// (default 2 s).
+	// NotFoundWait is how long an event that is not in the ledger yet (its
+	// send is recorded in the background, and may come after its
+	// consumers' notices) is looked for again, 250 ms later, then twice as
+	// long each time, before the notice is answered as pending (default
+	// 10 s: acknowledged for a notice without attempts, redelivered for
+	// one that carries them).
 	NotFoundWait time.Duration
 	// WriteGap is the least time between two writes of one event's
 	// document: a rollup due sooner after the event's last write (its
@@ -146,7 +149,7 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 		d.Window = 5 * time.Second
 	}
 	if d.NotFoundWait <= 0 {
-		d.NotFoundWait = 2 * time.Second
+		d.NotFoundWait = 10 * time.Second
 	}
 	switch {
 	case d.WriteGap == 0:
