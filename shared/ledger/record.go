@@ -79,6 +79,11 @@ type Event struct {
 	// DeleteAt is when Firestore's TTL policy deletes the document (created
 	// at + the store's Retention); absent when the store keeps documents.
 	DeleteAt time.Time `firestore:"deleteAt,omitempty" json:"-"`
+	// Folded is set on documents written since the fold: their consumers'
+	// outcomes reach them in rollup notices (Store.Fold). A document
+	// without it was written before; its attempts are all documents, and
+	// a fold reads the ones its marks do not record.
+	Folded bool `firestore:"folded,omitempty" json:"-"`
 	// Latest holds, per consumer, the latest attempt the last rollup read.
 	// A rollup reads only the attempts numbered after it, by their
 	// document ids (see RollupMany), instead of querying the event's whole
@@ -205,6 +210,7 @@ func newEvent(e *event.Event, maxPayload, shards int) Event {
 			ClientRequestID: e.Initiator.ClientRequestID,
 		},
 		Shard:             shardOf(e.ID, shards),
+		Folded:            true,
 		ExpectedConsumers: []string{},
 	}
 	if len(e.Payload) <= maxPayload {

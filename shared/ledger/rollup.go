@@ -212,6 +212,10 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 		} else if err := d.snap.DataTo(&d.ev); err != nil {
 			d.res.Err = fmt.Errorf("ledger: rollup: decode %s: %w", d.snap.Ref.ID, err)
 		}
+		// A document written before the fold may have attempt documents
+		// no mark records (a first success that changed no status): read
+		// them by id, as the former rollup did.
+		d.window = d.window || (!bump && !d.ev.Folded)
 	}
 	if !bump {
 		if err := s.readNewAttempts(ctx, ds); err != nil {
