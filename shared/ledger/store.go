@@ -73,8 +73,8 @@ const (
 // Store is the event ledger on Firestore. It is safe for concurrent use.
 //
 // It implements the relay's ledger (RecordSent, RecordPublishFailure), the
-// registry (ExpectedConsumers over topic_consumers), the rollup (Rollup,
-// ExpireDue), the operator re-push hook (BeginRepush) and the operations
+// registry (ExpectedConsumers over topic_consumers), the rollup (Fold,
+// RollupMany, Reconcile, ExpireDue), the operator re-push hook (BeginRepush) and the operations
 // API's queries (List, Get, Trace). Recorder adds the consume side.
 type Store struct {
 	client     *firestore.Client
