@@ -91,7 +91,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	for _, t := range top.Topics {
 		opts.Publishers[t.Name] = t.PublisherEmails()
 	}
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}

@@ -228,7 +228,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		return fail(err)
 	}
 	closers.Add(func(context.Context) error { return ps.Close() })
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}

@@ -96,7 +96,7 @@ locals {
     # transaction per event, so it gets real concurrency; /reconcile and
     # /expire (Scheduler) share the instances with the notices.
     rollup = {
-      env             = merge(local.env_common, { ROLLUP_WINDOW = var.rollup_settings.window })
+      env             = merge(local.env_common, { ROLLUP_WINDOW = var.rollup_settings.window, ROLLUP_WRITE_GAP = var.rollup_settings.write_gap })
       concurrency     = var.rollup_settings.concurrency
       max_instances   = var.rollup_settings.max_instances
       timeout_seconds = 60

@@ -156,9 +156,10 @@ variable "rollup_settings" {
   type = object({
     concurrency   = optional(number, 80)
     max_instances = optional(number, 5)
-    window        = optional(string, "250ms")
+    window        = optional(string, "5s")
+    write_gap     = optional(string, "1s")
   })
-  description = "rollup: per-instance request concurrency, max instances and ROLLUP_WINDOW (how long notices are gathered into one rollup). rollup coalesces the notices of concurrent requests into one ledger transaction per event, so it needs concurrency; /reconcile and /expire no longer hold the only request slot."
+  description = "rollup: per-instance request concurrency, max instances, ROLLUP_WINDOW (how long notices are gathered into one rollup) and ROLLUP_WRITE_GAP (the least time between two writes of one event document; Firestore sustains about one write per second per document). rollup coalesces the notices of concurrent requests into one ledger transaction per event, so it needs concurrency; /reconcile and /expire no longer hold the only request slot."
   default     = {}
 
   validation {

@@ -365,7 +365,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// Firestore: the stack's own ledger client and the topic_consumers
 	// registry.
-	store, err := ledgerCfg.Open(ctx, o.Project, ledger.Options{Logger: o.Logger})
+	store, err := ledgerCfg.Open(ctx, o.Project, ledger.Options{Logger: o.Logger, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return nil, err
 	}

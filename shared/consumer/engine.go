@@ -32,8 +32,9 @@ type DB interface {
 
 // Ledger records attempts in the ledger (shared/ledger's Recorder).
 type Ledger interface {
-	// RecordAttempts inserts the attempts (idempotent on consumer, event
-	// and attempt number) and notifies the rollup.
+	// RecordAttempts records the attempts (idempotent on consumer, event
+	// and attempt number) and hands them to the rollup, which folds them
+	// into their events.
 	RecordAttempts(ctx context.Context, as []ledger.Attempt) error
 }
 

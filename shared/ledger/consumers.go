@@ -206,3 +206,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Expected returns the ids of the consumers a topic's events are sent to
+// now, through the store's registry (Options.Registry: cached), so the
+// rollup can tell when every consumer of an event has reported.
+func (s *Store) Expected(ctx context.Context, topic string) ([]string, error) {
+	cs, err := s.reg.ExpectedConsumers(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: expected consumers of %s: %w", topic, err)
+	}
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.ConsumerID
+	}
+	return out, nil
+}

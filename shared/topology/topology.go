@@ -133,8 +133,14 @@ type Topic struct {
 	// write this topic: service account (or user) emails, as the ID token
 	// Cloud Run verified names them (a serviceAccount: or user: prefix is
 	// dropped). Empty: every caller Cloud Run admits.
-	Publishers []string   `yaml:"publishers"`
-	Consumers  []Consumer `yaml:"consumers"`
+	Publishers []string `yaml:"publishers"`
+	// Ledger is how much the Firestore ledger keeps of the topic's events
+	// (shared/ledger's Level): full (every attempt a document), failures
+	// (the default when empty: the attempts of consumers that did not
+	// succeed at once; a status and each consumer's outcome for every
+	// event) or off (nothing).
+	Ledger    string     `yaml:"ledger"`
+	Consumers []Consumer `yaml:"consumers"`
 }
 
 // PublisherEmails returns the topic's publishers as lower-cased emails,
@@ -149,6 +155,13 @@ func (t Topic) PublisherEmails() []string {
 	}
 	return out
 }
+
+// Ledger levels a topic may declare (shared/ledger's Level).
+const (
+	LedgerFull     = "full"
+	LedgerFailures = "failures"
+	LedgerOff      = "off"
+)
 
 // Consumer is one consuming service's subscription to a topic.
 type Consumer struct {
@@ -410,6 +423,11 @@ func (t *Topology) validate() error {
 			if (prefixed && kind != "serviceAccount" && kind != "user") || !strings.Contains(email, "@") || strings.ContainsAny(email, " ,") {
 				bad(fmt.Sprintf("%s.publishers[%d]", where, k), "must be an email (a serviceAccount: or user: prefix is allowed), as the caller's ID token names it; groups and domains cannot be checked against a token, not %q", p)
 			}
+		}
+		switch tp.Ledger {
+		case "", LedgerFull, LedgerFailures, LedgerOff:
+		default:
+			bad(where+".ledger", "must be full, failures or off, not %q", tp.Ledger)
 		}
 		if r := tp.MessageRetentionSeconds; r < 600 || r > 31*24*3600 {
 			bad(where+".message_retention_seconds", "must be 600 (10 minutes) to 2678400 (31 days), not %d", r)
