@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -58,15 +60,15 @@ func TestGoldenOutput(t *testing.T) {
 	for _, e := range []*event.Event{order, points} {
 		_ = e.Prepare(at, event.Limits{})
 	}
-	if err := store.RecordSent(ctx, ledger.SentAt(at, order, points)); err != nil {
+	if err := store.RecordSent(ctx, model.SentAt(at, order, points)); err != nil {
 		t.Fatal(err)
 	}
 	rec := ledger.NewRecorder(store, fake.Client, top.Rollup.Topic)
-	for _, a := range []ledger.Attempt{
-		{EventID: "evt-order-1", ConsumerID: "message-service", AttemptNo: 1, Outcome: ledger.OutcomeRetry, ErrorCode: "demo_first_attempt", ErrorMessage: "gateway timed out", ConsumedAt: at},
-		{EventID: "evt-order-1", ConsumerID: "message-service", AttemptNo: 2, Success: true, Outcome: ledger.OutcomeSuccess, ConsumedAt: at},
+	for _, a := range []model.Attempt{
+		{EventID: "evt-order-1", ConsumerID: "message-service", AttemptNo: 1, Outcome: model.OutcomeRetry, ErrorCode: "demo_first_attempt", ErrorMessage: "gateway timed out", ConsumedAt: at},
+		{EventID: "evt-order-1", ConsumerID: "message-service", AttemptNo: 2, Success: true, Outcome: model.OutcomeSuccess, ConsumedAt: at},
 	} {
-		if err := rec.RecordAttempts(ctx, []ledger.Attempt{a}); err != nil {
+		if err := rec.RecordAttempts(ctx, []model.Attempt{a}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/examples/shop"
@@ -24,7 +26,6 @@ import (
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -46,11 +47,11 @@ const (
 // tests below that say so.)
 type memLedger struct {
 	mu       sync.Mutex
-	attempts []ledger.Attempt
+	attempts []model.Attempt
 	fail     int
 }
 
-func (l *memLedger) RecordAttempts(_ context.Context, as []ledger.Attempt) error {
+func (l *memLedger) RecordAttempts(_ context.Context, as []model.Attempt) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fail > 0 {
@@ -61,10 +62,10 @@ func (l *memLedger) RecordAttempts(_ context.Context, as []ledger.Attempt) error
 	return nil
 }
 
-func (l *memLedger) all() []ledger.Attempt {
+func (l *memLedger) all() []model.Attempt {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]ledger.Attempt(nil), l.attempts...)
+	return append([]model.Attempt(nil), l.attempts...)
 }
 
 type stack struct {
@@ -77,7 +78,7 @@ type stack struct {
 
 // shipped waits until the engine's background shipper has tried every
 // attempt so far, and returns what the ledger holds.
-func (s *stack) shipped(t testing.TB) []ledger.Attempt {
+func (s *stack) shipped(t testing.TB) []model.Attempt {
 	t.Helper()
 	if err := s.engine.FlushLedger(context.Background()); err != nil {
 		t.Fatal(err)
@@ -203,7 +204,7 @@ func TestEveryRequestShapeDeliversTheSameEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := s.push(t, m, 1)
-	if first.code != 200 || first.res.Outcome != ledger.OutcomeSuccess || first.res.EventID != "order-1-v1" || first.res.Duplicate {
+	if first.code != 200 || first.res.Outcome != model.OutcomeSuccess || first.res.EventID != "order-1-v1" || first.res.Duplicate {
 		t.Fatalf("wrapped push: %+v", first)
 	}
 	for name, req := range map[string]*http.Request{"eventarc": eventarc, "unwrapped push": unwrapped} {
@@ -250,7 +251,7 @@ func TestPoisonIsAcknowledgedAndDeadLettered(t *testing.T) {
 	}
 	for i, c := range cases {
 		a := s.push(t, c.m, 1)
-		if a.code != 200 || a.res.Outcome != ledger.OutcomePoison || a.res.Code != c.reason {
+		if a.code != 200 || a.res.Outcome != model.OutcomePoison || a.res.Code != c.reason {
 			t.Errorf("%s: %+v, want 200 poison %s", c.name, a, c.reason)
 			continue
 		}
@@ -438,7 +439,7 @@ func TestOutOfOrderDeliveryStrictAppliesEveryVersionInOrder(t *testing.T) {
 	}
 	// The ledger: every event's latest attempt succeeded; each succeeded
 	// once; the parked ones were parked first.
-	latest := map[string]ledger.Attempt{}
+	latest := map[string]model.Attempt{}
 	successes := map[string]int{}
 	parkedInLedger := 0
 	for _, a := range s.shipped(t) {
@@ -448,7 +449,7 @@ func TestOutOfOrderDeliveryStrictAppliesEveryVersionInOrder(t *testing.T) {
 		if a.Success {
 			successes[a.EventID]++
 		}
-		if a.Outcome == ledger.OutcomeParked {
+		if a.Outcome == model.OutcomeParked {
 			parkedInLedger++
 		}
 	}
@@ -490,7 +491,7 @@ func TestDatabaseDownThenRedeliveryAppliesOnce(t *testing.T) {
 	if n := s.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 0 {
 		t.Fatalf("%d inbox rows", n)
 	}
-	if a := s.push(t, m, 2); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+	if a := s.push(t, m, 2); a.code != 200 || a.res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("redelivery: %+v", a)
 	}
 	s.push(t, m, 3)
@@ -507,7 +508,7 @@ func TestLedgerDownAfterCommitIsShippedLater(t *testing.T) {
 	s := newStack(t, projection.Latest(), "member-service")
 	m := message(t, orderEvent("order-6", 1))
 	s.ledger.fail = 1
-	if a := s.push(t, m, 1); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+	if a := s.push(t, m, 1); a.code != 200 || a.res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("ledger down after commit: %+v, want 200", a)
 	}
 	if got := s.shipped(t); len(got) != 0 {
@@ -587,9 +588,9 @@ func TestTransientFailuresAreRetriedThenDeadLetteredAtTheLastAttempt(t *testing.
 	m := message(t, orderEvent("order-7", 1))
 	for attempt := 1; attempt <= 5; attempt++ {
 		a := s.push(t, m, attempt)
-		want := ledger.OutcomeRetry
+		want := model.OutcomeRetry
 		if attempt == 5 {
-			want = ledger.OutcomeDeadLettered
+			want = model.OutcomeDeadLettered
 		}
 		if a.code != http.StatusServiceUnavailable || a.res.Outcome != want || a.res.Attempt != attempt {
 			t.Errorf("attempt %d: %+v, want 503 %s", attempt, a, want)
@@ -603,7 +604,7 @@ func TestPermanentErrorIsAcknowledgedAndRecorded(t *testing.T) {
 	})
 	s := newStack(t, h, "member-service")
 	a := s.push(t, message(t, orderEvent("order-8", 1)), 1)
-	if a.code != 200 || a.res.Outcome != ledger.OutcomeFailed || a.res.Code != "insufficient_stock" {
+	if a.code != 200 || a.res.Outcome != model.OutcomeFailed || a.res.Code != "insufficient_stock" {
 		t.Fatalf("%+v", a)
 	}
 	if got := s.shipped(t); len(got) != 1 || got[0].Success || got[0].ErrorCode != "insufficient_stock" {
@@ -721,14 +722,14 @@ func TestEmitFailuresAreClassifiedByCause(t *testing.T) {
 		return c.Emit(ctx, &event.Event{Type: "points.added", Topic: "member.points.events", AggregateID: "m-x", Version: 1, Payload: []byte(`{}`)})
 	})
 	s := newStack(t, broken, "member-service")
-	if a := s.push(t, message(t, orderEvent("order-70", 1)), 1); a.code != http.StatusServiceUnavailable || a.res.Outcome != ledger.OutcomeRetry {
+	if a := s.push(t, message(t, orderEvent("order-70", 1)), 1); a.code != http.StatusServiceUnavailable || a.res.Outcome != model.OutcomeRetry {
 		t.Errorf("emit into a broken transaction: %+v, want 503 retry", a)
 	}
 	invalid := consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
 		return c.Emit(ctx, &event.Event{Type: "points.added", Topic: "Not A Topic", AggregateID: "m-x", Version: 1, Payload: []byte(`{}`)})
 	})
 	s2 := newStack(t, invalid, "member-service")
-	if a := s2.push(t, message(t, orderEvent("order-71", 1)), 1); a.code != http.StatusOK || a.res.Outcome != ledger.OutcomeFailed || a.res.Code != "emit" {
+	if a := s2.push(t, message(t, orderEvent("order-71", 1)), 1); a.code != http.StatusOK || a.res.Outcome != model.OutcomeFailed || a.res.Code != "emit" {
 		t.Errorf("emit of an invalid child: %+v, want 200 failed emit", a)
 	}
 }

@@ -4,10 +4,11 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/examples/shop"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -29,12 +30,12 @@ func TestChildEventsGoOnlyToDeclaredTopics(t *testing.T) {
 		t.Fatalf("the repository topology declares no emits for member-service (%v)", c.Emits)
 	}
 	declared := newStackWith(t, pgtest.Schema(t), shop.Points(), "member-service", func(o *consumer.Options) { o.Emits = c.Emits })
-	if a := declared.push(t, message(t, orderEvent("order-80", 1)), 1); a.code != http.StatusOK || a.res.Outcome != ledger.OutcomeSuccess {
+	if a := declared.push(t, message(t, orderEvent("order-80", 1)), 1); a.code != http.StatusOK || a.res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("declared emit: %+v, want success", a)
 	}
 	undeclared := newStackWith(t, pgtest.Schema(t), shop.Points(), "member-service", func(o *consumer.Options) { o.Emits = []string{} })
 	a := undeclared.push(t, message(t, orderEvent("order-81", 1)), 1)
-	if a.code != http.StatusOK || a.res.Outcome != ledger.OutcomeFailed || a.res.Code != "emit_undeclared" {
+	if a.code != http.StatusOK || a.res.Outcome != model.OutcomeFailed || a.res.Code != "emit_undeclared" {
 		t.Fatalf("undeclared emit: %+v, want 200 failed emit_undeclared", a)
 	}
 }

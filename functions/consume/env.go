@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/shared/consumer"
@@ -17,6 +19,12 @@ import (
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
+)
+
+// The engines' interfaces, met by the ledger's types.
+var (
+	_ consumer.Ledger = (*ledger.Recorder)(nil)
+	_ relay.Ledger    = (*ledger.Store)(nil)
 )
 
 // Config is the consume function's configuration: one consumer (one
@@ -115,7 +123,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		return fail(err)
 	}
 	closers.Add(func(context.Context) error { return ps.Close() })
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: ledger.LevelsOf(top)})
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -135,14 +137,14 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 
 // receiveNotice waits for the rollup notice that names eventID and
 // returns what it says of it.
-func receiveNotice(t *testing.T, ps *transport.Client, sub, eventID string) ledger.Notice {
+func receiveNotice(t *testing.T, ps *transport.Client, sub, eventID string) model.Notice {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var out ledger.Notice
+	var out model.Notice
 	_ = ps.PubSub().Subscriber(sub).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
 		m.Ack()
-		ns, err := ledger.ReadNotice(event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes})
+		ns, err := model.ReadNotice(event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes})
 		if err != nil {
 			t.Errorf("notice: %v", err)
 			return
@@ -163,8 +165,8 @@ func receiveNotice(t *testing.T, ps *transport.Client, sub, eventID string) ledg
 // attemptsOf counts an event's attempt documents in the ledger.
 func attemptsOf(t *testing.T, s *ledger.Store, eventID string) int {
 	t.Helper()
-	docs, err := s.Client().Collection(ledger.CollectionEvents).Doc(ledger.EventDocID(eventID)).
-		Collection(ledger.CollectionConsumptions).Documents(context.Background()).GetAll()
+	docs, err := s.Client().Collection(model.CollectionEvents).Doc(model.EventDocID(eventID)).
+		Collection(model.CollectionConsumptions).Documents(context.Background()).GetAll()
 	if err != nil {
 		t.Fatal(err)
 	}

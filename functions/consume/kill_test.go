@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5"
 
@@ -78,7 +80,7 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 	e := &event.Event{Type: "points.added", Source: "member-service", Topic: "member.points.events", AggregateID: "m-9",
 		Version: 1, Payload: []byte(`{"balance":10}`)}
 	_ = e.Prepare(time.Now(), event.Limits{})
-	if err := store.RecordSent(ctx, ledger.SentAt(time.Now(), e)); err != nil {
+	if err := store.RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -108,7 +110,7 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 		if err == nil {
 			_ = json.NewDecoder(resp.Body).Decode(&res)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || res.Outcome != ledger.OutcomeSuccess {
+			if resp.StatusCode != http.StatusOK || res.Outcome != model.OutcomeSuccess {
 				t.Fatalf("delivery: %d %+v, want 200 success whatever the ledger does", resp.StatusCode, res)
 			}
 			break
@@ -146,8 +148,8 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 	}
 	// Its notice rolls the event up (the rollup function's store call).
 	n := rollupNotice(t, ps, transport.RollupSubscription(top), e.ID)
-	rs, err := store.Fold(ctx, []ledger.Notice{n}, 0)
-	if err != nil || rs[0].Err != nil || rs[0].Status != ledger.StatusConsumed {
+	rs, err := store.Fold(ctx, []model.Notice{n}, 0)
+	if err != nil || rs[0].Err != nil || rs[0].Status != model.StatusConsumed {
 		t.Fatalf("rollup: %+v %v", rs, err)
 	}
 	var redelivered int
@@ -316,7 +318,7 @@ func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if code != 200 || res.Outcome != ledger.OutcomeSuccess {
+	if code != 200 || res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("redelivery after the lease: %d %+v, want 200 success", code, res)
 	}
 	if n, effects := tg.calls.Load(), tg.effectCount(); n != 2 || effects != 1 {
@@ -341,14 +343,14 @@ func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
 }
 
 // rollupNotice waits for the rollup notice that names eventID on sub.
-func rollupNotice(t *testing.T, ps *transport.Client, sub, eventID string) ledger.Notice {
+func rollupNotice(t *testing.T, ps *transport.Client, sub, eventID string) model.Notice {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var out ledger.Notice
+	var out model.Notice
 	_ = ps.PubSub().Subscriber(sub).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
 		m.Ack()
-		ns, _ := ledger.ReadNotice(event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes})
+		ns, _ := model.ReadNotice(event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes})
 		for _, n := range ns {
 			if n.EventID == eventID {
 				out = n

@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/forward"
-	"github.com/relaybus/relaybus/shared/ledger"
 )
 
 // forwardTarget is a local service that verifies the forwarder's
@@ -110,7 +111,7 @@ func TestForwardCallsOutsideTheTransaction(t *testing.T) {
 	}
 	tg.setHold(nil)
 	close(release)
-	if a := <-first; a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess || a.res.Attempt != 1 {
+	if a := <-first; a.code != 200 || a.res.Outcome != model.OutcomeSuccess || a.res.Attempt != 1 {
 		t.Fatalf("the call: %+v, want 200 success at attempt 1", a)
 	}
 	if a := s.push(t, m, 5); a.code != 200 || !a.res.Duplicate {
@@ -131,7 +132,7 @@ func TestForwardCallsOutsideTheTransaction(t *testing.T) {
 	other, _ := forward.New(forward.Options{URL: tg.URL, Auth: forward.AuthHMAC, Secrets: []string{forward.NewSecret()}})
 	s2 := newStack(t, other, "archive-service")
 	m2 := message(t, orderEvent("order-r2", 1))
-	if a := s2.push(t, m2, 1); a.code != 200 || a.res.Outcome != ledger.OutcomeFailed || a.res.Code != "forward_401" {
+	if a := s2.push(t, m2, 1); a.code != 200 || a.res.Outcome != model.OutcomeFailed || a.res.Code != "forward_401" {
 		t.Errorf("refused by the target: %+v, want 200 failed forward_401", a)
 	}
 	if n := s2.count(t, `SELECT count(*) FROM relaybus_inbox`); n != 0 {

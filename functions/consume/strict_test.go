@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/projection"
 )
 
@@ -90,8 +91,8 @@ type gapList struct {
 }
 
 // latestAttempts returns each event's latest attempt in the ledger.
-func latestAttempts(as []ledger.Attempt) map[string]ledger.Attempt {
-	out := map[string]ledger.Attempt{}
+func latestAttempts(as []model.Attempt) map[string]model.Attempt {
+	out := map[string]model.Attempt{}
 	for _, a := range as {
 		if cur, ok := out[a.EventID]; !ok || a.AttemptNo > cur.AttemptNo {
 			out[a.EventID] = a
@@ -115,12 +116,12 @@ func TestGapThatNeverClosesIsReportedThenReleasedBySkip(t *testing.T) {
 		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	s := newStackWith(t, pool, res, "audit-service", nil)
 	const agg = "order-g"
-	if a := s.push(t, message(t, orderEvent(agg, 1)), 1); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+	if a := s.push(t, message(t, orderEvent(agg, 1)), 1); a.code != 200 || a.res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("v1: %+v", a)
 	}
 	for v := int64(6); v >= 3; v-- {
 		a := s.push(t, message(t, orderEvent(agg, v)), 1)
-		if a.code != 200 || a.res.Outcome != ledger.OutcomeParked || a.res.Code != "gap" {
+		if a.code != 200 || a.res.Outcome != model.OutcomeParked || a.res.Code != "gap" {
 			t.Fatalf("v%d before v2: %+v, want 200 parked", v, a)
 		}
 		clock.Advance(time.Minute)
@@ -164,10 +165,10 @@ func TestGapThatNeverClosesIsReportedThenReleasedBySkip(t *testing.T) {
 	latest := latestAttempts(s.shipped(t))
 	for v := 3; v <= 6; v++ {
 		a := latest[fmt.Sprintf("%s-v%d", agg, v)]
-		if a.Outcome != ledger.OutcomeStalled || a.ErrorCode != "gap_timeout" || !strings.Contains(a.ErrorMessage, "version 2 of order/order-g has been missing") {
+		if a.Outcome != model.OutcomeStalled || a.ErrorCode != "gap_timeout" || !strings.Contains(a.ErrorMessage, "version 2 of order/order-g has been missing") {
 			t.Errorf("v%d: ledger's latest attempt %+v, want stalled", v, a)
 		}
-		if st := ledger.Derive(ledger.Facts{Expected: []string{"audit-service"}, Latest: map[string]ledger.Attempt{"audit-service": a}, Sent: true}); st != ledger.StatusFailed {
+		if st := model.Derive(model.Facts{Expected: []string{"audit-service"}, Latest: map[string]model.Attempt{"audit-service": a}, Sent: true}); st != model.StatusFailed {
 			t.Errorf("v%d: status %s, want FAILED while stalled", v, st)
 		}
 	}
@@ -216,10 +217,10 @@ func TestGapThatNeverClosesIsReportedThenReleasedBySkip(t *testing.T) {
 	}
 
 	// Version 2 turns up after all: acknowledged, no effect, said so.
-	if a := s.push(t, message(t, orderEvent(agg, 2)), 1); a.code != 200 || a.res.Outcome != ledger.OutcomeFailed || a.res.Code != "version_skipped" {
+	if a := s.push(t, message(t, orderEvent(agg, 2)), 1); a.code != 200 || a.res.Outcome != model.OutcomeFailed || a.res.Code != "version_skipped" {
 		t.Errorf("late v2: %+v, want 200 failed version_skipped", a)
 	}
-	if a := s.push(t, message(t, orderEvent(agg, 7)), 1); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+	if a := s.push(t, message(t, orderEvent(agg, 7)), 1); a.code != 200 || a.res.Outcome != model.OutcomeSuccess {
 		t.Errorf("v7: %+v", a)
 	}
 	if applied := appliedVersions(t, s)[agg]; fmt.Sprint(applied) != "[1 3 4 5 6 7]" {
@@ -250,16 +251,16 @@ func TestParkedEventsThatFailWhenTheirTurnComes(t *testing.T) {
 	s := newStackWith(t, pool, projection.Strict(h), "audit-service", nil)
 	const agg = "order-f"
 	for _, v := range []int64{3, 4, 6} {
-		if a := s.push(t, message(t, orderEvent(agg, v)), 1); a.res.Outcome != ledger.OutcomeParked {
+		if a := s.push(t, message(t, orderEvent(agg, v)), 1); a.res.Outcome != model.OutcomeParked {
 			t.Fatalf("v%d: %+v", v, a)
 		}
 	}
 	setFault(3, errors.New("downstream unavailable"))
 	setFault(4, consumer.Permanent("rejected", errors.New("v4 is refused")))
-	if a := s.push(t, message(t, orderEvent(agg, 1)), 1); a.res.Outcome != ledger.OutcomeSuccess {
+	if a := s.push(t, message(t, orderEvent(agg, 1)), 1); a.res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("v1: %+v", a)
 	}
-	if a := s.push(t, message(t, orderEvent(agg, 2)), 1); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+	if a := s.push(t, message(t, orderEvent(agg, 2)), 1); a.code != 200 || a.res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("v2, whose parked successor fails: %+v, want its own success", a)
 	}
 	if applied := appliedVersions(t, s)[agg]; fmt.Sprint(applied) != "[1 2]" {
@@ -280,7 +281,7 @@ func TestParkedEventsThatFailWhenTheirTurnComes(t *testing.T) {
 		t.Fatalf("applied %v, want [1 2 3]", applied)
 	}
 	latest := latestAttempts(s.shipped(t))
-	if a := latest["order-f-v4"]; a.Outcome != ledger.OutcomeFailed || a.ErrorCode != "rejected" {
+	if a := latest["order-f-v4"]; a.Outcome != model.OutcomeFailed || a.ErrorCode != "rejected" {
 		t.Errorf("v4's latest attempt %+v, want failed rejected", a)
 	}
 	if n := s.count(t, `SELECT count(*) FROM relaybus_inbox WHERE event_id = 'order-f-v4'`); n != 0 {
@@ -288,10 +289,10 @@ func TestParkedEventsThatFailWhenTheirTurnComes(t *testing.T) {
 	}
 	// Fixed, v4 is delivered again (a re-push): applied, and v6 stays parked behind 5.
 	setFault(4, nil)
-	if a := s.push(t, message(t, orderEvent(agg, 4)), 2); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+	if a := s.push(t, message(t, orderEvent(agg, 4)), 2); a.code != 200 || a.res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("v4 again: %+v", a)
 	}
-	if a := s.push(t, message(t, orderEvent(agg, 5)), 1); a.res.Outcome != ledger.OutcomeSuccess {
+	if a := s.push(t, message(t, orderEvent(agg, 5)), 1); a.res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("v5: %+v", a)
 	}
 	if applied := appliedVersions(t, s)[agg]; fmt.Sprint(applied) != "[1 2 3 4 5 6]" {
@@ -317,14 +318,14 @@ func TestGapRoutesNeedAStrictHandler(t *testing.T) {
 func TestAttemptsOfReleasedEventsAreShippedLaterWhenTheLedgerIsDown(t *testing.T) {
 	s := newStack(t, projection.Strict(nil), "audit-service")
 	for _, v := range []int64{3, 2} {
-		if a := s.push(t, message(t, orderEvent("order-l", v)), 1); a.res.Outcome != ledger.OutcomeParked {
+		if a := s.push(t, message(t, orderEvent("order-l", v)), 1); a.res.Outcome != model.OutcomeParked {
 			t.Fatalf("v%d: %+v", v, a)
 		}
 	}
 	s.shipped(t)
 	setFail := func(n int) { s.ledger.mu.Lock(); s.ledger.fail = n; s.ledger.mu.Unlock() }
 	setFail(1000) // down for every batch the shipper tries, however it splits them
-	if a := s.push(t, message(t, orderEvent("order-l", 1)), 1); a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+	if a := s.push(t, message(t, orderEvent("order-l", 1)), 1); a.code != 200 || a.res.Outcome != model.OutcomeSuccess {
 		t.Fatalf("v1: %+v", a)
 	}
 	s.shipped(t)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -17,7 +19,6 @@ import (
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
@@ -68,10 +69,10 @@ func TestStrictGapsAreGauges(t *testing.T) {
 		t.Fatalf("no gap: open gaps %v (%v), want 0", v, ok)
 	}
 	for _, agg := range []string{"order-a", "order-b"} {
-		if a := s.push(t, message(t, orderEvent(agg, 1)), 1); a.res.Outcome != ledger.OutcomeSuccess {
+		if a := s.push(t, message(t, orderEvent(agg, 1)), 1); a.res.Outcome != model.OutcomeSuccess {
 			t.Fatalf("%s v1: %+v", agg, a)
 		}
-		if a := s.push(t, message(t, orderEvent(agg, 3)), 1); a.res.Outcome != ledger.OutcomeParked {
+		if a := s.push(t, message(t, orderEvent(agg, 3)), 1); a.res.Outcome != model.OutcomeParked {
 			t.Fatalf("%s v3: %+v", agg, a)
 		}
 		clock.Advance(2 * time.Minute)
@@ -127,7 +128,7 @@ func TestADeliveryContinuesItsProducersTrace(t *testing.T) {
 			}
 			a = s.do(t, req)
 		}
-		if a.code != 200 || a.res.Outcome != ledger.OutcomeSuccess {
+		if a.code != 200 || a.res.Outcome != model.OutcomeSuccess {
 			t.Fatalf("%s: %+v", c.mode, a)
 		}
 		trace, producerSpan := c.producer[3:35], c.producer[36:52]

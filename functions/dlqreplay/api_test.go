@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
@@ -306,7 +308,7 @@ func TestEventView(t *testing.T) {
 		if err := ev.Prepare(time.Now(), event.Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.store.RecordSent(ctx, ledger.SentAt(time.Now(), ev)); err != nil {
+		if err := e.store.RecordSent(ctx, model.SentAt(time.Now(), ev)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := outbox.Enqueue(ctx, e.db, ev); err != nil {

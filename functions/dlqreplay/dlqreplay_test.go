@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -247,7 +249,7 @@ func TestRepushRules(t *testing.T) {
 	if err := e.store.RecordPublishFailure(ctx, failed, 5, "permission denied", true, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.RecordSent(ctx, ledger.SentAt(now, recent, expired)); err != nil {
+	if err := e.store.RecordSent(ctx, model.SentAt(now, recent, expired)); err != nil {
 		t.Fatal(err)
 	}
 	var res map[string]any

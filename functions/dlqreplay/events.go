@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
@@ -18,7 +20,7 @@ import (
 
 // eventRow is one event of a listing with its "n/m consumed".
 type eventRow struct {
-	ledger.Event
+	model.Event
 	// Consumed counts the expected consumers whose latest attempt
 	// succeeded; Expected counts the expected consumers.
 	Consumed int `json:"consumed"`
@@ -69,16 +71,16 @@ func (a *api) eventID(r *request, raw string) (string, error) {
 
 // eventSummary is an event as the parent and children of a view show it.
 type eventSummary struct {
-	EventID     string        `json:"eventId"`
-	EventType   string        `json:"eventType"`
-	Topic       string        `json:"topic"`
-	AggregateID string        `json:"aggregateId"`
-	Version     int64         `json:"version"`
-	Status      ledger.Status `json:"status"`
-	OccurredAt  time.Time     `json:"occurredAt"`
+	EventID     string       `json:"eventId"`
+	EventType   string       `json:"eventType"`
+	Topic       string       `json:"topic"`
+	AggregateID string       `json:"aggregateId"`
+	Version     int64        `json:"version"`
+	Status      model.Status `json:"status"`
+	OccurredAt  time.Time    `json:"occurredAt"`
 }
 
-func summaryOf(e ledger.Event) eventSummary {
+func summaryOf(e model.Event) eventSummary {
 	return eventSummary{EventID: e.EventID, EventType: e.EventType, Topic: e.Topic, AggregateID: e.AggregateID, Version: e.Version, Status: e.Status, OccurredAt: e.OccurredAt}
 }
 
@@ -137,7 +139,7 @@ func (a *api) getEvent(r *request, args []string) (any, error) {
 // another as base64 with its type (payloadEncoding says which), and an
 // initiator filled from what is known when the producer gave none (seed
 // §6.1: the initiator can always be shown).
-func eventJSON(e ledger.Event) (map[string]json.RawMessage, error) {
+func eventJSON(e model.Event) (map[string]json.RawMessage, error) {
 	payload := e.Payload
 	e.Payload = nil
 	b, err := json.Marshal(e)
@@ -157,8 +159,8 @@ func eventJSON(e ledger.Event) (map[string]json.RawMessage, error) {
 	default:
 		m["payload"], m["payloadEncoding"] = raw(base64.StdEncoding.EncodeToString(payload)), raw("base64")
 	}
-	if e.Initiator == (ledger.Initiator{}) {
-		in := ledger.Initiator{Service: e.Source}
+	if e.Initiator == (model.Initiator{}) {
+		in := model.Initiator{Service: e.Source}
 		from := []string{"source"}
 		if e.CorrelationID != "" {
 			in.ClientRequestID = e.CorrelationID
@@ -198,7 +200,7 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // family returns an event's parent and children from its trace.
-func (a *api) family(ctx context.Context, e ledger.Event) (*eventSummary, []eventSummary) {
+func (a *api) family(ctx context.Context, e model.Event) (*eventSummary, []eventSummary) {
 	children := []eventSummary{}
 	tr, err := a.o.Ledger.Trace(ctx, e.EventID)
 	if err != nil {
@@ -240,24 +242,24 @@ type repushRequest struct {
 }
 
 // repushRule applies the re-push rules (seed §5.2) to an event.
-func (a *api) repushRule(d ledger.Event, now time.Time) *apiError {
+func (a *api) repushRule(d model.Event, now time.Time) *apiError {
 	id := d.EventID
 	switch {
 	case !d.ExpireAt.IsZero() && now.After(d.ExpireAt):
 		return fail(http.StatusConflict, "expired", "event %s expired at %s and is not re-pushed", id, d.ExpireAt.Format(time.RFC3339))
 	case d.RetryCount >= a.o.MaxRepushes:
 		return fail(http.StatusConflict, "max_repushes", "event %s was re-pushed %d times, the most allowed", id, d.RetryCount)
-	case d.Status == ledger.StatusFailed || d.Status == ledger.StatusRetrying || d.Status == ledger.StatusPartial:
+	case d.Status == model.StatusFailed || d.Status == model.StatusRetrying || d.Status == model.StatusPartial:
 		return nil
-	case d.Status == ledger.StatusSent && now.Sub(d.LastSentAt) >= a.o.SentTimeout:
+	case d.Status == model.StatusSent && now.Sub(d.LastSentAt) >= a.o.SentTimeout:
 		return nil
-	case d.Status == ledger.StatusSent:
+	case d.Status == model.StatusSent:
 		return fail(http.StatusConflict, "too_recent", "event %s was sent %s ago; SENT events are re-pushed after %s", id, now.Sub(d.LastSentAt).Round(time.Second), a.o.SentTimeout)
 	}
 	return fail(http.StatusConflict, "status", "event %s is %s; only FAILED, RETRYING, PARTIAL or long-SENT events are re-pushed", id, d.Status)
 }
 
-func (a *api) repushAnswer(d ledger.Event, now time.Time) repushAnswer {
+func (a *api) repushAnswer(d model.Event, now time.Time) repushAnswer {
 	if err := a.repushRule(d, now); err != nil {
 		return repushAnswer{Code: err.Code, Message: err.Msg}
 	}
@@ -287,7 +289,7 @@ func (a *api) repush(r *request, args []string) (any, error) {
 	if err := a.canWrite(r.who); err != nil {
 		return nil, err
 	}
-	check := func(d ledger.Event) error {
+	check := func(d model.Event) error {
 		if err := a.repushRule(d, now); err != nil {
 			return err
 		}
@@ -310,5 +312,5 @@ func (a *api) repush(r *request, args []string) (any, error) {
 	}
 	a.record(r, ledger.AuditEntry{Action: ledger.AuditEventRepush, EventID: id, Topic: d.Topic, ConsumerID: req.Consumer,
 		Detail: "re-pushed to " + target + " through the outbox"}, "dlqreplay: event re-pushed", "event_id", id, "topic", d.Topic, "consumer", req.Consumer)
-	return map[string]any{"eventId": id, "status": ledger.StatusRetrying, "retryCount": d.RetryCount, "consumer": req.Consumer}, nil
+	return map[string]any{"eventId": id, "status": model.StatusRetrying, "retryCount": d.RetryCount, "consumer": req.Consumer}, nil
 }

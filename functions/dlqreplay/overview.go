@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/ledger"
@@ -55,9 +57,9 @@ type lagPoint struct {
 type overviewView struct {
 	GeneratedAt time.Time `json:"generatedAt"`
 	// Window is the status counts' window.
-	Window      string                  `json:"window"`
-	Counts      map[ledger.Status]int64 `json:"counts"`
-	DeadLetters *archive.Summary        `json:"deadLetters"`
+	Window      string                 `json:"window"`
+	Counts      map[model.Status]int64 `json:"counts"`
+	DeadLetters *archive.Summary       `json:"deadLetters"`
 	// Outbox is each reachable outbox's backlog, by database.
 	Outbox map[string]outbox.Counts `json:"outbox"`
 	Lag    *lagView                 `json:"lag"`
@@ -208,7 +210,7 @@ func lagOf(events []ledger.Hops) *lagView {
 				last = c.CommittedAt
 			}
 		}
-		if h.Status == ledger.StatusConsumed {
+		if h.Status == model.StatusConsumed {
 			if d, ok := ms(last, h.StatusAt); ok {
 				add(HopStatus, d)
 			}

@@ -12,8 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 )
 
@@ -176,12 +177,12 @@ func (q *query) boolean(name string) bool {
 	return false
 }
 
-func (q *query) status(name string) ledger.Status {
+func (q *query) status(name string) model.Status {
 	s := q.v.Get(name)
 	if s == "" {
 		return ""
 	}
-	st, err := ledger.ParseStatus(s)
+	st, err := model.ParseStatus(s)
 	if err != nil || len(s) > 16 {
 		q.bad.add(name, "%s", ruleStatus)
 		return ""

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/shared/instance"
@@ -12,6 +14,12 @@ import (
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
+)
+
+// The relay's and the registry's interfaces, met by the ledger's store.
+var (
+	_ relay.Ledger      = (*ledger.Store)(nil)
+	_ registry.Registry = (*ledger.Store)(nil)
 )
 
 // Config is the publish function's configuration.
@@ -91,7 +99,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	for _, t := range top.Topics {
 		opts.Publishers[t.Name] = t.PublisherEmails()
 	}
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: ledger.LevelsOf(top)})
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}

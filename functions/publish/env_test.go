@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/instance"
@@ -106,7 +108,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		d, err := store.Get(ctx, res.EventID)
-		if err == nil && d.Event.Status == ledger.StatusSent && len(d.Event.ExpectedConsumers) == 2 && !d.Event.EnqueuedAt.IsZero() {
+		if err == nil && d.Event.Status == model.StatusSent && len(d.Event.ExpectedConsumers) == 2 && !d.Event.EnqueuedAt.IsZero() {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
@@ -189,7 +191,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		d, err := store.Get(ctx, id)
-		if err == nil && d.Event.Status == ledger.StatusSent {
+		if err == nil && d.Event.Status == model.StatusSent {
 			break
 		}
 		if time.Now().After(deadline) {

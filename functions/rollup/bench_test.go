@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -39,7 +41,7 @@ type timedRecorder struct {
 	recorded map[string]time.Time
 }
 
-func (r *timedRecorder) RecordAttempts(ctx context.Context, as []ledger.Attempt) error {
+func (r *timedRecorder) RecordAttempts(ctx context.Context, as []model.Attempt) error {
 	err := r.Recorder.RecordAttempts(ctx, as)
 	if err == nil {
 		now := time.Now()
@@ -74,7 +76,7 @@ type ledgerScript struct {
 	// to a consumer whose deliveries all failed.
 	replay bool
 	// final is the status every event ends in (CONSUMED).
-	final ledger.Status
+	final model.Status
 }
 
 // runLedger sends events at rate to n consumers, the whole write path real:
@@ -89,7 +91,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 		script.maxAttempts = 5
 	}
 	if script.final == "" {
-		script.final = ledger.StatusConsumed
+		script.final = model.StatusConsumed
 	}
 	ctx := context.Background()
 	var counter fscount.Counter
@@ -146,7 +148,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 		engines[i] = e
 	}
 	// The relay's send recorder: batches of sends, after the publish.
-	sends := batch.New(func(ctx context.Context, ss []ledger.Sent) {
+	sends := batch.New(func(ctx context.Context, ss []model.Sent) {
 		if err := store.RecordSent(ctx, ss); err != nil {
 			b.Error(err)
 		}
@@ -202,7 +204,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 	if err := warm.Prepare(time.Now(), event.Limits{}); err != nil {
 		b.Fatal(err)
 	}
-	if err := store.RecordSent(ctx, ledger.SentAt(time.Now(), warm)); err != nil {
+	if err := store.RecordSent(ctx, model.SentAt(time.Now(), warm)); err != nil {
 		b.Fatal(err)
 	}
 	r0, w0 := counter.Reads(), counter.Writes()
@@ -219,7 +221,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 			b.Fatal(err)
 		}
 		ids[i] = e.ID
-		sends.Add(ledger.Sent{Event: e, EnqueuedAt: time.Now(), At: time.Now()})
+		sends.Add(model.Sent{Event: e, EnqueuedAt: time.Now(), At: time.Now()})
 		m, err := event.Encode(e, event.EncodingJSON)
 		if err != nil {
 			b.Fatal(err)
@@ -243,7 +245,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 					d.DeliveryAttempt = 1
 					ok = eng.Handle(ctx, delivery.Delivery{Message: d}).Status == http.StatusOK
 				}
-				if !ok && script.final == ledger.StatusConsumed {
+				if !ok && script.final == model.StatusConsumed {
 					b.Errorf("delivery of %s failed", m.ID)
 				}
 				now := time.Now()

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/shared/ledger"
 )
 
@@ -19,7 +21,7 @@ import (
 // the ledger yet is held again (notFoundPause, doubling) until notFoundWait has
 // passed since its first notice, then answered as it is.
 type coalescer struct {
-	roll func(ctx context.Context, notices []ledger.Notice) ([]ledger.RollupResult, error)
+	roll func(ctx context.Context, notices []model.Notice) ([]ledger.RollupResult, error)
 	// expected, when set, names the consumers of a topic's events: an
 	// event whose notices carry an attempt of each is rolled up at once
 	// instead of at the end of its window.
@@ -50,7 +52,7 @@ type held struct {
 	waiters []chan ledger.RollupResult
 	// notice gathers what the waiters' notices said of the event; next
 	// what the notices that arrived during a running rollup said.
-	notice, nextNotice ledger.Notice
+	notice, nextNotice model.Notice
 	// expected are the consumers the event waits for (none: unknown).
 	expected []string
 	// pause is how long the event waits before it is looked for again
@@ -88,7 +90,7 @@ func (h *held) complete() bool {
 // redelivered by Pub/Sub).
 const maxHeld = 100_000
 
-func newCoalescer(roll func(ctx context.Context, notices []ledger.Notice) ([]ledger.RollupResult, error), window, notFoundPause, notFoundWait time.Duration, workers int) *coalescer {
+func newCoalescer(roll func(ctx context.Context, notices []model.Notice) ([]ledger.RollupResult, error), window, notFoundPause, notFoundWait time.Duration, workers int) *coalescer {
 	c := &coalescer{roll: roll, window: window, notFoundPause: notFoundPause, notFoundWait: notFoundWait, workers: workers,
 		pending: map[string]*held{}, wake: make(chan struct{}, 1)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -101,7 +103,7 @@ func newCoalescer(roll func(ctx context.Context, notices []ledger.Notice) ([]led
 var errBusy = errors.New("rollup: too many events waiting")
 
 // gather adds what a notice says of an event to what is held of it.
-func gather(into *ledger.Notice, n ledger.Notice) {
+func gather(into *model.Notice, n model.Notice) {
 	into.EventID = n.EventID
 	into.Attempts = append(into.Attempts, n.Attempts...)
 	into.Legacy = into.Legacy || n.Legacy
@@ -109,7 +111,7 @@ func gather(into *ledger.Notice, n ledger.Notice) {
 
 // do holds the notices' events for the window and returns each one's
 // rollup, or ctx's end.
-func (c *coalescer) do(ctx context.Context, notices []ledger.Notice) (map[string]ledger.RollupResult, error) {
+func (c *coalescer) do(ctx context.Context, notices []model.Notice) (map[string]ledger.RollupResult, error) {
 	chans := make(map[string]chan ledger.RollupResult, len(notices))
 	expected := map[string][]string{} // by topic
 	if c.expected != nil {
@@ -187,7 +189,7 @@ func (c *coalescer) dispatch() {
 	defer timer.Stop()
 	for {
 		now := time.Now()
-		var due []ledger.Notice
+		var due []model.Notice
 		next := now.Add(time.Hour)
 		c.mu.Lock()
 		for _, h := range c.pending {
@@ -202,7 +204,7 @@ func (c *coalescer) dispatch() {
 		}
 		c.mu.Unlock()
 		for len(due) > 0 {
-			n := min(len(due), ledger.MaxNoticeEvents)
+			n := min(len(due), model.MaxNoticeEvents)
 			batch := due[:n]
 			due = due[n:]
 			sem <- struct{}{}
@@ -229,7 +231,7 @@ const rollTimeout = 30 * time.Second
 
 // run rolls up ids and answers their waiters, or holds again the events
 // not in the ledger yet.
-func (c *coalescer) run(notices []ledger.Notice) {
+func (c *coalescer) run(notices []model.Notice) {
 	ctx, cancel := context.WithTimeout(c.ctx, rollTimeout)
 	rs, err := c.roll(ctx, notices)
 	cancel()
@@ -257,7 +259,7 @@ func (c *coalescer) run(notices []ledger.Notice) {
 			// The notices that came during the rollup are held a window of
 			// their own, so their consumers' outcomes share one write.
 			h.waiters, h.next, h.running, h.due, h.first = h.next, nil, false, now.Add(c.window), now
-			h.notice, h.nextNotice = h.nextNotice, ledger.Notice{}
+			h.notice, h.nextNotice = h.nextNotice, model.Notice{}
 			if h.complete() {
 				h.due = maxTime(now, h.first.Add(c.minHold))
 			}

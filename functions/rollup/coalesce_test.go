@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/shared/ledger"
 )
 
@@ -14,19 +16,19 @@ import (
 type countingRoll struct {
 	mu      sync.Mutex
 	calls   [][]string
-	notices [][]ledger.Notice
+	notices [][]model.Notice
 	hold    chan struct{}
 	started chan struct{}
 }
 
-func (c *countingRoll) roll(_ context.Context, ns []ledger.Notice) ([]ledger.RollupResult, error) {
+func (c *countingRoll) roll(_ context.Context, ns []model.Notice) ([]ledger.RollupResult, error) {
 	ids := make([]string, len(ns))
 	for i, n := range ns {
 		ids[i] = n.EventID
 	}
 	c.mu.Lock()
 	c.calls = append(c.calls, ids)
-	c.notices = append(c.notices, append([]ledger.Notice(nil), ns...))
+	c.notices = append(c.notices, append([]model.Notice(nil), ns...))
 	first := len(c.calls) == 1
 	c.mu.Unlock()
 	if first && c.hold != nil {
@@ -35,7 +37,7 @@ func (c *countingRoll) roll(_ context.Context, ns []ledger.Notice) ([]ledger.Rol
 	}
 	out := make([]ledger.RollupResult, len(ids))
 	for i, id := range ids {
-		out[i] = ledger.RollupResult{EventID: id, Status: ledger.StatusConsumed}
+		out[i] = ledger.RollupResult{EventID: id, Status: model.StatusConsumed}
 	}
 	return out, nil
 }
@@ -95,10 +97,10 @@ func TestANoticeDuringARollupGetsANewOne(t *testing.T) {
 }
 
 // legacy returns the notices of ids without attempts.
-func legacy(ids ...string) []ledger.Notice {
-	out := make([]ledger.Notice, len(ids))
+func legacy(ids ...string) []model.Notice {
+	out := make([]model.Notice, len(ids))
 	for i, id := range ids {
-		out[i] = ledger.Notice{EventID: id, Legacy: true}
+		out[i] = model.Notice{EventID: id, Legacy: true}
 	}
 	return out
 }
@@ -114,8 +116,8 @@ func TestNoticesWithinTheWindowShareTheirAttempts(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n := ledger.Notice{EventID: "e1", Attempts: []ledger.Attempt{{EventID: "e1", ConsumerID: consumer, AttemptNo: 1, Success: true, Outcome: ledger.OutcomeSuccess}}}
-			if _, err := c.do(context.Background(), []ledger.Notice{n}); err != nil {
+			n := model.Notice{EventID: "e1", Attempts: []model.Attempt{{EventID: "e1", ConsumerID: consumer, AttemptNo: 1, Success: true, Outcome: model.OutcomeSuccess}}}
+			if _, err := c.do(context.Background(), []model.Notice{n}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -143,9 +145,9 @@ func TestAnEventIsRolledUpOnceEveryConsumerReported(t *testing.T) {
 		return []string{"a", "b"}, nil
 	}
 	defer c.close(context.Background())
-	notice := func(id, consumer string) []ledger.Notice {
-		return []ledger.Notice{{EventID: id, Attempts: []ledger.Attempt{{EventID: id, ConsumerID: consumer, AttemptNo: 1,
-			Success: true, Outcome: ledger.OutcomeSuccess, Topic: "shop.order.events"}}}}
+	notice := func(id, consumer string) []model.Notice {
+		return []model.Notice{{EventID: id, Attempts: []model.Attempt{{EventID: id, ConsumerID: consumer, AttemptNo: 1,
+			Success: true, Outcome: model.OutcomeSuccess, Topic: "shop.order.events"}}}}
 	}
 	start := time.Now()
 	done := make(chan time.Duration, 2)

@@ -8,8 +8,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/shared/consumer"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/projection"
 )
 
@@ -93,7 +94,7 @@ func TestLedgerCostOfFailures(t *testing.T) {
 		reads    float64
 	}{
 		{"a retry", ledgerScript{handler: failFirst(1)}, 2, "retry,success", 2 + 2, 1},
-		{"a dead letter", ledgerScript{handler: failFirst(99), maxAttempts: 3, final: ledger.StatusPartial}, 3, "retry,retry,dead_lettered", 2 + 3, 1},
+		{"a dead letter", ledgerScript{handler: failFirst(99), maxAttempts: 3, final: model.StatusPartial}, 3, "retry,retry,dead_lettered", 2 + 3, 1},
 		{"a replay", ledgerScript{handler: failFirst(3), maxAttempts: 3, replay: true}, 4, "retry,retry,dead_lettered,success", 3 + 4, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

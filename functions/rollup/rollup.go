@@ -49,6 +49,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/shared/delivery"
@@ -77,7 +79,7 @@ type Config struct {
 
 // Ledger is what the function needs of the ledger (*ledger.Store).
 type Ledger interface {
-	Fold(ctx context.Context, notices []ledger.Notice, gap time.Duration) ([]ledger.RollupResult, error)
+	Fold(ctx context.Context, notices []model.Notice, gap time.Duration) ([]ledger.RollupResult, error)
 	Expected(ctx context.Context, topic string) ([]string, error)
 	ExpireDue(ctx context.Context, limit int) (ledger.ExpireReport, error)
 	Reconcile(ctx context.Context, limit int) (ledger.ReconcileReport, error)
@@ -155,7 +157,7 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 		d.WriteGap = 0
 	}
 	h := &Handler{Deps: d}
-	fold := func(ctx context.Context, ns []ledger.Notice) ([]ledger.RollupResult, error) {
+	fold := func(ctx context.Context, ns []model.Notice) ([]ledger.RollupResult, error) {
 		return d.Ledger.Fold(ctx, ns, d.WriteGap)
 	}
 	h.rollups = newCoalescer(fold, d.Window, notFoundPause, d.NotFoundWait, 8)
@@ -190,10 +192,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // EventAnswer is one event's rollup in an answer.
 type EventAnswer struct {
-	EventID  string        `json:"eventId"`
-	Status   ledger.Status `json:"status,omitempty"`
-	Previous ledger.Status `json:"previous,omitempty"`
-	Changed  bool          `json:"changed"`
+	EventID  string       `json:"eventId"`
+	Status   model.Status `json:"status,omitempty"`
+	Previous model.Status `json:"previous,omitempty"`
+	Changed  bool         `json:"changed"`
 	// Pending: the event is not in the ledger yet; the reconciler rolls it
 	// up once its send is recorded.
 	Pending bool `json:"pending,omitempty"`
@@ -215,14 +217,14 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	attrs := []any{"delivery_mode", d.Mode, "message_id", d.Message.ID, "subscription", d.Subscription}
-	notices, err := ledger.ReadNotice(d.Message)
+	notices, err := model.ReadNotice(d.Message)
 	if err != nil {
 		h.malformed(ctx, w, "", err, attrs)
 		return
 	}
 	ids := make([]string, len(notices))
 	for i, n := range notices {
-		if err := ledger.CheckEventID(n.EventID); err != nil {
+		if err := model.CheckEventID(n.EventID); err != nil {
 			h.malformed(ctx, w, n.EventID, err, attrs)
 			return
 		}

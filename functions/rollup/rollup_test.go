@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/shared/instance"
 
 	"cloud.google.com/go/firestore"
@@ -105,7 +107,7 @@ func newEvent(t *testing.T) *event.Event {
 
 // notice is a rollup notice as Pub/Sub hands it over.
 func notice(eventID string) event.Message {
-	m := ledger.RollupMessage(eventID)
+	m := model.RollupMessage(eventID)
 	m.ID = "msg-" + eventID
 	m.PublishTime = time.Now()
 	return m
@@ -164,28 +166,28 @@ func TestRollupOverHTTP(t *testing.T) {
 			t.Errorf("%s before the send: %d %+v, want 200 pending", mode, a.code, a.body)
 		}
 	}
-	if err := env.store.RecordSent(ctx, ledger.SentAt(time.Now(), e)); err != nil {
+	if err := env.store.RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
-	record := func(c string, n int, o ledger.Outcome) {
-		if _, err := env.store.InsertAttempt(ctx, ledger.Attempt{EventID: e.ID, ConsumerID: c, AttemptNo: n, Success: o == ledger.OutcomeSuccess, Outcome: o}); err != nil {
+	record := func(c string, n int, o model.Outcome) {
+		if _, err := env.store.InsertAttempt(ctx, model.Attempt{EventID: e.ID, ConsumerID: c, AttemptNo: n, Success: o == model.OutcomeSuccess, Outcome: o}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	record("member-service", 1, ledger.OutcomeSuccess)
-	record("message-service", 1, ledger.OutcomeRetry)
+	record("member-service", 1, model.OutcomeSuccess)
+	record("message-service", 1, model.OutcomeRetry)
 	reqs := requests(t, env.url, notice(e.ID))
-	if a := do(t, reqs["push"]); a.code != http.StatusOK || a.body.Status != ledger.StatusPartial || !a.body.Changed || a.body.Previous != ledger.StatusSent {
+	if a := do(t, reqs["push"]); a.code != http.StatusOK || a.body.Status != model.StatusPartial || !a.body.Changed || a.body.Previous != model.StatusSent {
 		t.Errorf("push: %d %+v", a.code, a.body)
 	}
-	if a := do(t, reqs["eventarc"]); a.code != http.StatusOK || a.body.Status != ledger.StatusPartial || a.body.Changed {
+	if a := do(t, reqs["eventarc"]); a.code != http.StatusOK || a.body.Status != model.StatusPartial || a.body.Changed {
 		t.Errorf("eventarc, same state again: %d %+v", a.code, a.body)
 	}
-	record("message-service", 2, ledger.OutcomeSuccess)
-	if a := do(t, reqs["push-unwrapped"]); a.code != http.StatusOK || a.body.Status != ledger.StatusConsumed || !a.body.Changed {
+	record("message-service", 2, model.OutcomeSuccess)
+	if a := do(t, reqs["push-unwrapped"]); a.code != http.StatusOK || a.body.Status != model.StatusConsumed || !a.body.Changed {
 		t.Errorf("unwrapped push: %d %+v", a.code, a.body)
 	}
-	if got, _ := env.store.Get(ctx, e.ID); got.Event.Status != ledger.StatusConsumed {
+	if got, _ := env.store.Get(ctx, e.ID); got.Event.Status != model.StatusConsumed {
 		t.Errorf("ledger says %s", got.Event.Status)
 	}
 	// The status change is logged with the event's fields.
@@ -240,7 +242,7 @@ func TestExpireEndpoint(t *testing.T) {
 	env := start(t)
 	e := newEvent(t)
 	e.ExpireAt = e.OccurredAt.Add(time.Millisecond)
-	if err := env.store.RecordSent(ctx, ledger.SentAt(time.Now(), e)); err != nil {
+	if err := env.store.RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)
@@ -254,7 +256,7 @@ func TestExpireEndpoint(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || a.Due != 1 || a.Expired != 1 {
 		t.Errorf("/expire: %d %+v", resp.StatusCode, a)
 	}
-	if got, _ := env.store.Get(ctx, e.ID); got.Event.Status != ledger.StatusExpired {
+	if got, _ := env.store.Get(ctx, e.ID); got.Event.Status != model.StatusExpired {
 		t.Errorf("status %s", got.Event.Status)
 	}
 	resp, _ = http.Post(env.url+"/expire?limit=0", "application/json", nil)
@@ -289,17 +291,17 @@ func TestNoticesAreRolledUpTogether(t *testing.T) {
 	for i := range 6 {
 		e := newEvent(t)
 		e.AggregateID = "ORD-" + strconv.Itoa(i)
-		if err := env.store.RecordSent(ctx, ledger.SentAt(time.Now(), e)); err != nil {
+		if err := env.store.RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range []string{"member-service", "message-service"} {
-			if _, err := env.store.InsertAttempt(ctx, ledger.Attempt{EventID: e.ID, ConsumerID: c, AttemptNo: 1, Success: true, Outcome: ledger.OutcomeSuccess}); err != nil {
+			if _, err := env.store.InsertAttempt(ctx, model.Attempt{EventID: e.ID, ConsumerID: c, AttemptNo: 1, Success: true, Outcome: model.OutcomeSuccess}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		ids = append(ids, e.ID)
 	}
-	batch := ledger.RollupMessage(ids[:3]...)
+	batch := model.RollupMessage(ids[:3]...)
 	batch.ID = "msg-batch"
 	var wg sync.WaitGroup
 	answers := make([]answer, 4)
@@ -314,7 +316,7 @@ func TestNoticesAreRolledUpTogether(t *testing.T) {
 	}
 	for i, a := range answers {
 		for _, ea := range a.body.Events {
-			if ea.Status != ledger.StatusConsumed || !ea.Changed {
+			if ea.Status != model.StatusConsumed || !ea.Changed {
 				t.Errorf("notice %d: %+v, want CONSUMED, changed", i, ea)
 			}
 		}
@@ -343,10 +345,10 @@ func TestReconcileEndpointRollsUpWhatNoNoticeNamed(t *testing.T) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	e := newEvent(t)
-	if err := store.RecordSent(ctx, ledger.SentAt(now, e)); err != nil {
+	if err := store.RecordSent(ctx, model.SentAt(now, e)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.InsertAttempt(ctx, ledger.Attempt{EventID: e.ID, ConsumerID: "member-service", AttemptNo: 1, Success: true, Outcome: ledger.OutcomeSuccess}); err != nil {
+	if _, err := store.InsertAttempt(ctx, model.Attempt{EventID: e.ID, ConsumerID: "member-service", AttemptNo: 1, Success: true, Outcome: model.OutcomeSuccess}); err != nil {
 		t.Fatal(err)
 	}
 	// The notice is dropped on purpose. A minute later the reconciler runs.
@@ -361,7 +363,7 @@ func TestReconcileEndpointRollsUpWhatNoNoticeNamed(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || rep.Due != 1 || rep.Changed != 1 || rep.Settled != 1 {
 		t.Fatalf("/reconcile: %d %+v", resp.StatusCode, rep)
 	}
-	if d, _ := store.Get(ctx, e.ID); d.Event.Status != ledger.StatusConsumed {
+	if d, _ := store.Get(ctx, e.ID); d.Event.Status != model.StatusConsumed {
 		t.Errorf("status %s, want CONSUMED", d.Event.Status)
 	}
 	resp, _ = http.Post(srv.URL+"/reconcile?limit=abc", "application/json", nil)
@@ -381,19 +383,19 @@ func TestFoldNoticeOverHTTP(t *testing.T) {
 	env := start(t)
 	e := newEvent(t)
 	at := time.Now().UTC()
-	as := []ledger.Attempt{
-		{EventID: e.ID, ConsumerID: "member-service", AttemptNo: 1, Success: true, Outcome: ledger.OutcomeSuccess, ConsumedAt: at, MessageID: "m-1", Topic: topic},
-		{EventID: e.ID, ConsumerID: "message-service", AttemptNo: 1, Success: true, Outcome: ledger.OutcomeSuccess, ConsumedAt: at, MessageID: "m-1", Topic: topic},
+	as := []model.Attempt{
+		{EventID: e.ID, ConsumerID: "member-service", AttemptNo: 1, Success: true, Outcome: model.OutcomeSuccess, ConsumedAt: at, MessageID: "m-1", Topic: topic},
+		{EventID: e.ID, ConsumerID: "message-service", AttemptNo: 1, Success: true, Outcome: model.OutcomeSuccess, ConsumedAt: at, MessageID: "m-1", Topic: topic},
 	}
-	m := ledger.FoldMessage(as)
+	m := model.FoldMessage(as)
 	m.ID, m.PublishTime = "fold-"+e.ID, time.Now()
 	if a := do(t, requests(t, env.url, m)["push"]); a.code != http.StatusInternalServerError || !a.body.Pending {
 		t.Fatalf("before the send: %d %+v, want 500 pending (redelivered)", a.code, a.body)
 	}
-	if err := env.store.RecordSent(ctx, ledger.SentAt(time.Now(), e)); err != nil {
+	if err := env.store.RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
-	if a := do(t, requests(t, env.url, m)["eventarc"]); a.code != http.StatusOK || a.body.Status != ledger.StatusConsumed || !a.body.Changed {
+	if a := do(t, requests(t, env.url, m)["eventarc"]); a.code != http.StatusOK || a.body.Status != model.StatusConsumed || !a.body.Changed {
 		t.Fatalf("redelivered after the send: %d %+v, want 200 CONSUMED", a.code, a.body)
 	}
 	d, err := env.store.Get(ctx, e.ID)
@@ -403,12 +405,12 @@ func TestFoldNoticeOverHTTP(t *testing.T) {
 	if d.Summary() != "2/2 consumed" || len(d.Consumers) != 2 || len(d.Consumers[0].Attempts) != 1 || d.Consumers[0].Attempts[0].MessageID != "m-1" {
 		t.Fatalf("detail %s %+v", d.Summary(), d.Consumers)
 	}
-	docs, err := env.store.Client().Collection(ledger.CollectionEvents).Doc(ledger.EventDocID(e.ID)).Collection(ledger.CollectionConsumptions).Documents(ctx).GetAll()
+	docs, err := env.store.Client().Collection(model.CollectionEvents).Doc(model.EventDocID(e.ID)).Collection(model.CollectionConsumptions).Documents(ctx).GetAll()
 	if err != nil || len(docs) != 0 {
 		t.Fatalf("%d attempt documents (%v), want none: first-attempt successes live in the event's document", len(docs), err)
 	}
 	// A notice redelivered once more changes nothing.
-	if a := do(t, requests(t, env.url, m)["push-unwrapped"]); a.code != http.StatusOK || a.body.Status != ledger.StatusConsumed || a.body.Changed {
+	if a := do(t, requests(t, env.url, m)["push-unwrapped"]); a.code != http.StatusOK || a.body.Status != model.StatusConsumed || a.body.Changed {
 		t.Fatalf("again: %d %+v", a.code, a.body)
 	}
 }

@@ -16,11 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pstestserver"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -239,7 +240,7 @@ func crashScenario(t *testing.T, bin string, crash func(*testing.T, *crashRig)) 
 			if led, err := ob.Ledger.Events(ctx, ids); err == nil {
 				n := 0
 				for id := range accIDs {
-					if led[id].Status == ledger.StatusConsumed {
+					if led[id].Status == model.StatusConsumed {
 						n++
 					}
 				}

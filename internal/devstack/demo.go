@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/shared/event"
@@ -92,7 +94,7 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 	fmt.Fprintf(out, "1. POST /publish order.purchased %s -> 202 %s (event %s, trace %s)\n", orderID, res.Status, res.EventID, res.TraceID)
 
 	fmt.Fprintln(out, "2. ledger status of the order event:")
-	var last ledger.Status
+	var last model.Status
 	var det ledger.Detail
 	for {
 		d, err := store.Get(ctx, res.EventID)
@@ -102,7 +104,7 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 				last = d.Event.Status
 				fmt.Fprintf(out, "   %6dms  %-9s %s\n", time.Since(start).Milliseconds(), last, d.Summary())
 			}
-			if last == ledger.StatusConsumed {
+			if last == model.StatusConsumed {
 				break
 			}
 		} else if !errors.Is(err, ledger.ErrEventNotFound) {
@@ -271,7 +273,7 @@ func waitLetters(ctx context.Context, base, eventID string, want int) (map[strin
 
 func allConsumed(nodes []*ledger.TraceNode) bool {
 	for _, n := range nodes {
-		if n.Event.Status != ledger.StatusConsumed || !allConsumed(n.Children) {
+		if n.Event.Status != model.StatusConsumed || !allConsumed(n.Children) {
 			return false
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/internal/percentile"
@@ -524,7 +526,7 @@ func (ob *Observer) Check(ctx context.Context, lr *LoadRun, drain time.Duration,
 	var (
 		written map[string]bool
 		inbox   map[string]map[string]time.Time
-		led     map[string]ledger.Event
+		led     map[string]model.Event
 		err     error
 	)
 	for {
@@ -548,7 +550,7 @@ func (ob *Observer) Check(ctx context.Context, lr *LoadRun, drain time.Duration,
 				return LoadReport{}, err
 			}
 			for id := range written {
-				if e, ok := led[id]; ok && e.Status == ledger.StatusConsumed {
+				if e, ok := led[id]; ok && e.Status == model.StatusConsumed {
 					final++
 				}
 			}
@@ -619,7 +621,7 @@ func (ob *Observer) Check(ctx context.Context, lr *LoadRun, drain time.Duration,
 			rep.NotFinal["missing"] = append(rep.NotFinal["missing"], id)
 			continue
 		}
-		if e.Status != ledger.StatusConsumed {
+		if e.Status != model.StatusConsumed {
 			rep.NotFinal[string(e.Status)] = append(rep.NotFinal[string(e.Status)], id)
 			continue
 		}
@@ -684,7 +686,7 @@ func deliveredLine(ob *Observer, inbox map[string]map[string]time.Time, written 
 	return "delivered " + strings.Join(parts, "  ")
 }
 
-func ledgerCount(led map[string]ledger.Event, final int) string {
+func ledgerCount(led map[string]model.Event, final int) string {
 	if led == nil {
 		return "(checked once delivered)"
 	}

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -144,7 +145,7 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 		open := 0
 		for _, id := range ids {
 			d, err := s.Ledger.Get(ctx, id)
-			if err != nil || d.Event.Status != ledger.StatusConsumed || d.Summary() != "2/2 consumed" {
+			if err != nil || d.Event.Status != model.StatusConsumed || d.Summary() != "2/2 consumed" {
 				open++
 			}
 		}

@@ -33,6 +33,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -365,7 +367,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// Firestore: the stack's own ledger client and the topic_consumers
 	// registry.
-	store, err := ledgerCfg.Open(ctx, o.Project, ledger.Options{Logger: o.Logger, Levels: ledger.LevelsOf(top)})
+	store, err := ledgerCfg.Open(ctx, o.Project, ledger.Options{Logger: o.Logger, Levels: model.LevelsOf(top)})
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"cloud.google.com/go/firestore"
 	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
@@ -39,7 +41,6 @@ import (
 
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -139,7 +140,7 @@ func WithClock(now func() time.Time) Option {
 
 // New returns the archive in c's database.
 func New(c *firestore.Client, opts ...Option) *Store {
-	s := &Store{col: c.Collection(ledger.CollectionDeadLetters), now: func() time.Time { return time.Now().UTC() }, retention: DefaultRetention}
+	s := &Store{col: c.Collection(model.CollectionDeadLetters), now: func() time.Time { return time.Now().UTC() }, retention: DefaultRetention}
 	for _, o := range opts {
 		o(s)
 	}

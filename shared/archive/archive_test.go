@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"cloud.google.com/go/firestore"
 	"gopkg.in/yaml.v3"
 
@@ -15,7 +17,6 @@ import (
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -69,7 +70,7 @@ func TestRetentionSetsDeleteAt(t *testing.T) {
 			if !l.DeleteAt.Equal(at.Add(tc.want)) {
 				t.Errorf("deleteAt %v, want %v", l.DeleteAt, at.Add(tc.want))
 			}
-			snap, err := c.Collection(ledger.CollectionDeadLetters).Doc(id).Get(ctx)
+			snap, err := c.Collection(model.CollectionDeadLetters).Doc(id).Get(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -187,7 +188,7 @@ func TestIndexExemptions(t *testing.T) {
 	}
 	exempt := map[string]bool{}
 	for _, e := range f.Exemptions {
-		if e.Collection != ledger.CollectionDeadLetters {
+		if e.Collection != model.CollectionDeadLetters {
 			continue
 		}
 		if !fields[e.Field] {

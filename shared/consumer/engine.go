@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/shared/batch"
@@ -16,7 +18,6 @@ import (
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/postgres"
@@ -35,7 +36,7 @@ type Ledger interface {
 	// RecordAttempts records the attempts (idempotent on consumer, event
 	// and attempt number) and hands them to the rollup, which folds them
 	// into their events.
-	RecordAttempts(ctx context.Context, as []ledger.Attempt) error
+	RecordAttempts(ctx context.Context, as []model.Attempt) error
 }
 
 // Kicker publishes events at once after the transaction that enqueued them
@@ -153,7 +154,7 @@ type Result struct {
 	Status int `json:"-"`
 	// Outcome is the attempt's outcome ("" when no attempt was made: a
 	// duplicate, or a message addressed to another consumer).
-	Outcome ledger.Outcome `json:"outcome,omitempty"`
+	Outcome model.Outcome `json:"outcome,omitempty"`
 	// EventID is the event's id when it could be read.
 	EventID string `json:"eventId,omitempty"`
 	// Attempt is the consumer's attempt number.
@@ -226,12 +227,12 @@ func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
 		outcome = "unavailable"
 	}
 	span.SetAttributes(telemetry.KeyOutcome.String(outcome), telemetry.KeyEventID.String(res.EventID), telemetry.KeyAttempt.Int(res.Attempt))
-	if res.Status >= 500 || res.Outcome == ledger.OutcomePoison || res.Outcome == ledger.OutcomeFailed || res.Outcome == ledger.OutcomeDeadLettered {
+	if res.Status >= 500 || res.Outcome == model.OutcomePoison || res.Outcome == model.OutcomeFailed || res.Outcome == model.OutcomeDeadLettered {
 		span.Fail(outcome + ": " + res.Code)
 	}
 	span.End(nil)
 	telemetry.RecordConsume(ctx, msg.Topic, sub, e.o.ConsumerID, outcome, at.Sub(start))
-	if res.Outcome == ledger.OutcomeSuccess {
+	if res.Outcome == model.OutcomeSuccess {
 		if !msg.PublishTime.IsZero() {
 			telemetry.RecordHop(ctx, telemetry.HopPublishToConsume, msg.Topic, e.o.ConsumerID, at.Sub(msg.PublishTime))
 		}
@@ -313,9 +314,9 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 		Subscription: sub, MessageID: d.Message.ID, engine: e}
 	herr := e.runHandler(ctx, c)
 	if herr == nil {
-		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess}
+		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: model.OutcomeSuccess}
 		if c.parkCode != "" {
-			res.Outcome, res.Code = ledger.OutcomeParked, c.parkCode
+			res.Outcome, res.Code = model.OutcomeParked, c.parkCode
 			a.ErrorCode, a.ErrorMessage = c.parkCode, c.parkMessage
 		}
 		a.Outcome, a.ConsumedAt = string(res.Outcome), now()
@@ -326,7 +327,7 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 		} else {
 			e.shipLater(ctx, log, a)
 			e.afterCommit(ctx, log, c)
-			if res.Outcome == ledger.OutcomeParked {
+			if res.Outcome == model.OutcomeParked {
 				log.InfoContext(ctx, "consume: parked", "code", c.parkCode, "reason", c.parkMessage)
 			} else {
 				log.InfoContext(ctx, "consume: applied", "emitted", len(c.emittedIDs), "settled", len(c.recorded))
@@ -372,21 +373,21 @@ func (e *Engine) failure(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Code: code, Error: herr.Error()}
 	switch class {
 	case ClassPoison:
-		res.Outcome = ledger.OutcomePoison
+		res.Outcome = model.OutcomePoison
 		if err := e.deadLetter(ctx, d, sub, ev.Topic, code, herr); err != nil {
 			log.ErrorContext(ctx, "consume: cannot dead-letter a poison message; redelivery requested", "reason", code, "error", err.Error())
-			res.Status, res.Outcome, res.Code = http.StatusServiceUnavailable, ledger.OutcomeRetry, "dead_letter"
+			res.Status, res.Outcome, res.Code = http.StatusServiceUnavailable, model.OutcomeRetry, "dead_letter"
 		}
 	case ClassPermanent:
-		res.Outcome = ledger.OutcomeFailed
+		res.Outcome = model.OutcomeFailed
 	default:
-		res.Status, res.Outcome = http.StatusServiceUnavailable, ledger.OutcomeRetry
+		res.Status, res.Outcome = http.StatusServiceUnavailable, model.OutcomeRetry
 		last := d.Message.DeliveryAttempt
 		if last == 0 {
 			last = n // Eventarc does not say; our own count stands in
 		}
 		if last >= e.o.MaxDeliveryAttempts {
-			res.Outcome = ledger.OutcomeDeadLettered
+			res.Outcome = model.OutcomeDeadLettered
 		}
 	}
 	return res
@@ -395,9 +396,9 @@ func (e *Engine) failure(ctx context.Context, log *slog.Logger, d delivery.Deliv
 // logFailure logs a failed attempt once it is recorded.
 func (e *Engine) logFailure(ctx context.Context, log *slog.Logger, ev *event.Event, res Result) {
 	switch res.Outcome {
-	case ledger.OutcomeFailed:
+	case model.OutcomeFailed:
 		log.ErrorContext(ctx, "consume: permanent error; acknowledged", "code", res.Code, "error", res.Error)
-	case ledger.OutcomePoison:
+	case model.OutcomePoison:
 		log.ErrorContext(ctx, "consume: poison message dead-lettered", "reason", res.Code, "error", res.Error, "dead_letter_topic", names.DeadLetter(ev.Topic))
 	default:
 		log.WarnContext(ctx, "consume: transient error; redelivery requested", "code", res.Code, "error", res.Error, "outcome", string(res.Outcome))
@@ -473,7 +474,7 @@ func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delive
 		// outcome: its process stopped after claiming (and maybe after
 		// calling). Say so in the record.
 		ab := a
-		ab.AttemptNo, ab.Outcome, ab.ErrorCode, ab.ConsumedAt = cl.Abandoned, string(ledger.OutcomeRetry), "abandoned", now()
+		ab.AttemptNo, ab.Outcome, ab.ErrorCode, ab.ConsumedAt = cl.Abandoned, string(model.OutcomeRetry), "abandoned", now()
 		ab.ErrorMessage = "the process handling this attempt stopped before recording its outcome; its claim expired and the next delivery called again"
 		ab.MessageID, ab.DeliveryAttempt = "", 0
 		if m, err := inbox.Record(rctx, e.o.DB, ab); err != nil {
@@ -487,7 +488,7 @@ func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delive
 		Subscription: sub, MessageID: d.Message.ID, engine: e}
 	herr := h.Handle(ctx, c)
 	if herr == nil {
-		a.Outcome, a.ConsumedAt = string(ledger.OutcomeSuccess), now()
+		a.Outcome, a.ConsumedAt = string(model.OutcomeSuccess), now()
 		ok, err := inbox.Delivered(rctx, e.o.DB, a)
 		if err != nil {
 			// The claim stands; once its lease runs out a redelivery calls
@@ -496,11 +497,11 @@ func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delive
 		}
 		if !ok {
 			log.WarnContext(ctx, "consume: delivered, but the claim's lease ran out first and another delivery took it over; that delivery records the outcome")
-			return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess, Code: "claim_lost"}
+			return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: model.OutcomeSuccess, Code: "claim_lost"}
 		}
 		e.shipLater(ctx, log, a)
 		log.InfoContext(ctx, "consume: delivered")
-		return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess}
+		return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: model.OutcomeSuccess}
 	}
 	res := e.failure(rctx, log, d, sub, ev, n, herr)
 	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(res.Outcome), res.Code, herr.Error(), now()
@@ -519,7 +520,7 @@ func (e *Engine) undecodable(ctx context.Context, log *slog.Logger, d delivery.D
 	if topic == "" {
 		topic, _, _, _ = names.ParseSubscription(sub)
 	}
-	res := Result{Status: http.StatusOK, Outcome: ledger.OutcomePoison, Code: reason, Error: cause.Error(),
+	res := Result{Status: http.StatusOK, Outcome: model.OutcomePoison, Code: reason, Error: cause.Error(),
 		EventID: d.Message.Attributes[event.AttrEventID]}
 	if topic == "" {
 		log.ErrorContext(ctx, "consume: poison message of unknown topic; acknowledged without a dead letter", "reason", reason, "error", cause.Error())
@@ -534,7 +535,7 @@ func (e *Engine) undecodable(ctx context.Context, log *slog.Logger, d delivery.D
 		return res // nothing to record it under
 	}
 	// Undecodable, but its id is known: the ledger shows the poison.
-	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: res.EventID, Outcome: string(ledger.OutcomePoison),
+	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: res.EventID, Outcome: string(model.OutcomePoison),
 		ErrorCode: reason, ErrorMessage: cause.Error(), ConsumedAt: now(), Topic: topic, Subscription: sub,
 		MessageID: d.Message.ID, DeliveryAttempt: d.Message.DeliveryAttempt}
 	n, err := inbox.Record(ctx, e.o.DB, a)
@@ -594,11 +595,11 @@ func (e *Engine) ship(ctx context.Context, as []inbox.Attempt) {
 	}
 }
 
-func ledgerAttempts(as []inbox.Attempt) []ledger.Attempt {
-	out := make([]ledger.Attempt, len(as))
+func ledgerAttempts(as []inbox.Attempt) []model.Attempt {
+	out := make([]model.Attempt, len(as))
 	for i, a := range as {
-		out[i] = ledger.Attempt{EventID: a.EventID, ConsumerID: a.ConsumerID, AttemptNo: a.AttemptNo,
-			Success: a.Outcome == string(ledger.OutcomeSuccess), Outcome: ledger.Outcome(a.Outcome),
+		out[i] = model.Attempt{EventID: a.EventID, ConsumerID: a.ConsumerID, AttemptNo: a.AttemptNo,
+			Success: a.Outcome == string(model.OutcomeSuccess), Outcome: model.Outcome(a.Outcome),
 			ErrorCode: a.ErrorCode, ErrorMessage: a.ErrorMessage, ConsumedAt: a.ConsumedAt,
 			Topic: a.Topic, Subscription: a.Subscription, MessageID: a.MessageID, DeliveryAttempt: a.DeliveryAttempt}
 	}

@@ -28,11 +28,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
 )
 
@@ -98,7 +99,7 @@ type Via struct {
 // is rolled back). It returns the outcome and h's error (nil on success);
 // an error recording the attempt is returned as a transient error with an
 // empty outcome, and c's work should then fail too.
-func (c *Context) ApplyOther(ctx context.Context, ev *event.Event, via Via, h Handler) (ledger.Outcome, error) {
+func (c *Context) ApplyOther(ctx context.Context, ev *event.Event, via Via, h Handler) (model.Outcome, error) {
 	n, err := inbox.Next(ctx, c.Tx, c.ConsumerID, ev.ID)
 	if err != nil {
 		return "", Transient("database", err)
@@ -116,7 +117,7 @@ func (c *Context) ApplyOther(ctx context.Context, ev *event.Event, via Via, h Ha
 		herr = Permanent("parked_twice", errors.New("a held event cannot be parked again"))
 	}
 	if herr == nil {
-		a.Outcome, a.ConsumedAt = string(ledger.OutcomeSuccess), now()
+		a.Outcome, a.ConsumedAt = string(model.OutcomeSuccess), now()
 		if _, err := inbox.Settle(ctx, sp, a); err != nil {
 			herr = Transient("database", err)
 		} else if err := sp.Commit(ctx); err != nil {
@@ -125,24 +126,24 @@ func (c *Context) ApplyOther(ctx context.Context, ev *event.Event, via Via, h Ha
 			c.emittedIDs = append(c.emittedIDs, oc.emittedIDs...)
 			c.recorded = append(c.recorded, oc.recorded...)
 			c.recorded = append(c.recorded, a)
-			return ledger.OutcomeSuccess, nil
+			return model.OutcomeSuccess, nil
 		}
 	}
 	if err := sp.Rollback(ctx); err != nil {
 		return "", Transient("database", err)
 	}
 	class, code := Classify(herr)
-	outcome := ledger.OutcomeRetry
+	outcome := model.OutcomeRetry
 	switch class {
 	case ClassPermanent:
-		outcome = ledger.OutcomeFailed
+		outcome = model.OutcomeFailed
 	case ClassPoison:
-		outcome = ledger.OutcomeFailed
+		outcome = model.OutcomeFailed
 		if c.engine != nil {
 			if err := c.engine.deadLetterEvent(ctx, ev, via, code, herr); err != nil {
-				outcome, code = ledger.OutcomeRetry, "dead_letter"
+				outcome, code = model.OutcomeRetry, "dead_letter"
 			} else {
-				outcome = ledger.OutcomePoison
+				outcome = model.OutcomePoison
 			}
 		}
 	}

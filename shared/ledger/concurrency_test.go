@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sync"
 	"testing"
 	"time"
@@ -29,10 +30,10 @@ func TestConcurrentRollupsWriteOnce(t *testing.T) {
 	s := stores[0]
 	seed(t, s, orderTopic, "member-service", "message-service")
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := s.RecordSent(ctx, SentAt(time.Now(), e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []Attempt{attempt(e, "member-service", 1, OutcomeSuccess), attempt(e, "message-service", 1, OutcomeFailed)} {
+	for _, a := range []model.Attempt{attempt(e, "member-service", 1, model.OutcomeSuccess), attempt(e, "message-service", 1, model.OutcomeFailed)} {
 		if _, err := s.InsertAttempt(ctx, a); err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +44,7 @@ func TestConcurrentRollupsWriteOnce(t *testing.T) {
 		if r.err != nil {
 			t.Errorf("rollup %d: %v", i, r.err)
 		}
-		if r.res.Status != StatusPartial {
+		if r.res.Status != model.StatusPartial {
 			t.Errorf("rollup %d derived %s, want PARTIAL", i, r.res.Status)
 		}
 		if r.res.Changed {
@@ -56,7 +57,7 @@ func TestConcurrentRollupsWriteOnce(t *testing.T) {
 	if w := rollupWrites(stores); w != 1 {
 		t.Errorf("%d status writes, want exactly 1", w)
 	}
-	if got := mustGet(t, s, e.ID).Event.Status; got != StatusPartial {
+	if got := mustGet(t, s, e.ID).Event.Status; got != model.StatusPartial {
 		t.Errorf("stored status %s", got)
 	}
 	// Repeated: nothing more is written.
@@ -79,7 +80,7 @@ func TestConcurrentRollupsWhileAttemptsArrive(t *testing.T) {
 	consumers := []string{"member-service", "message-service", "audit-service"}
 	seed(t, stores[0], orderTopic, consumers...)
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := stores[0].RecordSent(ctx, SentAt(time.Now(), e)); err != nil {
+	if err := stores[0].RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -95,7 +96,7 @@ func TestConcurrentRollupsWhileAttemptsArrive(t *testing.T) {
 		go func(ci int, c string) {
 			defer wg.Done()
 			// retry, retry, success: each attempt followed by its notice.
-			for n, o := range []Outcome{OutcomeRetry, OutcomeRetry, OutcomeSuccess} {
+			for n, o := range []model.Outcome{model.OutcomeRetry, model.OutcomeRetry, model.OutcomeSuccess} {
 				if _, err := stores[ci%instances].InsertAttempt(ctx, attempt(e, c, n+1, o)); err != nil {
 					errs <- err
 					return
@@ -114,7 +115,7 @@ func TestConcurrentRollupsWhileAttemptsArrive(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if got := mustGet(t, stores[0], e.ID).Event.Status; got != StatusConsumed {
+	if got := mustGet(t, stores[0], e.ID).Event.Status; got != model.StatusConsumed {
 		t.Errorf("status %s after every consumer succeeded, want CONSUMED", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sort"
 	"strings"
 	"testing"
@@ -41,7 +42,7 @@ func TestSearchByEventTypeAndAggregate(t *testing.T) {
 	type fx struct {
 		e  *event.Event
 		at time.Time
-		st Status
+		st model.Status
 	}
 	var all []fx
 	for i := range 20 {
@@ -50,13 +51,13 @@ func TestSearchByEventTypeAndAggregate(t *testing.T) {
 		e := newEventOn(t, orderTopic, typ, at)
 		e.AggregateID = fmt.Sprintf("order-%d", i%3)
 		e.Version = int64(i/3 + 1)
-		if err := s.RecordSent(ctx, SentAt(at, e)); err != nil {
+		if err := s.RecordSent(ctx, model.SentAt(at, e)); err != nil {
 			t.Fatal(err)
 		}
-		st := StatusSent
+		st := model.StatusSent
 		if i%4 == 0 {
-			st = StatusConsumed
-			_, _ = s.InsertAttempt(ctx, attempt(e, "member-service", 1, OutcomeSuccess))
+			st = model.StatusConsumed
+			_, _ = s.InsertAttempt(ctx, attempt(e, "member-service", 1, model.OutcomeSuccess))
 			if _, err := s.Rollup(ctx, e.ID); err != nil {
 				t.Fatal(err)
 			}
@@ -88,8 +89,8 @@ func TestSearchByEventTypeAndAggregate(t *testing.T) {
 		{"aggregate and type", SearchQuery{AggregateID: "order-2", EventType: "order.purchased"}, func(f fx) bool {
 			return f.e.AggregateID == "order-2" && f.e.Type == "order.purchased"
 		}},
-		{"type, status and from", SearchQuery{EventType: "order.purchased", ListQuery: ListQuery{Status: StatusConsumed, From: from}}, func(f fx) bool {
-			return f.e.Type == "order.purchased" && f.st == StatusConsumed && !f.at.Before(from)
+		{"type, status and from", SearchQuery{EventType: "order.purchased", ListQuery: ListQuery{Status: model.StatusConsumed, From: from}}, func(f fx) bool {
+			return f.e.Type == "order.purchased" && f.st == model.StatusConsumed && !f.at.Before(from)
 		}},
 		{"nothing", SearchQuery{AggregateID: "order-9"}, func(fx) bool { return false }},
 	} {
@@ -125,34 +126,34 @@ func TestStatusCountsAndRecentHops(t *testing.T) {
 	seed(t, s, orderTopic, "member-service", "message-service")
 	now := time.Now().UTC()
 	old := newEventOn(t, orderTopic, "order.purchased", now.Add(-48*time.Hour))
-	if err := s.RecordSent(ctx, SentAt(now.Add(-48*time.Hour), old)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(now.Add(-48*time.Hour), old)); err != nil {
 		t.Fatal(err)
 	}
 	var recent []*event.Event
 	for i := range 3 {
 		e := newEventOn(t, orderTopic, "order.purchased", now.Add(-time.Duration(10-i)*time.Minute))
 		// Committed to the outbox 200 ms after it occurred, published 1 s after.
-		if err := s.RecordSent(ctx, []Sent{{Event: e, EnqueuedAt: e.OccurredAt.Add(200 * time.Millisecond), At: e.OccurredAt.Add(time.Second)}}); err != nil {
+		if err := s.RecordSent(ctx, []model.Sent{{Event: e, EnqueuedAt: e.OccurredAt.Add(200 * time.Millisecond), At: e.OccurredAt.Add(time.Second)}}); err != nil {
 			t.Fatal(err)
 		}
 		recent = append(recent, e)
 	}
 	done := recent[0]
 	for _, c := range []string{"member-service", "message-service"} {
-		a := attempt(done, c, 1, OutcomeSuccess)
+		a := attempt(done, c, 1, model.OutcomeSuccess)
 		a.ConsumedAt = done.OccurredAt.Add(3 * time.Second)
 		if _, err := s.InsertAttempt(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if res, err := s.Rollup(ctx, done.ID); err != nil || res.Status != StatusConsumed {
+	if res, err := s.Rollup(ctx, done.ID); err != nil || res.Status != model.StatusConsumed {
 		t.Fatalf("rollup: %+v %v", res, err)
 	}
 	counts, err := s.StatusCounts(ctx, now.Add(-24*time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts[StatusConsumed] != 1 || counts[StatusSent] != 2 || counts[StatusFailed] != 0 {
+	if counts[model.StatusConsumed] != 1 || counts[model.StatusSent] != 2 || counts[model.StatusFailed] != 0 {
 		t.Errorf("counts of the last day %v, want 1 CONSUMED, 2 SENT (the 2-day-old event not counted)", counts)
 	}
 	hops, err := s.RecentHops(ctx, now.Add(-time.Hour), 100, 1)
@@ -166,7 +167,7 @@ func TestStatusCountsAndRecentHops(t *testing.T) {
 		t.Errorf("attempts read for the newest event only? %+v", hops)
 	}
 	h := hops[2]
-	if h.SentAt.Sub(h.EnqueuedAt) != 800*time.Millisecond || h.Status != StatusConsumed || h.StatusAt.IsZero() {
+	if h.SentAt.Sub(h.EnqueuedAt) != 800*time.Millisecond || h.Status != model.StatusConsumed || h.StatusAt.IsZero() {
 		t.Errorf("hops of the consumed event %+v", h)
 	}
 	hops, _ = s.RecentHops(ctx, now.Add(-time.Hour), 100, 3)

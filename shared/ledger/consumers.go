@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sort"
 	"time"
 
@@ -56,7 +57,7 @@ func (s *Store) topicConsumers(ctx context.Context, topic string) ([]registry.Co
 	for _, d := range docs {
 		var c consumerDoc
 		if err := d.DataTo(&c); err != nil {
-			return nil, fmt.Errorf("ledger: decode %s/%s: %w", CollectionConsumers, d.Ref.ID, err)
+			return nil, fmt.Errorf("ledger: decode %s/%s: %w", model.CollectionConsumers, d.Ref.ID, err)
 		}
 		out = append(out, registry.Consumer{Topic: c.Topic, ConsumerID: c.ConsumerID, Enabled: c.Enabled, SortOrder: c.SortOrder, Description: c.Description})
 	}
@@ -112,7 +113,7 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 		if err := errors.Join(errs...); err != nil {
 			return rep, fmt.Errorf("ledger: sync consumers: %w", err)
 		}
-		id := ConsumerDocID(e.Topic, e.ConsumerID)
+		id := model.ConsumerDocID(e.Topic, e.ConsumerID)
 		if _, dup := want[id]; dup {
 			return rep, fmt.Errorf("ledger: sync consumers: %w", &event.FieldError{Field: fmt.Sprintf("consumers[%d]", i), Rule: "topic and consumerId must be unique (" + id + " repeats)"})
 		}
@@ -120,7 +121,7 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 	}
 	docs, err := s.queryDocs(ctx, OpSyncConsumers, nil, shapeAllConsumers.query(s.consumers.Query, nil))
 	if err != nil {
-		return rep, fmt.Errorf("ledger: sync consumers: read %s: %w", CollectionConsumers, err)
+		return rep, fmt.Errorf("ledger: sync consumers: read %s: %w", model.CollectionConsumers, err)
 	}
 	have := make(map[string]consumerDoc, len(docs))
 	for _, d := range docs {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"testing"
 	"time"
 
@@ -29,15 +30,15 @@ func happyPath(tb testing.TB, s *Store, consumers, events int) (reads, writes fl
 		batch[i] = newEventOn(tb, topic, "thing.happened", time.Now())
 	}
 	before := s.Usage()
-	if err := s.RecordSent(ctx, SentAt(time.Now(), batch...)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(time.Now(), batch...)); err != nil {
 		tb.Fatal(err)
 	}
-	var as []Attempt
+	var as []model.Attempt
 	eventIDs := make([]string, len(batch))
 	for i, e := range batch {
 		eventIDs[i] = e.ID
 		for _, c := range ids {
-			as = append(as, attempt(e, c, 1, OutcomeSuccess))
+			as = append(as, attempt(e, c, 1, model.OutcomeSuccess))
 		}
 	}
 	if err := s.InsertAttempts(ctx, as); err != nil {
@@ -58,7 +59,7 @@ func happyPath(tb testing.TB, s *Store, consumers, events int) (reads, writes fl
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if d.Event.Status != StatusConsumed {
+		if d.Event.Status != model.StatusConsumed {
 			tb.Fatalf("%s ended %s", e.ID, d.Event.Status)
 		}
 	}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func TestALedgerWrittenBeforeTheFoldIsReadAsItIs(t *testing.T) {
 	seed(t, s, orderTopic, "billing", "shipping")
 	at := time.Now().UTC()
 	e := newEventOn(t, orderTopic, "order.purchased", at)
-	if err := s.RecordSent(ctx, SentAt(at, e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(at, e)); err != nil {
 		t.Fatal(err)
 	}
 	// A document as the former RecordSent wrote it: no folded mark.
@@ -28,23 +29,23 @@ func TestALedgerWrittenBeforeTheFoldIsReadAsItIs(t *testing.T) {
 	}
 	// The former write path: billing's attempt as a document, a rollup of
 	// the id alone.
-	old := attempt(e, "billing", 1, OutcomeSuccess)
+	old := attempt(e, "billing", 1, model.OutcomeSuccess)
 	old.ConsumedAt, old.MessageID = at, "m-old"
-	if err := s.InsertAttempts(ctx, []Attempt{old}); err != nil {
+	if err := s.InsertAttempts(ctx, []model.Attempt{old}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := s.Rollup(ctx, e.ID); err != nil || r.Status != StatusSent || r.Reported != 1 {
+	if r, err := s.Rollup(ctx, e.ID); err != nil || r.Status != model.StatusSent || r.Reported != 1 {
 		t.Fatalf("former rollup: %+v %v", r, err)
 	}
 	// The fold: shipping's attempt in its notice.
-	folded := attempt(e, "shipping", 1, OutcomeSuccess)
+	folded := attempt(e, "shipping", 1, model.OutcomeSuccess)
 	folded.ConsumedAt, folded.MessageID = at.Add(time.Millisecond), "m-new"
-	ns, err := ReadNotice(FoldMessage([]Attempt{folded}))
+	ns, err := model.ReadNotice(model.FoldMessage([]model.Attempt{folded}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rs, err := s.Fold(ctx, ns, 0)
-	if err != nil || rs[0].Err != nil || rs[0].Status != StatusConsumed || !rs[0].Changed {
+	if err != nil || rs[0].Err != nil || rs[0].Status != model.StatusConsumed || !rs[0].Changed {
 		t.Fatalf("fold: %+v %v", rs, err)
 	}
 	d := mustGet(t, s, e.ID)
@@ -53,7 +54,7 @@ func TestALedgerWrittenBeforeTheFoldIsReadAsItIs(t *testing.T) {
 	}
 	for _, c := range d.Consumers {
 		want := map[string]string{"billing": "m-old", "shipping": "m-new"}[c.ConsumerID]
-		if len(c.Attempts) != 1 || c.Attempts[0].MessageID != want || c.State != ConsumerSucceeded {
+		if len(c.Attempts) != 1 || c.Attempts[0].MessageID != want || c.State != model.ConsumerSucceeded {
 			t.Errorf("%s: %+v, want its one attempt (%s)", c.ConsumerID, c.Attempts, want)
 		}
 	}
@@ -66,9 +67,9 @@ func TestALedgerWrittenBeforeTheFoldIsReadAsItIs(t *testing.T) {
 		t.Errorf("again: %+v %v", rs, err)
 	}
 	// An attempt older than the mark does not move it back.
-	stale := attempt(e, "shipping", 1, OutcomeRetry)
+	stale := attempt(e, "shipping", 1, model.OutcomeRetry)
 	stale.ConsumedAt = at
-	if rs, err := s.Fold(ctx, []Notice{{EventID: e.ID, Attempts: []Attempt{stale}}}, 0); err != nil || rs[0].Status != StatusConsumed {
+	if rs, err := s.Fold(ctx, []model.Notice{{EventID: e.ID, Attempts: []model.Attempt{stale}}}, 0); err != nil || rs[0].Status != model.StatusConsumed {
 		t.Errorf("a stale attempt: %+v %v", rs, err)
 	}
 	page, err := s.List(ctx, ListQuery{Topic: orderTopic})

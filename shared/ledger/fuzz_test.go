@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"testing"
 	"time"
 )
@@ -8,7 +9,7 @@ import (
 // Page tokens come back from clients: decoding any string must not panic,
 // and a token it accepts must carry the filters' fingerprint and round-trip.
 func FuzzPageToken(f *testing.F) {
-	fp := (&ListQuery{Status: StatusSent, Topic: "shop.order.events"}).fingerprint()
+	fp := (&ListQuery{Status: model.StatusSent, Topic: "shop.order.events"}).fingerprint()
 	f.Add(encodeToken(time.Date(2024, 2, 28, 10, 0, 0, 0, time.UTC), "ab12~evt-1", fp))
 	f.Add("")
 	f.Add("e30")

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"testing"
 	"time"
 
@@ -96,7 +97,7 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	}
 	dead, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := s.RecordSent(dead, SentAt(clock.t, e)); err == nil {
+	if err := s.RecordSent(dead, model.SentAt(clock.t, e)); err == nil {
 		t.Fatal("RecordSent on a dead connection succeeded")
 	}
 
@@ -108,14 +109,14 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 			t.Fatalf("consumer %s decoded %q: %v", c, got.ID, err)
 		}
 	}
-	if err := rec.RecordAttempts(ctx, []Attempt{attempt(e, "member-service", 1, OutcomeSuccess)}); err != nil {
+	if err := rec.RecordAttempts(ctx, []model.Attempt{attempt(e, "member-service", 1, model.OutcomeSuccess)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.InsertAttempts(ctx, []Attempt{attempt(e, "message-service", 1, OutcomeSuccess)}); err != nil {
+	if err := s.InsertAttempts(ctx, []model.Attempt{attempt(e, "message-service", 1, model.OutcomeSuccess)}); err != nil {
 		t.Fatal(err)
 	}
 	notice := receiveOne(t, ps, rollupSub, nil)
-	ns, err := ReadNotice(notice)
+	ns, err := model.ReadNotice(notice)
 	if err != nil || len(ns) != 1 || ns[0].EventID != e.ID {
 		t.Fatalf("notice names %v: %v", ns, err)
 	}
@@ -125,16 +126,16 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 
 	// 3. The healing step records the send; no notice comes any more. Before
 	// checkAt the reconciler leaves it; after, it derives CONSUMED.
-	if err := s.RecordSent(ctx, SentAt(clock.t, e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(clock.t, e)); err != nil {
 		t.Fatal(err)
 	}
-	if d := mustGet(t, s, e.ID); d.Event.Status != StatusSent {
+	if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusSent {
 		t.Fatalf("after the send: %s", d.Event.Status)
 	}
 	// The rollup function answered the notice that carried member-service's
 	// attempt 500 (its event was not in the ledger), so Pub/Sub redelivers
 	// it, and it folds now.
-	if rs, err := s.Fold(ctx, ns, 0); err != nil || rs[0].Err != nil || rs[0].Status != StatusSent || rs[0].Reported != 1 {
+	if rs, err := s.Fold(ctx, ns, 0); err != nil || rs[0].Err != nil || rs[0].Status != model.StatusSent || rs[0].Reported != 1 {
 		t.Fatalf("the notice redelivered: %+v %v", rs, err)
 	}
 	if rep, err := s.Reconcile(ctx, 0); err != nil || rep.Due != 0 {
@@ -146,7 +147,7 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 		t.Fatalf("reconcile after checkAt: %+v %v", rep, err)
 	}
 	d := mustGet(t, s, e.ID)
-	if d.Event.Status != StatusConsumed || d.Summary() != "2/2 consumed" {
+	if d.Event.Status != model.StatusConsumed || d.Summary() != "2/2 consumed" {
 		t.Errorf("after reconciling: %s %s", d.Event.Status, d.Summary())
 	}
 	if rep, err := s.Reconcile(ctx, 0); err != nil || rep.Due != 0 {
@@ -155,11 +156,11 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 
 	// 4. A replayed send leaves the CONSUMED document as it is.
 	before := d.Event
-	if err := s.RecordSent(ctx, SentAt(clock.t.Add(time.Minute), e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(clock.t.Add(time.Minute), e)); err != nil {
 		t.Fatal(err)
 	}
 	after := mustGet(t, s, e.ID).Event
-	if after.Status != StatusConsumed || !after.UpdatedAt.Equal(before.UpdatedAt) || !after.SentAt.Equal(before.SentAt) {
+	if after.Status != model.StatusConsumed || !after.UpdatedAt.Equal(before.UpdatedAt) || !after.SentAt.Equal(before.SentAt) {
 		t.Errorf("replayed send changed the ledger: %+v", after)
 	}
 }
@@ -173,7 +174,7 @@ func TestReconcilerBacksOffOnEventsThatWait(t *testing.T) {
 	s := newStore(t, Options{Now: clock.now})
 	seed(t, s, orderTopic, "member-service")
 	e := newEventOn(t, orderTopic, "order.purchased", clock.t)
-	if err := s.RecordSent(ctx, SentAt(clock.t, e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(clock.t, e)); err != nil {
 		t.Fatal(err)
 	}
 	var looks []time.Duration
@@ -199,7 +200,7 @@ func TestReconcilerBacksOffOnEventsThatWait(t *testing.T) {
 			t.Errorf("looks %v and %v are %v apart, over an hour", looks[i-1], looks[i], gap)
 		}
 	}
-	if d := mustGet(t, s, e.ID); d.Event.Status != StatusSent {
+	if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusSent {
 		t.Errorf("status %s", d.Event.Status)
 	}
 }
@@ -213,16 +214,16 @@ func TestLateSendFindsItsAttempts(t *testing.T) {
 	seed(t, s, orderTopic, "billing", "shipping")
 	sentAt := time.Now().Add(-time.Minute)
 	e := newEventOn(t, orderTopic, "order.purchased", sentAt)
-	if err := s.InsertAttempts(ctx, []Attempt{attempt(e, "billing", 1, OutcomeSuccess), attempt(e, "shipping", 1, OutcomeSuccess)}); err != nil {
+	if err := s.InsertAttempts(ctx, []model.Attempt{attempt(e, "billing", 1, model.OutcomeSuccess), attempt(e, "shipping", 1, model.OutcomeSuccess)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Rollup(ctx, e.ID); !errors.Is(err, ErrEventNotFound) {
 		t.Fatalf("rollup before the send: %v, want ErrEventNotFound", err)
 	}
-	if err := s.RecordSent(ctx, SentAt(sentAt, e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(sentAt, e)); err != nil {
 		t.Fatal(err)
 	}
-	if d := mustGet(t, s, e.ID); d.Event.Status != StatusConsumed {
+	if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusConsumed {
 		t.Fatalf("after the late send: %s, want CONSUMED", d.Event.Status)
 	}
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"os"
 	"reflect"
 	"regexp"
@@ -14,8 +15,8 @@ import (
 // may grow with time although they are not timestamps: producers' ids
 // (UUIDv7, ULIDs, ORD-2024-002), versions, Pub/Sub message ids.
 var growingIDs = map[string][]string{
-	CollectionEvents:       {"eventId", "aggregateId", "version", "parentEventId", "correlationId", "spanId"},
-	CollectionConsumptions: {"eventId", "messageId"},
+	model.CollectionEvents:       {"eventId", "aggregateId", "version", "parentEventId", "correlationId", "spanId"},
+	model.CollectionConsumptions: {"eventId", "messageId"},
 }
 
 // spreadLeads are the fields whose values are spread over the key space
@@ -70,7 +71,7 @@ func hotspots(f indexFile) []string {
 		exempt[e.Collection+"/"+e.Field] = true
 	}
 	var out []string
-	for _, coll := range []string{CollectionEvents, CollectionConsumptions} {
+	for _, coll := range []string{model.CollectionEvents, model.CollectionConsumptions} {
 		seq := map[string]bool{}
 		for _, p := range sequentialPaths(coll, docTypes[coll]) {
 			seq[p] = true
@@ -109,7 +110,7 @@ func TestNoHotspotByConstruction(t *testing.T) {
 		t.Error(p)
 	}
 	// The fields the check finds include the nested ones.
-	paths := strings.Join(sequentialPaths(CollectionEvents, docTypes[CollectionEvents]), " ")
+	paths := strings.Join(sequentialPaths(model.CollectionEvents, docTypes[model.CollectionEvents]), " ")
 	for _, want := range []string{"occurredAt", "checkAt", "deleteAt", "latest.*.consumedAt", "repush.at", "publishFailure.at", "aggregateId"} {
 		if !strings.Contains(" "+paths+" ", " "+want+" ") {
 			t.Errorf("sequential fields of events %q miss %s", paths, want)
@@ -121,7 +122,7 @@ func TestNoHotspotByConstruction(t *testing.T) {
 	bad.Composite = append(bad.Composite[:len(bad.Composite):len(bad.Composite)], struct {
 		Collection string       `yaml:"collection"`
 		Fields     []IndexField `yaml:"fields"`
-	}{CollectionEvents, []IndexField{{fieldStatus, Ascending}, {fieldOccurred, Descending}}})
+	}{model.CollectionEvents, []IndexField{{fieldStatus, Ascending}, {fieldOccurred, Descending}}})
 	if got := hotspots(bad); len(got) != 1 || !strings.Contains(got[0], "not led by shard") {
 		t.Errorf("an unsharded (status, occurredAt) index: %q, want it refused", got)
 	}

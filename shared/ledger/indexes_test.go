@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"os"
 	"reflect"
 	"sort"
@@ -65,10 +66,10 @@ func serves(collection string, fields []IndexField, q QueryShape) bool {
 
 // docTypes maps collections to the Go type of their documents.
 var docTypes = map[string]reflect.Type{
-	CollectionEvents:       reflect.TypeFor[Event](),
-	CollectionConsumptions: reflect.TypeFor[Attempt](),
-	CollectionConsumers:    reflect.TypeFor[consumerDoc](),
-	CollectionAudit:        reflect.TypeFor[AuditEntry](),
+	model.CollectionEvents:       reflect.TypeFor[model.Event](),
+	model.CollectionConsumptions: reflect.TypeFor[model.Attempt](),
+	model.CollectionConsumers:    reflect.TypeFor[consumerDoc](),
+	CollectionAudit:              reflect.TypeFor[AuditEntry](),
 }
 
 // fieldType resolves a dotted field path in a document type (nil when the
@@ -100,7 +101,7 @@ func TestIndexesDeclared(t *testing.T) {
 	exempt := map[string]bool{}
 	for _, e := range f.Exemptions {
 		exempt[e.Collection+"/"+e.Field] = true
-		if e.Collection == CollectionDeadLetters {
+		if e.Collection == model.CollectionDeadLetters {
 			continue // shared/archive's documents; its own test checks them
 		}
 		if fieldType(docTypes[e.Collection], e.Field) == nil {
@@ -168,7 +169,7 @@ func TestTimestampsExempt(t *testing.T) {
 		exempt[e.Collection+"/"+e.Field] = true
 	}
 	timeType := reflect.TypeFor[time.Time]()
-	for _, coll := range []string{CollectionEvents, CollectionConsumptions} {
+	for _, coll := range []string{model.CollectionEvents, model.CollectionConsumptions} {
 		typ := docTypes[coll]
 		var missing []string
 		for i := 0; i < typ.NumField(); i++ {
@@ -189,11 +190,11 @@ func TestTimestampsExempt(t *testing.T) {
 func TestIndexCheckerCatchesMistakes(t *testing.T) {
 	q := listShape([]string{fieldStatus})
 	ok := []IndexField{{fieldShard, Ascending}, {fieldStatus, Ascending}, {fieldOccurred, Descending}}
-	if !serves(CollectionEvents, ok, q) {
+	if !serves(model.CollectionEvents, ok, q) {
 		t.Fatal("exact index not accepted")
 	}
 	swapped := []IndexField{{fieldStatus, Ascending}, {fieldShard, Ascending}, {fieldOccurred, Descending}}
-	if !serves(CollectionEvents, swapped, q) {
+	if !serves(model.CollectionEvents, swapped, q) {
 		t.Error("equality fields in another order not accepted")
 	}
 	for _, bad := range [][]IndexField{
@@ -201,17 +202,17 @@ func TestIndexCheckerCatchesMistakes(t *testing.T) {
 		{{fieldShard, Ascending}, {fieldStatus, Ascending}, {fieldOccurred, Ascending}},
 		{{fieldShard, Ascending}, {fieldStatus, Ascending}, {fieldTopic, Ascending}, {fieldOccurred, Descending}},
 	} {
-		if serves(CollectionEvents, bad, q) {
+		if serves(model.CollectionEvents, bad, q) {
 			t.Errorf("index %v accepted for %s", bad, q.Name)
 		}
 	}
-	if serves(CollectionConsumptions, ok, q) {
+	if serves(model.CollectionConsumptions, ok, q) {
 		t.Error("index on another collection accepted")
 	}
 	if !listShape(nil).NeedsComposite() || shapeConsumersByTopic.NeedsComposite() || shapeAttemptsOfEvent.NeedsComposite() || shapeEventByName.NeedsComposite() {
 		t.Error("NeedsComposite misjudges a shape")
 	}
-	if fieldType(docTypes[CollectionEvents], "initiator.service") == nil || fieldType(docTypes[CollectionEvents], "initiator.nope") != nil {
+	if fieldType(docTypes[model.CollectionEvents], "initiator.service") == nil || fieldType(docTypes[model.CollectionEvents], "initiator.nope") != nil {
 		t.Error("fieldType misresolves paths")
 	}
 }

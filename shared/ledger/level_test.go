@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ topics:
 		t.Fatal(err)
 	}
 	var counter fscount.Counter
-	s, err := Open(ctx, Config{ProjectID: emutest.FirestoreProject(t)}, Options{Levels: LevelsOf(top)}, counter.Options()...)
+	s, err := Open(ctx, Config{ProjectID: emutest.FirestoreProject(t)}, Options{Levels: model.LevelsOf(top)}, counter.Options()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,15 +54,15 @@ topics:
 
 	for _, tc := range []struct {
 		topic          string
-		level          Level
+		level          model.Level
 		writes         int64
 		attemptDocs    int
-		status         Status
+		status         model.Status
 		noticeExpected bool
 	}{
-		{"shop.full.events", LevelFull, 3 + 2, 3, StatusConsumed, true},
-		{"shop.lean.events", LevelFailures, 2, 0, StatusConsumed, true},
-		{"shop.quiet.events", LevelOff, 0, 0, "", false},
+		{"shop.full.events", model.LevelFull, 3 + 2, 3, model.StatusConsumed, true},
+		{"shop.lean.events", model.LevelFailures, 2, 0, model.StatusConsumed, true},
+		{"shop.quiet.events", model.LevelOff, 0, 0, "", false},
 	} {
 		t.Run(string(tc.level), func(t *testing.T) {
 			if got := s.level(tc.topic); got != tc.level {
@@ -73,12 +74,12 @@ topics:
 				t.Fatal(err)
 			}
 			w0 := counter.Writes()
-			if err := s.RecordSent(ctx, SentAt(time.Now(), e)); err != nil {
+			if err := s.RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 				t.Fatal(err)
 			}
-			var as []Attempt
+			var as []model.Attempt
 			for _, c := range []string{"billing", "shipping", "mailer"} {
-				a := attempt(e, c, 1, OutcomeSuccess)
+				a := attempt(e, c, 1, model.OutcomeSuccess)
 				a.ConsumedAt = time.Now()
 				as = append(as, a)
 			}
@@ -86,7 +87,7 @@ topics:
 				t.Fatal(err)
 			}
 			if tc.noticeExpected {
-				ns, err := ReadNotice(receiveOne(t, ps, rollupSub, nil))
+				ns, err := model.ReadNotice(receiveOne(t, ps, rollupSub, nil))
 				if err != nil || len(ns) != 1 || ns[0].EventID != e.ID || len(ns[0].Attempts) != 3 {
 					t.Fatalf("notice %+v %v", ns, err)
 				}
@@ -102,7 +103,7 @@ topics:
 				t.Errorf("%d attempt documents (%v), want %d", len(docs), err, tc.attemptDocs)
 			}
 			d, err := s.Get(ctx, e.ID)
-			if tc.level == LevelOff {
+			if tc.level == model.LevelOff {
 				if err == nil {
 					t.Errorf("an event of an off topic is in the ledger: %+v", d.Event)
 				}
@@ -139,10 +140,10 @@ topics:
 	if err == nil || !strings.Contains(err.Error(), "ledger") || !strings.Contains(err.Error(), "full, failures or off") {
 		t.Fatalf("ledger: everything: %v, want refused naming the field and the rule", err)
 	}
-	if l, err := ParseLevel(""); err != nil || l != DefaultLevel {
-		t.Errorf("no level: %s %v, want %s", l, err, DefaultLevel)
+	if l, err := model.ParseLevel(""); err != nil || l != model.DefaultLevel {
+		t.Errorf("no level: %s %v, want %s", l, err, model.DefaultLevel)
 	}
-	if _, err := ParseLevel("most"); err == nil {
+	if _, err := model.ParseLevel("most"); err == nil {
 		t.Error("an unknown level accepted")
 	}
 }

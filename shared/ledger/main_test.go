@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"os"
 	"testing"
 	"time"
@@ -84,6 +85,6 @@ func newEventOn(t testing.TB, topic, typ string, at time.Time) *event.Event {
 	return e
 }
 
-func attempt(e *event.Event, consumer string, n int, o Outcome) Attempt {
-	return Attempt{EventID: e.ID, ConsumerID: consumer, AttemptNo: n, Success: o == OutcomeSuccess, Outcome: o, Topic: e.Topic}
+func attempt(e *event.Event, consumer string, n int, o model.Outcome) model.Attempt {
+	return model.Attempt{EventID: e.ID, ConsumerID: consumer, AttemptNo: n, Success: o == model.OutcomeSuccess, Outcome: o, Topic: e.Topic}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sort"
 	"sync"
 	"time"
@@ -15,14 +16,14 @@ import (
 // since, with one Firestore count aggregation per status over the List
 // index (shard, status, occurredAt). A count is billed one read per 1,000
 // index entries it scans, so bound since: the console asks for a day.
-func (s *Store) StatusCounts(ctx context.Context, since time.Time) (map[Status]int64, error) {
-	out := make(map[Status]int64, len(Statuses))
+func (s *Store) StatusCounts(ctx context.Context, since time.Time) (map[model.Status]int64, error) {
+	out := make(map[model.Status]int64, len(model.Statuses))
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
 		errs []error
 	)
-	for _, st := range Statuses {
+	for _, st := range model.Statuses {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -54,10 +55,10 @@ func (s *Store) StatusCounts(ctx context.Context, since time.Time) (map[Status]i
 // Hops is when one event passed each hop of its delivery, as far as the
 // ledger knows (a zero time is unknown).
 type Hops struct {
-	EventID    string    `json:"eventId"`
-	Topic      string    `json:"topic"`
-	Status     Status    `json:"status"`
-	OccurredAt time.Time `json:"occurredAt"`
+	EventID    string       `json:"eventId"`
+	Topic      string       `json:"topic"`
+	Status     model.Status `json:"status"`
+	OccurredAt time.Time    `json:"occurredAt"`
 	// EnqueuedAt is the outbox commit (absent on events recorded before
 	// the ledger kept it).
 	EnqueuedAt time.Time `json:"enqueuedAt,omitzero"`
@@ -95,7 +96,7 @@ func (s *Store) RecentHops(ctx context.Context, since time.Time, limit, withAtte
 		return nil, fmt.Errorf("ledger: recent hops: %w", err)
 	}
 	out := make([]Hops, 0, len(docs))
-	evs := make([]Event, len(docs))
+	evs := make([]model.Event, len(docs))
 	for i, d := range docs {
 		if err := d.DataTo(&evs[i]); err != nil {
 			return nil, fmt.Errorf("ledger: recent hops: decode %s: %w", d.Ref.ID, err)
@@ -105,7 +106,7 @@ func (s *Store) RecentHops(ctx context.Context, since time.Time, limit, withAtte
 		h.EventID, _ = m["eventId"].(string)
 		h.Topic, _ = m["topic"].(string)
 		st, _ := m["status"].(string)
-		h.Status = Status(st)
+		h.Status = model.Status(st)
 		h.OccurredAt, _ = m["occurredAt"].(time.Time)
 		h.EnqueuedAt, _ = m["enqueuedAt"].(time.Time)
 		h.SentAt, _ = m["sentAt"].(time.Time)
@@ -144,10 +145,10 @@ func (s *Store) RecentHops(ctx context.Context, since time.Time, limit, withAtte
 
 // firstCommits returns each consumer's earliest successful attempt, by
 // consumer id.
-func firstCommits(attempts []Attempt) []ConsumerCommit {
+func firstCommits(attempts []model.Attempt) []ConsumerCommit {
 	first := map[string]time.Time{}
 	for _, a := range attempts {
-		if a.Outcome != OutcomeSuccess || a.ConsumedAt.IsZero() {
+		if a.Outcome != model.OutcomeSuccess || a.ConsumedAt.IsZero() {
 			continue
 		}
 		if t, ok := first[a.ConsumerID]; !ok || a.ConsumedAt.Before(t) {
@@ -166,7 +167,7 @@ func firstCommits(attempts []Attempt) []ConsumerCommit {
 // latest attempts succeeded (the "n" of the seed's "n/m consumed"). A
 // CONSUMED event counts all of them without a read; the others read their
 // attempts, at most 8 events at a time.
-func (s *Store) ConsumedCounts(ctx context.Context, events []Event) (map[string]int, error) {
+func (s *Store) ConsumedCounts(ctx context.Context, events []model.Event) (map[string]int, error) {
 	out := make(map[string]int, len(events))
 	var (
 		wg   sync.WaitGroup
@@ -175,8 +176,8 @@ func (s *Store) ConsumedCounts(ctx context.Context, events []Event) (map[string]
 		errs []error
 	)
 	for _, e := range events {
-		if e.Status == StatusConsumed || len(e.ExpectedConsumers) == 0 {
-			out[e.EventID] = map[bool]int{true: len(e.ExpectedConsumers)}[e.Status == StatusConsumed]
+		if e.Status == model.StatusConsumed || len(e.ExpectedConsumers) == 0 {
+			out[e.EventID] = map[bool]int{true: len(e.ExpectedConsumers)}[e.Status == model.StatusConsumed]
 			continue
 		}
 		wg.Add(1)
@@ -203,8 +204,8 @@ func (s *Store) ConsumedCounts(ctx context.Context, events []Event) (map[string]
 
 // succeededCount counts the expected consumers whose latest attempt (the
 // highest attempt number) succeeded.
-func succeededCount(expected []string, attempts []Attempt) int {
-	latest := map[string]Attempt{}
+func succeededCount(expected []string, attempts []model.Attempt) int {
+	latest := map[string]model.Attempt{}
 	for _, a := range attempts {
 		if cur, ok := latest[a.ConsumerID]; !ok || a.AttemptNo > cur.AttemptNo {
 			latest[a.ConsumerID] = a
@@ -212,7 +213,7 @@ func succeededCount(expected []string, attempts []Attempt) int {
 	}
 	n := 0
 	for _, c := range expected {
-		if a, ok := latest[c]; ok && a.Outcome == OutcomeSuccess {
+		if a, ok := latest[c]; ok && a.Outcome == model.OutcomeSuccess {
 			n++
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"hash/fnv"
 	"sort"
 	"strconv"
@@ -29,7 +30,7 @@ const MaxTraceScan = 1000
 // ListQuery selects events, newest first (by occurredAt, then id). Every
 // filter is optional and they combine with AND.
 type ListQuery struct {
-	Status           Status
+	Status           model.Status
 	Topic            string
 	InitiatorService string
 	TraceID          string
@@ -45,7 +46,7 @@ type ListQuery struct {
 // Page is one page of List's answer.
 type Page struct {
 	// Events are the page's events, without their payloads (Get has them).
-	Events []Event
+	Events []model.Event
 	// NextPageToken continues the listing; empty on the last page. A page
 	// filtered by trace may hold fewer events than asked and still have a
 	// next page.
@@ -100,7 +101,7 @@ func decodeToken(s, fp string) (pageToken, error) {
 func (q *ListQuery) validate() (int, *pageToken, error) {
 	var errs []error
 	if q.Status != "" {
-		if _, err := ParseStatus(string(q.Status)); err != nil {
+		if _, err := model.ParseStatus(string(q.Status)); err != nil {
 			errs = append(errs, &event.FieldError{Field: "status", Rule: "one of PENDING, SENT, CONSUMED, PARTIAL, FAILED, RETRYING, EXPIRED"})
 		}
 	}
@@ -135,7 +136,7 @@ func (q *ListQuery) validate() (int, *pageToken, error) {
 // are read per page).
 func (s *Store) List(ctx context.Context, q ListQuery) (Page, error) {
 	if q.Status != "" {
-		if st, err := ParseStatus(string(q.Status)); err == nil {
+		if st, err := model.ParseStatus(string(q.Status)); err == nil {
 			q.Status = st
 		}
 	}
@@ -173,7 +174,7 @@ func (s *Store) List(ctx context.Context, q ListQuery) (Page, error) {
 			page.NextPageToken = encodeToken(page.Events[size-1].OccurredAt, last.Ref.ID, q.fingerprint())
 			break
 		}
-		var e Event
+		var e model.Event
 		if err := d.DataTo(&e); err != nil {
 			return Page{}, fmt.Errorf("ledger: list: decode %s: %w", d.Ref.ID, err)
 		}
@@ -204,7 +205,7 @@ func (s *Store) listTrace(ctx context.Context, q ListQuery, size int, cur *pageT
 	var lastID string
 	var lastT time.Time
 	for _, d := range docs {
-		var e Event
+		var e model.Event
 		if err := d.DataTo(&e); err != nil {
 			return Page{}, fmt.Errorf("ledger: list: decode %s: %w", d.Ref.ID, err)
 		}
@@ -229,7 +230,7 @@ func (s *Store) listTrace(ctx context.Context, q ListQuery, size int, cur *pageT
 
 // Detail is one event with every attempt of every consumer.
 type Detail struct {
-	Event Event `json:"event"`
+	Event model.Event `json:"event"`
 	// Consumers are the expected consumers in their order, then any
 	// consumer that reported without being expected (added to the topic
 	// after the event was sent), by id.
@@ -250,23 +251,23 @@ func (d Detail) Summary() string {
 type ConsumerReport struct {
 	ConsumerID string `json:"consumerId"`
 	// Expected is false for a consumer the event was not sent to.
-	Expected bool          `json:"expected"`
-	State    ConsumerState `json:"state"`
+	Expected bool                `json:"expected"`
+	State    model.ConsumerState `json:"state"`
 	// RepushPending is true while a re-push addressed to this consumer has
 	// not been answered.
 	RepushPending bool `json:"repushPending,omitempty"`
 	// Attempts are all its attempts, by attempt number.
-	Attempts []Attempt `json:"attempts"`
+	Attempts []model.Attempt `json:"attempts"`
 }
 
 // Events returns the documents of the given events that the ledger holds,
 // by event id, without their payloads: reads by id, maxGetAll to a
 // request, no query (over a loaded Firestore emulator a query scans the
 // whole store). Ids the ledger does not hold are left out.
-func (s *Store) Events(ctx context.Context, eventIDs []string) (map[string]Event, error) {
+func (s *Store) Events(ctx context.Context, eventIDs []string) (map[string]model.Event, error) {
 	refs := make([]*firestore.DocumentRef, 0, len(eventIDs))
 	for _, id := range eventIDs {
-		if checkEventID(id) == nil {
+		if model.CheckEventID(id) == nil {
 			refs = append(refs, s.eventRef(id))
 		}
 	}
@@ -274,12 +275,12 @@ func (s *Store) Events(ctx context.Context, eventIDs []string) (map[string]Event
 	if err != nil {
 		return nil, fmt.Errorf("ledger: events: %w", err)
 	}
-	out := make(map[string]Event, len(snaps))
+	out := make(map[string]model.Event, len(snaps))
 	for _, snap := range snaps {
 		if !snap.Exists() {
 			continue
 		}
-		var e Event
+		var e model.Event
 		if err := snap.DataTo(&e); err != nil {
 			return nil, fmt.Errorf("ledger: events: decode %s: %w", snap.Ref.ID, err)
 		}
@@ -293,12 +294,12 @@ func (s *Store) Events(ctx context.Context, eventIDs []string) (map[string]Event
 // one consistent snapshot. It fails with ErrEventNotFound when the ledger
 // has no such event.
 func (s *Store) Get(ctx context.Context, eventID string) (Detail, error) {
-	if err := checkEventID(eventID); err != nil {
+	if err := model.CheckEventID(eventID); err != nil {
 		return Detail{}, fmt.Errorf("ledger: get: %w", err)
 	}
 	var (
-		d        Event
-		attempts []Attempt
+		d        model.Event
+		attempts []model.Attempt
 	)
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		snap, err := s.getDoc(ctx, OpQuery, tx, s.eventRef(eventID))
@@ -321,26 +322,26 @@ func (s *Store) Get(ctx context.Context, eventID string) (Detail, error) {
 }
 
 // detailOf groups attempts by consumer.
-func detailOf(d Event, attempts []Attempt) Detail {
-	by := map[string][]Attempt{}
+func detailOf(d model.Event, attempts []model.Attempt) Detail {
+	by := map[string][]model.Attempt{}
 	for _, a := range attempts {
 		by[a.ConsumerID] = append(by[a.ConsumerID], a)
 	}
-	f := Facts{Expected: d.ExpectedConsumers, Latest: latestByConsumer(attempts), Repush: d.Repush}
+	f := model.Facts{Expected: d.ExpectedConsumers, Latest: model.LatestByConsumer(attempts), Repush: d.Repush}
 	det := Detail{Event: d}
 	det.Expected, det.Reported, det.Succeeded = counts(f)
 	report := func(c string, expected bool) ConsumerReport {
 		as := by[c]
 		if as == nil {
-			as = []Attempt{}
+			as = []model.Attempt{}
 		}
-		var latest *Attempt
+		var latest *model.Attempt
 		if len(as) > 0 {
 			latest = &as[len(as)-1]
 		}
-		r := ConsumerReport{ConsumerID: c, Expected: expected, State: StateOf(latest), Attempts: as}
+		r := ConsumerReport{ConsumerID: c, Expected: expected, State: model.StateOf(latest), Attempts: as}
 		if expected && d.Repush != nil {
-			r.RepushPending = RepushOutstanding(Facts{Expected: []string{c}, Latest: f.Latest, Repush: d.Repush})
+			r.RepushPending = model.RepushOutstanding(model.Facts{Expected: []string{c}, Latest: f.Latest, Repush: d.Repush})
 		}
 		return r
 	}
@@ -372,7 +373,7 @@ type Trace struct {
 
 // TraceNode is one event of a trace and the events its consumption emitted.
 type TraceNode struct {
-	Event Event `json:"event"`
+	Event model.Event `json:"event"`
 	// Children are the events whose parentEventId is this event, by
 	// occurredAt.
 	Children []*TraceNode `json:"children,omitempty"`
@@ -383,7 +384,7 @@ type TraceNode struct {
 // without a trace id is a trace of its own. It fails with ErrEventNotFound
 // when the ledger has no such event.
 func (s *Store) Trace(ctx context.Context, eventID string) (Trace, error) {
-	if err := checkEventID(eventID); err != nil {
+	if err := model.CheckEventID(eventID); err != nil {
 		return Trace{}, fmt.Errorf("ledger: trace: %w", err)
 	}
 	docs, err := s.queryDocs(ctx, OpQuery, nil, shapeEventByName.query(s.events.Query, map[string]any{NameField: s.eventRef(eventID)}).Select(summaryFields...))
@@ -393,11 +394,11 @@ func (s *Store) Trace(ctx context.Context, eventID string) (Trace, error) {
 	if len(docs) == 0 {
 		return Trace{}, fmt.Errorf("ledger: trace of %s: %w", eventID, ErrEventNotFound)
 	}
-	var self Event
+	var self model.Event
 	if err := docs[0].DataTo(&self); err != nil {
 		return Trace{}, fmt.Errorf("ledger: trace of %s: decode: %w", eventID, err)
 	}
-	nodes := []Event{self}
+	nodes := []model.Event{self}
 	tr := Trace{TraceID: self.TraceID}
 	if self.TraceID != "" {
 		q := shapeByTrace.query(s.events.Query, map[string]any{fieldTraceID: self.TraceID}).Select(summaryFields...).Limit(MaxTraceScan + 1)
@@ -411,7 +412,7 @@ func (s *Store) Trace(ctx context.Context, eventID string) (Trace, error) {
 		nodes = nodes[:0]
 		seen := false
 		for _, d := range docs {
-			var e Event
+			var e model.Event
 			if err := d.DataTo(&e); err != nil {
 				return Trace{}, fmt.Errorf("ledger: trace %s: decode %s: %w", self.TraceID, d.Ref.ID, err)
 			}
@@ -427,7 +428,7 @@ func (s *Store) Trace(ctx context.Context, eventID string) (Trace, error) {
 }
 
 // buildTree links events by parentEventId.
-func buildTree(events []Event) []*TraceNode {
+func buildTree(events []model.Event) []*TraceNode {
 	byID := make(map[string]*TraceNode, len(events))
 	for _, e := range events {
 		byID[e.EventID] = &TraceNode{Event: e}
@@ -457,7 +458,7 @@ func buildTree(events []Event) []*TraceNode {
 	for _, r := range roots {
 		mark(r)
 	}
-	rest := make([]Event, 0)
+	rest := make([]model.Event, 0)
 	for _, e := range events {
 		if !reached[byID[e.EventID]] {
 			rest = append(rest, e)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sort"
 	"strings"
 	"testing"
@@ -44,7 +45,7 @@ func listAll(t *testing.T, s *Store, q ListQuery) ([]string, int) {
 
 type fixture struct {
 	e        *event.Event
-	status   Status
+	status   model.Status
 	occurred time.Time
 }
 
@@ -69,19 +70,19 @@ func TestListFiltersAndPaging(t *testing.T) {
 		e := newEventOn(t, topic, typ, occurred)
 		e.TraceID = traces[i%2]
 		e.Initiator.Service = services[i%3]
-		if err := s.RecordSent(ctx, SentAt(occurred.Add(time.Second), e)); err != nil {
+		if err := s.RecordSent(ctx, model.SentAt(occurred.Add(time.Second), e)); err != nil {
 			t.Fatal(err)
 		}
-		st := StatusSent
+		st := model.StatusSent
 		switch i % 4 {
 		case 1:
-			st = StatusConsumed
-			_, _ = s.InsertAttempt(ctx, attempt(e, consumer, 1, OutcomeSuccess))
+			st = model.StatusConsumed
+			_, _ = s.InsertAttempt(ctx, attempt(e, consumer, 1, model.OutcomeSuccess))
 		case 2:
-			st = StatusFailed
-			_, _ = s.InsertAttempt(ctx, attempt(e, consumer, 1, OutcomeFailed))
+			st = model.StatusFailed
+			_, _ = s.InsertAttempt(ctx, attempt(e, consumer, 1, model.OutcomeFailed))
 		}
-		if st != StatusSent {
+		if st != model.StatusSent {
 			if res, err := s.Rollup(ctx, e.ID); err != nil || res.Status != st {
 				t.Fatalf("rollup %+v %v", res, err)
 			}
@@ -100,7 +101,7 @@ func TestListFiltersAndPaging(t *testing.T) {
 			if !fs[i].occurred.Equal(fs[j].occurred) {
 				return fs[i].occurred.After(fs[j].occurred)
 			}
-			return EventDocID(fs[i].e.ID) > EventDocID(fs[j].e.ID)
+			return model.EventDocID(fs[i].e.ID) > model.EventDocID(fs[j].e.ID)
 		})
 		ids := make([]string, len(fs))
 		for i, f := range fs {
@@ -117,26 +118,26 @@ func TestListFiltersAndPaging(t *testing.T) {
 		match func(fixture) bool
 	}{
 		{"everything", ListQuery{}, func(fixture) bool { return true }},
-		{"status", ListQuery{Status: StatusConsumed}, func(f fixture) bool { return f.status == StatusConsumed }},
-		{"status, lower case", ListQuery{Status: "failed"}, func(f fixture) bool { return f.status == StatusFailed }},
+		{"status", ListQuery{Status: model.StatusConsumed}, func(f fixture) bool { return f.status == model.StatusConsumed }},
+		{"status, lower case", ListQuery{Status: "failed"}, func(f fixture) bool { return f.status == model.StatusFailed }},
 		{"topic", ListQuery{Topic: orderTopic}, func(f fixture) bool { return f.e.Topic == orderTopic }},
 		{"initiator", ListQuery{InitiatorService: "gift-service"}, func(f fixture) bool { return f.e.Initiator.Service == "gift-service" }},
-		{"status and topic", ListQuery{Status: StatusSent, Topic: orderTopic}, func(f fixture) bool { return f.status == StatusSent && f.e.Topic == orderTopic }},
-		{"status and initiator", ListQuery{Status: StatusSent, InitiatorService: "order-service"}, func(f fixture) bool {
-			return f.status == StatusSent && f.e.Initiator.Service == "order-service"
+		{"status and topic", ListQuery{Status: model.StatusSent, Topic: orderTopic}, func(f fixture) bool { return f.status == model.StatusSent && f.e.Topic == orderTopic }},
+		{"status and initiator", ListQuery{Status: model.StatusSent, InitiatorService: "order-service"}, func(f fixture) bool {
+			return f.status == model.StatusSent && f.e.Initiator.Service == "order-service"
 		}},
 		{"topic and initiator", ListQuery{Topic: orderTopic, InitiatorService: "points-service"}, func(f fixture) bool {
 			return f.e.Topic == orderTopic && f.e.Initiator.Service == "points-service"
 		}},
-		{"status, topic and initiator", ListQuery{Status: StatusConsumed, Topic: orderTopic, InitiatorService: "points-service"}, func(f fixture) bool {
-			return f.status == StatusConsumed && f.e.Topic == orderTopic && f.e.Initiator.Service == "points-service"
+		{"status, topic and initiator", ListQuery{Status: model.StatusConsumed, Topic: orderTopic, InitiatorService: "points-service"}, func(f fixture) bool {
+			return f.status == model.StatusConsumed && f.e.Topic == orderTopic && f.e.Initiator.Service == "points-service"
 		}},
 		{"time range", ListQuery{From: from, To: to}, inRange},
 		{"from only", ListQuery{From: from}, func(f fixture) bool { return !f.occurred.Before(from) }},
-		{"status and time range", ListQuery{Status: StatusSent, From: from, To: to}, func(f fixture) bool { return f.status == StatusSent && inRange(f) }},
+		{"status and time range", ListQuery{Status: model.StatusSent, From: from, To: to}, func(f fixture) bool { return f.status == model.StatusSent && inRange(f) }},
 		{"trace", ListQuery{TraceID: "trace-a"}, func(f fixture) bool { return f.e.TraceID == "trace-a" }},
-		{"trace, status and time range", ListQuery{TraceID: "trace-b", Status: StatusSent, From: from, To: to}, func(f fixture) bool {
-			return f.e.TraceID == "trace-b" && f.status == StatusSent && inRange(f)
+		{"trace, status and time range", ListQuery{TraceID: "trace-b", Status: model.StatusSent, From: from, To: to}, func(f fixture) bool {
+			return f.e.TraceID == "trace-b" && f.status == model.StatusSent && inRange(f)
 		}},
 		{"trace, topic and initiator", ListQuery{TraceID: "trace-a", Topic: orderTopic, InitiatorService: "points-service"}, func(f fixture) bool {
 			return f.e.TraceID == "trace-a" && f.e.Topic == orderTopic && f.e.Initiator.Service == "points-service"
@@ -164,11 +165,11 @@ func TestListFiltersAndPaging(t *testing.T) {
 func TestListRefusesBadQueries(t *testing.T) {
 	s := newStore(t, Options{})
 	ctx := context.Background()
-	p, err := s.List(ctx, ListQuery{Status: StatusSent, PageSize: 1})
+	p, err := s.List(ctx, ListQuery{Status: model.StatusSent, PageSize: 1})
 	if err != nil || len(p.Events) != 0 || p.NextPageToken != "" {
 		t.Fatalf("empty ledger: %+v %v", p, err)
 	}
-	token := encodeToken(time.Now(), "x~y", (&ListQuery{Status: StatusSent}).fingerprint())
+	token := encodeToken(time.Now(), "x~y", (&ListQuery{Status: model.StatusSent}).fingerprint())
 	for _, c := range []struct {
 		q     ListQuery
 		field string
@@ -178,23 +179,23 @@ func TestListRefusesBadQueries(t *testing.T) {
 		{ListQuery{PageSize: -1}, "pageSize"},
 		{ListQuery{From: time.Now(), To: time.Now().Add(-time.Hour)}, "to"},
 		{ListQuery{PageToken: "not-a-token"}, "pageToken"},
-		{ListQuery{Status: StatusFailed, PageToken: token}, "pageToken"}, // token of other filters
+		{ListQuery{Status: model.StatusFailed, PageToken: token}, "pageToken"}, // token of other filters
 	} {
 		_, err := s.List(ctx, c.q)
 		if !errors.Is(err, event.ErrInvalid) || strings.Join(fieldErrs(err), ",") != c.field {
 			t.Errorf("%+v: err %v, want a %s field error", c.q, err, c.field)
 		}
 	}
-	if _, err := s.List(ctx, ListQuery{Status: StatusSent, PageToken: token}); err != nil {
+	if _, err := s.List(ctx, ListQuery{Status: model.StatusSent, PageToken: token}); err != nil {
 		t.Errorf("token with its own filters: %v", err)
 	}
 }
 
 func TestTraceTree(t *testing.T) {
-	mk := func(id, parent string, min int) Event {
-		return Event{EventID: id, ParentEventID: parent, OccurredAt: time.Unix(int64(min)*60, 0)}
+	mk := func(id, parent string, min int) model.Event {
+		return model.Event{EventID: id, ParentEventID: parent, OccurredAt: time.Unix(int64(min)*60, 0)}
 	}
-	roots := buildTree([]Event{
+	roots := buildTree([]model.Event{
 		mk("c2", "root", 3), mk("root", "", 0), mk("c1", "root", 1), mk("g1", "c1", 2),
 		mk("orphan", "outside-the-trace", 5),
 		mk("x", "y", 6), mk("y", "x", 7), // a cycle (bad data) must not vanish
@@ -234,14 +235,14 @@ func TestEventsByID(t *testing.T) {
 	seed(t, s, orderTopic, "member-service")
 	a := newEventOn(t, orderTopic, "order.purchased", time.Now())
 	b := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := s.RecordSent(ctx, SentAt(time.Now(), a, b)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(time.Now(), a, b)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Events(ctx, []string{a.ID, "no-such-event", b.ID, "bad/id"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[a.ID].Status != StatusSent || got[b.ID].EventID != b.ID || got[a.ID].Payload != nil {
+	if len(got) != 2 || got[a.ID].Status != model.StatusSent || got[b.ID].EventID != b.ID || got[a.ID].Payload != nil {
 		t.Fatalf("Events = %v, want a and b, SENT, without payloads", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -50,14 +51,14 @@ func NewRecorder(s *Store, pub event.Publisher, topic string) *Recorder {
 // rollup subscription has no dead-letter topic).
 // Cost: one write per attempt kept as a document; none in the happy path
 // at LevelFailures.
-func (r *Recorder) RecordAttempts(ctx context.Context, as []Attempt) error {
-	kept := make([]Attempt, 0, len(as))
-	var docs []Attempt
+func (r *Recorder) RecordAttempts(ctx context.Context, as []model.Attempt) error {
+	kept := make([]model.Attempt, 0, len(as))
+	var docs []model.Attempt
 	var errs []error
 	now := r.store.clock()
 	for _, a := range as {
 		lvl := r.store.level(a.Topic)
-		if lvl == LevelOff {
+		if lvl == model.LevelOff {
 			continue
 		}
 		a, err := r.store.prepareAttempt(a, now)
@@ -66,7 +67,7 @@ func (r *Recorder) RecordAttempts(ctx context.Context, as []Attempt) error {
 			continue
 		}
 		kept = append(kept, a)
-		if lvl.keepsDocument(a) {
+		if lvl.KeepsDocument(a) {
 			docs = append(docs, a)
 		}
 	}
@@ -74,8 +75,8 @@ func (r *Recorder) RecordAttempts(ctx context.Context, as []Attempt) error {
 		return errors.Join(append(errs, err)...)
 	}
 	for len(kept) > 0 {
-		n := min(len(kept), MaxNoticeAttempts)
-		if _, err := r.pub.Publish(ctx, r.topic, FoldMessage(kept[:n])); err != nil {
+		n := min(len(kept), model.MaxNoticeAttempts)
+		if _, err := r.pub.Publish(ctx, r.topic, model.FoldMessage(kept[:n])); err != nil {
 			return errors.Join(append(errs, fmt.Errorf("ledger: rollup notice for %d attempts to %s: %w", n, r.topic, err))...)
 		}
 		kept = kept[n:]
@@ -89,7 +90,7 @@ func (r *Recorder) RecordAttempts(ctx context.Context, as []Attempt) error {
 // to now; CreatedAt is always now; an error message is cut to 4 KiB. It
 // returns every failure joined; the attempts that were written are done.
 // Cost: one write per attempt.
-func (s *Store) InsertAttempts(ctx context.Context, as []Attempt) error {
+func (s *Store) InsertAttempts(ctx context.Context, as []model.Attempt) error {
 	if len(as) == 0 {
 		return nil
 	}
@@ -107,7 +108,7 @@ func (s *Store) InsertAttempts(ctx context.Context, as []Attempt) error {
 			errs = append(errs, err)
 			continue
 		}
-		ref := s.attempts(a.EventID).Doc(AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
+		ref := s.attempts(a.EventID).Doc(model.AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
 		j, err := bw.Create(ref, a)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ledger: attempt %s: %w", ref.ID, err))
@@ -126,14 +127,14 @@ func (s *Store) InsertAttempts(ctx context.Context, as []Attempt) error {
 }
 
 // prepareAttempt fills and checks an attempt before it is written.
-func (s *Store) prepareAttempt(a Attempt, now time.Time) (Attempt, error) {
+func (s *Store) prepareAttempt(a model.Attempt, now time.Time) (model.Attempt, error) {
 	if a.ConsumedAt.IsZero() {
 		a.ConsumedAt = now
 	}
 	a.ConsumedAt = a.ConsumedAt.UTC()
 	a.CreatedAt = now
 	a.DeleteAt = s.deleteAt(now)
-	a.ErrorMessage = truncate(a.ErrorMessage, maxErrorText)
+	a.ErrorMessage = model.Truncate(a.ErrorMessage, model.MaxErrorText)
 	if err := a.Validate(); err != nil {
 		return a, fmt.Errorf("ledger: attempt of %s by %s: %w", a.EventID, a.ConsumerID, err)
 	}
@@ -142,12 +143,12 @@ func (s *Store) prepareAttempt(a Attempt, now time.Time) (Attempt, error) {
 
 // InsertAttempt writes one attempt unless it is there already (created
 // reports which). Cost: one write.
-func (s *Store) InsertAttempt(ctx context.Context, a Attempt) (created bool, err error) {
+func (s *Store) InsertAttempt(ctx context.Context, a model.Attempt) (created bool, err error) {
 	a, err = s.prepareAttempt(a, s.clock())
 	if err != nil {
 		return false, err
 	}
-	ref := s.attempts(a.EventID).Doc(AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
+	ref := s.attempts(a.EventID).Doc(model.AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
 	err = retryAborted(ctx, func() error {
 		s.wrote(OpRecordAttempt, 1)
 		_, err := ref.Create(ctx, a)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,7 +42,7 @@ func (s *Store) Consumers(ctx context.Context) ([]ConsumerEntry, error) {
 	for _, d := range docs {
 		var c ConsumerEntry
 		if err := d.DataTo(&c); err != nil {
-			return nil, fmt.Errorf("ledger: decode %s/%s: %w", CollectionConsumers, d.Ref.ID, err)
+			return nil, fmt.Errorf("ledger: decode %s/%s: %w", model.CollectionConsumers, d.Ref.ID, err)
 		}
 		out = append(out, c)
 	}
@@ -129,7 +130,7 @@ func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string
 	if err := ch.validate(); err != nil {
 		return ConsumerEntry{}, nil, fmt.Errorf("ledger: change consumer: %w", err)
 	}
-	ref := s.consumers.Doc(ConsumerDocID(ch.Topic, ch.ConsumerID))
+	ref := s.consumers.Doc(model.ConsumerDocID(ch.Topic, ch.ConsumerID))
 	var (
 		entry ConsumerEntry
 		audit *AuditEntry

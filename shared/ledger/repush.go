@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -25,19 +26,19 @@ import (
 //
 // It fails with ErrEventNotFound when the ledger has no such event.
 // Cost: one read for the event, one per attempt of the event, one write.
-func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string, check func(Event) error, at time.Time) (Event, error) {
-	if err := checkEventID(eventID); err != nil {
-		return Event{}, fmt.Errorf("ledger: re-push: %w", err)
+func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string, check func(model.Event) error, at time.Time) (model.Event, error) {
+	if err := model.CheckEventID(eventID); err != nil {
+		return model.Event{}, fmt.Errorf("ledger: re-push: %w", err)
 	}
 	if consumer != "" {
 		if err := names.ValidateConsumer(consumer); err != nil {
-			return Event{}, fmt.Errorf("ledger: re-push %s: %w", eventID, &event.FieldError{Field: "consumer", Rule: names.ConsumerRule})
+			return model.Event{}, fmt.Errorf("ledger: re-push %s: %w", eventID, &event.FieldError{Field: "consumer", Rule: names.ConsumerRule})
 		}
 	}
 	at = at.UTC()
 	ref := s.eventRef(eventID)
 	var (
-		out      Event
+		out      model.Event
 		checkErr error
 		wrote    bool
 	)
@@ -50,7 +51,7 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 			}
 			return err
 		}
-		var d Event
+		var d model.Event
 		if err := snap.DataTo(&d); err != nil {
 			return fmt.Errorf("decode %s: %w", ref.ID, err)
 		}
@@ -64,17 +65,17 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 		if err != nil {
 			return err
 		}
-		latest := latestByConsumer(attempts)
+		latest := model.LatestByConsumer(attempts)
 		addressed := d.ExpectedConsumers
 		if consumer != "" {
 			addressed = []string{consumer}
 		}
-		rp := &Repush{At: at, Consumer: consumer, Since: make([]ConsumerMark, 0, len(addressed))}
+		rp := &model.Repush{At: at, Consumer: consumer, Since: make([]model.ConsumerMark, 0, len(addressed))}
 		for _, c := range addressed {
-			rp.Since = append(rp.Since, ConsumerMark{ConsumerID: c, AttemptNo: latest[c].AttemptNo})
+			rp.Since = append(rp.Since, model.ConsumerMark{ConsumerID: c, AttemptNo: latest[c].AttemptNo})
 		}
 		now := s.clock()
-		d.Status, d.StatusAt = StatusRetrying, at
+		d.Status, d.StatusAt = model.StatusRetrying, at
 		d.RetryCount++
 		d.LastSentAt = at
 		d.UpdatedAt = now
@@ -98,10 +99,10 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 		return tx.Update(ref, ups)
 	})
 	if checkErr != nil {
-		return Event{}, checkErr
+		return model.Event{}, checkErr
 	}
 	if err != nil {
-		return Event{}, fmt.Errorf("ledger: re-push %s: %w", eventID, err)
+		return model.Event{}, fmt.Errorf("ledger: re-push %s: %w", eventID, err)
 	}
 	if wrote {
 		s.wrote(OpRepush, 1)

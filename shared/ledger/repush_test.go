@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"testing"
 	"time"
 
@@ -14,42 +15,42 @@ func TestRepush(t *testing.T) {
 	s := newStore(t, Options{})
 	seed(t, s, orderTopic, "member-service", "message-service")
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := s.RecordSent(ctx, SentAt(time.Now(), e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []Attempt{attempt(e, "member-service", 1, OutcomeSuccess), attempt(e, "message-service", 1, OutcomeFailed)} {
+	for _, a := range []model.Attempt{attempt(e, "member-service", 1, model.OutcomeSuccess), attempt(e, "message-service", 1, model.OutcomeFailed)} {
 		if _, err := s.InsertAttempt(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if res, _ := s.Rollup(ctx, e.ID); res.Status != StatusPartial {
+	if res, _ := s.Rollup(ctx, e.ID); res.Status != model.StatusPartial {
 		t.Fatalf("status %s", res.Status)
 	}
 
 	// check refuses: its error comes back as is and nothing changes.
 	refused := errors.New("not re-pushable")
-	var seen Event
-	_, err := s.BeginRepush(ctx, e.ID, "message-service", func(ev Event) error { seen = ev; return refused }, time.Now())
+	var seen model.Event
+	_, err := s.BeginRepush(ctx, e.ID, "message-service", func(ev model.Event) error { seen = ev; return refused }, time.Now())
 	if err != refused {
 		t.Fatalf("err %v, want check's error as is", err)
 	}
-	if seen.Status != StatusPartial || seen.EventID != e.ID {
+	if seen.Status != model.StatusPartial || seen.EventID != e.ID {
 		t.Errorf("check saw %+v", seen)
 	}
-	if got := mustGet(t, s, e.ID).Event; got.Status != StatusPartial || got.RetryCount != 0 || got.Repush != nil {
+	if got := mustGet(t, s, e.ID).Event; got.Status != model.StatusPartial || got.RetryCount != 0 || got.Repush != nil {
 		t.Errorf("refused re-push changed the event: %+v", got)
 	}
 
 	// Accepted: RETRYING, retryCount+1, lastSentAt.
 	at := time.Now().UTC().Truncate(time.Microsecond)
-	ev, err := s.BeginRepush(ctx, e.ID, "message-service", func(ev Event) error { return nil }, at)
+	ev, err := s.BeginRepush(ctx, e.ID, "message-service", func(ev model.Event) error { return nil }, at)
 	if err != nil {
 		t.Fatal(err)
 	}
 	stored := mustGet(t, s, e.ID)
-	for _, got := range []Event{ev, stored.Event} {
-		if got.Status != StatusRetrying || got.RetryCount != 1 || !got.LastSentAt.Equal(at) || !got.StatusAt.Equal(at) ||
-			got.Repush == nil || got.Repush.Consumer != "message-service" || len(got.Repush.Since) != 1 || got.Repush.Since[0] != (ConsumerMark{"message-service", 1}) {
+	for _, got := range []model.Event{ev, stored.Event} {
+		if got.Status != model.StatusRetrying || got.RetryCount != 1 || !got.LastSentAt.Equal(at) || !got.StatusAt.Equal(at) ||
+			got.Repush == nil || got.Repush.Consumer != "message-service" || len(got.Repush.Since) != 1 || got.Repush.Since[0] != (model.ConsumerMark{ConsumerID: "message-service", AttemptNo: 1}) {
 			t.Errorf("after BeginRepush: %+v repush %+v", got, got.Repush)
 		}
 	}
@@ -58,14 +59,14 @@ func TestRepush(t *testing.T) {
 	}
 	// A notice from elsewhere (member-service re-recording) keeps RETRYING:
 	// message-service has not answered the re-push.
-	if res, err := s.Rollup(ctx, e.ID); err != nil || res.Status != StatusRetrying || res.Changed {
+	if res, err := s.Rollup(ctx, e.ID); err != nil || res.Status != model.StatusRetrying || res.Changed {
 		t.Errorf("rollup during the re-push: %+v %v", res, err)
 	}
 	// message-service answers: the status is derived again.
-	if _, err := s.InsertAttempt(ctx, attempt(e, "message-service", 2, OutcomeSuccess)); err != nil {
+	if _, err := s.InsertAttempt(ctx, attempt(e, "message-service", 2, model.OutcomeSuccess)); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.Rollup(ctx, e.ID); err != nil || res.Status != StatusConsumed {
+	if res, err := s.Rollup(ctx, e.ID); err != nil || res.Status != model.StatusConsumed {
 		t.Errorf("after the re-push was consumed: %+v %v", res, err)
 	}
 
@@ -74,13 +75,13 @@ func TestRepush(t *testing.T) {
 	if _, err := s.BeginRepush(ctx, e.ID, "", nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustGet(t, s, e.ID).Event; got.Status != StatusRetrying || got.RetryCount != 2 || len(got.Repush.Since) != 2 {
+	if got := mustGet(t, s, e.ID).Event; got.Status != model.StatusRetrying || got.RetryCount != 2 || len(got.Repush.Since) != 2 {
 		t.Fatalf("second re-push: %+v", got)
 	}
 	if err := s.RecordPublishFailure(ctx, e, 5, "permission denied", true, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustGet(t, s, e.ID).Event; got.Status != StatusConsumed || !got.Repush.PublishFailed {
+	if got := mustGet(t, s, e.ID).Event; got.Status != model.StatusConsumed || !got.Repush.PublishFailed {
 		t.Errorf("after the re-push could not be published: %s %+v", got.Status, got.Repush)
 	}
 
@@ -110,14 +111,14 @@ func TestExpire(t *testing.T) {
 	later := mk(3 * time.Hour)   // expires later
 	forever := mk(0)             // no expiry
 	neverSent := mk(time.Minute) // the relay never managed to publish it
-	if err := s.RecordSent(ctx, SentAt(clock.t, silent, consumed, failing, later, forever)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(clock.t, silent, consumed, failing, later, forever)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordPublishFailure(ctx, neverSent, 1, "unavailable", false, clock.t); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = s.InsertAttempt(ctx, attempt(consumed, "member-service", 1, OutcomeSuccess))
-	_, _ = s.InsertAttempt(ctx, attempt(failing, "member-service", 1, OutcomeRetry))
+	_, _ = s.InsertAttempt(ctx, attempt(consumed, "member-service", 1, model.OutcomeSuccess))
+	_, _ = s.InsertAttempt(ctx, attempt(failing, "member-service", 1, model.OutcomeRetry))
 	for _, e := range []*event.Event{consumed, failing} {
 		if _, err := s.Rollup(ctx, e.ID); err != nil {
 			t.Fatal(err)
@@ -132,13 +133,13 @@ func TestExpire(t *testing.T) {
 	if err != nil || rep.Due != 3 || rep.Expired != 3 || rep.More {
 		t.Errorf("sweep: %+v %v (want silent, failing and neverSent expired)", rep, err)
 	}
-	want := map[*event.Event]Status{silent: StatusExpired, failing: StatusExpired, neverSent: StatusExpired, consumed: StatusConsumed, later: StatusSent, forever: StatusSent}
+	want := map[*event.Event]model.Status{silent: model.StatusExpired, failing: model.StatusExpired, neverSent: model.StatusExpired, consumed: model.StatusConsumed, later: model.StatusSent, forever: model.StatusSent}
 	for e, st := range want {
 		got := mustGet(t, s, e.ID).Event
 		if got.Status != st {
 			t.Errorf("%s: %s, want %s", e.ID, got.Status, st)
 		}
-		if got.Status == StatusExpired && (!got.ExpireDue.IsZero() || !got.StatusAt.Equal(clock.t)) {
+		if got.Status == model.StatusExpired && (!got.ExpireDue.IsZero() || !got.StatusAt.Equal(clock.t)) {
 			t.Errorf("expired event still due or statusAt %v", got.StatusAt)
 		}
 	}
@@ -148,8 +149,8 @@ func TestExpire(t *testing.T) {
 	}
 	// A notice for an expired event keeps it EXPIRED, unless its consumer
 	// did succeed after all.
-	_, _ = s.InsertAttempt(ctx, attempt(failing, "member-service", 2, OutcomeSuccess))
-	if res, _ := s.Rollup(ctx, failing.ID); res.Status != StatusConsumed {
+	_, _ = s.InsertAttempt(ctx, attempt(failing, "member-service", 2, model.OutcomeSuccess))
+	if res, _ := s.Rollup(ctx, failing.ID); res.Status != model.StatusConsumed {
 		t.Errorf("late success: %s", res.Status)
 	}
 	// Batches: limit 1 leaves More.

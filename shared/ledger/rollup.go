@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sync"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 type RollupResult struct {
 	EventID string
 	// Previous is the status before; Status the status after.
-	Previous, Status Status
+	Previous, Status model.Status
 	// Changed is true when this call wrote the new status.
 	Changed bool
 	// Coalesced is true when this call shared a run started for another
@@ -28,7 +29,7 @@ type RollupResult struct {
 	// that made at least one attempt, and those whose latest succeeded.
 	Expected, Reported, Succeeded int
 	// Event is the event's document, without its payload.
-	Event Event
+	Event model.Event
 	// Err is this event's failure in a RollupMany (ErrEventNotFound when
 	// its document does not exist yet).
 	Err error `json:"-"`
@@ -42,7 +43,7 @@ type RollupResult struct {
 // fails with ErrEventNotFound when the event's document does not exist
 // (yet).
 func (s *Store) Rollup(ctx context.Context, eventID string) (RollupResult, error) {
-	if err := checkEventID(eventID); err != nil {
+	if err := model.CheckEventID(eventID); err != nil {
 		return RollupResult{}, fmt.Errorf("ledger: rollup: %w", err)
 	}
 	return s.flights.do(ctx, eventID, func(ctx context.Context) (RollupResult, error) {
@@ -87,9 +88,9 @@ const rollupReaders = 16
 // Cost per event: one read for the document, attemptWindow reads per
 // expected consumer (found or not), one write when the status changes.
 func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResult, error) {
-	ns := make([]Notice, len(eventIDs))
+	ns := make([]model.Notice, len(eventIDs))
 	for i, id := range eventIDs {
-		ns[i] = Notice{EventID: id, Legacy: true}
+		ns[i] = model.Notice{EventID: id, Legacy: true}
 	}
 	return s.Fold(ctx, ns, 0)
 }
@@ -117,22 +118,22 @@ func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResu
 // event whose document does not exist yet has Err ErrEventNotFound and
 // nothing is written for it: the caller keeps the notice (the rollup
 // function has Pub/Sub redeliver it) until the send is recorded.
-func (s *Store) Fold(ctx context.Context, notices []Notice, gap time.Duration) ([]RollupResult, error) {
+func (s *Store) Fold(ctx context.Context, notices []model.Notice, gap time.Duration) ([]RollupResult, error) {
 	out := make([]RollupResult, len(notices))
 	at := map[string][]int{} // id -> its positions in notices
-	byID := map[string]*Notice{}
+	byID := map[string]*model.Notice{}
 	var todo []string
 	for i, n := range notices {
 		id := n.EventID
 		out[i].EventID = id
-		if err := checkEventID(id); err != nil {
+		if err := model.CheckEventID(id); err != nil {
 			out[i].Err = fmt.Errorf("ledger: rollup: %w", err)
 			continue
 		}
 		m, dup := byID[id]
 		if !dup {
 			todo = append(todo, id)
-			m = &Notice{EventID: id}
+			m = &model.Notice{EventID: id}
 			byID[id] = m
 		}
 		m.Attempts = append(m.Attempts, n.Attempts...)
@@ -165,15 +166,15 @@ func (s *Store) Fold(ctx context.Context, notices []Notice, gap time.Duration) (
 type derivation struct {
 	id   string
 	snap *firestore.DocumentSnapshot
-	ev   Event
+	ev   model.Event
 	// latest holds each consumer's latest attempt, as read by the round.
-	latest map[string]Attempt
+	latest map[string]model.Attempt
 	// readAll is set when the event's attempts must be read by a query.
 	readAll bool
 	// window is set when the attempts after each mark are read by id (a
 	// legacy notice); fold holds the attempts the notices carried.
 	window bool
-	fold   []Attempt
+	fold   []model.Attempt
 	res    RollupResult
 	ups    []firestore.Update
 	job    *firestore.BulkWriterJob
@@ -190,8 +191,8 @@ const attemptWindow = 2
 // each event's attempts are read whole (the safety net for anything a
 // window read could miss) and an event that is still not settled gets its
 // next checkAt; otherwise only the attempts after each consumer's Latest
-// mark are read, by id, in one request for the whole round.
-func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, RollupResult), bump bool, notices map[string]*Notice, gap time.Duration) ([]string, error) {
+// Mark are read, by id, in one request for the whole round.
+func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, RollupResult), bump bool, notices map[string]*model.Notice, gap time.Duration) ([]string, error) {
 	refs := make([]*firestore.DocumentRef, len(ids))
 	for i, id := range ids {
 		refs[i] = s.eventRef(id)
@@ -238,7 +239,7 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 				d.res.Err = fmt.Errorf("ledger: rollup %s: %w", d.id, err)
 				return
 			}
-			d.latest = latestByConsumer(withFolded(&d.ev, attempts))
+			d.latest = model.LatestByConsumer(model.WithFolded(&d.ev, attempts))
 		}()
 	}
 	wg.Wait()
@@ -319,9 +320,9 @@ func (s *Store) readNewAttempts(ctx context.Context, ds []*derivation) error {
 		if d.res.Err != nil {
 			continue
 		}
-		d.latest = make(map[string]Attempt, len(d.ev.Latest))
+		d.latest = make(map[string]model.Attempt, len(d.ev.Latest))
 		for c, m := range d.ev.Latest {
-			d.latest[c] = m.attempt(&d.ev, c)
+			d.latest[c] = m.Attempt(&d.ev, c)
 		}
 		if !d.window {
 			continue
@@ -329,7 +330,7 @@ func (s *Store) readNewAttempts(ctx context.Context, ds []*derivation) error {
 		for _, c := range d.ev.ExpectedConsumers {
 			from := d.ev.Latest[c].AttemptNo
 			for n := from + 1; n <= from+attemptWindow; n++ {
-				refs = append(refs, s.attempts(d.id).Doc(AttemptDocID(d.id, c, n)))
+				refs = append(refs, s.attempts(d.id).Doc(model.AttemptDocID(d.id, c, n)))
 				slots = append(slots, slot{d, c})
 			}
 		}
@@ -344,7 +345,7 @@ func (s *Store) readNewAttempts(ctx context.Context, ds []*derivation) error {
 			continue
 		}
 		sl := slots[i]
-		var a Attempt
+		var a model.Attempt
 		if err := snap.DataTo(&a); err != nil {
 			sl.d.res.Err = fmt.Errorf("ledger: rollup: decode attempt %s: %w", snap.Ref.ID, err)
 			continue
@@ -367,8 +368,8 @@ func (s *Store) readNewAttempts(ctx context.Context, ds []*derivation) error {
 // the status, and the Latest marks that moved.
 func (s *Store) derive(d *derivation, now time.Time, bump bool) {
 	ev := &d.ev
-	f := factsOf(ev, d.latest, now)
-	st := Derive(f)
+	f := model.FactsOf(ev, d.latest, now)
+	st := model.Derive(f)
 	d.res.Previous, d.res.Status = ev.Status, st
 	d.res.Expected, d.res.Reported, d.res.Succeeded = counts(f)
 	ups := s.statusUpdates(ev, st, now)
@@ -382,7 +383,7 @@ func (s *Store) derive(d *derivation, now time.Time, bump bool) {
 	// rollup's window still holds that attempt.
 	if len(ups) > 0 || d.readAll || len(d.fold) > 0 {
 		for c, a := range d.latest {
-			if m := a.mark(); !ev.Latest[c].sameAttempt(m) {
+			if m := a.Mark(); !ev.Latest[c].SameAttempt(m) {
 				ups = append(ups, firestore.Update{FieldPath: firestore.FieldPath{"latest", c}, Value: m})
 			}
 		}
@@ -399,7 +400,7 @@ func (s *Store) derive(d *derivation, now time.Time, bump bool) {
 // event again that is still not settled: as long as the event has been
 // around (so an event is looked at a handful of times a day at most),
 // between ReconcileAfter and an hour.
-func (s *Store) recheckAfter(ev *Event, now time.Time) time.Duration {
+func (s *Store) recheckAfter(ev *model.Event, now time.Time) time.Duration {
 	since := ev.SentAt
 	if since.IsZero() {
 		since = ev.CreatedAt
@@ -485,7 +486,7 @@ func (s *Store) Reconcile(ctx context.Context, limit int) (ReconcileReport, erro
 
 // counts returns how many expected consumers there are, how many reported
 // and how many succeeded.
-func counts(f Facts) (expected, reported, succeeded int) {
+func counts(f model.Facts) (expected, reported, succeeded int) {
 	for _, c := range f.Expected {
 		a, ok := f.Latest[c]
 		if !ok {
@@ -542,7 +543,7 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (ExpireReport, error) 
 			errs = append(errs, err)
 			continue
 		}
-		if res.Status == StatusExpired {
+		if res.Status == model.StatusExpired {
 			rep.Expired++
 		}
 	}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"testing"
 	"time"
 )
@@ -14,7 +15,7 @@ func TestRollupFollowsAttemptsPastItsMarks(t *testing.T) {
 	clock := &testClock{t: time.Now().UTC()}
 	s := newStore(t, Options{Now: clock.now, ReconcileAfter: time.Minute})
 	seed(t, s, orderTopic, "billing", "shipping")
-	step := func(e string, want Status) {
+	step := func(e string, want model.Status) {
 		t.Helper()
 		r, err := s.Rollup(ctx, e)
 		if err != nil {
@@ -24,7 +25,7 @@ func TestRollupFollowsAttemptsPastItsMarks(t *testing.T) {
 			t.Fatalf("status %s, want %s", r.Status, want)
 		}
 	}
-	insert := func(as ...Attempt) {
+	insert := func(as ...model.Attempt) {
 		t.Helper()
 		if err := s.InsertAttempts(ctx, as); err != nil {
 			t.Fatal(err)
@@ -33,22 +34,22 @@ func TestRollupFollowsAttemptsPastItsMarks(t *testing.T) {
 
 	t.Run("marks advance one attempt at a time", func(t *testing.T) {
 		e := newEventOn(t, orderTopic, "order.purchased", clock.t)
-		if err := s.RecordSent(ctx, SentAt(clock.t, e)); err != nil {
+		if err := s.RecordSent(ctx, model.SentAt(clock.t, e)); err != nil {
 			t.Fatal(err)
 		}
-		insert(attempt(e, "billing", 1, OutcomeRetry))
-		step(e.ID, StatusRetrying)
-		insert(attempt(e, "billing", 2, OutcomeSuccess))
-		step(e.ID, StatusSent)
-		insert(attempt(e, "shipping", 1, OutcomeSuccess))
-		step(e.ID, StatusConsumed)
+		insert(attempt(e, "billing", 1, model.OutcomeRetry))
+		step(e.ID, model.StatusRetrying)
+		insert(attempt(e, "billing", 2, model.OutcomeSuccess))
+		step(e.ID, model.StatusSent)
+		insert(attempt(e, "shipping", 1, model.OutcomeSuccess))
+		step(e.ID, model.StatusConsumed)
 		d := mustGet(t, s, e.ID)
-		want := map[string]AttemptMark{
-			"billing":  {AttemptNo: 2, Success: true, Outcome: OutcomeSuccess},
-			"shipping": {AttemptNo: 1, Success: true, Outcome: OutcomeSuccess},
+		want := map[string]model.AttemptMark{
+			"billing":  {AttemptNo: 2, Success: true, Outcome: model.OutcomeSuccess},
+			"shipping": {AttemptNo: 1, Success: true, Outcome: model.OutcomeSuccess},
 		}
 		for c, m := range want {
-			if got := d.Event.Latest[c]; !got.sameAttempt(m) || got.ConsumedAt.IsZero() {
+			if got := d.Event.Latest[c]; !got.SameAttempt(m) || got.ConsumedAt.IsZero() {
 				t.Errorf("latest[%s] = %+v, want %+v with when it was consumed", c, d.Event.Latest[c], m)
 			}
 		}
@@ -56,30 +57,30 @@ func TestRollupFollowsAttemptsPastItsMarks(t *testing.T) {
 
 	t.Run("more attempts than the window", func(t *testing.T) {
 		e := newEventOn(t, orderTopic, "order.purchased", clock.t)
-		if err := s.RecordSent(ctx, SentAt(clock.t, e)); err != nil {
+		if err := s.RecordSent(ctx, model.SentAt(clock.t, e)); err != nil {
 			t.Fatal(err)
 		}
-		insert(attempt(e, "shipping", 1, OutcomeSuccess))
+		insert(attempt(e, "shipping", 1, model.OutcomeSuccess))
 		for n := 1; n <= attemptWindow+3; n++ {
-			insert(attempt(e, "billing", n, OutcomeRetry))
+			insert(attempt(e, "billing", n, model.OutcomeRetry))
 		}
-		step(e.ID, StatusPartial)
-		insert(attempt(e, "billing", attemptWindow+4, OutcomeSuccess))
-		step(e.ID, StatusConsumed)
+		step(e.ID, model.StatusPartial)
+		insert(attempt(e, "billing", attemptWindow+4, model.OutcomeSuccess))
+		step(e.ID, model.StatusConsumed)
 	})
 
 	t.Run("a gap wider than the window is the reconciler's", func(t *testing.T) {
 		e := newEventOn(t, orderTopic, "order.purchased", clock.t)
-		if err := s.RecordSent(ctx, SentAt(clock.t, e)); err != nil {
+		if err := s.RecordSent(ctx, model.SentAt(clock.t, e)); err != nil {
 			t.Fatal(err)
 		}
-		insert(attempt(e, "shipping", 1, OutcomeSuccess), attempt(e, "billing", attemptWindow+2, OutcomeSuccess))
-		step(e.ID, StatusSent) // billing's attempt is past the window
+		insert(attempt(e, "shipping", 1, model.OutcomeSuccess), attempt(e, "billing", attemptWindow+2, model.OutcomeSuccess))
+		step(e.ID, model.StatusSent) // billing's attempt is past the window
 		clock.t = clock.t.Add(2 * time.Minute)
 		if _, err := s.Reconcile(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
-		if d := mustGet(t, s, e.ID); d.Event.Status != StatusConsumed {
+		if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusConsumed {
 			t.Fatalf("after the reconciler: %s, want CONSUMED", d.Event.Status)
 		}
 	})

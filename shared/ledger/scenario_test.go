@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"strings"
 	"testing"
 	"time"
@@ -77,19 +78,19 @@ func TestPurchaseScenario(t *testing.T) {
 	if err := purchase.Prepare(t0, event.Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RecordSent(ctx, SentAt(t0.Add(time.Second), purchase)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(t0.Add(time.Second), purchase)); err != nil {
 		t.Fatal(err)
 	}
-	statuses := []Status{mustGet(t, s, purchase.ID).Event.Status}
+	statuses := []model.Status{mustGet(t, s, purchase.ID).Event.Status}
 
 	// consume records each attempt and publishes a notice; rollup (the
 	// function's store call) derives the status from the notice's event.
-	record := func(a Attempt) RollupResult {
+	record := func(a model.Attempt) RollupResult {
 		t.Helper()
-		if err := rec.RecordAttempts(ctx, []Attempt{a}); err != nil {
+		if err := rec.RecordAttempts(ctx, []model.Attempt{a}); err != nil {
 			t.Fatal(err)
 		}
-		ns, err := ReadNotice(inbox.next(t))
+		ns, err := model.ReadNotice(inbox.next(t))
 		if err != nil || len(ns) != 1 || ns[0].EventID != a.EventID || len(ns[0].Attempts) != 1 {
 			t.Fatalf("notice %+v (%v), want %s with its attempt", ns, err, a.EventID)
 		}
@@ -103,19 +104,19 @@ func TestPurchaseScenario(t *testing.T) {
 		}
 		return res
 	}
-	member := attempt(purchase, "member-service", 1, OutcomeSuccess)
+	member := attempt(purchase, "member-service", 1, model.OutcomeSuccess)
 	member.ConsumedAt = t0.Add(2 * time.Second)
-	if res := record(member); res.Status != StatusSent || res.Changed || res.Reported != 1 {
+	if res := record(member); res.Status != model.StatusSent || res.Changed || res.Reported != 1 {
 		t.Errorf("after member-service: %+v (one of two reported: still SENT, nothing written)", res)
 	}
-	msgFail := attempt(purchase, "message-service", 1, OutcomeRetry)
+	msgFail := attempt(purchase, "message-service", 1, model.OutcomeRetry)
 	msgFail.ConsumedAt, msgFail.ErrorCode, msgFail.ErrorMessage = t0.Add(3*time.Second), "smtp_timeout", "smtp: i/o timeout"
-	if res := record(msgFail); res.Status != StatusPartial {
+	if res := record(msgFail); res.Status != model.StatusPartial {
 		t.Errorf("after message-service failed: %s, want PARTIAL", res.Status)
 	}
-	msgOK := attempt(purchase, "message-service", 2, OutcomeSuccess)
+	msgOK := attempt(purchase, "message-service", 2, model.OutcomeSuccess)
 	msgOK.ConsumedAt = t0.Add(10 * time.Second)
-	if res := record(msgOK); res.Status != StatusConsumed || res.Succeeded != 2 {
+	if res := record(msgOK); res.Status != model.StatusConsumed || res.Succeeded != 2 {
 		t.Errorf("after message-service succeeded: %+v", res)
 	}
 	if got := joinStatuses(statuses); got != "SENT,PARTIAL,CONSUMED" {
@@ -128,10 +129,10 @@ func TestPurchaseScenario(t *testing.T) {
 		t.Fatalf("detail %s %+v", d.Summary(), d.Consumers)
 	}
 	m, n := d.Consumers[0], d.Consumers[1]
-	if m.ConsumerID != "member-service" || m.State != ConsumerSucceeded || len(m.Attempts) != 1 || !m.Attempts[0].Success {
+	if m.ConsumerID != "member-service" || m.State != model.ConsumerSucceeded || len(m.Attempts) != 1 || !m.Attempts[0].Success {
 		t.Errorf("member-service history %+v", m)
 	}
-	if n.ConsumerID != "message-service" || n.State != ConsumerSucceeded || len(n.Attempts) != 2 ||
+	if n.ConsumerID != "message-service" || n.State != model.ConsumerSucceeded || len(n.Attempts) != 2 ||
 		n.Attempts[0].Success || n.Attempts[0].ErrorCode != "smtp_timeout" || n.Attempts[0].ErrorMessage != "smtp: i/o timeout" ||
 		!n.Attempts[0].ConsumedAt.Equal(msgFail.ConsumedAt) || !n.Attempts[1].Success || n.Attempts[1].AttemptNo != 2 {
 		t.Errorf("message-service history %+v", n)
@@ -149,7 +150,7 @@ func TestPurchaseScenario(t *testing.T) {
 	}
 	notified := child("notification.sent", "message.notification.events", "user-A", t0.Add(11*time.Second))
 	points := child("points.added", "member.points.events", "user-A", t0.Add(2*time.Second))
-	if err := s.RecordSent(ctx, SentAt(t0.Add(12*time.Second), notified, points)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(t0.Add(12*time.Second), notified, points)); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{purchase.ID, points.ID, notified.ID} {
@@ -171,7 +172,7 @@ func TestPurchaseScenario(t *testing.T) {
 	}
 }
 
-func joinStatuses(ss []Status) string {
+func joinStatuses(ss []model.Status) string {
 	var out []string
 	for _, s := range ss {
 		out = append(out, string(s))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"hash/fnv"
 	"strconv"
 	"time"
@@ -27,20 +28,20 @@ var (
 	// time (ORD-2024-002, ORD-2024-003, ...), so the index starts with the
 	// shard like the time-ordered ones.
 	shapeByAggregate = QueryShape{
-		Name: "events_by_aggregate", Collection: CollectionEvents,
+		Name: "events_by_aggregate", Collection: model.CollectionEvents,
 		Equality: []string{fieldShard, fieldAggregateID}, Range: fieldOccurred,
 		OrderBy: []IndexField{{fieldOccurred, Descending}},
 	}
 	// One event type's events, newest first.
 	shapeByType = QueryShape{
-		Name: "events_by_type", Collection: CollectionEvents,
+		Name: "events_by_type", Collection: model.CollectionEvents,
 		Equality: []string{fieldShard, fieldEventType}, Range: fieldOccurred,
 		OrderBy: []IndexField{{fieldOccurred, Descending}},
 	}
 	// Counting the events of one status in a time window: served by the
 	// List index (shard, status, occurredAt).
 	shapeCountByStatus = QueryShape{
-		Name: "events_count_by_status", Collection: CollectionEvents,
+		Name: "events_count_by_status", Collection: model.CollectionEvents,
 		Equality: []string{fieldShard, fieldStatus}, Range: fieldOccurred,
 		OrderBy: []IndexField{{fieldOccurred, Descending}},
 	}
@@ -84,7 +85,7 @@ func (s *Store) Search(ctx context.Context, q SearchQuery) (Page, error) {
 		return s.List(ctx, q.ListQuery)
 	}
 	if q.Status != "" {
-		if st, err := ParseStatus(string(q.Status)); err == nil {
+		if st, err := model.ParseStatus(string(q.Status)); err == nil {
 			q.Status = st
 		}
 	}
@@ -128,7 +129,7 @@ func (s *Store) Search(ctx context.Context, q SearchQuery) (Page, error) {
 		base = shapeByType.query(s.events.Query, map[string]any{fieldEventType: q.EventType})
 		base = shapeByType.withRange(base, timeOrNil(q.From), timeOrNil(q.To))
 	}
-	keep := func(e *Event) bool {
+	keep := func(e *model.Event) bool {
 		return (q.Status == "" || e.Status == q.Status) && (q.Topic == "" || e.Topic == q.Topic) &&
 			(q.InitiatorService == "" || e.Initiator.Service == q.InitiatorService) && (q.TraceID == "" || e.TraceID == q.TraceID) &&
 			(q.EventType == "" || e.EventType == q.EventType) && (q.AggregateID == "" || e.AggregateID == q.AggregateID)
@@ -138,7 +139,7 @@ func (s *Store) Search(ctx context.Context, q SearchQuery) (Page, error) {
 
 // scanPage reads q from the cursor, keeps the events keep accepts, and
 // stops at size events or MaxTraceScan documents read.
-func (s *Store) scanPage(ctx context.Context, q firestore.Query, keep func(*Event) bool, size int, cur *pageToken, fp string) (Page, error) {
+func (s *Store) scanPage(ctx context.Context, q firestore.Query, keep func(*model.Event) bool, size int, cur *pageToken, fp string) (Page, error) {
 	if cur != nil {
 		q = q.StartAfter(cur.T, cur.D)
 	}
@@ -152,7 +153,7 @@ func (s *Store) scanPage(ctx context.Context, q firestore.Query, keep func(*Even
 		lastT  time.Time
 	)
 	for _, d := range docs {
-		var e Event
+		var e model.Event
 		if err := d.DataTo(&e); err != nil {
 			return Page{}, fmt.Errorf("ledger: search: decode %s: %w", d.Ref.ID, err)
 		}

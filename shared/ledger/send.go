@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -31,24 +32,24 @@ import (
 // (by the relay's healing step, after a crash) are rolled up at once, since
 // their consumers may have reported before the document existed. It returns every failure joined; events whose documents were
 // written are done whatever the others did.
-func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
+func (s *Store) RecordSent(ctx context.Context, sends []model.Sent) error {
 	if len(sends) == 0 {
 		return nil
 	}
 	var errs []error
 	seen := make(map[string]bool, len(sends))
 	batch := make([]*event.Event, 0, len(sends))
-	sent := make(map[string]Sent, len(sends))
+	sent := make(map[string]model.Sent, len(sends))
 	for _, snd := range sends {
 		e := snd.Event
 		if e == nil {
 			continue
 		}
-		if err := checkEventID(e.ID); err != nil {
+		if err := model.CheckEventID(e.ID); err != nil {
 			errs = append(errs, fmt.Errorf("event %q: %w", e.ID, err))
 			continue
 		}
-		if s.level(e.Topic) == LevelOff {
+		if s.level(e.Topic) == model.LevelOff {
 			continue
 		}
 		if !seen[e.ID] {
@@ -71,8 +72,8 @@ func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
 	jobs := make([]pending, 0, len(batch))
 	for _, e := range batch {
 		at := sent[e.ID].At
-		d := newEvent(e, s.maxPayload, s.shards)
-		d.Status, d.StatusAt = StatusSent, at
+		d := model.NewEvent(e, s.maxPayload, s.shards)
+		d.Status, d.StatusAt = model.StatusSent, at
 		d.SentAt, d.LastSentAt, d.EnqueuedAt = at, at, sent[e.ID].EnqueuedAt
 		d.CreatedAt, d.UpdatedAt = now, now
 		d.ExpectedConsumers = expected[e.Topic]
@@ -148,20 +149,20 @@ func (s *Store) expectedFor(ctx context.Context, events []*event.Event) (map[str
 }
 
 // markSent records the send on a document that already exists.
-func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string, snd Sent) error {
+func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string, snd model.Sent) error {
 	at := snd.At
 	ref := s.eventRef(e.ID)
 	var writes int
 	var healed bool
-	var prev, next Status
+	var prev, next model.Status
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		writes, healed = 0, false
 		snap, err := s.getDoc(ctx, OpRecordSent, tx, ref)
 		if notFound(err) {
 			// Gone since the create failed (deleted by hand): write it anew.
-			d := newEvent(e, s.maxPayload, s.shards)
+			d := model.NewEvent(e, s.maxPayload, s.shards)
 			now := s.clock()
-			d.Status, d.StatusAt, d.SentAt, d.LastSentAt, d.EnqueuedAt = StatusSent, at, at, at, snd.EnqueuedAt
+			d.Status, d.StatusAt, d.SentAt, d.LastSentAt, d.EnqueuedAt = model.StatusSent, at, at, at, snd.EnqueuedAt
 			d.CreatedAt, d.UpdatedAt, d.ExpectedConsumers = now, now, expected
 			d.CheckAt, d.DeleteAt = at.Add(s.reconcile), s.deleteAt(now)
 			writes = 1
@@ -170,7 +171,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 		if err != nil {
 			return err
 		}
-		var d Event
+		var d model.Event
 		if err := snap.DataTo(&d); err != nil {
 			return fmt.Errorf("decode %s: %w", ref.ID, err)
 		}
@@ -187,7 +188,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 		}
 		d.ExpectedConsumers = expected
 		now := s.clock()
-		prev, next = d.Status, Derive(factsOf(&d, latestByConsumer(attempts), now))
+		prev, next = d.Status, model.Derive(model.FactsOf(&d, model.LatestByConsumer(attempts), now))
 		ups := []firestore.Update{
 			{Path: "sentAt", Value: d.SentAt},
 			{Path: "lastSentAt", Value: d.LastSentAt},
@@ -217,7 +218,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 // present while the event is open, absent once it is CONSUMED or EXPIRED;
 // checkAt present while the status is not settled (the reconciler's next
 // look, ReconcileAfter from now), absent once it is.
-func (s *Store) statusUpdates(d *Event, st Status, now time.Time) []firestore.Update {
+func (s *Store) statusUpdates(d *model.Event, st model.Status, now time.Time) []firestore.Update {
 	var ups []firestore.Update
 	switch {
 	case !st.Settled() && d.CheckAt.IsZero():
@@ -231,9 +232,9 @@ func (s *Store) statusUpdates(d *Event, st Status, now time.Time) []firestore.Up
 	ups = append(ups, firestore.Update{Path: "status", Value: st}, firestore.Update{Path: "statusAt", Value: now})
 	if !d.ExpireAt.IsZero() {
 		switch {
-		case st.open() && d.ExpireDue.IsZero():
+		case st.Open() && d.ExpireDue.IsZero():
 			ups = append(ups, firestore.Update{Path: "expireDue", Value: d.ExpireAt})
-		case !st.open() && !d.ExpireDue.IsZero():
+		case !st.Open() && !d.ExpireDue.IsZero():
 			ups = append(ups, firestore.Update{Path: "expireDue", Value: firestore.Delete})
 		}
 	}
@@ -251,14 +252,14 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 	if e == nil {
 		return errors.New("ledger: record publish failure: nil event")
 	}
-	if err := checkEventID(e.ID); err != nil {
+	if err := model.CheckEventID(e.ID); err != nil {
 		return fmt.Errorf("ledger: record publish failure: %w", err)
 	}
-	if s.level(e.Topic) == LevelOff {
+	if s.level(e.Topic) == model.LevelOff {
 		return nil
 	}
 	at = at.UTC()
-	pf := &PublishFailure{Attempts: attempts, LastError: truncate(lastError, maxErrorText), At: at, Final: final}
+	pf := &model.PublishFailure{Attempts: attempts, LastError: model.Truncate(lastError, model.MaxErrorText), At: at, Final: final}
 	expected, err := s.expectedFor(ctx, []*event.Event{e})
 	if err != nil {
 		return fmt.Errorf("ledger: record publish failure of %s: %w", e.ID, err)
@@ -276,13 +277,13 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			if err != nil {
 				return err
 			}
-			d := newEvent(e, s.maxPayload, s.shards)
+			d := model.NewEvent(e, s.maxPayload, s.shards)
 			d.PublishFailure = pf
 			d.ExpectedConsumers = expected[e.Topic]
 			d.CreatedAt, d.UpdatedAt = now, now
-			d.Status, d.StatusAt = Derive(factsOf(&d, latestByConsumer(attempts), now)), at
+			d.Status, d.StatusAt = model.Derive(model.FactsOf(&d, model.LatestByConsumer(attempts), now)), at
 			d.DeleteAt = s.deleteAt(now)
-			if !d.Status.open() {
+			if !d.Status.Open() {
 				d.ExpireDue = time.Time{}
 			}
 			if !d.Status.Settled() {
@@ -294,7 +295,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 		if err != nil {
 			return err
 		}
-		var d Event
+		var d model.Event
 		if err := snap.DataTo(&d); err != nil {
 			return fmt.Errorf("decode %s: %w", ref.ID, err)
 		}
@@ -309,7 +310,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			if err != nil {
 				return err
 			}
-			ups = append(ups, s.statusUpdates(&d, Derive(factsOf(&d, latestByConsumer(attempts), now)), now)...)
+			ups = append(ups, s.statusUpdates(&d, model.Derive(model.FactsOf(&d, model.LatestByConsumer(attempts), now)), now)...)
 		}
 		writes = 1
 		return tx.Update(ref, ups)

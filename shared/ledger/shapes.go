@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"strings"
 
 	"cloud.google.com/go/firestore"
@@ -138,7 +139,7 @@ func (q QueryShape) withRange(base firestore.Query, lo, hi any) firestore.Query 
 }
 
 func allShards() []int {
-	s := make([]int, MaxShards)
+	s := make([]int, model.MaxShards)
 	for i := range s {
 		s[i] = i
 	}
@@ -149,33 +150,33 @@ func allShards() []int {
 // indexed filters; see listShape.
 var (
 	shapeByTrace = QueryShape{
-		Name: "events_by_trace", Collection: CollectionEvents,
+		Name: "events_by_trace", Collection: model.CollectionEvents,
 		Equality: []string{fieldTraceID}, Range: fieldOccurred,
 		OrderBy: []IndexField{{fieldOccurred, Descending}},
 	}
 	shapeExpireDue = QueryShape{
-		Name: "events_expire_due", Collection: CollectionEvents,
+		Name: "events_expire_due", Collection: model.CollectionEvents,
 		Equality: []string{fieldShard}, Range: fieldExpireDue,
 		OrderBy: []IndexField{{fieldExpireDue, Ascending}},
 	}
 	shapeCheckDue = QueryShape{
-		Name: "events_check_due", Collection: CollectionEvents,
+		Name: "events_check_due", Collection: model.CollectionEvents,
 		Equality: []string{fieldShard}, Range: fieldCheckAt,
 		OrderBy: []IndexField{{fieldCheckAt, Ascending}},
 	}
 	shapeConsumersByTopic = QueryShape{
-		Name: "consumers_by_topic", Collection: CollectionConsumers,
+		Name: "consumers_by_topic", Collection: model.CollectionConsumers,
 		Equality: []string{fieldTopic},
 	}
 	shapeAllConsumers = QueryShape{
-		Name: "consumers_all", Collection: CollectionConsumers,
+		Name: "consumers_all", Collection: model.CollectionConsumers,
 	}
 	// All of one event's event_consumptions subcollection.
 	shapeAttemptsOfEvent = QueryShape{
-		Name: "attempts_of_event", Collection: CollectionConsumptions,
+		Name: "attempts_of_event", Collection: model.CollectionConsumptions,
 	}
 	shapeEventByName = QueryShape{
-		Name: "event_by_name", Collection: CollectionEvents,
+		Name: "event_by_name", Collection: model.CollectionEvents,
 		Equality: []string{NameField},
 	}
 	listShapes = buildListShapes()
@@ -196,7 +197,7 @@ func buildListShapes() map[string]QueryShape {
 			}
 		}
 		out[listKey(eq[1:])] = QueryShape{
-			Name: strings.Join(name, "_"), Collection: CollectionEvents,
+			Name: strings.Join(name, "_"), Collection: model.CollectionEvents,
 			Equality: eq, Range: fieldOccurred,
 			OrderBy: []IndexField{{fieldOccurred, Descending}},
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -57,7 +58,7 @@ type Options struct {
 	Shards int
 	// Levels is each topic's ledger level (Level); a topic it does not
 	// name has DefaultLevel. LevelsOf reads them from the topology.
-	Levels map[string]Level
+	Levels map[string]model.Level
 	// ReconcileAfter is how long after its last status change an event
 	// that is not settled waits before the reconciler derives its status
 	// again (DefaultReconcileAfter when zero).
@@ -89,7 +90,7 @@ type Store struct {
 	flights    coalescer
 	retention  time.Duration
 	reconcile  time.Duration
-	levels     map[string]Level
+	levels     map[string]model.Level
 	shards     int
 }
 
@@ -102,8 +103,8 @@ func Open(ctx context.Context, cfg Config, opts Options, clientOpts ...option.Cl
 	if cfg.Database == "" {
 		cfg.Database = DefaultDatabase
 	}
-	if opts.Shards < 0 || opts.Shards > MaxShards {
-		return nil, fmt.Errorf("ledger: shards %d: want 1 to %d (0: %d)", opts.Shards, MaxShards, DefaultShards)
+	if opts.Shards < 0 || opts.Shards > model.MaxShards {
+		return nil, fmt.Errorf("ledger: shards %d: want 1 to %d (0: %d)", opts.Shards, model.MaxShards, model.DefaultShards)
 	}
 	c, err := firestore.NewClientWithDatabase(ctx, cfg.ProjectID, cfg.Database, clientOpts...)
 	if err != nil {
@@ -118,8 +119,8 @@ func Open(ctx context.Context, cfg Config, opts Options, clientOpts ...option.Cl
 func New(c *firestore.Client, opts Options) *Store {
 	s := &Store{
 		client:     c,
-		events:     c.Collection(CollectionEvents),
-		consumers:  c.Collection(CollectionConsumers),
+		events:     c.Collection(model.CollectionEvents),
+		consumers:  c.Collection(model.CollectionConsumers),
 		maxPayload: opts.MaxStoredPayload,
 		now:        opts.Now,
 		log:        opts.Logger,
@@ -130,17 +131,17 @@ func New(c *firestore.Client, opts Options) *Store {
 		shards:     opts.Shards,
 	}
 	if s.shards <= 0 {
-		s.shards = DefaultShards
+		s.shards = model.DefaultShards
 	}
-	s.shards = min(s.shards, MaxShards)
+	s.shards = min(s.shards, model.MaxShards)
 	if s.retention == 0 {
 		s.retention = DefaultRetention
 	}
 	if s.reconcile <= 0 {
 		s.reconcile = DefaultReconcileAfter
 	}
-	if s.maxPayload <= 0 || s.maxPayload > DefaultMaxStoredPayload {
-		s.maxPayload = DefaultMaxStoredPayload
+	if s.maxPayload <= 0 || s.maxPayload > model.DefaultMaxStoredPayload {
+		s.maxPayload = model.DefaultMaxStoredPayload
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -310,7 +311,7 @@ func (s *Store) wrote(op string, n int) { s.usage.op(op).writes.Add(int64(n)) }
 // layouts lock only the range read. The attempt's document need not wait
 // for its event's: Firestore allows documents under a missing parent.
 func (s *Store) attempts(eventID string) *firestore.CollectionRef {
-	return s.eventRef(eventID).Collection(CollectionConsumptions)
+	return s.eventRef(eventID).Collection(model.CollectionConsumptions)
 }
 
 // attemptsQuery selects every attempt of an event.
@@ -320,36 +321,36 @@ func (s *Store) attemptsQuery(eventID string) firestore.Query {
 
 // readAttempts returns every attempt of an event, ordered by consumer and
 // attempt number.
-func (s *Store) readAttempts(ctx context.Context, op string, tx *firestore.Transaction, eventID string) ([]Attempt, error) {
+func (s *Store) readAttempts(ctx context.Context, op string, tx *firestore.Transaction, eventID string) ([]model.Attempt, error) {
 	docs, err := s.queryDocs(ctx, op, tx, s.attemptsQuery(eventID))
 	if err != nil {
 		return nil, fmt.Errorf("read attempts of %s: %w", eventID, err)
 	}
-	out := make([]Attempt, 0, len(docs))
+	out := make([]model.Attempt, 0, len(docs))
 	for _, d := range docs {
-		var a Attempt
+		var a model.Attempt
 		if err := d.DataTo(&a); err != nil {
 			return nil, fmt.Errorf("decode attempt %s: %w", d.Ref.ID, err)
 		}
 		out = append(out, a)
 	}
-	sortAttempts(out)
+	model.SortAttempts(out)
 	return out, nil
 }
 
 // eventAttempts returns every attempt of the event d is the document of:
-// its attempt documents and its folded ones (withFolded).
-func (s *Store) eventAttempts(ctx context.Context, op string, tx *firestore.Transaction, d *Event) ([]Attempt, error) {
+// its attempt documents and its folded ones (WithFolded).
+func (s *Store) eventAttempts(ctx context.Context, op string, tx *firestore.Transaction, d *model.Event) ([]model.Attempt, error) {
 	docs, err := s.readAttempts(ctx, op, tx, d.EventID)
 	if err != nil {
 		return nil, err
 	}
-	return withFolded(d, docs), nil
+	return model.WithFolded(d, docs), nil
 }
 
 // eventRef returns an event's document.
 func (s *Store) eventRef(eventID string) *firestore.DocumentRef {
-	return s.events.Doc(EventDocID(eventID))
+	return s.events.Doc(model.EventDocID(eventID))
 }
 
 // ErrEventNotFound means the ledger holds no document for the event (yet).

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/relaybus/relaybus/shared/event"
@@ -34,12 +36,12 @@ func TestRecordSentCreatesTheEventOnceAndNeverDowngrades(t *testing.T) {
 	e.ExpireAt = at.Add(24 * time.Hour)
 	e.SpanID, e.CorrelationID = "span-001", "corr-1"
 
-	if err := s.RecordSent(ctx, SentAt(at, e, e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(at, e, e)); err != nil {
 		t.Fatal(err)
 	}
 	d := mustGet(t, s, e.ID)
 	got := d.Event
-	if got.Status != StatusSent || !got.SentAt.Equal(at) || !got.LastSentAt.Equal(at) || !got.StatusAt.Equal(at) || got.RetryCount != 0 {
+	if got.Status != model.StatusSent || !got.SentAt.Equal(at) || !got.LastSentAt.Equal(at) || !got.StatusAt.Equal(at) || got.RetryCount != 0 {
 		t.Errorf("send state: %+v", got)
 	}
 	if strings.Join(got.ExpectedConsumers, ",") != "member-service,message-service" {
@@ -61,19 +63,19 @@ func TestRecordSentCreatesTheEventOnceAndNeverDowngrades(t *testing.T) {
 	// The consumers finish; a replayed RecordSent (relay re-run) leaves the
 	// document exactly as it is.
 	for _, c := range []string{"member-service", "message-service"} {
-		if _, err := s.InsertAttempt(ctx, attempt(e, c, 1, OutcomeSuccess)); err != nil {
+		if _, err := s.InsertAttempt(ctx, attempt(e, c, 1, model.OutcomeSuccess)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if res, err := s.Rollup(ctx, e.ID); err != nil || res.Status != StatusConsumed || !res.Changed {
+	if res, err := s.Rollup(ctx, e.ID); err != nil || res.Status != model.StatusConsumed || !res.Changed {
 		t.Fatalf("rollup %+v %v", res, err)
 	}
 	before := mustGet(t, s, e.ID).Event
-	if err := s.RecordSent(ctx, SentAt(at.Add(time.Minute), e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(at.Add(time.Minute), e)); err != nil {
 		t.Fatal(err)
 	}
 	after := mustGet(t, s, e.ID).Event
-	if after.Status != StatusConsumed || !after.UpdatedAt.Equal(before.UpdatedAt) || !after.LastSentAt.Equal(at) {
+	if after.Status != model.StatusConsumed || !after.UpdatedAt.Equal(before.UpdatedAt) || !after.LastSentAt.Equal(at) {
 		t.Errorf("replayed RecordSent changed the document: before %+v after %+v", before, after)
 	}
 	if !after.ExpireDue.IsZero() {
@@ -101,23 +103,23 @@ func TestPublishFailureThenSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := mustGet(t, s, e.ID).Event
-	if got.Status != StatusPending || got.PublishFailure == nil || got.PublishFailure.Attempts != 1 || !got.SentAt.IsZero() {
+	if got.Status != model.StatusPending || got.PublishFailure == nil || got.PublishFailure.Attempts != 1 || !got.SentAt.IsZero() {
 		t.Fatalf("after a failed publish: %+v", got)
 	}
 	if err := s.RecordPublishFailure(ctx, e, 5, strings.Repeat("x", 10000), true, at.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	got = mustGet(t, s, e.ID).Event
-	if got.Status != StatusFailed || !got.PublishFailure.Final || len(got.PublishFailure.LastError) > maxErrorText {
+	if got.Status != model.StatusFailed || !got.PublishFailure.Final || len(got.PublishFailure.LastError) > model.MaxErrorText {
 		t.Fatalf("after the relay gave up: status %s %+v", got.Status, got.PublishFailure)
 	}
 	// An operator fixes the topic and the relay publishes after all.
 	sent := at.Add(time.Hour)
-	if err := s.RecordSent(ctx, SentAt(sent, e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(sent, e)); err != nil {
 		t.Fatal(err)
 	}
 	got = mustGet(t, s, e.ID).Event
-	if got.Status != StatusSent || !got.SentAt.Equal(sent) || !got.LastSentAt.Equal(sent) || !got.StatusAt.Equal(sent) || len(got.ExpectedConsumers) != 1 {
+	if got.Status != model.StatusSent || !got.SentAt.Equal(sent) || !got.LastSentAt.Equal(sent) || !got.StatusAt.Equal(sent) || len(got.ExpectedConsumers) != 1 {
 		t.Fatalf("send after failures: %+v", got)
 	}
 	if got.PublishFailure == nil {
@@ -127,7 +129,7 @@ func TestPublishFailureThenSend(t *testing.T) {
 	if err := s.RecordPublishFailure(ctx, e, 1, "later", false, sent.Add(time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustGet(t, s, e.ID).Event; got.Status != StatusSent || got.PublishFailure.LastError != "later" {
+	if got := mustGet(t, s, e.ID).Event; got.Status != model.StatusSent || got.PublishFailure.LastError != "later" {
 		t.Errorf("after a failed re-publish: %s %+v", got.Status, got.PublishFailure)
 	}
 }
@@ -139,13 +141,13 @@ func TestPublishFailureAfterConsumersReportedKeepsTheirStatus(t *testing.T) {
 	s := newStore(t, Options{})
 	seed(t, s, orderTopic, "member-service")
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if _, err := s.InsertAttempt(ctx, attempt(e, "member-service", 1, OutcomeSuccess)); err != nil {
+	if _, err := s.InsertAttempt(ctx, attempt(e, "member-service", 1, model.OutcomeSuccess)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.RecordPublishFailure(ctx, e, 1, "deadline exceeded", false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustGet(t, s, e.ID).Event; got.Status != StatusConsumed {
+	if got := mustGet(t, s, e.ID).Event; got.Status != model.StatusConsumed {
 		t.Errorf("status %s, want CONSUMED (the consumer's attempt is the truth)", got.Status)
 	}
 }
@@ -154,7 +156,7 @@ func TestInsertAttemptIsInsertOnly(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, Options{})
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	a := attempt(e, "message-service", 1, OutcomeRetry)
+	a := attempt(e, "message-service", 1, model.OutcomeRetry)
 	a.ErrorCode, a.ErrorMessage = "timeout", "smtp timed out"
 	if created, err := s.InsertAttempt(ctx, a); err != nil || !created {
 		t.Fatal(created, err)
@@ -172,7 +174,7 @@ func TestInsertAttemptIsInsertOnly(t *testing.T) {
 		t.Errorf("attempts %+v", as)
 	}
 	// Bad attempts are refused with the field named.
-	_, err = s.InsertAttempt(ctx, Attempt{EventID: e.ID, ConsumerID: "message-service", AttemptNo: 0, Outcome: OutcomeSuccess, Success: true})
+	_, err = s.InsertAttempt(ctx, model.Attempt{EventID: e.ID, ConsumerID: "message-service", AttemptNo: 0, Outcome: model.OutcomeSuccess, Success: true})
 	if !errors.Is(err, event.ErrInvalid) || strings.Join(fieldErrs(err), ",") != "attemptNo" {
 		t.Errorf("attempt 0: %v", err)
 	}
@@ -257,7 +259,7 @@ func TestExpectedConsumersAreFixedAtSend(t *testing.T) {
 	// No cache in front, so the registry change below is seen at once.
 	s.reg = s
 	early := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := s.RecordSent(ctx, SentAt(time.Now(), early)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(time.Now(), early)); err != nil {
 		t.Fatal(err)
 	}
 	// message-service is disabled, audit-service added.
@@ -269,22 +271,22 @@ func TestExpectedConsumersAreFixedAtSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	late := newEventOn(t, orderTopic, "order.purchased", time.Now())
-	if err := s.RecordSent(ctx, SentAt(time.Now(), late)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(time.Now(), late)); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range []*event.Event{early, late} {
 		for _, c := range []string{"member-service", "audit-service"} {
-			if _, err := s.InsertAttempt(ctx, attempt(e, c, 1, OutcomeSuccess)); err != nil {
+			if _, err := s.InsertAttempt(ctx, attempt(e, c, 1, model.OutcomeSuccess)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	res, err := s.Rollup(ctx, early.ID)
-	if err != nil || res.Status != StatusSent || res.Expected != 2 || res.Succeeded != 1 {
+	if err != nil || res.Status != model.StatusSent || res.Expected != 2 || res.Succeeded != 1 {
 		t.Errorf("early event (waits for message-service, ignores audit-service): %+v %v", res, err)
 	}
 	res, err = s.Rollup(ctx, late.ID)
-	if err != nil || res.Status != StatusConsumed || res.Expected != 2 {
+	if err != nil || res.Status != model.StatusConsumed || res.Expected != 2 {
 		t.Errorf("late event: %+v %v", res, err)
 	}
 	d := mustGet(t, s, early.ID)
@@ -299,14 +301,14 @@ func TestPayloadTooLargeForTheLedgerIsOmitted(t *testing.T) {
 	seed(t, s, orderTopic, "member-service")
 	e := newEventOn(t, orderTopic, "order.purchased", time.Now())
 	e.Payload = []byte(`"` + strings.Repeat("x", 2000) + `"`)
-	if err := s.RecordSent(ctx, SentAt(time.Now(), e)); err != nil {
+	if err := s.RecordSent(ctx, model.SentAt(time.Now(), e)); err != nil {
 		t.Fatal(err)
 	}
 	got := mustGet(t, s, e.ID).Event
 	if !got.PayloadOmitted || got.PayloadSize != len(e.Payload) || got.Payload != nil {
 		t.Errorf("omitted=%v size=%d stored=%d", got.PayloadOmitted, got.PayloadSize, len(got.Payload))
 	}
-	if _, err := got.Envelope(); !errors.Is(err, ErrPayloadOmitted) {
+	if _, err := got.Envelope(); !errors.Is(err, model.ErrPayloadOmitted) {
 		t.Errorf("Envelope: %v", err)
 	}
 }
@@ -328,18 +330,18 @@ func TestDocumentsCarryTheirTTL(t *testing.T) {
 		s := newStore(t, Options{Now: func() time.Time { return now }, Retention: c.retention})
 		seed(t, s, orderTopic, "member-service")
 		e := newEventOn(t, orderTopic, "order.purchased", now)
-		if err := s.RecordSent(ctx, SentAt(now, e)); err != nil {
+		if err := s.RecordSent(ctx, model.SentAt(now, e)); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.InsertAttempts(ctx, []Attempt{attempt(e, "member-service", 1, OutcomeSuccess)}); err != nil {
+		if err := s.InsertAttempts(ctx, []model.Attempt{attempt(e, "member-service", 1, model.OutcomeSuccess)}); err != nil {
 			t.Fatal(err)
 		}
-		ev, err := s.Client().Collection(CollectionEvents).Doc(EventDocID(e.ID)).Get(ctx)
+		ev, err := s.Client().Collection(model.CollectionEvents).Doc(model.EventDocID(e.ID)).Get(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		at, err := s.Client().Collection(CollectionEvents).Doc(EventDocID(e.ID)).Collection(CollectionConsumptions).
-			Doc(AttemptDocID(e.ID, "member-service", 1)).Get(ctx)
+		at, err := s.Client().Collection(model.CollectionEvents).Doc(model.EventDocID(e.ID)).Collection(model.CollectionConsumptions).
+			Doc(model.AttemptDocID(e.ID, "member-service", 1)).Get(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,5 +354,14 @@ func TestDocumentsCarryTheirTTL(t *testing.T) {
 				t.Errorf("retention %v: the %s's deleteAt is %v (%v), want %v", c.retention, name, got, ok, c.want)
 			}
 		}
+	}
+}
+
+func TestOpenModeRefusesUnknownModes(t *testing.T) {
+	if s, err := OpenMode(context.Background(), ModeOff, Config{}, Options{}); s != nil || err != nil {
+		t.Errorf("off: %v %v, want no store and no error", s, err)
+	}
+	if _, err := OpenMode(context.Background(), "postgres", Config{}, Options{}); err == nil || !strings.Contains(err.Error(), `LEDGER="postgres"`) {
+		t.Errorf("unknown mode: %v", err)
 	}
 }

@@ -9,12 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 )
 
@@ -243,7 +244,7 @@ func (r *Resequencer) applyParked(ctx context.Context, c *consumer.Context, aggT
 	if err := json.Unmarshal(p.body, &ev); err != nil {
 		// Written by park from a decoded event: cannot happen short of a
 		// hand-edited row. Record it and let the gap stay.
-		if _, err := c.RecordAttempt(ctx, inbox.Attempt{EventID: p.eventID, Outcome: string(ledger.OutcomeFailed),
+		if _, err := c.RecordAttempt(ctx, inbox.Attempt{EventID: p.eventID, Outcome: string(model.OutcomeFailed),
 			ErrorCode: "parked_unreadable", ErrorMessage: err.Error(), Subscription: p.subscription, MessageID: p.msgID}); err != nil {
 			return false, consumer.Transient("database", err)
 		}
@@ -255,9 +256,9 @@ func (r *Resequencer) applyParked(ctx context.Context, c *consumer.Context, aggT
 	switch outcome {
 	case "":
 		return false, herr // the attempt could not be recorded: the transaction fails
-	case ledger.OutcomeSuccess:
+	case model.OutcomeSuccess:
 		return true, unpark()
-	case ledger.OutcomeRetry:
+	case model.OutcomeRetry:
 		log.WarnContext(ctx, "consume: a parked event's turn came but its handler failed; it stays parked and POST /gaps:check tries again",
 			"error", herr.Error())
 		return false, nil
@@ -433,7 +434,7 @@ func (r *Resequencer) stall(ctx context.Context, c *consumer.Context, g Gap) err
 		msg := fmt.Sprintf("version %d of %s/%s has been missing since %s, longer than the gap timeout (%s); this event (version %d) waits behind it: "+
 			"deliver the missing version again (replay or re-push it) or skip it (POST /gaps:skip)",
 			g.Missing, g.AggregateType, g.AggregateID, g.Since.Format(time.RFC3339), r.o.GapTimeout, m.version)
-		if _, err := c.RecordAttempt(ctx, inbox.Attempt{EventID: m.eventID, Outcome: string(ledger.OutcomeStalled), ErrorCode: "gap_timeout",
+		if _, err := c.RecordAttempt(ctx, inbox.Attempt{EventID: m.eventID, Outcome: string(model.OutcomeStalled), ErrorCode: "gap_timeout",
 			ErrorMessage: msg, Topic: m.topic, Subscription: m.sub, MessageID: m.msgID, DeliveryAttempt: m.deliveryAttempt}); err != nil {
 			return consumer.Transient("database", err)
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/shared/ledger"
@@ -21,7 +23,7 @@ type failingSends struct {
 	down atomic.Bool
 }
 
-func (f *failingSends) RecordSent(ctx context.Context, sends []ledger.Sent) error {
+func (f *failingSends) RecordSent(ctx context.Context, sends []model.Sent) error {
 	if f.down.Load() {
 		return errors.New("firestore unavailable")
 	}
@@ -77,7 +79,7 @@ func TestLedgerMissedSendsAreHealedByALaterDrain(t *testing.T) {
 	for a := range 3 {
 		for v := 1; v <= 2; v++ {
 			d, err := store.Get(ctx, aggKey(a)+"-v"+string(rune('0'+v)))
-			if err != nil || d.Event.Status != ledger.StatusSent || len(d.Event.ExpectedConsumers) != 2 || d.Event.EnqueuedAt.IsZero() {
+			if err != nil || d.Event.Status != model.StatusSent || len(d.Event.ExpectedConsumers) != 2 || d.Event.EnqueuedAt.IsZero() {
 				t.Errorf("%s v%d in the ledger: %+v %v", aggKey(a), v, d.Event, err)
 			}
 		}
@@ -111,7 +113,7 @@ func TestLedgerRecordsSendsAfterTheFact(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, err := store.Get(ctx, aggKey(2)+"-v3")
-	if err != nil || d.Event.Status != ledger.StatusSent || d.Event.SentAt.IsZero() {
+	if err != nil || d.Event.Status != model.StatusSent || d.Event.SentAt.IsZero() {
 		t.Fatalf("after the drain: %+v %v", d.Event, err)
 	}
 	clk.add(relay.DefaultHealDelay + time.Second)

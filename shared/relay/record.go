@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 )
@@ -14,7 +15,7 @@ import (
 // the ledger cursor move they make.
 type recordedRun struct {
 	outbox.Recorded
-	sends []ledger.Sent
+	sends []model.Sent
 }
 
 // recordSends records a batch of settled runs' sends in the ledger (one
@@ -22,7 +23,7 @@ type recordedRun struct {
 // cursors. A failure leaves the cursors: the healing step records those
 // sends later (RecordSent is idempotent).
 func (r *Relay) recordSends(ctx context.Context, runs []recordedRun) {
-	var sends []ledger.Sent
+	var sends []model.Sent
 	for _, run := range runs {
 		sends = append(sends, run.sends...)
 	}
@@ -81,12 +82,12 @@ func (r *Relay) heal(ctx context.Context) (int, error) {
 			return healed, err
 		}
 		now := time.Now().UTC()
-		var sends []ledger.Sent
+		var sends []model.Sent
 		marks := make([]outbox.Recorded, 0, len(us))
 		for _, u := range us {
 			for _, row := range u.Rows {
 				e := row.Event
-				sends = append(sends, ledger.Sent{Event: &e, EnqueuedAt: row.EnqueuedAt, At: now})
+				sends = append(sends, model.Sent{Event: &e, EnqueuedAt: row.EnqueuedAt, At: now})
 			}
 			marks = append(marks, u.Recorded())
 		}
@@ -118,7 +119,7 @@ func (r *Relay) repushes(ctx context.Context) (int, error) {
 			return done, err
 		}
 		outcomes := make([]outbox.RepushOutcome, len(qs))
-		var sends []ledger.Sent
+		var sends []model.Sent
 		for i, q := range qs {
 			o := outbox.RepushOutcome{ID: q.ID}
 			var err error
@@ -134,7 +135,7 @@ func (r *Relay) repushes(ctx context.Context) (int, error) {
 				if err == nil {
 					o.Published = true
 					e := q.Row.Event
-					sends = append(sends, ledger.Sent{Event: &e, EnqueuedAt: q.Row.EnqueuedAt, At: time.Now().UTC()})
+					sends = append(sends, model.Sent{Event: &e, EnqueuedAt: q.Row.EnqueuedAt, At: time.Now().UTC()})
 					done++
 				} else {
 					n := q.Attempts + 1

@@ -48,9 +48,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/shared/batch"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
@@ -89,7 +90,7 @@ type Publisher interface {
 
 // Ledger records sends and publish failures (a *ledger.Store).
 type Ledger interface {
-	RecordSent(ctx context.Context, sends []ledger.Sent) error
+	RecordSent(ctx context.Context, sends []model.Sent) error
 	RecordPublishFailure(ctx context.Context, e *event.Event, attempts int, lastError string, final bool, at time.Time) error
 }
 

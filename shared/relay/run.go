@@ -7,8 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/telemetry"
@@ -143,7 +144,7 @@ func (r *Relay) settle(ctx context.Context, runs []outbox.Run, progress []outbox
 			rec := recordedRun{Recorded: outbox.Recorded{Aggregate: p.Aggregate, From: p.From, To: p.To}}
 			for _, row := range run.Rows[:p.Rows] {
 				e := row.Event
-				rec.sends = append(rec.sends, ledger.Sent{Event: &e, EnqueuedAt: row.EnqueuedAt, At: sentAt})
+				rec.sends = append(rec.sends, model.Sent{Event: &e, EnqueuedAt: row.EnqueuedAt, At: sentAt})
 			}
 			if !r.sends.Add(rec) {
 				r.log.WarnContext(ctx, "relay: the ledger recorder is full; the healing step records these sends later",

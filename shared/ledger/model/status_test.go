@@ -1,10 +1,10 @@
-package ledger
+package model
 
 import (
-	"context"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/event"
 )
 
 func TestDeriveTruthTable(t *testing.T) {
@@ -12,8 +12,10 @@ func TestDeriveTruthTable(t *testing.T) {
 	ok := func(c string, n int) Attempt {
 		return Attempt{ConsumerID: c, AttemptNo: n, Success: true, Outcome: OutcomeSuccess}
 	}
-	fail := func(c string, n int, o Outcome) Attempt { return Attempt{ConsumerID: c, AttemptNo: n, Outcome: o} }
-	latest := func(as ...Attempt) map[string]Attempt { return latestByConsumer(as) }
+	fail := func(c string, n int, o Outcome) Attempt {
+		return Attempt{ConsumerID: c, AttemptNo: n, Outcome: o}
+	}
+	latest := func(as ...Attempt) map[string]Attempt { return LatestByConsumer(as) }
 	two := []string{"member-service", "message-service"}
 	repush := func(consumer string, since ...ConsumerMark) *Repush {
 		return &Repush{At: now, Consumer: consumer, Since: since}
@@ -167,24 +169,24 @@ func TestAttemptValidate(t *testing.T) {
 }
 
 func TestTruncate(t *testing.T) {
-	if got := truncate("short", 10); got != "short" {
+	if got := Truncate("short", 10); got != "short" {
 		t.Error(got)
 	}
 	long := ""
 	for i := 0; i < 100; i++ {
 		long += "é"
 	}
-	got := truncate(long, 50)
+	got := Truncate(long, 50)
 	if len(got) > 50 || got[len(got)-len("(truncated)"):] != "(truncated)" {
 		t.Errorf("%q (%d bytes)", got, len(got))
 	}
 }
 
-func TestOpenModeRefusesUnknownModes(t *testing.T) {
-	if s, err := OpenMode(context.Background(), ModeOff, Config{}, Options{}); s != nil || err != nil {
-		t.Errorf("off: %v %v, want no store and no error", s, err)
+// fieldErrs lists the fields an error's FieldErrors name.
+func fieldErrs(err error) []string {
+	var out []string
+	for _, fe := range event.FieldErrors(err) {
+		out = append(out, fe.Field)
 	}
-	if _, err := OpenMode(context.Background(), "postgres", Config{}, Options{}); err == nil || !strings.Contains(err.Error(), `LEDGER="postgres"`) {
-		t.Errorf("unknown mode: %v", err)
-	}
+	return out
 }

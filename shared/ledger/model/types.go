@@ -1,4 +1,4 @@
-package ledger
+package model
 
 import (
 	"encoding/json"

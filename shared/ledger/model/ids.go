@@ -1,4 +1,4 @@
-package ledger
+package model
 
 import (
 	"crypto/sha256"
@@ -62,8 +62,10 @@ func shardOf(eventID string, n int) int { return int(spread(eventID) % uint64(n)
 // as event.Event's).
 const eventIDRule = "required: 1 to 128 characters of [A-Za-z0-9._:-]"
 
-// checkEventID validates an event id given to a lookup or a notice.
-func checkEventID(id string) error {
+// CheckEventID validates an event id as every ledger lookup does: 1 to 128
+// characters of [A-Za-z0-9._:-]. The error is an *event.FieldError naming
+// eventId.
+func CheckEventID(id string) error {
 	if len(id) == 0 || len(id) > 128 {
 		return &event.FieldError{Field: "eventId", Rule: eventIDRule}
 	}
@@ -75,8 +77,3 @@ func checkEventID(id string) error {
 	}
 	return nil
 }
-
-// CheckEventID validates an event id as every ledger lookup does: 1 to 128
-// characters of [A-Za-z0-9._:-]. The error is an *event.FieldError naming
-// eventId.
-func CheckEventID(id string) error { return checkEventID(id) }

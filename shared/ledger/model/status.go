@@ -1,4 +1,4 @@
-package ledger
+package model
 
 import (
 	"sort"
@@ -144,8 +144,8 @@ func StateOf(latest *Attempt) ConsumerState {
 	return ConsumerFailed
 }
 
-// latestByConsumer keeps each consumer's highest-numbered attempt.
-func latestByConsumer(attempts []Attempt) map[string]Attempt {
+// LatestByConsumer keeps each consumer's highest-numbered attempt.
+func LatestByConsumer(attempts []Attempt) map[string]Attempt {
 	out := make(map[string]Attempt)
 	for _, a := range attempts {
 		if cur, ok := out[a.ConsumerID]; !ok || a.AttemptNo > cur.AttemptNo {
@@ -155,7 +155,7 @@ func latestByConsumer(attempts []Attempt) map[string]Attempt {
 	return out
 }
 
-// withFolded returns an event's attempt documents together with the
+// WithFolded returns an event's attempt documents together with the
 // attempts its document keeps only as folded marks (Event.Latest: a
 // consumer's latest attempt whose document was never written, the first
 // attempt that succeeded at ledger level failures), ordered by consumer and
@@ -163,7 +163,7 @@ func latestByConsumer(attempts []Attempt) map[string]Attempt {
 // a folded attempt and a written one look the same, and a ledger written
 // before the fold (every attempt a document, marks without delivery
 // facts) reads as it always did.
-func withFolded(d *Event, docs []Attempt) []Attempt {
+func WithFolded(d *Event, docs []Attempt) []Attempt {
 	if len(d.Latest) == 0 {
 		return docs
 	}
@@ -176,15 +176,15 @@ func withFolded(d *Event, docs []Attempt) []Attempt {
 		if m.AttemptNo < 1 || have[ConsumerMark{ConsumerID: c, AttemptNo: m.AttemptNo}] {
 			continue
 		}
-		out = append(out, m.attempt(d, c))
+		out = append(out, m.Attempt(d, c))
 	}
-	sortAttempts(out)
+	SortAttempts(out)
 	return out
 }
 
-// factsOf gathers the facts of an event document and each consumer's
-// latest attempt (latestByConsumer).
-func factsOf(d *Event, latest map[string]Attempt, now time.Time) Facts {
+// FactsOf gathers the facts of an event document and each consumer's
+// latest attempt (LatestByConsumer).
+func FactsOf(d *Event, latest map[string]Attempt, now time.Time) Facts {
 	return Facts{
 		Expected:       d.ExpectedConsumers,
 		Latest:         latest,
@@ -196,9 +196,9 @@ func factsOf(d *Event, latest map[string]Attempt, now time.Time) Facts {
 	}
 }
 
-// open reports whether a status may still change without new attempts or
+// Open reports whether a status may still change without new attempts or
 // operator action; the expiry sweep only looks at open events.
-func (s Status) open() bool { return s != StatusConsumed && s != StatusExpired }
+func (s Status) Open() bool { return s != StatusConsumed && s != StatusExpired }
 
 // Settled reports whether a status stays as it is unless an operator acts
 // (a re-push) or a consumer reports again: CONSUMED, EXPIRED and FAILED.
@@ -207,8 +207,8 @@ func (s Status) Settled() bool {
 	return s == StatusConsumed || s == StatusExpired || s == StatusFailed
 }
 
-// sortAttempts orders attempts by consumer, then attempt number.
-func sortAttempts(as []Attempt) {
+// SortAttempts orders attempts by consumer, then attempt number.
+func SortAttempts(as []Attempt) {
 	sort.Slice(as, func(i, j int) bool {
 		if as[i].ConsumerID != as[j].ConsumerID {
 			return as[i].ConsumerID < as[j].ConsumerID

@@ -1,4 +1,4 @@
-package ledger
+package model
 
 import (
 	"errors"
@@ -109,21 +109,21 @@ type AttemptMark struct {
 	DeliveryAttempt int       `firestore:"deliveryAttempt,omitempty"`
 }
 
-// mark returns the attempt's AttemptMark.
-func (a *Attempt) mark() AttemptMark {
+// Mark returns the attempt's AttemptMark.
+func (a *Attempt) Mark() AttemptMark {
 	return AttemptMark{AttemptNo: a.AttemptNo, Success: a.Success, Outcome: a.Outcome, ConsumedAt: a.ConsumedAt.UTC(),
 		ErrorCode: a.ErrorCode, Subscription: a.Subscription, MessageID: a.MessageID, DeliveryAttempt: a.DeliveryAttempt}
 }
 
-// sameAttempt reports whether two marks are of the same attempt with the
+// SameAttempt reports whether two marks are of the same attempt with the
 // same outcome (marks of one attempt may differ in the delivery facts an
 // older mark did not keep).
-func (m AttemptMark) sameAttempt(o AttemptMark) bool {
+func (m AttemptMark) SameAttempt(o AttemptMark) bool {
 	return m.AttemptNo == o.AttemptNo && m.Success == o.Success && m.Outcome == o.Outcome
 }
 
-// attempt rebuilds the attempt a mark stands for.
-func (m AttemptMark) attempt(d *Event, consumerID string) Attempt {
+// Attempt rebuilds the attempt a mark stands for.
+func (m AttemptMark) Attempt(d *Event, consumerID string) Attempt {
 	return Attempt{EventID: d.EventID, ConsumerID: consumerID, AttemptNo: m.AttemptNo, Success: m.Success, Outcome: m.Outcome,
 		ErrorCode: m.ErrorCode, ConsumedAt: m.ConsumedAt, CreatedAt: m.ConsumedAt, Topic: d.Topic,
 		Subscription: m.Subscription, MessageID: m.MessageID, DeliveryAttempt: m.DeliveryAttempt}
@@ -181,12 +181,12 @@ type PublishFailure struct {
 // envelope is small.
 const DefaultMaxStoredPayload = 900 << 10
 
-// maxErrorText bounds error messages kept in the ledger.
-const maxErrorText = 4096
+// MaxErrorText bounds error messages kept in the ledger.
+const MaxErrorText = 4096
 
-// newEvent builds the document of a sent (or failed) event from its
+// NewEvent builds the document of a sent (or failed) event from its
 // envelope, spread over shards index shards.
-func newEvent(e *event.Event, maxPayload, shards int) Event {
+func NewEvent(e *event.Event, maxPayload, shards int) Event {
 	d := Event{
 		EventID:       e.ID,
 		EventType:     e.Type,
@@ -281,7 +281,7 @@ func (o Outcome) Valid() bool {
 func (a *Attempt) Validate() error {
 	var errs []error
 	add := func(field, rule string) { errs = append(errs, &event.FieldError{Field: field, Rule: rule}) }
-	if err := checkEventID(a.EventID); err != nil {
+	if err := CheckEventID(a.EventID); err != nil {
 		errs = append(errs, err)
 	}
 	if err := names.ValidateConsumer(a.ConsumerID); err != nil {
@@ -302,8 +302,8 @@ func (a *Attempt) Validate() error {
 	return errors.Join(errs...)
 }
 
-// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
+// Truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
