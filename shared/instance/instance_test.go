@@ -1,8 +1,10 @@
 package instance
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -57,13 +59,17 @@ func TestPostgresNamesTheMissingVariable(t *testing.T) {
 	}
 }
 
-// closingHandler answers after its delay and records its Close.
+// closingHandler answers after its delay, tells when a request has entered
+// it, and records its Close.
 type closingHandler struct {
-	delay  time.Duration
-	closed atomic.Bool
+	delay   time.Duration
+	closed  atomic.Bool
+	entered chan struct{} // closed when the first request is in the handler
+	once    sync.Once
 }
 
 func (h *closingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.once.Do(func() { close(h.entered) })
 	select {
 	case <-time.After(h.delay):
 		w.WriteHeader(http.StatusOK)
@@ -78,7 +84,7 @@ func (h *closingHandler) Close(context.Context) error {
 
 func serveSlow(t *testing.T, name string, delay, timeout time.Duration) (url string, h *closingHandler, stop func() time.Duration) {
 	t.Helper()
-	h = &closingHandler{delay: delay}
+	h = &closingHandler{delay: delay, entered: make(chan struct{})}
 	Lazy(name, func(context.Context) (http.Handler, error) { return h, nil })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -111,7 +117,7 @@ func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
 		resp.Body.Close()
 		got <- resp.StatusCode
 	}()
-	time.Sleep(100 * time.Millisecond) // the request is in the handler
+	<-h.entered
 	took := stop()
 	if code := <-got; code != http.StatusOK {
 		t.Fatalf("the request in flight got %d, want 200", code)
@@ -136,7 +142,7 @@ func TestShutdownCutsWhatOutlivesItsTimeout(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	<-h.entered
 	if took := stop(); took > 2*time.Second {
 		t.Errorf("shutdown took %v with a 300ms timeout", took)
 	}
@@ -147,11 +153,16 @@ func TestShutdownCutsWhatOutlivesItsTimeout(t *testing.T) {
 
 const childEnv = "RELAYBUS_INSTANCE_TEST_CHILD"
 
+// childServing is the line the child writes to stderr when a request has
+// entered its handler.
+const childServing = "relaybus-instance-test: serving"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		Lazy("child", func(context.Context) (http.Handler, error) {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				time.Sleep(time.Second)
+				fmt.Fprintln(os.Stderr, childServing)
+				time.Sleep(time.Second) // the slow request's work
 				w.WriteHeader(http.StatusAccepted)
 			}), nil
 		})
@@ -172,7 +183,8 @@ func TestSIGTERMDuringASlowRequest(t *testing.T) {
 	ln.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", "PORT="+strconv.Itoa(port), "SHUTDOWN_TIMEOUT=5s", "FUNCTION_TARGET=")
-	cmd.Stderr = os.Stderr
+	watch := &lineWatch{line: childServing, seen: make(chan struct{})}
+	cmd.Stderr = watch
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +212,12 @@ func TestSIGTERMDuringASlowRequest(t *testing.T) {
 		resp.Body.Close()
 		got <- resp.StatusCode
 	}()
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-watch.seen:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the request never reached the child's handler")
+	}
 	start := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -214,4 +231,33 @@ func TestSIGTERMDuringASlowRequest(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("exit took %v after SIGTERM, over SHUTDOWN_TIMEOUT", took)
 	}
+}
+
+// lineWatch passes what the child writes on to the test's stderr and
+// closes seen when a whole line equals line. exec.Cmd copies to it from one
+// goroutine and Wait waits for that copy.
+type lineWatch struct {
+	line string
+	seen chan struct{}
+	buf  []byte
+	done bool
+}
+
+func (w *lineWatch) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l := string(w.buf[:i])
+		w.buf = w.buf[i+1:]
+		if !w.done && l == w.line {
+			w.done = true
+			close(w.seen)
+			continue
+		}
+		fmt.Fprintln(os.Stderr, l)
+	}
+	return len(p), nil
 }
