@@ -2,6 +2,7 @@ package rollup
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -46,10 +47,15 @@ func (c *countingRoll) roll(_ context.Context, ns []model.Notice) ([]ledger.Roll
 // one rollup.
 func TestNoticesWithinTheWindowShareOneRollup(t *testing.T) {
 	r := &countingRoll{}
-	c := newCoalescer(r.roll, 100*time.Millisecond, time.Millisecond, time.Second, 4)
+	c := newCoalescer(r.roll, 2*time.Second, time.Millisecond, time.Second, 4)
 	defer c.close(context.Background())
 	var wg sync.WaitGroup
+	waiting := map[string]int{}
 	for _, ids := range [][]string{{"e1"}, {"e1", "e2"}, {"e2"}, {"e1"}} {
+		for _, id := range ids {
+			waiting[id]++
+		}
+		want := maps.Clone(waiting)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -58,7 +64,10 @@ func TestNoticesWithinTheWindowShareOneRollup(t *testing.T) {
 				t.Errorf("do(%v): %v %v", ids, res, err)
 			}
 		}()
-		time.Sleep(10 * time.Millisecond)
+		// The notices arrive one after the other within the window.
+		for id, n := range want {
+			waitHeld(t, c, id, func(h *held) bool { return len(h.waiters) == n })
+		}
 	}
 	wg.Wait()
 	seen := map[string]int{}
@@ -83,7 +92,7 @@ func TestANoticeDuringARollupGetsANewOne(t *testing.T) {
 	<-r.started
 	second := make(chan error, 1)
 	go func() { _, err := c.do(context.Background(), legacy("e1")); second <- err }()
-	time.Sleep(30 * time.Millisecond)
+	waitHeld(t, c, "e1", func(h *held) bool { return len(h.next) == 1 })
 	close(r.hold)
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -158,7 +167,9 @@ func TestAnEventIsRolledUpOnceEveryConsumerReported(t *testing.T) {
 			}
 			done <- time.Since(start)
 		}()
-		time.Sleep(20 * time.Millisecond)
+		if consumer == "a" { // b reports after a
+			waitHeld(t, c, "e1", func(h *held) bool { return len(h.waiters) == 1 })
+		}
 	}
 	for range 2 {
 		if d := <-done; d > time.Second {
@@ -175,5 +186,24 @@ func TestAnEventIsRolledUpOnceEveryConsumerReported(t *testing.T) {
 	}
 	if d := time.Since(start); d < 3*time.Second {
 		t.Errorf("e2 rolled up after %v with b missing, want the whole window", d)
+	}
+}
+
+// waitHeld waits until the event id is held and cond holds of it.
+func waitHeld(t *testing.T, c *coalescer, id string, cond func(h *held) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		h, ok := c.pending[id]
+		met := ok && cond(h)
+		c.mu.Unlock()
+		if met {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the condition never held", id)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

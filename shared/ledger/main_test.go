@@ -2,10 +2,12 @@ package ledger
 
 import (
 	"context"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/relaybus/relaybus/internal/fscount"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/firestore"
 
@@ -46,17 +48,34 @@ func newStore(t testing.TB, opts Options) *Store {
 // project: n instances of a function sharing the ledger.
 func newStores(t testing.TB, n int, opts Options) []*Store {
 	t.Helper()
+	stores, _ := newCountedStores(t, n, opts)
+	return stores
+}
+
+// newCountedStore returns a store on a project of its own and the counter
+// of the reads and writes its client's RPCs carry.
+func newCountedStore(t testing.TB, opts Options) (*Store, *fscount.Counter) {
+	t.Helper()
+	stores, counters := newCountedStores(t, 1, opts)
+	return stores[0], counters[0]
+}
+
+// newCountedStores is newStores with a counter of the RPCs per store.
+func newCountedStores(t testing.TB, n int, opts Options) ([]*Store, []*fscount.Counter) {
+	t.Helper()
 	project := emutest.FirestoreProject(t)
 	out := make([]*Store, n)
+	counters := make([]*fscount.Counter, n)
 	for i := range out {
-		c, err := firestore.NewClientWithDatabase(context.Background(), project, DefaultDatabase)
+		counters[i] = new(fscount.Counter)
+		c, err := firestore.NewClientWithDatabase(context.Background(), project, DefaultDatabase, counters[i].Options()...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		out[i] = New(c, opts)
 	}
-	return out
+	return out, counters
 }
 
 // seed registers consumers for a topic in topic_consumers.

@@ -568,8 +568,10 @@ type flight struct {
 	ctx  context.Context
 	run  func(context.Context) (RollupResult, error)
 	done chan struct{} // closed when res and err are set
-	res  RollupResult
-	err  error
+	// waiters counts the callers that wait for it, its owner included.
+	waiters int
+	res     RollupResult
+	err     error
 }
 
 // followUpTimeout bounds a follow-up run, which outlives the call that
@@ -594,6 +596,7 @@ func (c *coalescer) do(ctx context.Context, key string, run func(context.Context
 		f, owner = &flight{ctx: context.WithoutCancel(ctx), run: run, done: make(chan struct{})}, true
 		st.next = f
 	}
+	f.waiters++
 	c.mu.Unlock()
 	select {
 	case <-f.done:
