@@ -57,13 +57,9 @@ func (s *Store) Audit(ctx context.Context, e AuditEntry) (AuditEntry, error) {
 	if _, err := ref.Create(ctx, e); err != nil {
 		return AuditEntry{}, fmt.Errorf("ledger: audit %s: %w", e.Action, err)
 	}
-	s.wrote(OpAudit, 1)
 	e.ID = ref.ID
 	return e, nil
 }
-
-// OpAudit names the audit log's reads and writes in Usage.ByOp.
-const OpAudit = "audit"
 
 // MaxAuditScan bounds how many entries AuditLog reads.
 const MaxAuditScan = 1000
@@ -88,7 +84,7 @@ func (s *Store) AuditLog(ctx context.Context, q AuditQuery) ([]AuditEntry, error
 	}
 	limit = min(limit, MaxAuditScan)
 	fq := shapeAuditByTime.query(s.client.Collection(CollectionAudit).Query, nil).Limit(MaxAuditScan)
-	docs, err := s.queryDocs(ctx, OpAudit, nil, fq)
+	docs, err := s.queryDocs(ctx, nil, fq)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: audit log: %w", err)
 	}

@@ -49,7 +49,7 @@ func (s *Store) ExpectedConsumers(ctx context.Context, topic string) ([]registry
 
 // topicConsumers returns every entry of a topic, enabled or not.
 func (s *Store) topicConsumers(ctx context.Context, topic string) ([]registry.Consumer, error) {
-	docs, err := s.queryDocs(ctx, OpRegistry, nil, shapeConsumersByTopic.query(s.consumers.Query, map[string]any{"topic": topic}))
+	docs, err := s.queryDocs(ctx, nil, shapeConsumersByTopic.query(s.consumers.Query, map[string]any{"topic": topic}))
 	if err != nil {
 		return nil, fmt.Errorf("ledger: consumers of %s: %w", topic, err)
 	}
@@ -119,7 +119,7 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 		}
 		want[id] = e
 	}
-	docs, err := s.queryDocs(ctx, OpSyncConsumers, nil, shapeAllConsumers.query(s.consumers.Query, nil))
+	docs, err := s.queryDocs(ctx, nil, shapeAllConsumers.query(s.consumers.Query, nil))
 	if err != nil {
 		return rep, fmt.Errorf("ledger: sync consumers: read %s: %w", model.CollectionConsumers, err)
 	}
@@ -186,7 +186,6 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 		}
 	}
 	bw.End()
-	s.wrote(OpSyncConsumers, len(jobs))
 	errs := []error{werr}
 	for _, j := range jobs {
 		if _, err := j.Results(); err != nil {

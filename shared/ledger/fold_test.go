@@ -58,7 +58,7 @@ func TestALedgerWrittenBeforeTheFoldIsReadAsItIs(t *testing.T) {
 			t.Errorf("%s: %+v, want its one attempt (%s)", c.ConsumerID, c.Attempts, want)
 		}
 	}
-	docs, err := s.readAttempts(ctx, OpQuery, nil, e.ID)
+	docs, err := s.readAttempts(ctx, nil, e.ID)
 	if err != nil || len(docs) != 1 {
 		t.Errorf("%d attempt documents (%v), want billing's alone", len(docs), err)
 	}

@@ -98,7 +98,7 @@ topics:
 			if got := counter.Writes() - w0; got != tc.writes {
 				t.Errorf("%d writes, want %d", got, tc.writes)
 			}
-			docs, err := s.readAttempts(ctx, OpQuery, nil, e.ID)
+			docs, err := s.readAttempts(ctx, nil, e.ID)
 			if err != nil || len(docs) != tc.attemptDocs {
 				t.Errorf("%d attempt documents (%v), want %d", len(docs), err, tc.attemptDocs)
 			}

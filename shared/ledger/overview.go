@@ -30,7 +30,6 @@ func (s *Store) StatusCounts(ctx context.Context, since time.Time) (map[model.St
 			q := shapeCountByStatus.query(s.events.Query, map[string]any{fieldStatus: string(st)})
 			q = shapeCountByStatus.withRange(q, since.UTC(), nil)
 			res, err := q.NewAggregationQuery().WithCount("n").Get(ctx)
-			s.usage.op(OpQuery).reads.Add(1)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -91,7 +90,7 @@ func (s *Store) RecentHops(ctx context.Context, since time.Time, limit, withAtte
 	}
 	shape := listShape(nil)
 	q := shape.withRange(shape.query(s.events.Query, nil), since.UTC(), nil).Select(hopFields...).Limit(limit)
-	docs, err := s.queryDocs(ctx, OpQuery, nil, q)
+	docs, err := s.queryDocs(ctx, nil, q)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: recent hops: %w", err)
 	}
@@ -126,7 +125,7 @@ func (s *Store) RecentHops(ctx context.Context, since time.Time, limit, withAtte
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			attempts, err := s.eventAttempts(ctx, OpQuery, nil, &evs[i])
+			attempts, err := s.eventAttempts(ctx, nil, &evs[i])
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -185,7 +184,7 @@ func (s *Store) ConsumedCounts(ctx context.Context, events []model.Event) (map[s
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			attempts, err := s.eventAttempts(ctx, OpQuery, nil, &e)
+			attempts, err := s.eventAttempts(ctx, nil, &e)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -163,7 +163,7 @@ func (s *Store) List(ctx context.Context, q ListQuery) (Page, error) {
 	if cur != nil {
 		fq = fq.StartAfter(cur.T, cur.D)
 	}
-	docs, err := s.queryDocs(ctx, OpQuery, nil, fq.Limit(size+1))
+	docs, err := s.queryDocs(ctx, nil, fq.Limit(size+1))
 	if err != nil {
 		return Page{}, fmt.Errorf("ledger: list: %w", err)
 	}
@@ -197,7 +197,7 @@ func (s *Store) listTrace(ctx context.Context, q ListQuery, size int, cur *pageT
 	if cur != nil {
 		fq = fq.StartAfter(cur.T, cur.D)
 	}
-	docs, err := s.queryDocs(ctx, OpQuery, nil, fq.Limit(MaxTraceScan))
+	docs, err := s.queryDocs(ctx, nil, fq.Limit(MaxTraceScan))
 	if err != nil {
 		return Page{}, fmt.Errorf("ledger: list: %w", err)
 	}
@@ -271,7 +271,7 @@ func (s *Store) Events(ctx context.Context, eventIDs []string) (map[string]model
 			refs = append(refs, s.eventRef(id))
 		}
 	}
-	snaps, err := s.getAll(ctx, OpQuery, refs)
+	snaps, err := s.getAll(ctx, refs)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: events: %w", err)
 	}
@@ -302,7 +302,7 @@ func (s *Store) Get(ctx context.Context, eventID string) (Detail, error) {
 		attempts []model.Attempt
 	)
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		snap, err := s.getDoc(ctx, OpQuery, tx, s.eventRef(eventID))
+		snap, err := s.getDoc(ctx, tx, s.eventRef(eventID))
 		if err != nil {
 			if notFound(err) {
 				return fmt.Errorf("%w: %s", ErrEventNotFound, eventID)
@@ -312,7 +312,7 @@ func (s *Store) Get(ctx context.Context, eventID string) (Detail, error) {
 		if err := snap.DataTo(&d); err != nil {
 			return fmt.Errorf("decode %s: %w", snap.Ref.ID, err)
 		}
-		attempts, err = s.eventAttempts(ctx, OpQuery, tx, &d)
+		attempts, err = s.eventAttempts(ctx, tx, &d)
 		return err
 	}, firestore.ReadOnly)
 	if err != nil {
@@ -387,7 +387,7 @@ func (s *Store) Trace(ctx context.Context, eventID string) (Trace, error) {
 	if err := model.CheckEventID(eventID); err != nil {
 		return Trace{}, fmt.Errorf("ledger: trace: %w", err)
 	}
-	docs, err := s.queryDocs(ctx, OpQuery, nil, shapeEventByName.query(s.events.Query, map[string]any{NameField: s.eventRef(eventID)}).Select(summaryFields...))
+	docs, err := s.queryDocs(ctx, nil, shapeEventByName.query(s.events.Query, map[string]any{NameField: s.eventRef(eventID)}).Select(summaryFields...))
 	if err != nil {
 		return Trace{}, fmt.Errorf("ledger: trace of %s: %w", eventID, err)
 	}
@@ -402,7 +402,7 @@ func (s *Store) Trace(ctx context.Context, eventID string) (Trace, error) {
 	tr := Trace{TraceID: self.TraceID}
 	if self.TraceID != "" {
 		q := shapeByTrace.query(s.events.Query, map[string]any{fieldTraceID: self.TraceID}).Select(summaryFields...).Limit(MaxTraceScan + 1)
-		docs, err := s.queryDocs(ctx, OpQuery, nil, q)
+		docs, err := s.queryDocs(ctx, nil, q)
 		if err != nil {
 			return Trace{}, fmt.Errorf("ledger: trace %s: %w", self.TraceID, err)
 		}

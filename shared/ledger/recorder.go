@@ -117,7 +117,6 @@ func (s *Store) InsertAttempts(ctx context.Context, as []model.Attempt) error {
 		jobs = append(jobs, job{ref, j})
 	}
 	bw.End()
-	s.wrote(OpRecordAttempt, len(jobs))
 	for _, j := range jobs {
 		if _, err := j.j.Results(); err != nil && !alreadyExists(err) {
 			errs = append(errs, fmt.Errorf("ledger: attempt %s: %w", j.ref.ID, err))
@@ -150,7 +149,6 @@ func (s *Store) InsertAttempt(ctx context.Context, a model.Attempt) (created boo
 	}
 	ref := s.attempts(a.EventID).Doc(model.AttemptDocID(a.EventID, a.ConsumerID, a.AttemptNo))
 	err = retryAborted(ctx, func() error {
-		s.wrote(OpRecordAttempt, 1)
 		_, err := ref.Create(ctx, a)
 		return err
 	})

@@ -34,7 +34,7 @@ type ConsumerEntry struct {
 // Consumers returns every topic_consumers entry, enabled or not, by topic,
 // then sort order, then consumer id.
 func (s *Store) Consumers(ctx context.Context) ([]ConsumerEntry, error) {
-	docs, err := s.queryDocs(ctx, OpRegistry, nil, shapeAllConsumers.query(s.consumers.Query, nil))
+	docs, err := s.queryDocs(ctx, nil, shapeAllConsumers.query(s.consumers.Query, nil))
 	if err != nil {
 		return nil, fmt.Errorf("ledger: consumers: %w", err)
 	}
@@ -138,7 +138,7 @@ func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		audit = nil
 		now := s.clock()
-		snap, err := s.getDoc(ctx, OpRegistry, tx, ref)
+		snap, err := s.getDoc(ctx, tx, ref)
 		exists := err == nil
 		if err != nil && !notFound(err) {
 			return err
@@ -199,7 +199,6 @@ func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string
 		return ConsumerEntry{}, nil, fmt.Errorf("ledger: change consumer %s on %s: %w", ch.ConsumerID, ch.Topic, err)
 	}
 	if audit != nil {
-		s.wrote(OpRegistry, 2)
 	}
 	return entry, audit, nil
 }

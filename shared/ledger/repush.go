@@ -44,7 +44,7 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 	)
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		checkErr, wrote = nil, false
-		snap, err := s.getDoc(ctx, OpRepush, tx, ref)
+		snap, err := s.getDoc(ctx, tx, ref)
 		if err != nil {
 			if notFound(err) {
 				return fmt.Errorf("%w: %s", ErrEventNotFound, eventID)
@@ -61,7 +61,7 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 				return err
 			}
 		}
-		attempts, err := s.eventAttempts(ctx, OpRepush, tx, &d)
+		attempts, err := s.eventAttempts(ctx, tx, &d)
 		if err != nil {
 			return err
 		}
@@ -105,7 +105,6 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 		return model.Event{}, fmt.Errorf("ledger: re-push %s: %w", eventID, err)
 	}
 	if wrote {
-		s.wrote(OpRepush, 1)
 	}
 	return out, nil
 }

@@ -197,7 +197,7 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 	for i, id := range ids {
 		refs[i] = s.eventRef(id)
 	}
-	snaps, err := s.getAll(ctx, OpRollup, refs)
+	snaps, err := s.getAll(ctx, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			attempts, err := s.readAttempts(ctx, OpRollup, nil, d.id)
+			attempts, err := s.readAttempts(ctx, nil, d.id)
 			if err != nil {
 				d.res.Err = fmt.Errorf("ledger: rollup %s: %w", d.id, err)
 				return
@@ -286,7 +286,6 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 		if d.job != nil {
 			switch _, err := d.job.Results(); {
 			case err == nil:
-				s.wrote(OpRollup, 1)
 				d.res.Changed = d.res.Status != d.res.Previous
 				d.res.Event.Status = d.res.Status
 			case status.Code(err) == codes.FailedPrecondition:
@@ -335,7 +334,7 @@ func (s *Store) readNewAttempts(ctx context.Context, ds []*derivation) error {
 			}
 		}
 	}
-	snaps, err := s.getAll(ctx, OpRollup, refs)
+	snaps, err := s.getAll(ctx, refs)
 	if err != nil {
 		return fmt.Errorf("read attempts: %w", err)
 	}
@@ -450,7 +449,7 @@ func (s *Store) Reconcile(ctx context.Context, limit int) (ReconcileReport, erro
 	now := s.clock()
 	q := shapeCheckDue.query(s.events.Query, nil)
 	q = shapeCheckDue.withRange(q, nil, now.Add(time.Microsecond)).Select("eventId").Limit(limit)
-	docs, err := s.queryDocs(ctx, OpReconcile, nil, q)
+	docs, err := s.queryDocs(ctx, nil, q)
 	if err != nil {
 		return ReconcileReport{}, fmt.Errorf("ledger: reconcile: %w", err)
 	}
@@ -527,7 +526,7 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (ExpireReport, error) 
 	now := s.clock()
 	q := shapeExpireDue.query(s.events.Query, nil)
 	q = shapeExpireDue.withRange(q, nil, now.Add(time.Microsecond)).Select("eventId").Limit(limit)
-	docs, err := s.queryDocs(ctx, OpExpire, nil, q)
+	docs, err := s.queryDocs(ctx, nil, q)
 	if err != nil {
 		return ExpireReport{}, fmt.Errorf("ledger: expire: %w", err)
 	}

@@ -143,7 +143,7 @@ func (s *Store) scanPage(ctx context.Context, q firestore.Query, keep func(*mode
 	if cur != nil {
 		q = q.StartAfter(cur.T, cur.D)
 	}
-	docs, err := s.queryDocs(ctx, OpQuery, nil, q.Limit(MaxTraceScan))
+	docs, err := s.queryDocs(ctx, nil, q.Limit(MaxTraceScan))
 	if err != nil {
 		return Page{}, fmt.Errorf("ledger: search: %w", err)
 	}

@@ -86,7 +86,6 @@ func (s *Store) RecordSent(ctx context.Context, sends []model.Sent) error {
 		jobs = append(jobs, pending{e, j})
 	}
 	bw.End()
-	s.wrote(OpRecordSent, len(jobs))
 	var late []string
 	for _, p := range jobs {
 		_, err := p.job.Results()
@@ -152,12 +151,11 @@ func (s *Store) expectedFor(ctx context.Context, events []*event.Event) (map[str
 func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string, snd model.Sent) error {
 	at := snd.At
 	ref := s.eventRef(e.ID)
-	var writes int
 	var healed bool
 	var prev, next model.Status
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		writes, healed = 0, false
-		snap, err := s.getDoc(ctx, OpRecordSent, tx, ref)
+		healed = false
+		snap, err := s.getDoc(ctx, tx, ref)
 		if notFound(err) {
 			// Gone since the create failed (deleted by hand): write it anew.
 			d := model.NewEvent(e, s.maxPayload, s.shards)
@@ -165,7 +163,6 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 			d.Status, d.StatusAt, d.SentAt, d.LastSentAt, d.EnqueuedAt = model.StatusSent, at, at, at, snd.EnqueuedAt
 			d.CreatedAt, d.UpdatedAt, d.ExpectedConsumers = now, now, expected
 			d.CheckAt, d.DeleteAt = at.Add(s.reconcile), s.deleteAt(now)
-			writes = 1
 			return tx.Create(ref, d)
 		}
 		if err != nil {
@@ -178,7 +175,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 		if !d.SentAt.IsZero() {
 			return nil // already recorded: leave it exactly as it is
 		}
-		attempts, err := s.eventAttempts(ctx, OpRecordSent, tx, &d)
+		attempts, err := s.eventAttempts(ctx, tx, &d)
 		if err != nil {
 			return err
 		}
@@ -199,13 +196,12 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 			ups = append(ups, firestore.Update{Path: "enqueuedAt", Value: snd.EnqueuedAt})
 		}
 		ups = append(ups, s.statusUpdates(&d, next, at)...)
-		writes, healed = 1, true
+		healed = true
 		return tx.Update(ref, ups)
 	})
 	if err != nil {
 		return err
 	}
-	s.wrote(OpRecordSent, writes)
 	if healed {
 		s.log.InfoContext(ctx, "ledger: send recorded on an event first recorded by a publish failure",
 			append(logging.Event(e), "previous_status", prev, "status", next)...)
@@ -265,15 +261,13 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 		return fmt.Errorf("ledger: record publish failure of %s: %w", e.ID, err)
 	}
 	ref := s.eventRef(e.ID)
-	var writes int
 	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		writes = 0
 		now := s.clock()
-		snap, err := s.getDoc(ctx, OpPublishFailure, tx, ref)
+		snap, err := s.getDoc(ctx, tx, ref)
 		if notFound(err) {
 			// Consumers may have reported already (a publish that timed out
 			// but went through): derive the status from their attempts.
-			attempts, err := s.readAttempts(ctx, OpPublishFailure, tx, e.ID)
+			attempts, err := s.readAttempts(ctx, tx, e.ID)
 			if err != nil {
 				return err
 			}
@@ -289,7 +283,6 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			if !d.Status.Settled() {
 				d.CheckAt = now.Add(s.reconcile)
 			}
-			writes = 1
 			return tx.Create(ref, d)
 		}
 		if err != nil {
@@ -306,18 +299,16 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			ups = append(ups, firestore.Update{Path: "repush.publishFailed", Value: true})
 		}
 		if d.SentAt.IsZero() || final {
-			attempts, err := s.eventAttempts(ctx, OpPublishFailure, tx, &d)
+			attempts, err := s.eventAttempts(ctx, tx, &d)
 			if err != nil {
 				return err
 			}
 			ups = append(ups, s.statusUpdates(&d, model.Derive(model.FactsOf(&d, model.LatestByConsumer(attempts), now)), now)...)
 		}
-		writes = 1
 		return tx.Update(ref, ups)
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: record publish failure of %s: %w", e.ID, err)
 	}
-	s.wrote(OpPublishFailure, writes)
 	return nil
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/firestore"
 	"google.golang.org/api/iterator"
@@ -86,7 +85,6 @@ type Store struct {
 	maxPayload int
 	now        func() time.Time
 	log        *slog.Logger
-	usage      usage
 	flights    coalescer
 	retention  time.Duration
 	reconcile  time.Duration
@@ -152,7 +150,6 @@ func New(c *firestore.Client, opts Options) *Store {
 	if s.reg == nil {
 		s.reg = registry.Cached(s, registry.DefaultCacheTTL)
 	}
-	s.usage.ops = map[string]*opCounts{}
 	return s
 }
 
@@ -178,74 +175,8 @@ func (s *Store) deleteAt(t time.Time) time.Time {
 	return t.Add(s.retention)
 }
 
-// Usage counts the Firestore document reads and writes the store has made
-// (what Firestore bills): a document read by a get or a query is one read,
-// a query that returns nothing is one read, every document written
-// (created, updated, including creates refused because the document exists)
-// is one write. Reads and writes of transactions that were retried count
-// every time.
-type Usage struct {
-	Reads  int64
-	Writes int64
-	// ByOp splits the totals by store operation (record_sent, rollup, ...).
-	ByOp map[string]Counts
-}
-
-// Counts are the reads and writes of one operation.
-type Counts struct {
-	Reads  int64
-	Writes int64
-}
-
-type opCounts struct{ reads, writes atomic.Int64 }
-
-type usage struct {
-	mu  sync.Mutex
-	ops map[string]*opCounts
-}
-
-func (u *usage) op(name string) *opCounts {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	c := u.ops[name]
-	if c == nil {
-		c = &opCounts{}
-		u.ops[name] = c
-	}
-	return c
-}
-
-// Usage returns the reads and writes counted so far.
-func (s *Store) Usage() Usage {
-	s.usage.mu.Lock()
-	defer s.usage.mu.Unlock()
-	u := Usage{ByOp: make(map[string]Counts, len(s.usage.ops))}
-	for name, c := range s.usage.ops {
-		r, w := c.reads.Load(), c.writes.Load()
-		u.Reads += r
-		u.Writes += w
-		u.ByOp[name] = Counts{Reads: r, Writes: w}
-	}
-	return u
-}
-
-// Operation names in Usage.ByOp.
-const (
-	OpRecordSent     = "record_sent"
-	OpPublishFailure = "record_publish_failure"
-	OpRecordAttempt  = "record_attempt"
-	OpRollup         = "rollup"
-	OpRegistry       = "registry"
-	OpSyncConsumers  = "sync_consumers"
-	OpRepush         = "repush"
-	OpExpire         = "expire"
-	OpReconcile      = "reconcile"
-	OpQuery          = "query"
-)
-
 // getDoc reads one document (one read, found or not).
-func (s *Store) getDoc(ctx context.Context, op string, tx *firestore.Transaction, ref *firestore.DocumentRef) (*firestore.DocumentSnapshot, error) {
-	s.usage.op(op).reads.Add(1)
+func (s *Store) getDoc(ctx context.Context, tx *firestore.Transaction, ref *firestore.DocumentRef) (*firestore.DocumentSnapshot, error) {
 	if tx != nil {
 		return tx.Get(ref)
 	}
@@ -253,13 +184,12 @@ func (s *Store) getDoc(ctx context.Context, op string, tx *firestore.Transaction
 }
 
 // getAll reads the documents of refs by id, at most maxGetAll to a
-// request, counts the reads and returns the snapshots in refs' order (a
+// request, and returns the snapshots in refs' order (a
 // document that does not exist has a snapshot whose Exists is false).
-func (s *Store) getAll(ctx context.Context, op string, refs []*firestore.DocumentRef) ([]*firestore.DocumentSnapshot, error) {
+func (s *Store) getAll(ctx context.Context, refs []*firestore.DocumentRef) ([]*firestore.DocumentSnapshot, error) {
 	out := make([]*firestore.DocumentSnapshot, 0, len(refs))
 	for len(refs) > 0 {
 		n := min(len(refs), maxGetAll)
-		s.usage.op(op).reads.Add(int64(n))
 		snaps, err := s.client.GetAll(ctx, refs[:n])
 		if err != nil {
 			return nil, err
@@ -273,8 +203,8 @@ func (s *Store) getAll(ctx context.Context, op string, refs []*firestore.Documen
 // maxGetAll is the most documents one GetAll asks for.
 const maxGetAll = 500
 
-// queryDocs runs a query to the end and counts its reads.
-func (s *Store) queryDocs(ctx context.Context, op string, tx *firestore.Transaction, q firestore.Query) ([]*firestore.DocumentSnapshot, error) {
+// queryDocs runs a query to the end.
+func (s *Store) queryDocs(ctx context.Context, tx *firestore.Transaction, q firestore.Query) ([]*firestore.DocumentSnapshot, error) {
 	var it *firestore.DocumentIterator
 	if tx != nil {
 		it = tx.Documents(q)
@@ -289,16 +219,12 @@ func (s *Store) queryDocs(ctx context.Context, op string, tx *firestore.Transact
 			break
 		}
 		if err != nil {
-			s.usage.op(op).reads.Add(max(int64(len(out)), 1))
 			return nil, err
 		}
 		out = append(out, d)
 	}
-	s.usage.op(op).reads.Add(max(int64(len(out)), 1))
 	return out, nil
 }
-
-func (s *Store) wrote(op string, n int) { s.usage.op(op).writes.Add(int64(n)) }
 
 // attempts returns an event's event_consumptions subcollection.
 //
@@ -321,8 +247,8 @@ func (s *Store) attemptsQuery(eventID string) firestore.Query {
 
 // readAttempts returns every attempt of an event, ordered by consumer and
 // attempt number.
-func (s *Store) readAttempts(ctx context.Context, op string, tx *firestore.Transaction, eventID string) ([]model.Attempt, error) {
-	docs, err := s.queryDocs(ctx, op, tx, s.attemptsQuery(eventID))
+func (s *Store) readAttempts(ctx context.Context, tx *firestore.Transaction, eventID string) ([]model.Attempt, error) {
+	docs, err := s.queryDocs(ctx, tx, s.attemptsQuery(eventID))
 	if err != nil {
 		return nil, fmt.Errorf("read attempts of %s: %w", eventID, err)
 	}
@@ -340,8 +266,8 @@ func (s *Store) readAttempts(ctx context.Context, op string, tx *firestore.Trans
 
 // eventAttempts returns every attempt of the event d is the document of:
 // its attempt documents and its folded ones (WithFolded).
-func (s *Store) eventAttempts(ctx context.Context, op string, tx *firestore.Transaction, d *model.Event) ([]model.Attempt, error) {
-	docs, err := s.readAttempts(ctx, op, tx, d.EventID)
+func (s *Store) eventAttempts(ctx context.Context, tx *firestore.Transaction, d *model.Event) ([]model.Attempt, error) {
+	docs, err := s.readAttempts(ctx, tx, d.EventID)
 	if err != nil {
 		return nil, err
 	}

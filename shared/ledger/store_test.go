@@ -166,7 +166,7 @@ func TestInsertAttemptIsInsertOnly(t *testing.T) {
 	if created, err := s.InsertAttempt(ctx, changed); err != nil || created {
 		t.Fatalf("second insert of the same attempt: created=%v err=%v", created, err)
 	}
-	as, err := s.readAttempts(ctx, OpQuery, nil, e.ID)
+	as, err := s.readAttempts(ctx, nil, e.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
