@@ -9,7 +9,7 @@ import (
 )
 
 // Index shards of the events collection. Every event document carries
-// shard = a hash of its id modulo the store's shard count (Options.Shards,
+// shard = a hash of its id modulo the store's shard count (ledger.Options.Shards,
 // DefaultShards), and every composite index whose entries would otherwise
 // be ordered by a time (occurredAt, expireDue, checkAt) or by an id that
 // may grow with time (aggregateId) starts with shard, so that the entries

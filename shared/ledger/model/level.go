@@ -55,7 +55,7 @@ func (l Level) KeepsDocument(a Attempt) bool {
 }
 
 // LevelsOf returns the ledger level of every topic of a topology (its
-// ledger field; DefaultLevel where empty), for Options.Levels. The
+// ledger field; DefaultLevel where empty), for ledger.Options.Levels. The
 // topology has validated the names.
 func LevelsOf(top *topology.Topology) map[string]Level {
 	out := make(map[string]Level, len(top.Topics))

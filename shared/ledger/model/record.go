@@ -37,7 +37,7 @@ type Event struct {
 	Initiator      Initiator `firestore:"initiator" json:"initiator"`
 	ExpireAt       time.Time `firestore:"expireAt,omitempty" json:"expireAt,omitzero"`
 
-	// Status is the event's status; see the package documentation.
+	// Status is the event's status; see shared/ledger's package documentation.
 	Status Status `firestore:"status" json:"status"`
 	// StatusAt is when Status last changed.
 	StatusAt time.Time `firestore:"statusAt" json:"statusAt"`
@@ -80,7 +80,7 @@ type Event struct {
 	// at + the store's Retention); absent when the store keeps documents.
 	DeleteAt time.Time `firestore:"deleteAt,omitempty" json:"-"`
 	// Folded is set on documents written since the fold: their consumers'
-	// outcomes reach them in rollup notices (Store.Fold). A document
+	// outcomes reach them in rollup notices (ledger.Store.Fold). A document
 	// without it was written before; its attempts are all documents, and
 	// a fold reads the ones its marks do not record.
 	Folded bool `firestore:"folded,omitempty" json:"-"`

@@ -13,7 +13,7 @@ import (
 // Status is an event's status in the ledger (event-ledger-design.md §2.4).
 type Status string
 
-// The statuses. See the package documentation for when each holds.
+// The statuses. See shared/ledger's package documentation for when each holds.
 const (
 	StatusPending  Status = "PENDING"
 	StatusSent     Status = "SENT"
@@ -140,7 +140,7 @@ func RollupMessage(eventIDs ...string) event.Message {
 
 // Notice is what the rollup notices gathered for one event say: the
 // attempts they carried (folded into the event's document by
-// Store.Fold), and whether a notice named the event without its attempts
+// ledger.Store.Fold), and whether a notice named the event without its attempts
 // (Legacy: the attempts are documents the rollup reads, as notices
 // published before the fold had it).
 type Notice struct {
