@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -65,11 +66,11 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 		}
 	}
 	a.pausedStates(r, out)
-	audit, err := a.o.Ledger.AuditLog(r.Context(), ledger.AuditQuery{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
+	changes, err := a.o.Ledger.Audit().List(r.Context(), audit.Query{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"consumers": out, "audit": audit, "cacheNote": "A change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers",
+	return map[string]any{"consumers": out, "audit": changes, "cacheNote": "A change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers",
 		"ownership": ownershipRule}, nil
 }
 
@@ -165,7 +166,7 @@ func (a *api) toggle(r *request, args []string, on bool) (any, error) {
 }
 
 func (a *api) applyConsumer(r *request, ch ledger.ConsumerChange) (any, error) {
-	entry, audit, err := a.o.Ledger.ChangeConsumer(r.Context(), ch, r.who.Name)
+	entry, logged, err := a.o.Ledger.ChangeConsumer(r.Context(), ch, r.who.Name)
 	switch {
 	case errors.Is(err, ledger.ErrConsumerExists):
 		return nil, fail(http.StatusConflict, "exists", "%s already has consumer %s: change it instead", ch.Topic, ch.ConsumerID)
@@ -176,11 +177,11 @@ func (a *api) applyConsumer(r *request, ch ledger.ConsumerChange) (any, error) {
 	}
 	v := consumerView{ConsumerEntry: entry, InRegistry: true}
 	a.describe(&v)
-	out := map[string]any{"consumer": v, "changed": audit != nil}
-	if audit != nil {
-		out["audit"] = audit
+	out := map[string]any{"consumer": v, "changed": logged != nil}
+	if logged != nil {
+		out["audit"] = logged
 		a.o.Logger.InfoContext(r.Context(), "dlqreplay: consumer registry changed", "topic", ch.Topic, "consumer", ch.ConsumerID,
-			"action", audit.Action, "detail", audit.Detail, "caller", r.who.Name, "auth", r.who.Method, "request_id", r.id)
+			"action", logged.Action, "detail", logged.Detail, "caller", r.who.Name, "auth", r.who.Method, "request_id", r.id)
 	}
 	if a.o.Topology != nil && !v.Declared {
 		out["warning"] = "the topology declares no subscription of " + ch.ConsumerID + " on " + ch.Topic + ": while it is enabled, new events wait for it (SENT) until it reports"
@@ -190,14 +191,14 @@ func (a *api) applyConsumer(r *request, ch ledger.ConsumerChange) (any, error) {
 
 func (a *api) audit(r *request, _ []string) (any, error) {
 	q := newQuery(r.Request, "action", "topic", "consumer", "limit")
-	aq := ledger.AuditQuery{
+	aq := audit.Query{
 		ActionPrefix: q.str("action", func(s string) bool { return charset(s, 64, "._") }, "an action or its prefix: at most 64 characters of [a-z._] (consumer., deadletter.replay, ...)"),
-		Topic:        q.topic("topic"), ConsumerID: q.consumer("consumer"), Limit: q.integer("limit", 1, ledger.MaxAuditScan),
+		Topic:        q.topic("topic"), ConsumerID: q.consumer("consumer"), Limit: q.integer("limit", 1, audit.MaxScan),
 	}
 	if err := q.err(); err != nil {
 		return nil, err
 	}
-	entries, err := a.o.Ledger.AuditLog(r.Context(), aq)
+	entries, err := a.o.Ledger.Audit().List(r.Context(), aq)
 	if err != nil {
 		return nil, err
 	}

@@ -82,6 +82,7 @@ import (
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -441,10 +442,10 @@ func (a *api) whoami(r *request, _ []string) (any, error) {
 
 // record logs a write action with the caller and appends it to the audit
 // log; a failed audit write is logged, the action stands.
-func (a *api) record(r *request, e ledger.AuditEntry, msg string, attrs ...any) {
+func (a *api) record(r *request, e audit.Entry, msg string, attrs ...any) {
 	e.By = r.who.Name
 	a.o.Logger.InfoContext(r.Context(), msg, append(attrs, "caller", r.who.Name, "auth", r.who.Method, "request_id", r.id)...)
-	if _, err := a.o.Ledger.Audit(context.WithoutCancel(r.Context()), e); err != nil {
+	if _, err := a.o.Ledger.Audit().Append(context.WithoutCancel(r.Context()), e); err != nil {
 		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: audit entry not written", "action", e.Action, "caller", r.who.Name, "error", err.Error())
 	}
 }

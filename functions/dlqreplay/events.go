@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/relaybus/relaybus/shared/archive"
@@ -310,7 +311,7 @@ func (a *api) repush(r *request, args []string) (any, error) {
 	if target == "" {
 		target = "every consumer"
 	}
-	a.record(r, ledger.AuditEntry{Action: ledger.AuditEventRepush, EventID: id, Topic: d.Topic, ConsumerID: req.Consumer,
+	a.record(r, audit.Entry{Action: audit.EventRepush, EventID: id, Topic: d.Topic, ConsumerID: req.Consumer,
 		Detail: "re-pushed to " + target + " through the outbox"}, "dlqreplay: event re-pushed", "event_id", id, "topic", d.Topic, "consumer", req.Consumer)
 	return map[string]any{"eventId": id, "status": model.StatusRetrying, "retryCount": d.RetryCount, "consumer": req.Consumer}, nil
 }

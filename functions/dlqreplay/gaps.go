@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/relaybus/relaybus/shared/consumer"
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -179,7 +179,7 @@ func (a *api) skipGap(r *request, args []string) (any, error) {
 	case err != nil:
 		return nil, err
 	}
-	a.record(r, ledger.AuditEntry{Action: "gaps.skip", Topic: c.Topic, ConsumerID: c.Service,
+	a.record(r, audit.Entry{Action: "gaps.skip", Topic: c.Topic, ConsumerID: c.Service,
 		Detail: fmt.Sprintf("%s/%s versions %v skipped: %s", res.AggregateType, res.AggregateID, res.Skipped, b.Reason)},
 		"dlqreplay: gap released by skipping versions", "topic", c.Topic, "consumer", c.Service,
 		"aggregate_type", res.AggregateType, "aggregate_id", res.AggregateID, "skipped", fmt.Sprint(res.Skipped))

@@ -14,7 +14,7 @@ import (
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/projection"
 )
 
@@ -102,12 +102,12 @@ func TestGapsThroughTheOperatorsAPI(t *testing.T) {
 	if fmt.Sprint(skip["skipped"]) != "[2]" || skip["aggregateType"] != "user" {
 		t.Fatalf("skip answered %v", skip)
 	}
-	audit, err := e.store.AuditLog(context.Background(), ledger.AuditQuery{ActionPrefix: "gaps.", Limit: 10})
+	entries, err := e.store.Audit().List(context.Background(), audit.Query{ActionPrefix: "gaps.", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(audit) != 1 || audit[0].By != "alice@example.com" || audit[0].ConsumerID != "audit-service" {
-		t.Fatalf("audit %+v, want one gaps.skip by alice", audit)
+	if len(entries) != 1 || entries[0].By != "alice@example.com" || entries[0].ConsumerID != "audit-service" {
+		t.Fatalf("audit %+v, want one gaps.skip by alice", entries)
 	}
 
 	// The consumer's own check (its Scheduler job) applies 3 and 4.

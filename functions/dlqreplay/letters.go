@@ -13,6 +13,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
@@ -143,7 +144,7 @@ func (a *api) deleteLetter(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	a.record(r, ledger.AuditEntry{Action: ledger.AuditLetterDelete, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID,
+	a.record(r, audit.Entry{Action: audit.LetterDelete, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID,
 		Detail: "deleted (kept as a tombstone)"}, "dlqreplay: dead letter deleted", "dead_letter_id", id)
 	return l, nil
 }
@@ -245,7 +246,7 @@ func (a *api) replay(r *request, args []string) (any, error) {
 	if err := a.o.Archive.AddReplay(r.Context(), id, archive.Replay{By: r.who.Name, At: time.Now().UTC(), MessageID: msgID, Consumer: l.Consumer}); err != nil {
 		return nil, err
 	}
-	a.record(r, ledger.AuditEntry{Action: ledger.AuditLetterReplay, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID,
+	a.record(r, audit.Entry{Action: audit.LetterReplay, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID,
 		Detail: "replayed to " + l.Consumer + " as message " + msgID}, "dlqreplay: dead letter replayed",
 		"dead_letter_id", id, "topic", l.Topic, "consumer", l.Consumer, "event_id", l.EventID, "message_id", msgID)
 	plan.MessageID = msgID
@@ -479,7 +480,7 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 	}
 	filter := fmt.Sprintf("topic=%q consumer=%q reason=%q since=%q until=%q includeReplayed=%v", req.Topic, req.Consumer, req.Reason, req.Since, req.Until, req.IncludeReplayed)
 	if replayed > 0 {
-		a.record(r, ledger.AuditEntry{Action: ledger.AuditLetterBatch, Topic: req.Topic, ConsumerID: req.Consumer,
+		a.record(r, audit.Entry{Action: audit.LetterBatch, Topic: req.Topic, ConsumerID: req.Consumer,
 			Detail: fmt.Sprintf("replayed %d of %d letters matching %s", replayed, sum.Total, filter)},
 			"dlqreplay: dead letters replayed", "filter", filter, "replayed", replayed, "matched", sum.Total)
 	}

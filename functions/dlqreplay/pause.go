@@ -10,7 +10,7 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -186,7 +186,7 @@ func (a *api) pauseConsumer(r *request, args []string) (any, error) {
 	}
 	st.Paused = true
 	if st.Changed {
-		a.record(r, ledger.AuditEntry{Action: "consumer.pause", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+		a.record(r, audit.Entry{Action: "consumer.pause", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
 			Detail: "delivery paused: messages wait in " + c.Subscription()},
 			"dlqreplay: consumer paused", "topic", c.Topic, "consumer", c.Service, "subscription", c.Subscription())
 	}
@@ -203,7 +203,7 @@ func (a *api) resumeConsumer(r *request, args []string) (any, error) {
 		return nil, err
 	}
 	if st.Changed {
-		a.record(r, ledger.AuditEntry{Action: "consumer.resume", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+		a.record(r, audit.Entry{Action: "consumer.resume", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
 			Detail: "delivery resumed"},
 			"dlqreplay: consumer resumed", "topic", c.Topic, "consumer", c.Service, "subscription", c.Subscription())
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 )
 
 // Pause detaches a push consumer's endpoint (Pub/Sub then delivers
@@ -99,12 +99,12 @@ func TestPauseAndResumeAPushConsumer(t *testing.T) {
 		t.Fatalf("resumed push config %v, want %+v", pc, target)
 	}
 
-	audit, err := e.store.AuditLog(ctx, ledger.AuditQuery{ActionPrefix: "consumer.", Limit: 10})
+	entries, err := e.store.Audit().List(ctx, audit.Query{ActionPrefix: "consumer.", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(audit) != 2 || audit[0].Action != "consumer.resume" || audit[1].Action != "consumer.pause" || audit[1].By != "alice@example.com" {
-		t.Errorf("audit %+v, want pause then resume by alice", audit)
+	if len(entries) != 2 || entries[0].Action != "consumer.resume" || entries[1].Action != "consumer.pause" || entries[1].By != "alice@example.com" {
+		t.Errorf("audit %+v, want pause then resume by alice", entries)
 	}
 
 	ro := newHandler(t, e, func(o *dlqreplay.Options) {

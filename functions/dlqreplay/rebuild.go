@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -182,7 +182,7 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 	if err := resume(); err != nil {
 		return nil, err
 	}
-	a.record(r, ledger.AuditEntry{Action: "consumer.rebuild", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+	a.record(r, audit.Entry{Action: "consumer.rebuild", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
 		Detail: fmt.Sprintf("scope %s, cleared %+v, seeked to %s%s", scopeOf(b.AggregateType), n, b.Time, b.Snapshot)},
 		"dlqreplay: projection rebuilt", "topic", c.Topic, "consumer", c.Service, "scope", scopeOf(b.AggregateType), "time", b.Time, "snapshot", b.Snapshot)
 	plan["cleared"], plan["resumed"] = n, !wasPaused

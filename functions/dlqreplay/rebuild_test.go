@@ -18,7 +18,7 @@ import (
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/projection"
 )
 
@@ -177,11 +177,11 @@ func TestRebuildAProjection(t *testing.T) {
 	if after := projectionRows(); !reflect.DeepEqual(after, before) {
 		t.Fatalf("rebuilt projection %v, want %v", after, before)
 	}
-	audit, err := e.store.AuditLog(ctx, ledger.AuditQuery{ActionPrefix: "consumer.rebuild", Limit: 10})
+	entries, err := e.store.Audit().List(ctx, audit.Query{ActionPrefix: "consumer.rebuild", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(audit) != 2 || audit[0].By != "alice@example.com" {
-		t.Errorf("audit %+v, want two rebuilds by alice", audit)
+	if len(entries) != 2 || entries[0].By != "alice@example.com" {
+		t.Errorf("audit %+v, want two rebuilds by alice", entries)
 	}
 }

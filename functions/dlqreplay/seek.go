@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/names"
 )
 
@@ -106,7 +106,7 @@ func (a *api) seek(r *request, args []string) (any, error) {
 	if _, err := s.Admin.Seek(r.Context(), sr); err != nil {
 		return nil, pubsubErr(err, "subscription "+args[0])
 	}
-	a.record(r, ledger.AuditEntry{Action: ledger.AuditSeek, Subscription: args[0], Detail: "seeked " + real + " to " + req.Time + req.Snapshot},
+	a.record(r, audit.Entry{Action: audit.Seek, Subscription: args[0], Detail: "seeked " + real + " to " + req.Time + req.Snapshot},
 		"dlqreplay: subscription seeked", "subscription", args[0], "pubsub_subscription", real, "time", req.Time, "snapshot", req.Snapshot)
 	return map[string]string{"subscription": args[0], "pubsubSubscription": real, "time": req.Time, "snapshot": req.Snapshot}, nil
 }
@@ -162,7 +162,7 @@ func (a *api) createSnapshot(r *request, _ []string) (any, error) {
 	if err != nil {
 		return nil, pubsubErr(err, "subscription "+req.Subscription)
 	}
-	a.record(r, ledger.AuditEntry{Action: ledger.AuditSnapshot, Subscription: req.Subscription, Detail: "snapshot " + req.Name + " of " + real},
+	a.record(r, audit.Entry{Action: audit.Snapshot, Subscription: req.Subscription, Detail: "snapshot " + req.Name + " of " + real},
 		"dlqreplay: snapshot created", "snapshot", req.Name, "subscription", req.Subscription, "pubsub_subscription", real)
 	return snapshotView(snap), nil
 }

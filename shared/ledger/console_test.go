@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/relaybus/relaybus/shared/event"
 )
@@ -182,17 +184,17 @@ func TestChangeConsumerIsAudited(t *testing.T) {
 	seed(t, s, orderTopic, "member-service", "message-service")
 	off, on := false, true
 	desc := "Sends the receipt"
-	entry, audit, err := s.ChangeConsumer(ctx, ConsumerChange{Topic: orderTopic, ConsumerID: "message-service", Enabled: &off}, "ops@example.com")
-	if err != nil || entry.Enabled || audit == nil || audit.Action != AuditConsumerDisable || audit.By != "ops@example.com" {
-		t.Fatalf("disable: %+v %+v %v", entry, audit, err)
+	entry, logged, err := s.ChangeConsumer(ctx, ConsumerChange{Topic: orderTopic, ConsumerID: "message-service", Enabled: &off}, "ops@example.com")
+	if err != nil || entry.Enabled || logged == nil || logged.Action != audit.ConsumerDisable || logged.By != "ops@example.com" {
+		t.Fatalf("disable: %+v %+v %v", entry, logged, err)
 	}
 	exp, _ := s.ExpectedConsumers(ctx, orderTopic)
 	if len(exp) != 1 || exp[0].ConsumerID != "member-service" {
 		t.Errorf("expected consumers after the disable: %+v", exp)
 	}
 	// The same change again changes nothing and is not audited.
-	if _, audit, err := s.ChangeConsumer(ctx, ConsumerChange{Topic: orderTopic, ConsumerID: "message-service", Enabled: &off}, "ops@example.com"); err != nil || audit != nil {
-		t.Errorf("repeated disable: %+v %v", audit, err)
+	if _, logged, err := s.ChangeConsumer(ctx, ConsumerChange{Topic: orderTopic, ConsumerID: "message-service", Enabled: &off}, "ops@example.com"); err != nil || logged != nil {
+		t.Errorf("repeated disable: %+v %v", logged, err)
 	}
 	if _, _, err := s.ChangeConsumer(ctx, ConsumerChange{Topic: orderTopic, ConsumerID: "message-service", Enabled: &on, Description: &desc}, "lead@example.com"); err != nil {
 		t.Fatal(err)
@@ -214,7 +216,7 @@ func TestChangeConsumerIsAudited(t *testing.T) {
 	if got := strings.Join(fieldErrs(err), ","); got != "topic,consumerId,description,sortOrder" {
 		t.Errorf("invalid change: %v (fields %s)", err, got)
 	}
-	log, err := s.AuditLog(ctx, AuditQuery{ActionPrefix: "consumer."})
+	log, err := s.Audit().List(ctx, audit.Query{ActionPrefix: "consumer."})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,15 @@
 package ledger
 
 import (
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"os"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"gopkg.in/yaml.v3"
 )
@@ -69,7 +71,7 @@ var docTypes = map[string]reflect.Type{
 	model.CollectionEvents:       reflect.TypeFor[model.Event](),
 	model.CollectionConsumptions: reflect.TypeFor[model.Attempt](),
 	model.CollectionConsumers:    reflect.TypeFor[consumerDoc](),
-	CollectionAudit:              reflect.TypeFor[AuditEntry](),
+	audit.Collection:             reflect.TypeFor[audit.Entry](),
 }
 
 // fieldType resolves a dotted field path in a document type (nil when the

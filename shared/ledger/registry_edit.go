@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/firestore"
 
@@ -126,17 +128,17 @@ func printable(s string, max int) bool {
 // The deploy's sync (SyncConsumers, from infra/topology.yaml) makes the
 // registry match the topology again: a change meant to last belongs in the
 // topology.
-func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string) (ConsumerEntry, *AuditEntry, error) {
+func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string) (ConsumerEntry, *audit.Entry, error) {
 	if err := ch.validate(); err != nil {
 		return ConsumerEntry{}, nil, fmt.Errorf("ledger: change consumer: %w", err)
 	}
 	ref := s.consumers.Doc(model.ConsumerDocID(ch.Topic, ch.ConsumerID))
 	var (
-		entry ConsumerEntry
-		audit *AuditEntry
+		entry  ConsumerEntry
+		logged *audit.Entry
 	)
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		audit = nil
+		logged = nil
 		now := s.clock()
 		snap, err := s.getDoc(ctx, tx, ref)
 		exists := err == nil
@@ -157,15 +159,15 @@ func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string
 		}
 		after := before
 		var changes []string
-		action := AuditConsumerDescribe
+		action := audit.ConsumerDescribe
 		if ch.Add {
 			after = ConsumerEntry{Topic: ch.Topic, ConsumerID: ch.ConsumerID, Enabled: true, CreatedAt: now}
-			action = AuditConsumerAdd
+			action = audit.ConsumerAdd
 		}
 		if ch.Enabled != nil && (ch.Add || *ch.Enabled != before.Enabled) {
 			after.Enabled = *ch.Enabled
 			if !ch.Add {
-				action = map[bool]string{true: AuditConsumerEnable, false: AuditConsumerDisable}[after.Enabled]
+				action = map[bool]string{true: audit.ConsumerEnable, false: audit.ConsumerDisable}[after.Enabled]
 				changes = append(changes, fmt.Sprintf("enabled: %v → %v", before.Enabled, after.Enabled))
 			}
 		}
@@ -188,17 +190,15 @@ func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string
 		if err := tx.Set(ref, after); err != nil {
 			return err
 		}
-		e, err := s.auditInTx(tx, AuditEntry{At: now, By: by, Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: strings.Join(changes, "; ")})
+		e, err := s.audit.AppendInTx(tx, audit.Entry{At: now, By: by, Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: strings.Join(changes, "; ")})
 		if err != nil {
 			return err
 		}
-		entry, audit = after, &e
+		entry, logged = after, &e
 		return nil
 	})
 	if err != nil {
 		return ConsumerEntry{}, nil, fmt.Errorf("ledger: change consumer %s on %s: %w", ch.ConsumerID, ch.Topic, err)
 	}
-	if audit != nil {
-	}
-	return entry, audit, nil
+	return entry, logged, nil
 }

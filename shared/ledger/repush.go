@@ -3,8 +3,9 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/firestore"
 
@@ -40,10 +41,9 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 	var (
 		out      model.Event
 		checkErr error
-		wrote    bool
 	)
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		checkErr, wrote = nil, false
+		checkErr = nil
 		snap, err := s.getDoc(ctx, tx, ref)
 		if err != nil {
 			if notFound(err) {
@@ -95,7 +95,7 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 			d.CheckAt = at.Add(s.reconcile)
 			ups = append(ups, firestore.Update{Path: "checkAt", Value: d.CheckAt})
 		}
-		out, wrote = d, true
+		out = d
 		return tx.Update(ref, ups)
 	})
 	if checkErr != nil {
@@ -103,8 +103,6 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 	}
 	if err != nil {
 		return model.Event{}, fmt.Errorf("ledger: re-push %s: %w", eventID, err)
-	}
-	if wrote {
 	}
 	return out, nil
 }

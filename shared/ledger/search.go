@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"hash/fnv"
 	"strconv"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/firestore"
 
@@ -48,8 +50,8 @@ var (
 	// The operators' audit log, newest first (a handful of writes a day: a
 	// single-field index on a timestamp is fine).
 	shapeAuditByTime = QueryShape{
-		Name: "audit_by_time", Collection: CollectionAudit,
-		OrderBy: []IndexField{{"at", Descending}},
+		Name: "audit_by_time", Collection: audit.Collection,
+		OrderBy: []IndexField{{audit.FieldAt, Descending}},
 	}
 	consoleShapes = []QueryShape{shapeByAggregate, shapeByType, shapeCountByStatus, shapeAuditByTime}
 )

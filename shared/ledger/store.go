@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/audit"
+
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/firestore"
@@ -79,6 +81,7 @@ const (
 type Store struct {
 	client     *firestore.Client
 	ownsClient bool
+	audit      *audit.Log
 	events     *firestore.CollectionRef
 	consumers  *firestore.CollectionRef
 	reg        registry.Registry
@@ -144,6 +147,7 @@ func New(c *firestore.Client, opts Options) *Store {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.audit = audit.New(c, s.clock)
 	if s.log == nil {
 		s.log = logging.Discard()
 	}
@@ -154,6 +158,9 @@ func New(c *firestore.Client, opts Options) *Store {
 }
 
 // Client returns the Firestore client.
+// Audit returns the operators' audit log, in the ledger's database.
+func (s *Store) Audit() *audit.Log { return s.audit }
+
 func (s *Store) Client() *firestore.Client { return s.client }
 
 // Close closes the client if Open created it.
