@@ -16,6 +16,7 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -30,6 +31,10 @@ type Config struct {
 	// DatabaseURL is the consumer's Postgres: inbox, attempts, projections,
 	// its outbox for child events (DATABASE_URL).
 	DatabaseURL string `env:"DATABASE_URL"`
+	// DatabaseDirectURL, when set, is where migrations run
+	// (DATABASE_DIRECT_URL): the database itself when DATABASE_URL is a
+	// transaction-mode pooler.
+	DatabaseDirectURL string `env:"DATABASE_DIRECT_URL"`
 	// ConsumerID is the consumer service (CONSUMER_ID, required).
 	ConsumerID string `env:"CONSUMER_ID, required"`
 	// Subscription is its subscription id (CONSUMER_SUBSCRIPTION).
@@ -88,7 +93,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, Migrations...)
+	pool, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, DirectURL: cfg.DatabaseDirectURL}, Migrations...)
 	if err != nil {
 		return nil, err
 	}

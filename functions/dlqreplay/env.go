@@ -15,6 +15,7 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
@@ -24,6 +25,10 @@ type Config struct {
 	instance.Env
 	// DatabaseURL is the producers' outbox, where re-pushes are queued (DATABASE_URL).
 	DatabaseURL string `env:"DATABASE_URL"`
+	// DatabaseDirectURL, when set, is where migrations run
+	// (DATABASE_DIRECT_URL): the database itself when DATABASE_URL is a
+	// transaction-mode pooler.
+	DatabaseDirectURL string `env:"DATABASE_DIRECT_URL"`
 	// FirestoreDatabase holds the ledger and the archive (FIRESTORE_DATABASE).
 	FirestoreDatabase string `env:"FIRESTORE_DATABASE, default=(default)"`
 	// Auth is cloudrun, iam, token or none (DLQREPLAY_AUTH, iam). Behind
@@ -79,7 +84,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, outbox.Migrations)
+	pool, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, DirectURL: cfg.DatabaseDirectURL}, outbox.Migrations)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +94,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 	dbs := map[string]outbox.DBTX{topology.MainDatabase: pool}
 	for _, d := range top.Databases {
 		if url := os.Getenv(d.EnvVar()); d.Name != topology.MainDatabase && url != "" {
-			p, err := instance.Postgres(ctx, url)
+			p, err := postgres.Open(ctx, postgres.Config{URL: url})
 			if err != nil {
 				pool.Close()
 				return nil, fmt.Errorf("%s: %w", d.EnvVar(), err)

@@ -13,6 +13,7 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -29,6 +30,10 @@ type Config struct {
 	// DatabaseURL is the outbox's Postgres, the topology's main database
 	// (DATABASE_URL).
 	DatabaseURL string `env:"DATABASE_URL"`
+	// DatabaseDirectURL, when set, is where migrations run
+	// (DATABASE_DIRECT_URL): the database itself when DATABASE_URL is a
+	// transaction-mode pooler.
+	DatabaseDirectURL string `env:"DATABASE_DIRECT_URL"`
 	// Ledger is firestore or off (LEDGER, firestore).
 	Ledger string `env:"LEDGER, default=firestore"`
 	// FirestoreDatabase is the ledger's database id (FIRESTORE_DATABASE).
@@ -89,7 +94,7 @@ func fromEnv(ctx context.Context) (http.Handler, error) {
 		_ = f.Close(context.Background())
 		return nil, err
 	}
-	pool, err := instance.Postgres(ctx, cfg.DatabaseURL, outbox.Migrations)
+	pool, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, DirectURL: cfg.DatabaseDirectURL}, outbox.Migrations)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
@@ -76,6 +77,10 @@ type Env struct {
 	Databases []string `env:"RELAY_DATABASES, default=main"`
 	// DatabaseURL is main's URL (DATABASE_URL).
 	DatabaseURL string `env:"DATABASE_URL"`
+	// DatabaseDirectURL, when set, is where main's migrations run
+	// (DATABASE_DIRECT_URL; the others' in DATABASE_DIRECT_URL_<NAME>):
+	// the database itself when the URL is a transaction-mode pooler.
+	DatabaseDirectURL string `env:"DATABASE_DIRECT_URL"`
 	// Ledger is firestore or off (LEDGER, firestore).
 	Ledger string `env:"LEDGER, default=firestore"`
 	// FirestoreDatabase is the ledger's database id (FIRESTORE_DATABASE).
@@ -144,7 +149,11 @@ func Open(ctx context.Context, env Env, log *slog.Logger) (*Set, error) {
 		if url == "" {
 			return fail(fmt.Errorf("database %s: %s is not set", name, db.EnvVar()))
 		}
-		pool, err := instance.Postgres(ctx, url, outbox.Migrations)
+		direct := os.Getenv(db.DirectEnvVar())
+		if name == topology.MainDatabase && env.DatabaseDirectURL != "" {
+			direct = env.DatabaseDirectURL
+		}
+		pool, err := postgres.Open(ctx, postgres.Config{URL: url, DirectURL: direct}, outbox.Migrations)
 		if err != nil {
 			return fail(fmt.Errorf("database %s: %w", name, err))
 		}
