@@ -48,6 +48,7 @@ import (
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -95,14 +96,16 @@ type Options struct {
 	// 0.5 s..30 s, so the demo's planned failure clears in half a second; 1
 	// is Pub/Sub's own timing).
 	BackoffScale float64
-	// PoolSize is the most Postgres connections each function holds per
-	// database (16), unless DatabaseURL sets pool_max_conns. As in
+	// PostgresBudget is the most Postgres connections the stack holds at
+	// once, all its pools together (DefaultPostgresBudget, 40). As in
 	// production, where each function is a Cloud Run service with pools of
 	// its own, publish, each database's relay and each consumer have their
 	// own pool, so a flood of deliveries cannot starve publish of
 	// connections; the stack keeps one more per database (Pools) for
-	// dlqreplay, its scheduler and tests.
-	PoolSize int
+	// dlqreplay, its scheduler and tests. Each pool's share (see
+	// poolShares) is the pool_max_conns of the URL its function gets; a
+	// request that finds its pool full waits for a connection.
+	PostgresBudget int
 	// ReconcileAfter is how long the ledger waits before the reconciler
 	// looks at an event that is not settled (15 s: with the reconciler
 	// every LedgerEvery, an event whose rollup was lost in a crash is
@@ -213,8 +216,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.BackoffScale <= 0 {
 		o.BackoffScale = 0.05
 	}
-	if o.PoolSize <= 0 {
-		o.PoolSize = 16
+	if o.PostgresBudget <= 0 {
+		o.PostgresBudget = DefaultPostgresBudget
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -316,17 +319,29 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// Postgres: every database's URL, every migration applied, and one pool
 	// per database for dlqreplay, the scheduler and tests (Pools); each
-	// function gets pools of its own (fnPool; see Options.PoolSize).
+	// function gets pools of its own (fnPool), each the size its share of
+	// Options.PostgresBudget gives its URL's pool_max_conns.
 	urls := map[string]string{}
-	fnPool := func(db string) (*pgxpool.Pool, error) {
-		cfg, err := pgxpool.ParseConfig(urls[db])
+	consumers := 0
+	for _, c := range top.Consumers() {
+		if c.IsEnabled() {
+			consumers++
+		}
+	}
+	shares, err := poolShares(o.PostgresBudget, len(top.Databases), consumers)
+	if err != nil {
+		return nil, err
+	}
+	fnPool := func(db string, role poolRole) (*postgres.Pool, error) {
+		url, err := withPoolMaxConns(urls[db], shares[role])
+		if err != nil {
+			return nil, err
+		}
+		cfg, err := postgres.ParseConfig(url)
 		if err != nil {
 			return nil, fmt.Errorf("database %s: %w", db, err)
 		}
-		if !strings.Contains(urls[db], "pool_max_conns") {
-			cfg.MaxConns = int32(o.PoolSize)
-		}
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		p, err := postgres.New(ctx, cfg, postgres.RetryPolicy{})
 		if err != nil {
 			return nil, fmt.Errorf("database %s: %w", db, err)
 		}
@@ -342,14 +357,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			}
 		}
 		urls[db.Name] = url
-		pool, err := fnPool(db.Name)
+		pool, err := fnPool(db.Name, roleAdmin)
 		if err != nil {
 			return nil, err
 		}
 		if err := consume.Migrate(ctx, pool); err != nil {
 			return nil, fmt.Errorf("database %s: migrations: %w", db.Name, err)
 		}
-		s.Pools[db.Name] = pool
+		s.Pools[db.Name] = pool.Pool
 	}
 	pool := s.Pools[topology.MainDatabase]
 	s.Pool = pool
@@ -393,7 +408,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	s.Relays = map[string]*relay.Relay{}
 	drainers := map[string]relayfn.Drainer{}
 	for name := range s.Pools {
-		p, err := fnPool(name)
+		p, err := fnPool(name, roleRelay)
 		if err != nil {
 			return nil, err
 		}
@@ -404,7 +419,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.Relays[name], drainers[name] = r, r
 	}
-	pubPool, err := fnPool(topology.MainDatabase)
+	pubPool, err := fnPool(topology.MainDatabase, rolePublish)
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +459,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", c.Subscription(), err)
 		}
-		cpool, err := fnPool(c.Database)
+		cpool, err := fnPool(c.Database, roleConsumer)
 		if err != nil {
 			return nil, err
 		}

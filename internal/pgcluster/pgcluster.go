@@ -39,7 +39,8 @@ type Options struct {
 	// Durable keeps fsync and synchronous commit on. Off by default: the
 	// cluster is throwaway and tests should not wait on disks.
 	Durable bool
-	// Settings are extra postgres -c settings.
+	// Settings are extra postgres -c settings. Without max_connections
+	// the server keeps PostgreSQL's default, 100, as a user's would.
 	Settings map[string]string
 	// Log receives the server's output; nil discards it.
 	Log *os.File
@@ -146,7 +147,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		l.Close()
 	}
 	args := []string{"-D", dataDir, "-p", strconv.Itoa(port), "-k", dataDir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"}
+		"-c", "listen_addresses=127.0.0.1"}
 	if !opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}

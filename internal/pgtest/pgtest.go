@@ -54,7 +54,8 @@ func URL(t testing.TB) string {
 		tmpDir = dir
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{DataDir: dir + "/data"})
+		// Tests of a package run in parallel, each with pools of its own.
+		cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{DataDir: dir + "/data", Settings: map[string]string{"max_connections": "200"}})
 		if startErr == nil {
 			url = cluster.URL
 		}

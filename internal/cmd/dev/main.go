@@ -20,6 +20,7 @@ import (
 	_ "net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,16 @@ func main() {
 		defProject = "relaybus-local"
 	}
 	project := flag.String("project", defProject, "the Google Cloud project the emulators see ($GOOGLE_CLOUD_PROJECT)")
+	defBudget := devstack.DefaultPostgresBudget
+	if v := os.Getenv("RELAYBUS_DEV_PG_BUDGET"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "make dev: RELAYBUS_DEV_PG_BUDGET=%q: want a positive number of connections\n", v)
+			os.Exit(2)
+		}
+		defBudget = n
+	}
+	pgBudget := flag.Int("pg-budget", defBudget, "the most Postgres connections the stack holds at once, all its pools together ($RELAYBUS_DEV_PG_BUDGET)")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address, to profile the stack under load (off when empty)")
 	flag.Parse()
 	if *pprofAddr != "" {
@@ -59,7 +70,7 @@ func main() {
 	defer stop()
 	start := time.Now()
 	s, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project,
+		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project, PostgresBudget: *pgBudget,
 		DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
 		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"),
 		Logger:        logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
