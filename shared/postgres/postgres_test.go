@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/migrate"
 )
@@ -327,5 +328,84 @@ func TestOpenMigratesOverTheDirectURL(t *testing.T) {
 	}
 	if _, err := Open(ctx, Config{}); err == nil || err.Error() != "DATABASE_URL is not set" {
 		t.Fatalf("empty URL: %v", err)
+	}
+}
+
+// Through PgBouncer in transaction mode, a client connection's statements
+// run on whichever server connection is free: pgx's default mode prepares
+// a statement on one and later runs it on another, where it does not
+// exist; exec mode (what the package documentation asks for behind a
+// pooler) works. The same steps with both modes, so the setting is known
+// to matter.
+func TestQueryModeThroughATransactionPooler(t *testing.T) {
+	bouncer := pgtest.PgBouncerURL(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		mode     string
+		wantFail bool
+	}{{"cache_statement", true}, {"exec", false}} {
+		t.Run(c.mode, func(t *testing.T) {
+			// A database of its own: PgBouncer has no server connection to
+			// it yet, so which one serves what is known.
+			var b [4]byte
+			_, _ = rand.Read(b[:])
+			name := "t_pooler_" + hex.EncodeToString(b[:])
+			if _, err := pgcluster.CreateDatabase(ctx, pgtest.URL(t), name); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if conn, err := pgx.Connect(context.Background(), pgtest.URL(t)); err == nil {
+					_, _ = conn.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)")
+					conn.Close(context.Background())
+				}
+			})
+			u, _ := neturl.Parse(bouncer)
+			u.Path = "/" + name
+			q := u.Query()
+			q.Set("default_query_exec_mode", c.mode)
+			u.RawQuery = q.Encode()
+			p := open(t, u.String(), 3)
+			a, err := p.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Release()
+			var n int
+			// A runs a statement: PgBouncer's first server connection serves it.
+			if err := a.QueryRow(ctx, "SELECT $1::int + 1", 1).Scan(&n); err != nil {
+				t.Fatalf("first run: %v", err)
+			}
+			// Two other clients hold transactions: the first takes that
+			// server connection, the second a new one.
+			for range 2 {
+				other, err := p.Acquire(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer other.Release()
+				tx, err := other.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx) //nolint:errcheck
+				if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A runs it again, on a third server connection.
+			err = a.QueryRow(ctx, "SELECT $1::int + 1", 2).Scan(&n)
+			switch {
+			case c.wantFail && err == nil:
+				t.Fatalf("%s through PgBouncer in transaction mode worked; expected the prepared statement to be missing", c.mode)
+			case c.wantFail:
+				t.Logf("%s through PgBouncer: %v", c.mode, err)
+				var pgErr *pgconn.PgError
+				if !errors.As(err, &pgErr) || pgErr.Code != "26000" { // invalid_sql_statement_name
+					t.Fatalf("err = %v, want SQLSTATE 26000 (prepared statement does not exist)", err)
+				}
+			case err != nil || n != 3:
+				t.Fatalf("%s through PgBouncer: n = %d, %v", c.mode, n, err)
+			}
+		})
 	}
 }
