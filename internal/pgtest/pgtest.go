@@ -14,7 +14,8 @@
 // package's whole suite runs through a pooler unchanged. PgBouncer 1.18
 // (Debian 12) refuses a search_path start-up parameter, so in that mode
 // each test gets a database of its own instead of a schema (named as the
-// schema would be, and dropped when the test ends).
+// schema would be, with a schema of that name as its search_path, and
+// dropped when the test ends).
 package pgtest
 
 import (
@@ -193,7 +194,22 @@ func pooledDatabase(t testing.TB, base, name string, adjust func(*pgxpool.Config
 	t.Helper()
 	ctx := context.Background()
 	url := pooledURL(t, name)
-	if _, err := pgcluster.CreateDatabase(ctx, base, name); err != nil {
+	direct, err := pgcluster.CreateDatabase(ctx, base, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	// A schema of the same name as the database's default search_path (a
+	// setting of the database, which every server connection starts with),
+	// so current_schema() names the test's database as it names its schema
+	// outside PgBouncer.
+	conn, err := pgx.Connect(ctx, direct)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	id := pgx.Identifier{name}.Sanitize()
+	_, err = conn.Exec(ctx, "CREATE SCHEMA "+id+"; ALTER DATABASE "+id+" SET search_path = "+id)
+	conn.Close(ctx)
+	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	cfg, err := pgxpool.ParseConfig(url)
