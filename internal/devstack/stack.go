@@ -92,9 +92,10 @@ type Options struct {
 	// (1h, as in production).
 	ExpireEvery time.Duration
 	// BackoffScale multiplies the subscriptions' retry backoff in the
-	// delivery loop (0.05: the topology's default 10 s..600 s becomes
-	// 0.5 s..30 s, so the demo's planned failure clears in half a second; 1
-	// is Pub/Sub's own timing).
+	// delivery loop (1: the topology's retry policy as Terraform gives it
+	// to Pub/Sub, 10 s..600 s by default, so a database outage costs the
+	// same delivery attempts locally as in production; 0.05 makes it
+	// 0.5 s..30 s, for a demo in a hurry).
 	BackoffScale float64
 	// PostgresBudget is the most Postgres connections the stack holds at
 	// once, all its pools together (DefaultPostgresBudget, 40). As in
@@ -214,7 +215,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		o.ExpireEvery = time.Hour
 	}
 	if o.BackoffScale <= 0 {
-		o.BackoffScale = 0.05
+		o.BackoffScale = 1
 	}
 	if o.PostgresBudget <= 0 {
 		o.PostgresBudget = DefaultPostgresBudget

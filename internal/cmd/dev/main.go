@@ -36,7 +36,7 @@ func main() {
 	}
 	addr := flag.String("addr", defAddr, "address the functions listen on ($RELAYBUS_DEV_ADDR)")
 	state := flag.String("state", ".state", "directory for the throwaway Postgres cluster and dev.json")
-	scale := flag.Float64("backoff-scale", 0.05, "multiplies the subscriptions' redelivery backoff (1 = Pub/Sub's timing)")
+	scale := flag.Float64("backoff-scale", 1, "multiplies the subscriptions' redelivery backoff (1 = the topology's retry policy, Pub/Sub's timing)")
 	defProject := os.Getenv("GOOGLE_CLOUD_PROJECT")
 	if defProject == "" {
 		defProject = "relaybus-local"
