@@ -44,6 +44,11 @@ type Options struct {
 	// PoolSize is default_pool_size: server connections per database and
 	// user (20).
 	PoolSize int
+	// ServerLoginRetry is how long PgBouncer waits after a failed server
+	// login before it tries again, answering its clients "server login has
+	// been failing" meanwhile (server_login_retry; zero keeps PgBouncer's
+	// 15 s).
+	ServerLoginRetry time.Duration
 }
 
 // Bouncer is a running PgBouncer.
@@ -88,6 +93,9 @@ func Start(ctx context.Context, o Options) (*Bouncer, error) {
 	if o.PoolSize <= 0 {
 		o.PoolSize = 20
 	}
+	if o.ServerLoginRetry <= 0 {
+		o.ServerLoginRetry = 15 * time.Second
+	}
 	dir, err := filepath.Abs(o.Dir)
 	if err != nil {
 		return nil, err
@@ -121,6 +129,7 @@ func Start(ctx context.Context, o Options) (*Bouncer, error) {
 		"pool_mode = transaction",
 		"default_pool_size = " + strconv.Itoa(o.PoolSize),
 		"max_client_conn = 2000",
+		"server_login_retry = " + strconv.Itoa(max(1, int(o.ServerLoginRetry.Seconds()))),
 		"logfile = " + b.Log,
 		"pidfile = " + filepath.Join(dir, "pgbouncer.pid"),
 		// What pgx never sends but other clients (psql's libpq, JDBC) do.

@@ -332,8 +332,10 @@ func (p *Pool) do(ctx context.Context, retry func(error) bool, f func() error) e
 // server, so running it again cannot apply it twice: SQLSTATE 53300
 // too_many_connections or 57P03 cannot_connect_now, a connection attempt
 // refused, reset or answered with a class 08 (connection exception) code
-// (not a wrong password or an unknown database), or an error pgconn marks
-// safe to retry.
+// (not a wrong password or an unknown database), PgBouncer's answer when it
+// has no server connection to give (08P01 "server login has been
+// failing", "pgbouncer cannot connect to server", query_wait_timeout), or
+// an error pgconn marks safe to retry.
 func Retryable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
@@ -341,6 +343,9 @@ func Retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	hasPgErr := errors.As(err, &pgErr)
 	if hasPgErr && (pgErr.Code == "53300" || pgErr.Code == "57P03") {
+		return true
+	}
+	if hasPgErr && pgErr.Code == "08P01" && pgbouncerNoServer(pgErr.Message) {
 		return true
 	}
 	var ce *pgconn.ConnectError
@@ -356,6 +361,19 @@ func Retryable(err error) bool {
 		return errors.As(err, &oe) || errors.As(err, &ne) || isEOF(err)
 	}
 	return pgconn.SafeToRetry(err)
+}
+
+// pgbouncerNoServer reports whether PgBouncer refused a statement because
+// it had no server connection to run it on (the server down or refusing,
+// or every server connection busy past query_wait_timeout): the statement
+// never reached Postgres.
+func pgbouncerNoServer(msg string) bool {
+	for _, m := range []string{"server login has been failing", "pgbouncer cannot connect to server", "query_wait_timeout"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // Lost reports whether err is Retryable or the connection failed without

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	neturl "net/url"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/relaybus/relaybus/internal/pgbouncer"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/migrate"
@@ -408,4 +410,55 @@ func TestQueryModeThroughATransactionPooler(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The same restart behind PgBouncer in transaction mode: while the
+// database is away PgBouncer holds a query waiting for a server connection
+// (up to its query_wait_timeout) or answers "server login has been failing"
+// (08P01, retried); either way a transaction begun meanwhile starts once
+// the database is back, within the caller's budget.
+func TestDatabaseRestartBehindPgBouncer(t *testing.T) {
+	pgtest.PgBouncerURL(t) // skips without PgBouncer, outside CI
+	u, err := neturl.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := newProxy(t, u.Host)
+	u.Host = px.addr
+	dir, err := os.MkdirTemp("", "relaybus-pgbouncer-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx := context.Background()
+	b, err := pgbouncer.Start(ctx, pgbouncer.Options{ServerURL: u.String(), Dir: dir, ServerLoginRetry: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
+	p := open(t, b.URL, 2)
+	if _, err := p.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	px.down()
+	go func() {
+		// The outage itself: longer than PgBouncer's server_login_retry, so
+		// it has failed to log in at least once when the database returns.
+		time.Sleep(3 * time.Second)
+		px.up()
+	}()
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	tx, err := p.Begin(cctx)
+	if err != nil {
+		t.Fatalf("begin across a restart behind PgBouncer (after %d retries): %v", p.Retries(), err)
+	}
+	var one int
+	if err := tx.QueryRow(cctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("query in the new transaction: %v", err)
+	}
+	if err := tx.Commit(cctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d retries", p.Retries())
 }
