@@ -32,7 +32,22 @@ import (
 // (the emulator) afterwards, with its rollup notice (pstest). First as fast
 // as 16 concurrent senders go, then open loop at 1,000 deliveries/s for the
 // latency percentiles, measured from each request's scheduled start.
-func BenchmarkConsume(b *testing.B) {
+func BenchmarkConsume(b *testing.B) { consumeBench(b, false) }
+
+// BenchmarkConsumePgBouncer is BenchmarkConsume's throughput run through
+// PgBouncer in transaction mode (pgx's exec query mode), as behind
+// Supabase's pooler.
+func BenchmarkConsumePgBouncer(b *testing.B) {
+	pgtest.PgBouncerURL(b) // skips without one, outside CI
+	b.Setenv(pgtest.EnvPooled, "1")
+	consumeBench(b, true)
+}
+
+// directConsumeRate is BenchmarkConsume's throughput, for
+// BenchmarkConsumePgBouncer's ratio in the same run.
+var directConsumeRate float64
+
+func consumeBench(b *testing.B, pooled bool) {
 	ctx := context.Background()
 	pool, _ := pgtest.SchemaConfig(b, func(c *pgxpool.Config) { c.MaxConns = 32 })
 	if err := consume.Migrate(ctx, pool); err != nil {
@@ -101,7 +116,17 @@ func BenchmarkConsume(b *testing.B) {
 		if failed.Load() > 0 {
 			fmt.Printf("# consume: %d deliveries not answered 200 (not counted in the rate)\n", failed.Load())
 		}
-		fmt.Printf("BENCH consume_deliveries_per_s %.0f 1/s\n", float64(n-int(failed.Load()))/float64(n)*rate)
+		ok := float64(n-int(failed.Load())) / float64(n) * rate
+		if pooled {
+			fmt.Printf("# consume through PgBouncer 1.18, pool_mode=transaction, default_query_exec_mode=exec, the same run as above\n")
+			if directConsumeRate > 0 {
+				fmt.Printf("# consume through PgBouncer: %.2f of the direct figure in the same run (%.0f 1/s)\n", ok/directConsumeRate, directConsumeRate)
+			}
+			fmt.Printf("BENCH consume_deliveries_per_s_pgbouncer %.0f 1/s\n", ok)
+			continue
+		}
+		directConsumeRate = ok
+		fmt.Printf("BENCH consume_deliveries_per_s %.0f 1/s\n", ok)
 
 		const rate2, seconds = 1000, 5
 		lat := make([]time.Duration, 0, rate2*seconds)

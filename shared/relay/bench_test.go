@@ -218,10 +218,33 @@ func BenchmarkDrain(b *testing.B) {
 		fmt.Printf("# relay drain: %d events on 500 aggregates, %d-byte payloads, batch %d rows, %d aggregates and %d rows of each per claim, %d workers; Postgres %s; %s, topics only, ordering keys\n",
 			events, len(`{"n":1}`), o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, durable, pubsub)
 		fmt.Printf("BENCH relay_events_per_s %.0f ev/s\n", rate)
+		directDrainRate = rate
 		fmt.Printf("# relay_peak_heap_mb: the Go heap's objects (runtime/metrics /memory/classes/heap/objects:bytes), sampled every 5 ms during the drain; Pub/Sub's store is in another process\n")
 		fmt.Printf("BENCH relay_peak_heap_mb %.1f MB\n", heap)
 		fmt.Printf("# relay_peak_rss_mb: VmHWM of the benchmark process, which also filled the outbox\n")
 		fmt.Printf("BENCH relay_peak_rss_mb %.1f MB\n", peakRSSMB())
+	}
+}
+
+// directDrainRate is BenchmarkDrain's figure, for BenchmarkDrainPgBouncer's
+// ratio in the same run.
+var directDrainRate float64
+
+// BenchmarkDrainPgBouncer is BenchmarkDrain through PgBouncer in
+// transaction mode (pgx's exec query mode), as behind Supabase's pooler.
+func BenchmarkDrainPgBouncer(b *testing.B) {
+	pgtest.PgBouncerURL(b) // skips without one, outside CI
+	b.Setenv(pgtest.EnvPooled, "1")
+	for range b.N {
+		b.StopTimer()
+		events := benchEvents(200_000)
+		rate, _, o, pubsub, durable := drainBench(b, events, 500)
+		fmt.Printf("# relay drain through PgBouncer 1.18, pool_mode=transaction, default_query_exec_mode=exec: %d events on 500 aggregates, batch %d rows, %d aggregates and %d rows of each per claim, %d workers; Postgres %s; %s\n",
+			events, o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, durable, pubsub)
+		if directDrainRate > 0 {
+			fmt.Printf("# relay drain through PgBouncer: %.2f of the direct figure in the same run (%.0f ev/s)\n", rate/directDrainRate, directDrainRate)
+		}
+		fmt.Printf("BENCH relay_events_per_s_pgbouncer %.0f ev/s\n", rate)
 	}
 }
 
