@@ -226,6 +226,24 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	}
 }
 
+// StopImmediate stops the cluster as pg_ctl stop -m immediate does
+// (SIGQUIT: every connection cut, no shutdown checkpoint, crash recovery at
+// the next start) and waits for it to exit, or kills it when ctx ends first.
+func (c *Cluster) StopImmediate(ctx context.Context) error {
+	if c == nil || c.cmd.Process == nil {
+		return nil
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		return ctx.Err()
+	}
+}
+
 // CreateDatabase creates database name if it does not exist and returns its URL.
 func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, error) {
 	return CreateDatabase(ctx, c.URL, name)
