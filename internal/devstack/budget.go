@@ -39,9 +39,9 @@ var (
 
 // poolShares splits budget among the stack's pools (one admin and one
 // relay pool per database, one publish pool, one pool per consumer) in
-// proportion to their roles' weights, rounding down, so the sum never
-// exceeds budget. With the default topology (2 databases, 4 consumers) and
-// the default 40: admin 2, relay 4, publish 8, consumer 4, 36 in all.
+// proportion to their roles' weights, rounding down, what is left to
+// publish, so the sum is budget. With the default topology (2 databases, 4
+// consumers) and the default 40: admin 2, relay 4, publish 12, consumer 4.
 // Publish weighs most: its requests have the shortest budget (2 s), while
 // a delivery may wait for a connection up to the consumer's 30 s.
 func poolShares(budget, databases, consumers int) (map[poolRole]int, error) {
@@ -60,8 +60,15 @@ func poolShares(budget, databases, consumers int) (map[poolRole]int, error) {
 		shares[r] = max(roleMin[r], budget*roleWeight[r]/weights)
 		total += n * shares[r]
 	}
-	// The minimums may have pushed the sum over: take back from the
-	// largest shares first.
+	// What rounding down left goes to publish, whose requests have the
+	// shortest budget; the minimums may instead have pushed the sum over:
+	// take back from the largest shares first.
+	shares[rolePublish] += budget - total
+	total = budget
+	if shares[rolePublish] < roleMin[rolePublish] {
+		total += roleMin[rolePublish] - shares[rolePublish]
+		shares[rolePublish] = roleMin[rolePublish]
+	}
 	for total > budget {
 		top := roleAdmin
 		for r := range count {
