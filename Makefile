@@ -33,7 +33,7 @@ test: lint
 	$(TESTENV) $(GO) test -count=1 -p 1 -timeout 30m ./...
 	$(TESTENV) env RELAYBUS_TEST_VIA_PGBOUNCER=1 $(GO) test -count=1 -p 1 -short -timeout 20m $(POOLED_PKGS)
 
-POOLED_PKGS = ./shared/postgres ./shared/outbox ./shared/relay ./functions/publish ./functions/consume
+POOLED_PKGS = ./shared/outbox ./shared/relay ./functions/publish ./functions/consume
 
 ## test-short: the suite without the slow concurrency and crash tests.
 test-short:
