@@ -230,6 +230,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	stack, err := devstack.Start(ctx, devstack.Options{
 		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
 		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore), RelayEvery: 500 * time.Millisecond,
+		// The console's dead letters come from max delivery attempts: the
+		// topology's backoff (10 s doubling) ×0.05, as make dev once did.
+		BackoffScale: 0.05,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -131,7 +131,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		if d.Name == topology.MainDatabase || url == "" {
 			continue
 		}
-		p, err := instance.Postgres(ctx, url)
+		p, err := instance.Database{URL: url}.Open(ctx)
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", d.EnvVar(), err))
 		}
