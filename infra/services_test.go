@@ -54,10 +54,12 @@ var localOnly = map[string]bool{"PUBSUB_EMULATOR_HOST": true, "FIRESTORE_EMULATO
 	"LEDGER_RECONCILE_AFTER": true, "REGISTRY_CACHE_TTL": true}
 
 // notFromTerraform are variables Terraform leaves alone for another
-// reason: K_SERVICE is Cloud Run's own, and OTEL_EXPORTER_OTLP_ENDPOINT
+// reason: K_SERVICE is Cloud Run's own, OTEL_EXPORTER_OTLP_ENDPOINT
 // names a collector, which production does not use (it exports to
-// telemetry.googleapis.com).
-var notFromTerraform = map[string]bool{"K_SERVICE": true, "OTEL_EXPORTER_OTLP_ENDPOINT": true}
+// telemetry.googleapis.com), and DATABASE_DIRECT_URL is for a database
+// behind a transaction-mode pooler (Supabase), where the migrations need
+// the database itself: Terraform's Cloud SQL is reached directly.
+var notFromTerraform = map[string]bool{"K_SERVICE": true, "OTEL_EXPORTER_OTLP_ENDPOINT": true, "DATABASE_DIRECT_URL": true}
 
 // envTags collects the variable names of a config struct's env tags
 // (localOnly and notFromTerraform left out).
