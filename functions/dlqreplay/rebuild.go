@@ -10,7 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -50,12 +52,11 @@ type rebuildBody struct {
 	DryRun        bool   `json:"dryRun"`
 }
 
+// rebuildCounts is what a rebuild clears (or would): the consumer's
+// projection state and its inbox rows.
 type rebuildCounts struct {
-	Projection int64 `json:"projectionRows"`
-	Positions  int64 `json:"strictPositions"`
-	Parked     int64 `json:"strictParked"`
-	Skipped    int64 `json:"strictSkipped"`
-	Inbox      int64 `json:"inboxRows"`
+	projection.Cleared
+	Inbox int64 `json:"inboxRows"`
 }
 
 func (a *api) rebuild(r *request, args []string) (any, error) {
@@ -219,43 +220,17 @@ func (a *api) strictOrProjection(c topology.Consumer) (topology.Consumer, txRunn
 }
 
 // clearRebuild counts (and, when clear, deletes) the consumer's state in
-// scope and its inbox rows, in one transaction.
+// scope and its inbox rows, in one transaction, through the packages that
+// own the tables.
 func (a *api) clearRebuild(ctx context.Context, run txRunner, c topology.Consumer, aggType string, clear bool) (rebuildCounts, error) {
 	var n rebuildCounts
 	err := pgx.BeginFunc(ctx, run.db, func(tx pgx.Tx) error {
-		tables := []struct {
-			name   string
-			scoped bool
-			into   *int64
-		}{
-			{"relaybus_projection", true, &n.Projection},
-			{"relaybus_strict_position", true, &n.Positions},
-			{"relaybus_strict_parked", true, &n.Parked},
-			{"relaybus_strict_skipped", true, &n.Skipped},
-			{"relaybus_inbox", false, &n.Inbox},
+		var err error
+		if n.Cleared, err = projection.ClearForRebuild(ctx, tx, c.Service, aggType, !clear); err != nil {
+			return err
 		}
-		for _, t := range tables {
-			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t.name).Scan(&exists); err != nil {
-				return err
-			}
-			if !exists {
-				continue // the consumer has not created it (it has not run, or is not strict)
-			}
-			where, qargs := "consumer_id = $1", []any{c.Service}
-			if t.scoped && aggType != "" {
-				where, qargs = where+" AND aggregate_type = $2", append(qargs, aggType)
-			}
-			// The table names are the constants above.
-			q := "SELECT count(*) FROM " + t.name + " WHERE " + where
-			if clear {
-				q = "WITH d AS (DELETE FROM " + t.name + " WHERE " + where + " RETURNING 1) SELECT count(*) FROM d"
-			}
-			if err := tx.QueryRow(ctx, q, qargs...).Scan(t.into); err != nil {
-				return fmt.Errorf("rebuild: %s: %w", t.name, err)
-			}
-		}
-		return nil
+		n.Inbox, err = inbox.ClearForRebuild(ctx, tx, c.Service, !clear)
+		return err
 	})
 	return n, err
 }
