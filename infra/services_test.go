@@ -24,8 +24,9 @@ import (
 // envNames are the environment variables each function reads: the env
 // tags of its Config (sethvargo/go-envconfig), walked through embedded
 // structs. dlqreplay's optional settings (a token for DLQREPLAY_AUTH=token,
-// an extra audience check, the re-push rules) keep their defaults in
-// production and are left out.
+// an extra audience check, the re-push rules, the console's Cloud Trace
+// project, which is the function's own) keep their defaults in production
+// and are left out.
 var envNames = map[string]map[string]bool{
 	"publish": envTags(reflect.TypeOf(publish.Config{})),
 	"relay":   envTags(reflect.TypeOf(relayfn.Config{})),
@@ -34,7 +35,7 @@ var envNames = map[string]map[string]bool{
 	// forward consumers only (checked below).
 	"consume": without(envTags(reflect.TypeOf(consume.Config{})), "FORWARD_SIGNING_SECRET"),
 	"dlqreplay": without(envTags(reflect.TypeOf(dlqreplay.Config{})),
-		"DLQREPLAY_TOKEN", "DLQREPLAY_AUDIENCE", "DLQREPLAY_MAX_REPUSHES", "DLQREPLAY_SENT_TIMEOUT"),
+		"DLQREPLAY_TOKEN", "DLQREPLAY_AUDIENCE", "DLQREPLAY_MAX_REPUSHES", "DLQREPLAY_SENT_TIMEOUT", "DLQREPLAY_TRACE_PROJECT"),
 }
 
 func without(m map[string]bool, names ...string) map[string]bool {
