@@ -24,8 +24,9 @@ import (
 // envNames are the environment variables each function reads: the env
 // tags of its Config (sethvargo/go-envconfig), walked through embedded
 // structs. dlqreplay's optional settings (a token for DLQREPLAY_AUTH=token,
-// an extra audience check, the re-push rules) keep their defaults in
-// production and are left out.
+// an extra audience check, the re-push rules, the console's Cloud Trace
+// project, which is the function's own) keep their defaults in production
+// and are left out.
 var envNames = map[string]map[string]bool{
 	"publish": envTags(reflect.TypeOf(publish.Config{})),
 	"relay":   envTags(reflect.TypeOf(relayfn.Config{})),
@@ -34,7 +35,7 @@ var envNames = map[string]map[string]bool{
 	// forward consumers only (checked below).
 	"consume": without(envTags(reflect.TypeOf(consume.Config{})), "FORWARD_SIGNING_SECRET"),
 	"dlqreplay": without(envTags(reflect.TypeOf(dlqreplay.Config{})),
-		"DLQREPLAY_TOKEN", "DLQREPLAY_AUDIENCE", "DLQREPLAY_MAX_REPUSHES", "DLQREPLAY_SENT_TIMEOUT"),
+		"DLQREPLAY_TOKEN", "DLQREPLAY_AUDIENCE", "DLQREPLAY_MAX_REPUSHES", "DLQREPLAY_SENT_TIMEOUT", "DLQREPLAY_TRACE_PROJECT"),
 }
 
 func without(m map[string]bool, names ...string) map[string]bool {
@@ -54,10 +55,12 @@ var localOnly = map[string]bool{"PUBSUB_EMULATOR_HOST": true, "FIRESTORE_EMULATO
 	"LEDGER_RECONCILE_AFTER": true, "REGISTRY_CACHE_TTL": true}
 
 // notFromTerraform are variables Terraform leaves alone for another
-// reason: K_SERVICE is Cloud Run's own, and OTEL_EXPORTER_OTLP_ENDPOINT
+// reason: K_SERVICE is Cloud Run's own, OTEL_EXPORTER_OTLP_ENDPOINT
 // names a collector, which production does not use (it exports to
-// telemetry.googleapis.com).
-var notFromTerraform = map[string]bool{"K_SERVICE": true, "OTEL_EXPORTER_OTLP_ENDPOINT": true}
+// telemetry.googleapis.com), and DATABASE_DIRECT_URL is for a database
+// behind a transaction-mode pooler (Supabase), where the migrations need
+// the database itself: Terraform's Cloud SQL is reached directly.
+var notFromTerraform = map[string]bool{"K_SERVICE": true, "OTEL_EXPORTER_OTLP_ENDPOINT": true, "DATABASE_DIRECT_URL": true}
 
 // envTags collects the variable names of a config struct's env tags
 // (localOnly and notFromTerraform left out).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,22 @@ import (
 // (the emulator) afterwards, with its rollup notice (pstest). First as fast
 // as 16 concurrent senders go, then open loop at 1,000 deliveries/s for the
 // latency percentiles, measured from each request's scheduled start.
-func BenchmarkConsume(b *testing.B) {
+func BenchmarkConsume(b *testing.B) { consumeBench(b, false) }
+
+// BenchmarkConsumePgBouncer is BenchmarkConsume's throughput run through
+// PgBouncer in transaction mode (pgx's exec query mode), as behind
+// Supabase's pooler.
+func BenchmarkConsumePgBouncer(b *testing.B) {
+	pgtest.PgBouncerURL(b) // skips without one, outside CI
+	b.Setenv(pgtest.EnvPooled, "1")
+	consumeBench(b, true)
+}
+
+// directConsumeRate is BenchmarkConsume's throughput, for
+// BenchmarkConsumePgBouncer's ratio in the same run.
+var directConsumeRate float64
+
+func consumeBench(b *testing.B, pooled bool) {
 	ctx := context.Background()
 	// The function runs in a process of its own, built by its constructor
 	// from its configuration as in production (CONSUMER_HANDLER defaults
@@ -47,7 +63,7 @@ func BenchmarkConsume(b *testing.B) {
 	}
 	const poolSize = 32
 	fn := fnproc.Start(b, "consume", map[string]string{
-		"DATABASE_URL":         pgtest.SchemaURL(b, schema) + fmt.Sprintf("&pool_max_conns=%d", poolSize),
+		"DATABASE_URL":         withParams(pgtest.SchemaURL(b, schema), fmt.Sprintf("pool_max_conns=%d", poolSize)),
 		"GOOGLE_CLOUD_PROJECT": project, "PUBSUB_EMULATOR_HOST": fake.Server.Addr, "LOG_LEVEL": "error",
 		"CONSUMER_ID": "member-service", "CONSUMER_SUBSCRIPTION": sub,
 	})
@@ -107,7 +123,17 @@ func BenchmarkConsume(b *testing.B) {
 		if failed.Load() > 0 {
 			fmt.Printf("# consume: %d deliveries not answered 200 (not counted in the rate)\n", failed.Load())
 		}
-		fmt.Printf("BENCH consume_deliveries_per_s %.0f 1/s\n", float64(n-int(failed.Load()))/float64(n)*rate)
+		ok := float64(n-int(failed.Load())) / float64(n) * rate
+		if pooled {
+			fmt.Printf("# consume through PgBouncer 1.18, pool_mode=transaction, default_query_exec_mode=exec, the same run as above\n")
+			if directConsumeRate > 0 {
+				fmt.Printf("# consume through PgBouncer: %.2f of the direct figure in the same run (%.0f 1/s)\n", ok/directConsumeRate, directConsumeRate)
+			}
+			fmt.Printf("BENCH consume_deliveries_per_s_pgbouncer %.0f 1/s\n", ok)
+			return // the throughput only: the rest is the direct run's
+		}
+		directConsumeRate = ok
+		fmt.Printf("BENCH consume_deliveries_per_s %.0f 1/s\n", ok)
 
 		const rate2, seconds = 1000, 5
 		lat := make([]time.Duration, 0, rate2*seconds)
@@ -162,4 +188,13 @@ func BenchmarkConsume(b *testing.B) {
 	fmt.Printf("# consume cost: the function process's user+system CPU (/proc, then its rusage at exit) and the statements Postgres executed (pg_stat_statements calls, transaction control included) over both runs to the end of its graceful shutdown, divided by the %d deliveries answered 200\n", answered)
 	fmt.Printf("BENCH consume_cpu_us_per_delivery %.1f µs\n", float64((cpu1-cpu0).Microseconds())/float64(answered))
 	fmt.Printf("BENCH consume_pg_roundtrips_per_delivery %.2f round trips\n", float64(stmts1-stmts0)/float64(answered))
+}
+
+// withParams adds query parameters to a postgres:// URL.
+func withParams(url string, params ...string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + strings.Join(params, "&")
 }

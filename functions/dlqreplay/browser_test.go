@@ -26,6 +26,7 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/instance"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 )
 
 // EnvScreenshots names the directory the browser test writes its
@@ -230,6 +231,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	stack, err := devstack.Start(ctx, devstack.Options{
 		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
 		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore), RelayEvery: 500 * time.Millisecond,
+		// The console's dead letters come from max delivery attempts: the
+		// topology's backoff (10 s doubling) ×0.05, as make dev once did.
+		BackoffScale: 0.05,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +279,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	if n := b.count("[data-testid=child]"); n != 2 {
 		t.Errorf("%d children, want points.added and notification.sent", n)
+	}
+	if n := b.count("[data-testid=cloud-trace]"); n != 0 {
+		t.Error("the local stack (no Cloud Trace) links the trace to Cloud Trace")
 	}
 	b.shot("event")
 
@@ -432,13 +439,82 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.waitFor("audit-service resumed", fmt.Sprintf(`!!document.querySelector(%q) && !/paused/.test(document.querySelector(%q)?.textContent || "")`,
 		auditRow+" [data-testid=pause]", auditRow+" [data-testid=consumer-state]"), 20*time.Second)
 
+	// 6. A strict consumer's gap: audit-service records notifications in
+	// order; version 2 of a notification whose version 1 never comes parks
+	// behind a gap. The operator finds it from the registry, skips version
+	// 1 with a reason, and the consumer's next gap check applies version 2.
+	gapID := "gap-" + run
+	gapEvent := &event.Event{ID: "evt-" + gapID, Type: "notification.sent", Source: "message-service", Topic: "message.notification.events",
+		AggregateType: "notification", AggregateID: gapID, Version: 2, Payload: []byte(`{"memberId":"m-gap","channel":"email"}`)}
+	if err := gapEvent.Prepare(time.Now(), event.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	gapMsg, err := event.Encode(gapEvent, event.EncodingProtobuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stack.PubSub.Publish(ctx, "message.notification.events", gapMsg); err != nil {
+		t.Fatal(err)
+	}
+	strictRow := `[data-testid=topic][data-topic="message.notification.events"] [data-testid=consumer-row][data-consumer=audit-service]`
+	b.open("/consumers")
+	b.waitFor("the gaps link", fmt.Sprintf(`!!document.querySelector(%q)`, strictRow+" [data-testid=gaps-link]"), 20*time.Second)
+	if n := b.count(memberRow + " [data-testid=gaps-link], " + memberRow + " [data-testid=rebuild-link]"); n != 0 {
+		t.Errorf("member-service (its own handler) offers %d gap or rebuild links", n)
+	}
+	b.click(strictRow + " [data-testid=gaps-link]")
+	gapRow := fmt.Sprintf("[data-testid=gap-row][data-aggregate-id=%q]", gapID)
+	b.waitFor("the parked notification's gap", fmt.Sprintf(`!!document.querySelector(%q)`, gapRow), 60*time.Second)
+	if got := b.text(gapRow + " [data-testid=gap-missing]"); got != "1" {
+		t.Errorf("the gap row says version %q is missing, want 1", got)
+	}
+	b.shot("gaps")
+	b.click(gapRow + " [data-testid=skip]")
+	b.waitFor("the skip confirmation", `document.getElementById("confirm").open`, 10*time.Second)
+	b.run("give a reason", 10*time.Second, chromedp.SendKeys("[data-testid=skip-reason]", "version 1 was never published (INC-7)", chromedp.ByQuery))
+	b.click("#confirm-ok")
+	b.waitFor("the skip's notice", `/Skipped .* version\(s\) 1\./.test(document.querySelector("[data-testid=gap-result]")?.textContent || "")`, 20*time.Second)
+	b.waitFor("the gap gone once the check applied version 2", fmt.Sprintf(`!document.querySelector(%q) && !!document.querySelector("[data-testid=gaps] table, [data-testid=no-gaps]")`, gapRow), 60*time.Second)
+
+	// 7. Rebuild audit-service's projection of member points: a dry run
+	// counts what would be cleared; the run pauses, clears, seeks and
+	// resumes. pstest's Seek puts back the messages published after the
+	// time without their content, so the seek goes to now: nothing is
+	// replayed and the projection is left empty, which the dry run after
+	// the run shows.
+	b.open("/consumers")
+	pointsRow := `[data-testid=topic][data-topic="member.points.events"] [data-testid=consumer-row][data-consumer=audit-service]`
+	b.waitFor("the rebuild link", fmt.Sprintf(`!!document.querySelector(%q)`, pointsRow+" [data-testid=rebuild-link]"), 20*time.Second)
+	if entries, err := stack.Ledger.Audit().List(ctx, audit.Query{ActionPrefix: "gaps.", Limit: 10}); err != nil || len(entries) != 1 ||
+		entries[0].ConsumerID != "audit-service" || !strings.Contains(entries[0].Detail, "INC-7") {
+		t.Errorf("the audit log holds %+v (%v), want the skip and its reason", entries, err)
+	}
+	b.click(pointsRow + " [data-testid=rebuild-link]")
+	b.waitFor("the rebuild form", `!!document.querySelector("[data-testid=rebuild-dry-run]")`, 20*time.Second)
+	seekTo := time.Now().UTC().Format("2006-01-02T15:04:05")
+	b.run("set the seek time", 10*time.Second, chromedp.SetValue("[data-testid=rebuild-time]", seekTo, chromedp.ByQuery),
+		chromedp.Click("[data-testid=rebuild-dry-run]", chromedp.ByQuery))
+	b.waitFor("the dry run's plan", `!!document.querySelector("[data-testid=would-clear]")`, 20*time.Second)
+	if got := b.text("[data-testid=would-clear]"); !strings.Contains(got, "projection row(s)") || strings.HasPrefix(got, "0 projection") {
+		t.Errorf("the dry run would clear %q, want audit-service's points projection", got)
+	}
+	b.shot("rebuild")
+	b.click("[data-testid=rebuild-run]")
+	b.waitFor("the rebuild confirmation", `document.getElementById("confirm").open && !!document.querySelector("#confirm [data-testid=rebuild-plan-view]")`, 20*time.Second)
+	b.click("#confirm-ok")
+	b.waitFor("the rebuild's notice", `/Rebuilt audit-service .* and resumed\./.test(document.querySelector("[data-testid=rebuild-result]")?.textContent || "")`, 30*time.Second)
+	b.click("[data-testid=rebuild-dry-run]")
+	b.waitFor("nothing left to clear", `/^0 projection row\(s\), 0 inbox/.test(document.querySelector("[data-testid=would-clear]")?.textContent || "")`, 20*time.Second)
+	b.open("/consumers")
+	b.waitFor("the rebuild in the audit log", `/consumer\.rebuild/.test(document.querySelector("[data-testid=audit-row]")?.textContent || "")`, 20*time.Second)
+
 	// The overview after all this: counts, dead letters, lag.
 	b.open("/")
 	b.waitFor("the overview's dead letters", `/Dead letters \(\d+\)/.test(document.querySelector("[data-testid=dead-letter-summary]")?.textContent || "")`, 20*time.Second)
 	b.waitFor("the lag table", `document.querySelectorAll("[data-testid=hop]").length === 4`, 10*time.Second)
 	b.shot("overview")
 
-	// 6. Read-only: the same stack through a read-only API; write actions
+	// 8. Read-only: the same stack through a read-only API; write actions
 	// are not shown, and the API refuses them.
 	// Built as the stack built its own dlqreplay, read-only.
 	rc := instance.Defaults[dlqreplay.Config]()
@@ -446,6 +522,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	rc.PubSub.EmulatorHost, rc.Ledger.EmulatorHost = stack.Info.PubSubHost, stack.Info.FirestoreHost
 	rc.DB.URL, rc.DatabaseURLs = stack.Info.DatabaseURL, stack.Info.Databases
 	rc.Auth, rc.ReadOnly = dlqreplay.AuthNone, true
+	rc.TraceProject = "relaybus-prod" // as production's own project is
 	ro, err := dlqreplay.Build(ctx, rc)
 	if err != nil {
 		t.Fatal(err)
@@ -484,5 +561,27 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.waitFor("the read-only event page", `!!document.querySelector("[data-testid=repush-rules]")`, 20*time.Second)
 	if n := b.count("[data-testid=repush-button]"); n != 0 {
 		t.Error("the read-only event page offers a re-push")
+	}
+	// With a project, the event's trace id links to Cloud Trace.
+	var traceID, href string
+	b.run("read the trace link", 10*time.Second,
+		chromedp.Evaluate(`document.querySelector("[data-testid=cloud-trace]")?.href || ""`, &href),
+		chromedp.Evaluate(`[...document.querySelectorAll("table.kv th")].find(th => th.textContent === "Trace")?.nextSibling.querySelector("a.mono")?.textContent || ""`, &traceID))
+	if want := "https://console.cloud.google.com/traces/list?project=relaybus-prod&tid=" + traceID; traceID == "" || href != want {
+		t.Errorf("the Cloud Trace link is %q, want %q", href, want)
+	}
+	// The gaps and the rebuild's dry run are reads; their writes are hidden.
+	b.open("/consumers/message.notification.events/audit-service/gaps")
+	b.waitFor("the read-only gaps", `!!document.querySelector("[data-testid=gaps] table, [data-testid=no-gaps]")`, 20*time.Second)
+	b.open("/consumers/member.points.events/audit-service/rebuild")
+	b.waitFor("the read-only rebuild form", `!!document.querySelector("[data-testid=rebuild-dry-run]")`, 20*time.Second)
+	if n := b.count("[data-testid=skip], [data-testid=rebuild-run]"); n != 0 {
+		t.Errorf("the read-only console shows %d skip or rebuild buttons", n)
+	}
+	if status := b.fetch("POST", "/consumers/member.points.events/audit-service:rebuild", map[string]any{"time": time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)}); status != http.StatusForbidden {
+		t.Errorf("a rebuild through the read-only API answered %d, want 403", status)
+	}
+	if status := b.fetch("POST", "/consumers/message.notification.events/audit-service/gaps:skip", map[string]any{"aggregateId": "x", "version": 1}); status != http.StatusForbidden {
+		t.Errorf("a gap skip through the read-only API answered %d, want 403", status)
 	}
 }

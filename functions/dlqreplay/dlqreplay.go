@@ -137,6 +137,10 @@ type Options struct {
 	MaxRepushes int
 	SentTimeout time.Duration
 	Logger      *slog.Logger
+	// TraceProject, when set, is the Google Cloud project whose Cloud Trace
+	// holds relaybus's traces: the console links each event's trace id
+	// there. Empty: no link.
+	TraceProject string
 }
 
 type api struct {
@@ -434,6 +438,9 @@ func (a *api) whoami(r *request, _ []string) (any, error) {
 	werr := a.canWrite(r.who)
 	out := map[string]any{"caller": r.who.Name, "auth": r.who.Method, "canWrite": werr == nil, "readOnly": a.o.ReadOnly,
 		"writers": a.writers.describe()}
+	if a.o.TraceProject != "" {
+		out["traceProject"] = a.o.TraceProject
+	}
 	if werr != nil {
 		out["why"] = werr.(*apiError).Msg
 	}

@@ -56,6 +56,11 @@ type Config struct {
 	// their push endpoints on Pub/Sub (the local stack's delivery loop; no
 	// variable).
 	Pauser Pauser
+	// TraceProject is the project whose Cloud Trace the console links
+	// events' traces to (DLQREPLAY_TRACE_PROJECT; empty: the function's
+	// project in production, none against the emulators, whose traces go
+	// nowhere Google shows).
+	TraceProject string `env:"DLQREPLAY_TRACE_PROJECT"`
 	// PushTargets are the push consumers' endpoints and OIDC identities
 	// (DLQREPLAY_PUSH_TARGETS, a JSON object; see ParsePushTargets): what
 	// resume restores.
@@ -120,9 +125,16 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		_ = f.close.Close(context.Background())
 		return nil, err
 	}
-	pool, err := cfg.DB.Open(ctx, outbox.Migrations)
+	// Before the pools, which trace their statements; replays and
+	// re-pushes start sampled spans (forcedSpan).
+	flush, err := cfg.StartTelemetry(ctx, "dlqreplay")
 	if err != nil {
 		return nil, err
+	}
+	f.close.Add(flush) // first, so it is flushed last
+	pool, err := cfg.DB.Open(ctx, outbox.Migrations)
+	if err != nil {
+		return fail(err)
 	}
 	f.close.Add(func(context.Context) error { pool.Close(); return nil })
 	dbs := map[string]postgres.DBTX{topology.MainDatabase: pool}
@@ -131,7 +143,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		if d.Name == topology.MainDatabase || url == "" {
 			continue
 		}
-		p, err := instance.Postgres(ctx, url)
+		p, err := instance.Database{URL: url}.Open(ctx)
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", d.EnvVar(), err))
 		}
@@ -154,12 +166,23 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		Seeker: &Seeker{Admin: ps.PubSub().SubscriptionAdminClient, Project: cfg.ProjectID},
 		Auth:   cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, Pauser: cfg.Pauser,
+		TraceProject: traceProject(cfg),
 	})
 	if err != nil {
 		return fail(err)
 	}
 	f.Handler = h
 	return f, nil
+}
+
+// traceProject is where the console links traces: DLQREPLAY_TRACE_PROJECT,
+// else the project when the function talks to Google rather than to the
+// emulators.
+func traceProject(cfg Config) string {
+	if cfg.TraceProject != "" || cfg.PubSub.EmulatorHost != "" {
+		return cfg.TraceProject
+	}
+	return cfg.ProjectID
 }
 
 // Function is the dlqreplay handler built by Build, with what it must

@@ -17,6 +17,7 @@ import (
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // eventRow is one event of a listing with its "n/m consumed".
@@ -304,7 +305,14 @@ func (a *api) repush(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, fail(http.StatusConflict, "payload_omitted", "event %s's payload was too large for the ledger: re-push it from the producer's outbox", id)
 	}
-	if _, err := outbox.Repush(r.Context(), a.o.DB, &e, req.Consumer); err != nil && !errors.Is(err, outbox.ErrPending) {
+	// The outbox row keeps the re-push span's traceparent, sampled
+	// whatever the ratio: the relay's publish and every consumer's
+	// delivery of the re-push are recorded under it.
+	ctx, span := forcedSpan(r.Context(), "repush "+d.Topic, e.TraceID, e.SpanID,
+		telemetry.KeyDestination.String(d.Topic), telemetry.KeyConsumer.String(req.Consumer), telemetry.KeyEventID.String(id))
+	_, err = outbox.Repush(ctx, a.o.DB, &e, req.Consumer)
+	span.End(err)
+	if err != nil && !errors.Is(err, outbox.ErrPending) {
 		return nil, err
 	}
 	target := req.Consumer

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
@@ -17,6 +19,7 @@ import (
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -255,10 +258,39 @@ func (a *api) replay(r *request, args []string) (any, error) {
 
 // publishReplay republishes a letter's original message to its topic,
 // addressed to the consumer that failed it.
-func (a *api) publishReplay(ctx context.Context, l archive.Letter) (string, error) {
+//
+// The replay is a span sampled whatever the ratio (an operator's action
+// is always worth its trace), in the event's trace when the letter names
+// it; the message carries that span's traceparent, so the consumer's
+// delivery of the replay is recorded under it.
+func (a *api) publishReplay(ctx context.Context, l archive.Letter) (id string, err error) {
 	m := l.Original()
 	m.Attributes[topology.TargetConsumerAttr] = l.Consumer
+	ctx, span := forcedSpan(ctx, "replay "+l.Topic, m.Attributes[event.AttrTraceID], m.Attributes[event.AttrSpanID],
+		telemetry.KeyDestination.String(l.Topic), telemetry.KeyConsumer.String(l.Consumer), telemetry.KeyEventID.String(l.EventID))
+	defer func() { span.End(err) }()
+	if tp := telemetry.Traceparent(ctx); tp != "" {
+		m.Attributes[telemetry.AttrTraceparent] = tp
+	}
 	return a.o.Publisher.Publish(ctx, l.Topic, m)
+}
+
+// forcedSpan starts the span of an operator's replay or re-push with
+// relaybus.sample.force, so it is recorded whatever the sampling ratio
+// (telemetry.Sampler), in the event's own trace when traceID is a W3C id
+// (the console links that id to Cloud Trace): under the event's span when
+// the envelope names one, else under a fresh span id (an event published
+// with telemetry off has none; Cloud Trace shows the replay at the top of
+// the trace). Otherwise it is a root. With telemetry off it does nothing.
+func forcedSpan(ctx context.Context, name, traceID, spanID string, attrs ...attribute.KeyValue) (context.Context, telemetry.Span) {
+	if spanID == "" {
+		spanID = event.NewSpanID()
+	}
+	tp := ""
+	if traceID != "" {
+		tp = "00-" + traceID + "-" + spanID + "-00" // ignored unless valid
+	}
+	return telemetry.Start(ctx, name, telemetry.KindProducer, tp, append(attrs, telemetry.ForceSample.Bool(true))...)
 }
 
 // plan predicts what replaying l to its consumer will do. Every check that

@@ -2,15 +2,19 @@ package dlqreplay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -50,12 +54,16 @@ type rebuildBody struct {
 	DryRun        bool   `json:"dryRun"`
 }
 
+// rebuildCounts is what a rebuild clears (or would): the consumer's
+// projection state and its inbox rows.
 type rebuildCounts struct {
-	Projection int64 `json:"projectionRows"`
-	Positions  int64 `json:"strictPositions"`
-	Parked     int64 `json:"strictParked"`
-	Skipped    int64 `json:"strictSkipped"`
-	Inbox      int64 `json:"inboxRows"`
+	projection.Cleared
+	Inbox int64 `json:"inboxRows"`
+}
+
+// String is the counts as the audit log and errors show them.
+func (n rebuildCounts) String() string {
+	return fmt.Sprintf("%d projection rows, %d strict positions, %d parked, %d skipped, %d inbox rows", n.Projection, n.Positions, n.Parked, n.Skipped, n.Inbox)
 }
 
 func (a *api) rebuild(r *request, args []string) (any, error) {
@@ -98,16 +106,33 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.Handler != topology.HandlerProjection && c.Handler != topology.HandlerStrict {
-		return nil, fail(http.StatusConflict, "handler", "%s on %s runs handler %q, which keeps its state in its own tables: clear them yourself, then pause, seek and resume (only the projection and strict handlers' state is relaybus's)", id, topic, c.Handler)
+	// Every subscription of this service in this database shares its state
+	// (the tables are keyed by consumer id, the service): the rebuild
+	// clears it for all of them, so it pauses, seeks and resumes all.
+	group := a.stateSharers(c)
+	var subs []string
+	for _, g := range group {
+		if g.Handler != topology.HandlerProjection && g.Handler != topology.HandlerStrict {
+			return nil, fail(http.StatusConflict, "handler", "%s on %s runs handler %q, which keeps its state in its own tables: clear them yourself, then pause, seek and resume (only the projection and strict handlers' state is relaybus's)%s", g.Service, g.Topic, g.Handler, sharedNote(g, c))
+		}
+		if g.Delivery != topology.DeliveryPush {
+			return nil, fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which cannot be paused: a rebuild needs delivery: push%s", g.Service, g.Topic, sharedNote(g, c))
+		}
+		subs = append(subs, g.Subscription())
 	}
-	if c.Delivery != topology.DeliveryPush {
-		return nil, fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which cannot be paused: a rebuild needs delivery: push", id, topic)
+	if b.Snapshot != "" && len(group) > 1 {
+		return nil, fail(http.StatusConflict, "snapshot", "%s keeps one state for %s: a snapshot belongs to one subscription's topic, so rebuild them to a time", c.Service, strings.Join(subs, ", "))
 	}
-	retention := time.Duration(a.topicRetention(c.Topic)) * time.Second
+	// The shortest retention of the group bounds the seek.
+	retention, shortest := time.Duration(a.topicRetention(c.Topic))*time.Second, c.Subscription()
+	for _, g := range group {
+		if r := time.Duration(a.topicRetention(g.Topic)) * time.Second; r < retention {
+			retention, shortest = r, g.Subscription()
+		}
+	}
 	if b.Time != "" {
 		if earliest := time.Now().Add(-retention + retentionMargin); at.Before(earliest) {
-			return nil, fail(http.StatusConflict, "retention", "%s retains messages for %s: a seek reaches back to %s at the earliest, not %s", c.Subscription(), retention, earliest.UTC().Format(time.RFC3339), b.Time)
+			return nil, fail(http.StatusConflict, "retention", "%s retains messages for %s: a seek reaches back to %s at the earliest, not %s", shortest, retention, earliest.UTC().Format(time.RFC3339), b.Time)
 		}
 		if at.After(time.Now()) {
 			return nil, fail(http.StatusConflict, "future", "time %s is in the future: nothing would be replayed", b.Time)
@@ -117,13 +142,23 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan := map[string]any{"topic": c.Topic, "consumer": c.Service, "subscription": c.Subscription(), "database": c.Database,
+	plan := map[string]any{"topic": c.Topic, "consumer": c.Service, "subscription": c.Subscription(), "subscriptions": subs, "database": c.Database,
 		"handler": c.Handler, "scope": scopeOf(b.AggregateType), "time": b.Time, "snapshot": b.Snapshot, "retention": retention.String()}
-	if c.Handler == topology.HandlerStrict {
-		// Its positions start again at 0: an aggregate whose first
-		// versions were published before the seek point parks what is
-		// replayed behind a gap (list and skip it: gaps.go).
-		plan["warning"] = "a strict consumer replays every version in order from 1: aggregates whose first versions are older than the seek point will show gaps (relaybus gaps ls)"
+	var warnings []string
+	if len(group) > 1 {
+		warnings = append(warnings, fmt.Sprintf("%s keeps one state for its subscriptions %s (its tables are keyed by the service): all of them are paused, cleared, seeked and resumed together", c.Service, strings.Join(subs, ", ")))
+	}
+	for _, g := range group {
+		if g.Handler == topology.HandlerStrict {
+			// Its positions start again at 0: an aggregate whose first
+			// versions were published before the seek point parks what is
+			// replayed behind a gap (list and skip it: gaps.go).
+			warnings = append(warnings, "a strict consumer replays every version in order from 1: aggregates whose first versions are older than the seek point will show gaps (relaybus gaps ls)")
+			break
+		}
+	}
+	if len(warnings) > 0 {
+		plan["warning"] = strings.Join(warnings, "; ")
 	}
 	if b.DryRun {
 		n, err := a.clearRebuild(r.Context(), run, c, b.AggregateType, false)
@@ -131,7 +166,7 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			return nil, err
 		}
 		plan["dryRun"], plan["wouldClear"] = true, n
-		plan["steps"] = []string{"pause " + c.Subscription(), "clear the counts above in database " + c.Database,
+		plan["steps"] = []string{"pause " + strings.Join(subs, ", "), "clear the counts above in database " + c.Database,
 			"seek to " + b.Time + b.Snapshot, "resume: Pub/Sub delivers every message retained since then, in order"}
 		return plan, nil
 	}
@@ -139,54 +174,87 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 		return nil, fail(http.StatusNotImplemented, "unavailable", "Pub/Sub administration is not configured (seek and pause)")
 	}
 	if pp, ok := a.o.Pauser.(*PushPauser); ok {
-		if _, ok := pp.Targets[c.Subscription()]; !ok {
-			return nil, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS), so it could not resume it after the rebuild", c.Subscription())
+		for _, sub := range subs {
+			if _, ok := pp.Targets[sub]; !ok {
+				return nil, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS), so it could not resume it after the rebuild", sub)
+			}
 		}
 	}
-	sub := "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(c.Subscription())
-	changed, err := a.o.Pauser.Pause(r.Context(), c.Subscription())
-	if err != nil {
-		return nil, err
-	}
-	wasPaused := !changed
+	var paused []string // the subscriptions this rebuild paused, to resume
 	resume := func() error {
-		if wasPaused {
-			return nil
+		var errs []error
+		for _, sub := range paused {
+			if _, err := a.o.Pauser.Resume(r.Context(), sub); err != nil {
+				errs = append(errs, err)
+			}
 		}
-		_, err := a.o.Pauser.Resume(r.Context(), c.Subscription())
-		return err
+		return errors.Join(errs...)
+	}
+	for _, sub := range subs {
+		changed, err := a.o.Pauser.Pause(r.Context(), sub)
+		if err != nil {
+			if rerr := resume(); rerr != nil {
+				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+			}
+			return nil, err
+		}
+		if changed {
+			paused = append(paused, sub)
+		}
 	}
 	n, err := a.clearRebuild(r.Context(), run, c, b.AggregateType, true)
 	if err != nil {
 		if rerr := resume(); rerr != nil {
-			a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and the consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+			a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
 		}
 		return nil, err
 	}
-	seek := &pb.SeekRequest{Subscription: sub}
-	if b.Snapshot != "" {
-		seek.Target = &pb.SeekRequest_Snapshot{Snapshot: "projects/" + a.o.Seeker.Project + "/snapshots/" + b.Snapshot}
-	} else {
-		seek.Target = &pb.SeekRequest_Time{Time: timestamppb.New(at)}
-	}
-	if _, err := a.o.Seeker.Admin.Seek(r.Context(), seek); err != nil {
-		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild cleared the state but the seek failed; the consumer stays paused",
-			"consumer", c.Service, "subscription", c.Subscription(), "error", err.Error(), "request_id", r.id)
-		e := pubsubErr(err, "subscription "+c.Subscription())
-		if ae, ok := e.(*apiError); ok {
-			ae.Msg += fmt.Sprintf("; the state was cleared (%+v) and %s stays paused: seek it, then resume it", n, c.Service)
-			return nil, ae
+	for _, sub := range subs {
+		seek := &pb.SeekRequest{Subscription: "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(sub)}
+		if b.Snapshot != "" {
+			seek.Target = &pb.SeekRequest_Snapshot{Snapshot: "projects/" + a.o.Seeker.Project + "/snapshots/" + b.Snapshot}
+		} else {
+			seek.Target = &pb.SeekRequest_Time{Time: timestamppb.New(at)}
 		}
-		return nil, fmt.Errorf("rebuild of %s: state cleared, seek failed, consumer paused: %w", c.Service, err)
+		if _, err := a.o.Seeker.Admin.Seek(r.Context(), seek); err != nil {
+			a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild cleared the state but a seek failed; the consumer stays paused",
+				"consumer", c.Service, "subscription", sub, "error", err.Error(), "request_id", r.id)
+			e := pubsubErr(err, "subscription "+sub)
+			if ae, ok := e.(*apiError); ok {
+				ae.Msg += fmt.Sprintf("; the state was cleared (%s) and %s stays paused: seek it, then resume it", n, strings.Join(subs, ", "))
+				return nil, ae
+			}
+			return nil, fmt.Errorf("rebuild of %s: state cleared, seek of %s failed, consumer paused: %w", c.Service, sub, err)
+		}
 	}
 	if err := resume(); err != nil {
 		return nil, err
 	}
 	a.record(r, audit.Entry{Action: "consumer.rebuild", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
-		Detail: fmt.Sprintf("scope %s, cleared %+v, seeked to %s%s", scopeOf(b.AggregateType), n, b.Time, b.Snapshot)},
-		"dlqreplay: projection rebuilt", "topic", c.Topic, "consumer", c.Service, "scope", scopeOf(b.AggregateType), "time", b.Time, "snapshot", b.Snapshot)
-	plan["cleared"], plan["resumed"] = n, !wasPaused
+		Detail: fmt.Sprintf("scope %s, cleared %s, %s seeked to %s%s", scopeOf(b.AggregateType), n, strings.Join(subs, ", "), b.Time, b.Snapshot)},
+		"dlqreplay: projection rebuilt", "topic", c.Topic, "consumer", c.Service, "subscriptions", strings.Join(subs, ","), "scope", scopeOf(b.AggregateType), "time", b.Time, "snapshot", b.Snapshot)
+	plan["cleared"], plan["resumed"] = n, len(paused) == len(subs)
 	return plan, nil
+}
+
+// stateSharers returns the declared consumers whose state is c's: the
+// same service in the same database (c first).
+func (a *api) stateSharers(c topology.Consumer) []topology.Consumer {
+	out := []topology.Consumer{c}
+	for _, g := range a.o.Topology.Consumers() {
+		if g.Service == c.Service && g.Database == c.Database && g.Subscription() != c.Subscription() {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// sharedNote says why a sibling subscription's consumer blocks a rebuild.
+func sharedNote(g, c topology.Consumer) string {
+	if g.Subscription() == c.Subscription() {
+		return ""
+	}
+	return fmt.Sprintf(" (it shares %s's state in database %s: a rebuild would clear it too)", c.Service, c.Database)
 }
 
 func scopeOf(aggType string) string {
@@ -219,43 +287,17 @@ func (a *api) strictOrProjection(c topology.Consumer) (topology.Consumer, txRunn
 }
 
 // clearRebuild counts (and, when clear, deletes) the consumer's state in
-// scope and its inbox rows, in one transaction.
+// scope and its inbox rows, in one transaction, through the packages that
+// own the tables.
 func (a *api) clearRebuild(ctx context.Context, run txRunner, c topology.Consumer, aggType string, clear bool) (rebuildCounts, error) {
 	var n rebuildCounts
 	err := pgx.BeginFunc(ctx, run.db, func(tx pgx.Tx) error {
-		tables := []struct {
-			name   string
-			scoped bool
-			into   *int64
-		}{
-			{"relaybus_projection", true, &n.Projection},
-			{"relaybus_strict_position", true, &n.Positions},
-			{"relaybus_strict_parked", true, &n.Parked},
-			{"relaybus_strict_skipped", true, &n.Skipped},
-			{"relaybus_inbox", false, &n.Inbox},
+		var err error
+		if n.Cleared, err = projection.ClearForRebuild(ctx, tx, c.Service, aggType, !clear); err != nil {
+			return err
 		}
-		for _, t := range tables {
-			var exists bool
-			if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t.name).Scan(&exists); err != nil {
-				return err
-			}
-			if !exists {
-				continue // the consumer has not created it (it has not run, or is not strict)
-			}
-			where, qargs := "consumer_id = $1", []any{c.Service}
-			if t.scoped && aggType != "" {
-				where, qargs = where+" AND aggregate_type = $2", append(qargs, aggType)
-			}
-			// The table names are the constants above.
-			q := "SELECT count(*) FROM " + t.name + " WHERE " + where
-			if clear {
-				q = "WITH d AS (DELETE FROM " + t.name + " WHERE " + where + " RETURNING 1) SELECT count(*) FROM d"
-			}
-			if err := tx.QueryRow(ctx, q, qargs...).Scan(t.into); err != nil {
-				return fmt.Errorf("rebuild: %s: %w", t.name, err)
-			}
-		}
-		return nil
+		n.Inbox, err = inbox.ClearForRebuild(ctx, tx, c.Service, !clear)
+		return err
 	})
 	return n, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,17 +42,23 @@ func TestRebuildAProjection(t *testing.T) {
 	fake := pubsubtest.New(t, pstest.ServerReactorOption{FuncName: "Seek", Reactor: rec})
 	fake.Provision(t, e.top)
 	admin := fake.Client.PubSub().SubscriptionAdminClient
-	if _, err := admin.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
-		Subscription: &pb.Subscription{Name: full, PushConfig: &pb.PushConfig{PushEndpoint: target.Endpoint,
-			AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: target.ServiceAccount, Audience: target.Audience}}}},
-		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"push_config"}},
-	}); err != nil {
-		t.Fatal(err)
+	// audit-service also records notifications (strict) in the same
+	// database: its state is the same rows, so it is rebuilt with it.
+	sibling := "message.notification.events.audit-service-recorder"
+	fullSibling := "projects/" + pubsubtest.Project + "/subscriptions/" + sibling
+	for _, name := range []string{full, fullSibling} {
+		if _, err := admin.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+			Subscription: &pb.Subscription{Name: name, PushConfig: &pb.PushConfig{PushEndpoint: target.Endpoint,
+				AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: target.ServiceAccount, Audience: target.Audience}}}},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"push_config"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e = newHandler(t, e, func(o *dlqreplay.Options) {
 		o.Auth, o.Writers = dlqreplay.AuthCloudRun, []string{"alice@example.com"}
 		o.Seeker = &dlqreplay.Seeker{Admin: admin, Project: pubsubtest.Project}
-		o.PushTargets = map[string]dlqreplay.PushTarget{sub: target}
+		o.PushTargets = map[string]dlqreplay.PushTarget{sub: target, sibling: target}
 	})
 	alice, bob := bearerOf(person("alice@example.com")), bearerOf(person("bob@example.com"))
 
@@ -129,6 +136,7 @@ func TestRebuildAProjection(t *testing.T) {
 		{name: "beyond the retention", method: "POST", path: base, headers: alice, body: map[string]any{"time": time.Now().Add(-8 * 24 * time.Hour).UTC().Format(time.RFC3339)}, want: 409, code: "retention"},
 		{name: "no time nor snapshot", method: "POST", path: base, headers: alice, body: map[string]any{}, want: 400, code: "invalid_argument"},
 		{name: "a reader may not rebuild", method: "POST", path: base, headers: bob, body: map[string]any{"time": hourAgo}, want: 403, code: "not_a_writer"},
+		{name: "a snapshot for two topics", method: "POST", path: base, headers: alice, body: map[string]any{"snapshot": "before"}, want: 409, code: "snapshot"},
 		{name: "its own tables", method: "POST", path: "/consumers/shop.order.events/member-service:rebuild", headers: alice, body: map[string]any{"time": hourAgo}, want: 409, code: "handler"},
 	})
 	var dry map[string]any
@@ -137,6 +145,9 @@ func TestRebuildAProjection(t *testing.T) {
 	}
 	if w := dry["wouldClear"].(map[string]any); w["projectionRows"] != 3.0 || w["inboxRows"] != 7.0 {
 		t.Errorf("dry run would clear %v, want 3 projection rows and 7 inbox rows", w)
+	}
+	if subs := fmt.Sprint(dry["subscriptions"]); subs != "["+sub+" "+sibling+"]" || !strings.Contains(fmt.Sprint(dry["warning"]), "keeps one state") {
+		t.Errorf("dry run: subscriptions %s, warning %v; want both of audit-service's, said", subs, dry["warning"])
 	}
 	if !reflect.DeepEqual(projectionRows(), before) || count("relaybus_inbox") != 7 || len(rec.reqs) != 0 {
 		t.Fatal("the dry run or a refused rebuild changed something")
@@ -150,16 +161,20 @@ func TestRebuildAProjection(t *testing.T) {
 	if len(projectionRows()) != 0 || count("relaybus_inbox") != 0 {
 		t.Fatalf("after the rebuild's clear: projection %v, inbox %d", projectionRows(), count("relaybus_inbox"))
 	}
-	if len(rec.reqs) != 1 || rec.reqs[0].GetSubscription() != full || rec.reqs[0].GetTime().AsTime().Format(time.RFC3339) != hourAgo {
-		t.Fatalf("seek requests %v, want one to %s at %s", rec.reqs, full, hourAgo)
+	if len(rec.reqs) != 2 || rec.reqs[0].GetSubscription() != full || rec.reqs[1].GetSubscription() != fullSibling ||
+		rec.reqs[0].GetTime().AsTime().Format(time.RFC3339) != hourAgo || rec.reqs[1].GetTime().AsTime().Format(time.RFC3339) != hourAgo {
+		t.Fatalf("seek requests %v, want %s and %s to %s", rec.reqs, full, fullSibling, hourAgo)
 	}
-	s, err := admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: full})
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{full, fullSibling} {
+		s, err := admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.GetPushConfig().GetPushEndpoint() != target.Endpoint || got["resumed"] != true {
+			t.Fatalf("after the rebuild %s pushes to %q (resumed %v)", name, s.GetPushConfig().GetPushEndpoint(), got["resumed"])
+		}
 	}
-	if s.GetPushConfig().GetPushEndpoint() != target.Endpoint || got["resumed"] != true {
-		t.Fatalf("after the rebuild the consumer pushes to %q (resumed %v)", s.GetPushConfig().GetPushEndpoint(), got["resumed"])
-	}
+	rec.reqs = nil
 	deliver(false) // what the seek redelivers is applied, not a duplicate
 	if after := projectionRows(); !reflect.DeepEqual(after, before) {
 		t.Fatalf("rebuilt projection %v, want %v", after, before)

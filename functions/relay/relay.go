@@ -187,6 +187,10 @@ type Config struct {
 	// DatabaseURLs are the other databases' URLs by name, each from its
 	// topology.Database.EnvVar (DATABASE_URL_<NAME>); LoadConfig fills it.
 	DatabaseURLs map[string]string
+	// DatabaseDirectURLs are their direct URLs for migrations, each from
+	// its topology.Database.DirectEnvVar (DATABASE_DIRECT_URL_<NAME>), when
+	// the URL is a transaction-mode pooler; LoadConfig fills it.
+	DatabaseDirectURLs map[string]string
 }
 
 // LoadConfig reads the configuration from the environment.
@@ -196,6 +200,7 @@ func LoadConfig(ctx context.Context) (Config, error) {
 		return c, err
 	}
 	c.DatabaseURLs = instance.DatabaseURLs(c.Databases)
+	c.DatabaseDirectURLs = instance.DatabaseDirectURLs(c.Databases)
 	return c, nil
 }
 
@@ -247,14 +252,14 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		if !ok {
 			return fail(fmt.Errorf("RELAY_DATABASES: %q is not a database of the topology", name))
 		}
-		url := cfg.DatabaseURLs[name]
+		dbCfg := instance.Database{URL: cfg.DatabaseURLs[name], DirectURL: cfg.DatabaseDirectURLs[name]}
 		if name == topology.MainDatabase {
-			url = cfg.DB.URL
+			dbCfg = cfg.DB
 		}
-		if url == "" {
+		if dbCfg.URL == "" {
 			return fail(fmt.Errorf("database %s: %s is not set", name, db.EnvVar()))
 		}
-		pool, err := instance.Postgres(ctx, url, outbox.Migrations)
+		pool, err := dbCfg.Open(ctx, outbox.Migrations)
 		if err != nil {
 			return fail(fmt.Errorf("database %s: %w", name, err))
 		}

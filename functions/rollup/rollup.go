@@ -57,6 +57,7 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // Config is the rollup function's configuration.
@@ -130,7 +131,7 @@ const maxNoticeBody = 1 << 20
 type Handler struct {
 	Deps
 	rollups *coalescer
-	closer  func() error
+	closer  func(ctx context.Context) error
 }
 
 // New returns the rollup handler.
@@ -158,18 +159,35 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 	}
 	h := &Handler{Deps: d}
 	fold := func(ctx context.Context, ns []model.Notice) ([]ledger.RollupResult, error) {
-		return d.Ledger.Fold(ctx, ns, d.WriteGap)
+		ctx, span := telemetry.Start(ctx, "rollup fold", telemetry.KindInternal, "", telemetry.KeyBatchCount.Int(len(ns)))
+		res, err := d.Ledger.Fold(ctx, ns, d.WriteGap)
+		span.End(err)
+		recordSettled(ctx, res)
+		return res, err
 	}
 	h.rollups = newCoalescer(fold, d.Window, notFoundPause, d.NotFoundWait, 8)
 	h.rollups.expected, h.rollups.minHold = d.Ledger.Expected, d.WriteGap
 	return h, nil
 }
 
+// recordSettled records the hop "consumer commit → final status"
+// (relaybus.hop.duration, commit_to_status) of each event a fold just
+// gave a settled status: from the newest consumer commit it was derived
+// from to now, just after the write.
+func recordSettled(ctx context.Context, results []ledger.RollupResult) {
+	now := time.Now()
+	for _, r := range results {
+		if r.Err == nil && r.Changed && r.Status.Settled() && !r.LastCommit.IsZero() {
+			telemetry.RecordHop(ctx, telemetry.HopCommitToStatus, r.Event.Topic, "", now.Sub(r.LastCommit))
+		}
+	}
+}
+
 // Close waits for the rollups under way, within ctx.
 func (h *Handler) Close(ctx context.Context) error {
 	err := h.rollups.close(ctx)
 	if h.closer != nil {
-		err = errors.Join(err, h.closer())
+		err = errors.Join(err, h.closer(ctx))
 	}
 	return err
 }
@@ -398,15 +416,22 @@ func init() {
 // handler over it. Close closes the ledger.
 func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	log := cfg.Logger()
+	flush, err := cfg.StartTelemetry(ctx, "rollup")
+	if err != nil {
+		return nil, err
+	}
 	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
 	if err != nil {
+		_ = flush(ctx)
 		return nil, err
 	}
 	h, err := New(ctx, Deps{Ledger: store, Logger: log, Window: cfg.Window, WriteGap: cfg.WriteGap})
 	if err != nil {
 		_ = store.Close()
+		_ = flush(ctx)
 		return nil, err
 	}
-	h.closer = store.Close
+	// The ledger closes first; then what telemetry buffered is flushed.
+	h.closer = func(ctx context.Context) error { return errors.Join(store.Close(), flush(ctx)) }
 	return h, nil
 }

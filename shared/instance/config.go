@@ -61,6 +61,11 @@ type Database struct {
 	// postgres:// URL or a keyword/value string with pgx's parameters
 	// (pool_max_conns: the pool's size; pgx's default is max(4, CPUs)).
 	URL string `env:"DATABASE_URL"`
+	// DirectURL, when set, is where migrations run (DATABASE_DIRECT_URL):
+	// the database itself when URL points at a transaction-mode pooler
+	// (PgBouncer, Supabase's pooler), where the migrations' session-level
+	// work cannot run.
+	DirectURL string `env:"DATABASE_DIRECT_URL"`
 }
 
 // PubSub is how a function reaches Pub/Sub.
@@ -152,13 +157,25 @@ func Defaults[C any]() C {
 // main's DATABASE_URL is a field of the functions' Config). A database
 // whose variable is unset is left out.
 func DatabaseURLs(names []string) map[string]string {
+	return databaseVars(names, topology.Database.EnvVar)
+}
+
+// DatabaseDirectURLs is DatabaseURLs for the direct URLs, where migrations
+// run when a database's URL is a transaction-mode pooler:
+// DATABASE_DIRECT_URL_<NAME> (topology.Database.DirectEnvVar; main's
+// DATABASE_DIRECT_URL is Database.DirectURL).
+func DatabaseDirectURLs(names []string) map[string]string {
+	return databaseVars(names, topology.Database.DirectEnvVar)
+}
+
+func databaseVars(names []string, variable func(topology.Database) string) map[string]string {
 	out := make(map[string]string, len(names))
 	for _, n := range names {
 		n = strings.TrimSpace(n)
 		if n == topology.MainDatabase {
 			continue
 		}
-		if v, ok := os.LookupEnv(topology.Database{Name: n}.EnvVar()); ok && v != "" {
+		if v, ok := os.LookupEnv(variable(topology.Database{Name: n})); ok && v != "" {
 			out[n] = v
 		}
 	}

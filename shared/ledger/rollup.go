@@ -11,6 +11,8 @@ import (
 	"cloud.google.com/go/firestore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // RollupResult says what Rollup found and did.
@@ -30,6 +32,10 @@ type RollupResult struct {
 	Expected, Reported, Succeeded int
 	// Event is the event's document, without its payload.
 	Event model.Event
+	// LastCommit is when the newest of the consumers' latest attempts
+	// the status was derived from was committed (zero when none): with a
+	// final status, the start of the hop "consumer commit → final status".
+	LastCommit time.Time
 	// Err is this event's failure in a RollupMany (ErrEventNotFound when
 	// its document does not exist yet).
 	Err error `json:"-"`
@@ -268,6 +274,16 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 			return nil, ctx.Err()
 		}
 	}
+	writes := 0
+	for _, d := range ds {
+		if d.res.Err == nil && len(d.ups) > 0 {
+			writes++
+		}
+	}
+	// The round's writes are a span of their own (under the rollup's fold
+	// or the reconciler's), one whatever their number.
+	_, span := telemetry.Start(ctx, "ledger write", telemetry.KindClient, "", telemetry.KeyBatchCount.Int(writes))
+	defer span.End(nil)
 	bw := s.client.BulkWriter(ctx)
 	for _, d := range ds {
 		if d.res.Err != nil || len(d.ups) == 0 {
@@ -389,6 +405,11 @@ func (s *Store) derive(d *derivation, now time.Time, bump bool) {
 	}
 	if len(ups) > 0 {
 		d.ups = append(ups, firestore.Update{Path: "updatedAt", Value: now})
+	}
+	for _, a := range d.latest {
+		if a.ConsumedAt.After(d.res.LastCommit) {
+			d.res.LastCommit = a.ConsumedAt
+		}
 	}
 	res := *ev
 	res.Payload = nil // not needed past here; keep results small

@@ -330,7 +330,7 @@ type batch struct {
 	occurred                           []time.Time
 	topic, source, schema, payloadType []string
 	trace, span, parent, corr          []string
-	initiator                          [][]byte
+	initiator                          []string // JSON: text, not []byte, so pgx's exec mode (behind a pooler) sends it as jsonb, not bytea
 	expire                             []*time.Time
 	target                             []string
 	traceparent                        []*string
@@ -358,7 +358,7 @@ func (b *batch) add(e *event.Event, tp string) {
 	b.parent = append(b.parent, e.ParentEventID)
 	b.corr = append(b.corr, e.CorrelationID)
 	in, _ := json.Marshal(e.Initiator)
-	b.initiator = append(b.initiator, in)
+	b.initiator = append(b.initiator, string(in))
 	var exp *time.Time
 	if !e.ExpireAt.IsZero() {
 		t := e.ExpireAt

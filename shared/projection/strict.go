@@ -169,7 +169,7 @@ func (r *Resequencer) park(ctx context.Context, c *consumer.Context, last int64)
 	}
 	var holder string
 	var parked bool
-	if err := c.Tx.QueryRow(ctx, parkSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, body,
+	if err := c.Tx.QueryRow(ctx, parkSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, string(body), // text: see Latest
 		e.Topic, c.Subscription, c.MessageID, c.DeliveryAttempt, r.now()).Scan(&holder, &parked); err != nil {
 		return consumer.Transient("database", fmt.Errorf("strict: park: %w", err))
 	}

@@ -33,7 +33,9 @@ const (
 	// MetricHopDuration: seconds an event spent on one hop (relaybus.hop):
 	// enqueue_to_publish (outbox commit → Pub/Sub acknowledged),
 	// publish_to_consume (Pub/Sub publish time → the consumer's commit),
-	// end_to_end (occurredAt → the consumer's commit).
+	// end_to_end (occurredAt → the consumer's commit), commit_to_status
+	// (the newest consumer commit → the rollup's write of a settled
+	// status: CONSUMED, FAILED, EXPIRED).
 	MetricHopDuration = "relaybus.hop.duration"
 	// MetricPublishRequestDuration: seconds of one HTTP publish request,
 	// by http.response.status_code.
@@ -77,6 +79,7 @@ const (
 	HopEnqueueToPublish = "enqueue_to_publish"
 	HopPublishToConsume = "publish_to_consume"
 	HopEndToEnd         = "end_to_end"
+	HopCommitToStatus   = "commit_to_status"
 )
 
 // durationBuckets are the semantic conventions' advice for messaging

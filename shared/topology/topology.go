@@ -96,6 +96,14 @@ func (d Database) EnvVar() string {
 	return "DATABASE_URL_" + strings.ToUpper(strings.ReplaceAll(d.Name, "-", "_"))
 }
 
+// DirectEnvVar is the environment variable holding the database's direct
+// URL, for migrations when EnvVar's is a transaction-mode pooler:
+// DATABASE_DIRECT_URL for MainDatabase, DATABASE_DIRECT_URL_<NAME> for the
+// others.
+func (d Database) DirectEnvVar() string {
+	return strings.Replace(d.EnvVar(), "DATABASE_URL", "DATABASE_DIRECT_URL", 1)
+}
+
 // Settings are the values a topic or consumer may override.
 type Settings struct {
 	AckDeadlineSeconds      int    `yaml:"ack_deadline_seconds"`

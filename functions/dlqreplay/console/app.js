@@ -100,6 +100,16 @@ function errText(a) {
 
 function eventLink(id) { return h("a", { href: "#/events/" + encodeURIComponent(id), class: "mono" }, id); }
 
+// cloudTraceLink links a trace id to Cloud Trace's Trace Explorer
+// (https://cloud.google.com/trace/docs/finding-traces) in the project the
+// API names (/whoami's traceProject), when it names one.
+function cloudTraceLink(traceId) {
+  const project = state.who && state.who.traceProject;
+  if (!project || !/^[0-9a-f]{32}$/.test(traceId)) return "";
+  return h("a", { href: "https://console.cloud.google.com/traces/list" + query({ project, tid: traceId }), target: "_blank", rel: "noopener",
+    class: "small", "data-testid": "cloud-trace" }, " Cloud Trace ↗");
+}
+
 function canWrite() { return !!(state.who && state.who.canWrite); }
 
 // params reads the hash's query: #/events?status=SENT → {status: "SENT"}.
@@ -208,6 +218,8 @@ const routes = [
   [/^#\/deadletters\/([^/?]+)$/, viewLetter, "deadletters"],
   [/^#\/deadletters$/, viewLetters, "deadletters"],
   [/^#\/consumers$/, viewConsumers, "consumers"],
+  [/^#\/consumers\/([^/?]+)\/([^/?]+)\/gaps$/, viewGaps, "consumers"],
+  [/^#\/consumers\/([^/?]+)\/([^/?]+)\/rebuild$/, viewRebuild, "consumers"],
 ];
 
 function route() {
@@ -401,7 +413,7 @@ function eventBody(d, refresh, flash) {
     ["Event id", e.eventId], ["Type", e.eventType], ["Topic", e.topic], ["Source", e.source], ["Aggregate", (e.aggregateType || "") + " " + e.aggregateId + " v" + e.version],
     ["Occurred", fmtTime(e.occurredAt)], ["Schema", e.schemaVersion], ["Payload type", e.payloadType + " (" + e.payloadSize + " bytes)"],
     ["Initiator", h("span", {}, initText || "–", e.initiatorDerivedFrom ? h("span", { class: "tag warn" }, "filled from " + e.initiatorDerivedFrom.join(", ")) : "")],
-    ["Trace", e.traceId ? h("a", { href: "#/traces/" + encodeURIComponent(e.eventId), class: "mono" }, e.traceId) : "–"], ["Span", e.spanId],
+    ["Trace", e.traceId ? h("span", {}, h("a", { href: "#/traces/" + encodeURIComponent(e.eventId), class: "mono" }, e.traceId), cloudTraceLink(e.traceId)) : "–"], ["Span", e.spanId],
     ["Parent event", e.parentEventId ? eventLink(e.parentEventId) : "–"], ["Correlation", e.correlationId],
     ["Expires", fmtTime(e.expireAt)], ["Sent", fmtTime(e.sentAt)], ["Last sent", fmtTime(e.lastSentAt)], ["Status since", fmtTime(e.statusAt)],
     ["Re-pushed", String(e.retryCount) + " times"], ["Expected consumers", (e.expectedConsumers || []).join(", ") || "none"],
@@ -714,7 +726,7 @@ function consumersBody(d, result, reload) {
             c.declared ? "" : h("span", { class: "tag warn" }, "no subscription"),
             c.paused ? badge("paused", "s-RETRYING") : "",
             h("span", { class: "tag", "data-testid": "consumer-owner", title: d.ownership }, c.owner === "operator" ? "operator's" : "topology's")),
-          h("td", { class: "small" }, c.description || ""), h("td", {}, c.delivery || "–", c.handler ? h("span", { class: "muted small" }, " · " + c.handler) : ""),
+          h("td", { class: "small" }, c.description || ""), h("td", {}, c.delivery || "–", c.handler ? h("span", { class: "muted small" }, " · " + c.handler) : "", consumerLinks(c)),
           h("td", { class: "mono small" }, c.subscription || "", c.pubsubSubscription ? h("div", { class: "muted" }, c.pubsubSubscription) : ""),
           h("td", { class: "small" }, c.updatedBy ? c.updatedBy + ", " + fmtTime(c.updatedAt) : fmtTime(c.updatedAt)));
         if (canWrite()) {
@@ -775,6 +787,126 @@ function consumersBody(d, result, reload) {
       ...d.audit.map((a) => h("tr", { "data-testid": "audit-row" }, h("td", { class: "small" }, fmtTime(a.at)), h("td", {}, a.by), h("td", {}, a.action), h("td", {}, a.topic),
         h("td", {}, a.consumerId), h("td", { class: "small" }, a.detail)))) : h("p", { class: "empty" }, "No change yet.")));
   return out;
+}
+
+// consumerLinks links a declared consumer's gaps (strict handler) and
+// projection rebuild (projection or strict handler, push delivery): the
+// dry runs are reads, so every caller sees the links.
+function consumerLinks(c) {
+  if (!c.declared) return "";
+  const base = "#/consumers/" + encodeURIComponent(c.topic) + "/" + encodeURIComponent(c.consumerId);
+  const links = [];
+  if (c.handler === "strict") links.push(h("a", { href: base + "/gaps", "data-testid": "gaps-link" }, "Gaps"));
+  if ((c.handler === "strict" || c.handler === "projection") && c.delivery === "push") links.push(h("a", { href: base + "/rebuild", "data-testid": "rebuild-link" }, "Rebuild"));
+  return links.length ? h("div", { class: "small" }, ...links.flatMap((l, i) => (i ? [" · ", l] : [l]))) : "";
+}
+
+function consumerPath(topic, id) { return "/consumers/" + encodeURIComponent(topic) + "/" + encodeURIComponent(id); }
+
+// ----------------------------------------------------------------- gaps
+
+// viewGaps lists a strict consumer's open version gaps (read from its own
+// database by the API) and releases one by skipping its missing versions.
+function viewGaps(topic, id) {
+  const box = h("div", { "data-testid": "gaps" }, h("p", { class: "muted" }, "Loading…"));
+  const result = h("div", { "data-testid": "gap-result" });
+  const load = async () => {
+    const v = state.view;
+    const r = await api("GET", consumerPath(topic, id) + "/gaps");
+    if (v !== state.view) return;
+    if (r.status !== 200) { box.replaceChildren(notice(errorText(r), "error")); return; }
+    box.replaceChildren(...gapsBody(r.data, result, load));
+  };
+  render(h("div", { class: "head" }, h("h1", {}, "Gaps"), h("span", { class: "muted" }, id + " on " + topic), h("span", { class: "spacer" }),
+    liveToggle(load), h("a", { href: "#/consumers" }, "← Consumers")), result, box);
+  poll(load);
+}
+
+function gapsBody(d, result, reload) {
+  const out = [h("p", { class: "muted small" }, "A strict consumer applies each aggregate's versions in order; a version that never arrives parks the later ones behind it. " +
+    "After " + d.gapTimeout + " a gap is overdue and reported. Skipping records the missing versions as skipped (audited); " + d.consumer +
+    "'s next gap check (Scheduler, every minute) applies what was parked behind them. Database " + d.database + ", subscription " + d.subscription + ".")];
+  if (!d.gaps.length) { out.push(h("p", { class: "empty", "data-testid": "no-gaps" }, "No open gap.")); return out; }
+  out.push(h("div", { class: "panel" }, h("table", {},
+    h("tr", {}, h("th", {}, "Aggregate"), h("th", { class: "num" }, "Applied"), h("th", { class: "num" }, "Missing"), h("th", { class: "num" }, "First parked"),
+      h("th", { class: "num" }, "Parked"), h("th", {}, "Parked since (UTC)"), h("th", {}, "Age"), canWrite() ? h("th", {}, "") : ""),
+    ...d.gaps.map((g) => {
+      const last = Math.max(g.firstParked - 1, g.missing);
+      const missing = last > g.missing ? g.missing + "–" + last : String(g.missing);
+      const row = h("tr", { "data-testid": "gap-row", "data-aggregate-id": g.aggregateId },
+        h("td", {}, (g.aggregateType ? g.aggregateType + " " : ""), h("b", { class: "mono" }, g.aggregateId)),
+        h("td", { class: "num" }, String(g.applied)), h("td", { class: "num", "data-testid": "gap-missing" }, missing), h("td", { class: "num" }, String(g.firstParked)),
+        h("td", { class: "num" }, String(g.parked)), h("td", { class: "small" }, fmtTime(g.since)),
+        h("td", {}, g.age, g.overdue ? h("span", { class: "tag warn" }, "overdue") : "", g.reported ? h("span", { class: "tag" }, "reported") : ""));
+      if (canWrite()) {
+        row.append(h("td", {}, h("button", { type: "button", class: "danger", "data-testid": "skip", onclick: async () => {
+          const reason = h("input", { maxlength: 500, size: 48, placeholder: "why (kept in the audit log)", "data-testid": "skip-reason" });
+          const through = last > g.missing ? last : 0;
+          if (!(await confirmAction("Skip " + (g.aggregateType ? g.aggregateType + " " : "") + g.aggregateId + " version " + missing + "?",
+            [h("p", {}, "Versions " + missing + " are recorded as skipped and never applied, even if they arrive later; the " + g.parked + " parked version(s) behind them are applied at " +
+              d.consumer + "'s next gap check."), h("p", {}, "Reason: ", reason)], "Skip"))) return;
+          const r = await api("POST", consumerPath(d.topic, d.consumer) + "/gaps:skip",
+            { aggregateType: g.aggregateType, aggregateId: g.aggregateId, version: g.missing, through, reason: reason.value });
+          result.replaceChildren(r.status === 200 ? notice("Skipped " + r.data.aggregateId + " version(s) " + (r.data.skipped || []).join(", ") + ". " + r.data.next + ".")
+            : notice(errorText(r), "error"));
+          reload();
+        } }, "Skip…")));
+      }
+      return row;
+    }))));
+  return out;
+}
+
+// -------------------------------------------------------------- rebuild
+
+// viewRebuild rebuilds a consumer's projection: a dry run says what would
+// be cleared and replayed; the run pauses, clears, seeks and resumes.
+function viewRebuild(topic, id) {
+  const p = params();
+  const at = h("input", { type: "datetime-local", step: 1, value: fromRFC3339(p.time || ""), "data-testid": "rebuild-time", "aria-label": "seek to (UTC)" });
+  const snap = h("input", { value: p.snapshot || "", placeholder: "or a snapshot", maxlength: 255, "data-testid": "rebuild-snapshot" });
+  const agg = h("input", { value: p.aggregateType || "", placeholder: "every aggregate type", maxlength: 128, "data-testid": "rebuild-aggregate-type" });
+  const plan = h("div", { "data-testid": "rebuild-plan" });
+  const result = h("div", { "data-testid": "rebuild-result" });
+  const body = () => ({ time: snap.value ? "" : toRFC3339(at.value), snapshot: snap.value, aggregateType: agg.value });
+  const dry = async () => {
+    const r = await api("POST", consumerPath(topic, id) + ":rebuild", { ...body(), dryRun: true });
+    plan.replaceChildren(r.status === 200 ? rebuildPlan(r.data) : notice(errorText(r), "error"));
+    return r;
+  };
+  const form = h("form", { class: "inline-form", onsubmit: (e) => { e.preventDefault(); dry(); } },
+    "Seek to (UTC) ", at, " ", snap, " scope ", agg, h("button", { type: "submit", "data-testid": "rebuild-dry-run" }, "Dry run"));
+  if (canWrite()) {
+    form.append(h("button", { type: "button", class: "danger", "data-testid": "rebuild-run", onclick: async () => {
+      const d = await dry();
+      if (d.status !== 200) return;
+      if (!(await confirmAction("Rebuild " + id + "'s projection?", [rebuildPlan(d.data)], "Rebuild"))) return;
+      result.replaceChildren(notice("Rebuilding…"));
+      const r = await api("POST", consumerPath(topic, id) + ":rebuild", body());
+      result.replaceChildren(r.status === 200 ? notice("Rebuilt " + r.data.consumer + " (" + r.data.scope + "): cleared " + countsText(r.data.cleared) + "; " +
+        r.data.subscription + " seeked to " + (r.data.time || r.data.snapshot) + (r.data.resumed ? " and resumed." : "; it was paused before and stays paused."))
+        : notice(errorText(r), "error"));
+    } }, "Rebuild…"));
+  }
+  render(h("div", { class: "head" }, h("h1", {}, "Rebuild"), h("span", { class: "muted" }, id + " on " + topic), h("span", { class: "spacer" }),
+    h("a", { href: "#/consumers" }, "← Consumers")), result,
+  h("div", { class: "panel" }, h("p", { class: "muted small" }, "Pauses the consumer, deletes its projection state for the scope and its inbox rows in its own database, " +
+    "seeks its subscription to the time or snapshot and resumes it: Pub/Sub delivers again, in order, every message retained since. A time older than the subscription's retention is refused."),
+  form, plan));
+}
+
+function countsText(n) {
+  if (!n) return "";
+  return n.projectionRows + " projection row(s), " + n.inboxRows + " inbox row(s)" +
+    (n.strictPositions || n.strictParked || n.strictSkipped ? ", " + n.strictPositions + " position(s), " + n.strictParked + " parked, " + n.strictSkipped + " skipped" : "");
+}
+
+function rebuildPlan(p) {
+  return h("div", { class: "plan", "data-testid": "rebuild-plan-view" },
+    h("p", {}, h("b", {}, "Would clear: "), h("span", { "data-testid": "would-clear" }, countsText(p.wouldClear)), " in database " + p.database + " (scope: " + p.scope + ")."),
+    p.warning ? h("p", { class: "warn", "data-testid": "rebuild-warning" }, p.warning) : "",
+    h("ol", { class: "checks" }, ...(p.steps || []).map((s) => h("li", {}, s))),
+    h("p", { class: "muted small" }, p.subscription + " retains messages for " + p.retention + "."));
 }
 
 // ------------------------------------------------------------------ boot

@@ -21,6 +21,7 @@ import (
 	_ "net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,12 +41,22 @@ func main() {
 	}
 	addr := flag.String("addr", defAddr, "address the functions listen on ($RELAYBUS_DEV_ADDR)")
 	state := flag.String("state", ".state", "directory for the throwaway Postgres cluster and dev.json")
-	scale := flag.Float64("backoff-scale", 0.05, "multiplies the subscriptions' redelivery backoff (1 = Pub/Sub's timing)")
+	scale := flag.Float64("backoff-scale", 1, "multiplies the subscriptions' redelivery backoff (1 = the topology's retry policy, Pub/Sub's timing)")
 	defProject := os.Getenv("GOOGLE_CLOUD_PROJECT")
 	if defProject == "" {
 		defProject = "relaybus-local"
 	}
 	project := flag.String("project", defProject, "the Google Cloud project the emulators see ($GOOGLE_CLOUD_PROJECT)")
+	defBudget := devstack.DefaultPostgresBudget
+	if v := os.Getenv("RELAYBUS_DEV_PG_BUDGET"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "make dev: RELAYBUS_DEV_PG_BUDGET=%q: want a positive number of connections\n", v)
+			os.Exit(2)
+		}
+		defBudget = n
+	}
+	pgBudget := flag.Int("pg-budget", defBudget, "the most Postgres connections the stack holds at once, all its pools together ($RELAYBUS_DEV_PG_BUDGET)")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address, to profile the stack under load (off when empty)")
 	flag.Parse()
 	if *pprofAddr != "" {
@@ -76,7 +87,7 @@ func main() {
 	}
 	start := time.Now()
 	s, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project,
+		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project, PostgresBudget: *pgBudget,
 		DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
 		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"), Topology: os.Getenv("RELAYBUS_TOPOLOGY"),
 		Logger: logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
