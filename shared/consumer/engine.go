@@ -241,11 +241,12 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, AttemptNo: n, Topic: ev.Topic,
 		Subscription: sub, MessageID: d.Message.ID, DeliveryAttempt: d.Message.DeliveryAttempt}
 
-	sp, err := tx.Begin(ctx) // the savepoint the handler's work rolls back to
-	if err != nil {
-		return unavailable("savepoint", err)
-	}
-	c := &Context{Event: ev, Tx: sp, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
+	// The handler runs in the attempt's transaction itself, not in a
+	// savepoint of it: a savepoint is a subtransaction (its own xid, WAL
+	// and pg_subtrans entries) on every delivery, to serve only the rare
+	// failure. A failed attempt rolls everything back instead and records
+	// itself in a statement of its own (see below).
+	c := &Context{Event: ev, Tx: tx, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
 		Subscription: sub, MessageID: d.Message.ID, engine: e}
 	herr := e.o.Handler.Handle(ctx, c)
 	if herr == nil {
@@ -255,7 +256,7 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 			a.ErrorCode, a.ErrorMessage = c.parkCode, c.parkMessage
 		}
 		a.Outcome, a.ConsumedAt = string(res.Outcome), now()
-		if _, err := inbox.Record(ctx, sp, a); err != nil {
+		if _, err := inbox.Record(ctx, tx, a); err != nil {
 			herr = Transient("database", err)
 		} else if err := tx.Commit(ctx); err != nil {
 			return unavailable("commit", err)
@@ -271,17 +272,23 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 		}
 	}
 
-	// The handler failed: undo its work, keep the count, record the attempt.
-	if err := sp.Rollback(rctx); err != nil {
+	// The handler failed: undo its work with the whole transaction (the
+	// inbox claim and the count go with it), then count the attempt again
+	// and record it in one statement of its own (inbox.Record with number
+	// 0), which commits. A delivery of the same event that was waiting on
+	// the count takes the number this attempt had; this one then takes the
+	// next: numbers stay unique and every attempt is recorded.
+	if err := tx.Rollback(rctx); err != nil {
 		return unavailable("rollback", err)
 	}
 	res := e.failure(rctx, log, d, sub, ev, n, herr)
-	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(res.Outcome), res.Code, herr.Error(), now()
-	if err := inbox.Failed(rctx, tx, a); err != nil {
+	a.AttemptNo, a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = 0, string(res.Outcome), res.Code, herr.Error(), now()
+	m, err := inbox.Record(rctx, e.o.DB, a)
+	if err != nil {
 		return unavailable("record", err)
 	}
-	if err := tx.Commit(rctx); err != nil {
-		return unavailable("commit", err)
+	if m > 0 {
+		a.AttemptNo, res.Attempt = m, m
 	}
 	e.shipLater(ctx, log, a)
 	e.logFailure(ctx, log, ev, res)

@@ -12,15 +12,19 @@
 //
 //	BEGIN
 //	Begin       count the attempt, claim the event (or find it applied)
-//	SAVEPOINT   (a pgx nested transaction)
 //	handler     the consumer's effect and child events
 //	Record      the successful attempt                     -> COMMIT
 //	  or, when the handler failed:
-//	ROLLBACK TO SAVEPOINT
-//	Failed      release the claim, record the failed attempt -> COMMIT
+//	ROLLBACK    the effect, the claim and the count go
+//	Record      number 0: count again and record the failed attempt, one
+//	            statement (its own transaction)
 //
 // so the count, the claim, the effect and the attempt commit together, in
-// one round trip each and a single commit.
+// one round trip each and a single commit, with no savepoint (a
+// subtransaction on every delivery to serve only the rare failure). A
+// failed attempt costs one more transaction, and a delivery of the same
+// event that waited on the count may take its number first: the failed
+// attempt then takes the next one.
 //
 // A handler may settle other events in that transaction (a strict
 // consumer's resequencer applies the parked events whose turn has come):
@@ -173,10 +177,9 @@ func Record(ctx context.Context, db postgres.DBTX, a Attempt) (int, error) {
 	return n, nil
 }
 
-// Failed releases the inbox claim of a failed attempt and records it, in
-// tx after the handler's work was rolled back to the savepoint, or, for an
-// attempt that claimed the event with Claim, in one statement of its own
-// (a claim another attempt has taken over stays).
+// Failed releases the inbox claim of a failed attempt that claimed the
+// event with Claim and records it, in one statement (a claim another
+// attempt has taken over stays).
 func Failed(ctx context.Context, tx postgres.DBTX, a Attempt) error {
 	if _, err := tx.Exec(ctx, failedSQL, a.args()...); err != nil {
 		return fmt.Errorf("inbox: record failed attempt: %w", err)
