@@ -1,7 +1,8 @@
 // Package relay drains the transactional outbox to Pub/Sub, an aggregate's
 // run at a time.
 //
-// A drain runs Concurrency workers. Each one claims aggregates
+// A drain runs up to Concurrency workers (one until a claim finds work).
+// Each one claims aggregates
 // (outbox.Claim: due aggregates, FOR UPDATE SKIP LOCKED, a lease that bumps
 // the aggregate's epoch) with each one's run of unpublished versions,
 // publishes every run as one ordered bundle (one Publish request per run,
@@ -45,7 +46,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/relaybus/relaybus/shared/batch"
@@ -304,7 +304,6 @@ func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error
 		mu       sync.Mutex
 		firstErr error
 		wg       sync.WaitGroup
-		busy     atomic.Int32
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -337,40 +336,67 @@ func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error
 			fail(err)
 		}
 	}()
-	var workers sync.WaitGroup
-	for range r.o.Concurrency {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			idle := 0
-			for dctx.Err() == nil {
-				busy.Add(1)
-				b, err := r.claimAndPublish(dctx, outbox.ClaimOptions{}, false)
-				busy.Add(-1)
-				mu.Lock()
-				sum.add(b)
-				mu.Unlock()
-				if err != nil {
-					if dctx.Err() == nil {
-						fail(err)
-					}
-					return
-				}
-				if b.runs > 0 {
-					idle = 0
-					continue
-				}
-				// Nothing due. Another worker may be about to settle an
-				// aggregate with more work behind it: look again while any
-				// is busy, briefly.
-				if busy.Load() == 0 || idle > 200 {
-					return
-				}
-				idle++
-				time.Sleep(time.Millisecond)
+	// Workers: one claims first; the others start only once a claim found
+	// work, so a drain with nothing due costs one claim, not Concurrency.
+	// A worker whose claim came back empty waits (no polling) until
+	// another settles a batch, which may have made more versions of its
+	// aggregates due, and then claims again; with every worker idle the
+	// drain is done.
+	var (
+		workers sync.WaitGroup
+		wmu     sync.Mutex
+		settled = sync.NewCond(&wmu)
+		batches int // non-empty batches settled so far
+		active  int // workers inside claimAndPublish
+		spawn   sync.Once
+	)
+	var worker func()
+	worker = func() {
+		defer workers.Done()
+		for dctx.Err() == nil {
+			wmu.Lock()
+			active++
+			seen := batches
+			wmu.Unlock()
+			b, err := r.claimAndPublish(dctx, outbox.ClaimOptions{}, false)
+			wmu.Lock()
+			active--
+			if b.runs > 0 {
+				batches++
 			}
-		}()
+			settled.Broadcast()
+			wmu.Unlock()
+			mu.Lock()
+			sum.add(b)
+			mu.Unlock()
+			if err != nil {
+				if dctx.Err() == nil {
+					fail(err)
+				}
+				return
+			}
+			if b.runs > 0 {
+				spawn.Do(func() {
+					for range r.o.Concurrency - 1 {
+						workers.Add(1)
+						go worker()
+					}
+				})
+				continue
+			}
+			wmu.Lock()
+			for batches == seen && active > 0 {
+				settled.Wait()
+			}
+			again := batches != seen
+			wmu.Unlock()
+			if !again {
+				return
+			}
+		}
 	}
+	workers.Add(1)
+	go worker()
 	workers.Wait()
 	wg.Wait() // the healing step and the re-pushes end by themselves, or at the deadline
 	if firstErr == nil && r.o.Retention > 0 {
