@@ -228,7 +228,12 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer rcancel()
 	defer tx.Rollback(rctx) //nolint:errcheck // after Commit this is a no-op
-	b, err := inbox.Begin(ctx, tx, e.o.ConsumerID, ev.ID)
+	// The attempt is recorded as a success with the claim, in one
+	// statement; a parked event corrects it, a failure rolls it back.
+	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, Outcome: string(ledger.OutcomeSuccess),
+		ConsumedAt: now(), Topic: ev.Topic, Subscription: sub, MessageID: d.Message.ID,
+		DeliveryAttempt: d.Message.DeliveryAttempt}
+	b, err := inbox.BeginApplied(ctx, tx, a)
 	if err != nil {
 		return unavailable("inbox", err)
 	}
@@ -238,8 +243,7 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 		return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: b.Applied, Duplicate: true}
 	}
 	log = log.With("attempt", n)
-	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, AttemptNo: n, Topic: ev.Topic,
-		Subscription: sub, MessageID: d.Message.ID, DeliveryAttempt: d.Message.DeliveryAttempt}
+	a.AttemptNo = n
 
 	// The handler runs in the attempt's transaction itself, not in a
 	// savepoint of it: a savepoint is a subtransaction (its own xid, WAL
@@ -251,12 +255,13 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	herr := e.o.Handler.Handle(ctx, c)
 	if herr == nil {
 		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess}
+		var err error
 		if c.parkCode != "" {
 			res.Outcome, res.Code = ledger.OutcomeParked, c.parkCode
-			a.ErrorCode, a.ErrorMessage = c.parkCode, c.parkMessage
+			a.Outcome, a.ErrorCode, a.ErrorMessage = string(res.Outcome), c.parkCode, c.parkMessage
+			err = inbox.Outcome(ctx, tx, a)
 		}
-		a.Outcome, a.ConsumedAt = string(res.Outcome), now()
-		if _, err := inbox.Record(ctx, tx, a); err != nil {
+		if err != nil {
 			herr = Transient("database", err)
 		} else if err := tx.Commit(ctx); err != nil {
 			return unavailable("commit", err)
