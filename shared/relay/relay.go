@@ -46,6 +46,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/relaybus/relaybus/shared/batch"
@@ -153,7 +154,17 @@ type Relay struct {
 	failures *batch.Batcher[failureRecord]
 
 	kicks *batch.Batcher[string]
+
+	// lastPurge is when a drain of this relay last applied retention
+	// (unix nanoseconds on the relay's clock).
+	lastPurge atomic.Int64
 }
+
+// idlePurgeEvery is how often a drain that claimed nothing applies
+// retention: rows only become old enough to delete by the hour, and each
+// purge is two statements, which an idle stack would otherwise commit at
+// every scheduled drain.
+const idlePurgeEvery = time.Minute
 
 // New returns a relay over o.
 func New(o Options) (*Relay, error) {
@@ -292,8 +303,9 @@ func (s *Summary) add(b batchResult) {
 // Drain publishes until nothing is due or budget runs out, with
 // Concurrency workers; meanwhile it records the sends the ledger missed
 // (bounded by the budget, never holding up a claim) and publishes queued
-// re-pushes; then it applies retention and counts what is left. An error
-// means the drain stopped early; the summary says what it did.
+// re-pushes; then it applies retention (after a drain that claimed
+// something, or at most once a minute when idle) and counts what is left.
+// An error means the drain stopped early; the summary says what it did.
 func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error) {
 	start := time.Now()
 	deadline := start.Add(budget)
@@ -399,7 +411,9 @@ func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error
 	go worker()
 	workers.Wait()
 	wg.Wait() // the healing step and the re-pushes end by themselves, or at the deadline
-	if firstErr == nil && r.o.Retention > 0 {
+	if last := r.lastPurge.Load(); firstErr == nil && r.o.Retention > 0 &&
+		(sum.Claimed > 0 || last == 0 || r.now().Sub(time.Unix(0, last)) >= idlePurgeEvery) {
+		r.lastPurge.Store(r.now().UnixNano())
 		// Retention gets what is left of the budget, at least a moment.
 		pctx, pcancel := context.WithTimeout(ctx, max(time.Until(deadline), 2*time.Second))
 		for pctx.Err() == nil {
