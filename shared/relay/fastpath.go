@@ -157,7 +157,52 @@ func (r *Relay) kick(ctx context.Context, ids []string) {
 	}
 }
 
+// KickIn claims, in tx (the transaction that enqueued ids, before it
+// commits), the aggregates of ids as the kick after the commit would, and
+// returns what to call once tx committed: it publishes and settles that
+// claim in the background (FlushKicks and Close wait for it). The claim
+// commits with the events, one transaction fewer than a kick; if tx rolls
+// back it goes with it (call nothing then). Its lease is every claim's: a
+// process that dies before publishing leaves the events to the drain once
+// the lease expires.
+func (r *Relay) KickIn(ctx context.Context, tx DB, ids ...string) (func(), error) {
+	if len(ids) == 0 {
+		return func() {}, nil
+	}
+	c, err := r.claim(ctx, tx, outbox.ClaimOptions{Events: ids, Aggregates: len(ids), RunLimit: r.o.RunLimit, Limit: r.o.BatchSize})
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		r.kicked.Add(1)
+		go func() {
+			defer r.kicked.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), r.o.Lease-r.o.LeaseMargin)
+			defer cancel()
+			if _, err := r.publishClaimed(ctx, c, false); err != nil {
+				r.log.WarnContext(ctx, "relay: kick failed; the scheduled drain publishes these events", "events", len(ids), "error", err.Error())
+			}
+		}()
+	}, nil
+}
+
+// waitKicked waits until the claims KickIn handed over are published and
+// settled, or ctx ends.
+func (r *Relay) waitKicked(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { r.kicked.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // FlushKicks waits until every kick made so far has been through a claim.
 func (r *Relay) FlushKicks(ctx context.Context) error {
-	return r.kicks.Flush(ctx)
+	if err := r.kicks.Flush(ctx); err != nil {
+		return err
+	}
+	return r.waitKicked(ctx)
 }

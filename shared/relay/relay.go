@@ -154,6 +154,8 @@ type Relay struct {
 	failures *batch.Batcher[failureRecord]
 
 	kicks *batch.Batcher[string]
+	// kicked counts the claims KickIn handed over still being published.
+	kicked sync.WaitGroup
 
 	// lastPurge is when a drain of this relay last applied retention
 	// (unix nanoseconds on the relay's clock).
@@ -230,7 +232,7 @@ func New(o Options) (*Relay, error) {
 // ctx, and stops its background work. What it cuts is recorded later by a
 // drain's healing step (sends) or published by the next drain (kicks).
 func (r *Relay) Close(ctx context.Context) error {
-	errs := []error{r.kicks.Close(ctx)}
+	errs := []error{r.kicks.Close(ctx), r.waitKicked(ctx)}
 	if r.sends != nil {
 		errs = append(errs, r.sends.Close(ctx), r.failures.Close(ctx))
 	}

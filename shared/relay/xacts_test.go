@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/internal/cost"
 	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
 )
@@ -21,9 +23,13 @@ import (
 const (
 	maxXactsPerPublishedEvent = 2 // EnqueueNow + settle
 	maxXactsPerKickedEvent    = 2 // the kick's claim + settle, one event per kick
+	// A child event claimed in the transaction that enqueued it (KickIn):
+	// the settle, beyond that transaction.
+	maxXactsPerKickedInEvent = 1
 	// describes: pgx describes each statement once per connection (its
-	// statement cache), a transaction of its own on the server.
-	describes = 4
+	// statement cache), a transaction of its own on the server; the
+	// background publishes of KickIn use up to the pool's 4 connections.
+	describes = 10
 )
 
 func TestPublishPathTransactionsPerEvent(t *testing.T) {
@@ -130,5 +136,42 @@ func TestPublishPathTransactionsPerEvent(t *testing.T) {
 		t.Errorf("kicked events: %.2f transactions per event (%d for %d events), want at most %d (+%d describes)", per, xacts, events, maxXactsPerKickedEvent, describes)
 	} else {
 		t.Logf("kicked events: %.2f transactions per event", per)
+	}
+
+	// Child events claimed in their handler's transaction (KickIn), the
+	// consume engine's way when its Kicker is a relay.
+	var _ consumer.TxKicker = (*relay.Relay)(nil)
+	xacts = run(func(r *relay.Relay, pool *pgxpool.Pool) {
+		for i := range events {
+			var publish func()
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				enq, err := outbox.Enqueue(ctx, tx, ev(fmt.Sprintf("order-t%02d", i), 1))
+				if err != nil {
+					return err
+				}
+				publish, err = r.KickIn(ctx, tx, enq[0].ID)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			publish()
+		}
+		if err := r.FlushKicks(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c, err := outbox.Count(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Pending != 0 {
+			t.Fatalf("%d events pending after KickIn and FlushKicks, want 0", c.Pending)
+		}
+	})
+	xacts -= idle + 1 + events // the Count above, and the enqueueing transactions
+	if per := float64(xacts) / events; xacts > maxXactsPerKickedInEvent*events+describes {
+		t.Errorf("events kicked in their transaction: %.2f transactions per event beyond it (%d for %d events), want at most %d (+%d describes)", per, xacts, events, maxXactsPerKickedInEvent, describes)
+	} else {
+		t.Logf("events kicked in their transaction: %.2f transactions per event beyond it", per)
 	}
 }
