@@ -29,8 +29,13 @@ load:
 ## Packages run one at a time (-p 1): the crash and outage tests time how fast
 ## the stack recovers, and other packages' tests on the same cores would be
 ## timed with them.
+## Then the suites of the hot paths again, through PgBouncer in transaction mode
+## (pgx's exec query mode), as behind Supabase's pooler (see the README).
 test: lint
 	$(TESTENV) $(GO) test -count=1 -p 1 -timeout 30m ./...
+	$(TESTENV) env RELAYBUS_TEST_VIA_PGBOUNCER=1 $(GO) test -count=1 -p 1 -short -timeout 20m $(POOLED_PKGS)
+
+POOLED_PKGS = ./shared/outbox ./shared/relay ./functions/publish ./functions/consume
 
 ## test-short: the suite without the slow concurrency and crash tests.
 test-short:

@@ -278,9 +278,9 @@ func TestCloudSQL(t *testing.T) {
 		conns := jsonValue(t, ev.local("database_connections")).(map[string]any)
 		total := 0
 		for _, d := range top.Databases {
-			instances := 3 // relay
+			instances := 3 + 2 // relay, dlqreplay
 			if d.Name == topology.MainDatabase {
-				instances += 20 + 2 // publish, dlqreplay
+				instances += 20 // publish
 			}
 			for _, cs := range top.Consumers() {
 				if cs.Database == d.Name {

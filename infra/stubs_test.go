@@ -108,6 +108,10 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 		"random_password":              cty.ObjectVal(map[string]cty.Value{"database": obj(passwords)}),
 		"google_secret_manager_secret": cty.ObjectVal(map[string]cty.Value{"database_url": obj(secrets)}),
 		"google_logging_metric":        obj(metrics),
+		"google_project_iam_custom_role": cty.ObjectVal(map[string]cty.Value{
+			"push_control": cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusPushControl")}),
+			"snapshots":    cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusSnapshots")}),
+		}),
 	}
 }
 

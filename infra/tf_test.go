@@ -253,7 +253,7 @@ func jsonValue(t testing.TB, v cty.Value) any {
 // terraformFunctions are the Terraform functions the checked expressions
 // use, from the same implementations Terraform 1.5 registers
 // (internal/lang/functions.go): cty's stdlib, hcl's tryfunc, go-cty-yaml;
-// coalesce, sha1, file, tostring, toset, alltrue, anytrue, sum and
+// coalesce, sha1, file, tostring, tonumber, toset, alltrue, anytrue, sum and
 // urlencode follow Terraform's own implementations.
 func terraformFunctions(baseDir string) map[string]function.Function {
 	return map[string]function.Function{
@@ -276,6 +276,7 @@ func terraformFunctions(baseDir string) map[string]function.Function {
 		"max":        stdlib.MaxFunc,
 		"merge":      stdlib.MergeFunc,
 		"min":        stdlib.MinFunc,
+		"regex":      stdlib.RegexFunc,
 		"regexall":   stdlib.RegexAllFunc,
 		"replace":    stdlib.ReplaceFunc,
 		"sha1":       sha1Func,
@@ -283,6 +284,7 @@ func terraformFunctions(baseDir string) map[string]function.Function {
 		"split":      stdlib.SplitFunc,
 		"substr":     stdlib.SubstrFunc,
 		"sum":        sumFunc,
+		"tonumber":   toFunc(cty.Number),
 		"tostring":   toFunc(cty.String),
 		"toset":      toFunc(cty.Set(cty.DynamicPseudoType)),
 		"trimsuffix": stdlib.TrimSuffixFunc,

@@ -47,6 +47,7 @@ topics:
   - name: shop.order.events
     encoding: json
     message_retention_seconds: 0
+    publishers: [serviceAccount:billing-api@p.iam.gserviceaccount.com, ops@example.com, checkout@p.iam.gserviceaccount.com]
     consumers:
       - service: billing
         role: ""
@@ -72,6 +73,7 @@ topics:
         forward_timeout_seconds: 30
       - service: ledger
         gap_timeout_seconds: 1800
+        emits: [shop.refund.events, shop.cart.events]
   - name: shop.cart.events
     message_retention_seconds: 3600
     consumers:

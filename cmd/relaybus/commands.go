@@ -176,6 +176,30 @@ var commands = []*command{
 		setup: func(fs *flag.FlagSet) runner { return toggle(true) }},
 	{path: []string{"consumers", "disable"}, args: "TOPIC CONSUMER", short: "stop expecting CONSUMER on events sent to TOPIC from now on",
 		setup: func(fs *flag.FlagSet) runner { return toggle(false) }},
+	{path: []string{"consumers", "pause"}, args: "TOPIC CONSUMER", short: "stop delivery to a push consumer: messages wait in its subscription, no attempt is counted",
+		setup: func(fs *flag.FlagSet) runner { return pause("pause") }},
+	{path: []string{"consumers", "resume"}, args: "TOPIC CONSUMER", short: "restart delivery to a paused consumer, oldest waiting message first",
+		setup: func(fs *flag.FlagSet) runner { return pause("resume") }},
+	{path: []string{"consumers", "rebuild"}, args: "TOPIC CONSUMER", short: "rebuild a consumer's projection: pause, clear it and its inbox, seek, resume (--dry-run first)",
+		setup: func(fs *flag.FlagSet) runner {
+			at := fs.String("time", "", "replay every message retained since this time (RFC 3339)")
+			snapshot := fs.String("snapshot", "", "replay from this snapshot")
+			aggType := fs.String("aggregate-type", "", "clear only this aggregate type's projection (default: all)")
+			dry := fs.Bool("dry-run", false, "say what would be cleared and replayed; change nothing")
+			return func(ctx context.Context, c *cli, args []string) error {
+				if err := exactly(args, "TOPIC", "CONSUMER"); err != nil {
+					return err
+				}
+				if (*at == "") == (*snapshot == "") {
+					return usageError("give exactly one of --time and --snapshot")
+				}
+				if err := timeFlag("time", *at); err != nil {
+					return err
+				}
+				return c.do(ctx, "POST", fmt.Sprintf("/consumers/%s/%s:rebuild", seg(args[0]), seg(args[1])),
+					map[string]any{"time": *at, "snapshot": *snapshot, "aggregateType": *aggType, "dryRun": *dry}, renderKV)
+			}
+		}},
 	{path: []string{"consumers", "audit"}, short: "who changed the registry, when, and what",
 		setup: func(fs *flag.FlagSet) runner {
 			topic := fs.String("topic", "", "one topic's changes")
@@ -184,6 +208,36 @@ var commands = []*command{
 					return err
 				}
 				return c.do(ctx, "GET", "/audit"+query("action", "consumer.", "topic", *topic), nil, renderAudit)
+			}
+		}},
+	{path: []string{"gaps", "ls"}, args: "TOPIC CONSUMER", short: "a strict consumer's open version gaps, oldest first (from its own database)",
+		setup: func(fs *flag.FlagSet) runner {
+			aggType := fs.String("aggregate-type", "", "one aggregate type")
+			aggID := fs.String("aggregate", "", "one aggregate id")
+			return func(ctx context.Context, c *cli, args []string) error {
+				if err := exactly(args, "TOPIC", "CONSUMER"); err != nil {
+					return err
+				}
+				return c.do(ctx, "GET", fmt.Sprintf("/consumers/%s/%s/gaps", seg(args[0]), seg(args[1]))+
+					query("aggregateType", *aggType, "aggregateId", *aggID), nil, renderGaps)
+			}
+		}},
+	{path: []string{"gaps", "skip"}, args: "TOPIC CONSUMER", short: "release a strict consumer's gap by skipping versions that will never come",
+		setup: func(fs *flag.FlagSet) runner {
+			aggType := fs.String("aggregate-type", "", "the aggregate type (may be left out when one type has a gap for the id)")
+			aggID := fs.String("aggregate", "", "the aggregate id (required)")
+			version := fs.Int64("version", 0, "the first missing version (required)")
+			through := fs.Int64("through", 0, "the last version to skip, below the first parked one (default: --version alone)")
+			reason := fs.String("reason", "", "why, for the audit log")
+			return func(ctx context.Context, c *cli, args []string) error {
+				if err := exactly(args, "TOPIC", "CONSUMER"); err != nil {
+					return err
+				}
+				if *aggID == "" || *version < 1 {
+					return usageError("give --aggregate and --version (the first missing version)")
+				}
+				return c.do(ctx, "POST", fmt.Sprintf("/consumers/%s/%s/gaps:skip", seg(args[0]), seg(args[1])),
+					map[string]any{"aggregateType": *aggType, "aggregateId": *aggID, "version": *version, "through": *through, "reason": *reason}, renderKV)
 			}
 		}},
 	{path: []string{"seek"}, args: "SUBSCRIPTION", short: "rewind a consumer's subscription to a time or a snapshot (redelivers what it retained)",
@@ -236,5 +290,14 @@ func toggle(on bool) runner {
 			return err
 		}
 		return c.do(ctx, "POST", fmt.Sprintf("/consumers/%s/%s:%s", seg(args[0]), seg(args[1]), verb), nil, renderConsumerChange)
+	}
+}
+
+func pause(verb string) runner {
+	return func(ctx context.Context, c *cli, args []string) error {
+		if err := exactly(args, "TOPIC", "CONSUMER"); err != nil {
+			return err
+		}
+		return c.do(ctx, "POST", fmt.Sprintf("/consumers/%s/%s:%s", seg(args[0]), seg(args[1]), verb), nil, renderKV)
 	}
 }

@@ -248,12 +248,15 @@ func renderBatch(w io.Writer, b []byte) error {
 }
 
 type consumerRow struct {
-	Topic, ConsumerID, Description, UpdatedBy, Subscription, PubSubSubscription, Delivery string
-	Enabled, InRegistry, Declared                                                         bool
+	Topic, ConsumerID, Description, UpdatedBy, Subscription, PubSubSubscription, Delivery, Owner string
+	Enabled, InRegistry, Declared                                                                bool
 }
 
 func renderConsumers(w io.Writer, b []byte) error {
-	var p struct{ Consumers []consumerRow }
+	var p struct {
+		Consumers []consumerRow
+		Ownership string
+	}
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
 	}
@@ -270,9 +273,15 @@ func renderConsumers(w io.Writer, b []byte) error {
 		if !c.Declared {
 			sub = "(no subscription in the topology)"
 		}
-		rows = append(rows, []string{c.Topic, c.ConsumerID, state, c.Delivery, sub, c.UpdatedBy})
+		rows = append(rows, []string{c.Topic, c.ConsumerID, state, c.Delivery, sub, c.Owner, c.UpdatedBy})
 	}
-	return table(w, "TOPIC\tCONSUMER\tSTATE\tDELIVERY\tSUBSCRIPTION\tCHANGED BY", rows)
+	if err := table(w, "TOPIC\tCONSUMER\tSTATE\tDELIVERY\tSUBSCRIPTION\tOWNER\tCHANGED BY", rows); err != nil {
+		return err
+	}
+	if p.Ownership != "" {
+		fmt.Fprintln(w, "\n"+p.Ownership)
+	}
+	return nil
 }
 
 func renderConsumerChange(w io.Writer, b []byte) error {
@@ -416,4 +425,29 @@ func renderKV(w io.Writer, b []byte) error {
 		rows = append(rows, []string{k, fmt.Sprint(v)})
 	}
 	return table(w, "FIELD\tVALUE", rows)
+}
+
+func renderGaps(w io.Writer, b []byte) error {
+	var p struct {
+		Gaps []struct {
+			AggregateType, AggregateID, Age string
+			Applied, Missing, FirstParked   int64
+			Parked                          int
+			Overdue                         bool
+		}
+		GapTimeout string
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	var rows [][]string
+	for _, g := range p.Gaps {
+		missing := fmt.Sprint(g.Missing)
+		if g.FirstParked-1 > g.Missing {
+			missing = fmt.Sprintf("%d..%d", g.Missing, g.FirstParked-1)
+		}
+		rows = append(rows, []string{g.AggregateType, g.AggregateID, fmt.Sprint(g.Applied), missing, fmt.Sprint(g.Parked), g.Age,
+			map[bool]string{true: "overdue (gap timeout " + p.GapTimeout + ")", false: ""}[g.Overdue]})
+	}
+	return table(w, "TYPE\tAGGREGATE\tAPPLIED\tMISSING\tPARKED\tAGE\tSTATE", rows)
 }

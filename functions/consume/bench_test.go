@@ -5,27 +5,22 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/cost"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/fnproc"
 	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/delivery"
-	"github.com/relaybus/relaybus/shared/ledger"
-	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // BenchmarkConsume pushes wrapped push deliveries over real HTTP into the
@@ -34,32 +29,48 @@ import (
 // (the emulator) afterwards, with its rollup notice (pstest). First as fast
 // as 16 concurrent senders go, then open loop at 1,000 deliveries/s for the
 // latency percentiles, measured from each request's scheduled start.
-func BenchmarkConsume(b *testing.B) {
+func BenchmarkConsume(b *testing.B) { consumeBench(b, false) }
+
+// BenchmarkConsumePgBouncer is BenchmarkConsume's throughput run through
+// PgBouncer in transaction mode (pgx's exec query mode), as behind
+// Supabase's pooler.
+func BenchmarkConsumePgBouncer(b *testing.B) {
+	pgtest.PgBouncerURL(b) // skips without one, outside CI
+	b.Setenv(pgtest.EnvPooled, "1")
+	consumeBench(b, true)
+}
+
+// directConsumeRate is BenchmarkConsume's throughput, for
+// BenchmarkConsumePgBouncer's ratio in the same run.
+var directConsumeRate float64
+
+func consumeBench(b *testing.B, pooled bool) {
 	ctx := context.Background()
-	pool, _ := pgtest.SchemaConfig(b, func(c *pgxpool.Config) { c.MaxConns = 32 })
-	if err := consume.Migrate(ctx, pool); err != nil {
-		b.Fatal(err)
-	}
+	// The function runs in a process of its own, built by its constructor
+	// from its configuration as in production (CONSUMER_HANDLER defaults
+	// to the generic projection), so its CPU time is its own.
+	pool, schema := pgtest.SchemaConfig(b, nil)
 	top, _ := topology.Load("")
-	fake := pubsubtest.New(b)
-	fake.Provision(b, top)
 	project := emutest.FirestoreProject(b)
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{Registry: registry.FromTopology(top)})
+	fake := pubsubtest.New(b)
+	ps, err := transport.Dial(ctx, project, fake.Server.Addr, transport.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer store.Close()
-	engine, err := consumer.New(consumer.Options{DB: pool, ConsumerID: "member-service", Subscription: sub, Handler: projection.Latest(),
-		DeadLetters: fake.Client, Ledger: ledger.NewRecorder(store, fake.Client, top.Rollup.Topic)})
-	if err != nil {
+	defer ps.Close()
+	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	h, err := consume.New(consume.Options{Engine: engine, DB: pool})
-	if err != nil {
+	const poolSize = 32
+	fn := fnproc.Start(b, "consume", map[string]string{
+		"DATABASE_URL":         withParams(pgtest.SchemaURL(b, schema), fmt.Sprintf("pool_max_conns=%d", poolSize)),
+		"GOOGLE_CLOUD_PROJECT": project, "PUBSUB_EMULATOR_HOST": fake.Server.Addr, "LOG_LEVEL": "error",
+		"CONSUMER_ID": "member-service", "CONSUMER_SUBSCRIPTION": sub,
+	})
+	if err := fn.Warm(ctx); err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	srv := struct{ URL string }{fn.URL}
 	durable := pgtest.RequireDurable(b)
 	bodies := func(prefix string, n int) [][]byte {
 		out := make([][]byte, n)
@@ -78,15 +89,20 @@ func BenchmarkConsume(b *testing.B) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	}
-	for range b.N {
+	stmts0, err := cost.Statements(ctx, pgtest.URL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu0, err := fn.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	answered := 0
+	{
 		const n, conc = 20000, 16
 		work := bodies(fmt.Sprintf("thr%d", time.Now().UnixNano()), n)
 		var next, failed atomic.Int64
 		var wg sync.WaitGroup
-		stmts0, err := cost.Statements(ctx, pgtest.URL(b))
-		if err != nil {
-			b.Fatal(err)
-		}
 		start := time.Now()
 		for range conc {
 			wg.Add(1)
@@ -101,23 +117,23 @@ func BenchmarkConsume(b *testing.B) {
 		}
 		wg.Wait()
 		rate := float64(n) / time.Since(start).Seconds()
-		// The attempts' shipping to the ledger reads and marks Postgres too:
-		// flush it before counting, so the delivery pays its whole share.
-		if err := engine.FlushLedger(ctx); err != nil {
-			b.Fatal(err)
-		}
-		stmts1, err := cost.Statements(ctx, pgtest.URL(b))
-		if err != nil {
-			b.Fatal(err)
-		}
-		fmt.Printf("# consume: %d wrapped-push deliveries over HTTP, concurrency %d, generic projection; attempts shipped to the Firestore ledger (emulator) after the answer; Postgres %s\n",
-			n, conc, durable)
+		answered += n - int(failed.Load())
+		fmt.Printf("# consume: %d wrapped-push deliveries over HTTP, concurrency %d, generic projection, the function in its own process (instance.Main, pool %d); attempts shipped to the Firestore ledger (emulator) after the answer; Postgres %s\n",
+			n, conc, poolSize, durable)
 		if failed.Load() > 0 {
 			fmt.Printf("# consume: %d deliveries not answered 200 (not counted in the rate)\n", failed.Load())
 		}
-		fmt.Printf("BENCH consume_deliveries_per_s %.0f 1/s\n", float64(n-int(failed.Load()))/float64(n)*rate)
-		fmt.Printf("# consume_pg_roundtrips_per_delivery: statements Postgres executed for the %d deliveries (pg_stat_statements calls, transaction control included, attempt shipping flushed), divided by them\n", n)
-		fmt.Printf("BENCH consume_pg_roundtrips_per_delivery %.2f round trips\n", float64(stmts1-stmts0)/float64(n))
+		ok := float64(n-int(failed.Load())) / float64(n) * rate
+		if pooled {
+			fmt.Printf("# consume through PgBouncer 1.18, pool_mode=transaction, default_query_exec_mode=exec, the same run as above\n")
+			if directConsumeRate > 0 {
+				fmt.Printf("# consume through PgBouncer: %.2f of the direct figure in the same run (%.0f 1/s)\n", ok/directConsumeRate, directConsumeRate)
+			}
+			fmt.Printf("BENCH consume_deliveries_per_s_pgbouncer %.0f 1/s\n", ok)
+			return // the throughput only: the rest is the direct run's
+		}
+		directConsumeRate = ok
+		fmt.Printf("BENCH consume_deliveries_per_s %.0f 1/s\n", ok)
 
 		const rate2, seconds = 1000, 5
 		lat := make([]time.Duration, 0, rate2*seconds)
@@ -153,11 +169,32 @@ func BenchmarkConsume(b *testing.B) {
 			fmt.Printf("# consume latency: %d deliveries not answered 200 (not in the percentiles)\n", failed.Load())
 		}
 		fmt.Printf("BENCH consume_p99_ms %.2f ms\n", ms(0.99))
-		if err := engine.FlushLedger(ctx); err != nil {
-			b.Fatal(err)
-		}
-		var unshipped int
-		_ = pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`).Scan(&unshipped)
-		fmt.Printf("# consume: %d attempts not in the ledger after the run (left to /ledger:ship)\n", unshipped)
+		answered += len(lat)
 	}
+	// The attempts' shipping to the ledger runs after the answers: the
+	// function's graceful shutdown (SIGTERM) flushes it before its CPU and
+	// statements are counted, so each delivery pays its whole share.
+	cpu1, err := fn.StopCPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stmts1, err := cost.Statements(ctx, pgtest.URL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var unshipped int
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`).Scan(&unshipped)
+	fmt.Printf("# consume: %d attempts not in the ledger after the run (left to /ledger:ship)\n", unshipped)
+	fmt.Printf("# consume cost: the function process's user+system CPU (/proc, then its rusage at exit) and the statements Postgres executed (pg_stat_statements calls, transaction control included) over both runs to the end of its graceful shutdown, divided by the %d deliveries answered 200\n", answered)
+	fmt.Printf("BENCH consume_cpu_us_per_delivery %.1f µs\n", float64((cpu1-cpu0).Microseconds())/float64(answered))
+	fmt.Printf("BENCH consume_pg_roundtrips_per_delivery %.2f round trips\n", float64(stmts1-stmts0)/float64(answered))
+}
+
+// withParams adds query parameters to a postgres:// URL.
+func withParams(url string, params ...string) string {
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return url + sep + strings.Join(params, "&")
 }

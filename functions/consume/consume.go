@@ -63,6 +63,7 @@ import (
 	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -209,6 +210,22 @@ func New(o Options) (*Handler, error) {
 		o.Logger = logging.Discard()
 	}
 	h := &Handler{close: []func(context.Context) error{o.Engine.Close}}
+	if g, ok := o.Engine.Handler().(GapKeeper); ok {
+		// A strict consumer's gaps as gauges (with telemetry on), read at
+		// each metric collection.
+		unobserve := telemetry.ObserveGaps(o.Engine.ConsumerID(), func(ctx context.Context) (time.Duration, int, error) {
+			gs, err := g.Gaps(ctx, o.Engine, projection.GapFilter{})
+			if err != nil || len(gs) == 0 {
+				return 0, 0, err
+			}
+			age, perr := time.ParseDuration(gs[0].Age) // by the resequencer's clock, to the second
+			if perr != nil {
+				age = time.Since(gs[0].Since)
+			}
+			return age, len(gs), nil
+		})
+		h.close = append(h.close, func(context.Context) error { return unobserve() })
+	}
 	h.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaybus/relaybus/examples/shop"
 	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/fnproc"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/consumer"
@@ -29,6 +30,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	fnproc.Serve() // BenchmarkConsume runs this binary again as the function
 	runChildIfAsked()
 	pgtest.Main(m)
 }

@@ -89,11 +89,17 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := cfg.DB.Open(ctx, Migrations...)
+	flush, err := cfg.StartTelemetry(ctx, "consume") // before the pool, which traces its statements
 	if err != nil {
 		return nil, err
 	}
+	pool, err := cfg.DB.Open(ctx, Migrations...)
+	if err != nil {
+		_ = flush(ctx)
+		return nil, err
+	}
 	var closers instance.Closers
+	closers.Add(flush) // first, so it is flushed last
 	closers.Add(func(context.Context) error { pool.Close(); return nil })
 	fail := func(err error) (*Handler, error) {
 		_ = closers.Close(context.Background())
@@ -109,12 +115,15 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		return fail(err)
 	}
 	closers.Add(func(context.Context) error { return ps.Close() })
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}
 	o := consumer.Options{DB: pool, ConsumerID: cfg.ConsumerID, Subscription: cfg.Subscription, Handler: h,
 		DeadLetters: ps, MaxDeliveryAttempts: cfg.MaxDeliveryAttempts, LedgerBudget: cfg.Ledger.Budget, Logger: log}
+	if c, ok := top.Consumer(cfg.Subscription); ok {
+		o.Emits = append([]string{}, c.Emits...) // where its account may publish the kick
+	}
 	ro := relay.Options{DB: pool, Publisher: ps, Topology: top, LedgerBudget: cfg.Ledger.Budget, Logger: log}
 	if store != nil {
 		closers.Add(func(context.Context) error { return store.Close() })

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -121,24 +120,44 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	if child != "points.added" {
 		t.Errorf("the child event did not reach Pub/Sub (got %q)", child)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		d, err := store.Get(ctx, e.ID)
-		if err == nil && len(d.Consumers) > 0 && len(d.Consumers[0].Attempts) == 1 {
-			break
+	// The attempt is shipped to the ledger: a first attempt that succeeded
+	// travels in the rollup notice, which the rollup folds into the event's
+	// document (the relay never recorded this test's send, so there is no
+	// document to fold it into here), and no attempt document is written.
+	got := receiveNotice(t, ps, transport.RollupSubscription(top), e.ID)
+	if len(got.Attempts) != 1 || got.Attempts[0].ConsumerID != "member-service" || !got.Attempts[0].Success {
+		t.Fatalf("the notice carries %+v, want member-service's success", got.Attempts)
+	}
+	if n := attemptsOf(t, store, e.ID); n != 0 {
+		t.Errorf("%d attempt documents, want none for a first attempt that succeeded", n)
+	}
+}
+
+// receiveNotice waits for the rollup notice that names eventID and
+// returns what it says of it.
+func receiveNotice(t *testing.T, ps *transport.Client, sub, eventID string) ledger.Notice {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out ledger.Notice
+	_ = ps.PubSub().Subscriber(sub).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		ns, err := ledger.ReadNotice(event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes})
+		if err != nil {
+			t.Errorf("notice: %v", err)
+			return
 		}
-		if errors.Is(err, ledger.ErrEventNotFound) {
-			// Only attempts exist (the relay never recorded this test's send):
-			// read them through the collection group.
-			if n := attemptsOf(t, store, e.ID); n == 1 {
-				break
+		for _, n := range ns {
+			if n.EventID == eventID {
+				out = n
+				cancel()
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the attempt never reached the ledger: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	})
+	if out.EventID == "" {
+		t.Fatalf("no rollup notice for %s within 20s", eventID)
 	}
+	return out
 }
 
 // attemptsOf counts an event's attempt documents in the ledger.

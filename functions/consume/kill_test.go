@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/functions/consume"
@@ -46,8 +47,8 @@ func runChildIfAsked() {
 }
 
 // A consume process SIGKILLed after its commit and before its ledger write
-// (here: its Firestore does not answer, and it is killed once it has
-// answered 200): the delivery is not redelivered, the scheduled shipping
+// (here: its Firestore and its Pub/Sub, which carries the rollup notices,
+// do not answer, and it is killed once it has answered 200): the delivery is not redelivered, the scheduled shipping
 // step ships the attempt from Postgres, and the event's status becomes
 // final.
 func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
@@ -90,7 +91,8 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", "PORT="+strconv.Itoa(port), "FUNCTION_TARGET=",
 		"GOOGLE_CLOUD_PROJECT="+project, "DATABASE_URL="+pgtest.SchemaURL(t, schema),
-		"FIRESTORE_EMULATOR_HOST="+dead.Addr().String(), "CONSUMER_ID=audit-service", "CONSUMER_HANDLER=projection")
+		"FIRESTORE_EMULATOR_HOST="+dead.Addr().String(), "PUBSUB_EMULATOR_HOST="+dead.Addr().String(),
+		"CONSUMER_ID=audit-service", "CONSUMER_HANDLER=projection")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -143,7 +145,8 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 		t.Fatalf("POST /ledger:ship: %d %s", rec.Code, rec.Body.String())
 	}
 	// Its notice rolls the event up (the rollup function's store call).
-	rs, err := store.RollupMany(ctx, []string{e.ID})
+	n := rollupNotice(t, ps, transport.RollupSubscription(top), e.ID)
+	rs, err := store.Fold(ctx, []ledger.Notice{n}, 0)
 	if err != nil || rs[0].Err != nil || rs[0].Status != ledger.StatusConsumed {
 		t.Fatalf("rollup: %+v %v", rs, err)
 	}
@@ -335,4 +338,26 @@ func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
 		t.Errorf("the target was called %d times in all, want 2", n)
 	}
 	t.Logf("%d redeliveries refused while the killed process's claim was leased", refused)
+}
+
+// rollupNotice waits for the rollup notice that names eventID on sub.
+func rollupNotice(t *testing.T, ps *transport.Client, sub, eventID string) ledger.Notice {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out ledger.Notice
+	_ = ps.PubSub().Subscriber(sub).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		ns, _ := ledger.ReadNotice(event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes})
+		for _, n := range ns {
+			if n.EventID == eventID {
+				out = n
+				cancel()
+			}
+		}
+	})
+	if out.EventID == "" {
+		t.Fatalf("no rollup notice for %s within 20s", eventID)
+	}
+	return out
 }

@@ -531,7 +531,9 @@ func TestConsoleFiles(t *testing.T) {
 	if resp, _ := get(cr.url+"/console", alice); resp.StatusCode != 302 || resp.Header.Get("Location") != "console/" {
 		t.Errorf("/console redirects with %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
-	tok := newEnvWith(t, func(o *dlqreplay.Options) { o.Auth, o.Token = dlqreplay.AuthToken, "s3cret" })
+	tok := newEnvWith(t, func(o *dlqreplay.Options) {
+		o.Auth, o.Token, o.Archivers = dlqreplay.AuthToken, "s3cret", []string{"relaybus-dlq-push@relaybus-test.iam.gserviceaccount.com"}
+	})
 	if resp, _ := get(tok.url+"/console/", nil); resp.StatusCode != 200 {
 		t.Errorf("console files in token mode: %d", resp.StatusCode)
 	}

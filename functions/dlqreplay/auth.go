@@ -31,6 +31,10 @@ const (
 	AuthToken = "token"
 	// AuthNone trusts every caller (a local stack).
 	AuthNone = "none"
+	// AuthPushOIDC names, in a Principal's Method, the push subscription
+	// OIDC token that authenticates POST /deadletters:archive under
+	// AuthToken (see pushIdentity); it is not a DLQREPLAY_AUTH mode.
+	AuthPushOIDC = "push-oidc"
 )
 
 // TokenHeader carries the static token of AuthToken.
@@ -93,6 +97,52 @@ func (a *api) authenticate(r *http.Request) (Principal, error) {
 		return Principal{}, fmt.Errorf("the ID token's audience is not %s", a.o.Audience)
 	}
 	return principalOf(claims, AuthCloudRun)
+}
+
+// pushIdentity authenticates POST /deadletters:archive under AuthToken.
+// Pub/Sub push cannot add a header, so the DLQ monitors cannot send
+// X-Relaybus-Token; they send what push can: the OIDC token of their push
+// service account in Authorization
+// (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions).
+// Behind Cloud Run IAM the platform verified it and replaced its signature
+// (SIGNATURE_REMOVED_BY_GOOGLE): its claims are read. A token that still
+// has its signature did not pass through Cloud Run's check, so it is
+// verified here (idtoken.Validate). Either way it must be issued by Google,
+// for Audience when that is set, to a verified email; the route then
+// admits only Archivers (which New requires in token mode).
+func (a *api) pushIdentity(r *http.Request) (Principal, error) {
+	tok := bearer(r.Header.Get(serverlessAuthHeader))
+	if tok == "" {
+		tok = bearer(r.Header.Get("Authorization"))
+	}
+	if tok == "" {
+		return Principal{}, errors.New("POST /deadletters:archive takes the push subscription's OIDC token (Authorization: Bearer), not X-Relaybus-Token: Pub/Sub push cannot add headers")
+	}
+	var claims map[string]any
+	if parts := strings.Split(tok, "."); len(parts) == 3 && parts[2] == strippedSignature {
+		c, err := cloudRunClaims(tok)
+		if err != nil {
+			return Principal{}, err
+		}
+		claims = c
+	} else {
+		p, err := idtoken.Validate(r.Context(), tok, a.o.Audience)
+		if err != nil {
+			return Principal{}, errors.New("the push OIDC token does not verify (expired, wrong audience or not signed by Google)")
+		}
+		claims = p.Claims
+	}
+	if a.o.Audience != "" && !hasAudience(claims["aud"], a.o.Audience) {
+		return Principal{}, fmt.Errorf("the push OIDC token's audience is not %s", a.o.Audience)
+	}
+	if v, ok := claims["email_verified"].(bool); !ok || !v {
+		return Principal{}, errors.New("the push OIDC token has no verified email (a push subscription's service account has one)")
+	}
+	p, err := principalOf(claims, AuthPushOIDC)
+	if err != nil {
+		return Principal{}, err
+	}
+	return p, nil
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" value.

@@ -169,17 +169,44 @@ func TestIAMAuthRefusesAStrippedToken(t *testing.T) {
 }
 
 func TestStaticTokenAuth(t *testing.T) {
-	e := newEnvWith(t, func(o *dlqreplay.Options) { o.Auth, o.Token = dlqreplay.AuthToken, "s3cret" })
+	monitor := "relaybus-dlq-push@relaybus-prod.iam.gserviceaccount.com"
+	e := newEnvWith(t, func(o *dlqreplay.Options) {
+		o.Auth, o.Token, o.Archivers = dlqreplay.AuthToken, "s3cret", []string{"serviceAccount:" + monitor}
+	})
 	runAuth(t, e, []authCase{
 		{name: "none", want: 401, code: "unauthenticated"},
 		{name: "wrong", headers: map[string]string{dlqreplay.TokenHeader: "s3cre"}, want: 401},
 		{name: "in Authorization instead of its header", headers: map[string]string{"Authorization": "Bearer s3cret"}, want: 401},
 		{name: "right, with Cloud Run's ID token beside it", headers: map[string]string{dlqreplay.TokenHeader: "s3cret",
 			"Authorization": "Bearer " + cloudRunToken(person("alice@example.com"))}, want: 200, caller: "token", canW: yes()},
+		// Pub/Sub push cannot add X-Relaybus-Token: the DLQ monitors are
+		// admitted by their push subscription's OIDC token (Cloud Run
+		// verified it and stripped its signature), and only they.
+		{name: "the DLQ monitor's push archives", method: "POST", path: "/deadletters:archive", body: archiveBody("t1"),
+			headers: bearerOf(map[string]any{"email": monitor, "email_verified": true, "sub": "998877"}), want: 200},
+		{name: "push with an unverified email", method: "POST", path: "/deadletters:archive", body: archiveBody("t2"),
+			headers: bearerOf(map[string]any{"email": monitor, "sub": "998877"}), want: 401, code: "unauthenticated"},
+		{name: "push from another account", method: "POST", path: "/deadletters:archive", body: archiveBody("t3"),
+			headers: bearerOf(person("alice@example.com")), want: 403, code: "not_an_archiver"},
+		{name: "the static token does not archive", method: "POST", path: "/deadletters:archive", body: archiveBody("t4"),
+			headers: map[string]string{dlqreplay.TokenHeader: "s3cret"}, want: 401, code: "unauthenticated"},
+		{name: "a signed token is verified, not trusted", method: "POST", path: "/deadletters:archive", body: archiveBody("t5"),
+			headers: map[string]string{"Authorization": "Bearer " + strings.TrimSuffix(cloudRunToken(map[string]any{"email": monitor, "email_verified": true}), "SIGNATURE_REMOVED_BY_GOOGLE") + "Zm9yZ2Vk"},
+			want:    401, code: "unauthenticated"},
+		{name: "the push token does not open the other routes", path: "/deadletters",
+			headers: bearerOf(map[string]any{"email": monitor, "email_verified": true}), want: 401, code: "unauthenticated"},
 	})
-	if _, err := dlqreplay.New(dlqreplay.Options{Archive: e.archive, Ledger: e.store, DB: e.db, Publisher: e.fake.Client, Auth: dlqreplay.AuthToken}); err == nil ||
-		!strings.Contains(err.Error(), "DLQREPLAY_TOKEN") {
-		t.Errorf("token mode without a token: %v", err)
+	for _, c := range []struct {
+		o    dlqreplay.Options
+		want string
+	}{
+		{dlqreplay.Options{Auth: dlqreplay.AuthToken}, "DLQREPLAY_TOKEN"},
+		{dlqreplay.Options{Auth: dlqreplay.AuthToken, Token: "s3cret"}, "DLQREPLAY_ARCHIVERS"},
+	} {
+		c.o.Archive, c.o.Ledger, c.o.DB, c.o.Publisher = e.archive, e.store, e.db, e.fake.Client
+		if _, err := dlqreplay.New(c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("token mode without %s: %v", c.want, err)
+		}
 	}
 }
 

@@ -230,6 +230,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	stack, err := devstack.Start(ctx, devstack.Options{
 		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
 		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore), RelayEvery: 500 * time.Millisecond,
+		// The console's dead letters come from max delivery attempts: the
+		// topology's backoff (10 s doubling) ×0.05, as make dev once did.
+		BackoffScale: 0.05,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -377,6 +380,18 @@ func TestConsoleInABrowser(t *testing.T) {
 	if got := b.text("[data-testid=audit-row]"); !strings.Contains(got, "consumer.disable") || !strings.Contains(got, "message-service") || !strings.Contains(got, "anonymous") {
 		t.Errorf("the audit row says %q", got)
 	}
+	// The disabled entry is now the operator's: the deploy's sync leaves it
+	// (the rule is on the page); the others still follow the topology.
+	if got := b.text(msgRow + " [data-testid=consumer-owner]"); got != "operator's" {
+		t.Errorf("message-service's owner tag says %q, want operator's", got)
+	}
+	memberRow := `[data-testid=topic][data-topic="shop.order.events"] [data-testid=consumer-row][data-consumer=member-service]`
+	if got := b.text(memberRow + " [data-testid=consumer-owner]"); got != "topology's" {
+		t.Errorf("member-service's owner tag says %q, want topology's", got)
+	}
+	if got := b.text("[data-testid=ownership]"); !strings.Contains(got, "never rewrites nor disables an entry an operator added or changed") {
+		t.Errorf("the registry page states no ownership rule: %q", got)
+	}
 	b.shot("consumers")
 	// The services cache the registry (registry.DefaultCacheTTL): publish
 	// until an order is sent under the change.
@@ -398,6 +413,27 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.waitFor("the enable button", fmt.Sprintf(`!!document.querySelector(%q)`, msgRow+" [data-testid=enable]"), 20*time.Second)
 	b.click(msgRow + " [data-testid=enable]")
 	b.waitFor("message-service enabled again", fmt.Sprintf(`document.querySelector(%q)?.textContent.startsWith("enabled")`, msgRow+" [data-testid=consumer-state]"), 20*time.Second)
+
+	// Pause a push consumer from its row (on the local stack the delivery
+	// loop holds its messages), see it paused, resume it. An Eventarc
+	// consumer offers no pause.
+	auditRow := `[data-testid=topic][data-topic="member.points.events"] [data-testid=consumer-row][data-consumer=audit-service]`
+	b.waitFor("the pause button", fmt.Sprintf(`!!document.querySelector(%q)`, auditRow+" [data-testid=pause]"), 20*time.Second)
+	if n := b.count(msgRow + " [data-testid=pause]"); n != 0 {
+		t.Error("the Eventarc consumer offers a pause")
+	}
+	b.click(auditRow + " [data-testid=pause]")
+	b.waitFor("the pause confirmation", `document.getElementById("confirm").open`, 10*time.Second)
+	b.click("#confirm-ok")
+	b.waitFor("audit-service paused", fmt.Sprintf(`/paused/.test(document.querySelector(%q)?.textContent || "") && !!document.querySelector(%q)`,
+		auditRow+" [data-testid=consumer-state]", auditRow+" [data-testid=resume]"), 20*time.Second)
+	if got := b.text("[data-testid=audit-row]"); !strings.Contains(got, "consumer.pause") {
+		t.Errorf("the newest audit row says %q, want the pause", got)
+	}
+	b.shot("consumer-paused")
+	b.click(auditRow + " [data-testid=resume]")
+	b.waitFor("audit-service resumed", fmt.Sprintf(`!!document.querySelector(%q) && !/paused/.test(document.querySelector(%q)?.textContent || "")`,
+		auditRow+" [data-testid=pause]", auditRow+" [data-testid=consumer-state]"), 20*time.Second)
 
 	// The overview after all this: counts, dead letters, lag.
 	b.open("/")

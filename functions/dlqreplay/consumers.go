@@ -7,6 +7,7 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // consumerView is a registry entry with what the topology says of it.
@@ -23,6 +24,13 @@ type consumerView struct {
 	Delivery           string `json:"delivery,omitempty"`
 	Handler            string `json:"handler,omitempty"`
 	Database           string `json:"database,omitempty"`
+	// Owner says who the entry follows: "topology" (the deploy's sync
+	// keeps it as infra/topology.yaml says) or "operator" (edited here or
+	// in the console: the sync never rewrites nor disables it).
+	Owner string `json:"owner"`
+	// Paused is whether a push consumer's subscription has its push
+	// endpoint detached (pause.go); absent when it could not be read.
+	Paused *bool `json:"paused,omitempty"`
 }
 
 func (a *api) listConsumers(r *request, _ []string) (any, error) {
@@ -56,15 +64,21 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 			out = append(out, v)
 		}
 	}
+	a.pausedStates(r, out)
 	audit, err := a.o.Ledger.AuditLog(r.Context(), ledger.AuditQuery{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"consumers": out, "audit": audit, "cacheNote": "A change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers"}, nil
+	return map[string]any{"consumers": out, "audit": audit, "cacheNote": "A change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers",
+		"ownership": ownershipRule}, nil
 }
 
 // describe adds the topology's facts to a registry entry.
 func (a *api) describe(v *consumerView) {
+	v.Owner = "topology"
+	if v.UpdatedBy != "" {
+		v.Owner = "operator"
+	}
 	if a.o.Topology == nil {
 		return
 	}
@@ -103,6 +117,11 @@ func consumerArgs(r *request, args []string) (string, string, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return "", "", err
 	}
+	return consumerPath(args)
+}
+
+// consumerPath validates the topic and consumer of a path's arguments.
+func consumerPath(args []string) (string, string, error) {
 	var bad invalid
 	if names.ValidateTopic(args[0]) != nil || names.IsDeadLetter(args[0]) {
 		bad.add("topic", "%s", names.TopicRule)
@@ -183,4 +202,27 @@ func (a *api) audit(r *request, _ []string) (any, error) {
 		return nil, err
 	}
 	return map[string]any{"entries": entries}, nil
+}
+
+// ownershipRule is the registry's ownership rule, shown with every listing.
+const ownershipRule = "The topology owns the consumers it declares; operators own their edits. A deploy's sync (rollup sync-consumers) creates declared consumers and keeps the ones it wrote as infra/topology.yaml says, but never rewrites nor disables an entry an operator added or changed here (owner: operator)."
+
+// pausedStates fills Paused for the declared push consumers; one whose
+// state cannot be read is left without (and logged).
+func (a *api) pausedStates(r *request, vs []consumerView) {
+	if a.o.Pauser == nil {
+		return
+	}
+	for i := range vs {
+		v := &vs[i]
+		if !v.Declared || v.Delivery != topology.DeliveryPush {
+			continue
+		}
+		paused, err := a.o.Pauser.Paused(r.Context(), v.Subscription)
+		if err != nil {
+			a.o.Logger.WarnContext(r.Context(), "dlqreplay: cannot read a consumer's delivery state", "subscription", v.Subscription, "error", err.Error(), "request_id", r.id)
+			continue
+		}
+		v.Paused = &paused
+	}
 }

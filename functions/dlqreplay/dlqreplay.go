@@ -22,6 +22,15 @@
 //	POST   /consumers                  {"topic", "consumerId", "enabled", "description", "sortOrder"}: add one
 //	PATCH  /consumers/{topic}/{id}     {"enabled", "description", "sortOrder"}: change one
 //	POST   /consumers/{topic}/{id}:enable, :disable
+//	POST   /consumers/{topic}/{id}:pause, :resume  detach / restore a push consumer's push endpoint:
+//	                                   messages wait in its subscription meanwhile (pause.go)
+//	GET    /consumers/{topic}/{id}/delivery  whether it is paused
+//	POST   /consumers/{topic}/{id}:rebuild {"time" | "snapshot", "aggregateType", "dryRun"}: pause, clear
+//	                                   its projection (scope) and inbox in its database, seek, resume (rebuild.go)
+//	GET    /consumers/{topic}/{id}/gaps ?aggregateType=&aggregateId=&limit=: a strict consumer's open
+//	                                   version gaps, oldest first, read from its own database
+//	POST   /consumers/{topic}/{id}/gaps:skip {"aggregateType", "aggregateId", "version", "through",
+//	                                   "reason"}: release a gap by skipping missing versions (gaps.go)
 //	GET    /audit                      ?action=&topic=&consumer=&limit=: who changed what, newest first
 //	POST   /subscriptions/{name}:seek  {"time": RFC 3339} or {"snapshot": name}: redeliver from there
 //	POST   /snapshots                  {"name", "subscription"}; GET /snapshots lists them
@@ -44,7 +53,9 @@
 // registry changes; dry runs are reads) need a caller DLQREPLAY_WRITERS
 // lists (empty or *: everyone authenticated) and are refused with 403 in
 // DLQREPLAY_READ_ONLY mode; POST /deadletters:archive needs a caller
-// DLQREPLAY_ARCHIVERS lists (the DLQ monitors' push identity). Every write
+// DLQREPLAY_ARCHIVERS lists (the DLQ monitors' push identity), and under
+// DLQREPLAY_AUTH=token is authenticated by the push subscription's OIDC
+// token instead of the static token, which push cannot send. Every write
 // is logged with the caller's identity and appended to the ledger's audit
 // log. Non-GET requests from another origin in a browser are refused
 // (net/http.CrossOriginProtection). The handler works under
@@ -111,8 +122,16 @@ type Options struct {
 	Writers   []string
 	ReadOnly  bool
 	Archivers []string
-	// Seeker, when set, serves seek and snapshots.
+	// Seeker, when set, serves seek, snapshots, pause and resume (its
+	// subscription admin client).
 	Seeker *Seeker
+	// PushTargets are the push consumers' endpoints and OIDC identities by
+	// logical subscription (DLQREPLAY_PUSH_TARGETS): what resume restores.
+	PushTargets map[string]PushTarget
+	// Pauser pauses and resumes consumers (pause, resume, rebuild); nil
+	// with a Seeker means a PushPauser over the Seeker's client and
+	// PushTargets.
+	Pauser Pauser
 	// MaxRepushes and SentTimeout are the re-push rules (defaults above).
 	MaxRepushes int
 	SentTimeout time.Duration
@@ -138,6 +157,9 @@ func New(o Options) (http.Handler, error) {
 		if o.Token == "" {
 			return nil, errors.New("dlqreplay: DLQREPLAY_AUTH=token needs DLQREPLAY_TOKEN (a Secret Manager secret)")
 		}
+		if len(o.Archivers) == 0 {
+			return nil, errors.New("dlqreplay: DLQREPLAY_AUTH=token needs DLQREPLAY_ARCHIVERS (the DLQ monitors' push service account): POST /deadletters:archive is authenticated by the push subscription's OIDC token, since push cannot send X-Relaybus-Token")
+		}
 	case AuthIAM, "":
 		o.Auth = AuthIAM
 	default:
@@ -162,6 +184,9 @@ func New(o Options) (http.Handler, error) {
 	}
 	if a.o.Subscriptions == nil && a.o.Topology != nil {
 		a.o.Subscriptions, _ = topology.NewSubscriptionMap(a.o.Topology, nil)
+	}
+	if a.o.Pauser == nil && a.o.Seeker != nil {
+		a.o.Pauser = &PushPauser{Admin: a.o.Seeker.Admin, Project: a.o.Seeker.Project, Subscriptions: a.o.Subscriptions, Targets: a.o.PushTargets}
 	}
 	return a, nil
 }
@@ -222,7 +247,14 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, fail(http.StatusNotFound, "not_found", "no route for %s /%s", r.Method, clip(path, 200)))
 		return
 	}
-	who, err := a.authenticate(r)
+	var who Principal
+	var err error
+	if rt.pattern == pushedRoute && a.o.Auth == AuthToken {
+		// The DLQ monitors push: they cannot send the static token.
+		who, err = a.pushIdentity(r)
+	} else {
+		who, err = a.authenticate(r)
+	}
 	if err != nil {
 		a.unauthenticated(w, err)
 		return
@@ -300,6 +332,10 @@ type route struct {
 	h       func(a *api, r *request, args []string) (any, error)
 }
 
+// pushedRoute is the route Pub/Sub push calls (the DLQ monitors), with the
+// push subscription's OIDC token (pushIdentity under AuthToken).
+const pushedRoute = "deadletters:archive"
+
 func (rt *route) serve(a *api, r *request, args []string) (any, error) {
 	if rt.write {
 		if err := a.canWrite(r.who); err != nil {
@@ -318,7 +354,7 @@ var routes = []*route{
 	{"GET", "events/{}", false, (*api).getEvent},
 	{"POST", "events/{}:repush", false, (*api).repush},
 	{"GET", "traces/{}", false, (*api).trace},
-	{"POST", "deadletters:archive", false, (*api).archive},
+	{"POST", pushedRoute, false, (*api).archive},
 	{"POST", "deadletters:replay", false, (*api).replayBatch},
 	{"GET", "deadletters", false, (*api).listLetters},
 	{"GET", "deadletters/{}", false, (*api).getLetter},
@@ -329,6 +365,12 @@ var routes = []*route{
 	{"PATCH", "consumers/{}/{}", true, (*api).changeConsumer},
 	{"POST", "consumers/{}/{}:enable", true, (*api).enableConsumer},
 	{"POST", "consumers/{}/{}:disable", true, (*api).disableConsumer},
+	{"POST", "consumers/{}/{}:pause", true, (*api).pauseConsumer},
+	{"POST", "consumers/{}/{}:resume", true, (*api).resumeConsumer},
+	{"POST", "consumers/{}/{}:rebuild", false, (*api).rebuild},
+	{"GET", "consumers/{}/{}/delivery", false, (*api).consumerDelivery},
+	{"GET", "consumers/{}/{}/gaps", false, (*api).listGaps},
+	{"POST", "consumers/{}/{}/gaps:skip", true, (*api).skipGap},
 	{"GET", "audit", false, (*api).audit},
 	{"POST", "subscriptions/{}:seek", true, (*api).seek},
 	{"POST", "snapshots", true, (*api).createSnapshot},
@@ -336,7 +378,7 @@ var routes = []*route{
 }
 
 // actions are the words a path may end in after a colon.
-var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true}
+var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true, "rebuild": true}
 
 // match finds the route of a path and method. It returns the path's
 // arguments, or, when the path is known but not for this method, the

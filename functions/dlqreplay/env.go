@@ -52,6 +52,14 @@ type Config struct {
 	// Subscriptions maps logical subscription ids to real ones
 	// (DLQREPLAY_SUBSCRIPTIONS, a JSON object; see topology.SubscriptionMap).
 	Subscriptions string `env:"DLQREPLAY_SUBSCRIPTIONS"`
+	// Pauser, when set, pauses and resumes consumers instead of detaching
+	// their push endpoints on Pub/Sub (the local stack's delivery loop; no
+	// variable).
+	Pauser Pauser
+	// PushTargets are the push consumers' endpoints and OIDC identities
+	// (DLQREPLAY_PUSH_TARGETS, a JSON object; see ParsePushTargets): what
+	// resume restores.
+	PushTargets string `env:"DLQREPLAY_PUSH_TARGETS"`
 	// Retention is how long dead letters are kept (ARCHIVE_RETENTION,
 	// default 720h): each gets deleteAt = archived + retention for
 	// Firestore's TTL policy.
@@ -103,6 +111,10 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	if err != nil {
 		return nil, err
 	}
+	targets, err := ParsePushTargets(cfg.PushTargets)
+	if err != nil {
+		return nil, err
+	}
 	f := &Function{}
 	fail := func(err error) (*Function, error) {
 		_ = f.close.Close(context.Background())
@@ -119,7 +131,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		if d.Name == topology.MainDatabase || url == "" {
 			continue
 		}
-		p, err := instance.Postgres(ctx, url)
+		p, err := instance.Database{URL: url}.Open(ctx)
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", d.EnvVar(), err))
 		}
@@ -141,7 +153,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		Ledger:  store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
 		Seeker: &Seeker{Admin: ps.PubSub().SubscriptionAdminClient, Project: cfg.ProjectID},
 		Auth:   cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
-		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log,
+		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, Pauser: cfg.Pauser,
 	})
 	if err != nil {
 		return fail(err)

@@ -35,6 +35,10 @@ type Config struct {
 	// ledger's topic_consumers, are kept before they are read again
 	// (REGISTRY_CACHE_TTL, default 30s: registry.DefaultCacheTTL).
 	RegistryTTL time.Duration `env:"REGISTRY_CACHE_TTL, default=30s"`
+	// Auth is cloudrun (behind Cloud Run IAM: the caller is read from the
+	// ID token it verified, topics' publishers are enforced) or none
+	// (PUBLISH_AUTH, default none).
+	Auth string `env:"PUBLISH_AUTH, default=none"`
 }
 
 func init() {
@@ -72,13 +76,22 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		_ = f.Close(context.Background())
 		return nil, err
 	}
-	pool, err := cfg.DB.Open(ctx, outbox.Migrations)
+	flush, err := cfg.StartTelemetry(ctx, "publish") // before the pool, which traces its statements
 	if err != nil {
 		return nil, err
 	}
+	f.close.Add(flush) // closed last: flushes the spans of everything else's shutdown
+	pool, err := cfg.DB.Open(ctx, outbox.Migrations)
+	if err != nil {
+		return fail(err)
+	}
 	f.close.Add(func(context.Context) error { pool.Close(); return nil })
 	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log}
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
+	opts.Auth, opts.Publishers = cfg.Auth, map[string][]string{}
+	for _, t := range top.Topics {
+		opts.Publishers[t.Name] = t.PublisherEmails()
+	}
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}

@@ -13,12 +13,16 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/identity"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // DB is what the handler needs of Postgres (a *pgxpool.Pool): the outbox
@@ -103,7 +107,22 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for a missing occurredAt (time.Now when nil).
 	Now func() time.Time
+	// Auth is AuthCloudRun or AuthNone (the default, a local stack): with
+	// AuthCloudRun every request names its caller by the ID token Cloud
+	// Run verified (shared/identity), the events' initiator service is
+	// recorded from it, and Publishers is enforced.
+	Auth string
+	// Publishers are the callers allowed per topic (topology publishers,
+	// lower-cased emails); a topic not listed, or listed empty, takes every
+	// caller. Enforced with AuthCloudRun only.
+	Publishers map[string][]string
 }
+
+// Auth modes (PUBLISH_AUTH).
+const (
+	AuthNone     = "none"
+	AuthCloudRun = "cloudrun"
+)
 
 // Handler is the publish function's HTTP handler. It serves every path it
 // is given, so it works at a service root and under http.StripPrefix.
@@ -119,6 +138,8 @@ type Handler struct {
 	log        *slog.Logger
 	now        func() time.Time
 	maxPayload int
+	auth       string
+	publishers map[string]map[string]bool
 }
 
 // New returns the publish handler over the given dependencies.
@@ -138,6 +159,24 @@ func New(opts Options) (*Handler, error) {
 		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now,
 	}
 	h.maxPayload = h.limits.PayloadLimit()
+	switch opts.Auth {
+	case "", AuthNone:
+		h.auth = AuthNone
+	case AuthCloudRun:
+		h.auth = AuthCloudRun
+	default:
+		return nil, fmt.Errorf("publish: PUBLISH_AUTH=%q: want cloudrun (behind Cloud Run IAM) or none", opts.Auth)
+	}
+	h.publishers = map[string]map[string]bool{}
+	for topic, ps := range opts.Publishers {
+		if len(ps) == 0 {
+			continue
+		}
+		h.publishers[topic] = map[string]bool{}
+		for _, p := range ps {
+			h.publishers[topic][strings.ToLower(p)] = true
+		}
+	}
 	if h.budget <= 0 {
 		h.budget = DefaultBudget
 	}
@@ -208,6 +247,8 @@ const (
 	CodeVersionConflict      = "version_conflict"       // 409
 	CodeUnavailable          = "unavailable"            // 503
 	CodeBusy                 = "busy"                   // 503
+	CodeUnauthenticated      = "unauthenticated"        // 401
+	CodeForbidden            = "forbidden"              // 403
 )
 
 // ErrorResponse is the body of every 4xx and 5xx answer.
@@ -218,6 +259,9 @@ type ErrorResponse struct {
 	Message string `json:"message"`
 	// Fields lists each field that broke a rule.
 	Fields []FieldProblem `json:"fields,omitempty"`
+	// Topic and Caller name, in a 403, the topic the caller may not write.
+	Topic  string `json:"topic,omitempty"`
+	Caller string `json:"caller,omitempty"`
 }
 
 // FieldProblem is one field of one event that broke one rule.
@@ -233,8 +277,41 @@ type FieldProblem struct {
 	Rule string `json:"rule"`
 }
 
-// ServeHTTP handles one publish request.
+// ServeHTTP handles one publish request. With telemetry on, the request is
+// a server span (continuing the caller's traceparent header, sampled by
+// relaybus's own policy), under which the outbox rows are written (they
+// keep its context) and the fast path publishes; its duration is recorded
+// by status.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !telemetry.Enabled() {
+		h.serve(w, r)
+		return
+	}
+	start := time.Now()
+	ctx, span := telemetry.Start(r.Context(), "publish", telemetry.KindServer, r.Header.Get("traceparent"),
+		attribute.String("http.request.method", r.Method))
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	h.serve(sw, r.WithContext(ctx))
+	span.SetAttributes(telemetry.KeyStatus.Int(sw.status))
+	if sw.status >= 500 {
+		span.Fail(http.StatusText(sw.status))
+	}
+	span.End(nil)
+	telemetry.RecordPublishRequest(ctx, sw.status, time.Since(start))
+}
+
+// statusWriter remembers the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	select {
 	case h.slots <- struct{}{}:
@@ -273,7 +350,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, "", rerr.status, ErrorResponse{Error: rerr.code, Message: rerr.msg})
 		return
 	}
-	events, problems, tooLarge := h.prepare(r, d)
+	var caller *identity.Caller
+	if h.auth == AuthCloudRun {
+		c, err := identity.FromCloudRun(r)
+		if err != nil {
+			h.fail(w, r, d.mode, http.StatusUnauthorized, ErrorResponse{Error: CodeUnauthenticated,
+				Message: "the caller's identity: " + err.Error() + " (publish runs behind Cloud Run IAM, which verifies the ID token)"})
+			return
+		}
+		caller = &c
+		for i := range d.items {
+			if it := &d.items[i]; !it.whole {
+				if allowed := h.publishers[it.ev.Topic]; allowed != nil && !allowed[c.Email] {
+					h.fail(w, r, d.mode, http.StatusForbidden, ErrorResponse{Error: CodeForbidden, Topic: it.ev.Topic, Caller: c.Name(),
+						Message: fmt.Sprintf("%s may not publish to topic %s: the topology lists its publishers (infra/topology.yaml, publishers); nothing was written", c.Name(), it.ev.Topic)})
+					return
+				}
+			}
+		}
+	}
+	events, problems, tooLarge := h.prepare(r, d, caller)
 	if len(problems) > 0 {
 		status, code := http.StatusBadRequest, CodeInvalid
 		if tooLarge {
@@ -301,7 +397,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // prepare fills, normalizes and validates every event of the request and
 // checks a batch for repeated ids and aggregate versions. It returns the
 // events, or every problem found (tooLarge when one of them is a size limit).
-func (h *Handler) prepare(r *http.Request, d *decoded) ([]*event.Event, []FieldProblem, bool) {
+func (h *Handler) prepare(r *http.Request, d *decoded, caller *identity.Caller) ([]*event.Event, []FieldProblem, bool) {
 	now := h.now()
 	header, headerOK := parseTraceparent(r.Header.Get("traceparent"))
 	reqID := requestID(r.Header)
@@ -337,11 +433,19 @@ func (h *Handler) prepare(r *http.Request, d *decoded) ([]*event.Event, []FieldP
 				if e.SpanID == "" {
 					e.SpanID = tc.spanID
 				}
+			} else if tp := telemetry.Traceparent(r.Context()); tp != "" {
+				// The request span's trace: the event's trace id is the one
+				// Cloud Trace shows.
+				e.TraceID = tp[3:35]
 			}
 		}
-		// The initiator can always be shown (event-ledger-design §6.1): what
-		// the request says of it, else the source service and the request's
-		// id.
+		// The initiator can always be shown (event-ledger-design §6.1): the
+		// service Cloud Run verified when it is known (not what the body
+		// claims), else what the request says of it, else the source
+		// service; and the request's id.
+		if caller != nil {
+			e.Initiator.Service = caller.Service()
+		}
 		if e.Initiator.Service == "" {
 			e.Initiator.Service = e.Source
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/functions/publish"
+	"github.com/relaybus/relaybus/internal/fnproc"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/logging"
@@ -24,7 +25,10 @@ import (
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	fnproc.Serve() // BenchmarkPublish runs this binary again as the function
+	pgtest.Main(m)
+}
 
 // testTopology has a consumed topic, a topic whose only consumer is
 // disabled, and (by omission) topics nobody declared.

@@ -44,6 +44,7 @@ import (
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -184,6 +185,10 @@ type Config struct {
 	// DatabaseURLs are the other databases' URLs by name, each from its
 	// topology.Database.EnvVar (DATABASE_URL_<NAME>); LoadConfig fills it.
 	DatabaseURLs map[string]string
+	// DatabaseDirectURLs are their direct URLs for migrations, each from
+	// its topology.Database.DirectEnvVar (DATABASE_DIRECT_URL_<NAME>), when
+	// the URL is a transaction-mode pooler; LoadConfig fills it.
+	DatabaseDirectURLs map[string]string
 }
 
 // LoadConfig reads the configuration from the environment.
@@ -193,6 +198,7 @@ func LoadConfig(ctx context.Context) (Config, error) {
 		return c, err
 	}
 	c.DatabaseURLs = instance.DatabaseURLs(c.Databases)
+	c.DatabaseDirectURLs = instance.DatabaseDirectURLs(c.Databases)
 	return c, nil
 }
 
@@ -215,12 +221,19 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		_ = closers.Close(context.Background())
 		return nil, err
 	}
-	ps, err := cfg.PubSub.Open(ctx, cfg.ProjectID)
+	// Before the pools, which trace their statements and report their
+	// outbox's gauges; closed last, so it flushes everything else's spans.
+	flush, err := cfg.StartTelemetry(ctx, "relay")
 	if err != nil {
 		return nil, err
 	}
+	closers.Add(flush)
+	ps, err := cfg.PubSub.Open(ctx, cfg.ProjectID)
+	if err != nil {
+		return fail(err)
+	}
 	closers.Add(func(context.Context) error { return ps.Close() })
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}
@@ -237,18 +250,20 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		if !ok {
 			return fail(fmt.Errorf("RELAY_DATABASES: %q is not a database of the topology", name))
 		}
-		url := cfg.DatabaseURLs[name]
+		dbCfg := instance.Database{URL: cfg.DatabaseURLs[name], DirectURL: cfg.DatabaseDirectURLs[name]}
 		if name == topology.MainDatabase {
-			url = cfg.DB.URL
+			dbCfg = cfg.DB
 		}
-		if url == "" {
+		if dbCfg.URL == "" {
 			return fail(fmt.Errorf("database %s: %s is not set", name, db.EnvVar()))
 		}
-		pool, err := instance.Postgres(ctx, url, outbox.Migrations)
+		pool, err := dbCfg.Open(ctx, outbox.Migrations)
 		if err != nil {
 			return fail(fmt.Errorf("database %s: %w", name, err))
 		}
 		closers.Add(func(context.Context) error { pool.Close(); return nil })
+		unobserve := telemetry.ObserveOutbox(name, func(ctx context.Context) (telemetry.OutboxBacklog, error) { return relay.Backlog(ctx, pool) })
+		closers.Add(func(context.Context) error { return unobserve() })
 		o := opts
 		o.DB, o.Logger = pool, log.With("database", name)
 		r, err := relay.New(o)

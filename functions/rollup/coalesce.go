@@ -12,13 +12,23 @@ import (
 // coalescer holds each event a notice names for a window before rolling it
 // up, so that the notices of an event's consumers that arrive within the
 // window (they are delivered together, and report within moments of each
-// other) cost one rollup: one read of the event and one of each attempt,
-// instead of one rollup per consumer. Due events are rolled up together,
+// other) cost one rollup: one read of the event and one write with every
+// consumer's outcome folded in (ledger.Store.Fold), instead of one rollup
+// per consumer. The attempts the notices carry are gathered per event. Due events are rolled up together,
 // in batches of ledger.MaxNoticeEvents, by a few workers. An event not in
-// the ledger yet is held again (notFoundPause) until notFoundWait has
+// the ledger yet is held again (notFoundPause, doubling) until notFoundWait has
 // passed since its first notice, then answered as it is.
 type coalescer struct {
-	roll          func(ctx context.Context, ids []string) ([]ledger.RollupResult, error)
+	roll func(ctx context.Context, notices []ledger.Notice) ([]ledger.RollupResult, error)
+	// expected, when set, names the consumers of a topic's events: an
+	// event whose notices carry an attempt of each is rolled up at once
+	// instead of at the end of its window.
+	expected func(ctx context.Context, topic string) ([]string, error)
+	// minHold is the least an event whose consumers have all reported is
+	// held from its first notice: its write waits that long after the
+	// event's send anyway (the write gap), and the send, recorded in the
+	// background, is then in the ledger.
+	minHold       time.Duration
 	window        time.Duration
 	notFoundPause time.Duration
 	notFoundWait  time.Duration
@@ -38,17 +48,47 @@ type held struct {
 	first   time.Time // its first notice
 	running bool
 	waiters []chan ledger.RollupResult
+	// notice gathers what the waiters' notices said of the event; next
+	// what the notices that arrived during a running rollup said.
+	notice, nextNotice ledger.Notice
+	// expected are the consumers the event waits for (none: unknown).
+	expected []string
+	// pause is how long the event waits before it is looked for again
+	// while it is not in the ledger: notFoundPause, doubling each time.
+	pause time.Duration
 	// next are the waiters that arrived while a rollup was running: it
 	// may have read before their attempts, so they get a rollup of their
 	// own after it.
 	next []chan ledger.RollupResult
 }
 
+// legacyWindow is how long a notice without attempts (the former shape)
+// holds its event: its attempts are documents, read by the rollup.
+const legacyWindow = 250 * time.Millisecond
+
+// complete reports whether the gathered notices carry an attempt of every
+// expected consumer.
+func (h *held) complete() bool {
+	if len(h.expected) == 0 {
+		return false
+	}
+	have := make(map[string]bool, len(h.notice.Attempts))
+	for _, a := range h.notice.Attempts {
+		have[a.ConsumerID] = true
+	}
+	for _, c := range h.expected {
+		if !have[c] {
+			return false
+		}
+	}
+	return true
+}
+
 // maxHeld bounds the events held at once; past it a notice is refused (and
 // redelivered by Pub/Sub).
 const maxHeld = 100_000
 
-func newCoalescer(roll func(ctx context.Context, ids []string) ([]ledger.RollupResult, error), window, notFoundPause, notFoundWait time.Duration, workers int) *coalescer {
+func newCoalescer(roll func(ctx context.Context, notices []ledger.Notice) ([]ledger.RollupResult, error), window, notFoundPause, notFoundWait time.Duration, workers int) *coalescer {
 	c := &coalescer{roll: roll, window: window, notFoundPause: notFoundPause, notFoundWait: notFoundWait, workers: workers,
 		pending: map[string]*held{}, wake: make(chan struct{}, 1)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -60,35 +100,74 @@ func newCoalescer(roll func(ctx context.Context, ids []string) ([]ledger.RollupR
 // errBusy means the coalescer holds too many events to take more.
 var errBusy = errors.New("rollup: too many events waiting")
 
-// do holds ids for the window and returns each one's rollup, or ctx's end.
-func (c *coalescer) do(ctx context.Context, ids []string) (map[string]ledger.RollupResult, error) {
-	chans := make(map[string]chan ledger.RollupResult, len(ids))
+// gather adds what a notice says of an event to what is held of it.
+func gather(into *ledger.Notice, n ledger.Notice) {
+	into.EventID = n.EventID
+	into.Attempts = append(into.Attempts, n.Attempts...)
+	into.Legacy = into.Legacy || n.Legacy
+}
+
+// do holds the notices' events for the window and returns each one's
+// rollup, or ctx's end.
+func (c *coalescer) do(ctx context.Context, notices []ledger.Notice) (map[string]ledger.RollupResult, error) {
+	chans := make(map[string]chan ledger.RollupResult, len(notices))
+	expected := map[string][]string{} // by topic
+	if c.expected != nil {
+		for _, n := range notices {
+			if len(n.Attempts) == 0 {
+				continue
+			}
+			topic := n.Attempts[0].Topic
+			if _, ok := expected[topic]; ok || topic == "" {
+				continue
+			}
+			cs, err := c.expected(ctx, topic)
+			if err != nil {
+				cs = nil // the window alone decides
+			}
+			expected[topic] = cs
+		}
+	}
 	now := time.Now()
 	c.mu.Lock()
-	if len(c.pending)+len(ids) > maxHeld {
+	if len(c.pending)+len(notices) > maxHeld {
 		c.mu.Unlock()
 		return nil, errBusy
 	}
-	for _, id := range ids {
+	for _, n := range notices {
+		id := n.EventID
 		ch := make(chan ledger.RollupResult, 1)
 		chans[id] = ch
 		h, ok := c.pending[id]
 		switch {
 		case !ok:
-			h = &held{due: now.Add(c.window), first: now}
+			hold := c.window
+			if len(n.Attempts) == 0 {
+				hold = min(hold, legacyWindow)
+			}
+			h = &held{due: now.Add(hold), first: now}
 			c.pending[id] = h
 		case h.running:
 			h.next = append(h.next, ch)
+			gather(&h.nextNotice, n)
 			continue
 		}
 		h.waiters = append(h.waiters, ch)
+		gather(&h.notice, n)
+		if len(n.Attempts) > 0 && h.expected == nil {
+			h.expected = expected[n.Attempts[0].Topic]
+		}
+		if h.complete() {
+			// Every consumer has reported: no reason to wait longer.
+			h.due = maxTime(now, h.first.Add(c.minHold))
+		}
 	}
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	out := make(map[string]ledger.RollupResult, len(ids))
+	out := make(map[string]ledger.RollupResult, len(notices))
 	for id, ch := range chans {
 		select {
 		case r := <-ch:
@@ -108,15 +187,15 @@ func (c *coalescer) dispatch() {
 	defer timer.Stop()
 	for {
 		now := time.Now()
-		var due []string
+		var due []ledger.Notice
 		next := now.Add(time.Hour)
 		c.mu.Lock()
-		for id, h := range c.pending {
+		for _, h := range c.pending {
 			switch {
 			case h.running:
 			case !h.due.After(now):
 				h.running = true
-				due = append(due, id)
+				due = append(due, h.notice)
 			case h.due.Before(next):
 				next = h.due
 			}
@@ -124,14 +203,14 @@ func (c *coalescer) dispatch() {
 		c.mu.Unlock()
 		for len(due) > 0 {
 			n := min(len(due), ledger.MaxNoticeEvents)
-			ids := due[:n]
+			batch := due[:n]
 			due = due[n:]
 			sem <- struct{}{}
 			c.wg.Add(1)
 			go func() {
 				defer c.wg.Done()
 				defer func() { <-sem }()
-				c.run(ids)
+				c.run(batch)
 			}()
 		}
 		timer.Reset(time.Until(next))
@@ -150,14 +229,15 @@ const rollTimeout = 30 * time.Second
 
 // run rolls up ids and answers their waiters, or holds again the events
 // not in the ledger yet.
-func (c *coalescer) run(ids []string) {
+func (c *coalescer) run(notices []ledger.Notice) {
 	ctx, cancel := context.WithTimeout(c.ctx, rollTimeout)
-	rs, err := c.roll(ctx, ids)
+	rs, err := c.roll(ctx, notices)
 	cancel()
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, id := range ids {
+	for i, n := range notices {
+		id := n.EventID
 		h := c.pending[id]
 		var r ledger.RollupResult
 		if err != nil {
@@ -166,14 +246,21 @@ func (c *coalescer) run(ids []string) {
 			r = rs[i]
 		}
 		if errors.Is(r.Err, ledger.ErrEventNotFound) && now.Sub(h.first) < c.notFoundWait {
-			h.running, h.due = false, now.Add(c.notFoundPause)
+			h.pause = max(c.notFoundPause, 2*h.pause)
+			h.running, h.due = false, now.Add(h.pause)
 			continue
 		}
 		for _, ch := range h.waiters {
 			ch <- r
 		}
 		if len(h.next) > 0 {
-			h.waiters, h.next, h.running, h.due, h.first = h.next, nil, false, now, now
+			// The notices that came during the rollup are held a window of
+			// their own, so their consumers' outcomes share one write.
+			h.waiters, h.next, h.running, h.due, h.first = h.next, nil, false, now.Add(c.window), now
+			h.notice, h.nextNotice = h.nextNotice, ledger.Notice{}
+			if h.complete() {
+				h.due = maxTime(now, h.first.Add(c.minHold))
+			}
 			continue
 		}
 		delete(c.pending, id)
@@ -200,4 +287,11 @@ func (c *coalescer) close(ctx context.Context) error {
 	c.cancel()
 	c.wg.Wait()
 	return ctx.Err()
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -1,25 +1,28 @@
 // Package rollup is the rollup function: it turns consumption attempts into
 // each event's status in the Firestore ledger.
 //
-// consume publishes a notice (ledger.RollupMessage: the ids of the events
-// whose attempts it recorded) to the rollup topic after it ships a batch of
-// attempts to the ledger; Pub/Sub delivers it here by push or Eventarc. The
-// function holds each event a short window (Deps.Window) from its first
-// notice, so the consumers of one event that report within it cost one
-// rollup, and derives the due events' statuses in batches
-// (ledger.Store.RollupMany: the events' documents in one read, each one's
-// attempts, the changed statuses written in one BulkWriter with
-// preconditions; no transactions). Answers:
+// consume publishes a notice to the rollup topic after it commits a batch
+// of attempts: the attempts themselves (ledger.FoldMessage; notices of the
+// former shape name only event ids, ledger.RollupMessage). Pub/Sub delivers
+// it here by push or Eventarc. The function holds each event until every
+// consumer its topic expects has reported, at most Deps.Window, and folds
+// the due events' outcomes into their documents in batches
+// (ledger.Store.Fold: each event's document in one read, one write with
+// every consumer's outcome and the derived status, with preconditions; no
+// transactions), never sooner than Deps.WriteGap after the event's last
+// write. Answers:
 //
 //   - 200: rolled up (the JSON body says each event's status and whether it
-//     changed), after each event was held a short window (Deps.Window) to
-//     gather its other consumers' notices; or an event is not in the ledger yet (its send is recorded
-//     after the fact) after waiting Deps.NotFoundWait for it: acknowledged
-//     with "pending", since the send, once recorded, leaves the event due
-//     for the reconciler; or the notice was malformed and can never
+//     changed); or, for a notice without attempts, an event is not in the
+//     ledger yet after looking for it Deps.NotFoundWait: acknowledged with
+//     "pending", since its attempts are documents the reconciler reads once
+//     the send is recorded; or the notice was malformed and can never
 //     succeed: acknowledged with an ERROR log line, never 400, which push
 //     would redeliver forever.
-//   - 500: Firestore failed; Pub/Sub redelivers.
+//   - 500: Firestore failed, or a notice carries attempts of an event that
+//     is not in the ledger yet ("pending"): Pub/Sub redelivers it (the
+//     notice is the attempts' only way into the ledger; the rollup
+//     subscription has no dead-letter topic).
 //
 // POST <root>/reconcile runs the reconciler (ledger.Store.Reconcile) for
 // Cloud Scheduler: every event whose status is not settled and is due for
@@ -62,14 +65,20 @@ type Config struct {
 	// Ledger is the Firestore ledger (FIRESTORE_DATABASE, LEDGER_RETENTION,
 	// LEDGER_RECONCILE_AFTER).
 	Ledger instance.Ledger
-	// Window is how long an event is held to gather its consumers' notices
-	// into one rollup (ROLLUP_WINDOW, default 250ms).
-	Window time.Duration `env:"ROLLUP_WINDOW, default=250ms"`
+	// Window is the longest an event is held to gather its consumers'
+	// notices into one rollup (ROLLUP_WINDOW, default 5s); it is rolled up
+	// as soon as every expected consumer has reported.
+	Window time.Duration `env:"ROLLUP_WINDOW, default=5s"`
+	// WriteGap is the least time between two writes of one event's
+	// document (ROLLUP_WRITE_GAP, default 1s): Firestore sustains about one
+	// write per second per document.
+	WriteGap time.Duration `env:"ROLLUP_WRITE_GAP, default=1s"`
 }
 
 // Ledger is what the function needs of the ledger (*ledger.Store).
 type Ledger interface {
-	RollupMany(ctx context.Context, eventIDs []string) ([]ledger.RollupResult, error)
+	Fold(ctx context.Context, notices []ledger.Notice, gap time.Duration) ([]ledger.RollupResult, error)
+	Expected(ctx context.Context, topic string) ([]string, error)
 	ExpireDue(ctx context.Context, limit int) (ledger.ExpireReport, error)
 	Reconcile(ctx context.Context, limit int) (ledger.ReconcileReport, error)
 }
@@ -84,13 +93,31 @@ type Deps struct {
 	// inside Cloud Scheduler's attempt deadline); a sweep stops between
 	// batches.
 	SweepBudget time.Duration
-	// Window is how long an event a notice names is held before its
-	// rollup, gathering the notices of its other consumers (default 250 ms).
+	// Window is the longest an event a notice names is held before its
+	// rollup, gathering the notices of its other consumers (default 5 s).
+	// An event is rolled up as soon as the notices carry an attempt of
+	// every consumer its topic expects (Ledger.Expected), but not before
+	// WriteGap after its first notice (its write would wait for the gap
+	// after the send anyway), so in the happy path its document is written
+	// once with all their outcomes, however far apart they report within
+	// the window; only a consumer slower than the window costs a write of
+	// its own. A notice without attempts (the
+	// former shape) holds its event 250 ms at most.
 	Window time.Duration
-	// NotFoundWait is how long an event that is not in the ledger yet is
-	// looked for again before the notice is acknowledged as pending
-	// (default 2 s).
+	// NotFoundWait is how long an event that is not in the ledger yet (its
+	// send is recorded in the background, and may come after its
+	// consumers' notices) is looked for again, 250 ms later, then twice as
+	// long each time, before the notice is answered as pending (default
+	// 10 s: acknowledged for a notice without attempts, redelivered for
+	// one that carries them).
 	NotFoundWait time.Duration
+	// WriteGap is the least time between two writes of one event's
+	// document: a rollup due sooner after the event's last write (its
+	// send, normally) waits for it (default 1 s; Firestore sustains about
+	// one write per second per document,
+	// https://firebase.google.com/docs/firestore/best-practices). Negative
+	// waits for nothing.
+	WriteGap time.Duration
 }
 
 // maxNoticeBody bounds a notice request; notices are small, and anything
@@ -116,13 +143,23 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 		d.SweepBudget = 45 * time.Second
 	}
 	if d.Window <= 0 {
-		d.Window = 250 * time.Millisecond
+		d.Window = 5 * time.Second
 	}
 	if d.NotFoundWait <= 0 {
-		d.NotFoundWait = 2 * time.Second
+		d.NotFoundWait = 10 * time.Second
+	}
+	switch {
+	case d.WriteGap == 0:
+		d.WriteGap = time.Second
+	case d.WriteGap < 0:
+		d.WriteGap = 0
 	}
 	h := &Handler{Deps: d}
-	h.rollups = newCoalescer(d.Ledger.RollupMany, d.Window, notFoundPause, d.NotFoundWait, 8)
+	fold := func(ctx context.Context, ns []ledger.Notice) ([]ledger.RollupResult, error) {
+		return d.Ledger.Fold(ctx, ns, d.WriteGap)
+	}
+	h.rollups = newCoalescer(fold, d.Window, notFoundPause, d.NotFoundWait, 8)
+	h.rollups.expected, h.rollups.minHold = d.Ledger.Expected, d.WriteGap
 	return h, nil
 }
 
@@ -178,18 +215,20 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	attrs := []any{"delivery_mode", d.Mode, "message_id", d.Message.ID, "subscription", d.Subscription}
-	ids, err := ledger.RollupEventIDs(d.Message)
+	notices, err := ledger.ReadNotice(d.Message)
 	if err != nil {
 		h.malformed(ctx, w, "", err, attrs)
 		return
 	}
-	for _, id := range ids {
-		if err := ledger.CheckEventID(id); err != nil {
-			h.malformed(ctx, w, id, err, attrs)
+	ids := make([]string, len(notices))
+	for i, n := range notices {
+		if err := ledger.CheckEventID(n.EventID); err != nil {
+			h.malformed(ctx, w, n.EventID, err, attrs)
 			return
 		}
+		ids[i] = n.EventID
 	}
-	results, err := h.rollups.do(ctx, ids)
+	results, err := h.rollups.do(ctx, notices)
 	if errors.Is(err, errBusy) {
 		h.Logger.ErrorContext(ctx, "rollup: too many events waiting; this notice will be redelivered", attrs...)
 		writeJSON(w, http.StatusServiceUnavailable, noticeAnswer{Error: "rollup is overloaded"})
@@ -201,7 +240,7 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 	}
 	var ans noticeAnswer
 	failed := false
-	for _, id := range ids {
+	for i, id := range ids {
 		res := results[id]
 		ea := EventAnswer{EventID: id, Status: res.Status, Previous: res.Previous, Changed: res.Changed}
 		switch {
@@ -214,6 +253,12 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 			} else {
 				h.Logger.DebugContext(ctx, "rollup: status unchanged", fields...)
 			}
+		case errors.Is(res.Err, ledger.ErrEventNotFound) && !notices[i].Legacy:
+			// The notice carries the attempts: it is their only way into
+			// the ledger, so it is kept (redelivered) until the send is.
+			failed, ea.Pending = true, true
+			h.Logger.WarnContext(ctx, "rollup: event not in the ledger yet; the notice will be redelivered",
+				append(attrs, "event_id", id)...)
 		case errors.Is(res.Err, ledger.ErrEventNotFound):
 			ea.Pending = true
 			h.Logger.InfoContext(ctx, "rollup: event not in the ledger yet; the reconciler rolls it up once its send is recorded",
@@ -355,7 +400,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := New(ctx, Deps{Ledger: store, Logger: log, Window: cfg.Window})
+	h, err := New(ctx, Deps{Ledger: store, Logger: log, Window: cfg.Window, WriteGap: cfg.WriteGap})
 	if err != nil {
 		_ = store.Close()
 		return nil, err

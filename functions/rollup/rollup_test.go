@@ -370,3 +370,45 @@ func TestReconcileEndpointRollsUpWhatNoNoticeNamed(t *testing.T) {
 		t.Errorf("limit=abc: %d", resp.StatusCode)
 	}
 }
+
+// A notice that carries its attempts (ledger.FoldMessage) is their only
+// way into the ledger: while its event is not in the ledger it is answered
+// 500, so Pub/Sub redelivers it; once the send is recorded it folds every
+// consumer's outcome into the event's document, and no attempt document
+// is written for a first attempt that succeeded.
+func TestFoldNoticeOverHTTP(t *testing.T) {
+	ctx := context.Background()
+	env := start(t)
+	e := newEvent(t)
+	at := time.Now().UTC()
+	as := []ledger.Attempt{
+		{EventID: e.ID, ConsumerID: "member-service", AttemptNo: 1, Success: true, Outcome: ledger.OutcomeSuccess, ConsumedAt: at, MessageID: "m-1", Topic: topic},
+		{EventID: e.ID, ConsumerID: "message-service", AttemptNo: 1, Success: true, Outcome: ledger.OutcomeSuccess, ConsumedAt: at, MessageID: "m-1", Topic: topic},
+	}
+	m := ledger.FoldMessage(as)
+	m.ID, m.PublishTime = "fold-"+e.ID, time.Now()
+	if a := do(t, requests(t, env.url, m)["push"]); a.code != http.StatusInternalServerError || !a.body.Pending {
+		t.Fatalf("before the send: %d %+v, want 500 pending (redelivered)", a.code, a.body)
+	}
+	if err := env.store.RecordSent(ctx, ledger.SentAt(time.Now(), e)); err != nil {
+		t.Fatal(err)
+	}
+	if a := do(t, requests(t, env.url, m)["eventarc"]); a.code != http.StatusOK || a.body.Status != ledger.StatusConsumed || !a.body.Changed {
+		t.Fatalf("redelivered after the send: %d %+v, want 200 CONSUMED", a.code, a.body)
+	}
+	d, err := env.store.Get(ctx, e.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Summary() != "2/2 consumed" || len(d.Consumers) != 2 || len(d.Consumers[0].Attempts) != 1 || d.Consumers[0].Attempts[0].MessageID != "m-1" {
+		t.Fatalf("detail %s %+v", d.Summary(), d.Consumers)
+	}
+	docs, err := env.store.Client().Collection(ledger.CollectionEvents).Doc(ledger.EventDocID(e.ID)).Collection(ledger.CollectionConsumptions).Documents(ctx).GetAll()
+	if err != nil || len(docs) != 0 {
+		t.Fatalf("%d attempt documents (%v), want none: first-attempt successes live in the event's document", len(docs), err)
+	}
+	// A notice redelivered once more changes nothing.
+	if a := do(t, requests(t, env.url, m)["push-unwrapped"]); a.code != http.StatusOK || a.body.Status != ledger.StatusConsumed || a.body.Changed {
+		t.Fatalf("again: %d %+v", a.code, a.body)
+	}
+}

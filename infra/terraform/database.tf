@@ -78,21 +78,25 @@ locals {
 
   # Which databases each Cloud Run service opens, as its environment
   # variable => database name (contract: shared/topology Database.EnvVar).
-  # publish and dlqreplay: main; the relay: every database; each consume
+  # publish: main; the relay and dlqreplay: every database; each consume
   # service: its consumer's database, as DATABASE_URL.
   function_databases = {
-    publish   = { DATABASE_URL = "main" }
-    relay     = { for k, d in local.databases : d.env_var => k }
-    rollup    = {}
-    dlqreplay = { DATABASE_URL = "main" }
+    publish = { DATABASE_URL = "main" }
+    relay   = { for k, d in local.databases : d.env_var => k }
+    rollup  = {}
+    # dlqreplay reads every database, as the relay does: a consumer with a
+    # database of its own keeps its inbox, projections, strict gaps and the
+    # outbox of its child events there (dry runs, outbox states, gaps,
+    # rebuilds).
+    dlqreplay = { for k, d in local.databases : d.env_var => k }
   }
   consume_databases = { for k, c in local.consumers : k => { DATABASE_URL = c.database } }
 
   # The connection arithmetic above, per database.
   database_connections = {
     for k, d in local.databases : k => var.cloud_sql.pool_max_conns * (
-      (k == "main" ? var.publish_settings.max_instances + var.dlqreplay_settings.max_instances : 0)
-      + var.relay_settings.max_instances
+      (k == "main" ? var.publish_settings.max_instances : 0)
+      + var.relay_settings.max_instances + var.dlqreplay_settings.max_instances
       + var.consume_settings.max_instances * length([for c in local.consumers : c if c.database == k])
     )
   }

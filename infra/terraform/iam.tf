@@ -85,12 +85,27 @@ resource "google_project_iam_member" "consume_ledger_user" {
 
 # ---- Postgres: URL secrets (Secret Manager) and Cloud SQL Client ------------
 
-# publish and dlqreplay: main.
+# publish: main.
 resource "google_secret_manager_secret_iam_member" "main_database_url" {
-  for_each  = toset(["publish", "dlqreplay"])
+  for_each  = toset(["publish"])
   secret_id = local.database_secret_ids["main"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function[each.key].member
+}
+
+# dlqreplay: every database (local.function_databases), so a consumer with
+# its own database gets a true replay dry run, outbox state, gap list and
+# rebuild.
+resource "google_secret_manager_secret_iam_member" "dlqreplay_database_url" {
+  for_each  = local.databases
+  secret_id = local.database_secret_ids[each.key]
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function["dlqreplay"].member
+}
+
+moved {
+  from = google_secret_manager_secret_iam_member.main_database_url["dlqreplay"]
+  to   = google_secret_manager_secret_iam_member.dlqreplay_database_url["main"]
 }
 
 # The relay drains every database.
@@ -176,6 +191,16 @@ resource "google_pubsub_topic_iam_member" "consume_dead_letter" {
   member   = google_service_account.consume[each.key].member
 }
 
+# ...and its handler's child events (topology: emits), right after its
+# transaction commits: without this the kick is refused (PermissionDenied)
+# and the children wait for the relay's next Scheduler drain.
+resource "google_pubsub_topic_iam_member" "consume_emits" {
+  for_each = local.consumer_emits
+  topic    = google_pubsub_topic.topic[each.value.topic].name
+  role     = "roles/pubsub.publisher"
+  member   = google_service_account.consume[each.value.consumer].member
+}
+
 # dlqreplay replays a dead letter to its original topic (for one consumer).
 resource "google_pubsub_topic_iam_member" "dlqreplay_publisher" {
   for_each = local.topics
@@ -199,6 +224,37 @@ resource "google_pubsub_subscription_iam_member" "dlqreplay_seek_eventarc" {
   subscription = google_eventarc_trigger.consumer[each.key].transport[0].pubsub[0].subscription
   role         = "roles/pubsub.subscriber"
   member       = google_service_account.function["dlqreplay"].member
+}
+
+# Pause and resume of a push consumer: read and update its subscription's
+# push_config (pubsub.subscriptions.get/update), on the push consumers'
+# subscriptions only...
+resource "google_project_iam_custom_role" "push_control" {
+  role_id     = "relaybusPushControl"
+  title       = "relaybus push control"
+  description = "Read a subscription and update its push configuration (dlqreplay's consumer pause and resume)."
+  permissions = [
+    "pubsub.subscriptions.get",
+    "pubsub.subscriptions.update",
+  ]
+}
+
+resource "google_pubsub_subscription_iam_member" "dlqreplay_push_control" {
+  for_each     = local.push_consumers
+  subscription = google_pubsub_subscription.consumer[each.key].name
+  role         = google_project_iam_custom_role.push_control.name
+  member       = google_service_account.function["dlqreplay"].member
+}
+
+# ...and setting a push endpoint's OIDC identity back needs
+# iam.serviceAccounts.actAs on that identity (the consumer's account), as
+# creating the push subscription does
+# (https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions).
+resource "google_service_account_iam_member" "dlqreplay_act_as_consume" {
+  for_each           = local.push_consumers
+  service_account_id = google_service_account.consume[each.key].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.function["dlqreplay"].member
 }
 
 # Snapshots for rebuilds (create, list, get, delete): only these permissions.
@@ -333,6 +389,16 @@ resource "google_cloud_run_v2_service_iam_member" "publish_invokers" {
   member   = each.key
 }
 
+# Each topic's publishers (topology publishers) may invoke publish, which
+# then lets each write only its topics (PUBLISH_AUTH=cloudrun).
+resource "google_cloud_run_v2_service_iam_member" "topology_publishers" {
+  for_each = local.topology_publishers
+  location = var.region
+  name     = google_cloud_run_v2_service.function["publish"].name
+  role     = "roles/run.invoker"
+  member   = each.key
+}
+
 # Operators call dlqreplay with their Google ID token
 # (`relaybus -gcloud-auth ...`); Cloud Run IAM admits them, dlqreplay reads
 # who they are from the token (DLQREPLAY_AUTH=cloudrun) and
@@ -355,6 +421,7 @@ resource "time_sleep" "iam_propagation" {
       [for g in google_project_iam_member.consume_ledger_user : g.id],
       [for g in google_secret_manager_secret_iam_member.main_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.relay_database_url : g.id],
+      [for g in google_secret_manager_secret_iam_member.dlqreplay_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.consume_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.consume_signing_secret : g.id],
       google_secret_manager_secret_iam_member.dlqreplay_token[*].id,
@@ -364,6 +431,11 @@ resource "time_sleep" "iam_propagation" {
       [for g in google_service_account_iam_member.agent_token_creator_consume : g.id],
       google_service_account_iam_member.agent_token_creator_rollup.id,
       google_service_account_iam_member.agent_token_creator_dead_letter_push.id,
+      [for g in google_service_account_iam_member.dlqreplay_act_as_consume : g.id],
+      [for g in google_project_iam_member.telemetry_trace_writer : g.id],
+      [for g in google_project_iam_member.telemetry_metric_writer : g.id],
+      [for g in google_project_iam_member.consume_telemetry_trace_writer : g.id],
+      [for g in google_project_iam_member.consume_telemetry_metric_writer : g.id],
     ]))
   }
 }

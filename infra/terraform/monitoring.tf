@@ -21,7 +21,9 @@
 # not visible to Monitoring at once ("Cannot find metric(s)...", provider issue
 # https://github.com/hashicorp/terraform-provider-google/issues/11102): the
 # policies wait for time_sleep.log_metrics, which runs only when a metric is
-# created or replaced.
+# created or replaced. Monitoring's own error says a new metric "could take
+# up to 10 minutes to become available", so the wait is 11 minutes by default
+# and var.propagation_waits refuses less than 10 (infra/ops_test.go).
 
 locals {
   # Every consume service (their Cloud Run names start with consume-).
@@ -33,6 +35,15 @@ locals {
   relay_log_filter = join(" AND ", [
     "resource.type=\"cloud_run_revision\"",
     "resource.labels.service_name=(\"relaybus-relay\" OR \"relaybus-publish\")",
+  ])
+
+  # Every service that publishes outbox rows: the relay, publish's fast
+  # path, and each consume service's kick of its child events (a relay of
+  # its own database): a kick that fails must reach the publish-failure
+  # alert too.
+  publisher_log_filter = join(" AND ", [
+    "resource.type=\"cloud_run_revision\"",
+    "resource.labels.service_name=~\"^(relaybus-relay|relaybus-publish|consume-.*)$\"",
   ])
 
   # Every consumer subscription id as Pub/Sub names it (eventarc.tf).
@@ -81,8 +92,8 @@ resource "google_logging_metric" "relay_drains" {
 # outbox_publish_error_total: one line per failed publish (retried or final).
 resource "google_logging_metric" "publish_failures" {
   name        = "relaybus/outbox_publish_failures"
-  description = "Failed publishes of outbox events (relay and publish's fast path)."
-  filter      = "${local.relay_log_filter} AND jsonPayload.message=(\"relay: publish failed; retry scheduled\" OR \"relay: event failed\")"
+  description = "Failed publishes of outbox events (relay, publish's fast path, consume's child-event kicks)."
+  filter      = "${local.publisher_log_filter} AND jsonPayload.message=(\"relay: publish failed; retry scheduled\" OR \"relay: event failed\")"
 
   metric_descriptor {
     metric_kind = "DELTA"
@@ -95,7 +106,7 @@ resource "google_logging_metric" "publish_failures" {
 resource "google_logging_metric" "events_failed" {
   name        = "relaybus/outbox_events_failed"
   description = "Outbox events that reached the relay's max attempts and were marked FAILED."
-  filter      = "${local.relay_log_filter} AND severity=ERROR AND jsonPayload.message=\"relay: event failed\""
+  filter      = "${local.publisher_log_filter} AND severity=ERROR AND jsonPayload.message=\"relay: event failed\""
 
   metric_descriptor {
     metric_kind = "DELTA"
@@ -341,7 +352,7 @@ resource "google_monitoring_alert_policy" "strict_gaps" {
 
   documentation {
     mime_type = "text/markdown"
-    content   = "A strict consumer holds events behind a version that has not arrived: `POST <consume URL>/gaps` lists the gaps (aggregate, missing version). Deliver the missing version again (dlqreplay: replay its dead letter, or re-push its event id) or skip it with `POST /gaps:skip`; the parked events then apply in order. See the README, Strict handlers and the resequencer."
+    content   = "A strict consumer holds events behind a version that has not arrived. Through dlqreplay (the consume services are internal-only, operators cannot reach them): `relaybus -url <dlqreplay URL> -gcloud-auth gaps ls <topic> <consumer>` (GET /consumers/<topic>/<consumer>/gaps) lists the gaps (aggregate, missing version). Deliver the missing version again (`relaybus dlq replay <id>`, or `relaybus repush --consumer <consumer> <eventId>`) or skip it with `relaybus gaps skip --aggregate <id> --version <n> <topic> <consumer>` (POST .../gaps:skip, audited); the consumer applies the parked events in order at its next /gaps:check. See the README, Strict handlers and the resequencer."
   }
 
   # The log-based metrics must be visible to Monitoring first (#11102).

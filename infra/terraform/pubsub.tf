@@ -150,4 +150,14 @@ resource "google_pubsub_subscription" "consumer" {
     time_sleep.iam_propagation,
     time_sleep.consume_invoker_propagation,
   ]
+
+  # An operator pauses a consumer by detaching its push endpoint (dlqreplay
+  # POST /consumers/<topic>/<consumer>:pause) and resumes it by setting the
+  # same endpoint back (DLQREPLAY_PUSH_TARGETS, run.tf). A deploy must not
+  # resume a paused consumer, so Terraform sets push_config when it creates
+  # the subscription and leaves it to the operators after: the endpoint (the
+  # consume service's URL) and identity do not change for a subscription.
+  lifecycle {
+    ignore_changes = [push_config]
+  }
 }

@@ -35,6 +35,10 @@ locals {
     FIRESTORE_DATABASE   = var.firestore_database
     LEDGER_RETENTION     = var.ledger_retention
     SHUTDOWN_TIMEOUT     = var.shutdown_timeout
+    # OpenTelemetry (telemetry.tf, shared/telemetry).
+    TELEMETRY_EXPORT          = var.telemetry.export
+    TELEMETRY_SAMPLE_RATIO    = tostring(var.telemetry.sample_ratio)
+    TELEMETRY_METRIC_INTERVAL = var.telemetry.metric_interval
   }
 
   # The relay's settings; publish's fast path runs the same relay code.
@@ -63,6 +67,9 @@ locals {
         PUBLISH_MAX_PAYLOAD_BYTES = tostring(var.publish_settings.max_payload_bytes)
         PUBLISH_BUDGET            = var.publish_settings.budget
         PUBLISH_MAX_IN_FLIGHT     = tostring(var.publish_settings.max_in_flight)
+        # Behind Cloud Run IAM: the caller is read from the ID token it
+        # verified; each topic's topology publishers are enforced.
+        PUBLISH_AUTH = "cloudrun"
       })
       concurrency     = 80
       max_instances   = var.publish_settings.max_instances
@@ -89,7 +96,7 @@ locals {
     # transaction per event, so it gets real concurrency; /reconcile and
     # /expire (Scheduler) share the instances with the notices.
     rollup = {
-      env             = merge(local.env_common, { ROLLUP_WINDOW = var.rollup_settings.window })
+      env             = merge(local.env_common, { ROLLUP_WINDOW = var.rollup_settings.window, ROLLUP_WRITE_GAP = var.rollup_settings.write_gap })
       concurrency     = var.rollup_settings.concurrency
       max_instances   = var.rollup_settings.max_instances
       timeout_seconds = 60
@@ -126,6 +133,15 @@ locals {
     dlqreplay = {
       DLQREPLAY_ARCHIVERS     = google_service_account.dead_letter_push.email
       DLQREPLAY_SUBSCRIPTIONS = jsonencode(local.consumer_subscription_ids)
+      # What :resume sets back on a paused push consumer: the push_config
+      # of google_pubsub_subscription.consumer.
+      DLQREPLAY_PUSH_TARGETS = jsonencode({
+        for k, c in local.push_consumers : k => {
+          endpoint       = google_cloud_run_v2_service.consume[k].uri
+          serviceAccount = google_service_account.consume[k].email
+          audience       = google_cloud_run_v2_service.consume[k].uri
+        }
+      })
     }
   }
 

@@ -81,6 +81,7 @@ locals {
         max_delivery_attempts     = try(c.max_delivery_attempts > 0 ? c.max_delivery_attempts : local.defaults.max_delivery_attempts, local.defaults.max_delivery_attempts)
         message_retention_seconds = local.topics[t.name].message_retention_seconds
         database                  = coalesce(try(c.database, null), "main")
+        emits                     = [for e in flatten([try(c.emits, [])]) : e if e != null]
       } if c != null
     ]
   ])
@@ -105,6 +106,26 @@ locals {
       account_id = "rb-consume-${substr(sha1("${c.topic}.${c.service}-${c.role}"), 0, 12)}"
     })
   }
+
+  # Each consumer's child-event topics (topology emits): its service account
+  # publishes the children right after commit, so it is a publisher on
+  # each (iam.tf, consume_emits). Keyed "<subscription> <topic>".
+  consumer_emits = merge([
+    for k, c in local.consumers : { for e in c.emits : "${k} ${e}" => { consumer = k, topic = e } }
+  ]...)
+
+  # Every topic's publishers (topology publishers) as IAM members: Cloud
+  # Run must admit them to publish before publish checks the topic
+  # (iam.tf, topology_publishers). A bare email is a service account's when
+  # it ends in .gserviceaccount.com, else a user's.
+  topology_publishers = toset(flatten([
+    for t in local.topology.topics : [
+      for p in flatten([try(t.publishers, [])]) : (
+        length(regexall("^(serviceAccount|user):", p)) > 0 ? p :
+        length(regexall("\\.gserviceaccount\\.com$", p)) > 0 ? "serviceAccount:${p}" : "user:${p}"
+      ) if p != null
+    ]
+  ]))
 
   push_consumers     = { for k, c in local.consumers : k => c if c.delivery == "push" }
   eventarc_consumers = { for k, c in local.consumers : k => c if c.delivery == "eventarc" }
@@ -163,5 +184,17 @@ locals {
       for c in local.consumer_list : "consumer ${c.topic}.${c.service}-${c.role}: database \"${c.database}\" is not one of the topology's databases"
       if !contains([for d in local.database_list : d.name], c.database)
     ],
+    flatten([
+      for t in local.topology.topics : [
+        for p in flatten([try(t.publishers, [])]) : "topic \"${t.name}\": publisher \"${p}\" must be an email (serviceAccount: or user: prefix allowed)"
+        if p != null && length(regexall("^((serviceAccount|user):)?[^:@, ]+@[^:@, ]+$", p)) == 0
+      ]
+    ]),
+    flatten([
+      for c in local.consumer_list : [
+        for e in c.emits : "consumer ${c.topic}.${c.service}-${c.role}: emits \"${e}\" is not one of the topology's topics"
+        if !contains([for t in local.topology.topics : t.name], e)
+      ]
+    ]),
   )
 }

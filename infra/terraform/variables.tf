@@ -156,9 +156,10 @@ variable "rollup_settings" {
   type = object({
     concurrency   = optional(number, 80)
     max_instances = optional(number, 5)
-    window        = optional(string, "250ms")
+    window        = optional(string, "5s")
+    write_gap     = optional(string, "1s")
   })
-  description = "rollup: per-instance request concurrency, max instances and ROLLUP_WINDOW (how long notices are gathered into one rollup). rollup coalesces the notices of concurrent requests into one ledger transaction per event, so it needs concurrency; /reconcile and /expire no longer hold the only request slot."
+  description = "rollup: per-instance request concurrency, max instances, ROLLUP_WINDOW (how long notices are gathered into one rollup) and ROLLUP_WRITE_GAP (the least time between two writes of one event document; Firestore sustains about one write per second per document). rollup coalesces the notices of concurrent requests into one ledger transaction per event, so it needs concurrency; /reconcile and /expire no longer hold the only request slot."
   default     = {}
 
   validation {
@@ -182,7 +183,9 @@ variable "dlqreplay_settings" {
                      Google ID token (var.operators hold roles/run.invoker) and dlqreplay reads the
                      caller from the token's claims; iam: dlqreplay verifies the token itself (only
                      where no platform verified it); token: a shared token from token_secret in
-                     header X-Relaybus-Token; none: no check (local only).
+                     header X-Relaybus-Token (the DLQ monitors, whose push cannot add a header,
+                     archive with their push OIDC token: DLQREPLAY_ARCHIVERS); none: no check
+                     (local only).
       writers        DLQREPLAY_WRITERS: principals (emails) allowed to change anything; empty means
                      every caller Cloud Run admitted.
       read_only      DLQREPLAY_READ_ONLY: refuse every change.
@@ -261,10 +264,17 @@ variable "propagation_waits" {
   type = object({
     api         = optional(string, "60s")
     iam         = optional(string, "120s")
-    log_metrics = optional(string, "300s")
+    log_metrics = optional(string, "660s")
   })
-  description = "Waits (time_sleep) for eventual consistency: after enabling APIs, after IAM grants (typically 2 minutes, https://cloud.google.com/iam/docs/access-change-propagation), and after creating log-based metrics before the alert policies that use them (provider issue #11102). Each wait runs only when what it waits for is created or changed."
+  description = "Waits (time_sleep) for eventual consistency: after enabling APIs, after IAM grants (typically 2 minutes, https://cloud.google.com/iam/docs/access-change-propagation), and after creating log-based metrics before the alert policies that use them (Monitoring: a new metric \"could take up to 10 minutes to become available\", provider issue #11102; at least 600s). Each wait runs only when what it waits for is created or changed."
   default     = {}
+
+  # Seconds only ("660s"), so the rule can be checked: Monitoring says a new
+  # log-based metric may take up to 10 minutes to become available.
+  validation {
+    condition     = can(regex("^[0-9]+s$", var.propagation_waits.log_metrics)) && try(tonumber(trimsuffix(var.propagation_waits.log_metrics, "s")) >= 600, false)
+    error_message = "propagation_waits.log_metrics must be whole seconds (e.g. \"660s\") and at least 600s: a new log-based metric may take up to 10 minutes to become visible to Monitoring, and an alert policy created before that fails with \"Cannot find metric(s)\"."
+  }
 }
 
 variable "publish_invokers" {

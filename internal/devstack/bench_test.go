@@ -51,12 +51,16 @@ func BenchmarkLocalStack(b *testing.B) {
 		}
 
 		const rate, seconds = 200, 10
+		conns := ob.SampleConnections(ctx, time.Second)
 		lr := StartLoad(ctx, LoadOptions{URL: s.Info.URL, Rate: rate, Duration: seconds * time.Second})
 		<-lr.Done
 		rep, err := ob.Check(ctx, lr, 3*time.Minute, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
+		peak, samples, _ := conns.Stop()
+		fmt.Printf("# connections: pg_stat_activity's client backends sampled each second over the e2e run and its drain (%d samples), the observer's own left out; budget %d (DefaultPostgresBudget), durable Postgres\n", samples, DefaultPostgresBudget)
+		fmt.Printf("BENCH local_pg_connections_peak %d connections\n", peak)
 		commit, undelivered, err := commitLatencies(ctx, ob, lr)
 		if err != nil {
 			b.Fatal(err)

@@ -246,6 +246,7 @@ func Observe(ctx context.Context, info Info, top *topology.Topology) (*Observer,
 			return nil, err
 		}
 		cfg.MaxConns = 8
+		cfg.ConnConfig.RuntimeParams["application_name"] = observerApp // left out of connection counts
 		p, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, err

@@ -123,6 +123,68 @@ type Loop struct {
 	// abandon makes Run stop as a killed process would (tests): nothing
 	// more reaches Pub/Sub, not even the hand-back.
 	abandon bool
+
+	pauseMu sync.Mutex
+	// paused holds the paused subscriptions, each with a channel closed
+	// when it resumes.
+	paused map[string]chan struct{}
+}
+
+// Pause stops delivery on a subscription, as detaching a push
+// subscription's endpoint does on Google Cloud: nothing more is pulled or
+// delivered (what the loop holds stays held, under its lease), so no
+// delivery attempt is counted and nothing is dead-lettered; messages wait
+// in the subscription until Resume. It reports whether it changed anything.
+// The context is not used (the dlqreplay.Pauser contract).
+func (l *Loop) Pause(_ context.Context, sub string) (bool, error) {
+	l.pauseMu.Lock()
+	defer l.pauseMu.Unlock()
+	if _, ok := l.paused[sub]; ok {
+		return false, nil
+	}
+	if l.paused == nil {
+		l.paused = map[string]chan struct{}{}
+	}
+	l.paused[sub] = make(chan struct{})
+	return true, nil
+}
+
+// Resume restarts delivery on a paused subscription, oldest message first.
+func (l *Loop) Resume(_ context.Context, sub string) (bool, error) {
+	l.pauseMu.Lock()
+	defer l.pauseMu.Unlock()
+	ch, ok := l.paused[sub]
+	if !ok {
+		return false, nil
+	}
+	delete(l.paused, sub)
+	close(ch)
+	return true, nil
+}
+
+// Paused reports whether a subscription is paused.
+func (l *Loop) Paused(_ context.Context, sub string) (bool, error) {
+	l.pauseMu.Lock()
+	defer l.pauseMu.Unlock()
+	_, ok := l.paused[sub]
+	return ok, nil
+}
+
+// whilePaused waits until sub is not paused, or ctx ends (false).
+func (l *Loop) whilePaused(ctx context.Context, sub string) bool {
+	for {
+		l.pauseMu.Lock()
+		ch, ok := l.paused[sub]
+		l.pauseMu.Unlock()
+		if !ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ch:
+		}
+	}
 }
 
 // Stopped is what Run handed back to Pub/Sub when it stopped: messages
@@ -418,7 +480,7 @@ func (r *runner) pull(ctx, endCtx context.Context) {
 		n := len(r.held)
 		r.mu.Unlock()
 		free := l.MaxOutstanding - n
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !l.whilePaused(ctx, r.r.Subscription) {
 			return
 		}
 		// Each Pull costs the server a scan of the subscription's backlog
@@ -566,6 +628,9 @@ func (r *runner) work(ctx, cutCtx context.Context) {
 		case <-ctx.Done():
 			return
 		case h := <-r.ready:
+			if !r.l.whilePaused(ctx, r.r.Subscription) { // paused: h waits, no attempt counted
+				return
+			}
 			r.mu.Lock()
 			if r.stopping { // h stays queued and is handed back
 				r.mu.Unlock()

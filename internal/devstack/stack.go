@@ -48,6 +48,7 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
@@ -90,19 +91,21 @@ type Options struct {
 	// (1h, as in production).
 	ExpireEvery time.Duration
 	// BackoffScale multiplies the subscriptions' retry backoff in the
-	// delivery loop (0.05: the topology's default 10 s..600 s becomes
-	// 0.5 s..30 s, so the demo's planned failure clears in half a second; 1
-	// is Pub/Sub's own timing).
+	// delivery loop (1: the topology's retry policy as Terraform gives it
+	// to Pub/Sub, 10 s..600 s by default, so a database outage costs the
+	// same delivery attempts locally as in production; 0.05 makes it
+	// 0.5 s..30 s, for a demo in a hurry).
 	BackoffScale float64
-	// PoolSize is the most Postgres connections each function holds per
-	// database (16), unless DatabaseURL sets pool_max_conns: the stack
-	// passes it to the functions as pool_max_conns in their URLs. As in
+	// PostgresBudget is the most Postgres connections the stack holds at
+	// once, all its pools together (DefaultPostgresBudget, 40). As in
 	// production, where each function is a Cloud Run service with pools of
-	// its own, publish, the relay (one pool per database), each consumer
-	// and dlqreplay have their own pools, so a flood of deliveries cannot
-	// starve publish of connections; the stack keeps one more per database
-	// (Pools) for its scheduler and tests.
-	PoolSize int
+	// its own, publish, each database's relay, each consumer and dlqreplay
+	// have their own pools, so a flood of deliveries cannot starve publish
+	// of connections; the stack keeps one more per database (Pools) for its
+	// scheduler and tests. Each pool's share (see poolShares) is the
+	// pool_max_conns of the URL its function gets; a request that finds its
+	// pool full waits for a connection.
+	PostgresBudget int
 	// ReconcileAfter is how long the ledger waits before the reconciler
 	// looks at an event that is not settled (15 s: with the reconciler
 	// every LedgerEvery, an event whose rollup was lost in a crash is
@@ -208,10 +211,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		o.ExpireEvery = time.Hour
 	}
 	if o.BackoffScale <= 0 {
-		o.BackoffScale = 0.05
+		o.BackoffScale = 1
 	}
-	if o.PoolSize <= 0 {
-		o.PoolSize = 16
+	if o.PostgresBudget <= 0 {
+		o.PostgresBudget = DefaultPostgresBudget
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -313,9 +316,25 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// Postgres: every database's URL, every migration applied, and one pool
 	// per database for the scheduler and tests (Pools). Each function opens
-	// pools of its own from its URL (fnURL; see Options.PoolSize).
+	// pools of its own from its URL (fnURL), each the size its role's share
+	// of Options.PostgresBudget gives the URL's pool_max_conns.
 	urls := map[string]string{}
-	fnURL := func(db string) string { return withPoolSize(urls[db], o.PoolSize) }
+	consumers := 0
+	for _, c := range top.Consumers() {
+		if c.IsEnabled() {
+			consumers++
+		}
+	}
+	shares, err := poolShares(o.PostgresBudget, len(top.Databases), consumers)
+	if err != nil {
+		return nil, err
+	}
+	// Every URL was read by withPoolMaxConns when its admin pool was made
+	// (below): fnURL cannot meet one it fails on.
+	fnURL := func(db string, role poolRole) string {
+		u, _ := withPoolMaxConns(urls[db], shares[role])
+		return u
+	}
 	s.Pools = map[string]*pgxpool.Pool{}
 	var dbNames []string
 	for _, db := range top.Databases {
@@ -327,7 +346,15 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		urls[db.Name] = url
 		dbNames = append(dbNames, db.Name)
-		pool, err := pgxpool.New(ctx, fnURL(db.Name))
+		adminURL, err := withPoolMaxConns(url, shares[roleAdmin])
+		if err != nil {
+			return nil, fmt.Errorf("database %s: %w", db.Name, err)
+		}
+		cfg, err := postgres.ParseConfig(adminURL)
+		if err != nil {
+			return nil, fmt.Errorf("database %s: %w", db.Name, err)
+		}
+		pool, err := postgres.New(ctx, cfg, postgres.RetryPolicy{})
 		if err != nil {
 			return nil, fmt.Errorf("database %s: %w", db.Name, err)
 		}
@@ -335,13 +362,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if err := consume.Migrate(ctx, pool); err != nil {
 			return nil, fmt.Errorf("database %s: migrations: %w", db.Name, err)
 		}
-		s.Pools[db.Name] = pool
+		s.Pools[db.Name] = pool.Pool
 	}
 	s.Pool = s.Pools[topology.MainDatabase]
-	others := map[string]string{}
+	// The other databases' URLs for the relay and for dlqreplay.
+	relayOthers, opsOthers := map[string]string{}, map[string]string{}
 	for name := range urls {
 		if name != topology.MainDatabase {
-			others[name] = fnURL(name)
+			relayOthers[name], opsOthers[name] = fnURL(name, roleRelay), fnURL(name, roleOps)
 		}
 	}
 
@@ -365,7 +393,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// Firestore: the stack's own ledger client and the topic_consumers
 	// registry.
-	store, err := ledgerCfg.Open(ctx, o.Project, ledger.Options{Logger: o.Logger})
+	store, err := ledgerCfg.Open(ctx, o.Project, ledger.Options{Logger: o.Logger, Levels: ledger.LevelsOf(top)})
 	if err != nil {
 		return nil, err
 	}
@@ -409,7 +437,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	pc := instance.Defaults[publish.Config]()
 	pc.Env, pc.PubSub, pc.Ledger, pc.Relay = env, pubsubCfg, recorderCfg, relayCfg
-	pc.DB.URL = fnURL(topology.MainDatabase)
+	pc.DB.URL = fnURL(topology.MainDatabase, rolePublish)
 	// A topic_consumers change shows within seconds (30 s in production).
 	pc.RegistryTTL = 5 * time.Second
 	pub, err := publish.Build(ctx, pc)
@@ -419,7 +447,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	mount(mux, "/publish", pub)
 	rc := instance.Defaults[relayfn.Config]()
 	rc.Env, rc.PubSub, rc.Ledger, rc.Relay = env, pubsubCfg, recorderCfg, relayCfg
-	rc.Databases, rc.DB.URL, rc.DatabaseURLs = dbNames, fnURL(topology.MainDatabase), others
+	rc.Databases, rc.DB.URL, rc.DatabaseURLs = dbNames, fnURL(topology.MainDatabase, roleRelay), relayOthers
 	rh, err := relayfn.Build(ctx, rc)
 	if err := built("relay", rh, err); err != nil {
 		return nil, err
@@ -440,7 +468,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		cc := consumeConfig(c, top)
 		cc.Env, cc.PubSub, cc.Ledger = env, pubsubCfg, recorderCfg
-		cc.DB.URL = fnURL(c.Database)
+		cc.DB.URL = fnURL(c.Database, roleConsumer)
 		// A forward consumer's signing secret (forward_secret names a Secret
 		// Manager secret in production) comes from FORWARD_SIGNING_SECRET
 		// locally.
@@ -461,11 +489,15 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		routes = append(routes, Route{Subscription: c.Subscription(), Topic: c.Topic, URL: base + path + "/", Mode: c.Delivery,
 			MaxAttempts: c.MaxDeliveryAttempts})
 	}
+	// The delivery loop stands in for push and Eventarc; it also pauses
+	// and resumes consumers for the operations API.
+	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Wakeup: wake, Logger: o.Logger}
 	dc := instance.Defaults[dlqreplay.Config]()
 	dc.Env, dc.PubSub, dc.Ledger = env, pubsubCfg, ledgerCfg
-	dc.DB.URL, dc.DatabaseURLs = fnURL(topology.MainDatabase), others
+	dc.DB.URL, dc.DatabaseURLs = fnURL(topology.MainDatabase, roleOps), opsOthers
 	// No auth locally (Cloud Run's IAM in production).
 	dc.Auth = dlqreplay.AuthNone
+	dc.Pauser = loop
 	ops, err := dlqreplay.Build(ctx, dc)
 	if err := built("dlqreplay", ops, err); err != nil {
 		return nil, err
@@ -482,7 +514,6 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	go func() { _ = s.server.Serve(ln) }()
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	loop := &Loop{Client: ps, Project: o.Project, BackoffScale: o.BackoffScale, Wakeup: wake, Logger: o.Logger}
 	// The scheduler: the jobs Terraform creates on Cloud Scheduler.
 	jobs := []job{
 		{base + "/rollup/expire", o.ExpireEvery},

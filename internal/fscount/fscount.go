@@ -11,7 +11,10 @@ import (
 	"context"
 	"math"
 	"os"
+	"sort"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"google.golang.org/api/option"
@@ -22,6 +25,58 @@ import (
 // Counter counts reads and writes. The zero value is ready.
 type Counter struct {
 	reads, writes atomic.Int64
+
+	mu sync.Mutex
+	// byDoc holds when each document was written (each write's RPC start).
+	byDoc map[string][]time.Time
+}
+
+// MaxDocWritesPerSecond is the most writes any single document received
+// within one second (a sliding window over the times the write RPCs were
+// sent), and that document's name.
+func (c *Counter) MaxDocWritesPerSecond() (n int, doc string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, ts := range c.byDoc {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		lo := 0
+		for hi := range ts {
+			for ts[hi].Sub(ts[lo]) >= time.Second {
+				lo++
+			}
+			if k := hi - lo + 1; k > n {
+				n, doc = k, name
+			}
+		}
+	}
+	return n, doc
+}
+
+// ResetDocs forgets the documents' write times counted so far.
+func (c *Counter) ResetDocs() {
+	c.mu.Lock()
+	c.byDoc = nil
+	c.mu.Unlock()
+}
+
+// wroteDocs notes the documents a Commit or BatchWrite writes.
+func (c *Counter) wroteDocs(ws []*pb.Write) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byDoc == nil {
+		c.byDoc = map[string][]time.Time{}
+	}
+	for _, w := range ws {
+		name := w.GetUpdate().GetName()
+		if name == "" {
+			name = w.GetDelete()
+		}
+		if name == "" {
+			name = w.GetTransform().GetDocument()
+		}
+		c.byDoc[name] = append(c.byDoc[name], now)
+	}
 }
 
 // Reads and Writes return the counts so far.
@@ -64,8 +119,10 @@ func (c *Counter) unary(ctx context.Context, method string, req, reply any, cc *
 	switch r := req.(type) {
 	case *pb.CommitRequest:
 		c.writes.Add(int64(len(r.Writes)))
+		c.wroteDocs(r.Writes)
 	case *pb.BatchWriteRequest:
 		c.writes.Add(int64(len(r.Writes)))
+		c.wroteDocs(r.Writes)
 	case *pb.GetDocumentRequest:
 		c.reads.Add(1)
 	}

@@ -2,6 +2,7 @@ package fscount_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"cloud.google.com/go/firestore"
@@ -50,5 +51,17 @@ func TestCountsWhatTheRPCsCarry(t *testing.T) {
 	}
 	if got := c.Reads(); got != 1+2+5+1 {
 		t.Errorf("reads %d, want 9 (a get, a batch get of two, a query of five, an empty query)", got)
+	}
+	if n, _ := c.MaxDocWritesPerSecond(); n != 1 {
+		t.Errorf("most writes to one document in a second: %d, want 1", n)
+	}
+	c.ResetDocs()
+	for range 3 {
+		if _, err := col.Doc("z").Set(ctx, map[string]any{"n": firestore.Increment(1)}, firestore.MergeAll); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, doc := c.MaxDocWritesPerSecond(); n != 3 || !strings.HasSuffix(doc, "/things/z") {
+		t.Errorf("most writes to one document in a second: %d (%s), want 3 to things/z", n, doc)
 	}
 }

@@ -39,7 +39,8 @@ type Options struct {
 	// Durable keeps fsync and synchronous commit on. Off by default: the
 	// cluster is throwaway and tests should not wait on disks.
 	Durable bool
-	// Settings are extra postgres -c settings.
+	// Settings are extra postgres -c settings. Without max_connections
+	// the server keeps PostgreSQL's default, 100, as a user's would.
 	Settings map[string]string
 	// Log receives the server's output; nil discards it.
 	Log *os.File
@@ -146,7 +147,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		l.Close()
 	}
 	args := []string{"-D", dataDir, "-p", strconv.Itoa(port), "-k", dataDir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"}
+		"-c", "listen_addresses=127.0.0.1"}
 	if !opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
@@ -221,6 +222,24 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		return nil
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		return ctx.Err()
+	}
+}
+
+// StopImmediate stops the cluster as pg_ctl stop -m immediate does
+// (SIGQUIT: every connection cut, no shutdown checkpoint, crash recovery at
+// the next start) and waits for it to exit, or kills it when ctx ends first.
+func (c *Cluster) StopImmediate(ctx context.Context) error {
+	if c == nil || c.cmd.Process == nil {
+		return nil
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGQUIT)
 	select {
 	case <-c.done:
 		return nil

@@ -6,6 +6,16 @@
 // cluster and sets it for every package); otherwise the first test that asks
 // starts a throwaway cluster from the installed PostgreSQL binaries, which
 // lives as long as the test binary. Call Main from TestMain to stop it.
+//
+// With RELAYBUS_TEST_VIA_PGBOUNCER=1, Schema, SchemaConfig and SchemaURL hand
+// out connections through PgBouncer in transaction mode
+// (RELAYBUS_TEST_PGBOUNCER_URL, started by the test environment) with pgx's
+// exec query mode, as a user behind Supabase's pooler runs relaybus, so a
+// package's whole suite runs through a pooler unchanged. PgBouncer 1.18
+// (Debian 12) refuses a search_path start-up parameter, so in that mode
+// each test gets a database of its own instead of a schema (named as the
+// schema would be, with a schema of that name as its search_path, and
+// dropped when the test ends).
 package pgtest
 
 import (
@@ -22,11 +32,46 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/internal/pgbouncer"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 )
 
 // EnvURL names the variable holding the test server's URL.
 const EnvURL = "RELAYBUS_TEST_DATABASE_URL"
+
+// EnvPooled names the variable that routes Schema, SchemaConfig and
+// SchemaURL through PgBouncer ("1").
+const EnvPooled = "RELAYBUS_TEST_VIA_PGBOUNCER"
+
+// PgBouncerURL returns the URL of PgBouncer in transaction mode in front of
+// the test server (pgbouncer.EnvURL, with default_query_exec_mode=exec).
+// Without one the test is skipped, saying why, unless CI=true: there a
+// missing PgBouncer fails the test, as any missing dependency does.
+func PgBouncerURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(pgbouncer.EnvURL)
+	if u == "" {
+		msg := "pgtest: no PgBouncer (" + pgbouncer.EnvURL + " is not set): run the tests under go run ./internal/cmd/testenv with pgbouncer installed (Debian: apt-get install pgbouncer)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return u
+}
+
+func pooled() bool { return os.Getenv(EnvPooled) == "1" }
+
+// pooledURL is PgBouncer's URL to database db.
+func pooledURL(t testing.TB, db string) string {
+	t.Helper()
+	u, err := neturl.Parse(PgBouncerURL(t))
+	if err != nil {
+		t.Fatalf("pgtest: %s: %v", pgbouncer.EnvURL, err)
+	}
+	u.Path = "/" + db
+	return u.String()
+}
 
 var (
 	once     sync.Once
@@ -55,8 +100,9 @@ func URL(t testing.TB) string {
 		tmpDir = dir
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
+		// Tests of a package run in parallel, each with pools of its own.
 		cluster, startErr = pgcluster.Start(ctx, pgcluster.Options{DataDir: dir + "/data",
-			Settings: map[string]string{"shared_preload_libraries": "pg_stat_statements"}})
+			Settings: map[string]string{"max_connections": "200", "shared_preload_libraries": "pg_stat_statements"}})
 		if startErr == nil {
 			url = cluster.URL
 		}
@@ -108,6 +154,9 @@ func SchemaConfig(t testing.TB, adjust func(*pgxpool.Config)) (*pgxpool.Pool, st
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	schema := "t_" + sanitize(t.Name()) + "_" + hex.EncodeToString(b[:])
+	if pooled() {
+		return pooledDatabase(t, base, schema, adjust)
+	}
 	admin, err := pgx.Connect(ctx, base)
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)
@@ -140,10 +189,62 @@ func SchemaConfig(t testing.TB, adjust func(*pgxpool.Config)) (*pgxpool.Pool, st
 	return pool, schema
 }
 
+// pooledDatabase is SchemaConfig through PgBouncer: a database named name,
+// dropped when the test ends.
+func pooledDatabase(t testing.TB, base, name string, adjust func(*pgxpool.Config)) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx := context.Background()
+	url := pooledURL(t, name)
+	direct, err := pgcluster.CreateDatabase(ctx, base, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	// A schema of the same name as the database's default search_path (a
+	// setting of the database, which every server connection starts with),
+	// so current_schema() names the test's database as it names its schema
+	// outside PgBouncer.
+	conn, err := pgx.Connect(ctx, direct)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	id := pgx.Identifier{name}.Sanitize()
+	_, err = conn.Exec(ctx, "CREATE SCHEMA "+id+"; ALTER DATABASE "+id+" SET search_path = "+id)
+	conn.Close(ctx)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if adjust != nil {
+		adjust(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pool: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		conn, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		// FORCE: PgBouncer keeps its server connections to the database.
+		_, _ = conn.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return pool, name
+}
+
 // SchemaURL returns a connection URL whose search_path is schema, for code
-// under test that opens its own connections.
+// under test that opens its own connections (through PgBouncer, to the
+// test's database, when RELAYBUS_TEST_VIA_PGBOUNCER=1).
 func SchemaURL(t testing.TB, schema string) string {
 	t.Helper()
+	if pooled() {
+		return pooledURL(t, schema)
+	}
 	u := URL(t)
 	sep := "?"
 	if strings.Contains(u, "?") {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -30,8 +32,9 @@ type DB interface {
 
 // Ledger records attempts in the ledger (shared/ledger's Recorder).
 type Ledger interface {
-	// RecordAttempts inserts the attempts (idempotent on consumer, event
-	// and attempt number) and notifies the rollup.
+	// RecordAttempts records the attempts (idempotent on consumer, event
+	// and attempt number) and hands them to the rollup, which folds them
+	// into their events.
 	RecordAttempts(ctx context.Context, as []ledger.Attempt) error
 }
 
@@ -86,6 +89,12 @@ type Options struct {
 	// Kicker, when set, publishes the child events a handler emitted right
 	// after the delivery commits.
 	Kicker Kicker
+	// Emits, when not nil, are the only topics the handler may emit child
+	// events to (the topology's emits of this consumer, which is also
+	// where its service account may publish the kick): a child on another
+	// topic fails the attempt as a permanent error naming the topic and
+	// the rule. Nil checks nothing.
+	Emits []string
 	// MaxDeliveryAttempts is the subscription's dead-letter threshold
 	// (DefaultMaxDeliveryAttempts): a transient failure at that attempt is
 	// recorded as dead-lettered.
@@ -144,6 +153,9 @@ func New(o Options) (*Engine, error) {
 // a handler serves besides deliveries (a strict consumer's gaps).
 func (e *Engine) Handler() Handler { return e.o.Handler }
 
+// ConsumerID is the consumer the engine handles deliveries for.
+func (e *Engine) ConsumerID() string { return e.o.ConsumerID }
+
 // Result is what the engine did with one delivery.
 type Result struct {
 	// Status is the HTTP status to answer: 200 acknowledges, 503 asks for
@@ -192,7 +204,55 @@ type Result struct {
 // The ledger never changes the answer: committed attempts are shipped to
 // it afterwards (see Ship). Emitted child events are kicked (Kicker) once
 // the transaction has committed.
+//
+// With telemetry on, the delivery is a consumer span continuing the
+// producer's trace (the message's googclient_traceparent), the handler's
+// work a span under it (its child events carry that span's context), and
+// the delivery is counted and timed by outcome (see shared/telemetry).
 func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
+	if !telemetry.Enabled() {
+		return e.handle(ctx, d)
+	}
+	start := time.Now()
+	msg := d.Message
+	sub := d.Subscription
+	if sub == "" {
+		sub = e.o.Subscription
+	}
+	sub = sub[strings.LastIndexByte(sub, '/')+1:]
+	ctx, span := telemetry.Start(ctx, "process "+msg.Topic, telemetry.KindConsumer, msg.Attributes[telemetry.AttrTraceparent],
+		telemetry.KeySystem.String(telemetry.SystemPubSub), telemetry.KeyDestination.String(msg.Topic),
+		telemetry.KeySubscription.String(sub), telemetry.KeyOperationName.String("process"),
+		telemetry.KeyOperationType.String("process"), telemetry.KeyMessageID.String(msg.ID), telemetry.KeyConsumer.String(e.o.ConsumerID))
+	res := e.handle(ctx, d)
+	at := time.Now()
+	outcome := string(res.Outcome)
+	switch {
+	case res.Duplicate:
+		outcome = "duplicate"
+	case res.Ignored:
+		outcome = "ignored"
+	case outcome == "":
+		outcome = "unavailable"
+	}
+	span.SetAttributes(telemetry.KeyOutcome.String(outcome), telemetry.KeyEventID.String(res.EventID), telemetry.KeyAttempt.Int(res.Attempt))
+	if res.Status >= 500 || res.Outcome == ledger.OutcomePoison || res.Outcome == ledger.OutcomeFailed || res.Outcome == ledger.OutcomeDeadLettered {
+		span.Fail(outcome + ": " + res.Code)
+	}
+	span.End(nil)
+	telemetry.RecordConsume(ctx, msg.Topic, sub, e.o.ConsumerID, outcome, at.Sub(start))
+	if res.Outcome == ledger.OutcomeSuccess {
+		if !msg.PublishTime.IsZero() {
+			telemetry.RecordHop(ctx, telemetry.HopPublishToConsume, msg.Topic, e.o.ConsumerID, at.Sub(msg.PublishTime))
+		}
+		if occ, err := time.Parse(time.RFC3339Nano, msg.Attributes[event.AttrOccurredAt]); err == nil {
+			telemetry.RecordHop(ctx, telemetry.HopEndToEnd, msg.Topic, e.o.ConsumerID, at.Sub(occ))
+		}
+	}
+	return res
+}
+
+func (e *Engine) handle(ctx context.Context, d delivery.Delivery) Result {
 	msg := d.Message
 	sub := d.Subscription
 	if sub == "" {
@@ -204,15 +264,19 @@ func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
 		log.DebugContext(ctx, "consume: addressed to another consumer", "target_consumer", t)
 		return Result{Status: http.StatusOK, Ignored: true}
 	}
-	ev, _, err := event.Decode(msg, e.o.Limits)
+	ev, info, err := event.Decode(msg, e.o.Limits)
 	if err != nil {
 		reason := event.ReasonMalformed
 		var de *event.DecodeError
 		if errors.As(err, &de) {
 			reason = de.Reason
 		}
+		if reason == event.ReasonMissingAggregateID || reason == event.ReasonInvalidAggregateID {
+			telemetry.RecordAggregateID(ctx, msg.Topic, "", reason)
+		}
 		return e.undecodable(ctx, log, d, sub, reason, err)
 	}
+	telemetry.RecordAggregateID(ctx, msg.Topic, info.AggregateIDFrom, "")
 	log = log.With(logging.Event(&ev)...)
 	if r, ok := e.o.Handler.(Remote); ok {
 		return e.remote(ctx, log, d, sub, &ev, r)
@@ -262,7 +326,7 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	// itself in a statement of its own (see below).
 	c := &Context{Event: ev, Tx: tx, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
 		Subscription: sub, MessageID: d.Message.ID, engine: e}
-	herr := e.o.Handler.Handle(ctx, c)
+	herr := e.runHandler(ctx, c)
 	if herr == nil {
 		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: ledger.OutcomeSuccess}
 		var (
@@ -314,6 +378,19 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	e.shipLater(ctx, log, a)
 	e.logFailure(ctx, log, ev, res)
 	return res
+}
+
+// runHandler runs the handler on c, in a span of its own when telemetry is
+// on: the child events it emits with its ctx carry that span's context.
+func (e *Engine) runHandler(ctx context.Context, c *Context) error {
+	if !telemetry.Enabled() {
+		return e.o.Handler.Handle(ctx, c)
+	}
+	ctx, span := telemetry.Start(ctx, "handle "+c.Event.Type, telemetry.KindInternal, "",
+		telemetry.KeyConsumer.String(e.o.ConsumerID), telemetry.KeyEventType.String(c.Event.Type), telemetry.KeyEventID.String(c.Event.ID))
+	err := e.o.Handler.Handle(ctx, c)
+	span.End(err)
+	return err
 }
 
 // failure classifies a handler's error into the delivery's answer and

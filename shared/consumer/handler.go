@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -184,6 +185,14 @@ func (c *Context) RecordAttempt(ctx context.Context, a inbox.Attempt) (int, erro
 func (c *Context) Emit(ctx context.Context, children ...*event.Event) error {
 	if c.Tx == nil {
 		return Permanent("emit", errors.New("emit child events: no transaction (a Remote handler cannot emit)"))
+	}
+	if c.engine != nil && c.engine.o.Emits != nil {
+		for _, e := range children {
+			if !slices.Contains(c.engine.o.Emits, e.Topic) {
+				return Permanent("emit_undeclared", fmt.Errorf("emit child event %s on topic %q: consumer %s declares emits %v in infra/topology.yaml; add the topic there (its service account may publish only to those)",
+					e.Type, e.Topic, c.ConsumerID, c.engine.o.Emits))
+			}
+		}
 	}
 	for _, e := range children {
 		if e.ParentEventID == "" {

@@ -84,6 +84,7 @@ import (
 
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // DefaultTimeout bounds one forward.
@@ -241,7 +242,11 @@ func (f *Forwarder) Request(ctx context.Context, c *consumer.Context) (*http.Req
 	req.Header.Set(HeaderConsumer, c.ConsumerID)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(c.Attempt))
 	req.Header.Set(HeaderIdempotencyKey, c.Event.ID)
-	if tp := Traceparent(c.Event); tp != "" {
+	// The consume span's context when telemetry records one (the endpoint's
+	// spans join the event's trace under it), else one built from the event.
+	if tp := telemetry.Traceparent(req.Context()); tp != "" {
+		req.Header.Set(HeaderTraceparent, tp)
+	} else if tp := Traceparent(c.Event); tp != "" {
 		req.Header.Set(HeaderTraceparent, tp)
 	}
 	switch f.o.Auth {

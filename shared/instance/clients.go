@@ -11,10 +11,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/migrate"
+	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 
@@ -28,10 +29,12 @@ func (e Env) Logger() *slog.Logger {
 	return logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(e.LogLevel), ProjectID: e.ProjectID})
 }
 
-// Open opens the database's pool (Postgres) and applies the migration
-// lines.
-func (d Database) Open(ctx context.Context, lines ...migrate.Line) (*pgxpool.Pool, error) {
-	return Postgres(ctx, d.URL, lines...)
+// Open opens the database's pool (shared/postgres: refused and lost
+// connections retried within the caller's deadline), with its statements
+// traced when telemetry is on, and applies the migration lines (over
+// DirectURL when set).
+func (d Database) Open(ctx context.Context, lines ...migrate.Line) (*postgres.Pool, error) {
+	return postgres.Open(ctx, postgres.Config{URL: d.URL, DirectURL: d.DirectURL, Tracer: telemetry.QueryTracer()}, lines...)
 }
 
 // Open connects to Pub/Sub for project: the emulator at EmulatorHost when

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sethvargo/go-envconfig"
 
+	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -39,6 +40,17 @@ type Env struct {
 	// JSON lines on stderr at LogLevel that production writes (the local
 	// stack and tests set it; no variable).
 	LogHandler slog.Handler
+	// Telemetry is OpenTelemetry's export and sampling (TELEMETRY_*,
+	// OTEL_EXPORTER_OTLP_ENDPOINT; see shared/telemetry).
+	Telemetry telemetry.Config
+}
+
+// StartTelemetry sets up the process's telemetry for the function named
+// service (telemetry.Setup: nothing unless an export is configured); its
+// Shutdown, called when the function closes, flushes what is buffered.
+// Call it before opening pools: they trace their statements.
+func (e Env) StartTelemetry(ctx context.Context, service string) (telemetry.Shutdown, error) {
+	return telemetry.Setup(ctx, telemetry.Options{Config: e.Telemetry, ServiceName: service, ProjectID: e.ProjectID})
 }
 
 // Database is the function's own Postgres database: the topology's main
@@ -49,6 +61,11 @@ type Database struct {
 	// postgres:// URL or a keyword/value string with pgx's parameters
 	// (pool_max_conns: the pool's size; pgx's default is max(4, CPUs)).
 	URL string `env:"DATABASE_URL"`
+	// DirectURL, when set, is where migrations run (DATABASE_DIRECT_URL):
+	// the database itself when URL points at a transaction-mode pooler
+	// (PgBouncer, Supabase's pooler), where the migrations' session-level
+	// work cannot run.
+	DirectURL string `env:"DATABASE_DIRECT_URL"`
 }
 
 // PubSub is how a function reaches Pub/Sub.
@@ -140,13 +157,25 @@ func Defaults[C any]() C {
 // main's DATABASE_URL is a field of the functions' Config). A database
 // whose variable is unset is left out.
 func DatabaseURLs(names []string) map[string]string {
+	return databaseVars(names, topology.Database.EnvVar)
+}
+
+// DatabaseDirectURLs is DatabaseURLs for the direct URLs, where migrations
+// run when a database's URL is a transaction-mode pooler:
+// DATABASE_DIRECT_URL_<NAME> (topology.Database.DirectEnvVar; main's
+// DATABASE_DIRECT_URL is Database.DirectURL).
+func DatabaseDirectURLs(names []string) map[string]string {
+	return databaseVars(names, topology.Database.DirectEnvVar)
+}
+
+func databaseVars(names []string, variable func(topology.Database) string) map[string]string {
 	out := make(map[string]string, len(names))
 	for _, n := range names {
 		n = strings.TrimSpace(n)
 		if n == topology.MainDatabase {
 			continue
 		}
-		if v, ok := os.LookupEnv(topology.Database{Name: n}.EnvVar()); ok && v != "" {
+		if v, ok := os.LookupEnv(variable(topology.Database{Name: n})); ok && v != "" {
 			out[n] = v
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // A function's configuration as the functions declare it: the shared
@@ -36,7 +37,8 @@ func TestLoadFillsEverySharedPieceFromTheEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := testConfig{
-		Env:    Env{ProjectID: "p-1", LogLevel: "info", ShutdownTimeout: 5 * time.Second},
+		Env: Env{ProjectID: "p-1", LogLevel: "info", ShutdownTimeout: 5 * time.Second,
+			Telemetry: telemetry.Config{Export: "auto", SampleRatio: telemetry.DefaultSampleRatio, MetricInterval: telemetry.DefaultMetricInterval}},
 		PubSub: PubSub{EmulatorHost: "127.0.0.1:1"},
 		Ledger: Recorder{Ledger: Ledger{Database: "ledger-db", Retention: 720 * time.Hour, ReconcileAfter: time.Minute},
 			Mode: "off", Budget: 3 * time.Second},

@@ -44,10 +44,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/relaybus/relaybus/shared/logging"
-	"github.com/relaybus/relaybus/shared/migrate"
 )
 
 // Lazy returns an HTTP handler that builds the real handler with build on
@@ -122,36 +119,6 @@ var registry = struct {
 	sync.Mutex
 	fns map[string]*lazy
 }{fns: map[string]*lazy{}}
-
-// Postgres opens a connection pool to url (DATABASE_URL), checks that the
-// database answers within 10 seconds and applies the given migration lines
-// (each idempotent), so an instance never serves against missing tables.
-func Postgres(ctx context.Context, url string, lines ...migrate.Line) (*pgxpool.Pool, error) {
-	if url == "" {
-		return nil, fmt.Errorf("DATABASE_URL is not set")
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pingCtx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	for _, l := range lines {
-		if _, err := l.Apply(ctx, pool); err != nil {
-			pool.Close()
-			return nil, err
-		}
-	}
-	return pool, nil
-}
 
 // DefaultShutdownTimeout bounds a graceful shutdown: below Cloud Run's
 // 10 s between SIGTERM and SIGKILL.

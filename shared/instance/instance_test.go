@@ -51,12 +51,6 @@ func TestLazyRetriesAFailedBuildAndBuildsOnce(t *testing.T) {
 	}
 }
 
-func TestPostgresNamesTheMissingVariable(t *testing.T) {
-	if _, err := Postgres(context.Background(), ""); err == nil || err.Error() != "DATABASE_URL is not set" {
-		t.Fatalf("err = %v", err)
-	}
-}
-
 // closingHandler answers after its delay and records its Close.
 type closingHandler struct {
 	delay  time.Duration

@@ -23,6 +23,9 @@ type consumerDoc struct {
 	Description string    `firestore:"description"`
 	CreatedAt   time.Time `firestore:"createdAt"`
 	UpdatedAt   time.Time `firestore:"updatedAt"`
+	// UpdatedBy is set by an operator's edit (ChangeConsumer): the entry is
+	// the operator's from then on, and SyncConsumers leaves it alone.
+	UpdatedBy string `firestore:"updatedBy,omitempty"`
 }
 
 // ExpectedConsumers implements registry.Registry over the topic_consumers
@@ -70,9 +73,10 @@ func sortConsumers(cs []registry.Consumer) {
 	})
 }
 
-// SyncReport says what SyncConsumers changed.
+// SyncReport says what SyncConsumers changed. Kept counts the entries an
+// operator edited, which the sync leaves as they are (see SyncConsumers).
 type SyncReport struct {
-	Created, Updated, Disabled, Unchanged int
+	Created, Updated, Disabled, Unchanged, Kept int
 }
 
 // SyncOptions tune SyncConsumers.
@@ -88,6 +92,12 @@ type SyncOptions struct {
 // with DisableUnlisted the others disabled. Entries already as listed are
 // not written, so running it again writes nothing. Each entry's document id
 // is ConsumerDocID(topic, consumerId): one document per topic and consumer.
+//
+// Ownership: the topology owns the entries it declares, operators own
+// their edits. An entry an operator changed or added (ChangeConsumer, which
+// records updatedBy) is never rewritten nor disabled by a sync, so a deploy
+// does not undo an operator's edit; it is counted in Kept. Only entries the
+// sync itself wrote follow the topology.
 func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, opts SyncOptions) (SyncReport, error) {
 	var rep SyncReport
 	want := make(map[string]registry.Consumer, len(entries))
@@ -136,6 +146,8 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 		cur, ok := have[id]
 		ref := s.consumers.Doc(id)
 		switch {
+		case ok && cur.UpdatedBy != "":
+			rep.Kept++ // an operator's edit: theirs
 		case !ok:
 			rep.Created++
 			werr = enqueue(bw.Create(ref, consumerDoc{Topic: e.Topic, ConsumerID: e.ConsumerID, Enabled: e.Enabled, SortOrder: e.SortOrder, Description: e.Description, CreatedAt: now, UpdatedAt: now}))
@@ -156,6 +168,10 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 	if opts.DisableUnlisted && werr == nil {
 		for _, id := range sortedKeys(have) {
 			if _, listed := want[id]; listed {
+				continue
+			}
+			if have[id].UpdatedBy != "" {
+				rep.Kept++ // an operator added or edited it: theirs
 				continue
 			}
 			if !have[id].Enabled {
@@ -189,4 +205,19 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Expected returns the ids of the consumers a topic's events are sent to
+// now, through the store's registry (Options.Registry: cached), so the
+// rollup can tell when every consumer of an event has reported.
+func (s *Store) Expected(ctx context.Context, topic string) ([]string, error) {
+	cs, err := s.reg.ExpectedConsumers(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: expected consumers of %s: %w", topic, err)
+	}
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.ConsumerID
+	}
+	return out, nil
 }

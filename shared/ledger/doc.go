@@ -27,10 +27,14 @@
 // registry.Registry over it.
 //
 // events/{EventDocID(eventId)}/event_consumptions/{AttemptDocID(eventId,
-// consumerId, attemptNo)}: one document per attempt ([Attempt]): eventId,
-// consumerId, attemptNo, success, outcome, errorCode, errorMessage,
-// consumedAt, createdAt and the delivery facts. Insert-only; every attempt
-// is kept. The attempts of an event are a subcollection of its document
+// consumerId, attemptNo)}: one document per attempt ([Attempt]) of a
+// consumer that did not succeed at once (at [LevelFull], every attempt):
+// eventId, consumerId, attemptNo, success, outcome, errorCode,
+// errorMessage, consumedAt, createdAt and the delivery facts. Insert-only.
+// A consumer's first attempt that succeeded is kept in its event's
+// document instead (Event.Latest, folded in by the rollup) and read back
+// as the attempt it was, so every attempt is shown either way; a ledger
+// written before the fold (every attempt a document) is read as it is. The attempts of an event are a subcollection of its document
 // (the collection group event_consumptions holds them all), so rollup's
 // transaction reads and locks one event's attempts and nothing else; an
 // attempt may be written before its event's document exists. There is no attempt-0
@@ -59,12 +63,15 @@
 //     publishing fails (PENDING while retrying, FAILED when it gives up).
 //     The outbox's ledger cursor says which sends the ledger has; the
 //     relay's healing step records the rest.
-//   - consume: [Recorder.RecordAttempts] inserts a batch of committed
-//     attempts, then publishes one [RollupMessage] naming their events; the
-//     inbox's shipped_at says which attempts the ledger has; POST
-//     /ledger:ship records the rest.
-//   - rollup (functions/rollup): [Store.RollupMany] derives statuses; it is
-//     the only writer of consumption-derived statuses. [Store.Reconcile]
+//   - consume: [Recorder.RecordAttempts] inserts the attempts of a batch
+//     that its topic's [Level] keeps as documents, then publishes rollup
+//     notices that carry every attempt of the batch ([FoldMessage]); the
+//     inbox's shipped_at says which attempts are shipped; POST
+//     /ledger:ship ships the rest.
+//   - rollup (functions/rollup): [Store.Fold] folds the notices' attempts
+//     into their events' documents and derives statuses ([Store.RollupMany]
+//     for notices without attempts); it is the only writer of
+//     consumption-derived statuses. [Store.Reconcile]
 //     derives again every event that is not settled once its checkAt has
 //     passed, so a lost notice, or an attempt that reached the ledger before
 //     its event's send, still ends in the right status; [Store.ExpireDue]
@@ -145,24 +152,26 @@
 //
 // # Rollup
 //
-// [Store.RollupMany] reads the events' documents in one request, then in
-// one more request, by document id, the attempts numbered after each
-// consumer's latest attempt the document already records (Event.Latest),
-// derives each status and writes the ones that changed, with the marks
-// that moved, through one BulkWriter, each write conditioned on the
-// document's update time as it was read. No query: the Firestore emulator
-// scans its whole store for one, which made rollups the local stack's
-// bottleneck (see RollupMany). The reconciler reads attempts whole, so an
-// attempt the window could miss is still found. There is
-// no transaction, so attempt inserts never wait on a rollup's locks; a
+// [Store.Fold] reads the events' documents in one request (one read per
+// event), folds each consumer's reported attempt into the document's
+// Latest marks when it is newer than the mark there, derives each status
+// and writes the marks that moved and the status in one update per event,
+// conditioned on the document's update time, through one BulkWriter: no
+// transaction, so attempt inserts never wait on a rollup's locks, and a
 // write whose document changed in between (another rollup, a send, a
-// re-push) is derived again from fresh reads. Every notice is published
-// after its attempts are written, so the rollup it triggers reads them,
-// and whichever rollup writes last had read the document as it stood: the
-// last status written is derived from every attempt recorded before the
-// last rollup began. The rollup function gathers the notices of concurrent
-// requests for a short window into one RollupMany, so the consumers of an
-// event that report together cost one rollup.
+// re-push) is read and folded again. It reads no attempt: the notices
+// carry them. The rollup function holds an event until every consumer its
+// topic expects has reported (at most its window), so an event's
+// consumers cost one fold, and writes an event's document no sooner than
+// a second after its last write (the gap; Firestore sustains about one
+// write per second per document).
+//
+// A notice that names events without attempts (the shape before the fold)
+// is rolled up as [Store.RollupMany] does: the attempts numbered after
+// each consumer's mark are read by document id (attemptWindow per
+// consumer), no query (the Firestore emulator answers a query by scanning
+// its whole store). The reconciler reads attempts whole and merges them
+// with the marks, so an attempt a window could miss is still found.
 //
 // checkAt is present while an event's status is not settled (CONSUMED,
 // EXPIRED, FAILED): ReconcileAfter after the last status change, then
@@ -192,20 +201,20 @@
 //
 // Reads and writes as Firestore bills them (a query that returns nothing is
 // one read). With N expected consumers, the happy path (sent, each consumer
-// succeeds once, their notices reach one rollup) costs:
+// succeeds at its first attempt, their notices reach one fold) costs, at
+// the default [LevelFailures]:
 //
-//	writes: N + 2     event create, N attempts, one final status write
-//	reads:  2N + 1    the rollup reads the event and, by id, each
-//	                  consumer's next two attempt numbers (found or not)
+//	writes: 2    the event's create when sent; one fold with every outcome
+//	reads:  1    the fold reads the event's document
 //
-// plus the registry lookup (one query per topic per 30 s per instance,
-// cached). When the consumers report far apart, each notice triggers its
-// own rollup of 2N + 1 reads and one write. The seed's shape (PENDING insert, an attempt-0 row per
-// consumer, a SENT update, an attempt per callback and a status
-// read-modify-write per callback) costs 3N + 2 writes. Each failed attempt
-// adds one write and at most one status write; a re-push costs 1 + k reads
-// and one write; a reconciler look at an event that is still waiting costs
-// 1 + k reads and one write.
+// whatever N ([LevelFull]: N + 2 writes, every attempt a document), plus
+// the registry lookup (one query per topic per 30 s per instance, cached).
+// Each attempt of a consumer that did not succeed at once adds one write
+// (its document); a fold that comes after the final status (a consumer
+// slower than the rollup's window, a replay) adds one read and one write.
+// A re-push costs 1 + k reads and one write; a reconciler look at an event
+// that is still waiting 1 + k reads and one write. Before the fold the
+// happy path cost N + 2 writes and 2N + 1 reads.
 //
 // # Scale
 //
@@ -216,12 +225,14 @@
 // enqueuedAt, createdAt, updatedAt, consumedAt, deleteAt) from
 // single-field indexing, along with the payload and fields no query filters
 // on (infra/firestore/indexes.yaml, exemptions). The timestamps that are
-// queried, occurredAt, expireDue and checkAt, appear only in composite
-// indexes whose first field is shard
-// (a hash of the event id, [Shards] = 8 values), which splits each such
-// index into 8 key ranges (about 4,000 new events per second); queries ask
-// for `shard in [0..7]` and Firestore merges the ranges in order. The trace
-// index starts with the trace id, which is random (W3C).
+// queried, occurredAt, expireDue and checkAt, and the aggregate id (which
+// may grow with time) appear only in composite indexes whose first field
+// is shard (a hash of the event id modulo Options.Shards, [DefaultShards]
+// = 20), which splits each such index into as many key ranges (500 new
+// entries per second each at 10,000 events/s); queries ask for
+// `shard in [0..MaxShards-1]` and Firestore merges the ranges in order.
+// The trace index starts with the trace id, which is random (W3C). The
+// folded marks (latest) are exempt as a map: its subfields inherit it.
 //
 // Document ids are spread the same way: [EventDocID] puts four hex digits
 // of a hash before the event id, so producers' time-ordered ids (UUIDv7,
@@ -231,16 +242,23 @@
 // messageId are exempt because they may increase monotonically.
 //
 // Firestore sustains about one write per second to a single document. No
-// ledger document is written often: an event is written when sent, when
-// its status changes (at most a few times) and when re-pushed; attempts are
-// written once; topic_consumers only by sync. The ledger keeps no counters
+// ledger document is written often: an event is written when sent and once
+// with its consumers' outcomes folded in, a second or more later (more
+// only for retries, failures and re-pushes); attempts are written once;
+// topic_consumers only by sync. The ledger keeps no counters
 // or aggregates in documents; totals per status come from queries, and
 // rates from the logs (rollup logs every status change with the event's
 // fields and previous_status, for log-based metrics; pubsub-conventions
 // §10.1). Rollup writes only on change, so N consumers finishing at once
 // cost one status write, and their concurrent transactions touch one
 // document for milliseconds. Attempt inserts that wait too long for a
-// rollup's locks are answered ABORTED and retried. (The Firestore emulator
+// rollup's locks are answered ABORTED and retried.
+//
+// # Levels
+//
+// A topic's [Level] (infra/topology.yaml, ledger:) decides what the ledger
+// keeps of its events: [LevelFailures] (the default), [LevelFull],
+// [LevelOff]. The README's "Ledger levels and cost" has the arithmetic. (The Firestore emulator
 // locks a whole collection for a query in a transaction; with attempts in
 // one top-level collection, every rollup would stall every attempt insert
 // in local runs. As subcollections, a rollup stalls only its own event's.) RecordSent,

@@ -115,12 +115,12 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	notice := receiveOne(t, ps, rollupSub, nil)
-	ids, err := RollupEventIDs(notice)
-	if err != nil || len(ids) != 1 || ids[0] != e.ID {
-		t.Fatalf("notice names %v: %v", ids, err)
+	ns, err := ReadNotice(notice)
+	if err != nil || len(ns) != 1 || ns[0].EventID != e.ID {
+		t.Fatalf("notice names %v: %v", ns, err)
 	}
-	if _, err := s.Rollup(ctx, e.ID); !errors.Is(err, ErrEventNotFound) {
-		t.Fatalf("rollup before the send was recorded: %v, want ErrEventNotFound", err)
+	if rs, err := s.Fold(ctx, ns, 0); err != nil || !errors.Is(rs[0].Err, ErrEventNotFound) {
+		t.Fatalf("rollup before the send was recorded: %v %v, want ErrEventNotFound", err, rs[0].Err)
 	}
 
 	// 3. The healing step records the send; no notice comes any more. Before
@@ -130,6 +130,12 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	}
 	if d := mustGet(t, s, e.ID); d.Event.Status != StatusSent {
 		t.Fatalf("after the send: %s", d.Event.Status)
+	}
+	// The rollup function answered the notice that carried member-service's
+	// attempt 500 (its event was not in the ledger), so Pub/Sub redelivers
+	// it, and it folds now.
+	if rs, err := s.Fold(ctx, ns, 0); err != nil || rs[0].Err != nil || rs[0].Status != StatusSent || rs[0].Reported != 1 {
+		t.Fatalf("the notice redelivered: %+v %v", rs, err)
 	}
 	if rep, err := s.Reconcile(ctx, 0); err != nil || rep.Due != 0 {
 		t.Fatalf("reconcile before checkAt: %+v %v", rep, err)

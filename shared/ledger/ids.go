@@ -8,18 +8,30 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 )
 
-// Shards is the number of index shards of the events collection. Every
-// event document carries shard = a hash of its id modulo Shards, and every
-// composite index that ends in a timestamp starts with shard, so that the
-// index entries new events add land in Shards separate key ranges instead of
-// one (Firestore limits a collection whose indexed field increases
-// monotonically to about 500 writes per second per key range). Queries ask
-// for all shards at once with `shard in [0..Shards-1]`; Firestore merges the
-// ranges in order on the server.
+// Index shards of the events collection. Every event document carries
+// shard = a hash of its id modulo the store's shard count (Options.Shards,
+// DefaultShards), and every composite index whose entries would otherwise
+// be ordered by a time (occurredAt, expireDue, checkAt) or by an id that
+// may grow with time (aggregateId) starts with shard, so that the entries
+// new events add land in as many separate key ranges instead of one.
+// Firestore sustains about 500 writes per second into one such range
+// ("500/50/5" and hotspots, https://firebase.google.com/docs/firestore/best-practices),
+// so the shard count is sized for the target rate: each range takes
+// rate / shards new entries per second (a status change adds one more to
+// the status indexes, in another range), and shards >= rate / 500.
+// DefaultShards = 20 holds 10,000 events/s.
 //
-// Changing Shards re-shards nothing already written: it may only grow, and
-// only together with a backfill of the shard field.
-const Shards = 8
+// Queries ask for every shard that can exist, `shard in [0..MaxShards-1]`,
+// and Firestore merges the ranges in order on the server; so the shard
+// count can be changed at any time, up or down, without re-sharding
+// anything written (documents keep the shard they were written with, and
+// a ledger written with the former fixed 8 shards is read as it is).
+// MaxShards is Firestore's limit of 30 disjunctions per query
+// (https://firebase.google.com/docs/firestore/query-data/queries#limits_on_or_queries).
+const (
+	DefaultShards = 20
+	MaxShards     = 30
+)
 
 // spread hashes an event id: the first 64 bits of its SHA-256, so that ids
 // differing in one character land far apart.
@@ -39,8 +51,12 @@ func EventDocID(eventID string) string {
 	return fmt.Sprintf("%04x~%s", spread(eventID)>>48, eventID)
 }
 
-// ShardOf returns the index shard of an event id, in [0, Shards).
-func ShardOf(eventID string) int { return int(spread(eventID) % Shards) }
+// ShardOf returns the index shard of an event id among DefaultShards, in
+// [0, DefaultShards).
+func ShardOf(eventID string) int { return shardOf(eventID, DefaultShards) }
+
+// shardOf returns the index shard of an event id among n.
+func shardOf(eventID string, n int) int { return int(spread(eventID) % uint64(n)) }
 
 // eventIDRule is the event id rule the ledger enforces on lookups (the same
 // as event.Event's).

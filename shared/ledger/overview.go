@@ -78,7 +78,7 @@ type ConsumerCommit struct {
 }
 
 // hopFields are what RecentHops reads of each event.
-var hopFields = []string{"eventId", "topic", "status", "occurredAt", "enqueuedAt", "sentAt", "statusAt"}
+var hopFields = []string{"eventId", "topic", "status", "occurredAt", "enqueuedAt", "sentAt", "statusAt", "latest"}
 
 // RecentHops returns the hop times of the newest events (at most limit)
 // that occurred at or after since, newest first; for the newest
@@ -95,7 +95,11 @@ func (s *Store) RecentHops(ctx context.Context, since time.Time, limit, withAtte
 		return nil, fmt.Errorf("ledger: recent hops: %w", err)
 	}
 	out := make([]Hops, 0, len(docs))
-	for _, d := range docs {
+	evs := make([]Event, len(docs))
+	for i, d := range docs {
+		if err := d.DataTo(&evs[i]); err != nil {
+			return nil, fmt.Errorf("ledger: recent hops: decode %s: %w", d.Ref.ID, err)
+		}
 		m := d.Data()
 		h := Hops{}
 		h.EventID, _ = m["eventId"].(string)
@@ -121,7 +125,7 @@ func (s *Store) RecentHops(ctx context.Context, since time.Time, limit, withAtte
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			attempts, err := s.readAttempts(ctx, OpQuery, nil, out[i].EventID)
+			attempts, err := s.eventAttempts(ctx, OpQuery, nil, &evs[i])
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -180,7 +184,7 @@ func (s *Store) ConsumedCounts(ctx context.Context, events []Event) (map[string]
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			attempts, err := s.readAttempts(ctx, OpQuery, nil, e.EventID)
+			attempts, err := s.eventAttempts(ctx, OpQuery, nil, &e)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -58,7 +58,7 @@ var summaryFields = []string{
 	"eventId", "eventType", "source", "topic", "aggregateType", "aggregateId", "version", "occurredAt",
 	"schemaVersion", "payloadType", "payloadSize", "payloadOmitted", "traceId", "spanId", "parentEventId",
 	"correlationId", "initiator", "expireAt", "status", "statusAt", "retryCount", "sentAt", "lastSentAt",
-	"createdAt", "updatedAt", "expectedConsumers", "repush", "publishFailure",
+	"createdAt", "updatedAt", "expectedConsumers", "repush", "publishFailure", "latest",
 }
 
 // pageToken is the cursor inside a page token.
@@ -311,7 +311,7 @@ func (s *Store) Get(ctx context.Context, eventID string) (Detail, error) {
 		if err := snap.DataTo(&d); err != nil {
 			return fmt.Errorf("decode %s: %w", snap.Ref.ID, err)
 		}
-		attempts, err = s.readAttempts(ctx, OpQuery, tx, eventID)
+		attempts, err = s.eventAttempts(ctx, OpQuery, tx, &d)
 		return err
 	}, firestore.ReadOnly)
 	if err != nil {

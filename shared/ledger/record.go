@@ -58,8 +58,9 @@ type Event struct {
 	// list whatever the registry says later.
 	ExpectedConsumers []string `firestore:"expectedConsumers" json:"expectedConsumers"`
 
-	// Shard is ShardOf(EventID): the first field of the time-ordered
-	// indexes (see Shards).
+	// Shard is the event id's hash modulo the shard count of the store that
+	// created the document: the first field of the time-ordered indexes
+	// (see DefaultShards).
 	Shard int `firestore:"shard" json:"-"`
 	// ExpireDue equals ExpireAt while the event is open (not CONSUMED or
 	// EXPIRED) and is absent otherwise, so the expiry sweep's index holds
@@ -78,6 +79,11 @@ type Event struct {
 	// DeleteAt is when Firestore's TTL policy deletes the document (created
 	// at + the store's Retention); absent when the store keeps documents.
 	DeleteAt time.Time `firestore:"deleteAt,omitempty" json:"-"`
+	// Folded is set on documents written since the fold: their consumers'
+	// outcomes reach them in rollup notices (Store.Fold). A document
+	// without it was written before; its attempts are all documents, and
+	// a fold reads the ones its marks do not record.
+	Folded bool `firestore:"folded,omitempty" json:"-"`
 	// Latest holds, per consumer, the latest attempt the last rollup read.
 	// A rollup reads only the attempts numbered after it, by their
 	// document ids (see RollupMany), instead of querying the event's whole
@@ -85,17 +91,42 @@ type Event struct {
 	Latest map[string]AttemptMark `firestore:"latest,omitempty" json:"-"`
 }
 
-// AttemptMark is what the status derivation needs of a consumer's latest
-// attempt; Event.Latest keeps one per consumer.
+// AttemptMark is a consumer's latest attempt as the event's document
+// keeps it (Event.Latest): what the status derivation needs, and the
+// delivery facts, so that an attempt that is not kept as a document of its
+// own (a consumer's first attempt that succeeded, at ledger level
+// failures: see Level) can still be shown as the attempt it was. Marks
+// written before the fold carry only the first three fields; their
+// attempts are all documents.
 type AttemptMark struct {
-	AttemptNo int     `firestore:"attemptNo"`
-	Success   bool    `firestore:"success"`
-	Outcome   Outcome `firestore:"outcome"`
+	AttemptNo       int       `firestore:"attemptNo"`
+	Success         bool      `firestore:"success"`
+	Outcome         Outcome   `firestore:"outcome"`
+	ConsumedAt      time.Time `firestore:"consumedAt,omitempty"`
+	ErrorCode       string    `firestore:"errorCode,omitempty"`
+	Subscription    string    `firestore:"subscription,omitempty"`
+	MessageID       string    `firestore:"messageId,omitempty"`
+	DeliveryAttempt int       `firestore:"deliveryAttempt,omitempty"`
 }
 
 // mark returns the attempt's AttemptMark.
 func (a *Attempt) mark() AttemptMark {
-	return AttemptMark{AttemptNo: a.AttemptNo, Success: a.Success, Outcome: a.Outcome}
+	return AttemptMark{AttemptNo: a.AttemptNo, Success: a.Success, Outcome: a.Outcome, ConsumedAt: a.ConsumedAt.UTC(),
+		ErrorCode: a.ErrorCode, Subscription: a.Subscription, MessageID: a.MessageID, DeliveryAttempt: a.DeliveryAttempt}
+}
+
+// sameAttempt reports whether two marks are of the same attempt with the
+// same outcome (marks of one attempt may differ in the delivery facts an
+// older mark did not keep).
+func (m AttemptMark) sameAttempt(o AttemptMark) bool {
+	return m.AttemptNo == o.AttemptNo && m.Success == o.Success && m.Outcome == o.Outcome
+}
+
+// attempt rebuilds the attempt a mark stands for.
+func (m AttemptMark) attempt(d *Event, consumerID string) Attempt {
+	return Attempt{EventID: d.EventID, ConsumerID: consumerID, AttemptNo: m.AttemptNo, Success: m.Success, Outcome: m.Outcome,
+		ErrorCode: m.ErrorCode, ConsumedAt: m.ConsumedAt, CreatedAt: m.ConsumedAt, Topic: d.Topic,
+		Subscription: m.Subscription, MessageID: m.MessageID, DeliveryAttempt: m.DeliveryAttempt}
 }
 
 // Sent is one send for RecordSent: the event, when its producer's
@@ -154,8 +185,8 @@ const DefaultMaxStoredPayload = 900 << 10
 const maxErrorText = 4096
 
 // newEvent builds the document of a sent (or failed) event from its
-// envelope.
-func newEvent(e *event.Event, maxPayload int) Event {
+// envelope, spread over shards index shards.
+func newEvent(e *event.Event, maxPayload, shards int) Event {
 	d := Event{
 		EventID:       e.ID,
 		EventType:     e.Type,
@@ -178,7 +209,8 @@ func newEvent(e *event.Event, maxPayload int) Event {
 			UserID:          e.Initiator.UserID,
 			ClientRequestID: e.Initiator.ClientRequestID,
 		},
-		Shard:             ShardOf(e.ID),
+		Shard:             shardOf(e.ID, shards),
+		Folded:            true,
 		ExpectedConsumers: []string{},
 	}
 	if len(e.Payload) <= maxPayload {

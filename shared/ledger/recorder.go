@@ -34,34 +34,53 @@ func NewRecorder(s *Store, pub event.Publisher, topic string) *Recorder {
 	return &Recorder{store: s, pub: pub, topic: topic}
 }
 
-// RecordAttempts inserts the attempts (document ids AttemptDocID:
-// recording the same attempt again changes nothing) through a BulkWriter,
-// then publishes one rollup notice (RollupMessage) naming their events, in
-// pieces of MaxNoticeEvents. Consume calls it after the attempts are
-// committed in Postgres, in the background, in batches; when it fails
-// nothing is lost: the attempts stay unshipped in Postgres and the
-// scheduled shipping step records them again (every step is idempotent).
-// Cost: one write per attempt.
+// RecordAttempts records a batch of committed attempts: it inserts as
+// documents of their own (AttemptDocID: recording the same attempt again
+// changes nothing) the attempts their topic's level keeps that way (at
+// LevelFailures, every attempt but a consumer's first one that succeeded;
+// at LevelFull all of them), then publishes rollup notices that carry
+// every attempt (FoldMessage, MaxNoticeAttempts to a notice), from which
+// the rollup folds each consumer's outcome into its event's document.
+// Attempts of topics at LevelOff are dropped. Consume calls it after the
+// attempts are committed in Postgres, in the background, in batches; when
+// it fails nothing is lost: the attempts stay unshipped in Postgres and
+// the scheduled shipping step records them again (every step is
+// idempotent). A notice, once published, is the attempts' carrier: the
+// rollup acknowledges it only once their outcomes are in the ledger (the
+// rollup subscription has no dead-letter topic).
+// Cost: one write per attempt kept as a document; none in the happy path
+// at LevelFailures.
 func (r *Recorder) RecordAttempts(ctx context.Context, as []Attempt) error {
-	if err := r.store.InsertAttempts(ctx, as); err != nil {
-		return err
-	}
-	var ids []string
-	seen := map[string]bool{}
+	kept := make([]Attempt, 0, len(as))
+	var docs []Attempt
+	var errs []error
+	now := r.store.clock()
 	for _, a := range as {
-		if !seen[a.EventID] {
-			seen[a.EventID] = true
-			ids = append(ids, a.EventID)
+		lvl := r.store.level(a.Topic)
+		if lvl == LevelOff {
+			continue
+		}
+		a, err := r.store.prepareAttempt(a, now)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		kept = append(kept, a)
+		if lvl.keepsDocument(a) {
+			docs = append(docs, a)
 		}
 	}
-	for len(ids) > 0 {
-		n := min(len(ids), MaxNoticeEvents)
-		if _, err := r.pub.Publish(ctx, r.topic, RollupMessage(ids[:n]...)); err != nil {
-			return fmt.Errorf("ledger: rollup notice for %d events to %s: %w", n, r.topic, err)
-		}
-		ids = ids[n:]
+	if err := r.store.InsertAttempts(ctx, docs); err != nil {
+		return errors.Join(append(errs, err)...)
 	}
-	return nil
+	for len(kept) > 0 {
+		n := min(len(kept), MaxNoticeAttempts)
+		if _, err := r.pub.Publish(ctx, r.topic, FoldMessage(kept[:n])); err != nil {
+			return errors.Join(append(errs, fmt.Errorf("ledger: rollup notice for %d attempts to %s: %w", n, r.topic, err))...)
+		}
+		kept = kept[n:]
+	}
+	return errors.Join(errs...)
 }
 
 // InsertAttempts writes attempts into their events' event_consumptions

@@ -60,7 +60,7 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 				return err
 			}
 		}
-		attempts, err := s.readAttempts(ctx, OpRepush, tx, eventID)
+		attempts, err := s.eventAttempts(ctx, OpRepush, tx, &d)
 		if err != nil {
 			return err
 		}

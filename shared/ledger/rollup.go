@@ -87,18 +87,56 @@ const rollupReaders = 16
 // Cost per event: one read for the document, attemptWindow reads per
 // expected consumer (found or not), one write when the status changes.
 func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResult, error) {
-	out := make([]RollupResult, len(eventIDs))
-	at := map[string][]int{} // id -> its positions in eventIDs
-	var todo []string
+	ns := make([]Notice, len(eventIDs))
 	for i, id := range eventIDs {
+		ns[i] = Notice{EventID: id, Legacy: true}
+	}
+	return s.Fold(ctx, ns, 0)
+}
+
+// Fold is the rollup of notices that carry their attempts (FoldMessage):
+// it reads each event's document (one read), folds each consumer's
+// reported attempt into the document's Latest marks when it is newer than
+// the one there, derives the status, and writes the marks that moved and
+// the status in one write, with a precondition on the document's update
+// time (a document changed in between is read and folded again). No
+// attempt is read back: in the happy path an event costs one read and one
+// write here whatever its number of consumers, as long as their notices
+// reach one Fold (the rollup function holds an event for a window to
+// gather them). A Notice marked Legacy (an id without its attempts) has
+// its attempts read by document id as RollupMany does.
+//
+// gap is the least time between two writes of one event's document: a
+// write due sooner after the document's last update waits (at most gap,
+// once per batch), so that no event document is written more than once a
+// second in steady state (Firestore's sustained limit per document, see
+// https://firebase.google.com/docs/firestore/best-practices). Zero waits
+// for nothing.
+//
+// Results and errors are as RollupMany's, one per notice, in order; an
+// event whose document does not exist yet has Err ErrEventNotFound and
+// nothing is written for it: the caller keeps the notice (the rollup
+// function has Pub/Sub redeliver it) until the send is recorded.
+func (s *Store) Fold(ctx context.Context, notices []Notice, gap time.Duration) ([]RollupResult, error) {
+	out := make([]RollupResult, len(notices))
+	at := map[string][]int{} // id -> its positions in notices
+	byID := map[string]*Notice{}
+	var todo []string
+	for i, n := range notices {
+		id := n.EventID
 		out[i].EventID = id
 		if err := checkEventID(id); err != nil {
 			out[i].Err = fmt.Errorf("ledger: rollup: %w", err)
 			continue
 		}
-		if _, dup := at[id]; !dup {
+		m, dup := byID[id]
+		if !dup {
 			todo = append(todo, id)
+			m = &Notice{EventID: id}
+			byID[id] = m
 		}
+		m.Attempts = append(m.Attempts, n.Attempts...)
+		m.Legacy = m.Legacy || n.Legacy || len(n.Attempts) == 0
 		at[id] = append(at[id], i)
 	}
 	set := func(id string, r RollupResult) {
@@ -114,7 +152,7 @@ func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResu
 			}
 			break
 		}
-		again, err := s.rollupRound(ctx, todo, set, false)
+		again, err := s.rollupRound(ctx, todo, set, false, byID, gap)
 		if err != nil {
 			return out, fmt.Errorf("ledger: rollup: %w", err)
 		}
@@ -132,9 +170,13 @@ type derivation struct {
 	latest map[string]Attempt
 	// readAll is set when the event's attempts must be read by a query.
 	readAll bool
-	res     RollupResult
-	ups     []firestore.Update
-	job     *firestore.BulkWriterJob
+	// window is set when the attempts after each mark are read by id (a
+	// legacy notice); fold holds the attempts the notices carried.
+	window bool
+	fold   []Attempt
+	res    RollupResult
+	ups    []firestore.Update
+	job    *firestore.BulkWriterJob
 }
 
 // attemptWindow is how many attempts past each expected consumer's
@@ -149,7 +191,7 @@ const attemptWindow = 2
 // window read could miss) and an event that is still not settled gets its
 // next checkAt; otherwise only the attempts after each consumer's Latest
 // mark are read, by id, in one request for the whole round.
-func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, RollupResult), bump bool) ([]string, error) {
+func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, RollupResult), bump bool, notices map[string]*Notice, gap time.Duration) ([]string, error) {
 	refs := make([]*firestore.DocumentRef, len(ids))
 	for i, id := range ids {
 		refs[i] = s.eventRef(id)
@@ -160,13 +202,20 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 	}
 	ds := make([]*derivation, len(ids))
 	for i, id := range ids {
-		d := &derivation{id: id, snap: snaps[i], res: RollupResult{EventID: id}, readAll: bump}
+		d := &derivation{id: id, snap: snaps[i], res: RollupResult{EventID: id}, readAll: bump, window: !bump}
+		if n := notices[id]; n != nil {
+			d.fold, d.window = n.Attempts, !bump && n.Legacy
+		}
 		ds[i] = d
 		if !d.snap.Exists() {
 			d.res.Err = fmt.Errorf("%w: %s", ErrEventNotFound, id)
 		} else if err := d.snap.DataTo(&d.ev); err != nil {
 			d.res.Err = fmt.Errorf("ledger: rollup: decode %s: %w", d.snap.Ref.ID, err)
 		}
+		// A document written before the fold may have attempt documents
+		// no mark records (a first success that changed no status): read
+		// them by id, as the former rollup did.
+		d.window = d.window || (!bump && !d.ev.Folded)
 	}
 	if !bump {
 		if err := s.readNewAttempts(ctx, ds); err != nil {
@@ -189,18 +238,38 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 				d.res.Err = fmt.Errorf("ledger: rollup %s: %w", d.id, err)
 				return
 			}
-			d.latest = latestByConsumer(attempts)
+			d.latest = latestByConsumer(withFolded(&d.ev, attempts))
 		}()
 	}
 	wg.Wait()
 	now := s.clock()
-	bw := s.client.BulkWriter(ctx)
+	var wait time.Duration
 	for _, d := range ds {
 		if d.res.Err != nil {
 			continue
 		}
+		for _, a := range d.fold {
+			if cur, ok := d.latest[a.ConsumerID]; !ok || a.AttemptNo > cur.AttemptNo {
+				d.latest[a.ConsumerID] = a
+			}
+		}
 		s.derive(d, now, bump)
-		if len(d.ups) == 0 {
+		if len(d.ups) > 0 && gap > 0 {
+			wait = max(wait, min(d.snap.UpdateTime.Add(gap).Sub(time.Now()), gap))
+		}
+	}
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	bw := s.client.BulkWriter(ctx)
+	for _, d := range ds {
+		if d.res.Err != nil || len(d.ups) == 0 {
 			continue
 		}
 		j, err := bw.Update(d.snap.Ref, d.ups, firestore.LastUpdateTime(d.snap.UpdateTime))
@@ -252,7 +321,10 @@ func (s *Store) readNewAttempts(ctx context.Context, ds []*derivation) error {
 		}
 		d.latest = make(map[string]Attempt, len(d.ev.Latest))
 		for c, m := range d.ev.Latest {
-			d.latest[c] = Attempt{EventID: d.id, ConsumerID: c, AttemptNo: m.AttemptNo, Success: m.Success, Outcome: m.Outcome}
+			d.latest[c] = m.attempt(&d.ev, c)
+		}
+		if !d.window {
+			continue
 		}
 		for _, c := range d.ev.ExpectedConsumers {
 			from := d.ev.Latest[c].AttemptNo
@@ -308,9 +380,9 @@ func (s *Store) derive(d *derivation, now time.Time, bump bool) {
 	// the attempts whole again); a consumer's first success while another
 	// has not reported changes no status and costs no write: the next
 	// rollup's window still holds that attempt.
-	if len(ups) > 0 || d.readAll {
+	if len(ups) > 0 || d.readAll || len(d.fold) > 0 {
 		for c, a := range d.latest {
-			if m := a.mark(); ev.Latest[c] != m {
+			if m := a.mark(); !ev.Latest[c].sameAttempt(m) {
 				ups = append(ups, firestore.Update{FieldPath: firestore.FieldPath{"latest", c}, Value: m})
 			}
 		}
@@ -401,7 +473,7 @@ func (s *Store) Reconcile(ctx context.Context, limit int) (ReconcileReport, erro
 		}
 	}
 	for round := 0; len(ids) > 0 && round < rollupRounds; round++ {
-		if ids, err = s.rollupRound(ctx, ids, set, true); err != nil {
+		if ids, err = s.rollupRound(ctx, ids, set, true, nil, 0); err != nil {
 			return rep, fmt.Errorf("ledger: reconcile: %w", err)
 		}
 	}

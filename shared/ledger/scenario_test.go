@@ -89,14 +89,15 @@ func TestPurchaseScenario(t *testing.T) {
 		if err := rec.RecordAttempts(ctx, []Attempt{a}); err != nil {
 			t.Fatal(err)
 		}
-		ids, err := RollupEventIDs(inbox.next(t))
-		if err != nil || len(ids) != 1 || ids[0] != a.EventID {
-			t.Fatalf("notice for %q (%v), want %s", ids, err, a.EventID)
+		ns, err := ReadNotice(inbox.next(t))
+		if err != nil || len(ns) != 1 || ns[0].EventID != a.EventID || len(ns[0].Attempts) != 1 {
+			t.Fatalf("notice %+v (%v), want %s with its attempt", ns, err, a.EventID)
 		}
-		res, err := s.Rollup(ctx, ids[0])
-		if err != nil {
-			t.Fatal(err)
+		rs, err := s.Fold(ctx, ns, 0)
+		if err != nil || rs[0].Err != nil {
+			t.Fatal(err, rs[0].Err)
 		}
+		res := rs[0]
 		if res.Changed {
 			statuses = append(statuses, res.Status)
 		}

@@ -23,11 +23,12 @@ const (
 // registry audit). They are part of QueryShapes, so the index test checks
 // infra/firestore/indexes.yaml against them too.
 var (
-	// One aggregate's events, newest first. Aggregate ids are not
-	// time-ordered, so the index needs no shard.
+	// One aggregate's events, newest first. Aggregate ids may grow with
+	// time (ORD-2024-002, ORD-2024-003, ...), so the index starts with the
+	// shard like the time-ordered ones.
 	shapeByAggregate = QueryShape{
 		Name: "events_by_aggregate", Collection: CollectionEvents,
-		Equality: []string{fieldAggregateID}, Range: fieldOccurred,
+		Equality: []string{fieldShard, fieldAggregateID}, Range: fieldOccurred,
 		OrderBy: []IndexField{{fieldOccurred, Descending}},
 	}
 	// One event type's events, newest first.

@@ -48,6 +48,9 @@ func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
 			errs = append(errs, fmt.Errorf("event %q: %w", e.ID, err))
 			continue
 		}
+		if s.level(e.Topic) == LevelOff {
+			continue
+		}
 		if !seen[e.ID] {
 			seen[e.ID] = true
 			batch = append(batch, e)
@@ -68,7 +71,7 @@ func (s *Store) RecordSent(ctx context.Context, sends []Sent) error {
 	jobs := make([]pending, 0, len(batch))
 	for _, e := range batch {
 		at := sent[e.ID].At
-		d := newEvent(e, s.maxPayload)
+		d := newEvent(e, s.maxPayload, s.shards)
 		d.Status, d.StatusAt = StatusSent, at
 		d.SentAt, d.LastSentAt, d.EnqueuedAt = at, at, sent[e.ID].EnqueuedAt
 		d.CreatedAt, d.UpdatedAt = now, now
@@ -156,7 +159,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 		snap, err := s.getDoc(ctx, OpRecordSent, tx, ref)
 		if notFound(err) {
 			// Gone since the create failed (deleted by hand): write it anew.
-			d := newEvent(e, s.maxPayload)
+			d := newEvent(e, s.maxPayload, s.shards)
 			now := s.clock()
 			d.Status, d.StatusAt, d.SentAt, d.LastSentAt, d.EnqueuedAt = StatusSent, at, at, at, snd.EnqueuedAt
 			d.CreatedAt, d.UpdatedAt, d.ExpectedConsumers = now, now, expected
@@ -174,7 +177,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 		if !d.SentAt.IsZero() {
 			return nil // already recorded: leave it exactly as it is
 		}
-		attempts, err := s.readAttempts(ctx, OpRecordSent, tx, e.ID)
+		attempts, err := s.eventAttempts(ctx, OpRecordSent, tx, &d)
 		if err != nil {
 			return err
 		}
@@ -251,6 +254,9 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 	if err := checkEventID(e.ID); err != nil {
 		return fmt.Errorf("ledger: record publish failure: %w", err)
 	}
+	if s.level(e.Topic) == LevelOff {
+		return nil
+	}
 	at = at.UTC()
 	pf := &PublishFailure{Attempts: attempts, LastError: truncate(lastError, maxErrorText), At: at, Final: final}
 	expected, err := s.expectedFor(ctx, []*event.Event{e})
@@ -270,7 +276,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			if err != nil {
 				return err
 			}
-			d := newEvent(e, s.maxPayload)
+			d := newEvent(e, s.maxPayload, s.shards)
 			d.PublishFailure = pf
 			d.ExpectedConsumers = expected[e.Topic]
 			d.CreatedAt, d.UpdatedAt = now, now
@@ -299,7 +305,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 			ups = append(ups, firestore.Update{Path: "repush.publishFailed", Value: true})
 		}
 		if d.SentAt.IsZero() || final {
-			attempts, err := s.readAttempts(ctx, OpPublishFailure, tx, e.ID)
+			attempts, err := s.eventAttempts(ctx, OpPublishFailure, tx, &d)
 			if err != nil {
 				return err
 			}

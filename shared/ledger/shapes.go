@@ -34,7 +34,7 @@ type QueryShape struct {
 	// Collection is the collection queried.
 	Collection string
 	// Equality are the fields compared with == (the shard field with
-	// `in [0..Shards-1]`), in the order of the index.
+	// `in [0..MaxShards-1]`), in the order of the index.
 	Equality []string
 	// Range is the field of the range filters ("" when none); Firestore
 	// requires it to be the first ordering field.
@@ -138,7 +138,7 @@ func (q QueryShape) withRange(base firestore.Query, lo, hi any) firestore.Query 
 }
 
 func allShards() []int {
-	s := make([]int, Shards)
+	s := make([]int, MaxShards)
 	for i := range s {
 		s[i] = i
 	}

@@ -155,6 +155,33 @@ func latestByConsumer(attempts []Attempt) map[string]Attempt {
 	return out
 }
 
+// withFolded returns an event's attempt documents together with the
+// attempts its document keeps only as folded marks (Event.Latest: a
+// consumer's latest attempt whose document was never written, the first
+// attempt that succeeded at ledger level failures), ordered by consumer and
+// attempt number. Every reader of an event's attempts goes through it, so
+// a folded attempt and a written one look the same, and a ledger written
+// before the fold (every attempt a document, marks without delivery
+// facts) reads as it always did.
+func withFolded(d *Event, docs []Attempt) []Attempt {
+	if len(d.Latest) == 0 {
+		return docs
+	}
+	have := make(map[ConsumerMark]bool, len(docs))
+	for _, a := range docs {
+		have[ConsumerMark{ConsumerID: a.ConsumerID, AttemptNo: a.AttemptNo}] = true
+	}
+	out := docs
+	for c, m := range d.Latest {
+		if m.AttemptNo < 1 || have[ConsumerMark{ConsumerID: c, AttemptNo: m.AttemptNo}] {
+			continue
+		}
+		out = append(out, m.attempt(d, c))
+	}
+	sortAttempts(out)
+	return out
+}
+
 // factsOf gathers the facts of an event document and each consumer's
 // latest attempt (latestByConsumer).
 func factsOf(d *Event, latest map[string]Attempt, now time.Time) Facts {

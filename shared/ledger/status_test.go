@@ -140,8 +140,8 @@ func TestDocIDs(t *testing.T) {
 		prefixes[EventDocID(e)[:2]] = true
 		shards[ShardOf(e)] = true
 	}
-	if len(prefixes) < 64 || len(shards) != Shards {
-		t.Errorf("sequential ids not spread: %d two-hex-digit prefixes of 256, %d shards of %d", len(prefixes), len(shards), Shards)
+	if len(prefixes) < 64 || len(shards) != DefaultShards {
+		t.Errorf("sequential ids not spread: %d two-hex-digit prefixes of 256, %d shards of %d", len(prefixes), len(shards), DefaultShards)
 	}
 }
 

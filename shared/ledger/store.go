@@ -51,6 +51,13 @@ type Options struct {
 	// Firestore's TTL policies delete by (DefaultRetention when zero;
 	// negative writes no deleteAt).
 	Retention time.Duration
+	// Shards is how many index shards new event documents are spread over
+	// (DefaultShards when zero; at most MaxShards, Open refuses more):
+	// size it for the target rate, rate / 500 or more (see DefaultShards).
+	Shards int
+	// Levels is each topic's ledger level (Level); a topic it does not
+	// name has DefaultLevel. LevelsOf reads them from the topology.
+	Levels map[string]Level
 	// ReconcileAfter is how long after its last status change an event
 	// that is not settled waits before the reconciler derives its status
 	// again (DefaultReconcileAfter when zero).
@@ -66,8 +73,8 @@ const (
 // Store is the event ledger on Firestore. It is safe for concurrent use.
 //
 // It implements the relay's ledger (RecordSent, RecordPublishFailure), the
-// registry (ExpectedConsumers over topic_consumers), the rollup (Rollup,
-// ExpireDue), the operator re-push hook (BeginRepush) and the operations
+// registry (ExpectedConsumers over topic_consumers), the rollup (Fold,
+// RollupMany, Reconcile, ExpireDue), the operator re-push hook (BeginRepush) and the operations
 // API's queries (List, Get, Trace). Recorder adds the consume side.
 type Store struct {
 	client     *firestore.Client
@@ -82,6 +89,8 @@ type Store struct {
 	flights    coalescer
 	retention  time.Duration
 	reconcile  time.Duration
+	levels     map[string]Level
+	shards     int
 }
 
 // Open connects to Firestore (the emulator when FIRESTORE_EMULATOR_HOST is
@@ -92,6 +101,9 @@ func Open(ctx context.Context, cfg Config, opts Options, clientOpts ...option.Cl
 	}
 	if cfg.Database == "" {
 		cfg.Database = DefaultDatabase
+	}
+	if opts.Shards < 0 || opts.Shards > MaxShards {
+		return nil, fmt.Errorf("ledger: shards %d: want 1 to %d (0: %d)", opts.Shards, MaxShards, DefaultShards)
 	}
 	c, err := firestore.NewClientWithDatabase(ctx, cfg.ProjectID, cfg.Database, clientOpts...)
 	if err != nil {
@@ -114,7 +126,13 @@ func New(c *firestore.Client, opts Options) *Store {
 		reg:        opts.Registry,
 		retention:  opts.Retention,
 		reconcile:  opts.ReconcileAfter,
+		levels:     opts.Levels,
+		shards:     opts.Shards,
 	}
+	if s.shards <= 0 {
+		s.shards = DefaultShards
+	}
+	s.shards = min(s.shards, MaxShards)
 	if s.retention == 0 {
 		s.retention = DefaultRetention
 	}
@@ -317,6 +335,16 @@ func (s *Store) readAttempts(ctx context.Context, op string, tx *firestore.Trans
 	}
 	sortAttempts(out)
 	return out, nil
+}
+
+// eventAttempts returns every attempt of the event d is the document of:
+// its attempt documents and its folded ones (withFolded).
+func (s *Store) eventAttempts(ctx context.Context, op string, tx *firestore.Transaction, d *Event) ([]Attempt, error) {
+	docs, err := s.readAttempts(ctx, op, tx, d.EventID)
+	if err != nil {
+		return nil, err
+	}
+	return withFolded(d, docs), nil
 }
 
 // eventRef returns an event's document.

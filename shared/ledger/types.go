@@ -138,6 +138,106 @@ func RollupMessage(eventIDs ...string) event.Message {
 	return m
 }
 
+// Notice is what the rollup notices gathered for one event say: the
+// attempts they carried (folded into the event's document by
+// Store.Fold), and whether a notice named the event without its attempts
+// (Legacy: the attempts are documents the rollup reads, as notices
+// published before the fold had it).
+type Notice struct {
+	EventID  string
+	Attempts []Attempt
+	Legacy   bool
+}
+
+// noticeAttempt is an attempt as a rollup notice carries it: what the
+// event's document folds in (AttemptMark) and whose it is.
+type noticeAttempt struct {
+	EventID         string    `json:"e"`
+	ConsumerID      string    `json:"c"`
+	AttemptNo       int       `json:"n"`
+	Outcome         Outcome   `json:"o"`
+	ConsumedAt      time.Time `json:"t"`
+	ErrorCode       string    `json:"ec,omitempty"`
+	Topic           string    `json:"tp,omitempty"`
+	Subscription    string    `json:"s,omitempty"`
+	MessageID       string    `json:"m,omitempty"`
+	DeliveryAttempt int       `json:"d,omitempty"`
+}
+
+// MaxNoticeAttempts is the most attempts one rollup notice carries.
+const MaxNoticeAttempts = 500
+
+// FoldMessage is the rollup notice of a batch of attempts (at most
+// MaxNoticeAttempts): their events' ids, as in RollupMessage, and the
+// attempts themselves ({"eventIds": [...], "attempts": [...]}), so the
+// rollup folds each consumer's outcome into its event's document without
+// reading an attempt back. Error messages are not carried: the attempts
+// that have one are documents of their own.
+func FoldMessage(as []Attempt) event.Message {
+	var ids []string
+	seen := map[string]bool{}
+	body := struct {
+		EventIDs []string        `json:"eventIds"`
+		Attempts []noticeAttempt `json:"attempts"`
+	}{Attempts: make([]noticeAttempt, 0, len(as))}
+	for _, a := range as {
+		if !seen[a.EventID] {
+			seen[a.EventID] = true
+			ids = append(ids, a.EventID)
+		}
+		body.Attempts = append(body.Attempts, noticeAttempt{EventID: a.EventID, ConsumerID: a.ConsumerID, AttemptNo: a.AttemptNo,
+			Outcome: a.Outcome, ConsumedAt: a.ConsumedAt.UTC(), ErrorCode: a.ErrorCode, Topic: a.Topic,
+			Subscription: a.Subscription, MessageID: a.MessageID, DeliveryAttempt: a.DeliveryAttempt})
+	}
+	body.EventIDs = ids
+	m := event.Message{Attributes: map[string]string{event.AttrContentType: "application/json"}}
+	if len(ids) == 1 {
+		m.Attributes[event.AttrEventID] = ids[0]
+	}
+	m.Data, _ = json.Marshal(body)
+	return m
+}
+
+// ReadNotice reads a rollup notice (RollupMessage or FoldMessage): one
+// Notice per event it names, in the order named, each attempt checked
+// (Attempt.Validate; a notice with a bad one is refused whole, naming it).
+func ReadNotice(m event.Message) ([]Notice, error) {
+	ids, err := RollupEventIDs(m)
+	if err != nil {
+		return nil, err
+	}
+	var body struct {
+		Attempts []noticeAttempt `json:"attempts"`
+	}
+	_ = json.Unmarshal(m.Data, &body)
+	if len(body.Attempts) > MaxNoticeAttempts {
+		return nil, fmt.Errorf("rollup notice carries more than %d attempts", MaxNoticeAttempts)
+	}
+	at := make(map[string]int, len(ids))
+	out := make([]Notice, len(ids))
+	for i, id := range ids {
+		at[id] = i
+		out[i] = Notice{EventID: id}
+	}
+	for _, na := range body.Attempts {
+		a := Attempt{EventID: strings.TrimSpace(na.EventID), ConsumerID: na.ConsumerID, AttemptNo: na.AttemptNo,
+			Success: na.Outcome == OutcomeSuccess, Outcome: na.Outcome, ConsumedAt: na.ConsumedAt, ErrorCode: na.ErrorCode,
+			Topic: na.Topic, Subscription: na.Subscription, MessageID: na.MessageID, DeliveryAttempt: na.DeliveryAttempt}
+		if err := a.Validate(); err != nil {
+			return nil, fmt.Errorf("rollup notice: attempt %d of %s by %s: %w", na.AttemptNo, na.EventID, na.ConsumerID, err)
+		}
+		i, ok := at[a.EventID]
+		if !ok {
+			return nil, fmt.Errorf("rollup notice: attempt of %s, an event it does not name", a.EventID)
+		}
+		out[i].Attempts = append(out[i].Attempts, a)
+	}
+	for i := range out {
+		out[i].Legacy = len(out[i].Attempts) == 0
+	}
+	return out, nil
+}
+
 // ErrNoEventID means a rollup notice named no event.
 var ErrNoEventID = errors.New("rollup notice names no event id")
 

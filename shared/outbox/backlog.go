@@ -12,7 +12,22 @@ var (
 	countSQL         = query("count")
 	purgeSQL         = query("purge")
 	purgeDispatchSQL = query("purge_dispatch")
+	oldestSQL        = query("oldest")
 )
+
+// Oldest returns how long ago the oldest unpublished event was committed
+// (by the database's clock), 0 when nothing waits: the age the
+// relaybus.outbox.oldest_pending.age gauge reports.
+func Oldest(ctx context.Context, db postgres.DBTX) (time.Duration, error) {
+	var secs float64
+	if err := db.QueryRow(ctx, oldestSQL).Scan(&secs); err != nil {
+		return 0, fmt.Errorf("outbox: oldest: %w", err)
+	}
+	if secs < 0 {
+		secs = 0
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
 
 // Counts is the outbox's backlog.
 type Counts struct {

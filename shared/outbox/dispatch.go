@@ -28,6 +28,9 @@ type Row struct {
 	Target string
 	// EnqueuedAt is when the producer's transaction wrote it.
 	EnqueuedAt time.Time
+	// Traceparent is the producer's W3C trace context at enqueue ("" when
+	// telemetry was off).
+	Traceparent string
 }
 
 // Run is one leased aggregate and its rows to publish.
@@ -121,6 +124,7 @@ func Claim(ctx context.Context, db postgres.DBTX, o ClaimOptions) ([]Run, error)
 type rowScan struct {
 	id, typ, topic, source, schema, payloadType *string
 	trace, span, parent, corr, target           *string
+	traceparent                                 *string
 	version                                     *int64
 	payload, initiator                          []byte
 	occurred, expire, created                   *time.Time
@@ -128,7 +132,7 @@ type rowScan struct {
 
 func (r *rowScan) dest() []any {
 	return []any{&r.id, &r.typ, &r.version, &r.payload, &r.occurred, &r.topic, &r.source, &r.schema,
-		&r.payloadType, &r.trace, &r.span, &r.parent, &r.corr, &r.initiator, &r.expire, &r.target, &r.created}
+		&r.payloadType, &r.trace, &r.span, &r.parent, &r.corr, &r.initiator, &r.expire, &r.target, &r.created, &r.traceparent}
 }
 
 func (r *rowScan) row(a Aggregate) (Row, error) {
@@ -155,7 +159,7 @@ func (r *rowScan) row(a Aggregate) (Row, error) {
 			return Row{}, fmt.Errorf("outbox: row %s: initiator: %w", e.ID, err)
 		}
 	}
-	row := Row{Event: e, Target: str(r.target)}
+	row := Row{Event: e, Target: str(r.target), Traceparent: str(r.traceparent)}
 	if r.created != nil {
 		row.EnqueuedAt = r.created.UTC()
 	}

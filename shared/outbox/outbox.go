@@ -31,6 +31,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 //go:embed migrations/*.sql
@@ -122,6 +123,12 @@ var ErrVersionConflict = errors.New("version conflict")
 // for it. An event whose aggregate already has that version under another
 // id fails with ErrVersionConflict. The happy path is one statement.
 //
+// When ctx carries a span (telemetry on: an HTTP publish's request span, a
+// Go producer's own span, a handler's span for the child events it emits),
+// each row keeps its W3C traceparent, so the relay links to it and the
+// consumers continue the trace; an event without a trace id takes the
+// span's.
+//
 // Call the relay's kick (relay.Kicker) with the ids after the transaction
 // commits to have them published within milliseconds instead of at the
 // next scheduled drain.
@@ -131,8 +138,12 @@ func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]E
 	}
 	now := time.Now().UTC()
 	b := &batch{}
+	tp := telemetry.Traceparent(ctx)
 	seen := make(map[string]bool, len(events))
 	for i, e := range events {
+		if e.TraceID == "" && tp != "" {
+			e.TraceID = tp[3:35]
+		}
 		if err := e.Prepare(now, event.Limits{MaxPayloadBytes: event.MaxPayloadLimit}); err != nil {
 			return nil, fmt.Errorf("outbox: event %d (%s): %w", i, e.ID, err)
 		}
@@ -140,7 +151,7 @@ func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]E
 			continue
 		}
 		seen[e.ID] = true
-		b.add(e)
+		b.add(e, tp)
 	}
 	rows, err := db.Query(ctx, enqueueSQL, b.args()...)
 	if err != nil {
@@ -232,11 +243,11 @@ func Repush(ctx context.Context, db postgres.DBTX, e *event.Event, target string
 		case errors.Is(err, pgx.ErrNoRows):
 			// Deleted by retention: back in as published, then re-pushed.
 			b := &batch{}
-			b.add(e)
+			b.add(e, telemetry.Traceparent(ctx))
 			if _, err := tx.Exec(ctx, `INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
-				topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id, initiator, expire_at, target_consumer)
+				topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id, initiator, expire_at, target_consumer, traceparent)
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[], $7::timestamptz[],
-				$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[])`,
+				$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[])`,
 				b.args()...); err != nil {
 				return mapErr(err)
 			}
@@ -319,12 +330,14 @@ type batch struct {
 	occurred                           []time.Time
 	topic, source, schema, payloadType []string
 	trace, span, parent, corr          []string
-	initiator                          [][]byte
+	initiator                          []string // JSON: text, not []byte, so pgx's exec mode (behind a pooler) sends it as jsonb, not bytea
 	expire                             []*time.Time
 	target                             []string
+	traceparent                        []*string
 }
 
-func (b *batch) add(e *event.Event) {
+// add adds e, enqueued under the traceparent tp ("" for none).
+func (b *batch) add(e *event.Event, tp string) {
 	b.id = append(b.id, e.ID)
 	b.aggType = append(b.aggType, e.AggregateType)
 	b.aggID = append(b.aggID, e.AggregateID)
@@ -345,7 +358,7 @@ func (b *batch) add(e *event.Event) {
 	b.parent = append(b.parent, e.ParentEventID)
 	b.corr = append(b.corr, e.CorrelationID)
 	in, _ := json.Marshal(e.Initiator)
-	b.initiator = append(b.initiator, in)
+	b.initiator = append(b.initiator, string(in))
 	var exp *time.Time
 	if !e.ExpireAt.IsZero() {
 		t := e.ExpireAt
@@ -353,6 +366,11 @@ func (b *batch) add(e *event.Event) {
 	}
 	b.expire = append(b.expire, exp)
 	b.target = append(b.target, "")
+	var t *string
+	if tp != "" {
+		t = &tp
+	}
+	b.traceparent = append(b.traceparent, t)
 }
 
 func (b *batch) args() []any {
@@ -363,7 +381,7 @@ func (b *batch) args() []any {
 		}
 	}
 	return []any{b.id, b.aggType, b.aggID, b.typ, b.version, b.payload, b.occurred,
-		b.topic, b.source, b.schema, b.payloadType, b.trace, b.span, b.parent, b.corr, b.initiator, b.expire, targets}
+		b.topic, b.source, b.schema, b.payloadType, b.trace, b.span, b.parent, b.corr, b.initiator, b.expire, targets, b.traceparent}
 }
 
 func mapErr(err error) error {

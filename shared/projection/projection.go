@@ -118,7 +118,8 @@ func State(e *event.Event) []byte {
 func Latest() consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
 		e := c.Event
-		_, err := c.Tx.Exec(ctx, latestSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, e.Type, State(e))
+		_, err := c.Tx.Exec(ctx, latestSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, e.Type,
+			string(State(e))) // text, not []byte: pgx's exec mode (behind a pooler) would send bytea
 		if err != nil {
 			return consumer.Transient("database", fmt.Errorf("projection: %w", err))
 		}

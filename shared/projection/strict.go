@@ -83,7 +83,10 @@ type Resequencer struct {
 func Strict(next consumer.Handler) *Resequencer { return NewStrict(next, StrictOptions{}) }
 
 // NewStrict returns a Resequencer with options o that runs next for every
-// version in order.
+// version in order. next may be nil for a Resequencer that only lists gaps
+// and records skips outside the consumer (the operations API, dlqreplay):
+// its Skip moves the position and leaves the parked versions that are now
+// next to the consumer's own Check, which applies them with its handler.
 func NewStrict(next consumer.Handler, o StrictOptions) *Resequencer {
 	if o.GapTimeout <= 0 {
 		o.GapTimeout = DefaultGapTimeout
@@ -165,7 +168,7 @@ func (r *Resequencer) park(ctx context.Context, c *consumer.Context, last int64)
 	}
 	var holder string
 	var parked bool
-	if err := c.Tx.QueryRow(ctx, parkSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, body,
+	if err := c.Tx.QueryRow(ctx, parkSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, string(body), // text: see Latest
 		e.Topic, c.Subscription, c.MessageID, c.DeliveryAttempt, r.now()).Scan(&holder, &parked); err != nil {
 		return consumer.Transient("database", fmt.Errorf("strict: park: %w", err))
 	}
@@ -533,9 +536,11 @@ func (r *Resequencer) Skip(ctx context.Context, run Runner, req SkipRequest) (Sk
 		for v := req.Version; v <= req.Through; v++ {
 			res.Skipped = append(res.Skipped, v)
 		}
-		res.Applied, err = r.drain(ctx, c, req.AggregateType, req.AggregateID, req.Through)
-		if err != nil {
-			return err
+		if r.next != nil {
+			res.Applied, err = r.drain(ctx, c, req.AggregateType, req.AggregateID, req.Through)
+			if err != nil {
+				return err
+			}
 		}
 		left, err := r.gaps(ctx, c, GapFilter{AggregateType: req.AggregateType, AggregateID: req.AggregateID, Limit: 1})
 		if err == nil && len(left) == 1 {

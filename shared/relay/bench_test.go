@@ -226,12 +226,36 @@ func BenchmarkDrain(b *testing.B) {
 		fmt.Printf("# relay drain: %d events on 500 aggregates, %d-byte payloads, batch %d rows, %d aggregates and %d rows of each per claim, %d workers; Postgres %s; %s, topics only, ordering keys\n",
 			events, len(`{"n":1}`), o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, r.durable, r.pubsub)
 		fmt.Printf("BENCH relay_events_per_s %.0f ev/s\n", r.rate)
+		directDrainRate = r.rate
 		fmt.Printf("# relay_peak_heap_mb: the Go heap's objects (runtime/metrics /memory/classes/heap/objects:bytes), sampled every 5 ms during the drain; Pub/Sub's store is in another process\n")
 		fmt.Printf("BENCH relay_peak_heap_mb %.1f MB\n", r.heapMB)
 		fmt.Printf("# relay_cpu_us_per_event: the benchmark process's user+system CPU (getrusage) during the drain, when only the relay runs in it (Pub/Sub is another process, the outbox was filled before), divided by the events\n")
 		fmt.Printf("BENCH relay_cpu_us_per_event %.2f µs\n", r.cpuPerEvent)
 		fmt.Printf("# relay_peak_rss_mb: VmHWM of the benchmark process, which also filled the outbox\n")
 		fmt.Printf("BENCH relay_peak_rss_mb %.1f MB\n", peakRSSMB())
+	}
+}
+
+// directDrainRate is BenchmarkDrain's figure, for BenchmarkDrainPgBouncer's
+// ratio in the same run.
+var directDrainRate float64
+
+// BenchmarkDrainPgBouncer is BenchmarkDrain through PgBouncer in
+// transaction mode (pgx's exec query mode), as behind Supabase's pooler.
+func BenchmarkDrainPgBouncer(b *testing.B) {
+	pgtest.PgBouncerURL(b) // skips without one, outside CI
+	b.Setenv(pgtest.EnvPooled, "1")
+	for range b.N {
+		b.StopTimer()
+		events := benchEvents(200_000)
+		r := drainBench(b, events, 500)
+		rate, o := r.rate, r.o
+		fmt.Printf("# relay drain through PgBouncer 1.18, pool_mode=transaction, default_query_exec_mode=exec: %d events on 500 aggregates, batch %d rows, %d aggregates and %d rows of each per claim, %d workers; Postgres %s; %s\n",
+			events, o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, r.durable, r.pubsub)
+		if directDrainRate > 0 {
+			fmt.Printf("# relay drain through PgBouncer: %.2f of the direct figure in the same run (%.0f ev/s)\n", rate/directDrainRate, directDrainRate)
+		}
+		fmt.Printf("BENCH relay_events_per_s_pgbouncer %.0f ev/s\n", rate)
 	}
 }
 

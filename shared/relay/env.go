@@ -1,6 +1,12 @@
 package relay
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/telemetry"
+)
 
 // Config is the relay's tuning as the functions that run a relay (the
 // relay function, publish's fast path) declare it in their configuration
@@ -44,4 +50,18 @@ func (c Config) Options() Options {
 	return Options{BatchSize: c.BatchSize, Aggregates: c.Aggregates, RunLimit: c.RunLimit, Concurrency: c.Concurrency,
 		Lease: c.Lease, MaxAttempts: c.MaxAttempts, BackoffBase: c.BackoffBase, BackoffMax: c.BackoffMax,
 		Retention: c.Retention, HealDelay: c.HealDelay}
+}
+
+// Backlog reads db's outbox backlog as the telemetry gauges report it
+// (outbox.Count and outbox.Oldest).
+func Backlog(ctx context.Context, db DB) (telemetry.OutboxBacklog, error) {
+	c, err := outbox.Count(ctx, db)
+	if err != nil {
+		return telemetry.OutboxBacklog{}, err
+	}
+	age, err := outbox.Oldest(ctx, db)
+	if err != nil {
+		return telemetry.OutboxBacklog{}, err
+	}
+	return telemetry.OutboxBacklog{OldestAge: age, Pending: c.Pending, Blocked: c.Blocked, Failed: c.Failed}, nil
 }

@@ -127,7 +127,9 @@ func (r *Relay) repushes(ctx context.Context) (int, error) {
 			} else {
 				var m event.Message
 				if m, err = r.encode(&q.Row); err == nil {
-					_, err = r.o.Publisher.PublishBatch(ctx, q.Row.Event.Topic, []event.Message{m})
+					row := q.Row
+					row.EnqueuedAt = time.Time{} // a re-push is not a hop of the event's first way
+					_, err = r.publish(ctx, q.Row.Event.Topic, []event.Message{m}, []outbox.Row{row})
 				}
 				if err == nil {
 					o.Published = true

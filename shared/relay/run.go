@@ -11,6 +11,7 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -205,7 +206,7 @@ func (r *Relay) publishRun(ctx, pctx context.Context, run *outbox.Run, stopAt ti
 			if ctx.Err() != nil || !r.now().Before(stopAt) {
 				return p // stopping, or the lease is ending: leave the rest to whoever holds it next
 			}
-			n, err := r.o.Publisher.PublishBatch(pctx, topic, msgs)
+			n, err := r.publish(pctx, topic, msgs, rows[:len(msgs)])
 			if n > 0 {
 				p.To, p.Rows = rows[n-1].Event.Version, p.Rows+n
 			}
@@ -224,6 +225,38 @@ func (r *Relay) publishRun(ctx, pctx context.Context, run *outbox.Run, stopAt ti
 		return p
 	}
 	return p
+}
+
+// publish publishes msgs (the encoded rows) to topic in one request, in a
+// producer span linked to each row's producer (a run gathers events many
+// requests enqueued) and recorded in the metrics.
+func (r *Relay) publish(ctx context.Context, topic string, msgs []event.Message, rows []outbox.Row) (int, error) {
+	if !telemetry.Enabled() {
+		return r.o.Publisher.PublishBatch(ctx, topic, msgs)
+	}
+	tps := make([]string, len(rows))
+	for i := range rows {
+		tps[i] = rows[i].Traceparent
+	}
+	start := time.Now()
+	sctx, span := telemetry.StartLinked(ctx, "publish "+topic, telemetry.KindProducer, tps,
+		telemetry.KeySystem.String(telemetry.SystemPubSub), telemetry.KeyDestination.String(topic),
+		telemetry.KeyOperationName.String("publish"), telemetry.KeyOperationType.String("send"),
+		telemetry.KeyBatchCount.Int(len(msgs)))
+	n, err := r.o.Publisher.PublishBatch(sctx, topic, msgs)
+	span.End(err)
+	at := time.Now()
+	failed := 0
+	if err != nil {
+		failed = len(msgs) - n
+	}
+	telemetry.RecordPublish(ctx, topic, n, failed, at.Sub(start), err)
+	for _, row := range rows[:n] {
+		if !row.EnqueuedAt.IsZero() {
+			telemetry.RecordHop(ctx, telemetry.HopEnqueueToPublish, topic, "", at.Sub(row.EnqueuedAt))
+		}
+	}
+	return n, err
 }
 
 // failure describes a failed publish of version v, the run's first not
@@ -292,6 +325,11 @@ func (r *Relay) encode(row *outbox.Row) (event.Message, error) {
 	}
 	if row.Target != "" {
 		m.Attributes[topology.TargetConsumerAttr] = row.Target
+	}
+	if row.Traceparent != "" {
+		// The producer's trace context, where pubsub v2's OpenTelemetry
+		// tracing puts it: the consumers continue its trace.
+		m.Attributes[telemetry.AttrTraceparent] = row.Traceparent
 	}
 	return m, nil
 }

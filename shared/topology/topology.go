@@ -96,6 +96,14 @@ func (d Database) EnvVar() string {
 	return "DATABASE_URL_" + strings.ToUpper(strings.ReplaceAll(d.Name, "-", "_"))
 }
 
+// DirectEnvVar is the environment variable holding the database's direct
+// URL, for migrations when EnvVar's is a transaction-mode pooler:
+// DATABASE_DIRECT_URL for MainDatabase, DATABASE_DIRECT_URL_<NAME> for the
+// others.
+func (d Database) DirectEnvVar() string {
+	return strings.Replace(d.EnvVar(), "DATABASE_URL", "DATABASE_DIRECT_URL", 1)
+}
+
 // Settings are the values a topic or consumer may override.
 type Settings struct {
 	AckDeadlineSeconds      int    `yaml:"ack_deadline_seconds"`
@@ -127,10 +135,41 @@ type Topic struct {
 	Name        string `yaml:"name"`
 	Description string `yaml:"description"`
 	// Encoding is json or protobuf: how events are written into message data.
-	Encoding                string     `yaml:"encoding"`
-	MessageRetentionSeconds int        `yaml:"message_retention_seconds"`
-	Consumers               []Consumer `yaml:"consumers"`
+	Encoding                string `yaml:"encoding"`
+	MessageRetentionSeconds int    `yaml:"message_retention_seconds"`
+	// Publishers, when set, are the only callers the publish function lets
+	// write this topic: service account (or user) emails, as the ID token
+	// Cloud Run verified names them (a serviceAccount: or user: prefix is
+	// dropped). Empty: every caller Cloud Run admits.
+	Publishers []string `yaml:"publishers"`
+	// Ledger is how much the Firestore ledger keeps of the topic's events
+	// (shared/ledger's Level): full (every attempt a document), failures
+	// (the default when empty: the attempts of consumers that did not
+	// succeed at once; a status and each consumer's outcome for every
+	// event) or off (nothing).
+	Ledger    string     `yaml:"ledger"`
+	Consumers []Consumer `yaml:"consumers"`
 }
+
+// PublisherEmails returns the topic's publishers as lower-cased emails,
+// without their IAM member prefix.
+func (t Topic) PublisherEmails() []string {
+	out := make([]string, 0, len(t.Publishers))
+	for _, p := range t.Publishers {
+		if _, rest, ok := strings.Cut(p, ":"); ok {
+			p = rest
+		}
+		out = append(out, strings.ToLower(strings.TrimSpace(p)))
+	}
+	return out
+}
+
+// Ledger levels a topic may declare (shared/ledger's Level).
+const (
+	LedgerFull     = "full"
+	LedgerFailures = "failures"
+	LedgerOff      = "off"
+)
 
 // Consumer is one consuming service's subscription to a topic.
 type Consumer struct {
@@ -166,6 +205,13 @@ type Consumer struct {
 	MinBackoffSeconds   int    `yaml:"min_backoff_seconds"`
 	MaxBackoffSeconds   int    `yaml:"max_backoff_seconds"`
 	MaxDeliveryAttempts int    `yaml:"max_delivery_attempts"`
+	// Emits are the topics the consumer's handler emits child events to
+	// (consumer.Context.Emit): each must be a declared topic. The consume
+	// service publishes its children right after its transaction commits
+	// as its own service account, so Terraform grants that account
+	// roles/pubsub.publisher on exactly these topics; a child on a topic
+	// left out is refused by Pub/Sub and waits for the relay's next drain.
+	Emits []string `yaml:"emits"`
 	// ExtraFilter is the topology's filter field: ANDed with the replay filter.
 	ExtraFilter string `yaml:"filter"`
 	// Enabled defaults to true; a disabled consumer is not expected by the ledger.
@@ -377,6 +423,20 @@ func (t *Topology) validate() error {
 		if _, err := event.ParseEncoding(tp.Encoding); err != nil {
 			bad(where+".encoding", "%v", err)
 		}
+		for k, p := range tp.Publishers {
+			kind, email, prefixed := strings.Cut(p, ":")
+			if !prefixed {
+				email = p
+			}
+			if (prefixed && kind != "serviceAccount" && kind != "user") || !strings.Contains(email, "@") || strings.ContainsAny(email, " ,") {
+				bad(fmt.Sprintf("%s.publishers[%d]", where, k), "must be an email (a serviceAccount: or user: prefix is allowed), as the caller's ID token names it; groups and domains cannot be checked against a token, not %q", p)
+			}
+		}
+		switch tp.Ledger {
+		case "", LedgerFull, LedgerFailures, LedgerOff:
+		default:
+			bad(where+".ledger", "must be full, failures or off, not %q", tp.Ledger)
+		}
 		if r := tp.MessageRetentionSeconds; r < 600 || r > 31*24*3600 {
 			bad(where+".message_retention_seconds", "must be 600 (10 minutes) to 2678400 (31 days), not %d", r)
 		}
@@ -442,6 +502,21 @@ func (t *Topology) validate() error {
 			}
 			if m := c.MaxDeliveryAttempts; m < 5 || m > 100 {
 				bad(cw+".max_delivery_attempts", "must be 5 to 100 (Pub/Sub's dead-letter limits), not %d", m)
+			}
+		}
+	}
+	for i, tp := range t.Topics {
+		for j, c := range tp.Consumers {
+			seen := map[string]bool{}
+			for k, e := range c.Emits {
+				ew := fmt.Sprintf("topics[%d] (%s).consumers[%d] (%s).emits[%d]", i, tp.Name, j, c.Service, k)
+				switch {
+				case seen[e]:
+					bad(ew, "topic %q listed twice", e)
+				case t.Topic(e) == nil:
+					bad(ew, "must name one of the topology's topics (where the handler's child events go), not %q", e)
+				}
+				seen[e] = true
 			}
 		}
 	}

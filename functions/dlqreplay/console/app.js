@@ -696,7 +696,13 @@ function consumersBody(d, result, reload) {
     reload();
   };
   const topics = [...new Set(d.consumers.map((c) => c.topic))].sort();
-  const out = [h("p", { class: "muted small" }, d.cacheNote + ". The deploy's sync makes the registry match infra/topology.yaml again: make lasting changes there.")];
+  const out = [h("p", { class: "muted small" }, d.cacheNote + "."), h("p", { class: "muted small", "data-testid": "ownership" }, d.ownership)];
+  const delivery = async (c, verb) => {
+    const r = await api("POST", "/consumers/" + encodeURIComponent(c.topic) + "/" + encodeURIComponent(c.consumerId) + ":" + verb, {});
+    result.replaceChildren(r.status === 200 ? notice(c.consumerId + " on " + c.topic + ": " + (r.data.changed ? (verb === "pause" ? "paused: messages wait in its subscription" : "resumed") : "nothing changed") + ".")
+      : notice(errorText(r), "error"));
+    reload();
+  };
   for (const t of topics) {
     out.push(h("div", { class: "panel", "data-testid": "topic", "data-topic": t }, h("h2", {}, t),
       h("table", {}, h("tr", {}, h("th", {}, "Consumer"), h("th", {}, "State"), h("th", {}, "Description"), h("th", {}, "Delivery"), h("th", {}, "Subscription"),
@@ -705,7 +711,9 @@ function consumersBody(d, result, reload) {
         const row = h("tr", { "data-testid": "consumer-row", "data-consumer": c.consumerId },
           h("td", {}, h("b", {}, c.consumerId)),
           h("td", { "data-testid": "consumer-state" }, !c.inRegistry ? badge("not in registry", "s-PENDING") : c.enabled ? badge("enabled", "s-CONSUMED") : badge("disabled", "s-EXPIRED"),
-            c.declared ? "" : h("span", { class: "tag warn" }, "no subscription")),
+            c.declared ? "" : h("span", { class: "tag warn" }, "no subscription"),
+            c.paused ? badge("paused", "s-RETRYING") : "",
+            h("span", { class: "tag", "data-testid": "consumer-owner", title: d.ownership }, c.owner === "operator" ? "operator's" : "topology's")),
           h("td", { class: "small" }, c.description || ""), h("td", {}, c.delivery || "–", c.handler ? h("span", { class: "muted small" }, " · " + c.handler) : ""),
           h("td", { class: "mono small" }, c.subscription || "", c.pubsubSubscription ? h("div", { class: "muted" }, c.pubsubSubscription) : ""),
           h("td", { class: "small" }, c.updatedBy ? c.updatedBy + ", " + fmtTime(c.updatedAt) : fmtTime(c.updatedAt)));
@@ -725,6 +733,15 @@ function consumersBody(d, result, reload) {
             } }, "Disable…"));
           } else {
             cell.append(h("button", { type: "button", "data-testid": "enable", onclick: () => change(c, { enabled: true }, "enabled") }, "Enable"));
+          }
+          if (c.declared && c.delivery === "push" && c.paused !== undefined) {
+            cell.append(" ", c.paused
+              ? h("button", { type: "button", "data-testid": "resume", onclick: () => delivery(c, "resume") }, "Resume")
+              : h("button", { type: "button", "data-testid": "pause", onclick: async () => {
+                if (!(await confirmAction("Pause " + c.consumerId + " on " + c.topic + "?", [h("p", {}, "Its push endpoint is detached: Pub/Sub delivers nothing, counts no attempt and dead-letters nothing; " +
+                  "messages wait in " + c.subscription + " (up to its retention) until you resume it. A deploy does not resume it.")], "Pause"))) return;
+                delivery(c, "pause");
+              } }, "Pause…"));
           }
           if (c.inRegistry) {
             cell.append(" ", h("button", { type: "button", "data-testid": "describe", onclick: () => {

@@ -47,6 +47,6 @@ func syncConsumers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("topic_consumers: %d created, %d updated, %d disabled, %d unchanged\n", rep.Created, rep.Updated, rep.Disabled, rep.Unchanged)
+	fmt.Printf("topic_consumers: %d created, %d updated, %d disabled, %d unchanged, %d kept (operators' edits)\n", rep.Created, rep.Updated, rep.Disabled, rep.Unchanged, rep.Kept)
 	return nil
 }

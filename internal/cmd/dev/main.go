@@ -21,12 +21,17 @@ import (
 	_ "net/http/pprof"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/sethvargo/go-envconfig"
+
 	"github.com/relaybus/relaybus/internal/devstack"
 	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 func main() {
@@ -36,12 +41,22 @@ func main() {
 	}
 	addr := flag.String("addr", defAddr, "address the functions listen on ($RELAYBUS_DEV_ADDR)")
 	state := flag.String("state", ".state", "directory for the throwaway Postgres cluster and dev.json")
-	scale := flag.Float64("backoff-scale", 0.05, "multiplies the subscriptions' redelivery backoff (1 = Pub/Sub's timing)")
+	scale := flag.Float64("backoff-scale", 1, "multiplies the subscriptions' redelivery backoff (1 = the topology's retry policy, Pub/Sub's timing)")
 	defProject := os.Getenv("GOOGLE_CLOUD_PROJECT")
 	if defProject == "" {
 		defProject = "relaybus-local"
 	}
 	project := flag.String("project", defProject, "the Google Cloud project the emulators see ($GOOGLE_CLOUD_PROJECT)")
+	defBudget := devstack.DefaultPostgresBudget
+	if v := os.Getenv("RELAYBUS_DEV_PG_BUDGET"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "make dev: RELAYBUS_DEV_PG_BUDGET=%q: want a positive number of connections\n", v)
+			os.Exit(2)
+		}
+		defBudget = n
+	}
+	pgBudget := flag.Int("pg-budget", defBudget, "the most Postgres connections the stack holds at once, all its pools together ($RELAYBUS_DEV_PG_BUDGET)")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address, to profile the stack under load (off when empty)")
 	flag.Parse()
 	if *pprofAddr != "" {
@@ -58,9 +73,21 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Telemetry: exported to OTEL_EXPORTER_OTLP_ENDPOINT when it is set
+	// (TELEMETRY_* as on Cloud Run), else off and silent.
+	var tel telemetry.Config
+	if err := envconfig.Process(ctx, &tel); err != nil {
+		fmt.Fprintln(os.Stderr, "make dev:", err)
+		os.Exit(1)
+	}
+	flush, err := telemetry.Setup(ctx, telemetry.Options{Config: tel, ServiceName: "relaybus-dev", ProjectID: *project})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "make dev:", err)
+		os.Exit(1)
+	}
 	start := time.Now()
 	s, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project,
+		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project, PostgresBudget: *pgBudget,
 		DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
 		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"), Topology: os.Getenv("RELAYBUS_TOPOLOGY"),
 		Logger: logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
@@ -70,6 +97,9 @@ func main() {
 			fmt.Fprintln(os.Stderr, "make dev:", line)
 		}
 		os.Exit(1)
+	}
+	for name, pool := range s.Pools {
+		defer telemetry.ObserveOutbox(name, func(ctx context.Context) (telemetry.OutboxBacklog, error) { return relay.Backlog(ctx, pool) })() //nolint:errcheck
 	}
 	fmt.Printf("relaybus local stack ready in %.1fs\n", time.Since(start).Seconds())
 	for _, line := range s.Started {
@@ -91,6 +121,9 @@ Stop:                       Ctrl-C
 	force, unforce := signal.NotifyContext(cctx, os.Interrupt, syscall.SIGTERM)
 	defer unforce()
 	s.Close(force)
+	if err := flush(cctx); err != nil {
+		fmt.Fprintln(os.Stderr, "make dev: telemetry:", err)
+	}
 	if s.Delivery.HandedBack > 0 || s.Delivery.Lapsing > 0 {
 		fmt.Println(s.Delivery.String())
 	}

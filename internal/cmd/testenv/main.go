@@ -10,8 +10,11 @@
 // fsync, synchronous_commit and full_page_writes on, as production does, for
 // the benchmarks (and sets RELAYBUS_DURABLE=1 for them to say so).
 //
-// It sets RELAYBUS_TEST_DATABASE_URL, FIRESTORE_EMULATOR_HOST and
-// PUBSUB_EMULATOR_HOST for the command. A missing prerequisite is reported in
+// It sets RELAYBUS_TEST_DATABASE_URL, RELAYBUS_TEST_PGBOUNCER_URL (PgBouncer
+// in transaction mode in front of that server; without the pgbouncer
+// program the tests through it skip, except under CI=true, where its
+// absence is an error), FIRESTORE_EMULATOR_HOST and PUBSUB_EMULATOR_HOST
+// for the command. A missing prerequisite is reported in
 // one line that says what to install.
 package main
 
@@ -27,6 +30,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/internal/pgbouncer"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pgtest"
 )
@@ -92,6 +96,34 @@ func run(args []string, durable bool) int {
 			os.Setenv("RELAYBUS_DURABLE", "1")
 		}
 		logf("PostgreSQL on port %d (durable %v, %v)", c.Port, durable, time.Since(start).Round(time.Millisecond))
+	}
+	if os.Getenv(pgbouncer.EnvURL) == "" {
+		// PgBouncer in transaction mode in front of the server, for the
+		// tests that run relaybus through a pooler (see pgtest.Pooled).
+		dir, err := os.MkdirTemp("", "relaybus-pgbouncer-")
+		if err != nil {
+			logf("%v", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		_ = os.Chmod(dir, 0o755)
+		start := time.Now()
+		b, err := pgbouncer.Start(ctx, pgbouncer.Options{ServerURL: os.Getenv(pgtest.EnvURL), Dir: dir})
+		switch {
+		case errors.Is(err, pgbouncer.ErrNoBinary) && os.Getenv("CI") != "true":
+			logf("%v; the tests through PgBouncer will be skipped", err)
+		case err != nil:
+			logf("%v", err)
+			return 1
+		default:
+			defer func() {
+				sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer scancel()
+				_ = b.Stop(sctx)
+			}()
+			os.Setenv(pgbouncer.EnvURL, b.URL)
+			logf("PgBouncer (transaction mode) on port %d (%v)", b.Port, time.Since(start).Round(time.Millisecond))
+		}
 	}
 	for _, kind := range []emulator.Kind{emulator.Firestore, emulator.PubSub} {
 		if os.Getenv(kind.EnvHost()) != "" {

@@ -8,14 +8,14 @@
 -- those), and so does the ledger's cursor, so its send is recorded. Aggregates are upserted in key order, so two producers never lock
 -- two aggregates in opposite orders.
 --
--- $1..$18: the columns as arrays (see batch.args).
+-- $1..$19: the columns as arrays (see batch.args).
 WITH ins AS (
     INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
         topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id,
-        initiator, expire_at, target_consumer)
+        initiator, expire_at, target_consumer, traceparent)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],
         $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[])
+        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[])
     ON CONFLICT (id) DO NOTHING
     RETURNING id, aggregatetype, aggregateid, version
 ), work AS (

@@ -1,0 +1,232 @@
+package dlqreplay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	vkit "cloud.google.com/go/pubsub/v2/apiv1"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+// Pausing a consumer detaches its push subscription's endpoint. Pub/Sub:
+// "An empty pushConfig indicates that the Pub/Sub system should stop pushing
+// messages from the given subscription and allow messages to be pulled and
+// acknowledged - effectively pausing the subscription if subscriptions.pull
+// or StreamingPull is not called", and "Messages will accumulate for
+// delivery continuously through the call regardless of changes to the
+// PushConfig" (https://cloud.google.com/pubsub/docs/reference/rest/v1/projects.subscriptions/modifyPushConfig;
+// the same field through UpdateSubscription's push_config mask). Nothing is
+// delivered, so no delivery attempt is counted and nothing is dead-lettered
+// while paused; messages wait in order. Resuming sets the push endpoint and
+// OIDC identity back (PushTargets, from Terraform) and delivery starts again
+// with the oldest waiting message. A message older than the subscription's
+// retention when the consumer resumes is gone: pause for less.
+//
+// Eventarc consumers are refused: Eventarc created and manages its
+// trigger's subscription, so relaybus does not change that subscription's
+// delivery behind it. A consumer that must be paused is declared with
+// delivery: push.
+
+// PushTarget is how a push consumer's subscription delivers: the consume
+// service's URL and the OIDC identity and audience of its pushes.
+type PushTarget struct {
+	Endpoint       string `json:"endpoint"`
+	ServiceAccount string `json:"serviceAccount"`
+	Audience       string `json:"audience"`
+}
+
+// ParsePushTargets reads DLQREPLAY_PUSH_TARGETS: a JSON object of logical
+// subscription → PushTarget.
+func ParsePushTargets(s string) (map[string]PushTarget, error) {
+	out := map[string]PushTarget{}
+	if s == "" {
+		return out, nil
+	}
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, fmt.Errorf("DLQREPLAY_PUSH_TARGETS: want a JSON object of subscription to {endpoint, serviceAccount, audience}: %w", err)
+	}
+	for sub, t := range out {
+		if t.Endpoint == "" || t.ServiceAccount == "" {
+			return nil, fmt.Errorf("DLQREPLAY_PUSH_TARGETS[%s]: endpoint and serviceAccount are required", sub)
+		}
+	}
+	return out, nil
+}
+
+// Pauser stops and restarts delivery to a consumer's subscription, named
+// by its logical id (<topic>.<service>-<role>): on Google Cloud PushPauser
+// (the push endpoint detached and set back), on the local stack its
+// delivery loop. Pause and Resume report whether they changed anything.
+type Pauser interface {
+	Paused(ctx context.Context, subscription string) (bool, error)
+	Pause(ctx context.Context, subscription string) (changed bool, err error)
+	Resume(ctx context.Context, subscription string) (changed bool, err error)
+}
+
+// PushPauser pauses push subscriptions through Pub/Sub's subscription
+// admin API (see the top of this file).
+type PushPauser struct {
+	Admin   *vkit.SubscriptionAdminClient
+	Project string
+	// Subscriptions maps logical subscriptions to the real ones (nil: the
+	// same).
+	Subscriptions *topology.SubscriptionMap
+	// Targets are what Resume sets back, by logical subscription.
+	Targets map[string]PushTarget
+}
+
+func (p *PushPauser) path(sub string) string {
+	real := sub
+	if p.Subscriptions != nil {
+		real = p.Subscriptions.Real(sub)
+	}
+	return "projects/" + p.Project + "/subscriptions/" + real
+}
+
+// Paused reports whether the subscription has no push endpoint.
+func (p *PushPauser) Paused(ctx context.Context, sub string) (bool, error) {
+	cur, err := p.Admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: p.path(sub)})
+	if err != nil {
+		return false, pubsubErr(err, "subscription "+sub)
+	}
+	return cur.GetPushConfig().GetPushEndpoint() == "", nil
+}
+
+// Pause detaches the push endpoint.
+func (p *PushPauser) Pause(ctx context.Context, sub string) (bool, error) {
+	return p.set(ctx, sub, nil)
+}
+
+// Resume sets the push endpoint and OIDC identity of Targets back.
+func (p *PushPauser) Resume(ctx context.Context, sub string) (bool, error) {
+	t, ok := p.Targets[sub]
+	if !ok {
+		return false, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS, set by Terraform)", sub)
+	}
+	return p.set(ctx, sub, &t)
+}
+
+// set reads the subscription and, when its push endpoint is not already as
+// wanted (t nil: none), updates it.
+func (p *PushPauser) set(ctx context.Context, sub string, t *PushTarget) (bool, error) {
+	cur, err := p.Admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: p.path(sub)})
+	if err != nil {
+		return false, pubsubErr(err, "subscription "+sub)
+	}
+	want := &pb.PushConfig{}
+	if t != nil {
+		want = &pb.PushConfig{PushEndpoint: t.Endpoint, AuthenticationMethod: &pb.PushConfig_OidcToken_{
+			OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: t.ServiceAccount, Audience: t.Audience}}}
+	}
+	pc := cur.GetPushConfig()
+	if pc.GetPushEndpoint() == want.GetPushEndpoint() && (t == nil || pc.GetOidcToken().GetServiceAccountEmail() == t.ServiceAccount) {
+		return false, nil
+	}
+	if _, err := p.Admin.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: p.path(sub), PushConfig: want},
+		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"push_config"}},
+	}); err != nil {
+		return false, pubsubErr(err, "subscription "+sub)
+	}
+	return true, nil
+}
+
+// deliveryState is a consumer's delivery state.
+type deliveryState struct {
+	Topic              string `json:"topic"`
+	Consumer           string `json:"consumer"`
+	Subscription       string `json:"subscription"`
+	PubSubSubscription string `json:"pubsubSubscription"`
+	Delivery           string `json:"delivery"`
+	// Paused: nothing is delivered; messages wait in the subscription.
+	Paused  bool `json:"paused"`
+	Changed bool `json:"changed"`
+}
+
+// pushConsumer finds the push consumer of a path.
+func (a *api) pushConsumer(r *request, args []string, verb string) (topology.Consumer, error) {
+	topic, id, err := consumerArgs(r, args)
+	if err != nil {
+		return topology.Consumer{}, err
+	}
+	if err := decodeBody(r.Request, &struct{}{}, true); err != nil {
+		return topology.Consumer{}, err
+	}
+	c, err := a.declared(topic, id)
+	if err != nil {
+		return c, err
+	}
+	if c.Delivery != topology.DeliveryPush {
+		return c, fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which owns its subscription's push configuration: relaybus cannot %s it (declare the consumer with delivery: push to pause it)", id, topic, verb)
+	}
+	if a.o.Pauser == nil {
+		return c, fail(http.StatusNotImplemented, "unavailable", "pausing is not configured (no Pub/Sub administration)")
+	}
+	return c, nil
+}
+
+func (a *api) state(c topology.Consumer) deliveryState {
+	return deliveryState{Topic: c.Topic, Consumer: c.Service, Subscription: c.Subscription(), PubSubSubscription: a.o.Subscriptions.Real(c.Subscription()), Delivery: c.Delivery}
+}
+
+func (a *api) pauseConsumer(r *request, args []string) (any, error) {
+	c, err := a.pushConsumer(r, args, "pause")
+	if err != nil {
+		return nil, err
+	}
+	st := a.state(c)
+	if st.Changed, err = a.o.Pauser.Pause(r.Context(), c.Subscription()); err != nil {
+		return nil, err
+	}
+	st.Paused = true
+	if st.Changed {
+		a.record(r, ledger.AuditEntry{Action: "consumer.pause", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+			Detail: "delivery paused: messages wait in " + c.Subscription()},
+			"dlqreplay: consumer paused", "topic", c.Topic, "consumer", c.Service, "subscription", c.Subscription())
+	}
+	return st, nil
+}
+
+func (a *api) resumeConsumer(r *request, args []string) (any, error) {
+	c, err := a.pushConsumer(r, args, "resume")
+	if err != nil {
+		return nil, err
+	}
+	st := a.state(c)
+	if st.Changed, err = a.o.Pauser.Resume(r.Context(), c.Subscription()); err != nil {
+		return nil, err
+	}
+	if st.Changed {
+		a.record(r, ledger.AuditEntry{Action: "consumer.resume", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+			Detail: "delivery resumed"},
+			"dlqreplay: consumer resumed", "topic", c.Topic, "consumer", c.Service, "subscription", c.Subscription())
+	}
+	return st, nil
+}
+
+// consumerDelivery: GET /consumers/{topic}/{id}/delivery, whether a push
+// consumer is paused.
+func (a *api) consumerDelivery(r *request, args []string) (any, error) {
+	topic, id, err := consumerArgs(r, args)
+	if err != nil {
+		return nil, err
+	}
+	c, err := a.declared(topic, id)
+	if err != nil {
+		return nil, err
+	}
+	st := a.state(c)
+	if c.Delivery != topology.DeliveryPush || a.o.Pauser == nil {
+		return st, nil
+	}
+	if st.Paused, err = a.o.Pauser.Paused(r.Context(), c.Subscription()); err != nil {
+		return nil, err
+	}
+	return st, nil
+}

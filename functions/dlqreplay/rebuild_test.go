@@ -1,0 +1,187 @@
+package dlqreplay_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/delivery"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/inbox"
+	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/projection"
+)
+
+// A projection consumer's rebuild, on real Postgres: pause, clear its
+// projection (all, or one aggregate type) and inbox, seek, resume. Then the
+// messages the seek redelivers (handed to the consumer's own engine here:
+// pstest's Seek is broken and the emulator has none, so the seek request is
+// checked as Pub/Sub receives it) are applied again, not answered as
+// duplicates, and the projection equals the one before. The dry run
+// changes nothing; a time the subscription's retention cannot reach is
+// refused before anything changes.
+func TestRebuildAProjection(t *testing.T) {
+	ctx := context.Background()
+	sub := "member.points.events.audit-service-recorder"
+	full := "projects/" + pubsubtest.Project + "/subscriptions/" + sub
+	target := dlqreplay.PushTarget{Endpoint: "https://consume-audit-service-recorder-0a1b2c3d-ew.a.run.app",
+		ServiceAccount: "rb-consume-0a1b2c3d4e5f@relaybus-test.iam.gserviceaccount.com", Audience: "https://consume-audit-service-recorder-0a1b2c3d-ew.a.run.app"}
+	e := newEnv(t, dlqreplay.AuthNone, "")
+	rec := &seekRecorder{}
+	fake := pubsubtest.New(t, pstest.ServerReactorOption{FuncName: "Seek", Reactor: rec})
+	fake.Provision(t, e.top)
+	admin := fake.Client.PubSub().SubscriptionAdminClient
+	if _, err := admin.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: full, PushConfig: &pb.PushConfig{PushEndpoint: target.Endpoint,
+			AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: target.ServiceAccount, Audience: target.Audience}}}},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"push_config"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e = newHandler(t, e, func(o *dlqreplay.Options) {
+		o.Auth, o.Writers = dlqreplay.AuthCloudRun, []string{"alice@example.com"}
+		o.Seeker = &dlqreplay.Seeker{Admin: admin, Project: pubsubtest.Project}
+		o.PushTargets = map[string]dlqreplay.PushTarget{sub: target}
+	})
+	alice, bob := bearerOf(person("alice@example.com")), bearerOf(person("bob@example.com"))
+
+	// The consumer, as consume runs it: the projection handler over its database.
+	if err := inbox.Migrate(ctx, e.db); err != nil {
+		t.Fatal(err)
+	}
+	if err := projection.Migrate(ctx, e.db); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := consumer.New(consumer.Options{DB: e.db, ConsumerID: "audit-service", Subscription: sub, Handler: projection.Latest(), DeadLetters: fake.Client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []event.Message
+	for _, a := range []struct {
+		typ, id string
+		n       int64
+	}{{"member", "m-1", 3}, {"member", "m-2", 2}, {"bonus", "b-1", 2}} {
+		for v := int64(1); v <= a.n; v++ {
+			ev := &event.Event{ID: fmt.Sprintf("evt-%s-%d", a.id, v), Type: "points.added", Source: "member-service", Topic: "member.points.events",
+				AggregateType: a.typ, AggregateID: a.id, Version: v, Payload: []byte(fmt.Sprintf(`{"points":%d}`, 10*v))}
+			if err := ev.Prepare(time.Now(), event.Limits{}); err != nil {
+				t.Fatal(err)
+			}
+			m, err := event.Encode(ev, event.EncodingJSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.ID = "m-" + ev.ID
+			msgs = append(msgs, m)
+		}
+	}
+	deliver := func(wantDuplicate bool) {
+		t.Helper()
+		for _, m := range msgs {
+			res := eng.Handle(ctx, delivery.Delivery{Mode: delivery.ModePush, Subscription: full, Message: m})
+			if res.Status != http.StatusOK || res.Duplicate != wantDuplicate {
+				t.Fatalf("deliver %s: %+v (want duplicate %v)", m.ID, res, wantDuplicate)
+			}
+		}
+	}
+	projectionRows := func() map[string]string {
+		t.Helper()
+		rows, err := e.db.Query(ctx, `SELECT aggregate_type || '/' || aggregate_id, version || ' ' || event_id || ' ' || state::text FROM relaybus_projection WHERE consumer_id = 'audit-service'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for rows.Next() {
+			var k, v string
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			out[k] = v
+		}
+		return out
+	}
+	count := func(table string) int {
+		var n int
+		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE consumer_id = 'audit-service'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	deliver(false)
+	before := projectionRows()
+	if len(before) != 3 || count("relaybus_inbox") != 7 {
+		t.Fatalf("before: projection %v, inbox %d", before, count("relaybus_inbox"))
+	}
+	base := "/consumers/member.points.events/audit-service:rebuild"
+	hourAgo := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+
+	runAuth(t, e, []authCase{
+		{name: "beyond the retention", method: "POST", path: base, headers: alice, body: map[string]any{"time": time.Now().Add(-8 * 24 * time.Hour).UTC().Format(time.RFC3339)}, want: 409, code: "retention"},
+		{name: "no time nor snapshot", method: "POST", path: base, headers: alice, body: map[string]any{}, want: 400, code: "invalid_argument"},
+		{name: "a reader may not rebuild", method: "POST", path: base, headers: bob, body: map[string]any{"time": hourAgo}, want: 403, code: "not_a_writer"},
+		{name: "its own tables", method: "POST", path: "/consumers/shop.order.events/member-service:rebuild", headers: alice, body: map[string]any{"time": hourAgo}, want: 409, code: "handler"},
+	})
+	var dry map[string]any
+	if code := e.callWith(t, "POST", base, bob, map[string]any{"time": hourAgo, "dryRun": true}, &dry); code != 200 {
+		t.Fatalf("dry run: %d %v", code, dry)
+	}
+	if w := dry["wouldClear"].(map[string]any); w["projectionRows"] != 3.0 || w["inboxRows"] != 7.0 {
+		t.Errorf("dry run would clear %v, want 3 projection rows and 7 inbox rows", w)
+	}
+	if !reflect.DeepEqual(projectionRows(), before) || count("relaybus_inbox") != 7 || len(rec.reqs) != 0 {
+		t.Fatal("the dry run or a refused rebuild changed something")
+	}
+
+	// All of it.
+	var got map[string]any
+	if code := e.callWith(t, "POST", base, alice, map[string]any{"time": hourAgo}, &got); code != 200 {
+		t.Fatalf("rebuild: %d %v", code, got)
+	}
+	if len(projectionRows()) != 0 || count("relaybus_inbox") != 0 {
+		t.Fatalf("after the rebuild's clear: projection %v, inbox %d", projectionRows(), count("relaybus_inbox"))
+	}
+	if len(rec.reqs) != 1 || rec.reqs[0].GetSubscription() != full || rec.reqs[0].GetTime().AsTime().Format(time.RFC3339) != hourAgo {
+		t.Fatalf("seek requests %v, want one to %s at %s", rec.reqs, full, hourAgo)
+	}
+	s, err := admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: full})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.GetPushConfig().GetPushEndpoint() != target.Endpoint || got["resumed"] != true {
+		t.Fatalf("after the rebuild the consumer pushes to %q (resumed %v)", s.GetPushConfig().GetPushEndpoint(), got["resumed"])
+	}
+	deliver(false) // what the seek redelivers is applied, not a duplicate
+	if after := projectionRows(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("rebuilt projection %v, want %v", after, before)
+	}
+
+	// One aggregate type: only its rows go; every event is redelivered,
+	// and the kept aggregates' version gate ignores theirs.
+	if code := e.callWith(t, "POST", base, alice, map[string]any{"time": hourAgo, "aggregateType": "bonus"}, &got); code != 200 {
+		t.Fatalf("scoped rebuild: %d %v", code, got)
+	}
+	if rows := projectionRows(); len(rows) != 2 || rows["bonus/b-1"] != "" {
+		t.Fatalf("after the scoped clear: %v, want the member rows only", rows)
+	}
+	deliver(false)
+	if after := projectionRows(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("rebuilt projection %v, want %v", after, before)
+	}
+	audit, err := e.store.AuditLog(ctx, ledger.AuditQuery{ActionPrefix: "consumer.rebuild", Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(audit) != 2 || audit[0].By != "alice@example.com" {
+		t.Errorf("audit %+v, want two rebuilds by alice", audit)
+	}
+}

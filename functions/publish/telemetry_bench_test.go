@@ -1,0 +1,23 @@
+package publish_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/relaybus/relaybus/internal/telemetrytest"
+	"github.com/relaybus/relaybus/shared/telemetry"
+)
+
+// BenchmarkPublishTelemetryOverhead runs BenchmarkPublish's load with
+// telemetry off, then on in the function's process (the default sampling,
+// exported over OTLP/gRPC to a collector in this process that counts and
+// drops), and reports the p50 latency added: publish_telemetry_overhead_pct.
+func BenchmarkPublishTelemetryOverhead(b *testing.B) {
+	offP50, offP99 := publishLoad(b, false, nil)
+	sink := telemetrytest.Collector(b)
+	onP50, onP99 := publishLoad(b, false, map[string]string{"TELEMETRY_EXPORT": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.Endpoint})
+	fmt.Printf("# publish telemetry overhead: the publish load above twice, telemetry off then on in the function's process (sampling %g at the root, "+
+		"exported over OTLP/gRPC to a local collector that received %d spans)\n", telemetry.DefaultSampleRatio, sink.Spans())
+	fmt.Printf("# publish_p50_ms telemetry off %.2f ms, on %.2f ms, ratio on/off %.3f; p99 off %.2f ms, on %.2f ms\n", offP50, onP50, onP50/offP50, offP99, onP99)
+	fmt.Printf("BENCH publish_telemetry_overhead_pct %.1f %%\n", (onP50-offP50)/offP50*100)
+}

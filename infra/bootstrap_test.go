@@ -1,0 +1,118 @@
+package infra
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// readmeSection returns the README's text from the heading that starts
+// with title up to the next heading of the same or a higher level.
+func readmeSection(t testing.TB, title string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "\n"+title)
+	if i < 0 {
+		t.Fatalf("README.md has no heading %q", title)
+	}
+	level := strings.Index(title, " ")
+	rest := s[i+1+len(title):]
+	end := len(rest)
+	for _, m := range regexp.MustCompile(`(?m)^(#+) `).FindAllStringSubmatchIndex(rest, -1) {
+		if m[3]-m[2] <= level {
+			end = m[0]
+			break
+		}
+	}
+	return rest[:end]
+}
+
+// shellCommands returns the commands of the ```sh blocks of a text, each
+// on one line (backslash continuations joined), comments dropped.
+func shellCommands(text string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(text, -1) {
+		joined := strings.ReplaceAll(m[1], "\\\n", " ")
+		for _, line := range strings.Split(joined, "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			out = append(out, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	return out
+}
+
+// TestBuildSourceIsReadableByTheBuildAccount: the README's deploy path from
+// a fresh project stages the build's source in a bucket the build's own
+// service account may read. gcloud builds submit uploads the source to
+// gs://<project>_cloudbuild by default and Cloud Build fetches it as the
+// build's service account; a user-specified account has no rights there,
+// so the first build failed at FETCHSOURCE with a 403. The path must
+// create the staging bucket, grant the build account an object reader role
+// on it, and submit with --gcs-source-staging-dir in it; cloudbuild.yaml's
+// by-hand command says the same.
+func TestBuildSourceIsReadableByTheBuildAccount(t *testing.T) {
+	cmds := shellCommands(readmeSection(t, "### On a fresh project"))
+	var submit string
+	for _, c := range cmds {
+		if strings.HasPrefix(c, "gcloud builds submit ") {
+			if submit != "" {
+				t.Fatalf("two gcloud builds submit commands:\n%s\n%s", submit, c)
+			}
+			submit = c
+		}
+	}
+	if submit == "" {
+		t.Fatal("the fresh-project path has no gcloud builds submit")
+	}
+	m := regexp.MustCompile(`--service-account=projects/\$PROJECT/serviceAccounts/(\$\w+)`).FindStringSubmatch(submit)
+	if m == nil {
+		t.Fatalf("the build does not run as the build's own service account: %s", submit)
+	}
+	account := m[1]
+	m = regexp.MustCompile(`--gcs-source-staging-dir=gs://([^/ ]+)/`).FindStringSubmatch(submit)
+	if m == nil {
+		t.Fatalf("the build stages its source in the default gs://<project>_cloudbuild, which %s cannot read (403 at FETCHSOURCE): %s", account, submit)
+	}
+	bucket := m[1]
+	if strings.Contains(bucket, "_cloudbuild") {
+		t.Errorf("the staging bucket %s is Cloud Build's default one", bucket)
+	}
+
+	// Roles that hold storage.objects.get.
+	readers := map[string]bool{"roles/storage.objectViewer": true, "roles/storage.objectAdmin": true, "roles/storage.objectUser": true, "roles/storage.admin": true}
+	created, granted := false, false
+	for _, c := range cmds {
+		if strings.HasPrefix(c, "gcloud storage buckets create gs://"+bucket+" ") {
+			created = true
+		}
+		if strings.HasPrefix(c, "gcloud storage buckets add-iam-policy-binding gs://"+bucket+" ") &&
+			strings.Contains(c, "--member=serviceAccount:"+account+" ") {
+			if r := regexp.MustCompile(`--role=(\S+)`).FindStringSubmatch(c); r != nil && readers[r[1]] {
+				granted = true
+			}
+		}
+	}
+	if !created {
+		t.Errorf("the fresh-project path does not create gs://%s", bucket)
+	}
+	if !granted {
+		t.Errorf("%s gets no object reader role on gs://%s: Cloud Build cannot fetch the source", account, bucket)
+	}
+
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "cloudbuild.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "--gcs-source-staging-dir=gs://$PROJECT-relaybus-source/source") || !strings.Contains(submit, "--gcs-source-staging-dir=gs://$PROJECT-relaybus-source/source") {
+		t.Error("cloudbuild.yaml's by-hand command and the README must stage the source in gs://$PROJECT-relaybus-source/source")
+	}
+}

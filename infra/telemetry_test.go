@@ -1,0 +1,124 @@
+package infra
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+)
+
+// recordedMetrics are the metric names shared/telemetry records: the values
+// of its Metric* constants, read from its source.
+func recordedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	dir := filepath.Join(repoRoot(t), "shared", "telemetry")
+	pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			for _, d := range f.Decls {
+				gd, ok := d.(*ast.GenDecl)
+				if !ok || gd.Tok != token.CONST {
+					continue
+				}
+				for _, s := range gd.Specs {
+					vs := s.(*ast.ValueSpec)
+					for i, n := range vs.Names {
+						if !strings.HasPrefix(n.Name, "Metric") || i >= len(vs.Values) {
+							continue
+						}
+						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							v, _ := strconv.Unquote(lit.Value)
+							out[v] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(out) < 8 {
+		t.Fatalf("found %d Metric* constants in shared/telemetry; the test cannot read them", len(out))
+	}
+	return out
+}
+
+// promqlMetrics returns the metric names a PromQL query selects (quoted
+// UTF-8 names, {"name", ...}), a histogram's _bucket/_count/_sum suffix
+// removed.
+func promqlMetrics(q string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`\{\\?"([a-zA-Z][a-zA-Z0-9_.:/]*)\\?"`).FindAllStringSubmatch(q, -1) {
+		name := m[1]
+		for _, suf := range []string{"_bucket", "_count", "_sum"} {
+			name = strings.TrimSuffix(name, suf)
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// TestDashboardAndAlertReadMetricsTheCodeRecords: every metric the
+// dashboard's charts and the end-to-end alert query is one shared/telemetry
+// records, and every chart's query exists; the alert's threshold is the
+// variable's.
+func TestDashboardAndAlertReadMetricsTheCodeRecords(t *testing.T) {
+	recorded := recordedMetrics(t)
+	c := loadTerraform(t, terraformDir(t))
+	promql := c.locals["telemetry_promql"]
+	if promql == nil {
+		t.Fatal("local.telemetry_promql is missing")
+	}
+	queries := map[string]string{}
+	for _, item := range promql.Expr.(*hclsyntax.ObjectConsExpr).Items {
+		k := c.exprSource(item.KeyExpr)
+		queries[strings.Trim(k, `"`)] = c.exprSource(item.ValueExpr)
+	}
+	read := map[string]bool{}
+	for name, q := range queries {
+		ms := promqlMetrics(q)
+		if len(ms) == 0 {
+			t.Errorf("query %s selects no metric: %s", name, q)
+		}
+		for _, m := range ms {
+			read[m] = true
+			if !recorded[m] {
+				t.Errorf("query %s reads %q, which shared/telemetry does not record", name, m)
+			}
+		}
+	}
+	for _, want := range []string{"messaging.client.operation.duration", "messaging.client.sent.messages",
+		"messaging.client.consumed.messages", "messaging.process.duration", "relaybus.hop.duration", "relaybus.outbox.oldest_pending.age"} {
+		if !read[want] {
+			t.Errorf("the dashboard does not chart %s", want)
+		}
+	}
+	charts := c.exprSource(c.locals["telemetry_charts"].Expr)
+	for _, m := range regexp.MustCompile(`queries\s*=\s*\[([^\]]*)\]`).FindAllStringSubmatch(charts, -1) {
+		for _, q := range strings.Split(m[1], ",") {
+			if q = strings.Trim(strings.TrimSpace(q), `"`); queries[q] == "" {
+				t.Errorf("a chart uses query %q, which local.telemetry_promql lacks", q)
+			}
+		}
+	}
+	alert := c.resource(t, "google_monitoring_alert_policy.end_to_end_latency")
+	cond := block(t, "end_to_end_latency", block(t, "end_to_end_latency", alert.Body, "conditions"), "condition_prometheus_query_language")
+	src := c.exprSource(cond.Attributes["query"].Expr)
+	if !strings.Contains(src, "local.telemetry_promql.end_to_end_p99") || !strings.Contains(src, "var.telemetry.end_to_end_p99_seconds") {
+		t.Errorf("the alert's query is not the end-to-end p99 against the variable: %s", src)
+	}
+	if !strings.Contains(queries["end_to_end_p99"], `\"relaybus.hop\"=\"end_to_end\"`) {
+		t.Errorf("end_to_end_p99 does not select the end_to_end hop: %s", queries["end_to_end_p99"])
+	}
+}

@@ -1,0 +1,160 @@
+# OpenTelemetry: the functions export traces and metrics in OTLP to Google's
+# Telemetry API, telemetry.googleapis.com (shared/telemetry: on Cloud Run with
+# GOOGLE_CLOUD_PROJECT set, TELEMETRY_EXPORT=auto exports there; Google's
+# recommended path for OpenTelemetry SDKs,
+# https://cloud.google.com/trace/docs/migrate-to-otlp-endpoints). Traces land
+# in Cloud Trace; metrics land in Cloud Monitoring with the Prometheus mapping
+# (https://cloud.google.com/stackdriver/docs/reference/telemetry/v1.metrics),
+# so the dashboard and the alert below read them with PromQL, their names
+# quoted as PromQL's UTF-8 syntax asks (https://cloud.google.com/monitoring/promql):
+# a histogram h is read as {"h_bucket"}, {"h_count"}, {"h_sum"}.
+#
+# infra/telemetry_test.go fails if a metric the dashboard or the alert reads is
+# not one shared/telemetry records.
+
+variable "telemetry" {
+  type = object({
+    # TELEMETRY_EXPORT of every function: auto exports to telemetry.googleapis.com
+    # on Cloud Run; off turns telemetry off.
+    export = optional(string, "auto")
+    # TELEMETRY_SAMPLE_RATIO: the share of traces recorded, decided at each
+    # root by trace id (Cloud Trace bills per span ingested).
+    sample_ratio = optional(number, 0.01)
+    # TELEMETRY_METRIC_INTERVAL: how often metrics are exported.
+    metric_interval = optional(string, "60s")
+    # The end-to-end objective: p99 of relaybus.hop.duration{hop=end_to_end}
+    # (occurredAt → the consumer's commit) in seconds, over 5 minutes, and how
+    # long it must be missed before the alert opens.
+    end_to_end_p99_seconds = optional(number, 10)
+    alert_duration         = optional(string, "600s")
+  })
+  description = "OpenTelemetry: export (auto or off), sample ratio, metric interval, and the end-to-end latency alert's p99 threshold in seconds."
+  default     = {}
+  validation {
+    condition     = contains(["auto", "google", "off"], var.telemetry.export) && var.telemetry.sample_ratio >= 0 && var.telemetry.sample_ratio <= 1 && var.telemetry.end_to_end_p99_seconds > 0
+    error_message = "telemetry: export must be auto, google or off; sample_ratio within [0, 1]; end_to_end_p99_seconds positive."
+  }
+}
+
+resource "google_project_service" "telemetry" {
+  for_each           = toset(["telemetry.googleapis.com", "cloudtrace.googleapis.com"])
+  service            = each.key
+  disable_on_destroy = false
+}
+
+# Writing traces (roles/cloudtrace.agent: telemetry.traces.write) and metrics
+# (roles/monitoring.metricWriter: telemetry.metrics.write) through the
+# Telemetry API, for the functions that record them.
+resource "google_project_iam_member" "telemetry_trace_writer" {
+  for_each = toset(["publish", "relay"])
+  project  = var.project_id
+  role     = "roles/cloudtrace.agent"
+  member   = google_service_account.function[each.key].member
+}
+
+resource "google_project_iam_member" "telemetry_metric_writer" {
+  for_each = toset(["publish", "relay"])
+  project  = var.project_id
+  role     = "roles/monitoring.metricWriter"
+  member   = google_service_account.function[each.key].member
+}
+
+resource "google_project_iam_member" "consume_telemetry_trace_writer" {
+  for_each = local.consumers
+  project  = var.project_id
+  role     = "roles/cloudtrace.agent"
+  member   = google_service_account.consume[each.key].member
+}
+
+resource "google_project_iam_member" "consume_telemetry_metric_writer" {
+  for_each = local.consumers
+  project  = var.project_id
+  role     = "roles/monitoring.metricWriter"
+  member   = google_service_account.consume[each.key].member
+}
+
+locals {
+  # PromQL of the dashboard's charts and the alert, by panel.
+  telemetry_promql = {
+    publish_rate         = "sum by (\"http.response.status_code\") (rate({\"relaybus.publish.request.duration_count\"}[5m]))"
+    publish_p50          = "histogram_quantile(0.5, sum by (le) (rate({\"relaybus.publish.request.duration_bucket\"}[5m])))"
+    publish_p99          = "histogram_quantile(0.99, sum by (le) (rate({\"relaybus.publish.request.duration_bucket\"}[5m])))"
+    sent_rate            = "sum by (\"messaging.destination.name\", \"error.type\") (rate({\"messaging.client.sent.messages\"}[5m]))"
+    pubsub_publish_p99   = "histogram_quantile(0.99, sum by (le, \"messaging.destination.name\") (rate({\"messaging.client.operation.duration_bucket\"}[5m])))"
+    outbox_oldest        = "max by (\"relaybus.database\") ({\"relaybus.outbox.oldest_pending.age\"})"
+    outbox_backlog       = "max by (\"relaybus.database\", \"relaybus.state\") ({\"relaybus.outbox.pending\"})"
+    hop_p50              = "histogram_quantile(0.5, sum by (le, \"relaybus.hop\") (rate({\"relaybus.hop.duration_bucket\"}[5m])))"
+    hop_p99              = "histogram_quantile(0.99, sum by (le, \"relaybus.hop\") (rate({\"relaybus.hop.duration_bucket\"}[5m])))"
+    consume_outcomes     = "sum by (\"relaybus.consumer\", \"relaybus.outcome\") (rate({\"messaging.client.consumed.messages\"}[5m]))"
+    nack_ratio           = "sum by (\"relaybus.consumer\") (rate({\"messaging.client.consumed.messages\", \"relaybus.outcome\"=~\"retry|dead_lettered|unavailable\"}[5m])) / sum by (\"relaybus.consumer\") (rate({\"messaging.client.consumed.messages\"}[5m]))"
+    process_p50          = "histogram_quantile(0.5, sum by (le, \"relaybus.consumer\") (rate({\"messaging.process.duration_bucket\"}[5m])))"
+    process_p95          = "histogram_quantile(0.95, sum by (le, \"relaybus.consumer\") (rate({\"messaging.process.duration_bucket\"}[5m])))"
+    dead_letters         = "sum by (\"relaybus.consumer\", \"relaybus.outcome\") (increase({\"messaging.client.consumed.messages\", \"relaybus.outcome\"=~\"poison|dead_lettered\"}[1h]))"
+    aggregate_id_invalid = "sum by (\"messaging.destination.name\", \"relaybus.reason\") (increase({\"relaybus.aggregate_id.invalid\"}[1h]))"
+    aggregate_id_source  = "sum by (\"relaybus.aggregate_id.source\") (rate({\"relaybus.aggregate_id.source\"}[5m]))"
+    strict_oldest_gap    = "max by (\"relaybus.consumer\") ({\"relaybus.strict.oldest_gap.age\"})"
+    strict_open_gaps     = "max by (\"relaybus.consumer\") ({\"relaybus.strict.open_gaps\"})"
+    end_to_end_p99       = "histogram_quantile(0.99, sum by (le) (rate({\"relaybus.hop.duration_bucket\", \"relaybus.hop\"=\"end_to_end\"}[5m])))"
+  }
+
+  # One chart per seed panel (pubsub-conventions.md §10.1, outbox-streamingpull.md §6).
+  telemetry_charts = [
+    { title = "Publish requests/s by status", queries = ["publish_rate"] },
+    { title = "Publish latency p50 / p99 (s)", queries = ["publish_p50", "publish_p99"] },
+    { title = "Relay: messages published/s by topic", queries = ["sent_rate"] },
+    { title = "Relay: Pub/Sub publish p99 (s)", queries = ["pubsub_publish_p99"] },
+    { title = "Outbox: oldest unpublished row (s)", queries = ["outbox_oldest"] },
+    { title = "Outbox: backlog by state", queries = ["outbox_backlog"] },
+    { title = "Per-hop latency p50 / p99 (s)", queries = ["hop_p50", "hop_p99"] },
+    { title = "Consume outcomes/s", queries = ["consume_outcomes"] },
+    { title = "Consume nack ratio", queries = ["nack_ratio"] },
+    { title = "Processing p50 / p95 (s)", queries = ["process_p50", "process_p95"] },
+    { title = "Dead letters per hour", queries = ["dead_letters"] },
+    { title = "Aggregate ids: refused per hour / sources", queries = ["aggregate_id_invalid", "aggregate_id_source"] },
+    { title = "Strict consumers: oldest open gap (s) / open gaps", queries = ["strict_oldest_gap", "strict_open_gaps"] },
+  ]
+}
+
+resource "google_monitoring_dashboard" "relaybus" {
+  dashboard_json = jsonencode({
+    displayName = "relaybus"
+    mosaicLayout = {
+      columns = 12
+      tiles = [for i, c in local.telemetry_charts : {
+        xPos   = (i % 2) * 6
+        yPos   = floor(i / 2) * 4
+        width  = 6
+        height = 4
+        widget = {
+          title = c.title
+          xyChart = {
+            dataSets = [for q in c.queries : {
+              plotType        = "LINE"
+              legendTemplate  = q
+              timeSeriesQuery = { prometheusQuery = local.telemetry_promql[q] }
+            }]
+          }
+        }
+      }]
+    }
+  })
+}
+
+resource "google_monitoring_alert_policy" "end_to_end_latency" {
+  display_name          = "relaybus: end-to-end latency p99"
+  combiner              = "OR"
+  notification_channels = var.alerts.notification_channels
+
+  conditions {
+    display_name = "p99 from occurredAt to the consumer's commit over ${var.telemetry.end_to_end_p99_seconds}s"
+    condition_prometheus_query_language {
+      query    = "${local.telemetry_promql.end_to_end_p99} > ${var.telemetry.end_to_end_p99_seconds}"
+      duration = var.telemetry.alert_duration
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "Events take longer than the objective from occurrence to their consumers. The dashboard \"relaybus\" shows which hop (relaybus.hop: enqueue_to_publish, publish_to_consume) grew; Cloud Trace shows single events (relaybus samples TELEMETRY_SAMPLE_RATIO of traces)."
+  }
+}

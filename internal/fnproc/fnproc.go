@@ -1,0 +1,157 @@
+// Package fnproc runs a relaybus function in a process of its own for a
+// benchmark, wired exactly as production wires it (instance.Main: the
+// function's configuration read from the environment, its one
+// constructor, the graceful shutdown), so the benchmark can read that
+// process's own CPU time apart from the load generator's.
+//
+// The process is the test binary itself, started again: a test package
+// whose TestMain calls Serve first becomes the function when Start set
+// its variable, and runs its tests otherwise.
+package fnproc
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relaybus/relaybus/internal/cost"
+	"github.com/relaybus/relaybus/shared/instance"
+)
+
+// envTarget names the function the re-started test binary serves.
+const envTarget = "RELAYBUS_FNPROC_TARGET"
+
+// Serve makes this process the function Start asked for, if it did: it
+// serves it (instance.Main) and exits. Otherwise it returns at once. Call
+// it first in TestMain.
+func Serve() {
+	target := os.Getenv(envTarget)
+	if target == "" {
+		return
+	}
+	instance.Main(target)
+	os.Exit(0)
+}
+
+// Proc is a function serving in a process of its own.
+type Proc struct {
+	// URL is where it serves (http://127.0.0.1:<port>).
+	URL string
+	cmd *exec.Cmd
+}
+
+// Start starts the test binary again as the function registered as target
+// (its package must be linked into the test binary, and its TestMain must
+// call Serve), with env added to this process's environment (the
+// function's configuration: DATABASE_URL, PUBSUB_EMULATOR_HOST, ...) and
+// PORT set to a free port. It waits until the function answers HTTP, and
+// stops it when the benchmark ends.
+func Start(tb testing.TB, target string, env map[string]string) *Proc {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envTarget+"="+target, "PORT="+strconv.Itoa(port))
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	// Its log goes to a file, which the benchmark's log shows when it fails.
+	logPath := filepath.Join(tb.TempDir(), target+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	p := &Proc{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cmd: cmd}
+	tb.Cleanup(func() {
+		_ = p.Stop()
+		logFile.Close()
+		if tb.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				tb.Logf("%s's log (last 4 KB):\n%s", target, b[max(0, len(b)-4096):])
+			}
+		}
+	})
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
+			c.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("fnproc: %s did not listen on port %d within a minute", target, port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// CPU returns the user plus system CPU time the function's process has
+// used so far.
+func (p *Proc) CPU() (time.Duration, error) { return cost.ProcessCPU(p.cmd.Process.Pid) }
+
+// Stop sends SIGTERM, as Cloud Run does, and waits for the process to
+// exit (killing it after 30 s).
+func (p *Proc) Stop() error {
+	if p.cmd.ProcessState != nil {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		return <-done
+	}
+}
+
+// StopCPU stops the function gracefully (Stop) and returns the user plus
+// system CPU time its process used in all, from its rusage at exit, which
+// counts the shutdown's work (flushing what was buffered) too.
+func (p *Proc) StopCPU() (time.Duration, error) {
+	if err := p.Stop(); err != nil {
+		return 0, fmt.Errorf("fnproc: the function exited with %w", err)
+	}
+	st := p.cmd.ProcessState
+	return st.UserTime() + st.SystemTime(), nil
+}
+
+// Warm sends GET / until the function answers (a lazily built function
+// builds itself on its first request), within a minute.
+func (p *Proc) Warm(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(p.URL + "/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode < 500 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fnproc: %s does not answer: %v", p.URL, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
