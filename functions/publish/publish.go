@@ -21,6 +21,7 @@ import (
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
@@ -35,6 +36,17 @@ type DB = postgres.DBTX
 // failed and a retry is scheduled). It never breaks per-aggregate order.
 type FastPath interface {
 	PublishNow(ctx context.Context, ids ...string) (map[string]outbox.State, error)
+}
+
+// Enqueuer is a FastPath that also writes the outbox rows and takes the
+// fast path's lease on their aggregates in the same transaction
+// ((*relay.Relay).EnqueueNow), then publishes that claim once it committed
+// (PublishClaimed): one transaction for the write and the claim, where
+// outbox.Enqueue then PublishNow take two. The handler uses it when its
+// FastPath has it.
+type Enqueuer interface {
+	EnqueueNow(ctx context.Context, events ...*event.Event) ([]outbox.Enqueued, *relay.Claim, error)
+	PublishClaimed(ctx context.Context, c *relay.Claim) (map[string]outbox.State, error)
 }
 
 // Defaults of Options.
@@ -520,7 +532,17 @@ func (h *Handler) accept(ctx context.Context, deadline time.Time, mode string, e
 		return results, http.StatusOK, nil
 	}
 
-	enq, err := outbox.Enqueue(ctx, h.db, write...)
+	var (
+		enq   []outbox.Enqueued
+		claim *relay.Claim
+		err   error
+	)
+	fe, claiming := h.fast.(Enqueuer)
+	if claiming {
+		enq, claim, err = fe.EnqueueNow(ctx, write...)
+	} else {
+		enq, err = outbox.Enqueue(ctx, h.db, write...)
+	}
 	if err != nil {
 		if errors.Is(err, outbox.ErrVersionConflict) {
 			resp := &ErrorResponse{Error: CodeVersionConflict,
@@ -558,7 +580,7 @@ func (h *Handler) accept(ctx context.Context, deadline time.Time, mode string, e
 		}
 	}
 	if h.fast != nil && len(now) > 0 {
-		h.fastPath(ctx, mode, now, results)
+		h.fastPath(ctx, mode, now, claim, results)
 	}
 	for k, e := range write {
 		r := &results[writeAt[k]]
@@ -583,13 +605,21 @@ func (h *Handler) logSkipped(ctx context.Context, mode string, events []*event.E
 // fastPath publishes the pending rows at once, within what is left of the
 // request's budget, and updates their results. A failure is only logged:
 // the rows are committed and the relay publishes them.
-func (h *Handler) fastPath(ctx context.Context, mode string, ids []string, results []Result) {
+func (h *Handler) fastPath(ctx context.Context, mode string, ids []string, claim *relay.Claim, results []Result) {
 	// The rows are committed: finish (or give up) by the deadline even if
 	// the caller hangs up, so no lease is left waiting for its expiry.
 	deadline, _ := ctx.Deadline()
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	states, err := h.fast.PublishNow(ctx, ids...)
+	var (
+		states map[string]outbox.State
+		err    error
+	)
+	if fe, ok := h.fast.(Enqueuer); ok && claim != nil {
+		states, err = fe.PublishClaimed(ctx, claim)
+	} else {
+		states, err = h.fast.PublishNow(ctx, ids...)
+	}
 	if err != nil {
 		h.log.WarnContext(ctx, "publish: fast path failed; the events stay pending for the relay",
 			slog.String("mode", mode), slog.Int("events", len(ids)), slog.String("first_event_id", ids[0]), slog.Any("error", err))

@@ -82,3 +82,45 @@ func Statements(ctx context.Context, url string) (int64, error) {
 	}
 	return calls, nil
 }
+
+// Transactions reads the transactions (committed and rolled back) of the
+// database at url from pg_stat_database, through a connection to the
+// cluster's postgres database (so the reading is not counted). A backend
+// reports its counts when it goes idle, at most once a second, and at the
+// latest when it exits: so Transactions first waits, within ctx, until no
+// connection to the database is open. Close the pools of the code under
+// test before a reading; a run's transactions are the difference of two
+// readings of a database no one else uses.
+func Transactions(ctx context.Context, url string) (int64, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return 0, fmt.Errorf("pg_stat_database: %w", err)
+	}
+	db := cfg.Database
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("pg_stat_database: %w", err)
+	}
+	defer conn.Close(ctx)
+	for {
+		var open int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, db).Scan(&open); err != nil {
+			return 0, fmt.Errorf("pg_stat_activity: %w", err)
+		}
+		if open == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("pg_stat_database: %d connections to %s still open: %w", open, db, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = $1`, db).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("pg_stat_database: %w", err)
+	}
+	return n, nil
+}

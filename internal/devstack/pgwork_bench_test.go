@@ -21,6 +21,10 @@ import (
 type pgCounters struct {
 	xacts int64
 	lsn   string
+	// walRecords and walFPI are pg_stat_wal's counts (the whole cluster):
+	// WAL records, and full-page images among them (each a whole 8 KB page
+	// written after a checkpoint's first change to it).
+	walRecords, walFPI int64
 }
 
 // readPgCounters reads the counters through url (any database of the
@@ -37,7 +41,7 @@ func readPgCounters(ctx context.Context, url string, dbs []string) (pgCounters, 
 	defer conn.Close(ctx)
 	var c pgCounters
 	err = conn.QueryRow(ctx, `SELECT (SELECT coalesce(sum(xact_commit), 0)::bigint FROM pg_stat_database WHERE datname = ANY($1)),
-		pg_current_wal_lsn()::text`, dbs).Scan(&c.xacts, &c.lsn)
+		pg_current_wal_lsn()::text, wal_records, wal_fpi FROM pg_stat_wal`, dbs).Scan(&c.xacts, &c.lsn, &c.walRecords, &c.walFPI)
 	return c, err
 }
 
@@ -202,6 +206,8 @@ func BenchmarkPostgresWorkPerPurchase(b *testing.B) {
 			rate, seconds, purchases, rep.Consumed, durable, dbs, window.Round(time.Second), statsSettle, idleXacts, idleXacts*window.Seconds())
 		fmt.Printf("BENCH pg_xacts_per_purchase %.2f transactions\n", float64(after.xacts-before.xacts)/float64(purchases))
 		fmt.Printf("BENCH pg_wal_kb_per_purchase %.2f KB\n", float64(wal)/1024/float64(purchases))
+		fmt.Printf("# wal: %.1f records and %.2f full-page images per purchase (pg_stat_wal, the whole cluster)\n",
+			float64(after.walRecords-before.walRecords)/float64(purchases), float64(after.walFPI-before.walFPI)/float64(purchases))
 		if err := printStatements(ctx, s.Info.DatabaseURL, dbs, purchases); err != nil {
 			b.Fatal(err)
 		}

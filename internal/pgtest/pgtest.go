@@ -287,3 +287,38 @@ func RequireDurable(tb testing.TB) string {
 	}
 	return settings
 }
+
+// Database creates a database of its own for t (dropped when t ends) and
+// returns its URL: for tests that read the server's per-database
+// statistics (pg_stat_database), which other tests' schemas in the shared
+// database would add to.
+func Database(t testing.TB) string {
+	t.Helper()
+	ctx := context.Background()
+	base := URL(t)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "t_" + sanitize(t.Name()) + "_" + hex.EncodeToString(b[:])
+	admin, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), base)
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		_, _ = conn.Exec(context.Background(), "DROP DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	u, err := neturl.Parse(base)
+	if err != nil || u.Scheme == "" {
+		t.Fatalf("pgtest: the test server's URL %q is not a postgres:// URL", base)
+	}
+	u.Path = "/" + name
+	return u.String()
+}

@@ -46,6 +46,16 @@ type Kicker interface {
 	Kick(ids ...string)
 }
 
+// TxKicker is a Kicker that claims the child events' aggregates in the
+// delivery's own transaction, before it commits (a *relay.Relay's KickIn),
+// and publishes them once it committed (the function it returns): the
+// claim costs no transaction of its own. The engine uses it when its
+// Kicker has it.
+type TxKicker interface {
+	Kicker
+	KickIn(ctx context.Context, tx postgres.DBTX, ids ...string) (func(), error)
+}
+
 // Defaults of Options.
 const (
 	DefaultMaxDeliveryAttempts = 5
@@ -293,7 +303,12 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer rcancel()
 	defer tx.Rollback(rctx) //nolint:errcheck // after Commit this is a no-op
-	b, err := inbox.Begin(ctx, tx, e.o.ConsumerID, ev.ID)
+	// The attempt is recorded as a success with the claim, in one
+	// statement; a parked event corrects it, a failure rolls it back.
+	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, Outcome: string(model.OutcomeSuccess),
+		ConsumedAt: now(), Topic: ev.Topic, Subscription: sub, MessageID: d.Message.ID,
+		DeliveryAttempt: d.Message.DeliveryAttempt}
+	b, err := inbox.BeginApplied(ctx, tx, a)
 	if err != nil {
 		return unavailable("inbox", err)
 	}
@@ -303,30 +318,37 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 		return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: b.Applied, Duplicate: true}
 	}
 	log = log.With("attempt", n)
-	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, AttemptNo: n, Topic: ev.Topic,
-		Subscription: sub, MessageID: d.Message.ID, DeliveryAttempt: d.Message.DeliveryAttempt}
+	a.AttemptNo = n
 
-	sp, err := tx.Begin(ctx) // the savepoint the handler's work rolls back to
-	if err != nil {
-		return unavailable("savepoint", err)
-	}
-	c := &Context{Event: ev, Tx: sp, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
+	// The handler runs in the attempt's transaction itself, not in a
+	// savepoint of it: a savepoint is a subtransaction (its own xid, WAL
+	// and pg_subtrans entries) on every delivery, to serve only the rare
+	// failure. A failed attempt rolls everything back instead and records
+	// itself in a statement of its own (see below).
+	c := &Context{Event: ev, Tx: tx, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
 		Subscription: sub, MessageID: d.Message.ID, engine: e}
 	herr := e.runHandler(ctx, c)
 	if herr == nil {
 		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: model.OutcomeSuccess}
+		var (
+			err    error
+			kicked func()
+		)
 		if c.parkCode != "" {
 			res.Outcome, res.Code = model.OutcomeParked, c.parkCode
-			a.ErrorCode, a.ErrorMessage = c.parkCode, c.parkMessage
+			a.Outcome, a.ErrorCode, a.ErrorMessage = string(res.Outcome), c.parkCode, c.parkMessage
+			err = inbox.Outcome(ctx, tx, a)
 		}
-		a.Outcome, a.ConsumedAt = string(res.Outcome), now()
-		if _, err := inbox.Record(ctx, sp, a); err != nil {
+		if tk, ok := e.o.Kicker.(TxKicker); ok && err == nil && len(c.emittedIDs) > 0 {
+			kicked, err = tk.KickIn(ctx, tx, c.emittedIDs...)
+		}
+		if err != nil {
 			herr = Transient("database", err)
 		} else if err := tx.Commit(ctx); err != nil {
 			return unavailable("commit", err)
 		} else {
 			e.shipLater(ctx, log, a)
-			e.afterCommit(ctx, log, c)
+			e.afterCommit(ctx, log, c, kicked)
 			if res.Outcome == model.OutcomeParked {
 				log.InfoContext(ctx, "consume: parked", "code", c.parkCode, "reason", c.parkMessage)
 			} else {
@@ -336,17 +358,23 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 		}
 	}
 
-	// The handler failed: undo its work, keep the count, record the attempt.
-	if err := sp.Rollback(rctx); err != nil {
+	// The handler failed: undo its work with the whole transaction (the
+	// inbox claim and the count go with it), then count the attempt again
+	// and record it in one statement of its own (inbox.Record with number
+	// 0), which commits. A delivery of the same event that was waiting on
+	// the count takes the number this attempt had; this one then takes the
+	// next: numbers stay unique and every attempt is recorded.
+	if err := tx.Rollback(rctx); err != nil {
 		return unavailable("rollback", err)
 	}
 	res := e.failure(rctx, log, d, sub, ev, n, herr)
-	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(res.Outcome), res.Code, herr.Error(), now()
-	if err := inbox.Failed(rctx, tx, a); err != nil {
+	a.AttemptNo, a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = 0, string(res.Outcome), res.Code, herr.Error(), now()
+	m, err := inbox.Record(rctx, e.o.DB, a)
+	if err != nil {
 		return unavailable("record", err)
 	}
-	if err := tx.Commit(rctx); err != nil {
-		return unavailable("commit", err)
+	if m > 0 {
+		a.AttemptNo, res.Attempt = m, m
 	}
 	e.shipLater(ctx, log, a)
 	e.logFailure(ctx, log, ev, res)
@@ -406,12 +434,15 @@ func (e *Engine) logFailure(ctx context.Context, log *slog.Logger, ev *event.Eve
 }
 
 // afterCommit ships the attempts at other events c's handler settled and
-// kicks the child events it emitted, once c's transaction has committed.
-func (e *Engine) afterCommit(ctx context.Context, log *slog.Logger, c *Context) {
+// kicks the child events it emitted (kicked: publishes what TxKicker
+// claimed in the transaction), once c's transaction has committed.
+func (e *Engine) afterCommit(ctx context.Context, log *slog.Logger, c *Context, kicked func()) {
 	for _, o := range c.recorded {
 		e.shipLater(ctx, log, o)
 	}
-	if e.o.Kicker != nil && len(c.emittedIDs) > 0 {
+	if kicked != nil {
+		kicked()
+	} else if e.o.Kicker != nil && len(c.emittedIDs) > 0 {
 		e.o.Kicker.Kick(c.emittedIDs...)
 	}
 }
@@ -435,7 +466,7 @@ func (e *Engine) Do(ctx context.Context, f func(ctx context.Context, c *Context)
 	if err != nil {
 		return err
 	}
-	e.afterCommit(ctx, e.o.Logger.With("consumer_id", e.o.ConsumerID), c)
+	e.afterCommit(ctx, e.o.Logger.With("consumer_id", e.o.ConsumerID), c, nil)
 	return nil
 }
 

@@ -11,16 +11,23 @@
 // An attempt runs in one transaction:
 //
 //	BEGIN
-//	Begin       count the attempt, claim the event (or find it applied)
-//	SAVEPOINT   (a pgx nested transaction)
-//	handler     the consumer's effect and child events
-//	Record      the successful attempt                     -> COMMIT
+//	BeginApplied  count the attempt, claim the event (or find it applied)
+//	              and record the attempt as a success, one statement
+//	handler       the consumer's effect and child events
+//	(Outcome      a handler that parked the event: the outcome corrected)
+//	COMMIT
 //	  or, when the handler failed:
-//	ROLLBACK TO SAVEPOINT
-//	Failed      release the claim, record the failed attempt -> COMMIT
+//	ROLLBACK      the effect, the claim, the count and the record go
+//	Record        number 0: count again and record the failed attempt, one
+//	              statement (its own transaction)
 //
 // so the count, the claim, the effect and the attempt commit together, in
-// one round trip each and a single commit.
+// a single commit, with one statement of the inbox's and no savepoint (a
+// subtransaction on every delivery to serve only the rare failure). A
+// failed attempt costs one more transaction, and a delivery of the same
+// event that waited on the count may take its number first: the failed
+// attempt then takes the next one. An attempt's consumed_at is when it
+// began.
 //
 // A handler may settle other events in that transaction (a strict
 // consumer's resequencer applies the parked events whose turn has come):
@@ -90,6 +97,8 @@ func query(name string) string {
 
 var (
 	beginSQL     = query("begin")
+	appliedSQL   = query("begin_applied")
+	outcomeSQL   = query("outcome")
 	recordSQL    = query("record")
 	failedSQL    = query("failed")
 	unshippedSQL = query("unshipped")
@@ -135,6 +144,36 @@ func Begin(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (Beg
 	return b, nil
 }
 
+// BeginApplied is Begin for an attempt whose handler runs in tx: when it
+// claims the event it also records the attempt (a's delivery facts and
+// ConsumedAt, outcome success) in the same statement, so a success
+// commits with no statement of its own. A handler that parks the event
+// corrects the outcome with Outcome; a failure rolls the record back with
+// everything else. a's ConsumerID and EventID name the event; its number
+// and outcome are ignored.
+func BeginApplied(ctx context.Context, tx postgres.DBTX, a Attempt) (Begun, error) {
+	var b Begun
+	var applied *int
+	err := tx.QueryRow(ctx, appliedSQL, a.ConsumerID, a.EventID, a.ConsumedAt, a.Topic, a.Subscription,
+		a.MessageID, a.DeliveryAttempt).Scan(&b.Attempt, &b.Claimed, &applied)
+	if err != nil {
+		return Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
+	}
+	if !b.Claimed && applied != nil {
+		b.Applied = *applied
+	}
+	return b, nil
+}
+
+// Outcome corrects, in tx, the outcome, error code and message of attempt
+// a that BeginApplied recorded as a success.
+func Outcome(ctx context.Context, tx postgres.DBTX, a Attempt) error {
+	if _, err := tx.Exec(ctx, outcomeSQL, a.ConsumerID, a.EventID, a.AttemptNo, a.Outcome, a.ErrorCode, a.ErrorMessage); err != nil {
+		return fmt.Errorf("inbox: record the attempt's outcome: %w", err)
+	}
+	return nil
+}
+
 // Attempt is one consumption attempt as Postgres records it.
 type Attempt struct {
 	ConsumerID string
@@ -173,10 +212,9 @@ func Record(ctx context.Context, db postgres.DBTX, a Attempt) (int, error) {
 	return n, nil
 }
 
-// Failed releases the inbox claim of a failed attempt and records it, in
-// tx after the handler's work was rolled back to the savepoint, or, for an
-// attempt that claimed the event with Claim, in one statement of its own
-// (a claim another attempt has taken over stays).
+// Failed releases the inbox claim of a failed attempt that claimed the
+// event with Claim and records it, in one statement (a claim another
+// attempt has taken over stays).
 func Failed(ctx context.Context, tx postgres.DBTX, a Attempt) error {
 	if _, err := tx.Exec(ctx, failedSQL, a.args()...); err != nil {
 		return fmt.Errorf("inbox: record failed attempt: %w", err)

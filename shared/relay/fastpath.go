@@ -3,6 +3,10 @@ package relay
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/outbox"
 )
 
@@ -19,15 +23,96 @@ func (r *Relay) PublishNow(ctx context.Context, ids ...string) (map[string]outbo
 	if len(ids) == 0 {
 		return map[string]outbox.State{}, nil
 	}
-	res, err := r.claimAndPublish(ctx, outbox.ClaimOptions{Events: ids, Aggregates: len(ids),
-		RunLimit: fastRunLimit, Limit: len(ids) * fastRunLimit}, true)
+	c, err := r.claim(ctx, r.o.DB, fastClaim(ids))
+	if err != nil {
+		return nil, err
+	}
+	return r.answer(ctx, c)
+}
+
+// fastClaim is the fast path's claim of ids' aggregates.
+func fastClaim(ids []string) outbox.ClaimOptions {
+	return outbox.ClaimOptions{Events: ids, Aggregates: len(ids), RunLimit: fastRunLimit, Limit: len(ids) * fastRunLimit}
+}
+
+// Claim is a fast path's claim made in the transaction that enqueued its
+// events (EnqueueNow), published by PublishClaimed once that transaction
+// committed.
+type Claim struct {
+	c   claimed
+	ids []string
+}
+
+// EnqueueNow writes events into the outbox (outbox.Enqueue) and, in the
+// same transaction, claims the aggregates of the pending ones as PublishNow
+// would: the write and the fast path's lease commit together, one
+// transaction where Enqueue then PublishNow took two. Pass the claim to
+// PublishClaimed. The lease is the one every claim takes (the aggregate's
+// epoch bumped, due again when it expires), so a process that dies before
+// publishing leaves the events to the next drain, as PublishNow does.
+// Without a Postgres handle that can begin a transaction it enqueues only
+// and returns a claim PublishClaimed answers through PublishNow.
+func (r *Relay) EnqueueNow(ctx context.Context, events ...*event.Event) ([]outbox.Enqueued, *Claim, error) {
+	b, ok := r.o.DB.(migrate.Beginner)
+	if !ok {
+		enq, err := outbox.Enqueue(ctx, r.o.DB, events...)
+		return enq, &Claim{ids: pendingIDs(enq)}, err
+	}
+	var (
+		enq []outbox.Enqueued
+		cl  = &Claim{}
+	)
+	err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+		var err error
+		if enq, err = outbox.Enqueue(ctx, tx, events...); err != nil {
+			return err
+		}
+		if cl.ids = pendingIDs(enq); len(cl.ids) == 0 {
+			return nil
+		}
+		cl.c, err = r.claim(ctx, tx, fastClaim(cl.ids))
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return enq, cl, nil
+}
+
+func pendingIDs(enq []outbox.Enqueued) []string {
+	var ids []string
+	for _, q := range enq {
+		if q.State == outbox.StatePending {
+			ids = append(ids, q.ID)
+		}
+	}
+	return ids
+}
+
+// PublishClaimed publishes and settles a claim EnqueueNow made, after its
+// transaction committed, within ctx's deadline, and answers as PublishNow
+// does for the claim's events.
+func (r *Relay) PublishClaimed(ctx context.Context, cl *Claim) (map[string]outbox.State, error) {
+	if cl == nil || len(cl.ids) == 0 {
+		return map[string]outbox.State{}, nil
+	}
+	if cl.c.events == nil { // enqueued without a transaction: claim now
+		return r.PublishNow(ctx, cl.ids...)
+	}
+	return r.answer(ctx, cl.c)
+}
+
+// answer publishes a fast path's claim and returns each of its events'
+// state afterwards (see PublishNow).
+func (r *Relay) answer(ctx context.Context, c claimed) (map[string]outbox.State, error) {
+	res, err := r.publishClaimed(ctx, c, true)
 	if err != nil {
 		return nil, err
 	}
 	// The runs answer for the ids they published; the outbox for the rest.
-	out := make(map[string]outbox.State, len(ids))
+	out := make(map[string]outbox.State, len(c.events))
 	var rest []string
-	for _, id := range ids {
+	for _, id := range c.events {
 		if res.publishedIDs[id] {
 			out[id] = outbox.StatePublished
 		} else {
@@ -72,7 +157,52 @@ func (r *Relay) kick(ctx context.Context, ids []string) {
 	}
 }
 
+// KickIn claims, in tx (the transaction that enqueued ids, before it
+// commits), the aggregates of ids as the kick after the commit would, and
+// returns what to call once tx committed: it publishes and settles that
+// claim in the background (FlushKicks and Close wait for it). The claim
+// commits with the events, one transaction fewer than a kick; if tx rolls
+// back it goes with it (call nothing then). Its lease is every claim's: a
+// process that dies before publishing leaves the events to the drain once
+// the lease expires.
+func (r *Relay) KickIn(ctx context.Context, tx DB, ids ...string) (func(), error) {
+	if len(ids) == 0 {
+		return func() {}, nil
+	}
+	c, err := r.claim(ctx, tx, outbox.ClaimOptions{Events: ids, Aggregates: len(ids), RunLimit: r.o.RunLimit, Limit: r.o.BatchSize})
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		r.kicked.Add(1)
+		go func() {
+			defer r.kicked.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), r.o.Lease-r.o.LeaseMargin)
+			defer cancel()
+			if _, err := r.publishClaimed(ctx, c, false); err != nil {
+				r.log.WarnContext(ctx, "relay: kick failed; the scheduled drain publishes these events", "events", len(ids), "error", err.Error())
+			}
+		}()
+	}, nil
+}
+
+// waitKicked waits until the claims KickIn handed over are published and
+// settled, or ctx ends.
+func (r *Relay) waitKicked(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { r.kicked.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // FlushKicks waits until every kick made so far has been through a claim.
 func (r *Relay) FlushKicks(ctx context.Context) error {
-	return r.kicks.Flush(ctx)
+	if err := r.kicks.Flush(ctx); err != nil {
+		return err
+	}
+	return r.waitKicked(ctx)
 }

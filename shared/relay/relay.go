@@ -1,7 +1,8 @@
 // Package relay drains the transactional outbox to Pub/Sub, an aggregate's
 // run at a time.
 //
-// A drain runs Concurrency workers. Each one claims aggregates
+// A drain runs up to Concurrency workers (one until a claim finds work).
+// Each one claims aggregates
 // (outbox.Claim: due aggregates, FOR UPDATE SKIP LOCKED, a lease that bumps
 // the aggregate's epoch) with each one's run of unpublished versions,
 // publishes every run as one ordered bundle (one Publish request per run,
@@ -154,7 +155,19 @@ type Relay struct {
 	failures *batch.Batcher[failureRecord]
 
 	kicks *batch.Batcher[string]
+	// kicked counts the claims KickIn handed over still being published.
+	kicked sync.WaitGroup
+
+	// lastPurge is when a drain of this relay last applied retention
+	// (unix nanoseconds on the relay's clock).
+	lastPurge atomic.Int64
 }
+
+// idlePurgeEvery is how often a drain that claimed nothing applies
+// retention: rows only become old enough to delete by the hour, and each
+// purge is two statements, which an idle stack would otherwise commit at
+// every scheduled drain.
+const idlePurgeEvery = time.Minute
 
 // New returns a relay over o.
 func New(o Options) (*Relay, error) {
@@ -220,7 +233,7 @@ func New(o Options) (*Relay, error) {
 // ctx, and stops its background work. What it cuts is recorded later by a
 // drain's healing step (sends) or published by the next drain (kicks).
 func (r *Relay) Close(ctx context.Context) error {
-	errs := []error{r.kicks.Close(ctx)}
+	errs := []error{r.kicks.Close(ctx), r.waitKicked(ctx)}
 	if r.sends != nil {
 		errs = append(errs, r.sends.Close(ctx), r.failures.Close(ctx))
 	}
@@ -293,8 +306,9 @@ func (s *Summary) add(b batchResult) {
 // Drain publishes until nothing is due or budget runs out, with
 // Concurrency workers; meanwhile it records the sends the ledger missed
 // (bounded by the budget, never holding up a claim) and publishes queued
-// re-pushes; then it applies retention and counts what is left. An error
-// means the drain stopped early; the summary says what it did.
+// re-pushes; then it applies retention (after a drain that claimed
+// something, or at most once a minute when idle) and counts what is left.
+// An error means the drain stopped early; the summary says what it did.
 func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error) {
 	start := time.Now()
 	deadline := start.Add(budget)
@@ -305,7 +319,6 @@ func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error
 		mu       sync.Mutex
 		firstErr error
 		wg       sync.WaitGroup
-		busy     atomic.Int32
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -338,43 +351,72 @@ func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error
 			fail(err)
 		}
 	}()
-	var workers sync.WaitGroup
-	for range r.o.Concurrency {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			idle := 0
-			for dctx.Err() == nil {
-				busy.Add(1)
-				b, err := r.claimAndPublish(dctx, outbox.ClaimOptions{}, false)
-				busy.Add(-1)
-				mu.Lock()
-				sum.add(b)
-				mu.Unlock()
-				if err != nil {
-					if dctx.Err() == nil {
-						fail(err)
-					}
-					return
-				}
-				if b.runs > 0 {
-					idle = 0
-					continue
-				}
-				// Nothing due. Another worker may be about to settle an
-				// aggregate with more work behind it: look again while any
-				// is busy, briefly.
-				if busy.Load() == 0 || idle > 200 {
-					return
-				}
-				idle++
-				time.Sleep(time.Millisecond)
+	// Workers: one claims first; the others start only once a claim found
+	// work, so a drain with nothing due costs one claim, not Concurrency.
+	// A worker whose claim came back empty waits (no polling) until
+	// another settles a batch, which may have made more versions of its
+	// aggregates due, and then claims again; with every worker idle the
+	// drain is done.
+	var (
+		workers sync.WaitGroup
+		wmu     sync.Mutex
+		settled = sync.NewCond(&wmu)
+		batches int // non-empty batches settled so far
+		active  int // workers inside claimAndPublish
+		spawn   sync.Once
+	)
+	var worker func()
+	worker = func() {
+		defer workers.Done()
+		for dctx.Err() == nil {
+			wmu.Lock()
+			active++
+			seen := batches
+			wmu.Unlock()
+			b, err := r.claimAndPublish(dctx, outbox.ClaimOptions{}, false)
+			wmu.Lock()
+			active--
+			if b.runs > 0 {
+				batches++
 			}
-		}()
+			settled.Broadcast()
+			wmu.Unlock()
+			mu.Lock()
+			sum.add(b)
+			mu.Unlock()
+			if err != nil {
+				if dctx.Err() == nil {
+					fail(err)
+				}
+				return
+			}
+			if b.runs > 0 {
+				spawn.Do(func() {
+					for range r.o.Concurrency - 1 {
+						workers.Add(1)
+						go worker()
+					}
+				})
+				continue
+			}
+			wmu.Lock()
+			for batches == seen && active > 0 {
+				settled.Wait()
+			}
+			again := batches != seen
+			wmu.Unlock()
+			if !again {
+				return
+			}
+		}
 	}
+	workers.Add(1)
+	go worker()
 	workers.Wait()
 	wg.Wait() // the healing step and the re-pushes end by themselves, or at the deadline
-	if firstErr == nil && r.o.Retention > 0 {
+	if last := r.lastPurge.Load(); firstErr == nil && r.o.Retention > 0 &&
+		(sum.Claimed > 0 || last == 0 || r.now().Sub(time.Unix(0, last)) >= idlePurgeEvery) {
+		r.lastPurge.Store(r.now().UnixNano())
 		// Retention gets what is left of the budget, at least a moment.
 		pctx, pcancel := context.WithTimeout(ctx, max(time.Until(deadline), 2*time.Second))
 		for pctx.Err() == nil {

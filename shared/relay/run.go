@@ -35,6 +35,24 @@ type batchResult struct {
 // own); otherwise a publish under way and the settle finish even when ctx
 // ends, so that what Pub/Sub has is recorded.
 func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, bounded bool) (batchResult, error) {
+	c, err := r.claim(ctx, r.o.DB, co)
+	if err != nil {
+		return batchResult{}, err
+	}
+	return r.publishClaimed(ctx, c, bounded)
+}
+
+// claimed is a claim not yet published: its runs, the time the lease
+// started on the relay's clock, and the events it was asked for.
+type claimed struct {
+	runs      []outbox.Run
+	claimedAt time.Time
+	events    []string
+}
+
+// claim claims one batch through db (the pool, or the transaction that
+// enqueued co.Events), with the relay's owner, lease and limits.
+func (r *Relay) claim(ctx context.Context, db DB, co outbox.ClaimOptions) (claimed, error) {
 	co.Owner, co.Lease, co.Now = r.o.Owner, r.o.Lease, r.dbNow()
 	if co.Limit == 0 {
 		co.Limit = r.o.BatchSize
@@ -46,10 +64,17 @@ func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, bou
 		co.RunLimit = r.o.RunLimit
 	}
 	claimedAt := r.now()
-	runs, err := outbox.Claim(ctx, r.o.DB, co)
+	runs, err := outbox.Claim(ctx, db, co)
 	if err != nil {
-		return batchResult{}, err
+		return claimed{}, err
 	}
+	return claimed{runs: runs, claimedAt: claimedAt, events: co.Events}, nil
+}
+
+// publishClaimed publishes every run of a claim and settles it (see
+// claimAndPublish).
+func (r *Relay) publishClaimed(ctx context.Context, c claimed, bounded bool) (batchResult, error) {
+	runs, claimedAt := c.runs, c.claimedAt
 	res := batchResult{runs: len(runs)}
 	if len(runs) == 0 {
 		return res, nil
@@ -87,7 +112,7 @@ func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, bou
 	// published, whatever becomes of the settle, which finishes on its own
 	// (a settle cut short would leave the leases to expire, and the events
 	// waiting for them).
-	res.publishedIDs = make(map[string]bool, len(co.Events))
+	res.publishedIDs = make(map[string]bool, len(c.events))
 	for i, p := range progress {
 		for _, row := range runs[i].Rows[:p.Rows] {
 			res.publishedIDs[row.Event.ID] = true

@@ -1,7 +1,6 @@
--- A failed attempt, in its transaction after the handler's work was rolled
--- back to the savepoint taken after begin.sql: the inbox claim goes (the
--- event was not applied) and the attempt is recorded, both committed with
--- the attempt's count.
+-- A failed attempt of a claim (claim.sql, a remote call): the inbox claim
+-- goes (the event was not applied) and the attempt is recorded, in one
+-- statement.
 --
 -- $1 consumer, $2 event id, $3 attempt number, $4 outcome, $5 error code,
 -- $6 error message, $7 consumed at, $8 topic, $9 subscription,

@@ -1,0 +1,115 @@
+package consume_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/relaybus/relaybus/examples/shop"
+	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/cost"
+	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/delivery"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+// The consume path's transactions per delivery, counted by the server
+// (pg_stat_database of a database of the test's own), not by the code: a
+// delivery is one transaction (count and claim, the handler's effect and
+// child event, the attempt, no savepoint), and so is a duplicate (rolled
+// back). A rise above these fails the test.
+const (
+	maxXactsPerDelivery  = 1
+	maxXactsPerDuplicate = 1
+	// describes: pgx describes each statement once per connection (its
+	// statement cache), a transaction of its own on the server.
+	describes = 6
+)
+
+func TestConsumePathTransactionsPerDelivery(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.Database(t)
+	h := shop.Points() // a projection upsert and a child event per delivery
+	setup, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := consume.Migrate(ctx, setup); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := h.(consume.Migrator); ok {
+		if err := m.Migrate(ctx, setup); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setup.Close()
+	fake := pubsubtest.New(t)
+	top, _ := topology.Load("")
+	fake.Provision(t, top)
+
+	// run counts the transactions f commits or rolls back through an
+	// engine on a pool of its own, closed before the reading.
+	run := func(f func(e *consumer.Engine)) int64 {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		before, err := cost.Transactions(rctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := consumer.New(consumer.Options{DB: pool, ConsumerID: "member-service", Subscription: sub,
+			Handler: h, DeadLetters: fake.Client})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(e)
+		if err := e.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pool.Close()
+		after, err := cost.Transactions(rctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return after - before
+	}
+	idle := run(func(*consumer.Engine) {})
+
+	const deliveries = 50
+	msgs := make([]event.Message, deliveries)
+	for i := range msgs {
+		msgs[i] = message(t, orderEvent(fmt.Sprintf("order-x%02d", i), 1))
+	}
+	deliver := func(want func(consumer.Result) bool) func(*consumer.Engine) {
+		return func(e *consumer.Engine) {
+			for _, m := range msgs {
+				if r := e.Handle(ctx, delivery.Delivery{Mode: delivery.ModePush, Subscription: sub, Message: m}); !want(r) {
+					t.Fatalf("delivery of %s: %+v", m.ID, r)
+				}
+			}
+		}
+	}
+	xacts := run(deliver(func(r consumer.Result) bool { return r.Status == 200 && r.Outcome == model.OutcomeSuccess })) - idle
+	if per := float64(xacts) / deliveries; xacts > maxXactsPerDelivery*deliveries+describes {
+		t.Errorf("consume path: %.2f transactions per delivery (%d for %d), want at most %d (+%d describes)", per, xacts, deliveries, maxXactsPerDelivery, describes)
+	} else {
+		t.Logf("consume path: %.2f transactions per delivery", per)
+	}
+	xacts = run(deliver(func(r consumer.Result) bool { return r.Status == 200 && r.Duplicate })) - idle
+	if per := float64(xacts) / deliveries; xacts > maxXactsPerDuplicate*deliveries+describes {
+		t.Errorf("duplicates: %.2f transactions per delivery (%d for %d), want at most %d (+%d describes)", per, xacts, deliveries, maxXactsPerDuplicate, describes)
+	} else {
+		t.Logf("duplicates: %.2f transactions per delivery", per)
+	}
+}
