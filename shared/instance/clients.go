@@ -12,10 +12,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/migrate"
-	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/pull"
 	"github.com/relaybus/relaybus/shared/transport"
 	"github.com/relaybus/relaybus/shared/transport/natsjs"
