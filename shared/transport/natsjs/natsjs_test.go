@@ -5,40 +5,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/transport/natsjs"
+	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
 	"github.com/relaybus/relaybus/shared/transport/transporttest"
 )
 
 // The relay publishes through it.
 var _ relay.Publisher = (*natsjs.Client)(nil)
 
-// embedded starts a JetStream server in the test's process.
-func embedded(t *testing.T) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS server not ready")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
-
 // TestConformance runs the transport suite against an embedded JetStream
 // server.
 func TestConformance(t *testing.T) {
-	s := embedded(t)
+	url := natstest.Server(t)
 	const ackWait = 2 * time.Second
 	transporttest.Run(t, transporttest.Backend{
 		Open: func(t *testing.T) transporttest.Broker {
-			c, err := natsjs.Connect(context.Background(), s.ClientURL(), natsjs.Options{PullWait: time.Second})
+			c, err := natsjs.Connect(context.Background(), url, natsjs.Options{PullWait: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
