@@ -237,7 +237,9 @@ func TestWarmBuildsAtStartAndRetries(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, ServeOptions{Listener: ln, Target: "warm-test", ShutdownTimeout: time.Second}) }()
+	go func() {
+		done <- Serve(ctx, ServeOptions{Listener: ln, Target: "warm-test", ShutdownTimeout: time.Second})
+	}()
 	select {
 	case <-built:
 	case <-time.After(10 * time.Second):
@@ -260,4 +262,4 @@ func TestWarmBuildsAtStartAndRetries(t *testing.T) {
 type closer struct{ closed chan struct{} }
 
 func (closer) ServeHTTP(http.ResponseWriter, *http.Request) {}
-func (c closer) Close(context.Context) error            { close(c.closed); return nil }
+func (c closer) Close(context.Context) error                { close(c.closed); return nil }
