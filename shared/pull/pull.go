@@ -120,6 +120,10 @@ type Worker struct {
 
 	slots    chan struct{} // one per message held
 	inFlight chan struct{} // one per delivery running
+	// pulled is closed when the worker has stopped pulling: hand-backs
+	// wait for it, so a pull still open on the broker cannot take a
+	// handed-back message ahead of its key's next one.
+	pulled chan struct{}
 
 	mu    sync.Mutex
 	lanes map[string][]*item // queued messages of each ordering key with a running lane
@@ -165,7 +169,7 @@ func New(o Options) (*Worker, error) {
 		o.Logger = logging.Discard()
 	}
 	return &Worker{o: o, slots: make(chan struct{}, o.MaxOutstanding), inFlight: make(chan struct{}, o.MaxInFlight),
-		lanes: map[string][]*item{}, held: map[*item]struct{}{}}, nil
+		lanes: map[string][]*item{}, held: map[*item]struct{}{}, pulled: make(chan struct{})}, nil
 }
 
 // Run pulls and delivers until ctx ends, then drains: it pulls no more,
@@ -178,6 +182,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	extended := make(chan struct{})
 	go func() { defer close(extended); w.extend(stopExtend) }()
 	err := w.pullLoop(ctx)
+	close(w.pulled)
 	w.wg.Wait()
 	close(stopExtend)
 	<-extended
@@ -327,6 +332,7 @@ func (w *Worker) deliver(ctx context.Context, it *item) bool {
 
 // handBack returns it to the broker for redelivery as soon as it will.
 func (w *Worker) handBack(it *item) {
+	<-w.pulled
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w.settle(ctx, it, func() error { return it.l.Nack(ctx, 0) }, "nack")

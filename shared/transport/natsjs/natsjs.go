@@ -54,7 +54,7 @@ const HeaderOrderingKey = "Relaybus-Ordering-Key"
 // Defaults of Options.
 const (
 	DefaultDuplicateWindow = 2 * time.Minute
-	DefaultPullWait        = 5 * time.Second
+	DefaultPullWait        = 2 * time.Second
 	DefaultAckWait         = 60 * time.Second
 )
 
@@ -296,6 +296,9 @@ func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]pull
 	if wait < time.Millisecond {
 		return nil, ctx.Err()
 	}
+	// FetchMaxWait, not the context: the pull request expires on the
+	// server when Fetch returns, so no request of a worker that stopped
+	// pulling is left to take the messages it hands back.
 	batch, err := ci.c.Fetch(max, jetstream.FetchMaxWait(wait))
 	if err != nil {
 		return nil, fmt.Errorf("natsjs: pull %s: %w", subscription, err)
