@@ -10,6 +10,7 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
@@ -170,7 +171,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	// kicks, the ledger and the clients.
 	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
 	if cfg.Mode == ModePull {
-		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: engine, DeadLetters: ps, Project: cfg.ProjectID,
+		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{engine}, DeadLetters: ps, Project: cfg.ProjectID,
 			MaxInFlight: cfg.PullMaxInFlight, MaxAttempts: cfg.MaxDeliveryAttempts, Logger: log}
 		if c, ok := top.Consumer(cfg.Subscription); ok {
 			po.MinBackoff = time.Duration(c.MinBackoffSeconds) * time.Second
@@ -199,6 +200,14 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		}}, fn.close...)
 	}
 	return fn, nil
+}
+
+// pullEngine answers the pull worker with the engine's result.
+type pullEngine struct{ e *consumer.Engine }
+
+func (p pullEngine) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
+	r := p.e.Handle(ctx, d)
+	return pull.Answer{Status: r.Status, Attempt: r.Attempt, EventID: r.EventID, Code: r.Code, Error: r.Error}
 }
 
 // Consumer modes CONSUMER_MODE names.

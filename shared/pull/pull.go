@@ -24,13 +24,11 @@ package pull
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
@@ -63,16 +61,29 @@ type Leased interface {
 	Extend(ctx context.Context) error
 }
 
-// Engine handles one delivery: a *consumer.Engine.
+// Engine handles one delivery: the consume engine (consume adapts a
+// *consumer.Engine's Result; this package does not import the engine, so
+// the transports that implement Source stay below it).
 type Engine interface {
-	Handle(ctx context.Context, d delivery.Delivery) consumer.Result
+	Handle(ctx context.Context, d delivery.Delivery) Answer
+}
+
+// Answer is what the engine did with a delivery, as the worker needs it.
+type Answer struct {
+	// Status is the HTTP status push would have answered: 102, 200, 201,
+	// 202 and 204 acknowledge, anything else refuses.
+	Status int
+	// Attempt is the consumer's attempt number (the inbox's count).
+	Attempt int
+	// EventID, Code and Error describe a refusal in the logs.
+	EventID, Code, Error string
 }
 
 // Defaults of Options.
 const (
 	DefaultMaxInFlight    = 16
 	DefaultMaxOutstanding = 256
-	DefaultMaxAttempts    = consumer.DefaultMaxDeliveryAttempts
+	DefaultMaxAttempts    = 5 // consumer.DefaultMaxDeliveryAttempts
 	DefaultMinBackoff     = time.Second
 	DefaultMaxBackoff     = time.Minute
 	DefaultExtendEvery    = 10 * time.Second
@@ -410,6 +421,3 @@ func wait(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
-
-// String describes the worker in logs.
-func (w *Worker) String() string { return fmt.Sprintf("pull worker on %s", w.o.Subscription) }

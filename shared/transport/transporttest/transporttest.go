@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
@@ -296,7 +295,7 @@ type scripted struct {
 	started  chan struct{}
 }
 
-func (s *scripted) Handle(_ context.Context, d delivery.Delivery) consumer.Result {
+func (s *scripted) Handle(_ context.Context, d delivery.Delivery) pull.Answer {
 	m := d.Message
 	id := m.Attributes[event.AttrEventID]
 	s.mu.Lock()
@@ -317,11 +316,11 @@ func (s *scripted) Handle(_ context.Context, d delivery.Delivery) consumer.Resul
 	defer s.mu.Unlock()
 	s.running[m.OrderingKey] = false
 	if s.refuse != nil && s.refuse(m, n) {
-		return consumer.Result{Status: http.StatusServiceUnavailable, EventID: id, Attempt: n, Code: "scripted"}
+		return pull.Answer{Status: http.StatusServiceUnavailable, EventID: id, Attempt: n, Code: "scripted"}
 	}
 	v, _ := strconv.Atoi(m.Attributes["n"])
 	s.accepted[m.OrderingKey] = append(s.accepted[m.OrderingKey], v)
-	return consumer.Result{Status: http.StatusOK, EventID: id, Attempt: n}
+	return pull.Answer{Status: http.StatusOK, EventID: id, Attempt: n}
 }
 
 func newScripted() *scripted {
