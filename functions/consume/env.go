@@ -3,6 +3,7 @@ package consume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -11,12 +12,14 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/pull"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -66,6 +69,14 @@ type Config struct {
 	// InboxRetention is how long inbox rows are kept (INBOX_RETENTION,
 	// default 192h).
 	InboxRetention time.Duration `env:"INBOX_RETENTION, default=192h"`
+	// Mode is how deliveries arrive (CONSUMER_MODE): push (Pub/Sub push or
+	// Eventarc POSTs them, the default) or pull (the function pulls
+	// CONSUMER_SUBSCRIPTION itself from the broker TRANSPORT names, a
+	// long-running worker from its start: see shared/pull).
+	Mode string `env:"CONSUMER_MODE, default=push"`
+	// PullMaxInFlight bounds the pull worker's deliveries at once
+	// (PULL_MAX_IN_FLIGHT, default 16; keep it below the pool's size).
+	PullMaxInFlight int `env:"PULL_MAX_IN_FLIGHT, default=16"`
 	// RollupTopic receives attempt notices (ROLLUP_TOPIC, default
 	// relaybus.ledger.rollup).
 	RollupTopic string `env:"ROLLUP_TOPIC, default=relaybus.ledger.rollup"`
@@ -73,6 +84,9 @@ type Config struct {
 
 func init() {
 	functions.HTTP("consume", instance.Lazy("consume", instance.FromEnv(instance.Load[Config], Build)))
+	// Built at start, not on the first request: in pull mode no request
+	// comes, the worker is the function's work.
+	instance.Warm("consume")
 }
 
 // Build is the consume function's one constructor, in production (from
@@ -85,6 +99,15 @@ func init() {
 func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if cfg.ConsumerID == "" {
 		return nil, errors.New("config: CONSUMER_ID is required: the consumer service's name")
+	}
+	switch cfg.Mode {
+	case ModePush, "":
+	case ModePull:
+		if cfg.Subscription == "" {
+			return nil, errors.New("config: CONSUMER_SUBSCRIPTION is required with CONSUMER_MODE=pull: the subscription to pull")
+		}
+	default:
+		return nil, fmt.Errorf("config: CONSUMER_MODE=%q: want %s or %s", cfg.Mode, ModePush, ModePull)
 	}
 	log := cfg.Logger()
 	h, err := BuildHandler(cfg.Handler, HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
@@ -118,7 +141,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 			return fail(err)
 		}
 	}
-	ps, err := cfg.PubSub.Open(ctx, cfg.ProjectID)
+	ps, err := cfg.PubSub.OpenBroker(ctx, cfg.ProjectID)
 	if err != nil {
 		return fail(err)
 	}
@@ -155,8 +178,51 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	// At shutdown: the engine's attempts first (New put it first), then the
 	// kicks, the ledger and the clients.
 	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
+	if cfg.Mode == ModePull {
+		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{engine}, DeadLetters: ps, Project: cfg.ProjectID,
+			MaxInFlight: cfg.PullMaxInFlight, MaxAttempts: cfg.MaxDeliveryAttempts, Logger: log}
+		if c, ok := top.Consumer(cfg.Subscription); ok {
+			po.MinBackoff = time.Duration(c.MinBackoffSeconds) * time.Second
+			po.MaxBackoff = time.Duration(c.MaxBackoffSeconds) * time.Second
+			po.ExtendEvery = time.Duration(c.AckDeadlineSeconds) * time.Second / 3
+		}
+		w, err := pull.New(po)
+		if err != nil {
+			return fail(err)
+		}
+		// The worker runs until Close, which drains it (the deliveries in
+		// flight finish and are acknowledged, the rest handed back) before
+		// the engine and the clients close.
+		wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() { done <- w.Run(wctx) }()
+		log.Info("consume: pulling", "subscription", cfg.Subscription, "transport", cfg.PubSub.Transport)
+		fn.close = append([]func(context.Context) error{func(ctx context.Context) error {
+			stop()
+			select {
+			case err := <-done:
+				return err
+			case <-ctx.Done():
+				return fmt.Errorf("consume: pull worker still draining at shutdown: %w", ctx.Err())
+			}
+		}}, fn.close...)
+	}
 	return fn, nil
 }
+
+// pullEngine answers the pull worker with the engine's result.
+type pullEngine struct{ e *consumer.Engine }
+
+func (p pullEngine) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
+	r := p.e.Handle(ctx, d)
+	return pull.Answer{Status: r.Status, Attempt: r.Attempt, EventID: r.EventID, Code: r.Code, Error: r.Error}
+}
+
+// Consumer modes CONSUMER_MODE names.
+const (
+	ModePush = "push"
+	ModePull = "pull"
+)
 
 // Migrator is a handler with tables of its own; consume migrates them at
 // start.

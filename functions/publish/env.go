@@ -120,7 +120,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		opts.Registry = registry.FromTopology(top)
 	}
 	if cfg.FastPath {
-		ps, err := cfg.PubSub.Open(ctx, cfg.ProjectID)
+		ps, err := cfg.PubSub.OpenBroker(ctx, cfg.ProjectID)
 		if err != nil {
 			return fail(err)
 		}

@@ -230,7 +230,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	closers.Add(flush)
-	ps, err := cfg.PubSub.Open(ctx, cfg.ProjectID)
+	ps, err := cfg.PubSub.OpenBroker(ctx, cfg.ProjectID)
 	if err != nil {
 		return fail(err)
 	}

@@ -11,12 +11,15 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/pull"
 	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/transport/natsjs"
 )
 
 // Logger returns the function's logger: LogHandler's when set, else JSON
@@ -44,6 +47,48 @@ func (p PubSub) Open(ctx context.Context, project string) (*transport.Client, er
 		return transport.Dial(ctx, project, p.EmulatorHost, transport.Options{})
 	}
 	return transport.New(ctx, project, transport.Options{})
+}
+
+// Transports TRANSPORT names.
+const (
+	TransportPubSub = "pubsub"
+	TransportNATS   = "nats"
+)
+
+// Broker is the transport of the delivery paths (publish, relay, consume):
+// *transport.Client for Pub/Sub, *natsjs.Client for NATS JetStream.
+type Broker interface {
+	// Publish is event.Publisher: single publishes (dead letters, rollup
+	// notices).
+	event.Publisher
+	// PublishBatch is relay.Publisher: a key's run, in order.
+	PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error)
+	// Pull is pull.Source: consume's pull mode.
+	pull.Source
+	Close() error
+}
+
+// OpenBroker connects to the broker TRANSPORT names: Pub/Sub for project
+// (as Open does), or the NATS server at NATS_URL.
+func (p PubSub) OpenBroker(ctx context.Context, project string) (Broker, error) {
+	switch p.Transport {
+	case TransportPubSub, "":
+		c, err := p.Open(ctx, project)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	case TransportNATS:
+		if p.NATSURL == "" {
+			return nil, errors.New("config: NATS_URL is required with TRANSPORT=nats: the NATS server's URL, e.g. nats://127.0.0.1:4222")
+		}
+		c, err := natsjs.Connect(ctx, p.NATSURL, natsjs.Options{Name: project})
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("config: TRANSPORT=%q: want %s or %s", p.Transport, TransportPubSub, TransportNATS)
 }
 
 // Open opens the ledger of project with these settings; opts carries the

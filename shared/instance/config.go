@@ -68,12 +68,19 @@ type Database struct {
 	DirectURL string `env:"DATABASE_DIRECT_URL"`
 }
 
-// PubSub is how a function reaches Pub/Sub.
+// PubSub is how a function reaches its broker: Pub/Sub, or NATS
+// JetStream with TRANSPORT=nats (see OpenBroker).
 type PubSub struct {
 	// EmulatorHost is a Pub/Sub emulator or pstest to talk to without
 	// credentials (PUBSUB_EMULATOR_HOST; empty in production: Google's
 	// endpoint with the service's credentials).
 	EmulatorHost string `env:"PUBSUB_EMULATOR_HOST"`
+	// Transport is the broker the delivery paths publish to and pull from
+	// (TRANSPORT: pubsub or nats, default pubsub).
+	Transport string `env:"TRANSPORT, default=pubsub"`
+	// NATSURL is the NATS server with TRANSPORT=nats (NATS_URL, e.g.
+	// nats://nats.internal:4222).
+	NATSURL string `env:"NATS_URL"`
 }
 
 // Ledger is where the Firestore ledger lives and how it keeps documents:

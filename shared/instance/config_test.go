@@ -30,6 +30,8 @@ func TestLoadFillsEverySharedPieceFromTheEnvironment(t *testing.T) {
 	t.Setenv("LEDGER", "off")
 	t.Setenv("LEDGER_BUDGET", "3s")
 	t.Setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1")
+	t.Setenv("TRANSPORT", "nats")
+	t.Setenv("NATS_URL", "nats://127.0.0.1:2")
 	t.Setenv("SHUTDOWN_TIMEOUT", "5s")
 	t.Setenv("FIRESTORE_EMULATOR_HOST", "")
 	c, err := Load[testConfig](context.Background())
@@ -39,7 +41,7 @@ func TestLoadFillsEverySharedPieceFromTheEnvironment(t *testing.T) {
 	want := testConfig{
 		Env: Env{ProjectID: "p-1", LogLevel: "info", ShutdownTimeout: 5 * time.Second,
 			Telemetry: telemetry.Config{Export: "auto", SampleRatio: telemetry.DefaultSampleRatio, MetricInterval: telemetry.DefaultMetricInterval}},
-		PubSub: PubSub{EmulatorHost: "127.0.0.1:1"},
+		PubSub: PubSub{EmulatorHost: "127.0.0.1:1", Transport: "nats", NATSURL: "nats://127.0.0.1:2"},
 		Ledger: Recorder{Ledger: Ledger{Database: "ledger-db", Retention: 720 * time.Hour, ReconcileAfter: time.Minute},
 			Mode: "off", Budget: 3 * time.Second},
 		Own: "own",
@@ -127,6 +129,21 @@ func TestMainRefusesABadShutdownTimeout(t *testing.T) {
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "SHUTDOWN_TIMEOUT") {
 			t.Errorf("SHUTDOWN_TIMEOUT=%s: %v, output %q; want exit 1 naming SHUTDOWN_TIMEOUT", v, err, out)
+		}
+	}
+}
+
+func TestOpenBrokerNamesTheVariableOfABadTransport(t *testing.T) {
+	for _, tc := range []struct {
+		p    PubSub
+		want string
+	}{
+		{PubSub{Transport: "kafka"}, `config: TRANSPORT="kafka": want pubsub or nats`},
+		{PubSub{Transport: "nats"}, "config: NATS_URL is required with TRANSPORT=nats"},
+	} {
+		b, err := tc.p.OpenBroker(context.Background(), "p")
+		if err == nil || b != nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("OpenBroker(%+v) = %v, %v; want no broker and an error starting %q", tc.p, b, err, tc.want)
 		}
 	}
 }

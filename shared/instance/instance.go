@@ -70,7 +70,40 @@ type Closer interface {
 	Close(ctx context.Context) error
 }
 
+// Warm has Serve build the function registered as name as soon as it
+// starts, retrying with backoff until the build succeeds, rather than on
+// its first request: for a function with work of its own besides
+// requests (consume's pull mode). Call it after Lazy.
+func Warm(name string) {
+	registry.Lock()
+	defer registry.Unlock()
+	if l, ok := registry.fns[name]; ok {
+		l.warm = true
+	}
+}
+
+// warmUp builds l until it succeeds or ctx ends.
+func (l *lazy) warmUp(ctx context.Context, log *slog.Logger) {
+	wait := time.Second
+	for {
+		_, err := l.get(ctx)
+		if err == nil {
+			return
+		}
+		log.ErrorContext(ctx, l.name+": cannot start; retrying", "error", err.Error(), "retry_in", wait.String())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
 type lazy struct {
+	warm  bool
 	name  string
 	build func(ctx context.Context) (http.Handler, error)
 	mu    sync.Mutex
@@ -198,6 +231,9 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	if fn.warm {
+		go fn.warmUp(ctx, o.Logger)
+	}
 	select {
 	case err := <-served:
 		return err

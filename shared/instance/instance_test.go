@@ -255,3 +255,51 @@ func (w *lineWatch) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// A function marked Warm is built when Serve starts, before any request,
+// and a failed build is retried until it succeeds; Serve's shutdown closes
+// what it built.
+func TestWarmBuildsAtStartAndRetries(t *testing.T) {
+	var builds atomic.Int32
+	built := make(chan struct{})
+	closed := make(chan struct{})
+	Lazy("warm-test", func(context.Context) (http.Handler, error) {
+		if builds.Add(1) == 1 {
+			return nil, errors.New("the database is not up yet")
+		}
+		close(built)
+		return closer{closed: closed}, nil
+	})
+	Warm("warm-test")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServeOptions{Listener: ln, Target: "warm-test", ShutdownTimeout: time.Second})
+	}()
+	select {
+	case <-built:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not built without a request (%d builds)", builds.Load())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	default:
+		t.Fatal("Serve's shutdown did not close the warm-built function")
+	}
+	if n := builds.Load(); n != 2 {
+		t.Errorf("%d builds, want 2 (one failed, one retried)", n)
+	}
+}
+
+type closer struct{ closed chan struct{} }
+
+func (closer) ServeHTTP(http.ResponseWriter, *http.Request) {}
+func (c closer) Close(context.Context) error                { close(c.closed); return nil }

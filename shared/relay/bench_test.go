@@ -124,7 +124,8 @@ type drainRun struct {
 
 // drainBench fills the outbox with versions 1..events/aggregates of each
 // aggregate and times a relay draining it.
-func drainBench(b *testing.B, events, aggregates int) (run drainRun) {
+// A transport (with), when given, replaces benchPubSub.
+func drainBench(b *testing.B, events, aggregates int, with ...func(*testing.B, *topology.Topology) (relay.Publisher, string)) (run drainRun) {
 	b.Helper()
 	ctx := context.Background()
 	pool, _ := pgtest.SchemaConfig(b, func(c *pgxpool.Config) { c.MaxConns = 16 })
@@ -135,7 +136,13 @@ func drainBench(b *testing.B, events, aggregates int) (run drainRun) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pub, pubsub := benchPubSub(b, top)
+	var pub relay.Publisher
+	var pubsub string
+	if len(with) > 0 {
+		pub, pubsub = with[0](b, top)
+	} else {
+		pub, pubsub = benchPubSub(b, top)
+	}
 	durable := pgtest.RequireDurable(b)
 	fill(b, pool, aggregates, int64(events/aggregates))
 	if _, err := pool.Exec(ctx, `ANALYZE relaybus_outbox; ANALYZE relaybus_outbox_dispatch`); err != nil { // as autovacuum would have by now

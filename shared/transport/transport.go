@@ -62,6 +62,7 @@ type Client struct {
 	mu         sync.Mutex
 	publishers map[string]*pubsub.Publisher
 	closed     bool
+	subs       map[string]subscriptionInfo // Pull's lookups
 }
 
 // New connects to Pub/Sub for project. When PUBSUB_EMULATOR_HOST is set the

@@ -1,0 +1,352 @@
+// Package natsjs is relaybus's NATS JetStream transport, the second broker
+// beside Pub/Sub (shared/transport), chosen by TRANSPORT=nats. It implements
+// the same contracts: event.Publisher (single publishes), the relay's
+// PublishBatch (a key's run, in order, with the acknowledged prefix) and
+// pull.Source (the pull consumer mode).
+//
+// Mapping (https://docs.nats.io/nats-concepts/jetstream):
+//
+//   - a topic is a stream named like it with '.' as '_', holding the
+//     subjects <topic>.* (one token more: the ordering key), so a topic's
+//     <topic>.dlq stream (<topic>.dlq.*) never overlaps it;
+//   - the ordering key is the subject's last token ([KeyToken]) and the
+//     Relaybus-Ordering-Key header; a stream stores a subject's messages in
+//     publish order and a consumer delivers them in stream order;
+//   - attributes are headers, and the event_id attribute is Nats-Msg-Id,
+//     so a publish repeated within the stream's duplicate window
+//     (Options.DuplicateWindow) is stored once
+//     (https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive#message-deduplication);
+//   - a subscription is a durable pull consumer of the topic's stream with
+//     explicit acks and the subscription's ack deadline as AckWait; its
+//     dead-lettering after max attempts is the pull worker's (JetStream
+//     only stops redelivering at MaxDeliver and sends an advisory);
+//   - the message id is the stream sequence, the delivery attempt the
+//     consumer's NumDelivered, the publish time the stream's timestamp.
+package natsjs
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/pull"
+)
+
+// Client implements the publish contract and the pull source.
+var (
+	_ event.Publisher = (*Client)(nil)
+	_ pull.Source     = (*Client)(nil)
+)
+
+// HeaderOrderingKey carries a message's ordering key as given (the subject
+// carries it as a token).
+const HeaderOrderingKey = "Relaybus-Ordering-Key"
+
+// Defaults of Options.
+const (
+	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultPullWait        = 2 * time.Second
+	DefaultAckWait         = 60 * time.Second
+)
+
+// Options configure a Client.
+type Options struct {
+	// DuplicateWindow is how long a stream remembers message ids for
+	// deduplication (DefaultDuplicateWindow, JetStream's own default).
+	DuplicateWindow time.Duration
+	// PullWait is how long one Pull waits for messages (DefaultPullWait).
+	PullWait time.Duration
+	// Name is the connection's name in the server's monitoring.
+	Name string
+}
+
+// Client publishes to and pulls from a NATS JetStream server.
+type Client struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+	o  Options
+
+	mu        sync.Mutex
+	consumers map[string]consumerInfo
+}
+
+type consumerInfo struct {
+	c     jetstream.Consumer
+	topic string
+}
+
+// Connect connects to the NATS server at url (NATS_URL), reconnecting
+// forever after a lost connection.
+func Connect(ctx context.Context, url string, o Options) (*Client, error) {
+	if url == "" {
+		return nil, errors.New("natsjs: NATS_URL is empty: want the server's URL, e.g. nats://127.0.0.1:4222")
+	}
+	if o.DuplicateWindow <= 0 {
+		o.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if o.PullWait <= 0 {
+		o.PullWait = DefaultPullWait
+	}
+	if o.Name == "" {
+		o.Name = "relaybus"
+	}
+	nc, err := nats.Connect(url, nats.Name(o.Name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: connect to %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("natsjs: jetstream on %s: %w", url, err)
+	}
+	return &Client{nc: nc, js: js, o: o, consumers: map[string]consumerInfo{}}, nil
+}
+
+// JetStream returns the underlying JetStream context, for administration.
+func (c *Client) JetStream() jetstream.JetStream { return c.js }
+
+// Close drains the connection: what was published is flushed.
+func (c *Client) Close() error {
+	if err := c.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("natsjs: drain: %w", err)
+	}
+	return nil
+}
+
+// StreamName is the stream holding topic's messages.
+func StreamName(topic string) string {
+	b := []byte(names.ResourceID(topic))
+	for i, ch := range b {
+		if ch == '.' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// ConsumerName is the durable consumer standing for subscription.
+func ConsumerName(subscription string) string { return StreamName(subscription) }
+
+// KeyToken is the subject token of an ordering key: the key itself when it
+// is made of letters, digits, '-' and '_', else '~' and its unpadded
+// base64url form (an empty key is "~").
+func KeyToken(key string) string {
+	if key != "" && plain(key) {
+		return key
+	}
+	return "~" + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Subject is the subject a message of topic with ordering key key is
+// published to.
+func Subject(topic, key string) string { return names.ResourceID(topic) + "." + KeyToken(key) }
+
+// EnsureTopic creates topic's stream if it does not exist (file storage,
+// the duplicate window; retention 0 keeps messages until limits).
+func (c *Client) EnsureTopic(ctx context.Context, topic string, retention time.Duration) error {
+	id := names.ResourceID(topic)
+	_, err := c.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: StreamName(id), Subjects: []string{id + ".*"}, Storage: jetstream.FileStorage,
+		Duplicates: c.o.DuplicateWindow, MaxAge: retention,
+	})
+	if err != nil {
+		return fmt.Errorf("natsjs: stream for topic %s: %w", id, err)
+	}
+	return nil
+}
+
+// SubscriptionConfig is a subscription's settings.
+type SubscriptionConfig struct {
+	// AckWait is the lease of a delivered message (DefaultAckWait).
+	AckWait time.Duration
+}
+
+// EnsureSubscription creates the durable pull consumer standing for
+// subscription on topic's stream (which must exist).
+func (c *Client) EnsureSubscription(ctx context.Context, topic, subscription string, sc SubscriptionConfig) error {
+	if sc.AckWait <= 0 {
+		sc.AckWait = DefaultAckWait
+	}
+	topic = names.ResourceID(topic)
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, StreamName(topic), jetstream.ConsumerConfig{
+		Durable: ConsumerName(subscription), AckPolicy: jetstream.AckExplicitPolicy, AckWait: sc.AckWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy, MaxDeliver: -1, MaxAckPending: 10_000,
+	})
+	if err != nil {
+		return fmt.Errorf("natsjs: consumer for subscription %s: %w", subscription, err)
+	}
+	c.mu.Lock()
+	c.consumers[names.ResourceID(subscription)] = consumerInfo{c: cons, topic: topic}
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *Client) consumer(ctx context.Context, subscription string) (consumerInfo, error) {
+	id := names.ResourceID(subscription)
+	c.mu.Lock()
+	ci, ok := c.consumers[id]
+	c.mu.Unlock()
+	if ok {
+		return ci, nil
+	}
+	topic, _, _, err := names.ParseSubscription(id)
+	if err != nil {
+		return consumerInfo{}, fmt.Errorf("natsjs: subscription %s: not ensured by this client and not named <topic>.<consumer>-<role>: %w", id, err)
+	}
+	cons, err := c.js.Consumer(ctx, StreamName(topic), ConsumerName(id))
+	if err != nil {
+		return consumerInfo{}, fmt.Errorf("natsjs: subscription %s: %w", id, err)
+	}
+	ci = consumerInfo{c: cons, topic: topic}
+	c.mu.Lock()
+	c.consumers[id] = ci
+	c.mu.Unlock()
+	return ci, nil
+}
+
+// msg builds the NATS message of m on topic.
+func msg(topic string, m event.Message) *nats.Msg {
+	nm := nats.NewMsg(Subject(topic, m.OrderingKey))
+	nm.Data = m.Data
+	for k, v := range m.Attributes {
+		nm.Header.Set(k, v)
+	}
+	if m.OrderingKey != "" {
+		nm.Header.Set(HeaderOrderingKey, m.OrderingKey)
+	}
+	if id := m.Attributes[event.AttrEventID]; id != "" {
+		nm.Header.Set(jetstream.MsgIDHeader, id)
+	}
+	return nm
+}
+
+// Publish sends m to topic and waits for the stream's acknowledgement; the
+// message id is the stream sequence (a duplicate's is the original's).
+func (c *Client) Publish(ctx context.Context, topic string, m event.Message) (string, error) {
+	ack, err := c.js.PublishMsg(ctx, msg(topic, m))
+	if err != nil {
+		return "", fmt.Errorf("publish to %s: %w", names.ResourceID(topic), err)
+	}
+	return strconv.FormatUint(ack.Sequence, 10), nil
+}
+
+// PublishBatch publishes msgs to topic in order and returns how many the
+// stream acknowledged: all, or the prefix before the first failure with its
+// error. The messages are sent asynchronously on the one connection, which
+// the server reads in order, so a key's messages are stored in order; the
+// acknowledgements are then awaited in order. A message after a failed one
+// may still have been stored: the relay republishes it, and its
+// Nats-Msg-Id makes that a duplicate the stream drops.
+func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error) {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	var sendErr error
+	for _, m := range msgs {
+		f, err := c.js.PublishMsgAsync(msg(topic, m))
+		if err != nil {
+			sendErr = err
+			break
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return i, fmt.Errorf("publish to %s: %w", names.ResourceID(topic), err)
+		case <-ctx.Done():
+			return i, fmt.Errorf("publish to %s: %w", names.ResourceID(topic), ctx.Err())
+		}
+	}
+	if sendErr != nil {
+		return len(futures), fmt.Errorf("publish to %s: %w", names.ResourceID(topic), sendErr)
+	}
+	return len(futures), nil
+}
+
+// Pull fetches at most max messages of subscription's consumer, waiting at
+// most the client's PullWait.
+func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]pull.Leased, error) {
+	ci, err := c.consumer(ctx, subscription)
+	if err != nil {
+		return nil, err
+	}
+	wait := c.o.PullWait
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		wait = time.Until(dl)
+	}
+	if wait < time.Millisecond {
+		return nil, ctx.Err()
+	}
+	// FetchMaxWait, not the context: the pull request expires on the
+	// server when Fetch returns, so no request of a worker that stopped
+	// pulling is left to take the messages it hands back.
+	batch, err := ci.c.Fetch(max, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		return nil, fmt.Errorf("natsjs: pull %s: %w", subscription, err)
+	}
+	var out []pull.Leased
+	for jm := range batch.Messages() {
+		out = append(out, lease(jm, ci.topic))
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return out, fmt.Errorf("natsjs: pull %s: %w", subscription, err)
+	}
+	return out, nil
+}
+
+func lease(jm jetstream.Msg, topic string) *natsLease {
+	h := jm.Headers()
+	m := event.Message{Data: jm.Data(), Topic: topic, Attributes: map[string]string{}}
+	for k, vs := range h {
+		if len(vs) == 0 || k == HeaderOrderingKey || k == jetstream.MsgIDHeader {
+			continue
+		}
+		m.Attributes[k] = vs[0]
+	}
+	m.OrderingKey = h.Get(HeaderOrderingKey)
+	if md, err := jm.Metadata(); err == nil {
+		m.ID = strconv.FormatUint(md.Sequence.Stream, 10)
+		m.DeliveryAttempt = int(md.NumDelivered)
+		m.PublishTime = md.Timestamp
+	}
+	return &natsLease{jm: jm, m: m}
+}
+
+type natsLease struct {
+	jm jetstream.Msg
+	m  event.Message
+}
+
+func (l *natsLease) Message() event.Message { return l.m }
+
+// Ack acknowledges and waits for the server's confirmation.
+func (l *natsLease) Ack(ctx context.Context) error { return l.jm.DoubleAck(ctx) }
+
+func (l *natsLease) Nack(_ context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return l.jm.Nak()
+	}
+	return l.jm.NakWithDelay(delay)
+}
+
+// Extend resets the redelivery timer to the consumer's AckWait.
+func (l *natsLease) Extend(context.Context) error { return l.jm.InProgress() }

@@ -1,0 +1,46 @@
+package natsjs
+
+import (
+	"context"
+	"time"
+
+	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/shared/transport"
+)
+
+// Provision creates on the server what transport.Provision creates on
+// Pub/Sub for a topology: a stream per topic (its retention as MaxAge) and
+// per <topic>.dlq, a durable pull consumer per consumer subscription (its
+// ack deadline as AckWait), per <topic>.dlq-monitor and for the rollup.
+// Retry policies and dead-lettering are the pull worker's; replay filters
+// are the engine's (a message addressed to another consumer is ignored).
+// It is idempotent.
+func Provision(ctx context.Context, c *Client, t *topology.Topology) error {
+	secs := func(s int) time.Duration { return time.Duration(s) * time.Second }
+	if err := c.EnsureTopic(ctx, t.Rollup.Topic, 0); err != nil {
+		return err
+	}
+	if err := c.EnsureSubscription(ctx, t.Rollup.Topic, transport.RollupSubscription(t),
+		SubscriptionConfig{AckWait: secs(t.Defaults.AckDeadlineSeconds)}); err != nil {
+		return err
+	}
+	for _, tp := range t.Topics {
+		dlq := names.DeadLetter(tp.Name)
+		for _, name := range []string{tp.Name, dlq} {
+			if err := c.EnsureTopic(ctx, name, secs(tp.MessageRetentionSeconds)); err != nil {
+				return err
+			}
+		}
+		if err := c.EnsureSubscription(ctx, dlq, names.DeadLetterMonitor(tp.Name),
+			SubscriptionConfig{AckWait: secs(t.Defaults.AckDeadlineSeconds)}); err != nil {
+			return err
+		}
+		for _, cs := range tp.Consumers {
+			if err := c.EnsureSubscription(ctx, tp.Name, cs.Subscription(), SubscriptionConfig{AckWait: secs(cs.AckDeadlineSeconds)}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
