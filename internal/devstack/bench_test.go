@@ -33,22 +33,7 @@ import (
 func BenchmarkLocalStack(b *testing.B) {
 	ctx := context.Background()
 	for range b.N {
-		// The cluster runs as the postgres user when we are root: its
-		// directory must be reachable (b.TempDir is 0700).
-		state, err := os.MkdirTemp("", "relaybus-bench-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer os.RemoveAll(state)
-		_ = os.Chmod(state, 0o755)
-		s, err := Start(ctx, Options{Addr: "127.0.0.1:0", StateDir: state, Project: emutest.UniqueProject(b), DurablePostgres: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ob, err := Observe(ctx, s.Info, s.Topology)
-		if err != nil {
-			b.Fatal(err)
-		}
+		s, ob := startBenchStack(b)
 
 		const rate, seconds = 200, 10
 		conns := ob.SampleConnections(ctx, time.Second)
@@ -125,6 +110,32 @@ func sustains(ctx context.Context, ob *Observer, url string, rate float64, d tim
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// startBenchStack starts the stack as make dev does with nothing running
+// (its own durable Postgres cluster, the Firestore emulator, pstest in the
+// process) and an observer of it; the cluster's directory goes when the
+// benchmark ends.
+func startBenchStack(b *testing.B) (*Stack, *Observer) {
+	b.Helper()
+	ctx := context.Background()
+	// The cluster runs as the postgres user when we are root: its
+	// directory must be reachable (b.TempDir is 0700).
+	state, err := os.MkdirTemp("", "relaybus-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(state) })
+	_ = os.Chmod(state, 0o755)
+	s, err := Start(ctx, Options{Addr: "127.0.0.1:0", StateDir: state, Project: emutest.UniqueProject(b), DurablePostgres: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ob, err := Observe(ctx, s.Info, s.Topology)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, ob
 }
 
 // commitLatencies returns, for every accepted request of lr and every

@@ -3,7 +3,6 @@ package devstack
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 )
 
@@ -133,20 +131,7 @@ const statsSettle = 11 * time.Second
 func BenchmarkPostgresWorkPerPurchase(b *testing.B) {
 	ctx := context.Background()
 	for range b.N {
-		state, err := os.MkdirTemp("", "relaybus-bench-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer os.RemoveAll(state)
-		_ = os.Chmod(state, 0o755)
-		s, err := Start(ctx, Options{Addr: "127.0.0.1:0", StateDir: state, Project: emutest.UniqueProject(b), DurablePostgres: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ob, err := Observe(ctx, s.Info, s.Topology)
-		if err != nil {
-			b.Fatal(err)
-		}
+		s, ob := startBenchStack(b)
 		var dbs []string
 		for _, u := range s.Info.Databases {
 			cfg, err := pgx.ParseConfig(u)
