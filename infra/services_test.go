@@ -60,7 +60,12 @@ var localOnly = map[string]bool{"PUBSUB_EMULATOR_HOST": true, "FIRESTORE_EMULATO
 // telemetry.googleapis.com), and DATABASE_DIRECT_URL is for a database
 // behind a transaction-mode pooler (Supabase), where the migrations need
 // the database itself: Terraform's Cloud SQL is reached directly.
-var notFromTerraform = map[string]bool{"K_SERVICE": true, "OTEL_EXPORTER_OTLP_ENDPOINT": true, "DATABASE_DIRECT_URL": true}
+var notFromTerraform = map[string]bool{"K_SERVICE": true, "OTEL_EXPORTER_OTLP_ENDPOINT": true, "DATABASE_DIRECT_URL": true,
+	// Terraform deploys the Pub/Sub transport with push and Eventarc
+	// delivery, these variables' defaults; the NATS transport and the pull
+	// mode are chosen by hand (README, "Transports and consumer modes") and
+	// have no Terraform yet.
+	"TRANSPORT": true, "NATS_URL": true, "CONSUMER_MODE": true, "PULL_MAX_IN_FLIGHT": true}
 
 // envTags collects the variable names of a config struct's env tags
 // (localOnly and notFromTerraform left out).
