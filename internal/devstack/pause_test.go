@@ -10,9 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/relaybus/relaybus/internal/emulator"
-	"github.com/relaybus/relaybus/internal/emutest"
-	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -23,20 +20,8 @@ import (
 // is applied on its first attempt. An Eventarc consumer is refused.
 func TestPauseAndResumeOnTheLocalStack(t *testing.T) {
 	ctx := context.Background()
-	_, schema := pgtest.SchemaConfig(t, nil)
-	s, err := Start(ctx, Options{
-		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
-		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore),
-		RelayEvery: 500 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		s.Close(cctx)
-	}()
+	s := startOnTestSchema(t, 500*time.Millisecond)
+	defer closeStack(s)
 	main, err := pgxpool.New(ctx, s.Info.DatabaseURL)
 	if err != nil {
 		t.Fatal(err)

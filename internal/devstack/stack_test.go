@@ -24,22 +24,10 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // its exact expected end state.
 func TestDemoScenarioOnTheLocalStack(t *testing.T) {
 	ctx := context.Background()
-	_, schema := pgtest.SchemaConfig(t, nil)
-	s, err := Start(ctx, Options{
-		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
-		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore),
-		RelayEvery: 500 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		s.Close(cctx)
-	}()
+	s := startOnTestSchema(t, 500*time.Millisecond)
+	defer closeStack(s)
 	var out bytes.Buffer
-	err = Demo(ctx, s.Info, &out)
+	err := Demo(ctx, s.Info, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -110,4 +98,27 @@ func TestCheckWithEveryServiceRunning(t *testing.T) {
 	if err := Check(Options{DatabaseURL: "postgres://x", FirestoreHost: "127.0.0.1:1"}); err != nil {
 		t.Errorf("Check with DATABASE_URL and FIRESTORE_EMULATOR_HOST set: %v", err)
 	}
+}
+
+// startOnTestSchema starts the stack on the test's own Postgres schema and
+// the shared Firestore emulator, its relay scheduled every relayEvery.
+func startOnTestSchema(t *testing.T, relayEvery time.Duration) *Stack {
+	t.Helper()
+	_, schema := pgtest.SchemaConfig(t, nil)
+	s, err := Start(context.Background(), Options{
+		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
+		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore),
+		RelayEvery: relayEvery,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// closeStack closes s within 30 s.
+func closeStack(s *Stack) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.Close(ctx)
 }

@@ -18,9 +18,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/relaybus/relaybus/internal/emulator"
-	"github.com/relaybus/relaybus/internal/emutest"
-	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/telemetry"
@@ -42,20 +39,8 @@ func TestOnePurchaseIsOneTraceAndItsMetricsCountEveryHop(t *testing.T) {
 	restore := telemetry.Install(tp, mp)
 	defer restore()
 
-	_, schema := pgtest.SchemaConfig(t, nil)
-	s, err := Start(ctx, Options{
-		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
-		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore),
-		RelayEvery: 500 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		s.Close(cctx)
-	}()
+	s := startOnTestSchema(t, 500*time.Millisecond)
+	defer closeStack(s)
 
 	run := event.NewID()[:8]
 	orderID := "order-" + run
@@ -400,20 +385,8 @@ func TestTheRootsSamplingDecisionTravelsWithTheEvents(t *testing.T) {
 	restore := telemetry.Install(tp, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	defer restore()
 
-	_, schema := pgtest.SchemaConfig(t, nil)
-	s, err := Start(ctx, Options{
-		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
-		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore),
-		RelayEvery: 200 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		s.Close(cctx)
-	}()
+	s := startOnTestSchema(t, 200*time.Millisecond)
+	defer closeStack(s)
 	run := event.NewID()[:8]
 	purchase := func(order string) []byte {
 		b, _ := json.Marshal(map[string]any{"orderId": order, "memberId": "member-" + order, "amount": 10})
