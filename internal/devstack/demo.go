@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -40,8 +39,7 @@ import (
 func Demo(ctx context.Context, info Info, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	os.Setenv("FIRESTORE_EMULATOR_HOST", info.FirestoreHost)
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: info.Project, Database: ledger.DefaultDatabase}, ledger.Options{})
+	store, err := stackLedger(ctx, info)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -307,10 +308,7 @@ func Observe(ctx context.Context, info Info, top *topology.Topology) (*Observer,
 	for _, p := range byURL {
 		ob.outboxes = append(ob.outboxes, p)
 	}
-	if info.FirestoreHost != "" {
-		os.Setenv("FIRESTORE_EMULATOR_HOST", info.FirestoreHost)
-	}
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: info.Project, Database: ledger.DefaultDatabase}, ledger.Options{})
+	store, err := stackLedger(ctx, info)
 	if err != nil {
 		ob.Close()
 		return nil, fmt.Errorf("ledger: %w", err)
@@ -748,4 +746,12 @@ func (r LoadReport) Print(w io.Writer) {
 	if r.OutboxPending > 0 {
 		fmt.Fprintf(w, "    %-40s %6d\n", "outbox rows unpublished (all events)", r.OutboxPending)
 	}
+}
+
+// stackLedger opens the stack's ledger as its functions do, on the
+// emulator the stack names (not one the process environment may name).
+func stackLedger(ctx context.Context, info Info) (*ledger.Store, error) {
+	cfg := instance.Defaults[instance.Ledger]()
+	cfg.EmulatorHost = info.FirestoreHost
+	return cfg.Open(ctx, info.Project, ledger.Options{})
 }

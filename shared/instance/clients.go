@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 
 	"google.golang.org/api/option"
@@ -98,12 +99,22 @@ func (l Ledger) Open(ctx context.Context, project string, opts ledger.Options) (
 	opts.ReconcileAfter = l.ReconcileAfter
 	var client []option.ClientOption
 	if l.EmulatorHost != "" {
-		// What the Firestore client does with FIRESTORE_EMULATOR_HOST, on a
-		// connection the client owns (and closes): no TLS, and the
-		// emulator's admin credentials ("Bearer owner").
-		client = append(client, option.WithEndpoint(l.EmulatorHost), option.WithoutAuthentication(),
-			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())),
-			option.WithGRPCDialOption(grpc.WithPerRPCCredentials(emulatorOwner{})))
+		// What the Firestore client does with FIRESTORE_EMULATOR_HOST (no
+		// TLS, the emulator's admin credentials "Bearer owner"), on a
+		// connection of our own passed last, so that it wins: when the
+		// process environment names an emulator, firestore.NewClient
+		// dials that one first and would ignore an endpoint option, so a
+		// test or the local stack that runs its own emulator beside the
+		// environment's would write to one and read from the other. The
+		// Store closes the connection with the client.
+		conn, err := grpc.NewClient(l.EmulatorHost,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(emulatorOwner{}),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
+		if err != nil {
+			return nil, fmt.Errorf("config: FIRESTORE_EMULATOR_HOST=%q: %w", l.EmulatorHost, err)
+		}
+		client = append(client, option.WithGRPCConn(conn))
 	}
 	return ledger.Open(ctx, ledger.Config{ProjectID: project, Database: l.Database}, opts, client...)
 }

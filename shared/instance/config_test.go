@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/firestore"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/shared/ledger"
@@ -94,28 +95,41 @@ func TestRecorderRefusesAnUnknownMode(t *testing.T) {
 	}
 }
 
-// The emulator's host is a configuration value: with the variable the
-// client library reads cleared, the ledger still reaches the emulator it
-// was given, and what it writes reads back.
+// The emulator's host is a configuration value: whether the variable the
+// client library reads is cleared or names another emulator (the local
+// stack runs its own beside the one make test starts), the ledger reaches
+// the emulator it was given, and what it writes reads back there.
 func TestLedgerOpensTheConfiguredEmulator(t *testing.T) {
 	host := emutest.Host(t, emulator.Firestore)
-	project := emutest.UniqueProject(t)
-	t.Setenv("FIRESTORE_EMULATOR_HOST", "")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l := Defaults[Ledger]()
-	l.EmulatorHost = host
-	s, err := l.Open(ctx, project, ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Client().Collection("config_test").Doc("d").Set(ctx, map[string]any{"v": 1}); err != nil {
-		t.Fatalf("write through the configured emulator: %v", err)
-	}
-	doc, err := s.Client().Collection("config_test").Doc("d").Get(ctx)
-	if err != nil || doc.Data()["v"] != int64(1) {
-		t.Fatalf("read back: %v %v", doc, err)
+	for _, env := range []string{"", "127.0.0.1:1"} {
+		t.Run("FIRESTORE_EMULATOR_HOST="+env, func(t *testing.T) {
+			project := emutest.UniqueProject(t)
+			t.Setenv("FIRESTORE_EMULATOR_HOST", env)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			l := Defaults[Ledger]()
+			l.EmulatorHost = host
+			s, err := l.Open(ctx, project, ledger.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Client().Collection("config_test").Doc("d").Set(ctx, map[string]any{"v": 1}); err != nil {
+				t.Fatalf("write through the configured emulator: %v", err)
+			}
+			// Read it back with a client of the emulator's own, so the
+			// document is known to be there, not in another emulator.
+			t.Setenv("FIRESTORE_EMULATOR_HOST", host)
+			c, err := firestore.NewClient(ctx, project)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			doc, err := c.Collection("config_test").Doc("d").Get(ctx)
+			if err != nil || doc.Data()["v"] != int64(1) {
+				t.Fatalf("read back from %s: %v %v", host, doc, err)
+			}
+		})
 	}
 }
 
