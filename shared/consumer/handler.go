@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/model"
@@ -282,8 +283,13 @@ func (m *Mux) RegisterFunc(eventType, schemaVersion string, f func(ctx context.C
 // ErrNoHandler means no handler takes the event's type and schema version.
 var ErrNoHandler = errors.New("no handler for this event type and schema version")
 
-// Handle routes c to the matching handler.
+// Handle routes c to the matching handler. An event of a change
+// published in several schema versions (event.SideBySide) is applied in
+// one version only; see sideBySide.
 func (m *Mux) Handle(ctx context.Context, c *Context) error {
+	if skip, err := m.sideBySide(ctx, c); skip || err != nil {
+		return err
+	}
 	for _, k := range [][2]string{
 		{c.Event.Type, c.Event.SchemaVersion}, {c.Event.Type, Any},
 		{Any, c.Event.SchemaVersion}, {Any, Any},
@@ -291,6 +297,13 @@ func (m *Mux) Handle(ctx context.Context, c *Context) error {
 		if h, ok := m.routes[k]; ok {
 			return h.Handle(ctx, c)
 		}
+	}
+	if vs := m.versions(c.Event.Type); len(vs) > 0 {
+		// The seeds' unknown version (pubsub-conventions §6.3, §8.2): a
+		// version this consumer cannot read is poison, dead-lettered with
+		// the reason, for an operator to replay once it reads it.
+		return Poison("unknown_schema_version", fmt.Errorf("%w: %s %s (this consumer reads %s)",
+			ErrNoHandler, c.Event.Type, c.Event.SchemaVersion, strings.Join(vs, ", ")))
 	}
 	return fmt.Errorf("%w: %s %s", ErrNoHandler, c.Event.Type, c.Event.SchemaVersion)
 }
