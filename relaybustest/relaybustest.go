@@ -280,12 +280,12 @@ type DeadLetter struct {
 	Message event.Message
 }
 
-// Reason is the dead letter's reason (bad_payload, no_handler,
-// unknown_schema_version, ...).
+// Reason is the dead letter's reason (bad_payload, no_handler, ...).
 func (d DeadLetter) Reason() string { return d.Message.Attributes[deadletter.AttrReason] }
 
 // DeadLetters returns the messages the engine published to dead-letter
-// topics (poison: undecodable, no handler, an unknown schema version).
+// topics (poison: undecodable, no handler for the type or its schema
+// version).
 func (k *Kit) DeadLetters() []DeadLetter {
 	k.deadLetters.mu.Lock()
 	defer k.deadLetters.mu.Unlock()

@@ -161,11 +161,11 @@ func TestUndecodableAndUnknownVersionArePoison(t *testing.T) {
 	if rs[0].Outcome != model.OutcomePoison || rs[0].Code != "bad_payload" || !strings.Contains(rs[0].Error, "payload.memberId") {
 		t.Errorf("bad payload: %+v; want poison bad_payload naming payload.memberId", rs[0])
 	}
-	if rs[1].Outcome != model.OutcomePoison || rs[1].Code != "unknown_schema_version" || !strings.Contains(rs[1].Error, "reads v1") {
-		t.Errorf("v3: %+v; want poison unknown_schema_version", rs[1])
+	if rs[1].Outcome != model.OutcomePoison || rs[1].Code != "no_handler" || !strings.Contains(rs[1].Error, "unknown schema version: this consumer reads v1") {
+		t.Errorf("v3: %+v; want poison no_handler naming the versions read", rs[1])
 	}
 	dl := k.DeadLetters()
-	if len(dl) != 2 || dl[0].Topic != "shop.order.events.dlq" || dl[0].Reason() != "bad_payload" || dl[1].Reason() != "unknown_schema_version" {
+	if len(dl) != 2 || dl[0].Topic != "shop.order.events.dlq" || dl[0].Reason() != "bad_payload" || dl[1].Reason() != "no_handler" {
 		t.Errorf("dead letters %+v", dl)
 	}
 	var n int

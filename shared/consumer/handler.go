@@ -299,11 +299,12 @@ func (m *Mux) Handle(ctx context.Context, c *Context) error {
 		}
 	}
 	if vs := m.versions(c.Event.Type); len(vs) > 0 {
-		// The seeds' unknown version (pubsub-conventions §6.3, §8.2): a
-		// version this consumer cannot read is poison, dead-lettered with
-		// the reason, for an operator to replay once it reads it.
-		return Poison("unknown_schema_version", fmt.Errorf("%w: %s %s (this consumer reads %s)",
-			ErrNoHandler, c.Event.Type, c.Event.SchemaVersion, strings.Join(vs, ", ")))
+		// An unknown schema version (pubsub-conventions §6.3): poison, as
+		// every ErrNoHandler (reason no_handler), dead-lettered for an
+		// operator to replay once the consumer reads it; the message
+		// names the versions it reads.
+		return fmt.Errorf("%w: %s %s (unknown schema version: this consumer reads %s)",
+			ErrNoHandler, c.Event.Type, c.Event.SchemaVersion, strings.Join(vs, ", "))
 	}
 	return fmt.Errorf("%w: %s %s", ErrNoHandler, c.Event.Type, c.Event.SchemaVersion)
 }

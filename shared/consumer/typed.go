@@ -26,8 +26,8 @@ import (
 // A payload that does not decode fails the attempt as poison
 // ("bad_payload", dead-lettered with a *PayloadError naming the field)
 // without calling f; a version nothing is registered for is poison
-// ("unknown_schema_version"); see Mux.Handle for a change published in
-// several versions.
+// ("no_handler", the message naming the versions the consumer reads); see
+// Mux.Handle for a change published in several versions.
 func Register[T any](m *Mux, eventType, schemaVersion string, f func(ctx context.Context, c *Context, v T) error) {
 	m.Register(eventType, schemaVersion, HandlerFunc(func(ctx context.Context, c *Context) error {
 		v, err := Decode[T](c.Event)
