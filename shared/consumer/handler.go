@@ -19,6 +19,14 @@
 //		_, err := c.Tx.Exec(ctx, `UPDATE ...`, c.Event.AggregateID)
 //		return err
 //	})
+//
+// or with the payload decoded into a Go type per schema version
+// ([Register]; a change published in several versions side by side is
+// applied once, see [Mux.Handle]):
+//
+//	consumer.Register(mux, "order.purchased", "v2", func(ctx context.Context, c *consumer.Context, o *orderpb.PurchasedV2) error {
+//		...
+//	})
 package consumer
 
 import (
