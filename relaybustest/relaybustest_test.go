@@ -4,7 +4,9 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/sourcecontextpb"
@@ -16,6 +18,7 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/relay"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -199,8 +202,8 @@ func TestTypedProtobufHandler(t *testing.T) {
 	}
 }
 
-// v1 and v2 of one change, enqueued in one transaction, are published in
-// aggregate order (v2 first) and applied once by every consumer: in v1 by
+// v1 and v2 of one change, enqueued in one transaction, are published by
+// the relay in aggregate order (v2 first) and applied once by every consumer: in v1 by
 // one that reads v1 only, in v2 by one that reads v2 or both, whatever the
 // order of delivery to a strict consumer, and once (in the first version
 // delivered) by a plain consumer that gets them out of order. Every
@@ -230,14 +233,27 @@ func TestTwoVersionsOfOneChangeSideBySide(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	published, err := relaybustest.Outbox(ctx, producer)
+	// The relay publishes them, in aggregate order, as one ordered batch.
+	pub := &capture{}
+	r, err := relay.New(relay.Options{DB: producer, Publisher: pub})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := r.Drain(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var published []*event.Event
+	for _, m := range pub.msgs {
+		e, _, err := event.Decode(m, event.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		published = append(published, &e)
 	}
 	if len(published) != 2 || published[0].ID != "order-7-purchased.v2" || published[0].Version != 1 ||
 		published[1].ID != "order-7-purchased.v1" || published[1].Version != 2 ||
 		published[0].TraceID != published[1].TraceID || published[0].SpanID != published[1].SpanID {
-		t.Fatalf("the outbox holds %+v; want v2 at version 1 then v1 at version 2, one trace and span", published)
+		t.Fatalf("the relay published %+v; want v2 at version 1 then v1 at version 2, one trace and span", published)
 	}
 	v2, v1 := published[0], published[1]
 	for _, c := range []struct {
@@ -269,6 +285,22 @@ func TestTwoVersionsOfOneChangeSideBySide(t *testing.T) {
 			}
 		})
 	}
+}
+
+// capture is the relay's Pub/Sub: it keeps what was published, in order.
+type capture struct {
+	mu   sync.Mutex
+	msgs []event.Message
+}
+
+func (c *capture) PublishBatch(_ context.Context, topic string, msgs []event.Message) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range msgs {
+		m.Topic = topic
+		c.msgs = append(c.msgs, m)
+	}
+	return len(msgs), nil
 }
 
 func TestSideBySideRefusesBadVersions(t *testing.T) {
