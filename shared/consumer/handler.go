@@ -19,6 +19,14 @@
 //		_, err := c.Tx.Exec(ctx, `UPDATE ...`, c.Event.AggregateID)
 //		return err
 //	})
+//
+// or with the payload decoded into a Go type per schema version
+// ([Register]; a change published in several versions side by side is
+// applied once, see [Mux.Handle]):
+//
+//	consumer.Register(mux, "order.purchased", "v2", func(ctx context.Context, c *consumer.Context, o *orderpb.PurchasedV2) error {
+//		...
+//	})
 package consumer
 
 import (
@@ -26,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/model"
@@ -282,8 +291,13 @@ func (m *Mux) RegisterFunc(eventType, schemaVersion string, f func(ctx context.C
 // ErrNoHandler means no handler takes the event's type and schema version.
 var ErrNoHandler = errors.New("no handler for this event type and schema version")
 
-// Handle routes c to the matching handler.
+// Handle routes c to the matching handler. An event of a change
+// published in several schema versions (event.SideBySide) is applied in
+// one version only; see sideBySide.
 func (m *Mux) Handle(ctx context.Context, c *Context) error {
+	if skip, err := m.sideBySide(ctx, c); skip || err != nil {
+		return err
+	}
 	for _, k := range [][2]string{
 		{c.Event.Type, c.Event.SchemaVersion}, {c.Event.Type, Any},
 		{Any, c.Event.SchemaVersion}, {Any, Any},
@@ -291,6 +305,14 @@ func (m *Mux) Handle(ctx context.Context, c *Context) error {
 		if h, ok := m.routes[k]; ok {
 			return h.Handle(ctx, c)
 		}
+	}
+	if vs := m.versions(c.Event.Type); len(vs) > 0 {
+		// An unknown schema version (pubsub-conventions §6.3): poison, as
+		// every ErrNoHandler (reason no_handler), dead-lettered for an
+		// operator to replay once the consumer reads it; the message
+		// names the versions it reads.
+		return fmt.Errorf("%w: %s %s (unknown schema version: this consumer reads %s)",
+			ErrNoHandler, c.Event.Type, c.Event.SchemaVersion, strings.Join(vs, ", "))
 	}
 	return fmt.Errorf("%w: %s %s", ErrNoHandler, c.Event.Type, c.Event.SchemaVersion)
 }

@@ -411,7 +411,9 @@ function eventBody(d, refresh, flash) {
     .filter(Boolean).join(" · ");
   const kv = [
     ["Event id", e.eventId], ["Type", e.eventType], ["Topic", e.topic], ["Source", e.source], ["Aggregate", (e.aggregateType || "") + " " + e.aggregateId + " v" + e.version],
-    ["Occurred", fmtTime(e.occurredAt)], ["Schema", e.schemaVersion], ["Payload type", e.payloadType + " (" + e.payloadSize + " bytes)"],
+    ["Occurred", fmtTime(e.occurredAt)], ["Schema", e.schemaVersion],
+    ["Change", changeOf(e) ? h("span", {}, h("span", { class: "mono" }, changeOf(e)), " · published side by side in several schema versions; ",
+      h("a", { href: "#/traces/" + encodeURIComponent(e.eventId) }, "the trace"), " lists them all") : undefined], ["Payload type", e.payloadType + " (" + e.payloadSize + " bytes)"],
     ["Initiator", h("span", {}, initText || "–", e.initiatorDerivedFrom ? h("span", { class: "tag warn" }, "filled from " + e.initiatorDerivedFrom.join(", ")) : "")],
     ["Trace", e.traceId ? h("span", {}, h("a", { href: "#/traces/" + encodeURIComponent(e.eventId), class: "mono" }, e.traceId), cloudTraceLink(e.traceId)) : "–"], ["Span", e.spanId],
     ["Parent event", e.parentEventId ? eventLink(e.parentEventId) : "–"], ["Correlation", e.correlationId],
@@ -519,6 +521,15 @@ function viewTrace(id) {
   })();
 }
 
+// changeOf returns the change id of an event published side by side in
+// several schema versions (shared/event's SideBySide: the id is
+// <change id>.<schema version>, the versions share one trace and span),
+// or "" for an event published in one version.
+function changeOf(e) {
+  const suffix = "." + (e.schemaVersion || "");
+  return e.schemaVersion && e.eventId.length > suffix.length && e.eventId.endsWith(suffix) ? e.eventId.slice(0, -suffix.length) : "";
+}
+
 function traceNode(n, parent, selfId) {
   const e = n.event;
   const hops = [];
@@ -534,7 +545,9 @@ function traceNode(n, parent, selfId) {
   }
   return h("li", { "data-testid": "trace-node", "data-event-id": e.eventId },
     h("div", { class: "node" + (e.eventId === selfId ? " self" : "") }, h("b", {}, e.eventType), h("span", {}, e.aggregateId + " v" + e.version), h("span", { class: "muted small" }, e.topic),
-      statusBadge(e.status), eventLink(e.eventId), h("span", { class: "hops", "data-testid": "hops" }, hops.join(" · "))),
+      statusBadge(e.status), eventLink(e.eventId),
+      changeOf(e) ? h("span", { class: "tag", "data-testid": "change", title: "one change published side by side in several schema versions" }, "change " + changeOf(e) + " · " + e.schemaVersion) : "",
+      h("span", { class: "hops", "data-testid": "hops" }, hops.join(" · "))),
     n.children && n.children.length ? h("ul", {}, ...n.children.map((c) => traceNode(c, e, selfId))) : "");
 }
 
