@@ -45,7 +45,6 @@ test-short:
 ## and the telemetry's pictures (a purchase's trace, the dashboard over a local run) to docs/telemetry.
 screenshots:
 	RELAYBUS_SCREENSHOTS=$(CURDIR)/docs/console $(TESTENV) $(GO) test -count=1 -run '^TestConsoleInABrowser$$' ./functions/dlqreplay/
-	mkdir -p docs/telemetry
 	RELAYBUS_SCREENSHOTS=$(CURDIR)/docs/telemetry $(TESTENV) $(GO) test -count=1 -run '^TestTelemetryPictures$$' ./internal/devstack/
 
 ## bench: every benchmark; prints BENCH <name> <value> <unit> lines (and every

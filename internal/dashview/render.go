@@ -214,13 +214,13 @@ body { font: 13px/1.35 Roboto, "Noto Sans", "DejaVu Sans", Arial, sans-serif; co
 header { background: #fff; border-bottom: 1px solid #dadce0; padding: 14px 24px; }
 h1 { font-size: 20px; font-weight: 400; margin: 0 0 2px; }
 .sub { color: #5f6368; }
-.grid { display: grid; grid-template-columns: repeat({{.Cols}}, 1fr); grid-auto-rows: 62px; gap: 12px; padding: 16px 24px; }
+.grid { display: grid; grid-template-columns: repeat({{.Cols}}, 1fr); grid-auto-rows: 72px; gap: 12px; padding: 16px 24px; }
 .tile { background: #fff; border: 1px solid #dadce0; border-radius: 8px; padding: 10px 12px; display: flex; flex-direction: column; overflow: hidden; }
 .tile h2 { font-size: 14px; font-weight: 500; margin: 0 0 4px; }
 .tile svg { width: 100%; flex: 1; min-height: 0; }
 .ax { font-size: 10px; fill: #5f6368; }
 .none { font-size: 12px; fill: #80868b; }
-.legend { font-size: 11px; color: #3c4043; max-height: 30px; overflow: hidden; }
+.legend { font-size: 11px; color: #3c4043; max-height: 45px; overflow: hidden; }
 .legend span { margin-right: 10px; white-space: nowrap; }
 .legend i { display: inline-block; width: 10px; height: 3px; margin-right: 4px; vertical-align: 3px; }
 .err { color: #d93025; font-size: 11px; }

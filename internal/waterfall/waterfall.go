@@ -206,6 +206,12 @@ type tick struct {
 func ms(d time.Duration) string {
 	f := float64(d.Microseconds()) / 1000
 	switch {
+	case f == 0:
+		return "0"
+	case f >= 10000:
+		return fmt.Sprintf("%.1f s", f/1000)
+	case f >= 1000:
+		return fmt.Sprintf("%.2f s", f/1000)
 	case f >= 100:
 		return fmt.Sprintf("%.0f ms", f)
 	case f >= 10:
@@ -249,7 +255,7 @@ main { background: #fff; margin: 16px 24px; border: 1px solid #dadce0; border-ra
 .bar.linked { opacity: .75; outline: 1px dashed #a142f4; outline-offset: 1px; }
 .bar.error { outline: 2px solid #d93025; }
 .dur { position: absolute; top: 4px; font-size: 11px; color: #5f6368; white-space: nowrap; padding-left: 6px; }
-.tick { position: absolute; top: 0; bottom: 0; border-left: 1px solid #e8eaed; padding-left: 3px; line-height: 28px; }
+.tick { position: absolute; top: 0; bottom: 0; border-left: 1px solid #e8eaed; padding-left: 3px; line-height: 28px; white-space: nowrap; }
 </style></head><body>
 <header><h1>{{.Title}}</h1>
 <div class="meta">trace {{.Trace}} · {{.Spans}} spans · {{.Total}}</div>
