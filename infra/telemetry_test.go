@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -99,7 +100,8 @@ func TestDashboardAndAlertReadMetricsTheCodeRecords(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"messaging.client.operation.duration", "messaging.client.sent.messages",
-		"messaging.client.consumed.messages", "messaging.process.duration", "relaybus.hop.duration", "relaybus.outbox.oldest_pending.age"} {
+		"messaging.client.consumed.messages", "messaging.process.duration", "relaybus.hop.duration", "relaybus.outbox.oldest_pending.age",
+		"relaybus.projection.version_lag", "relaybus.projection.stale"} {
 		if !read[want] {
 			t.Errorf("the dashboard does not chart %s", want)
 		}
@@ -120,5 +122,19 @@ func TestDashboardAndAlertReadMetricsTheCodeRecords(t *testing.T) {
 	}
 	if !strings.Contains(queries["end_to_end_p99"], `\"relaybus.hop\"=\"end_to_end\"`) {
 		t.Errorf("end_to_end_p99 does not select the end_to_end hop: %s", queries["end_to_end_p99"])
+	}
+}
+
+// TestREADMEListsEveryMetric: the README's metric table has a row for
+// every metric shared/telemetry records, so none ships unexplained.
+func TestREADMEListsEveryMetric(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range recordedMetrics(t) {
+		if !strings.Contains(string(b), "| `"+m+"` |") {
+			t.Errorf("the README's metric table has no row for %s", m)
+		}
 	}
 }

@@ -3,10 +3,17 @@ package rollup
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/firestore"
+
+	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/registry"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -126,4 +133,102 @@ func hasAttr(kvs []attribute.KeyValue, k attribute.Key) bool {
 		}
 	}
 	return false
+}
+
+// The reconciler and the expiry sweep record commit_to_status too when
+// they write a settled status: the rollup's notices were lost (none is
+// sent here), so the reconciler settles one event CONSUMED and one whose
+// expiry passed EXPIRED, each from its newest consumer commit to the
+// store's clock; the sweep expires a third. A second run changes nothing
+// and records nothing.
+func TestReconcilerAndExpirySettlementsRecordTheCommitToStatusHop(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	restore := telemetry.Install(sdktrace.NewTracerProvider(), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	defer restore()
+
+	ctx := context.Background()
+	project := emutest.FirestoreProject(t)
+	c, err := firestore.NewClientWithDatabase(ctx, project, ledger.DefaultDatabase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now().UTC().Truncate(time.Millisecond)
+	now := start
+	store := ledger.New(c, ledger.Options{Now: func() time.Time { return now }})
+	if _, err := store.SyncConsumers(ctx, []registry.Consumer{
+		{Topic: topic, ConsumerID: "member-service", Enabled: true, SortOrder: 1},
+		{Topic: topic, ConsumerID: "message-service", Enabled: true, SortOrder: 2},
+	}, ledger.SyncOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(ctx, Deps{Ledger: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	attempt := func(e *event.Event, consumer string, at time.Time) model.Attempt {
+		return model.Attempt{EventID: e.ID, ConsumerID: consumer, AttemptNo: 1, Success: true, Outcome: model.OutcomeSuccess,
+			ConsumedAt: at, MessageID: "m-" + consumer, Topic: topic}
+	}
+	post := func(path string) {
+		t.Helper()
+		resp, err := http.Post(srv.URL+path, "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+	}
+
+	// consumed: both consumers succeeded, at +10 s and +20 s. expiring:
+	// member-service succeeded at +5 s, message-service never reports, and
+	// it expires at +30 s.
+	consumed, expiring := newEvent(t), newEvent(t)
+	expiring.ExpireAt = start.Add(30 * time.Second)
+	if err := store.RecordSent(ctx, model.SentAt(start, consumed, expiring)); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.InsertAttempts(ctx, []model.Attempt{attempt(consumed, "member-service", start.Add(10*time.Second)),
+		attempt(consumed, "message-service", start.Add(20*time.Second)), attempt(expiring, "member-service", start.Add(5*time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	now = start.Add(ledger.DefaultReconcileAfter + time.Second) // +61 s: both are due
+	post("/reconcile")
+	for id, want := range map[string]model.Status{consumed.ID: model.StatusConsumed, expiring.ID: model.StatusExpired} {
+		if d, err := store.Get(ctx, id); err != nil || d.Event.Status != want {
+			t.Fatalf("after /reconcile: %s is %s (%v), want %s", id, d.Event.Status, err, want)
+		}
+	}
+	// 61-20 and 61-5 seconds.
+	if n, sum := hops(t, reader, telemetry.HopCommitToStatus); n != 2 || sum != 41+56 {
+		t.Fatalf("commit_to_status after /reconcile: %d points summing %.3fs, want 2 summing 97s", n, sum)
+	}
+
+	// The sweep: sent at +61 s, member-service at +63 s, expired at +65 s;
+	// the sweep runs at +70 s, before the reconciler's turn (+121 s).
+	swept := newEvent(t)
+	swept.ExpireAt = now.Add(4 * time.Second)
+	if err := store.RecordSent(ctx, model.SentAt(now, swept)); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.InsertAttempts(ctx, []model.Attempt{attempt(swept, "member-service", now.Add(2*time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(9 * time.Second)
+	post("/expire")
+	if d, err := store.Get(ctx, swept.ID); err != nil || d.Event.Status != model.StatusExpired {
+		t.Fatalf("after /expire: %s (%v), want EXPIRED", d.Event.Status, err)
+	}
+	if n, sum := hops(t, reader, telemetry.HopCommitToStatus); n != 3 || sum != 97+7 {
+		t.Fatalf("commit_to_status after /expire: %d points summing %.3fs, want 3 summing 104s", n, sum)
+	}
+	post("/reconcile")
+	post("/expire")
+	if n, _ := hops(t, reader, telemetry.HopCommitToStatus); n != 3 {
+		t.Fatalf("%d commit_to_status points after runs that changed nothing, want still 3", n)
+	}
 }

@@ -94,6 +94,8 @@ locals {
     aggregate_id_source  = "sum by (\"relaybus.aggregate_id.source\") (rate({\"relaybus.aggregate_id.source\"}[5m]))"
     strict_oldest_gap    = "max by (\"relaybus.consumer\") ({\"relaybus.strict.oldest_gap.age\"})"
     strict_open_gaps     = "max by (\"relaybus.consumer\") ({\"relaybus.strict.open_gaps\"})"
+    projection_lag_p99   = "histogram_quantile(0.99, sum by (le, \"relaybus.consumer\") (rate({\"relaybus.projection.version_lag_bucket\"}[5m])))"
+    projection_stale     = "sum by (\"relaybus.consumer\") (rate({\"relaybus.projection.stale\"}[5m]))"
     end_to_end_p99       = "histogram_quantile(0.99, sum by (le) (rate({\"relaybus.hop.duration_bucket\", \"relaybus.hop\"=\"end_to_end\"}[5m])))"
   }
 
@@ -112,6 +114,7 @@ locals {
     { title = "Dead letters per hour", queries = ["dead_letters"] },
     { title = "Aggregate ids: refused per hour / sources", queries = ["aggregate_id_invalid", "aggregate_id_source"] },
     { title = "Strict consumers: oldest open gap (s) / open gaps", queries = ["strict_oldest_gap", "strict_open_gaps"] },
+    { title = "Projection version lag p99 (versions jumped) / stale events/s", queries = ["projection_lag_p99", "projection_stale"] },
   ]
 }
 

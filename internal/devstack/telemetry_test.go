@@ -247,6 +247,26 @@ func TestOnePurchaseIsOneTraceAndItsMetricsCountEveryHop(t *testing.T) {
 			t.Errorf("%s %s: %d points, want %d (all: %v)", telemetry.MetricHopDuration, k, hops[k], want, hops)
 		}
 	}
+	// audit-service's projections applied each child, the first version
+	// of its aggregate: one point of lag 0 each (the strict one applies
+	// through the same upsert), nothing stale.
+	lags := map[string]string{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == telemetry.MetricProjectionVersionLag {
+				for _, p := range d.DataPoints {
+					lags[key(p.Attributes, []attribute.Key{telemetry.KeyDestination, telemetry.KeyConsumer})] = fmt.Sprintf("%d points, sum %d", p.Count, p.Sum)
+				}
+			}
+		}
+	}
+	wantLags := map[string]string{"member.points.events/audit-service": "1 points, sum 0", "message.notification.events/audit-service": "1 points, sum 0"}
+	if fmt.Sprint(lags) != fmt.Sprint(wantLags) {
+		t.Errorf("%s: %v, want %v", telemetry.MetricProjectionVersionLag, lags, wantLags)
+	}
+	if st := sums(rm, telemetry.MetricProjectionStale, telemetry.KeyConsumer); len(st) != 0 {
+		t.Errorf("%s: %v, want none", telemetry.MetricProjectionStale, st)
+	}
 }
 
 func attr(sp tracetest.SpanStub, k attribute.Key) string {

@@ -490,6 +490,7 @@ func (s *Store) Reconcile(ctx context.Context, limit int) (ReconcileReport, erro
 			rep.Changed++
 			if r.Status.Settled() {
 				rep.Settled++
+				recordSettled(ctx, r, s.clock())
 			}
 		}
 	}
@@ -502,6 +503,17 @@ func (s *Store) Reconcile(ctx context.Context, limit int) (ReconcileReport, erro
 		return rep, fmt.Errorf("ledger: reconcile: %w", err)
 	}
 	return rep, nil
+}
+
+// recordSettled records the hop "consumer commit → final status"
+// (relaybus.hop.duration, commit_to_status) of an event the reconciler or
+// the expiry sweep just gave a settled status, from the newest consumer
+// commit it was derived from (none: nothing to measure) to now, just
+// after the write. The rollup function records its folds' the same way.
+func recordSettled(ctx context.Context, r RollupResult, now time.Time) {
+	if !r.LastCommit.IsZero() {
+		telemetry.RecordHop(ctx, telemetry.HopCommitToStatus, r.Event.Topic, "", now.Sub(r.LastCommit))
+	}
 }
 
 // counts returns how many expected consumers there are, how many reported
@@ -565,6 +577,9 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (ExpireReport, error) 
 		}
 		if res.Status == model.StatusExpired {
 			rep.Expired++
+		}
+		if res.Changed && res.Status.Settled() {
+			recordSettled(ctx, res, s.clock())
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -115,14 +116,25 @@ func State(e *event.Event) []byte {
 // Latest is the generic projection: it upserts the aggregate's state keyed
 // by (consumer, aggregate type, aggregate id) when the event's version is
 // newer than the stored one.
+//
+// It records the projection's version lag as the consumer sees it (see
+// telemetry.RecordProjection): when it applies an event, the versions it
+// jumped over (the event's version minus the one held minus 1, 0 in
+// order); when it does not, a stale event.
 func Latest() consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
 		e := c.Event
-		_, err := c.Tx.Exec(ctx, latestSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, e.Type,
-			string(State(e))) // text, not []byte: pgx's exec mode (behind a pooler) would send bytea
-		if err != nil {
+		var held int64
+		err := c.Tx.QueryRow(ctx, latestSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, e.Type,
+			string(State(e))).Scan(&held) // text, not []byte: pgx's exec mode (behind a pooler) would send bytea
+		applied := true
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			applied = false // the projection holds this version or a newer one
+		case err != nil:
 			return consumer.Transient("database", fmt.Errorf("projection: %w", err))
 		}
+		telemetry.RecordProjection(ctx, e.Topic, c.ConsumerID, e.Version, held, applied)
 		return nil
 	})
 }

@@ -24,6 +24,7 @@ func TestHooksCostNothingWhenOffAndMetricsAllocateNothing(t *testing.T) {
 		s.End(nil)
 		telemetry.RecordConsume(c, "shop.order.events", "sub", "member-service", "success", time.Millisecond)
 		telemetry.RecordHop(c, telemetry.HopEndToEnd, "shop.order.events", "member-service", time.Millisecond)
+		telemetry.RecordProjection(c, "member.points.events", "audit-service", 7, 6, true)
 		_ = telemetry.Traceparent(c)
 	})
 	if off != 0 {
@@ -38,6 +39,8 @@ func TestHooksCostNothingWhenOffAndMetricsAllocateNothing(t *testing.T) {
 		telemetry.RecordConsume(ctx, "shop.order.events", "sub", "member-service", "success", time.Millisecond)
 		telemetry.RecordHop(ctx, telemetry.HopEndToEnd, "shop.order.events", "member-service", time.Millisecond)
 		telemetry.RecordPublish(ctx, "shop.order.events", 3, 0, time.Millisecond, nil)
+		telemetry.RecordProjection(ctx, "member.points.events", "audit-service", 7, 6, true)
+		telemetry.RecordProjection(ctx, "member.points.events", "audit-service", 3, 6, false)
 	}
 	record() // the attribute sets are built once
 	if n := testing.AllocsPerRun(1000, record); n != 0 {

@@ -62,6 +62,24 @@ const (
 	// (relaybus.reason: missing_aggregate_id, invalid_aggregate_id), per
 	// topic.
 	MetricAggregateIDInvalid = "relaybus.aggregate_id.invalid"
+	// MetricProjectionVersionLag: the versions a state projection jumped
+	// over when it applied an event (the event's version minus the version
+	// it held minus 1; 0 when the event was the next one), per topic and
+	// consumer. The seeds' projection version lag (event version −
+	// projection version) as the consumer can measure it: the aggregate's
+	// latest version lives in the producer's database, but the event being
+	// applied is the newest version the consumer knows of, and the version
+	// the projection held is read in the same statement that applies it.
+	// A value above 0 means versions were not applied before a newer one:
+	// reordered deliveries (no ordering key, Eventarc, a re-push), a
+	// dead-lettered or failed version, or a projection started mid-stream.
+	MetricProjectionVersionLag = "relaybus.projection.version_lag"
+	// MetricProjectionStale: events a state projection did not apply
+	// because it already held their version or a newer one (a late
+	// delivery of a version it jumped over, a replay), per topic and
+	// consumer; a redelivery of the same event is counted by consume as a
+	// duplicate instead and never reaches the projection.
+	MetricProjectionStale = "relaybus.projection.stale"
 )
 
 // Attribute keys of relaybus's metrics.
@@ -82,6 +100,10 @@ const (
 	HopCommitToStatus   = "commit_to_status"
 )
 
+// versionBuckets are the version lag's bucket bounds: 0 (in order) apart,
+// then the seeds' alert threshold (10) among a few orders of magnitude.
+var versionBuckets = []float64{0, 1, 2, 5, 10, 20, 50, 100, 1000}
+
 // durationBuckets are the semantic conventions' advice for messaging
 // durations, extended to the minutes a scheduled drain or a retry takes.
 var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30, 60, 120, 300, 600}
@@ -92,6 +114,8 @@ type instruments struct {
 	hop, publishRequest   metric.Float64Histogram
 	sent, consumed        metric.Int64Counter
 	aggSource, aggInvalid metric.Int64Counter
+	versionLag            metric.Int64Histogram
+	stale                 metric.Int64Counter
 
 	mu   sync.RWMutex
 	sets map[setKey]*opts
@@ -114,8 +138,15 @@ func newInstruments(m metric.Meter) *instruments {
 		i, _ := m.Int64Counter(name, metric.WithUnit("{message}"), metric.WithDescription(desc))
 		return i
 	}
+	versionLag, _ := m.Int64Histogram(MetricProjectionVersionLag, metric.WithUnit("{version}"),
+		metric.WithDescription("Versions a state projection jumped over when it applied an event."),
+		metric.WithExplicitBucketBoundaries(versionBuckets...))
+	stale, _ := m.Int64Counter(MetricProjectionStale, metric.WithUnit("{event}"),
+		metric.WithDescription("Events a state projection did not apply: it held their version or a newer one."))
 	return &instruments{
 		meter:          m,
+		versionLag:     versionLag,
+		stale:          stale,
 		sets:           map[setKey]*opts{},
 		opDuration:     h(MetricOperationDuration, "Duration of a Pub/Sub publish request of the relay."),
 		process:        h(MetricProcessDuration, "Duration of consume's processing of one delivery."),
@@ -262,6 +293,31 @@ func RecordAggregateID(ctx context.Context, topic, from, reason string) {
 	in.aggSource.Add(ctx, 1, in.set(setKey{kind: 8, a: topic, b: from}, func() []attribute.KeyValue {
 		return []attribute.KeyValue{KeyDestination.String(topic), KeySource.String(from)}
 	}).add...)
+}
+
+// RecordProjection records a state projection's handling of an event of
+// version for consumer on topic: applied over held (the version the
+// projection held before, 0 when none), the versions it jumped over
+// (version - held - 1) into relaybus.projection.version_lag; not applied
+// (it held version or a newer one), a relaybus.projection.stale event.
+func RecordProjection(ctx context.Context, topic, consumer string, version, held int64, applied bool) {
+	st := current.Load()
+	if st == nil {
+		return
+	}
+	in := st.inst
+	o := in.set(setKey{kind: 9, a: topic, b: consumer}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{KeyDestination.String(topic), KeyConsumer.String(consumer)}
+	})
+	if !applied {
+		in.stale.Add(ctx, 1, o.add...)
+		return
+	}
+	lag := version - held - 1
+	if lag < 0 {
+		lag = 0
+	}
+	in.versionLag.Record(ctx, lag, o.rec...)
 }
 
 // OutboxBacklog is one outbox database's backlog as the gauges report it.
