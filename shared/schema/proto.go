@@ -90,7 +90,7 @@ func unknownField(m protoreflect.Message, path string) (string, string, bool) {
 	}
 	var (
 		outPath string
-		outRule  string
+		outRule string
 		found   bool
 	)
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
