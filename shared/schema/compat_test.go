@@ -10,15 +10,15 @@ import (
 func TestCompare(t *testing.T) {
 	const protoBase = `syntax = "proto3";
 package shop.v1;
-enum Kind { KIND_UNSPECIFIED = 0; ONLINE = 1; STORE = 2; }
 message Order {
+  enum Kind { KIND_UNSPECIFIED = 0; ONLINE = 1; STORE = 2; }
+  message Address { string city = 1; string zip = 2; }
   string id = 1;
   int64 cents = 2;
   repeated string tags = 3;
   Kind kind = 4;
   Address address = 5;
-}
-message Address { string city = 1; string zip = 2; }`
+}`
 	const proto2Base = `syntax = "proto2";
 package shop.v1;
 message Order { optional string id = 1; optional int64 cents = 2; }`

@@ -51,6 +51,13 @@ func protoMessage(name string, def []byte, message string) (protoreflect.Message
 	if fd.Imports().Len() > 0 {
 		return nil, fmt.Errorf("imports %s: a Pub/Sub protobuf schema is one self-contained file (declare the types it needs in it)", fd.Imports().Get(0).Path())
 	}
+	// Pub/Sub takes one message as a PROTOCOL_BUFFER schema, the types it
+	// uses nested in it: the form the Pub/Sub schema generators produce
+	// (buf's protoschema-plugins: "a single self-contained message";
+	// alpancs/protoc-gen-pubsub-schema: "a single valid message").
+	if n, e := fd.Messages().Len(), fd.Enums().Len(); n != 1 || e != 0 || fd.Messages().Get(0).FullName() != protoreflect.FullName(message) {
+		return nil, fmt.Errorf("declares %d top-level message(s) and %d top-level enum(s): a Pub/Sub protobuf schema is one top-level message, %s, with the types it uses nested in it", n, e, message)
+	}
 	d := fd.FindDescriptorByName(protoreflect.FullName(message))
 	md, ok := d.(protoreflect.MessageDescriptor)
 	if !ok {

@@ -182,6 +182,8 @@ topics:
     schemas: [{version: v1, type: protobuf, file: a.proto, message: shop.v1.Nope}]
   - name: shop.cart.events
     schemas: [{version: v1, type: protobuf, file: b.proto, message: shop.v1.Order}]
+  - name: shop.stock.events
+    schemas: [{version: v1, type: protobuf, file: c.proto, message: shop.v1.Order}]
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -190,12 +192,14 @@ topics:
 		"a.proto":      orderProto,
 		"b.proto":      `syntax = "proto3"; package shop.v1; import "common.proto"; message Order { Money m = 1; }`,
 		"common.proto": `syntax = "proto3"; package shop.v1; message Money { int64 cents = 1; }`,
+		"c.proto":      `syntax = "proto3"; package shop.v1; message Money { int64 cents = 1; } message Order { Money m = 1; }`,
 	}
 	_, err = LoadFrom(top, func(name string) ([]byte, error) { return []byte(files[name]), nil })
 	if err == nil {
 		t.Fatal("loaded")
 	}
-	for _, want := range []string{"topics[0] (shop.order.events).schemas[0] (v1)", `no message "shop.v1.Nope"`, "topics[1] (shop.cart.events)"} {
+	for _, want := range []string{"topics[0] (shop.order.events).schemas[0] (v1)", "one top-level message, shop.v1.Nope", "topics[1] (shop.cart.events)", "imports common.proto",
+		"topics[2] (shop.stock.events)", "declares 2 top-level message(s)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
