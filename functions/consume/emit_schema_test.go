@@ -8,13 +8,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/contract"
+	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/schema"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -143,4 +146,45 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestBinaryModeArrivesThroughEveryRequestShape: the message the relay
+// writes for a topic with a schema (CloudEvents binary mode: the data is
+// the payload) is read by consume whether Pub/Sub pushes it wrapped or
+// unwrapped or Eventarc delivers it, as the same event.
+func TestBinaryModeArrivesThroughEveryRequestShape(t *testing.T) {
+	s := newStack(t, projection.Latest(), "member-service")
+	e := orderEvent("order-90", 1)
+	if err := e.Prepare(time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC), event.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := event.Encode(e, event.EncodingBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ID = "msg-bin"
+	if string(m.Data) != string(e.Payload) || m.Attributes["ce-id"] != e.ID {
+		t.Fatalf("not binary mode: data %s, attributes %v", m.Data, m.Attributes)
+	}
+	eventarc, err := delivery.EventarcRequest(s.url, "p", topic, sub, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unwrapped, err := delivery.UnwrappedRequest(s.url, sub, m, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := s.push(t, m, 1); a.code != http.StatusOK || a.res.Outcome != model.OutcomeSuccess || a.res.EventID != e.ID {
+		t.Fatalf("wrapped push: %+v", a)
+	}
+	for name, req := range map[string]*http.Request{"eventarc": eventarc, "unwrapped push": unwrapped} {
+		if a := s.do(t, req); a.code != http.StatusOK || !a.res.Duplicate || a.res.EventID != e.ID {
+			t.Errorf("%s: %+v, want the same event (a duplicate)", name, a)
+		}
+	}
+	var member string
+	_ = s.pool.QueryRow(context.Background(), `SELECT state->>'memberId' FROM relaybus_projection WHERE aggregate_id = 'order-90'`).Scan(&member)
+	if member != "m-order-90" {
+		t.Errorf("projection state memberId %q: the payload did not arrive as the event's data", member)
+	}
 }
