@@ -263,6 +263,7 @@ func terraformFunctions(baseDir string) map[string]function.Function {
 		"coalesce":   coalesceFunc,
 		"concat":     stdlib.ConcatFunc,
 		"contains":   stdlib.ContainsFunc,
+		"dirname":    dirnameFunc,
 		"element":    stdlib.ElementFunc,
 		"file":       fileFunc(baseDir),
 		"flatten":    stdlib.FlattenFunc,
@@ -295,6 +296,15 @@ func terraformFunctions(baseDir string) map[string]function.Function {
 		"yamldecode": ctyyaml.YAMLDecodeFunc,
 	}
 }
+
+// dirnameFunc is Terraform's dirname: a path without its last element.
+var dirnameFunc = function.New(&function.Spec{
+	Params: []function.Parameter{{Name: "path", Type: cty.String}},
+	Type:   function.StaticReturnType(cty.String),
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		return cty.StringVal(filepath.Dir(args[0].AsString())), nil
+	},
+})
 
 // coalesceFunc is Terraform's coalesce: the first argument that is neither
 // null nor an empty string, all arguments unified to one type.

@@ -12,6 +12,7 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/contract"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/instance"
@@ -120,6 +121,11 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What Emit checks each child against: its topic's schema, its consumers.
+	ctr, err := contract.New(contract.Options{Topology: top})
+	if err != nil {
+		return nil, err
+	}
 	flush, err := cfg.StartTelemetry(ctx, "consume") // before the pool, which traces its statements
 	if err != nil {
 		return nil, err
@@ -155,6 +161,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if c, ok := top.Consumer(cfg.Subscription); ok {
 		o.Emits = append([]string{}, c.Emits...) // where its account may publish the kick
 	}
+	o.Contract = ctr
 	ro := relay.Options{DB: pool, Publisher: ps, Topology: top, LedgerBudget: cfg.Ledger.Budget, Logger: log}
 	if store != nil {
 		closers.Add(func(context.Context) error { return store.Close() })

@@ -13,6 +13,7 @@ import (
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/schema"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -79,6 +80,10 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	if err != nil {
 		return nil, err
 	}
+	schemas, err := schema.Load(top) // a schema that does not compile stops the start
+	if err != nil {
+		return nil, err
+	}
 	f := &Function{}
 	fail := func(err error) (*Function, error) {
 		_ = f.Close(context.Background())
@@ -94,7 +99,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		return fail(err)
 	}
 	f.close.Add(func(context.Context) error { pool.Close(); return nil })
-	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log}
+	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log, Schemas: schemas}
 	opts.Auth, opts.Publishers = cfg.Auth, map[string][]string{}
 	for _, t := range top.Topics {
 		opts.Publishers[t.Name] = t.PublisherEmails()

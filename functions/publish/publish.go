@@ -22,6 +22,7 @@ import (
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/schema"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
@@ -116,6 +117,11 @@ type Options struct {
 	// lower-cased emails); a topic not listed, or listed empty, takes every
 	// caller. Enforced with AuthCloudRun only.
 	Publishers map[string][]string
+	// Schemas are the topology's payload schemas (shared/schema): an event
+	// whose payload breaks its topic's schema for its schemaVersion, or
+	// names a version the topic does not declare, is refused 400 with the
+	// field and the rule, nothing written. Nil checks nothing.
+	Schemas *schema.Set
 }
 
 // Auth modes (PUBLISH_AUTH).
@@ -140,6 +146,7 @@ type Handler struct {
 	maxPayload int
 	auth       string
 	publishers map[string]map[string]bool
+	schemas    *schema.Set
 }
 
 // New returns the publish handler over the given dependencies.
@@ -156,7 +163,7 @@ func New(opts Options) (*Handler, error) {
 	h := &Handler{
 		db: opts.DB, reg: opts.Registry, fast: opts.FastPath, budget: opts.Budget,
 		limits: event.Limits{MaxPayloadBytes: opts.MaxPayloadBytes}, maxBody: opts.MaxBodyBytes,
-		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now,
+		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now, schemas: opts.Schemas,
 	}
 	h.maxPayload = h.limits.PayloadLimit()
 	switch opts.Auth {
@@ -465,6 +472,10 @@ func (h *Handler) prepare(r *http.Request, d *decoded, caller *identity.Caller) 
 			if !seen[fe.Field] {
 				fes = append(fes, fe)
 			}
+		}
+		if len(fes) == 0 {
+			// The topic's schema, once the event itself is sound.
+			fes = event.FieldErrors(h.schemas.Check(e))
 		}
 		add(i, e.ID, fes)
 		events[i] = e

@@ -57,6 +57,24 @@ locals {
     }
   }
 
+  # The topics with a Pub/Sub schema (topology schemas of type protobuf or
+  # avro; a jsonschema topic has none: Pub/Sub has no such type and only
+  # relaybus's send paths check it). files lists the versions' schema files
+  # oldest version first (v2 before v10); the last is the schema's
+  # definition. encoding is the topic's schema_settings encoding.
+  topic_schemas = {
+    for t in local.topology.topics : t.name => {
+      pubsub_type = t.schemas[0].type == "protobuf" ? "PROTOCOL_BUFFER" : "AVRO"
+      gcloud_type = t.schemas[0].type == "protobuf" ? "protocol-buffer" : "avro"
+      encoding    = upper(coalesce(try(t.schemas[0].encoding, null), t.schemas[0].type == "avro" ? "binary" : "json"))
+      versions    = [for k in sort([for s in t.schemas : format("%08d", tonumber(substr(s.version, 1, -1)))]) : "v${tonumber(k)}"]
+      files = [
+        for k in sort([for s in t.schemas : format("%08d", tonumber(substr(s.version, 1, -1)))]) :
+        "${dirname(local.topology_path)}/${[for s in t.schemas : s.file if format("%08d", tonumber(substr(s.version, 1, -1))) == k][0]}"
+      ]
+    } if length(flatten([try(t.schemas, [])])) > 0 && try(t.schemas[0].type, "") != "jsonschema"
+  }
+
   # Every consumer with its settings resolved, before the names derived from them.
   consumer_list = flatten([
     for t in local.topology.topics : [

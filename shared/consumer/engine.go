@@ -20,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -96,6 +97,11 @@ type Options struct {
 	// topic fails the attempt as a permanent error naming the topic and
 	// the rule. Nil checks nothing.
 	Emits []string
+	// Contract, when set, checks each child event a handler emits before
+	// it is written (shared/contract): its payload against its topic's
+	// schema, and whether anyone consumes its topic (a child nobody
+	// consumes is skipped, logged at ERROR). Nil checks neither.
+	Contract outbox.Contract
 	// MaxDeliveryAttempts is the subscription's dead-letter threshold
 	// (DefaultMaxDeliveryAttempts): a transient failure at that attempt is
 	// recorded as dead-lettered.

@@ -191,15 +191,27 @@ func (c *Context) RecordAttempt(ctx context.Context, a inbox.Attempt) (int, erro
 // gets the parent's trace and correlation ids and the parent's id as
 // parentEventId (causation), unless already set; its source defaults to
 // the consumer. Once the delivery commits, the engine kicks them (its
-// Kicker), so they reach Pub/Sub within milliseconds.
+// Kicker), so they reach Pub/Sub within milliseconds. With the engine's
+// Contract set, a child whose payload breaks its topic's schema fails the
+// attempt as a permanent error, and a child on a topic nobody consumes is
+// skipped (EmitResults says so). Emit is EmitResults without the results.
 func (c *Context) Emit(ctx context.Context, children ...*event.Event) error {
+	_, err := c.EmitResults(ctx, children...)
+	return err
+}
+
+// EmitResults is Emit, returning what became of each child, in order: its
+// outbox state, outbox.StateSkipped (with the reason) for a child whose
+// topic is unknown or has no enabled consumer (logged at ERROR, nothing
+// written, the delivery goes on), Duplicate for an id already enqueued.
+func (c *Context) EmitResults(ctx context.Context, children ...*event.Event) ([]outbox.Enqueued, error) {
 	if c.Tx == nil {
-		return Permanent("emit", errors.New("emit child events: no transaction (a Remote handler cannot emit)"))
+		return nil, Permanent("emit", errors.New("emit child events: no transaction (a Remote handler cannot emit)"))
 	}
 	if c.engine != nil && c.engine.o.Emits != nil {
 		for _, e := range children {
 			if !slices.Contains(c.engine.o.Emits, e.Topic) {
-				return Permanent("emit_undeclared", fmt.Errorf("emit child event %s on topic %q: consumer %s declares emits %v in infra/topology.yaml; add the topic there (its service account may publish only to those)",
+				return nil, Permanent("emit_undeclared", fmt.Errorf("emit child event %s on topic %q: consumer %s declares emits %v in infra/topology.yaml; add the topic there (its service account may publish only to those)",
 					e.Type, e.Topic, c.ConsumerID, c.engine.o.Emits))
 			}
 		}
@@ -222,21 +234,30 @@ func (c *Context) Emit(ctx context.Context, children ...*event.Event) error {
 			e.Initiator.Service = c.ConsumerID
 		}
 	}
-	res, err := outbox.Enqueue(ctx, c.Tx, children...)
+	var (
+		res []outbox.Enqueued
+		err error
+	)
+	if c.engine != nil && c.engine.o.Contract != nil {
+		p := outbox.Producer{Contract: c.engine.o.Contract, Logger: c.engine.o.Logger}
+		res, err = p.Enqueue(ctx, c.Tx, children...)
+	} else {
+		res, err = outbox.Enqueue(ctx, c.Tx, children...)
+	}
 	switch {
 	case errors.Is(err, event.ErrInvalid), errors.Is(err, event.ErrTooLarge), errors.Is(err, outbox.ErrVersionConflict):
 		// The child itself is wrong: no retry makes it right.
-		return Permanent("emit", fmt.Errorf("emit child events: %w", err))
+		return nil, Permanent("emit", fmt.Errorf("emit child events: %w", err))
 	case err != nil:
-		// The database: the delivery is redelivered.
-		return Transient("database", fmt.Errorf("emit child events: %w", err))
+		// The database (or the topic registry): the delivery is redelivered.
+		return nil, Transient("database", fmt.Errorf("emit child events: %w", err))
 	}
 	for _, r := range res {
-		if !r.Duplicate {
+		if !r.Duplicate && r.State != outbox.StateSkipped {
 			c.emittedIDs = append(c.emittedIDs, r.ID)
 		}
 	}
-	return nil
+	return res, nil
 }
 
 // Handler applies one event.

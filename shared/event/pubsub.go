@@ -75,6 +75,13 @@ const (
 	EncodingJSON Encoding = "json"
 	// EncodingProtobuf is CloudEvents structured mode, application/cloudevents+protobuf.
 	EncodingProtobuf Encoding = "protobuf"
+	// EncodingBinary is CloudEvents binary mode: the message data is the
+	// payload alone, the context attributes travel as ce-* attributes and
+	// the payload type as content-type, beside the seed's attributes. The
+	// relay writes it for a topic with a Pub/Sub schema, which validates the
+	// data (https://cloud.google.com/pubsub/docs/schemas); it is not a
+	// topology encoding.
+	EncodingBinary Encoding = "binary"
 )
 
 // Media types of the structured formats.
@@ -100,6 +107,9 @@ func ParseEncoding(s string) (Encoding, error) {
 // exceed Pub/Sub's limit. Encode does not validate; entry points validate
 // before they store an event.
 func Encode(e *Event, enc Encoding) (Message, error) {
+	if enc == EncodingBinary {
+		return encodeBinary(e)
+	}
 	ce := e.CloudEvent()
 	var (
 		data []byte
@@ -127,6 +137,31 @@ func Encode(e *Event, enc Encoding) (Message, error) {
 		Attributes:  Attributes(e, ct),
 		OrderingKey: e.AggregateID,
 	}, nil
+}
+
+// encodeBinary writes e in CloudEvents binary mode (EncodingBinary).
+func encodeBinary(e *Event) (Message, error) {
+	if len(e.Payload) > PubSubMaxMessageBytes {
+		return Message{}, &FieldError{Field: "payload", Rule: fmt.Sprintf("the payload is %d bytes, over Pub/Sub's %d", len(e.Payload), PubSubMaxMessageBytes), tooLarge: true}
+	}
+	ce := e.CloudEvent()
+	a := Attributes(e, e.PayloadType)
+	a["ce-specversion"] = ce.SpecVersion()
+	a["ce-id"] = ce.ID()
+	a["ce-type"] = ce.Type()
+	a["ce-source"] = ce.Source()
+	if s := ce.Subject(); s != "" {
+		a["ce-subject"] = s
+	}
+	if !e.OccurredAt.IsZero() {
+		a["ce-time"] = e.OccurredAt.UTC().Format(time.RFC3339Nano)
+	}
+	for name, v := range ce.Extensions() {
+		if s, ok := v.(string); ok && s != "" {
+			a["ce-"+name] = s
+		}
+	}
+	return Message{Data: e.Payload, Attributes: a, OrderingKey: e.AggregateID}, nil
 }
 
 // Attributes returns the Pub/Sub attributes relaybus mirrors from an event,

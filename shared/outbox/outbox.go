@@ -100,6 +100,8 @@ type Enqueued struct {
 	TraceID   string
 	// Target is the consumer a re-push (or the row) is addressed to.
 	Target string
+	// Reason says why a Producer skipped the event (State StateSkipped).
+	Reason string
 }
 
 // Aggregate names one aggregate: its type and id. An aggregate's events
@@ -132,6 +134,10 @@ var ErrVersionConflict = errors.New("version conflict")
 // Call the relay's kick (relay.Kicker) with the ids after the transaction
 // commits to have them published within milliseconds instead of at the
 // next scheduled drain.
+//
+// Enqueue does not check the event contract (the topic's schema, whether
+// anyone consumes it): producers enqueue through a [Producer], which does,
+// and so do handlers' Emit and the publish function.
 func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]Enqueued, error) {
 	if len(events) == 0 {
 		return nil, nil

@@ -309,7 +309,8 @@ func (r *Relay) recordFailure(ctx context.Context, run *outbox.Run, p outbox.Pro
 	}
 }
 
-// encode turns a row into its Pub/Sub message: the topic's encoding, the
+// encode turns a row into its Pub/Sub message: the topic's encoding
+// (binary mode for a topic with schemas), the
 // re-push's target as an attribute.
 func (r *Relay) encode(row *outbox.Row) (event.Message, error) {
 	enc := event.EncodingJSON
@@ -317,6 +318,11 @@ func (r *Relay) encode(row *outbox.Row) (event.Message, error) {
 		if t := r.o.Topology.Topic(row.Event.Topic); t != nil {
 			if e, err := event.ParseEncoding(t.Encoding); err == nil {
 				enc = e
+			}
+			if len(t.Schemas) > 0 {
+				// Pub/Sub validates the data against the topic's schema: the
+				// payload alone, in binary mode (every send path validated it).
+				enc = event.EncodingBinary
 			}
 		}
 	}

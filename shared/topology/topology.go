@@ -72,6 +72,10 @@ type Topology struct {
 	// MainDatabase.
 	Databases []Database `yaml:"databases"`
 	Topics    []Topic    `yaml:"topics"`
+
+	// Dir is the directory of the topology file (set by Load; empty for
+	// Parse, meaning the working directory). Schema files are relative to it.
+	Dir string `yaml:"-"`
 }
 
 // MainDatabase is the database of the publish function and of every
@@ -149,6 +153,65 @@ type Topic struct {
 	// event) or off (nothing).
 	Ledger    string     `yaml:"ledger"`
 	Consumers []Consumer `yaml:"consumers"`
+	// Schemas are the payload schemas of the topic, one per schemaVersion
+	// (shared/schema compiles them). A topic that declares any refuses an
+	// event of a version it does not declare; a topic that declares none
+	// takes any payload. All of a topic's schemas share one type and one
+	// encoding: Pub/Sub attaches one schema, with one encoding, to a topic.
+	Schemas []Schema `yaml:"schemas"`
+}
+
+// Schema types (Schema.Type).
+const (
+	// SchemaProtobuf is a protobuf message from a .proto file; Terraform
+	// creates a Pub/Sub PROTOCOL_BUFFER schema for it.
+	SchemaProtobuf = "protobuf"
+	// SchemaAvro is an Avro record schema (.avsc); Terraform creates a
+	// Pub/Sub AVRO schema for it.
+	SchemaAvro = "avro"
+	// SchemaJSON is a JSON Schema (.json). Pub/Sub has no JSON Schema type,
+	// so only relaybus's send paths check it.
+	SchemaJSON = "jsonschema"
+)
+
+// Schema encodings (Schema.Encoding): how the payload is written, and the
+// Pub/Sub topic's schema_settings encoding.
+const (
+	// SchemaEncodingJSON: the payload is JSON (protojson for protobuf).
+	SchemaEncodingJSON = "json"
+	// SchemaEncodingBinary: the payload is the schema type's binary encoding.
+	SchemaEncodingBinary = "binary"
+)
+
+// Schema is the payload schema of one schemaVersion of a topic.
+type Schema struct {
+	// Version is the schemaVersion it describes: v1, v2, ...
+	Version string `yaml:"version"`
+	// Type is protobuf, avro or jsonschema.
+	Type string `yaml:"type"`
+	// File is the schema file, relative to the topology file's directory
+	// (infra/): schemas/<topic>/<version>.proto for instance. A protobuf
+	// file must be self-contained (no imports): Pub/Sub takes one file's text
+	// as a schema definition.
+	File string `yaml:"file"`
+	// Message is the protobuf message's full name (package.Message); only
+	// for type protobuf.
+	Message string `yaml:"message"`
+	// Encoding is json or binary: how producers write the payload and how
+	// Pub/Sub validates it. protobuf takes either (json by default: the
+	// protobuf JSON mapping), avro binary only (the default), jsonschema
+	// json only.
+	Encoding string `yaml:"encoding"`
+}
+
+// SchemaFor returns the topic's schema for a schemaVersion, or false.
+func (t Topic) SchemaFor(version string) (Schema, bool) {
+	for _, s := range t.Schemas {
+		if s.Version == version {
+			return s, true
+		}
+	}
+	return Schema{}, false
 }
 
 // PublisherEmails returns the topic's publishers as lower-cased emails,
@@ -265,6 +328,7 @@ func Load(path string) (*Topology, error) {
 	if err != nil {
 		return nil, fmt.Errorf("topology %s: %w", path, err)
 	}
+	t.Dir = filepath.Dir(path)
 	return t, nil
 }
 
@@ -353,6 +417,13 @@ func (t *Topology) applyDefaults() {
 		tp := &t.Topics[i]
 		tp.Encoding = orStr(tp.Encoding, d.Encoding)
 		tp.MessageRetentionSeconds = orInt(tp.MessageRetentionSeconds, d.MessageRetentionSeconds)
+		for k := range tp.Schemas {
+			enc := SchemaEncodingJSON
+			if tp.Schemas[k].Type == SchemaAvro {
+				enc = SchemaEncodingBinary
+			}
+			tp.Schemas[k].Encoding = orStr(tp.Schemas[k].Encoding, enc)
+		}
 		for j := range tp.Consumers {
 			c := &tp.Consumers[j]
 			c.Topic = tp.Name
@@ -440,6 +511,7 @@ func (t *Topology) validate() error {
 		if r := tp.MessageRetentionSeconds; r < 600 || r > 31*24*3600 {
 			bad(where+".message_retention_seconds", "must be 600 (10 minutes) to 2678400 (31 days), not %d", r)
 		}
+		validateSchemas(where, tp.Schemas, bad)
 		seenConsumer := map[string]bool{}
 		for j, c := range tp.Consumers {
 			cw := fmt.Sprintf("%s.consumers[%d] (%s)", where, j, c.Service)
@@ -521,6 +593,68 @@ func (t *Topology) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateSchemas checks a topic's schema declarations.
+func validateSchemas(where string, schemas []Schema, bad func(where, format string, args ...any)) {
+	seen := map[string]bool{}
+	for k, s := range schemas {
+		sw := fmt.Sprintf("%s.schemas[%d] (%s)", where, k, s.Version)
+		if !validSchemaVersion(s.Version) {
+			bad(sw+".version", "must be v followed by a number (v1, v2, ...), the events' schemaVersion, not %q", s.Version)
+		}
+		if seen[s.Version] {
+			bad(sw+".version", "version declared twice on this topic")
+		}
+		seen[s.Version] = true
+		switch s.Type {
+		case SchemaProtobuf:
+			if s.Message == "" {
+				bad(sw+".message", "type protobuf needs the message's full name (package.Message)")
+			}
+		case SchemaAvro, SchemaJSON:
+			if s.Message != "" {
+				bad(sw+".message", "only type protobuf names a message")
+			}
+		default:
+			bad(sw+".type", "must be protobuf, avro or jsonschema, not %q", s.Type)
+		}
+		switch {
+		case s.File == "":
+			bad(sw+".file", "required: the schema file, relative to the topology file's directory")
+		case filepath.IsAbs(s.File) || strings.HasPrefix(filepath.ToSlash(filepath.Clean(s.File)), "../"):
+			bad(sw+".file", "must be a relative path inside the topology file's directory (the image copies that directory), not %q", s.File)
+		}
+		switch s.Encoding {
+		case SchemaEncodingJSON:
+			if s.Type == SchemaAvro {
+				bad(sw+".encoding", "avro takes encoding binary (the default): relaybus checks Avro's binary encoding; its JSON encoding is not supported")
+			}
+		case SchemaEncodingBinary:
+			if s.Type == SchemaJSON {
+				bad(sw+".encoding", "a jsonschema payload is JSON: encoding must be json")
+			}
+		default:
+			bad(sw+".encoding", "must be json or binary, not %q", s.Encoding)
+		}
+		if k > 0 && (s.Type != schemas[0].Type || s.Encoding != schemas[0].Encoding) {
+			bad(sw, "every schema of a topic has the same type and encoding (Pub/Sub attaches one schema and one encoding to a topic): %s/%s here, %s/%s for %s",
+				s.Type, s.Encoding, schemas[0].Type, schemas[0].Encoding, schemas[0].Version)
+		}
+	}
+}
+
+// validSchemaVersion: v followed by a number, as event.Event's SchemaVersion.
+func validSchemaVersion(v string) bool {
+	if len(v) < 2 || len(v) > 16 || v[0] != 'v' {
+		return false
+	}
+	for _, r := range v[1:] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func validDelivery(d string) bool { return d == DeliveryPush || d == DeliveryEventarc }
