@@ -20,9 +20,13 @@
 //     succeed: acknowledged with an ERROR log line, never 400, which push
 //     would redeliver forever.
 //   - 500: Firestore failed, or a notice carries attempts of an event that
-//     is not in the ledger yet ("pending"): Pub/Sub redelivers it (the
-//     notice is the attempts' only way into the ledger; the rollup
-//     subscription has no dead-letter topic).
+//     is not in the ledger yet and cannot create its document (no topic,
+//     or a topic whose ledger level is off: "pending"): Pub/Sub redelivers
+//     it (the notice is the attempts' only way into the ledger; the rollup
+//     subscription has no dead-letter topic). A notice whose event's send
+//     is not recorded yet otherwise creates the event's document
+//     (ledger.Store.Fold): it never waits for the send, which the relay
+//     records in the background and, after a burst, late.
 //
 // POST <root>/reconcile runs the reconciler (ledger.Store.Reconcile) for
 // Cloud Scheduler: every event whose status is not settled and is due for
