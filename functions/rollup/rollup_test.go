@@ -393,7 +393,7 @@ func TestFoldNoticeOverHTTP(t *testing.T) {
 	if a := do(t, requests(t, env.url, m)["push"]); a.code != http.StatusOK || a.body.Status != model.StatusConsumed || !a.body.Changed || a.body.Pending {
 		t.Fatalf("before the send: %d %+v, want 200 CONSUMED", a.code, a.body)
 	}
-	sentAt := time.Now().UTC()
+	sentAt := time.Now().UTC().Truncate(time.Microsecond) // Firestore keeps microseconds
 	if err := env.store.RecordSent(ctx, model.SentAt(sentAt, e)); err != nil {
 		t.Fatal(err)
 	}

@@ -123,8 +123,8 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	if rs, err := s.Fold(ctx, ns, 0); err != nil || rs[0].Err != nil || !rs[0].Changed || rs[0].Status != model.StatusSent || rs[0].Reported != 1 {
 		t.Fatalf("rollup before the send was recorded: %+v %v, want the document created, SENT, 1 reported", rs, err)
 	}
-	if d := mustGet(t, s, e.ID); d.Event.EventType != "" || !d.Event.SentAt.IsZero() || d.Summary() != "1/2 consumed" {
-		t.Fatalf("the document the rollup created: type %q sentAt %v %s, want no envelope, no send, 1/2", d.Event.EventType, d.Event.SentAt, d.Summary())
+	if d := mustGet(t, s, e.ID); d.Event.EventType != "" || !d.Event.SentAt.IsZero() || d.Event.Status != model.StatusSent {
+		t.Fatalf("the document the rollup created: type %q sentAt %v %s, want no envelope, no send, SENT", d.Event.EventType, d.Event.SentAt, d.Event.Status)
 	}
 
 	// 3. The healing step records the send; no notice comes any more. Before
@@ -133,8 +133,8 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 		t.Fatal(err)
 	}
 	if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusSent || d.Event.EventType != e.Type || d.Event.AggregateID != e.AggregateID ||
-		!d.Event.SentAt.Equal(clock.t) || d.Summary() != "1/2 consumed" {
-		t.Fatalf("after the send: %s type %q aggregate %q sentAt %v %s", d.Event.Status, d.Event.EventType, d.Event.AggregateID, d.Event.SentAt, d.Summary())
+		!d.Event.SentAt.Equal(clock.t.Truncate(time.Microsecond)) {
+		t.Fatalf("after the send: %s type %q aggregate %q sentAt %v", d.Event.Status, d.Event.EventType, d.Event.AggregateID, d.Event.SentAt)
 	}
 	// The notice redelivered (or a duplicate) folds nothing new.
 	if rs, err := s.Fold(ctx, ns, 0); err != nil || rs[0].Err != nil || rs[0].Changed || rs[0].Status != model.StatusSent || rs[0].Reported != 1 {
