@@ -20,9 +20,13 @@
 //     succeed: acknowledged with an ERROR log line, never 400, which push
 //     would redeliver forever.
 //   - 500: Firestore failed, or a notice carries attempts of an event that
-//     is not in the ledger yet ("pending"): Pub/Sub redelivers it (the
-//     notice is the attempts' only way into the ledger; the rollup
-//     subscription has no dead-letter topic).
+//     is not in the ledger yet and cannot create its document (no topic,
+//     or a topic whose ledger level is off: "pending"): Pub/Sub redelivers
+//     it (the notice is the attempts' only way into the ledger; the rollup
+//     subscription has no dead-letter topic). A notice whose event's send
+//     is not recorded yet otherwise creates the event's document
+//     (ledger.Store.Fold): it never waits for the send, which the relay
+//     records in the background and, after a burst, late.
 //
 // POST <root>/reconcile runs the reconciler (ledger.Store.Reconcile) for
 // Cloud Scheduler: every event whose status is not settled and is due for
@@ -107,12 +111,14 @@ type Deps struct {
 	// its own. A notice without attempts (the
 	// former shape) holds its event 250 ms at most.
 	Window time.Duration
-	// NotFoundWait is how long an event that is not in the ledger yet (its
-	// send is recorded in the background, and may come after its
-	// consumers' notices) is looked for again, 250 ms later, then twice as
-	// long each time, before the notice is answered as pending (default
-	// 10 s: acknowledged for a notice without attempts, redelivered for
-	// one that carries them).
+	// NotFoundWait is how long an event that is not in the ledger yet is
+	// looked for again, 250 ms later, then twice as long each time, before
+	// the notice is answered as pending (default 10 s). It applies to
+	// notices that cannot create the event's document: without attempts
+	// (the former shape; acknowledged then), or without a topic or of a
+	// topic whose level is off (redelivered then). A notice that carries
+	// its attempts creates the document of an event whose send is not
+	// recorded yet (ledger.Store.Fold) and never waits for it.
 	NotFoundWait time.Duration
 	// WriteGap is the least time between two writes of one event's
 	// document: a rollup due sooner after the event's last write (its

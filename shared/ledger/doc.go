@@ -71,7 +71,10 @@
 //   - rollup (functions/rollup): [Store.Fold] folds the notices' attempts
 //     into their events' documents and derives statuses ([Store.RollupMany]
 //     for notices without attempts); it is the only writer of
-//     consumption-derived statuses. [Store.Reconcile]
+//     consumption-derived statuses. An event whose send is not recorded
+//     yet gets its document from the fold (topic, expected consumers,
+//     outcomes, status; [model.StubEvent]), which the send completes: the
+//     fold never waits for the relay's recorder. [Store.Reconcile]
 //     derives again every event that is not settled once its checkAt has
 //     passed, so a lost notice, or an attempt that reached the ledger before
 //     its event's send, still ends in the right status; [Store.ExpireDue]

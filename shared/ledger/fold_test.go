@@ -90,3 +90,79 @@ func TestALedgerWrittenBeforeTheFoldIsReadAsItIs(t *testing.T) {
 		}
 	}
 }
+
+// The relay records sends in the background and, after a burst or a
+// crash, late: a notice that reaches the rollup before its event's send
+// creates the event's document (one read, one write) instead of waiting
+// for it, so the status is final as soon as the consumers have reported.
+// The send, when it comes, adds the envelope and its fields to that
+// document (one read, one write besides its create, which finds the
+// document there) and leaves the status the consumers gave it; a replayed
+// send changes nothing.
+func TestAFoldBeforeTheSendCreatesTheEvent(t *testing.T) {
+	ctx := context.Background()
+	s, counter := newCountedStore(t, Options{})
+	seed(t, s, orderTopic, "billing", "shipping")
+	if _, err := s.Expected(ctx, orderTopic); err != nil { // the registry's cache, as a running rollup has it
+		t.Fatal(err)
+	}
+	at := time.Now().UTC().Truncate(time.Millisecond)
+	e := newEventOn(t, orderTopic, "order.purchased", at)
+	ok := newEventOn(t, orderTopic, "order.purchased", at)
+	as := []model.Attempt{attempt(e, "billing", 1, model.OutcomeSuccess), attempt(e, "shipping", 1, model.OutcomeSuccess),
+		attempt(ok, "billing", 1, model.OutcomeSuccess), attempt(ok, "shipping", 1, model.OutcomeRetry)}
+	for i := range as {
+		as[i].ConsumedAt = at.Add(time.Duration(i) * time.Millisecond)
+	}
+	ns, err := model.ReadNotice(model.FoldMessage(as))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0, w0 := counter.Reads(), counter.Writes()
+	rs, err := s.Fold(ctx, ns, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rs[0]; r.Err != nil || !r.Changed || r.Status != model.StatusConsumed || r.Expected != 2 || r.Succeeded != 2 {
+		t.Fatalf("fold of %s before its send: %+v, want CONSUMED, 2/2", e.ID, r)
+	}
+	if r := rs[1]; r.Err != nil || !r.Changed || r.Status != model.StatusPartial {
+		t.Fatalf("fold of %s before its send: %+v, want PARTIAL", ok.ID, r)
+	}
+	if r, w := counter.Reads()-r0, counter.Writes()-w0; r != 2 || w != 2 {
+		t.Errorf("the fold of two events not in the ledger: %d reads, %d writes; want one of each per event", r, w)
+	}
+	d := mustGet(t, s, e.ID)
+	if d.Summary() != "2/2 consumed" || d.Event.EventType != "" || !d.Event.SentAt.IsZero() {
+		t.Fatalf("before the send: %s type %q sentAt %v", d.Summary(), d.Event.EventType, d.Event.SentAt)
+	}
+
+	sentAt := at.Add(-time.Second)
+	r0, w0 = counter.Reads(), counter.Writes()
+	if err := s.RecordSent(ctx, model.SentAt(sentAt, e, ok)); err != nil {
+		t.Fatal(err)
+	}
+	if r, w := counter.Reads()-r0, counter.Writes()-w0; r != 2 || w != 4 {
+		t.Errorf("the sends of two events the rollup created: %d reads, %d writes; want per event one read, the create that found the document and one write", r, w)
+	}
+	d = mustGet(t, s, e.ID)
+	got := d.Event
+	if got.Status != model.StatusConsumed || got.EventType != e.Type || got.AggregateID != e.AggregateID || got.Initiator.UserID != e.Initiator.UserID ||
+		string(got.Payload) != string(e.Payload) || !got.SentAt.Equal(sentAt) || !got.LastSentAt.Equal(sentAt) || d.Summary() != "2/2 consumed" {
+		t.Fatalf("after the send: %+v %s", got, d.Summary())
+	}
+	if !got.CheckAt.IsZero() {
+		t.Errorf("a CONSUMED event is due for the reconciler at %v", got.CheckAt)
+	}
+	if d := mustGet(t, s, ok.ID); d.Event.Status != model.StatusPartial || d.Event.CheckAt.IsZero() || d.Event.EventType != ok.Type {
+		t.Errorf("%s after the send: %s checkAt %v type %q, want PARTIAL, due for the reconciler", ok.ID, d.Event.Status, d.Event.CheckAt, d.Event.EventType)
+	}
+
+	// A replayed send leaves the document exactly as it is.
+	if err := s.RecordSent(ctx, model.SentAt(sentAt.Add(time.Minute), e)); err != nil {
+		t.Fatal(err)
+	}
+	if again := mustGet(t, s, e.ID).Event; !again.SentAt.Equal(got.SentAt) || !again.UpdatedAt.Equal(got.UpdatedAt) || again.Status != got.Status {
+		t.Errorf("a replayed send changed the document: %+v", again)
+	}
+}

@@ -49,7 +49,7 @@ func receiveOne(t *testing.T, f *pubsubtest.Fake, sub string, handle func(event.
 //
 //  1. The relay published but its RecordSent failed: the consumers'
 //     attempts reach the ledger before the event's document, and rollup
-//     answers ErrEventNotFound for their notice.
+//     creates the document from their notice (no envelope, no send yet).
 //  2. One consumer recorded its attempt but crashed before its notice: no
 //     notice will ever name it.
 //  3. The relay's healing step records the send later: the document gets
@@ -120,8 +120,11 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	if err != nil || len(ns) != 1 || ns[0].EventID != e.ID {
 		t.Fatalf("notice names %v: %v", ns, err)
 	}
-	if rs, err := s.Fold(ctx, ns, 0); err != nil || !errors.Is(rs[0].Err, ErrEventNotFound) {
-		t.Fatalf("rollup before the send was recorded: %v %v, want ErrEventNotFound", err, rs[0].Err)
+	if rs, err := s.Fold(ctx, ns, 0); err != nil || rs[0].Err != nil || !rs[0].Changed || rs[0].Status != model.StatusSent || rs[0].Reported != 1 {
+		t.Fatalf("rollup before the send was recorded: %+v %v, want the document created, SENT, 1 reported", rs, err)
+	}
+	if d := mustGet(t, s, e.ID); d.Event.EventType != "" || !d.Event.SentAt.IsZero() || d.Event.Status != model.StatusSent {
+		t.Fatalf("the document the rollup created: type %q sentAt %v %s, want no envelope, no send, SENT", d.Event.EventType, d.Event.SentAt, d.Event.Status)
 	}
 
 	// 3. The healing step records the send; no notice comes any more. Before
@@ -129,13 +132,12 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	if err := s.RecordSent(ctx, model.SentAt(clock.t, e)); err != nil {
 		t.Fatal(err)
 	}
-	if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusSent {
-		t.Fatalf("after the send: %s", d.Event.Status)
+	if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusSent || d.Event.EventType != e.Type || d.Event.AggregateID != e.AggregateID ||
+		!d.Event.SentAt.Equal(clock.t.Truncate(time.Microsecond)) {
+		t.Fatalf("after the send: %s type %q aggregate %q sentAt %v", d.Event.Status, d.Event.EventType, d.Event.AggregateID, d.Event.SentAt)
 	}
-	// The rollup function answered the notice that carried member-service's
-	// attempt 500 (its event was not in the ledger), so Pub/Sub redelivers
-	// it, and it folds now.
-	if rs, err := s.Fold(ctx, ns, 0); err != nil || rs[0].Err != nil || rs[0].Status != model.StatusSent || rs[0].Reported != 1 {
+	// The notice redelivered (or a duplicate) folds nothing new.
+	if rs, err := s.Fold(ctx, ns, 0); err != nil || rs[0].Err != nil || rs[0].Changed || rs[0].Status != model.StatusSent || rs[0].Reported != 1 {
 		t.Fatalf("the notice redelivered: %+v %v", rs, err)
 	}
 	if rep, err := s.Reconcile(ctx, 0); err != nil || rep.Due != 0 {
@@ -205,14 +207,18 @@ func TestReconcilerBacksOffOnEventsThatWait(t *testing.T) {
 	}
 }
 
-// After a crash the consumers' attempts can reach the ledger before the
-// send does (the relay's healing step records it later): the late send
-// derives the event's status at once, without waiting for the reconciler.
+// After a crash the consumers' attempts can reach the ledger as documents
+// before the send does, with notices of the former shape (event ids
+// alone), which cannot create the event's document: the late send leaves
+// them to the reconciler, which the send makes due at once (checkAt is the
+// send's time + ReconcileAfter), instead of reading every attempt on the
+// relay's path.
 func TestLateSendFindsItsAttempts(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t, Options{})
+	clock := &testClock{t: time.Now().UTC()}
+	s := newStore(t, Options{Now: clock.now})
 	seed(t, s, orderTopic, "billing", "shipping")
-	sentAt := time.Now().Add(-time.Minute)
+	sentAt := clock.t.Add(-time.Minute)
 	e := newEventOn(t, orderTopic, "order.purchased", sentAt)
 	if err := s.InsertAttempts(ctx, []model.Attempt{attempt(e, "billing", 1, model.OutcomeSuccess), attempt(e, "shipping", 1, model.OutcomeSuccess)}); err != nil {
 		t.Fatal(err)
@@ -222,6 +228,10 @@ func TestLateSendFindsItsAttempts(t *testing.T) {
 	}
 	if err := s.RecordSent(ctx, model.SentAt(sentAt, e)); err != nil {
 		t.Fatal(err)
+	}
+	clock.t = clock.t.Add(time.Second)
+	if rep, err := s.Reconcile(ctx, 0); err != nil || rep.Due != 1 || rep.Settled != 1 {
+		t.Fatalf("reconcile after the late send: %+v %v", rep, err)
 	}
 	if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusConsumed {
 		t.Fatalf("after the late send: %s, want CONSUMED", d.Event.Status)

@@ -120,10 +120,17 @@ func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResu
 // https://firebase.google.com/docs/firestore/best-practices). Zero waits
 // for nothing.
 //
+// An event whose document does not exist yet (its send is recorded in
+// the background and may come after its consumers' notices) gets it
+// created from the notices (see stub): the fold never waits for the send,
+// and the send fills the envelope in when it comes (RecordSent). That
+// order costs one more read and write than the usual one (the send reads
+// the document it finds there).
+//
 // Results and errors are as RollupMany's, one per notice, in order; an
-// event whose document does not exist yet has Err ErrEventNotFound and
-// nothing is written for it: the caller keeps the notice (the rollup
-// function has Pub/Sub redeliver it) until the send is recorded.
+// event whose document does not exist and whose notices cannot create it
+// (no attempts, no topic, or a topic at LevelOff) has Err
+// ErrEventNotFound and nothing is written for it.
 func (s *Store) Fold(ctx context.Context, notices []model.Notice, gap time.Duration) ([]RollupResult, error) {
 	out := make([]RollupResult, len(notices))
 	at := map[string][]int{} // id -> its positions in notices
@@ -183,6 +190,9 @@ type derivation struct {
 	fold   []model.Attempt
 	res    RollupResult
 	ups    []firestore.Update
+	// create is set when the event's document does not exist yet and the
+	// fold creates it (a stub: see stub); ev is then the whole document.
+	create bool
 	job    *firestore.BulkWriterJob
 }
 
@@ -216,6 +226,11 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 		ds[i] = d
 		if !d.snap.Exists() {
 			d.res.Err = fmt.Errorf("%w: %s", ErrEventNotFound, id)
+			if !bump {
+				if err := s.stub(ctx, d); err != nil {
+					return nil, err
+				}
+			}
 		} else if err := d.snap.DataTo(&d.ev); err != nil {
 			d.res.Err = fmt.Errorf("ledger: rollup: decode %s: %w", d.snap.Ref.ID, err)
 		}
@@ -276,7 +291,7 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 	}
 	writes := 0
 	for _, d := range ds {
-		if d.res.Err == nil && len(d.ups) > 0 {
+		if d.res.Err == nil && (len(d.ups) > 0 || d.create) {
 			writes++
 		}
 	}
@@ -286,10 +301,16 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 	defer span.End(nil)
 	bw := s.client.BulkWriter(ctx)
 	for _, d := range ds {
-		if d.res.Err != nil || len(d.ups) == 0 {
+		if d.res.Err != nil || len(d.ups) == 0 && !d.create {
 			continue
 		}
-		j, err := bw.Update(d.snap.Ref, d.ups, firestore.LastUpdateTime(d.snap.UpdateTime))
+		var j *firestore.BulkWriterJob
+		var err error
+		if d.create {
+			j, err = bw.Create(d.snap.Ref, d.ev)
+		} else {
+			j, err = bw.Update(d.snap.Ref, d.ups, firestore.LastUpdateTime(d.snap.UpdateTime))
+		}
 		if err != nil {
 			d.res.Err = err
 			continue
@@ -304,8 +325,10 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 			case err == nil:
 				d.res.Changed = d.res.Status != d.res.Previous
 				d.res.Event.Status = d.res.Status
-			case status.Code(err) == codes.FailedPrecondition:
-				again = append(again, d.id) // changed since it was read
+			case status.Code(err) == codes.FailedPrecondition, d.create && alreadyExists(err):
+				// Changed since it was read, or created since (its send was
+				// recorded meanwhile): read and fold it again.
+				again = append(again, d.id)
 				continue
 			default:
 				d.res.Err = fmt.Errorf("ledger: rollup %s: %w", d.id, err)
@@ -403,6 +426,19 @@ func (s *Store) derive(d *derivation, now time.Time, bump bool) {
 			}
 		}
 	}
+	if d.create {
+		// The stub is written whole: the status, the marks, checkAt.
+		ev.Status, ev.StatusAt = st, now
+		ev.CreatedAt, ev.UpdatedAt, ev.DeleteAt = now, now, s.deleteAt(now)
+		if !st.Settled() {
+			ev.CheckAt = now.Add(s.reconcile)
+		}
+		ev.Latest = make(map[string]model.AttemptMark, len(d.latest))
+		for c, a := range d.latest {
+			ev.Latest[c] = a.Mark()
+		}
+		ups = nil
+	}
 	if len(ups) > 0 {
 		d.ups = append(ups, firestore.Update{Path: "updatedAt", Value: now})
 	}
@@ -414,6 +450,38 @@ func (s *Store) derive(d *derivation, now time.Time, bump bool) {
 	res := *ev
 	res.Payload = nil // not needed past here; keep results small
 	d.res.Event = res
+}
+
+// stub prepares the document a fold creates for an event that is not in
+// the ledger yet (model.StubEvent), when the notices carry its consumers'
+// attempts: the relay records sends in the background and, after a burst
+// or a crash, may record one long after its consumers reported; waiting
+// for it (the notice refused and redelivered on the rollup subscription's
+// backoff, 1 s to 60 s) left the ledger a minute or more behind. The stub
+// has the topic's expected consumers (the registry, as RecordSent reads
+// it) and the folded outcomes; the send, when recorded, adds the envelope
+// and the send fields (markSent). A notice without attempts (the former
+// shape), without a topic, or of a topic whose level is off leaves the
+// event not found, as before.
+func (s *Store) stub(ctx context.Context, d *derivation) error {
+	if len(d.fold) == 0 || d.window {
+		return nil
+	}
+	topic := d.fold[0].Topic
+	if topic == "" || s.level(topic) == model.LevelOff {
+		return nil
+	}
+	cs, err := s.reg.ExpectedConsumers(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("expected consumers of %s: %w", topic, err)
+	}
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ConsumerID
+	}
+	d.ev = model.StubEvent(d.id, topic, ids, s.shards)
+	d.create, d.res.Err = true, nil
+	return nil
 }
 
 // recheckAfter is how long the reconciler waits before it looks at an

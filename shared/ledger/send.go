@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -17,20 +18,22 @@ import (
 // expected consumers (from the registry), sentAt = lastSentAt = the send's
 // At, enqueuedAt, checkAt (the reconciler's turn) and deleteAt (the TTL).
 // The relay calls it after Pub/Sub acknowledged the events, in the
-// background: a consumer's attempt may reach the ledger first, and rollup
-// then waits for the document (see Store.RollupMany and the reconciler).
+// background: its consumers may report first, and the rollup then creates
+// the document from their notices (Store.Fold) instead of waiting for it.
 //
 // It is idempotent. A document that already exists and records a send is
 // left exactly as it is (a replayed RecordSent never downgrades a CONSUMED
 // event). A document that exists but was never sent (the relay recorded
-// publish failures first) gets the send fields and the expected consumers,
-// and its status is derived again from the truth table.
+// publish failures first, or the rollup created it from its consumers'
+// notices) gets the envelope, the send fields and the expected consumers,
+// and its status is derived again from the truth table (markSent).
 //
 // The happy path costs one write per event and no read (creates go through
 // a BulkWriter, 20 to a request); only documents that already exist are
-// read, and events whose send is recorded more than 5 s after it happened
-// (by the relay's healing step, after a crash) are rolled up at once, since
-// their consumers may have reported before the document existed. It returns every failure joined; events whose documents were
+// read, one read each. Attempts written as documents before the send
+// whose notices could not be folded (notices of the former shape, which
+// carry no attempts) are left to the reconciler, which the send makes due
+// at checkAt. It returns every failure joined; events whose documents were
 // written are done whatever the others did.
 func (s *Store) RecordSent(ctx context.Context, sends []model.Sent) error {
 	if len(sends) == 0 {
@@ -86,46 +89,46 @@ func (s *Store) RecordSent(ctx context.Context, sends []model.Sent) error {
 		jobs = append(jobs, pending{e, j})
 	}
 	bw.End()
-	var late []string
+	var exist []*event.Event
 	for _, p := range jobs {
 		_, err := p.job.Results()
 		switch {
 		case err == nil:
-			if now.Sub(sent[p.e.ID].At) > lateSend {
-				late = append(late, p.e.ID)
-			}
 		case alreadyExists(err):
-			if err := s.markSent(ctx, p.e, expected[p.e.Topic], sent[p.e.ID]); err != nil {
-				errs = append(errs, fmt.Errorf("event %s: %w", p.e.ID, err))
-			}
+			exist = append(exist, p.e)
 		default:
 			errs = append(errs, fmt.Errorf("event %s: %w", p.e.ID, err))
 		}
 	}
-	// A send recorded late (after a crash, by the relay's healing step)
-	// may find its consumers' attempts written already and their rollups
-	// gone by without a document to write to: derive those events now
-	// rather than leave them to the reconciler.
-	if len(late) > 0 {
-		rs, err := s.RollupMany(ctx, late)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		for _, r := range rs {
-			if r.Err != nil && !errors.Is(r.Err, ErrEventNotFound) {
-				errs = append(errs, r.Err)
+	// Documents created before the send (by the rollup, after a burst
+	// the relay's recorder lags behind) are many at once: a few
+	// transactions at a time.
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, markSenders)
+	for _, e := range exist {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := s.markSent(ctx, e, expected[e.Topic], sent[e.ID]); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("event %s: %w", e.ID, err))
+				mu.Unlock()
 			}
-		}
+		}()
 	}
+	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("ledger: record sent: %w", err)
 	}
 	return nil
 }
 
-// lateSend is how long after its send a send's record counts as late (see
-// RecordSent): longer than the relay's live recorder takes.
-const lateSend = 5 * time.Second
+// markSenders is how many sends RecordSent records at once on documents
+// that exist already (each a transaction of one read and one write).
+const markSenders = 16
 
 // expectedFor looks up the expected consumers of every topic in the batch.
 func (s *Store) expectedFor(ctx context.Context, events []*event.Event) (map[string][]string, error) {
@@ -147,23 +150,34 @@ func (s *Store) expectedFor(ctx context.Context, events []*event.Event) (map[str
 	return out, nil
 }
 
-// markSent records the send on a document that already exists.
+// markSent records the send on a document that already exists: a
+// document written before the send by the relay's publish failures, or by
+// a fold that came first (model.StubEvent). One that records a send
+// already is left exactly as it is. Otherwise the document is written
+// anew in the transaction that read it: the envelope and the send fields
+// from e, and what the document held of the event's story (its
+// consumers' marks, re-push, publish failure, creation), with its status
+// derived again. A document the fold wrote (Folded) holds its consumers'
+// latest attempts in its marks, so it costs this one read; an older one
+// has its attempts read too.
 func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string, snd model.Sent) error {
 	at := snd.At
 	ref := s.eventRef(e.ID)
-	var healed bool
+	var healed, failed bool
 	var prev, next model.Status
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		healed = false
+		now := s.clock()
+		full := model.NewEvent(e, s.maxPayload, s.shards)
+		full.SentAt, full.LastSentAt, full.EnqueuedAt = at, at, snd.EnqueuedAt
+		full.ExpectedConsumers = expected
+		full.UpdatedAt = now
 		snap, err := s.getDoc(ctx, tx, ref)
 		if notFound(err) {
 			// Gone since the create failed (deleted by hand): write it anew.
-			d := model.NewEvent(e, s.maxPayload, s.shards)
-			now := s.clock()
-			d.Status, d.StatusAt, d.SentAt, d.LastSentAt, d.EnqueuedAt = model.StatusSent, at, at, at, snd.EnqueuedAt
-			d.CreatedAt, d.UpdatedAt, d.ExpectedConsumers = now, now, expected
-			d.CheckAt, d.DeleteAt = at.Add(s.reconcile), s.deleteAt(now)
-			return tx.Create(ref, d)
+			full.Status, full.StatusAt, full.CreatedAt = model.StatusSent, at, now
+			full.CheckAt, full.DeleteAt = at.Add(s.reconcile), s.deleteAt(now)
+			return tx.Create(ref, full)
 		}
 		if err != nil {
 			return err
@@ -175,35 +189,52 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 		if !d.SentAt.IsZero() {
 			return nil // already recorded: leave it exactly as it is
 		}
-		attempts, err := s.eventAttempts(ctx, tx, &d)
-		if err != nil {
-			return err
+		var latest map[string]model.Attempt
+		if d.Folded {
+			latest = model.LatestByConsumer(model.WithFolded(&d, nil))
+		} else {
+			attempts, err := s.eventAttempts(ctx, tx, &d)
+			if err != nil {
+				return err
+			}
+			latest = model.LatestByConsumer(attempts)
 		}
-		d.SentAt = at
-		if at.After(d.LastSentAt) {
-			d.LastSentAt = at
+		// What the document holds of the event's story.
+		full.Shard, full.Folded, full.Latest = d.Shard, d.Folded, d.Latest
+		full.RetryCount, full.Repush, full.PublishFailure = d.RetryCount, d.Repush, d.PublishFailure
+		full.CreatedAt, full.DeleteAt = d.CreatedAt, d.DeleteAt
+		full.Status, full.StatusAt, full.CheckAt = d.Status, d.StatusAt, d.CheckAt
+		if d.LastSentAt.After(at) {
+			full.LastSentAt = d.LastSentAt
 		}
-		d.ExpectedConsumers = expected
-		now := s.clock()
-		prev, next = d.Status, model.Derive(model.FactsOf(&d, model.LatestByConsumer(attempts), now))
-		ups := []firestore.Update{
-			{Path: "sentAt", Value: d.SentAt},
-			{Path: "lastSentAt", Value: d.LastSentAt},
-			{Path: "expectedConsumers", Value: expected},
-			{Path: "updatedAt", Value: now},
+		if full.EnqueuedAt.IsZero() {
+			full.EnqueuedAt = d.EnqueuedAt
 		}
-		if !snd.EnqueuedAt.IsZero() {
-			ups = append(ups, firestore.Update{Path: "enqueuedAt", Value: snd.EnqueuedAt})
+		prev, next = d.Status, model.Derive(model.FactsOf(&full, latest, now))
+		if next != full.Status {
+			full.Status, full.StatusAt = next, at
 		}
-		ups = append(ups, s.statusUpdates(&d, next, at)...)
-		healed = true
-		return tx.Update(ref, ups)
+		switch {
+		case next.Settled():
+			full.CheckAt = time.Time{}
+		case full.CheckAt.IsZero():
+			full.CheckAt = at.Add(s.reconcile)
+		}
+		if !next.Open() {
+			full.ExpireDue = time.Time{}
+		}
+		healed, failed = true, d.PublishFailure != nil
+		return tx.Set(ref, full)
 	})
 	if err != nil {
 		return err
 	}
-	if healed {
+	switch {
+	case healed && failed:
 		s.log.InfoContext(ctx, "ledger: send recorded on an event first recorded by a publish failure",
+			append(logging.Event(e), "previous_status", prev, "status", next)...)
+	case healed:
+		s.log.DebugContext(ctx, "ledger: send recorded on an event its consumers' notices recorded first",
 			append(logging.Event(e), "previous_status", prev, "status", next)...)
 	}
 	return nil

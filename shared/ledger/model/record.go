@@ -225,6 +225,19 @@ func NewEvent(e *event.Event, maxPayload, shards int) Event {
 	return d
 }
 
+// StubEvent is the document a fold creates for an event whose send is not
+// recorded yet (the relay records sends in the background and may lag
+// behind its consumers): the event's id, topic and shard, and the
+// consumers expected of the topic now; no envelope and no sentAt, which
+// the send adds when it is recorded (ledger.Store.RecordSent). Folded is
+// set: the consumers' outcomes are in its Latest marks.
+func StubEvent(eventID, topic string, expected []string, shards int) Event {
+	if expected == nil {
+		expected = []string{}
+	}
+	return Event{EventID: eventID, Topic: topic, Shard: shardOf(eventID, shards), Folded: true, ExpectedConsumers: expected}
+}
+
 // ErrPayloadOmitted means the ledger did not keep an event's payload (it was
 // over MaxStoredPayload), so the envelope cannot be rebuilt from the ledger.
 var ErrPayloadOmitted = errors.New("the ledger did not keep this event's payload")
