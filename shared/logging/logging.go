@@ -63,7 +63,8 @@ func New(w io.Writer, opts Options) *slog.Logger {
 // then the record's.
 type lazyHandler struct {
 	inner slog.Handler
-	attrs []slog.Attr // With's, in order, not yet formatted
+	attrs []slog.Attr  // this With's, not yet formatted
+	outer *lazyHandler // the logger this one was derived from, whose attributes come first
 }
 
 func (h lazyHandler) Enabled(ctx context.Context, l slog.Level) bool {
@@ -71,11 +72,11 @@ func (h lazyHandler) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h lazyHandler) Handle(ctx context.Context, r slog.Record) error {
-	if len(h.attrs) == 0 {
+	if h.attrs == nil {
 		return h.inner.Handle(ctx, r)
 	}
 	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
-	out.AddAttrs(h.attrs...)
+	h.addTo(&out)
 	r.Attrs(func(a slog.Attr) bool {
 		out.AddAttrs(a)
 		return true
@@ -83,13 +84,34 @@ func (h lazyHandler) Handle(ctx context.Context, r slog.Record) error {
 	return h.inner.Handle(ctx, out)
 }
 
+// addTo adds the attributes of every With, outermost first.
+func (h *lazyHandler) addTo(r *slog.Record) {
+	if h.outer != nil {
+		h.outer.addTo(r)
+	}
+	r.AddAttrs(h.attrs...)
+}
+
+// WithAttrs keeps attrs, which the handler owns (slog.Handler's contract),
+// and the logger it derives from: nothing is copied or formatted.
 func (h lazyHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	if len(attrs) == 0 {
 		return h
 	}
-	// A new slice: loggers derived from one another share none.
-	all := make([]slog.Attr, 0, len(h.attrs)+len(attrs))
-	return lazyHandler{inner: h.inner, attrs: append(append(all, h.attrs...), attrs...)}
+	var outer *lazyHandler
+	if h.attrs != nil {
+		outer = &h
+	}
+	return lazyHandler{inner: h.inner, attrs: attrs, outer: outer}
+}
+
+// all returns the attributes of every With, outermost first.
+func (h *lazyHandler) all() []slog.Attr {
+	var as []slog.Attr
+	if h.outer != nil {
+		as = h.outer.all()
+	}
+	return append(as, h.attrs...)
 }
 
 // WithGroup formats the attributes so far under no group, as the JSON
@@ -99,8 +121,8 @@ func (h lazyHandler) WithGroup(name string) slog.Handler {
 		return h
 	}
 	inner := h.inner
-	if len(h.attrs) > 0 {
-		inner = inner.WithAttrs(h.attrs)
+	if h.attrs != nil {
+		inner = inner.WithAttrs(h.all())
 	}
 	return lazyHandler{inner: inner.WithGroup(name)}
 }
