@@ -103,7 +103,7 @@ func read(r *http.Request, maxBody int64) (Delivery, error) {
 	if maxBody <= 0 {
 		maxBody = DefaultMaxBody
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	body, err := readBody(r, maxBody)
 	if err != nil {
 		return Delivery{}, malformed("read body: %v", err)
 	}
@@ -164,6 +164,27 @@ func decodeWrapper(body []byte) (wrapper, bool) {
 		return wrapper{}, false
 	}
 	return w, true
+}
+
+// readBody reads at most maxBody+1 bytes of r's body into a buffer the
+// size of its Content-Length when it says one (io.ReadAll would grow one
+// from 512 bytes, copying as it goes).
+func readBody(r *http.Request, maxBody int64) ([]byte, error) {
+	lr := io.LimitReader(r.Body, maxBody+1)
+	n := r.ContentLength
+	if n <= 0 || n > maxBody {
+		return io.ReadAll(lr)
+	}
+	buf := make([]byte, n+1) // one more: a body longer than it said is read on
+	m, err := io.ReadFull(lr, buf)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return buf[:m], nil
+	case err != nil:
+		return nil, err
+	}
+	rest, err := io.ReadAll(lr)
+	return append(buf, rest...), err
 }
 
 func looksWrapped(body []byte) bool {

@@ -236,3 +236,23 @@ func TestPushDecodedOnceAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// The body is read whole whatever its Content-Length says: exact, absent,
+// or shorter than the body (a client's mistake the server may not catch),
+// and the limit holds either way.
+func TestBodyReadWhateverItsLength(t *testing.T) {
+	body := string(WrappedBody(sampleMessage(t), sub, 1))
+	for name, cl := range map[string]int64{"exact": int64(len(body)), "unknown": -1, "short": int64(len(body) - 10)} {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		req.ContentLength = cl
+		got, err := readBody(req, 1<<20)
+		if err != nil || string(got) != body {
+			t.Errorf("%s: read %d bytes, %v; want the %d-byte body", name, len(got), err, len(body))
+		}
+		req = httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		req.ContentLength = cl
+		if _, err := Read(req, int64(len(body)-1)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: a body over the limit: %v, want ErrMalformed", name, err)
+		}
+	}
+}
