@@ -32,11 +32,18 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/cost"
+	"github.com/relaybus/relaybus/internal/reexec"
 	"github.com/relaybus/relaybus/shared/instance"
 )
 
-// envTarget names the function the re-started test binary serves.
-const envTarget = "RELAYBUS_FNPROC_TARGET"
+// role is the reexec role of a test binary started again as a function
+// (its argument: the function's target).
+const role = "function"
+
+// Env returns the environment entry that makes a test binary whose
+// TestMain calls Serve serve the function registered as target, for a
+// test that starts and watches that process itself.
+func Env(target string) string { return reexec.Env(role, target) }
 
 // Profiles the function's process writes, when named (see the package
 // documentation).
@@ -49,8 +56,8 @@ const (
 // serves it (instance.Main) and exits. Otherwise it returns at once. Call
 // it first in TestMain.
 func Serve() {
-	target := os.Getenv(envTarget)
-	if target == "" {
+	r, target := reexec.Role()
+	if r != role || target == "" {
 		return
 	}
 	stop := startProfiles(target, os.Getenv(EnvCPUProfile), os.Getenv(EnvMemProfile))
@@ -118,7 +125,7 @@ func Start(tb testing.TB, target string, env map[string]string) *Proc {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envTarget+"="+target, "PORT="+strconv.Itoa(port))
+	cmd.Env = append(os.Environ(), Env(target), "PORT="+strconv.Itoa(port))
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
