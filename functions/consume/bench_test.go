@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -86,10 +88,14 @@ func consumeBench(b *testing.B, pooled bool) {
 		if err != nil {
 			return false
 		}
+		// Read to the end, so the connection is kept alive, as Pub/Sub's
+		// push keeps its own: a body closed unread closes the connection,
+		// and the function's CPU then paid a TCP connection per delivery.
+		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	}
-	stmts0, err := cost.Statements(ctx, pgtest.URL(b))
+	stmts0, err := cost.StatementSnapshot(ctx, pgtest.URL(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -178,7 +184,7 @@ func consumeBench(b *testing.B, pooled bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	stmts1, err := cost.Statements(ctx, pgtest.URL(b))
+	stmts1, err := cost.StatementSnapshot(ctx, pgtest.URL(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -187,7 +193,9 @@ func consumeBench(b *testing.B, pooled bool) {
 	fmt.Printf("# consume: %d attempts not in the ledger after the run (left to /ledger:ship)\n", unshipped)
 	fmt.Printf("# consume cost: the function process's user+system CPU (/proc, then its rusage at exit) and the statements Postgres executed (pg_stat_statements calls, transaction control included) over both runs to the end of its graceful shutdown, divided by the %d deliveries answered 200\n", answered)
 	fmt.Printf("BENCH consume_cpu_us_per_delivery %.1f µs\n", float64((cpu1-cpu0).Microseconds())/float64(answered))
-	fmt.Printf("BENCH consume_pg_roundtrips_per_delivery %.2f round trips\n", float64(stmts1-stmts0)/float64(answered))
+	stmts := stmts1.Since(stmts0)
+	cost.PrintStatements(os.Stdout, "consume statements", "delivery", stmts, answered, 8)
+	fmt.Printf("BENCH consume_pg_roundtrips_per_delivery %.2f round trips\n", float64(cost.Calls(stmts))/float64(answered))
 }
 
 // withParams adds query parameters to a postgres:// URL.

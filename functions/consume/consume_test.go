@@ -31,8 +31,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	fnproc.Serve() // BenchmarkConsume runs this binary again as the function
-	runChildIfAsked()
+	fnproc.Serve() // BenchmarkConsume and the kill tests run this binary again as the function
 	pgtest.Main(m)
 }
 

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -32,9 +32,7 @@ import (
 // included) and applies a push delivery; an unknown handler name is refused
 // with the names it knows.
 func TestServeFromEnvironment(t *testing.T) {
-	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
-		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
-	}
+	emutest.Host(t, emulator.PubSub) // make test's, or one started for the test binary
 	_, schema := pgtest.SchemaConfig(t, nil)
 	t.Setenv("GOOGLE_CLOUD_PROJECT", fmt.Sprintf("consume-env-%d", time.Now().UnixNano()))
 	t.Setenv("DATABASE_URL", pgtest.SchemaURL(t, schema))
@@ -68,9 +66,7 @@ func TestServeFromEnvironment(t *testing.T) {
 // reaches the ledger after the answer, and the child event the handler
 // emitted is on Pub/Sub without waiting for a scheduled drain.
 func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
-	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
-		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
-	}
+	emutest.Host(t, emulator.PubSub) // make test's, or one started for the test binary
 	ctx := context.Background()
 	_, schema := pgtest.SchemaConfig(t, nil)
 	project := emutest.FirestoreProject(t)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -24,12 +25,12 @@ import (
 
 	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/fnproc"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/forward"
-	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/registry"
@@ -37,26 +38,13 @@ import (
 	"github.com/relaybus/relaybus/shared/transport"
 )
 
-// childEnv makes the test binary serve the consume function (instance.Main)
-// instead of running tests.
-const childEnv = "RELAYBUS_CONSUME_TEST_CHILD"
-
-func runChildIfAsked() {
-	if os.Getenv(childEnv) != "" {
-		instance.Main("consume")
-		os.Exit(0)
-	}
-}
-
 // A consume process SIGKILLed after its commit and before its ledger write
 // (here: its Firestore and its Pub/Sub, which carries the rollup notices,
 // do not answer, and it is killed once it has answered 200): the delivery is not redelivered, the scheduled shipping
 // step ships the attempt from Postgres, and the event's status becomes
 // final.
 func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
-	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
-		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
-	}
+	emutest.Host(t, emulator.PubSub) // make test's, or one started for the test binary
 	ctx := context.Background()
 	pool, schema := pgtest.SchemaConfig(t, nil)
 	project := emutest.FirestoreProject(t)
@@ -91,7 +79,7 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "PORT="+strconv.Itoa(port), "FUNCTION_TARGET=",
+	cmd.Env = append(os.Environ(), fnproc.Env("consume"), "PORT="+strconv.Itoa(port), "FUNCTION_TARGET=",
 		"GOOGLE_CLOUD_PROJECT="+project, "DATABASE_URL="+pgtest.SchemaURL(t, schema),
 		"FIRESTORE_EMULATOR_HOST="+dead.Addr().String(), "PUBSUB_EMULATOR_HOST="+dead.Addr().String(),
 		"CONSUMER_ID=audit-service", "CONSUMER_HANDLER=projection")
@@ -167,7 +155,7 @@ func startChild(t *testing.T, env ...string) (*exec.Cmd, string) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), childEnv+"=1", "PORT="+strconv.Itoa(port), "FUNCTION_TARGET="), env...)
+	cmd.Env = append(append(os.Environ(), fnproc.Env("consume"), "PORT="+strconv.Itoa(port), "FUNCTION_TARGET="), env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -207,9 +195,7 @@ func postWhenUp(url string, body []byte, deadline time.Time) (int, consumer.Resu
 // outcome is recorded once, the killed attempt is recorded as abandoned,
 // and later deliveries are duplicates.
 func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
-	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
-		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
-	}
+	emutest.Host(t, emulator.PubSub) // make test's, or one started for the test binary
 	ctx := context.Background()
 	pool, schema := pgtest.SchemaConfig(t, nil)
 	secret := forward.NewSecret()

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/browsertest"
 	"github.com/relaybus/relaybus/internal/devstack"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -28,32 +28,6 @@ import (
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger/audit"
 )
-
-// EnvScreenshots names the directory the browser test writes its
-// screenshots to (docs/console for the README: make screenshots); without
-// it they go to the test's temporary directory.
-const EnvScreenshots = "RELAYBUS_SCREENSHOTS"
-
-// chromium finds Debian's Chromium (or another Chrome) the way the suite
-// finds Java: installed on the machine (.ci/run installs it when missing),
-// or named by RELAYBUS_CHROMIUM. A machine without one fails the test: a
-// skipped browser test is a test that did not run.
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("RELAYBUS_CHROMIUM"); p != "" {
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Fatal("no Chromium for the console's browser tests: apt-get install chromium (.ci/run does), or set RELAYBUS_CHROMIUM; go test -short skips them")
-	return ""
-}
 
 // browser is a headless Chromium tab on a console.
 type browser struct {
@@ -83,7 +57,7 @@ func newBrowser(t *testing.T, console string) *browser {
 		t.Logf("left Chromium's profile %s behind", profile)
 	})
 	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromium(t)),
+		chromedp.ExecPath(browsertest.Chromium(t)),
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		// Without these Chromium stalls on a closed network, reaching for
 		// Google's services.
@@ -108,11 +82,7 @@ func newBrowser(t *testing.T, console string) *browser {
 	if err := chromedp.Run(ctx); err != nil {
 		t.Fatalf("start Chromium: %v", err)
 	}
-	shots := os.Getenv(EnvScreenshots)
-	if shots == "" {
-		shots = t.TempDir()
-	}
-	return &browser{t: t, ctx: ctx, console: console, shots: shots}
+	return &browser{t: t, ctx: ctx, console: console, shots: browsertest.Screenshots(t)}
 }
 
 // run runs actions with a deadline; a failure fails the test with a

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -25,9 +25,7 @@ import (
 // The registered function builds itself from the environment: outbox,
 // topology registry (LEDGER=off) and the fast path to the Pub/Sub emulator.
 func TestServeFromEnvironment(t *testing.T) {
-	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
-		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
-	}
+	emutest.Host(t, emulator.PubSub) // make test's, or one started for the test binary
 	_, schema := pgtest.SchemaConfig(t, nil)
 	project := fmt.Sprintf("publish-env-%d", time.Now().UnixNano())
 	top, err := topology.Load("")
@@ -64,9 +62,7 @@ func TestServeFromEnvironment(t *testing.T) {
 // registry comes from the ledger's topic_consumers, and the SENT record is
 // written after the answer, in the background.
 func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
-	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
-		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
-	}
+	emutest.Host(t, emulator.PubSub) // make test's, or one started for the test binary
 	ctx := context.Background()
 	_, schema := pgtest.SchemaConfig(t, nil)
 	project := emutest.FirestoreProject(t)

@@ -593,10 +593,12 @@ func (h *Handler) accept(ctx context.Context, deadline time.Time, mode string, e
 	if h.fast != nil && len(now) > 0 {
 		h.fastPath(ctx, mode, now, claim, results)
 	}
-	for k, e := range write {
-		r := &results[writeAt[k]]
-		h.log.InfoContext(ctx, "publish: event accepted", append(logging.Event(e), slog.String("topic", e.Topic),
-			slog.String("status", r.Status), slog.Bool("duplicate", r.Duplicate), slog.String("mode", mode))...)
+	if h.log.Enabled(ctx, slog.LevelInfo) { // the fields are built only for a line that is written
+		for k, e := range write {
+			r := &results[writeAt[k]]
+			h.log.InfoContext(ctx, "publish: event accepted", append(logging.Event(e), slog.String("topic", e.Topic),
+				slog.String("status", r.Status), slog.Bool("duplicate", r.Duplicate), slog.String("mode", mode))...)
+		}
 	}
 	return results, http.StatusAccepted, nil
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -98,9 +98,7 @@ func TestDrainOverHTTP(t *testing.T) {
 // The registered function builds itself from the environment, against the
 // Pub/Sub emulator.
 func TestServeFromEnvironment(t *testing.T) {
-	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
-		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
-	}
+	emutest.Host(t, emulator.PubSub) // make test's, or one started for the test binary
 	pool, schema := pgtest.SchemaConfig(t, nil)
 	url := pgtest.SchemaURL(t, schema)
 	if err := outbox.Migrate(context.Background(), pool); err != nil {
@@ -150,9 +148,7 @@ func TestServeFromEnvironment(t *testing.T) {
 // With the production default LEDGER=firestore (the emulator): the drain
 // publishes, and the ledger records each send right after.
 func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
-	if os.Getenv("PUBSUB_EMULATOR_HOST") == "" {
-		t.Skip("PUBSUB_EMULATOR_HOST is not set (make test starts the emulator)")
-	}
+	emutest.Host(t, emulator.PubSub) // make test's, or one started for the test binary
 	ctx := context.Background()
 	pool, schema := pgtest.SchemaConfig(t, nil)
 	if err := outbox.Migrate(ctx, pool); err != nil {

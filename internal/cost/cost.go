@@ -9,7 +9,9 @@ package cost
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,6 +83,98 @@ func Statements(ctx context.Context, url string) (int64, error) {
 		return 0, fmt.Errorf("pg_stat_statements: %w", err)
 	}
 	return calls, nil
+}
+
+// Snapshot is what pg_stat_statements holds for one database: the calls
+// of each normalized statement (its text, whitespace collapsed), summed
+// over users and nesting levels.
+type Snapshot map[string]int64
+
+// StatementSnapshot reads the calls of every statement the database at url
+// has executed (pg_stat_statements, as Statements reads it), so that two
+// snapshots show which statements a run sent (Snapshot.Since).
+func StatementSnapshot(ctx context.Context, url string) (Snapshot, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
+		return nil, fmt.Errorf("pg_stat_statements: %w (is it in shared_preload_libraries?)", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT query, calls FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		  AND query NOT LIKE '%pg_stat_statements%'`)
+	if err != nil {
+		return nil, fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	snap := Snapshot{}
+	for rows.Next() {
+		var (
+			q     string
+			calls int64
+		)
+		if err := rows.Scan(&q, &calls); err != nil {
+			return nil, fmt.Errorf("pg_stat_statements: %w", err)
+		}
+		snap[strings.Join(strings.Fields(q), " ")] += calls
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pg_stat_statements: %w", err)
+	}
+	return snap, nil
+}
+
+// StatementCalls is one statement's calls in a run.
+type StatementCalls struct {
+	// Query is the normalized statement, whitespace collapsed.
+	Query string
+	// Calls is how many times it was executed.
+	Calls int64
+}
+
+// Since returns the statements executed between before and s, most calls
+// first (ties by text).
+func (s Snapshot) Since(before Snapshot) []StatementCalls {
+	var out []StatementCalls
+	for q, n := range s {
+		if d := n - before[q]; d > 0 {
+			out = append(out, StatementCalls{Query: q, Calls: d})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Calls != out[j].Calls {
+			return out[i].Calls > out[j].Calls
+		}
+		return out[i].Query < out[j].Query
+	})
+	return out
+}
+
+// PrintStatements writes the top statements of a run to w as benchmark
+// comment lines, "# <what> per <unit>: <calls per unit> <statement>", each
+// statement cut to 120 characters, divided by the run's units.
+func PrintStatements(w io.Writer, what, unit string, cs []StatementCalls, units, top int) {
+	for i, c := range cs {
+		if i == top {
+			fmt.Fprintf(w, "# %s per %s: %d more statements, %d calls\n", what, unit, len(cs)-top, Calls(cs[top:]))
+			break
+		}
+		q := c.Query
+		if len(q) > 120 {
+			q = q[:117] + "..."
+		}
+		fmt.Fprintf(w, "# %s per %s: %.2f %s\n", what, unit, float64(c.Calls)/float64(units), q)
+	}
+}
+
+// Calls is the statements' calls in all.
+func Calls(cs []StatementCalls) int64 {
+	var n int64
+	for _, c := range cs {
+		n += c.Calls
+	}
+	return n
 }
 
 // Transactions reads the transactions (committed and rolled back) of the

@@ -3,6 +3,7 @@ package cost_test
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,8 +20,12 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // are not counted.
 func TestStatementsCountsEachRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.URL(t)
+	url := pgtest.Database(t) // its own: other packages' tests run statements in the shared one
 	before, err := cost.Statements(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap0, err := cost.StatementSnapshot(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +52,16 @@ func TestStatementsCountsEachRoundTrip(t *testing.T) {
 	}
 	if got := after - before; got != 4 {
 		t.Errorf("%d statements counted for BEGIN, SELECT 1, SELECT 2, COMMIT; want 4", got)
+	}
+	snap1, err := cost.StatementSnapshot(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pg_stat_statements normalizes the constants: both SELECTs are one
+	// statement, called twice. Statements' own reading is left out.
+	want := []cost.StatementCalls{{Query: "SELECT $1", Calls: 2}, {Query: "begin", Calls: 1}, {Query: "commit", Calls: 1}} // as pgx sends them
+	if got := snap1.Since(snap0); !slices.Equal(got, want) {
+		t.Errorf("statements of the run: %+v, want %+v", got, want)
 	}
 }
 

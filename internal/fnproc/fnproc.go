@@ -7,6 +7,13 @@
 // The process is the test binary itself, started again: a test package
 // whose TestMain calls Serve first becomes the function when Start set
 // its variable, and runs its tests otherwise.
+//
+// To see where the function spends its CPU, name a file in
+// RELAYBUS_FNPROC_CPUPROFILE (and RELAYBUS_FNPROC_MEMPROFILE for its
+// allocations) when running a benchmark; the function's process, which
+// inherits the environment, writes its profile there when it exits
+// (go tool pprof -top <file>). With several functions in one run, the
+// last to exit wins.
 package fnproc
 
 import (
@@ -17,28 +24,83 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/relaybus/relaybus/internal/cost"
+	"github.com/relaybus/relaybus/internal/reexec"
 	"github.com/relaybus/relaybus/shared/instance"
 )
 
-// envTarget names the function the re-started test binary serves.
-const envTarget = "RELAYBUS_FNPROC_TARGET"
+// role is the reexec role of a test binary started again as a function
+// (its argument: the function's target).
+const role = "function"
+
+// Env returns the environment entry that makes a test binary whose
+// TestMain calls Serve serve the function registered as target, for a
+// test that starts and watches that process itself.
+func Env(target string) string { return reexec.Env(role, target) }
+
+// Profiles the function's process writes, when named (see the package
+// documentation).
+const (
+	EnvCPUProfile = "RELAYBUS_FNPROC_CPUPROFILE"
+	EnvMemProfile = "RELAYBUS_FNPROC_MEMPROFILE"
+)
 
 // Serve makes this process the function Start asked for, if it did: it
 // serves it (instance.Main) and exits. Otherwise it returns at once. Call
 // it first in TestMain.
 func Serve() {
-	target := os.Getenv(envTarget)
-	if target == "" {
+	r, target := reexec.Role()
+	if r != role || target == "" {
 		return
 	}
+	stop := startProfiles(target, os.Getenv(EnvCPUProfile), os.Getenv(EnvMemProfile))
 	instance.Main(target)
+	stop()
 	os.Exit(0)
+}
+
+// startProfiles starts a CPU profile into cpuPath and returns the function
+// that stops it and writes the allocation profile into memPath (either
+// path empty: that profile is not taken). A profile that cannot be taken
+// is said on stderr (the function's log) and the function serves anyway.
+func startProfiles(target, cpuPath, memPath string) func() {
+	var cpu *os.File
+	if cpuPath != "" {
+		f, err := os.Create(cpuPath)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fnproc: %s: no CPU profile: %v\n", target, err)
+		} else {
+			cpu = f
+		}
+	}
+	return func() {
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			cpu.Close()
+		}
+		if memPath == "" {
+			return
+		}
+		f, err := os.Create(memPath)
+		if err == nil {
+			runtime.GC()
+			err = pprof.Lookup("allocs").WriteTo(f, 0)
+			f.Close()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "fnproc: %s: no allocation profile: %v\n", target, err)
+		}
+	}
 }
 
 // Proc is a function serving in a process of its own.
@@ -63,7 +125,7 @@ func Start(tb testing.TB, target string, env map[string]string) *Proc {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envTarget+"="+target, "PORT="+strconv.Itoa(port))
+	cmd.Env = append(os.Environ(), Env(target), "PORT="+strconv.Itoa(port))
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

@@ -103,7 +103,7 @@ func read(r *http.Request, maxBody int64) (Delivery, error) {
 	if maxBody <= 0 {
 		maxBody = DefaultMaxBody
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	body, err := readBody(r, maxBody)
 	if err != nil {
 		return Delivery{}, malformed("read body: %v", err)
 	}
@@ -140,11 +140,51 @@ func read(r *http.Request, maxBody int64) (Delivery, error) {
 		}
 		return unwrapped(body, h), nil
 	}
-	// Wrapped push.
+	// Wrapped push: the body decoded once, the common case. A body that
+	// does not decode as a wrapper takes the slow path, which tells an
+	// unwrapped message from a malformed wrapper.
+	if w, ok := decodeWrapper(body); ok {
+		if w.Message != nil {
+			return fromWire(w, ModePush)
+		}
+		return unwrapped(body, h), nil
+	}
 	if looksWrapped(body) {
 		return fromWrapper(body, ModePush)
 	}
 	return unwrapped(body, h), nil
+}
+
+// decodeWrapper decodes a body that is a JSON object, as a wrapper; ok is
+// false when it is not one or does not decode as one.
+func decodeWrapper(body []byte) (wrapper, bool) {
+	var w wrapper
+	b := bytes.TrimSpace(body)
+	if len(b) == 0 || b[0] != '{' || json.Unmarshal(b, &w) != nil {
+		return wrapper{}, false
+	}
+	return w, true
+}
+
+// readBody reads at most maxBody+1 bytes of r's body into a buffer the
+// size of its Content-Length when it says one (io.ReadAll would grow one
+// from 512 bytes, copying as it goes).
+func readBody(r *http.Request, maxBody int64) ([]byte, error) {
+	lr := io.LimitReader(r.Body, maxBody+1)
+	n := r.ContentLength
+	if n <= 0 || n > maxBody {
+		return io.ReadAll(lr)
+	}
+	buf := make([]byte, n+1) // one more: a body longer than it said is read on
+	m, err := io.ReadFull(lr, buf)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return buf[:m], nil
+	case err != nil:
+		return nil, err
+	}
+	rest, err := io.ReadAll(lr)
+	return append(buf, rest...), err
 }
 
 func looksWrapped(body []byte) bool {
@@ -166,6 +206,11 @@ func fromWrapper(body []byte, mode string) (Delivery, error) {
 	if err := json.Unmarshal(body, &w); err != nil {
 		return Delivery{}, malformed("%s body is not {subscription, message}: %v", mode, err)
 	}
+	return fromWire(w, mode)
+}
+
+// fromWire reads the delivery out of a decoded wrapper.
+func fromWire(w wrapper, mode string) (Delivery, error) {
 	if w.Message == nil {
 		return Delivery{}, malformed("%s body has no message", mode)
 	}

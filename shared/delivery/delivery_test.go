@@ -169,6 +169,20 @@ func FuzzRead(f *testing.F) {
 		}
 		req.Header.Set("Content-Type", contentType)
 		d, err := Read(req, 1<<16)
+		if ceType != MessagePublishedType && !strings.HasPrefix(strings.ToLower(contentType), event.MediaTypeCloudEventsJSON) && len(body) <= 1<<16 {
+			// A push body: decoded once, it reads as the two-pass decoding
+			// (is it a wrapper? then decode it) read it.
+			want, werr := twoPassPush(body, req.Header)
+			if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
+				t.Fatalf("error %v, the two-pass decoding's %v", err, werr)
+			}
+			if err == nil && want.Message.Topic == "" {
+				want.Message.Topic = want.Topic()
+			}
+			if err == nil && !reflect.DeepEqual(d, want) {
+				t.Fatalf("read %+v, the two-pass decoding read %+v", d, want)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error not ErrMalformed: %v", err)
@@ -180,4 +194,65 @@ func FuzzRead(f *testing.F) {
 		}
 		_, _, _ = event.Decode(d.Message, event.Limits{})
 	})
+}
+
+// twoPassPush is how a push body was read before it was decoded once: is
+// it a wrapper (an object whose message is an object)? then decode it as
+// one, else it is an unwrapped message.
+func twoPassPush(body []byte, h http.Header) (Delivery, error) {
+	if looksWrapped(body) {
+		return fromWrapper(body, ModePush)
+	}
+	return unwrapped(body, h), nil
+}
+
+// The push bodies at the edges of the one-pass decoding read as the
+// two-pass decoding read them.
+func TestPushDecodedOnceAsBefore(t *testing.T) {
+	for _, body := range []string{
+		`{"message":{"data":"eA==","attributes":{"a":"b"},"orderingKey":"k","publishTime":"2026-01-02T03:04:05.123Z"},"subscription":"s","deliveryAttempt":2}`,
+		`{"message":null}`,
+		`{"message":"a string"}`,
+		`{"message":{}}`,
+		`{"message":{"data":"!!!"}}`,
+		`{"message":{"data":"eA=="},"deliveryAttempt":"two"}`,
+		`{"orderId":"o-1","message":"hello"}`,
+		`{"orderId":"o-1"}`,
+		`  {"message":{"data":"eA=="}}  `,
+		`{"message":{"data":"eA=="}} trailing`,
+		`[{"message":{"data":"eA=="}}]`,
+		`not json`,
+		``,
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		got, err := Read(req, 0)
+		want, werr := twoPassPush([]byte(body), req.Header)
+		if err == nil && want.Message.Topic == "" {
+			want.Message.Topic = want.Topic()
+		}
+		if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) || (err == nil && !reflect.DeepEqual(got, want)) {
+			t.Errorf("%s: read %+v, %v; the two-pass decoding read %+v, %v", body, got, err, want, werr)
+		}
+	}
+}
+
+// The body is read whole whatever its Content-Length says: exact, absent,
+// or shorter than the body (a client's mistake the server may not catch),
+// and the limit holds either way.
+func TestBodyReadWhateverItsLength(t *testing.T) {
+	body := string(WrappedBody(sampleMessage(t), sub, 1))
+	for name, cl := range map[string]int64{"exact": int64(len(body)), "unknown": -1, "short": int64(len(body) - 10)} {
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		req.ContentLength = cl
+		got, err := readBody(req, 1<<20)
+		if err != nil || string(got) != body {
+			t.Errorf("%s: read %d bytes, %v; want the %d-byte body", name, len(got), err, len(body))
+		}
+		req = httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		req.ContentLength = cl
+		if _, err := Read(req, int64(len(body)-1)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: a body over the limit: %v, want ErrMalformed", name, err)
+		}
+	}
 }

@@ -200,7 +200,7 @@ func (e *Event) Validate(lim Limits) error {
 	if !validSchemaVersion(e.SchemaVersion) {
 		add(fieldErr("schemaVersion", ruleSchemaVersion))
 	}
-	if mt, _, err := mime.ParseMediaType(e.PayloadType); err != nil || mt == "" {
+	if !validMediaType(e.PayloadType) {
 		add(fieldErr("payloadType", "must be a media type such as application/json"))
 	}
 	jsonPayload := IsJSONType(e.PayloadType)
@@ -242,11 +242,23 @@ func (e *Event) Expired(now time.Time) bool {
 // IsJSONType reports whether a media type is JSON (application/json or any
 // +json suffix type).
 func IsJSONType(mediaType string) bool {
+	if mediaType == DefaultPayloadType {
+		return true // the common case, without parsing (which allocates)
+	}
 	mt, _, err := mime.ParseMediaType(mediaType)
 	if err != nil {
 		mt = strings.ToLower(strings.TrimSpace(mediaType))
 	}
 	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json")
+}
+
+// validMediaType reports whether s parses as a media type.
+func validMediaType(s string) bool {
+	if s == DefaultPayloadType {
+		return true // the common case, without parsing (which allocates)
+	}
+	mt, _, err := mime.ParseMediaType(s)
+	return err == nil && mt != ""
 }
 
 // NewID returns a random UUIDv4 string for events whose producer sent no id.

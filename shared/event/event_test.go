@@ -405,3 +405,15 @@ func assertSameEvent(t *testing.T, got, want Event) {
 		t.Errorf("event differs:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+func TestIsJSONType(t *testing.T) {
+	for mt, want := range map[string]bool{
+		"application/json": true, "application/json; charset=utf-8": true, "Application/JSON": true,
+		" application/json ": true, "application/cloudevents+json": true, "text/json": true,
+		"application/octet-stream": false, "application/x-protobuf": false, "": false, "json": false,
+	} {
+		if got := IsJSONType(mt); got != want {
+			t.Errorf("IsJSONType(%q) = %v, want %v", mt, got, want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"cloud.google.com/go/firestore"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/reexec"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
@@ -138,7 +139,7 @@ func TestLedgerOpensTheConfiguredEmulator(t *testing.T) {
 func TestMainRefusesABadShutdownTimeout(t *testing.T) {
 	for _, v := range []string{"soon", "0s"} {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=1", "PORT=0", "SHUTDOWN_TIMEOUT="+v, "FUNCTION_TARGET=")
+		cmd.Env = append(os.Environ(), reexec.Env(childRole, ""), "PORT=0", "SHUTDOWN_TIMEOUT="+v, "FUNCTION_TARGET=")
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "SHUTDOWN_TIMEOUT") {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/relaybus/relaybus/internal/reexec"
 )
 
 func TestLazyRetriesAFailedBuildAndBuildsOnce(t *testing.T) {
@@ -145,14 +147,16 @@ func TestShutdownCutsWhatOutlivesItsTimeout(t *testing.T) {
 	}
 }
 
-const childEnv = "RELAYBUS_INSTANCE_TEST_CHILD"
+// childRole makes the test binary serve the slow "child" function with
+// Main (see TestMain).
+const childRole = "instance-child"
 
 // childServing is the line the child writes to stderr when a request has
 // entered its handler.
 const childServing = "relaybus-instance-test: serving"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
+	if role, _ := reexec.Role(); role == childRole {
 		Lazy("child", func(context.Context) (http.Handler, error) {
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				fmt.Fprintln(os.Stderr, childServing)
@@ -176,7 +180,7 @@ func TestSIGTERMDuringASlowRequest(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", "PORT="+strconv.Itoa(port), "SHUTDOWN_TIMEOUT=5s", "FUNCTION_TARGET=")
+	cmd.Env = append(os.Environ(), reexec.Env(childRole, ""), "PORT="+strconv.Itoa(port), "SHUTDOWN_TIMEOUT=5s", "FUNCTION_TARGET=")
 	watch := &lineWatch{line: childServing, seen: make(chan struct{})}
 	cmd.Stderr = watch
 	if err := cmd.Start(); err != nil {

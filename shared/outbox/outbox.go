@@ -239,27 +239,16 @@ func Repush(ctx context.Context, db postgres.DBTX, e *event.Event, target string
 			failed         *int64
 			queued         bool
 		)
-		err := tx.QueryRow(ctx, `SELECT o.aggregatetype, o.aggregateid, o.version, d.published_version, d.failed_version,
-				EXISTS (SELECT 1 FROM relaybus_outbox_repush q WHERE q.event_id = o.id AND q.failed_at IS NULL)
-			FROM relaybus_outbox o
-			LEFT JOIN relaybus_outbox_dispatch d ON d.aggregatetype = o.aggregatetype AND d.aggregateid = o.aggregateid
-			WHERE o.id = $1
-			FOR UPDATE OF o`, e.ID).Scan(&aggType, &aggID, &version, &cursor, &failed, &queued)
+		err := tx.QueryRow(ctx, repushFindSQL, e.ID).Scan(&aggType, &aggID, &version, &cursor, &failed, &queued)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			// Deleted by retention: back in as published, then re-pushed.
 			b := &batch{}
 			b.add(e, telemetry.Traceparent(ctx))
-			if _, err := tx.Exec(ctx, `INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
-				topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id, initiator, expire_at, target_consumer, traceparent)
-				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[], $7::timestamptz[],
-				$8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[])`,
-				b.args()...); err != nil {
+			if _, err := tx.Exec(ctx, repushReinsertSQL, b.args()...); err != nil {
 				return mapErr(err)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO relaybus_outbox_dispatch (aggregatetype, aggregateid, enqueued_version, published_version, ledger_version, published_at)
-				VALUES ($1, $2, $3, $3, $3, now()) ON CONFLICT (aggregatetype, aggregateid) DO NOTHING`,
-				e.AggregateType, e.AggregateID, e.Version); err != nil {
+			if _, err := tx.Exec(ctx, repushReinsertDispatchSQL, e.AggregateType, e.AggregateID, e.Version); err != nil {
 				return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
 			}
 			aggType, aggID, version = e.AggregateType, e.AggregateID, e.Version
@@ -267,12 +256,10 @@ func Repush(ctx context.Context, db postgres.DBTX, e *event.Event, target string
 			return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
 		case failed != nil && *failed == version:
 			// The aggregate FAILED at this event: clear it and flow again.
-			if _, err := tx.Exec(ctx, `UPDATE relaybus_outbox SET target_consumer = nullif($2, '') WHERE id = $1`, e.ID, target); err != nil {
+			if _, err := tx.Exec(ctx, repushTargetSQL, e.ID, target); err != nil {
 				return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE relaybus_outbox_dispatch SET failed_version = NULL, failed_at = NULL,
-					attempts = 0, last_error = NULL, due_at = now()
-				WHERE aggregatetype = $1 AND aggregateid = $2`, aggType, aggID); err != nil {
+			if _, err := tx.Exec(ctx, repushClearFailedSQL, aggType, aggID); err != nil {
 				return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
 			}
 			out = Enqueued{ID: e.ID, State: StatePending, Aggregate: Aggregate{aggType, aggID}, Version: version, Target: target}
@@ -280,8 +267,7 @@ func Repush(ctx context.Context, db postgres.DBTX, e *event.Event, target string
 		case cursor == nil || *cursor < version || queued:
 			return fmt.Errorf("outbox: re-push %s: %w", e.ID, ErrPending)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO relaybus_outbox_repush (event_id, target_consumer) VALUES ($1, nullif($2, ''))`,
-			e.ID, target); err != nil {
+		if _, err := tx.Exec(ctx, repushQueueSQL, e.ID, target); err != nil {
 			return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
 		}
 		out = Enqueued{ID: e.ID, State: StatePending, Aggregate: Aggregate{aggType, aggID}, Version: version, Target: target}

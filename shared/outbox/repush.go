@@ -11,6 +11,14 @@ import (
 var (
 	repushClaimSQL  = query("repush_claim")
 	repushSettleSQL = query("repush_settle")
+
+	// Repush's statements.
+	repushFindSQL             = query("repush_find")
+	repushReinsertSQL         = query("repush_reinsert")
+	repushReinsertDispatchSQL = query("repush_reinsert_dispatch")
+	repushTargetSQL           = query("repush_target")
+	repushClearFailedSQL      = query("repush_clear_failed")
+	repushQueueSQL            = query("repush_queue")
 )
 
 // QueuedRepush is one re-push of a published event, leased to a relay.

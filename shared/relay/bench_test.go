@@ -21,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/internal/cost"
+	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
@@ -31,7 +33,7 @@ import (
 )
 
 // benchPubSub connects to the Pub/Sub the benchmarks publish to: the gcloud
-// emulator when RELAYBUS_BENCH_PUBSUB=emulator (PUBSUB_EMULATOR_HOST), else
+// emulator with -relay.pubsub=emulator (PUBSUB_EMULATOR_HOST), else
 // pstest in a process of its own (internal/cmd/pstest), so that the fake's
 // store of every message is not part of the relay's heap. Only the topics
 // are created: Pub/Sub's fan-out to subscriptions is the service's work,
@@ -39,8 +41,11 @@ import (
 func benchPubSub(b *testing.B, top *topology.Topology) (*transport.Client, string) {
 	b.Helper()
 	ctx := context.Background()
-	addr, what := os.Getenv("PUBSUB_EMULATOR_HOST"), "the gcloud Pub/Sub emulator"
-	if os.Getenv("RELAYBUS_BENCH_PUBSUB") != "emulator" || addr == "" {
+	addr, what := "", "the gcloud Pub/Sub emulator"
+	if *benchBroker == "emulator" {
+		addr = emutest.Host(b, emulator.PubSub)
+	}
+	if addr == "" {
 		bin := filepath.Join(b.TempDir(), "pstest")
 		if out, err := exec.Command("go", "build", "-o", bin, "github.com/relaybus/relaybus/internal/cmd/pstest").CombinedOutput(); err != nil {
 			b.Fatalf("build pstest: %v\n%s", err, out)
@@ -149,18 +154,7 @@ func drainBench(b *testing.B, events, aggregates int, with ...func(*testing.B, *
 		b.Fatal(err)
 	}
 	o := relay.Options{DB: pool, Publisher: pub, Topology: top}
-	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_BATCH")); n > 0 {
-		o.BatchSize = n
-	}
-	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_CONC")); n > 0 {
-		o.Concurrency = n
-	}
-	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_AGGS")); n > 0 {
-		o.Aggregates = n
-	}
-	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_RUN")); n > 0 {
-		o.RunLimit = n
-	}
+	benchTuning(&o)
 	r, err := relay.New(o)
 	if err != nil {
 		b.Fatal(err)
@@ -196,27 +190,14 @@ func drainBench(b *testing.B, events, aggregates int, with ...func(*testing.B, *
 	}
 	o = relay.Options{BatchSize: relay.DefaultBatchSize, Aggregates: relay.DefaultAggregates, RunLimit: relay.DefaultRunLimit,
 		Concurrency: relay.DefaultConcurrency}
-	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_BATCH")); n > 0 {
-		o.BatchSize = n
-	}
-	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_CONC")); n > 0 {
-		o.Concurrency = n
-	}
-	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_AGGS")); n > 0 {
-		o.Aggregates = n
-	}
-	if n, _ := strconv.Atoi(os.Getenv("RELAYBUS_BENCH_RUN")); n > 0 {
-		o.RunLimit = n
-	}
+	benchTuning(&o)
 	return drainRun{rate: float64(events) / elapsed.Seconds(), heapMB: heapMB,
 		cpuPerEvent: float64((cpu1 - cpu0).Microseconds()) / float64(events), o: o, pubsub: pubsub, durable: durable}
 }
 
 func benchEvents(def int) int {
-	if s := os.Getenv("RELAYBUS_BENCH_EVENTS"); s != "" {
-		if n, err := strconv.Atoi(s); err == nil && n > 0 {
-			return n
-		}
+	if *benchEventsN > 0 {
+		return *benchEventsN
 	}
 	return def
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/internal/reexec"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
@@ -28,8 +29,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(childClaim())
+	if role, url := reexec.Role(); role == childRole {
+		os.Exit(childClaim(url))
 	}
 	pgtest.Main(m)
 }
@@ -342,13 +343,15 @@ func TestCancelledMidBatchLosesNothing(t *testing.T) {
 	e.rec.checkExactlyInOrder(t, aggregates, versions)
 }
 
-const childEnv = "RELAYBUS_RELAY_TEST_CHILD"
+// childRole makes the test binary the killed relay (childClaim), with
+// its database's URL.
+const childRole = "relay-claim"
 
 // childClaim is the killed relay: a separate process that claims
 // aggregates and then hangs before publishing, until it is killed.
-func childClaim() int {
+func childClaim(url string) int {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv(childEnv))
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -371,7 +374,7 @@ func TestKilledRelayProcessLeasesExpireAndAnotherPublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+pgtest.SchemaURL(t, schema))
+	cmd.Env = append(os.Environ(), reexec.Env(childRole, pgtest.SchemaURL(t, schema)))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -17,16 +17,17 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 
+	"github.com/relaybus/relaybus/internal/reexec"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
-// childEnv makes the test binary a relaybus function served by
+// childRole makes the test binary a relaybus function served by
 // instance.Main (see TestMain).
-const childEnv = "RELAYBUS_TELEMETRY_TEST_CHILD"
+const childRole = "telemetry-child"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
+	if role, _ := reexec.Role(); role == childRole {
 		instance.Lazy("telemetry-child", buildChild)
 		instance.Main("telemetry-child")
 		os.Exit(0)
@@ -122,7 +123,7 @@ func TestSIGTERMFlushesWhatTheProcessHolds(t *testing.T) {
 	port := pl.Addr().(*net.TCPAddr).Port
 	pl.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1", fmt.Sprintf("PORT=%d", port),
+	cmd.Env = append(os.Environ(), reexec.Env(childRole, ""), fmt.Sprintf("PORT=%d", port),
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://"+lis.Addr().String(), "TELEMETRY_EXPORT=otlp", "TELEMETRY_SAMPLE_RATIO=1",
 		"TELEMETRY_METRIC_INTERVAL=1h", "OTEL_BSP_SCHEDULE_DELAY=3600000", "K_SERVICE=")
 	cmd.Stderr = os.Stderr
