@@ -25,7 +25,9 @@
 //     explicit acks and the subscription's ack deadline as AckWait; its
 //     dead-lettering after max attempts is the pull worker's (JetStream
 //     only stops redelivering at MaxDeliver and sends an advisory);
-//   - the message id is the stream sequence, the delivery attempt the
+//   - the message id is the stream's name and the stream sequence
+//     (MessageID: sequences restart in every stream, and the DLQ archive
+//     keys letters by message id), the delivery attempt the
 //     consumer's NumDelivered, the publish time the stream's timestamp.
 package natsjs
 
@@ -137,6 +139,14 @@ func StreamName(topic string) string {
 		}
 	}
 	return string(b)
+}
+
+// MessageID is the message id of the message stored at seq in stream:
+// "<stream>-<seq>", unique on the server as Pub/Sub's are on a topic (a
+// sequence alone repeats in every stream: the letters of two DLQ streams
+// collided in the archive).
+func MessageID(stream string, seq uint64) string {
+	return stream + "-" + strconv.FormatUint(seq, 10)
 }
 
 // ConsumerName is the durable consumer standing for subscription.
@@ -300,14 +310,14 @@ func msg(topic string, m event.Message, dedup bool) *nats.Msg {
 }
 
 // Publish sends m to topic and waits for the stream's acknowledgement; the
-// message id is the stream sequence. It is never deduplicated (see the
+// message id is MessageID's. It is never deduplicated (see the
 // package doc): the relay publishes with PublishBatch.
 func (c *Client) Publish(ctx context.Context, topic string, m event.Message) (string, error) {
 	ack, err := c.js.PublishMsg(ctx, msg(topic, m, false))
 	if err != nil {
 		return "", fmt.Errorf("publish to %s: %w", names.ResourceID(topic), err)
 	}
-	return strconv.FormatUint(ack.Sequence, 10), nil
+	return MessageID(ack.Stream, ack.Sequence), nil
 }
 
 // PublishBatch publishes msgs to topic in order and returns how many the
@@ -386,7 +396,7 @@ func lease(jm jetstream.Msg, topic string) *natsLease {
 	}
 	m.OrderingKey = h.Get(HeaderOrderingKey)
 	if md, err := jm.Metadata(); err == nil {
-		m.ID = strconv.FormatUint(md.Sequence.Stream, 10)
+		m.ID = MessageID(md.Stream, md.Sequence.Stream)
 		m.DeliveryAttempt = int(md.NumDelivered)
 		m.PublishTime = md.Timestamp
 	}
