@@ -80,6 +80,18 @@ func (b bridge) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
 	return pull.Answer{Status: resp.StatusCode}
 }
 
+// The bridges' bounds are the delivery loop's defaults (Loop.MaxInFlight,
+// Loop.MaxOutstanding): rollup holds a request until its event is rolled
+// up (its coalescing window, ROLLUP_WINDOW 5 s, and longer while the
+// event's send is not in the ledger yet), so the rollup route needs the
+// loop's concurrency; with the pull worker's own default of 16 in flight
+// the ledger lagged the consumers by a minute in the crash test (lag p50
+// 66-76 s).
+const (
+	loopMaxInFlight    = 64
+	loopMaxOutstanding = 1000
+)
+
 // runBridges runs a pull worker per route over nc until ctx ends, then
 // drains them (what is in flight finishes, the rest is handed back).
 // Routes never dead-letter (the rollup and DLQ monitor subscriptions have
@@ -90,7 +102,8 @@ func runBridges(ctx context.Context, nc *natsjs.Client, project string, routes [
 	for _, rt := range routes {
 		w, err := pull.New(pull.Options{Source: nc, Subscription: rt.Subscription, DeadLetters: nc, Project: project,
 			Engine:      bridge{http: client, url: rt.URL, sub: "projects/" + project + "/subscriptions/" + rt.Subscription, timeout: time.Minute},
-			MaxInFlight: 16, MaxAttempts: 1 << 30, MinBackoff: rt.MinBackoff, MaxBackoff: rt.MaxBackoff, Logger: log})
+			MaxInFlight: loopMaxInFlight, MaxOutstanding: loopMaxOutstanding, MaxAttempts: 1 << 30,
+			MinBackoff: rt.MinBackoff, MaxBackoff: rt.MaxBackoff, Logger: log})
 		if err != nil { // only a missing option gets here
 			log.Error("local delivery (nats): "+err.Error(), "subscription", rt.Subscription)
 			continue
