@@ -60,6 +60,11 @@ type bridge struct {
 	url, sub string
 	// timeout bounds one request (the subscription's ack deadline).
 	timeout time.Duration
+	// cut ends the requests still in flight a little after shutdown
+	// began (rollup holds a request up to its coalescing window, longer
+	// for an event not in the ledger yet): the worker hands their
+	// messages back, as the loop does at its shutdown timeout.
+	cut context.Context
 }
 
 // Handle POSTs the delivery and answers with the endpoint's status (0
@@ -67,6 +72,7 @@ type bridge struct {
 func (b bridge) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
 	ctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
+	defer context.AfterFunc(b.cut, cancel)()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(delivery.WrappedBody(d.Message, b.sub, d.Message.DeliveryAttempt)))
 	if err != nil {
 		return pull.Answer{Error: err.Error()}
@@ -90,6 +96,10 @@ func (b bridge) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
 const (
 	loopMaxInFlight    = 64
 	loopMaxOutstanding = 1000
+	// bridgeGrace is how long the deliveries in flight at shutdown may
+	// finish before they are cut (the loop's ShutdownTimeout less its
+	// reserve: 8 s).
+	bridgeGrace = 8 * time.Second
 )
 
 // runBridges runs a pull worker per route over nc until ctx ends, then
@@ -98,10 +108,22 @@ const (
 // no dead-letter topic); their backoff is the route's.
 func runBridges(ctx context.Context, nc *natsjs.Client, project string, routes []Route, log *slog.Logger) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
+	cut, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(bridgeGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-cut.Done():
+		}
+	})
+	defer stop()
 	var wg sync.WaitGroup
 	for _, rt := range routes {
 		w, err := pull.New(pull.Options{Source: nc, Subscription: rt.Subscription, DeadLetters: nc, Project: project,
-			Engine:      bridge{http: client, url: rt.URL, sub: "projects/" + project + "/subscriptions/" + rt.Subscription, timeout: time.Minute},
+			Engine:      bridge{http: client, url: rt.URL, sub: "projects/" + project + "/subscriptions/" + rt.Subscription, timeout: time.Minute, cut: cut},
 			MaxInFlight: loopMaxInFlight, MaxOutstanding: loopMaxOutstanding, MaxAttempts: 1 << 30,
 			MinBackoff: rt.MinBackoff, MaxBackoff: rt.MaxBackoff, Logger: log})
 		if err != nil { // only a missing option gets here
