@@ -6,6 +6,8 @@ TESTENV = $(GO) run ./internal/cmd/testenv --
 
 ## dev: run the whole stack on this machine until Ctrl-C (DEV_FLAGS: the
 ## command's flags, e.g. DEV_FLAGS="-addr 127.0.0.1:9090 -state /tmp/s").
+## make dev TRANSPORT=nats runs it on NATS JetStream (embedded, or NATS_URL's)
+## instead of Pub/Sub; make demo then runs against it (make passes both on).
 DEV_FLAGS ?=
 dev:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make dev: Go not found: install Go 1.26 or newer (https://go.dev/dl/)"; exit 1; }

@@ -61,11 +61,11 @@ var localOnly = map[string]bool{"PUBSUB_EMULATOR_HOST": true, "FIRESTORE_EMULATO
 // behind a transaction-mode pooler (Supabase), where the migrations need
 // the database itself: Terraform's Cloud SQL is reached directly.
 var notFromTerraform = map[string]bool{"K_SERVICE": true, "OTEL_EXPORTER_OTLP_ENDPOINT": true, "DATABASE_DIRECT_URL": true,
-	// Terraform deploys the Pub/Sub transport with push and Eventarc
-	// delivery, these variables' defaults; the NATS transport and the pull
-	// mode are chosen by hand (README, "Transports and consumer modes") and
-	// have no Terraform yet.
-	"TRANSPORT": true, "NATS_URL": true, "CONSUMER_MODE": true, "PULL_MAX_IN_FLIGHT": true}
+	// Terraform deploys the Pub/Sub transport (these variables' defaults);
+	// the NATS transport is chosen by hand (README, "Transports and
+	// consumer modes"). CONSUMER_MODE and PULL_MAX_IN_FLIGHT are set
+	// (pull.tf, var.pull_mode).
+	"TRANSPORT": true, "NATS_URL": true}
 
 // envTags collects the variable names of a config struct's env tags
 // (localOnly and notFromTerraform left out).
@@ -229,6 +229,8 @@ func TestCloudRunServices(t *testing.T) {
 				"FORWARD_URL": cs.ForwardURL, "LEDGER_RETENTION": "720h",
 				"FORWARD_AUTH": cs.ForwardAuth, "FORWARD_AUDIENCE": cs.ForwardAudience,
 				"FORWARD_TIMEOUT": itoa(cs.ForwardTimeoutSeconds) + "s", "STRICT_GAP_TIMEOUT": itoa(cs.GapTimeoutSeconds) + "s",
+				// Pull mode is off by default (pull_test.go turns it on).
+				"CONSUMER_MODE": "push", "PULL_MAX_IN_FLIGHT": "16",
 			}
 			for k, w := range want {
 				if env[k] != w {

@@ -41,6 +41,12 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 			pushSubs[key] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(key), "id": cty.StringVal(stubProject + "/subscriptions/" + key)})
 		}
 	}
+	pullSubs := map[string]cty.Value{}
+	for it := ev.local("pull_consumers").ElementIterator(); it.Next(); {
+		k, _ := it.Element()
+		key := k.AsString()
+		pullSubs[key] = cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(key), "id": cty.StringVal(stubProject + "/subscriptions/" + key)})
+	}
 	monitors := map[string]cty.Value{}
 	for it := ev.local("topics").ElementIterator(); it.Next(); {
 		k, v := it.Element()
@@ -89,7 +95,7 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 			"topic": obj(topics), "dead_letter": obj(deadLetters),
 			"rollup": cty.ObjectVal(map[string]cty.Value{"id": cty.StringVal(stubProject + "/topics/" + rollupTopic), "name": cty.StringVal(rollupTopic)}),
 		}),
-		"google_pubsub_subscription":  cty.ObjectVal(map[string]cty.Value{"consumer": obj(pushSubs), "dead_letter_monitor": obj(monitors)}),
+		"google_pubsub_subscription":  cty.ObjectVal(map[string]cty.Value{"consumer": obj(pushSubs), "consumer_pull": obj(pullSubs), "dead_letter_monitor": obj(monitors)}),
 		"google_cloud_run_v2_service": cty.ObjectVal(map[string]cty.Value{"consume": obj(runs), "function": obj(functions)}),
 		"google_service_account": cty.ObjectVal(map[string]cty.Value{
 			"consume": obj(accounts), "function": obj(fnAccounts),

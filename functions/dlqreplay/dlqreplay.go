@@ -126,6 +126,10 @@ type Options struct {
 	// Seeker, when set, serves seek, snapshots, pause and resume (its
 	// subscription admin client).
 	Seeker *Seeker
+	// TimeSeeker, when set and Seeker is not, serves seek to a time on
+	// another transport (NATS JetStream: natsjs.Client.SeekTime); seek to
+	// a snapshot and snapshots stay Pub/Sub's (501).
+	TimeSeeker TimeSeeker
 	// PushTargets are the push consumers' endpoints and OIDC identities by
 	// logical subscription (DLQREPLAY_PUSH_TARGETS): what resume restores.
 	PushTargets map[string]PushTarget

@@ -155,16 +155,17 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		return fail(err)
 	}
 	f.close.Add(func(context.Context) error { return store.Close() })
-	ps, err := cfg.PubSub.Open(ctx, cfg.ProjectID)
+	ps, err := cfg.PubSub.OpenBroker(ctx, cfg.ProjectID)
 	if err != nil {
 		return fail(err)
 	}
 	f.close.Add(func(context.Context) error { return ps.Close() })
+	seeker, timeSeeker := seekersOf(ps, cfg.ProjectID)
 	h, err := New(Options{
 		Archive: archive.New(store.Client(), archive.WithRetention(cfg.Retention), archive.WithSubscriptions(subs)),
 		Ledger:  store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
-		Seeker: &Seeker{Admin: ps.PubSub().SubscriptionAdminClient, Project: cfg.ProjectID},
-		Auth:   cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
+		Seeker: seeker, TimeSeeker: timeSeeker,
+		Auth: cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, Pauser: cfg.Pauser,
 		TraceProject: traceProject(cfg),
 	})

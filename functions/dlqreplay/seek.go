@@ -15,8 +15,10 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // Seeker rewinds subscriptions and keeps snapshots (Pub/Sub's subscription
@@ -26,6 +28,27 @@ import (
 type Seeker struct {
 	Admin   *vkit.SubscriptionAdminClient
 	Project string
+}
+
+// TimeSeeker rewinds a subscription to a time on a transport without
+// Pub/Sub's admin API: every message stored at or after t is delivered
+// again. *natsjs.Client implements it (by recreating the durable consumer
+// with DeliverByStartTime: see its SeekTime).
+type TimeSeeker interface {
+	SeekTime(ctx context.Context, subscription string, t time.Time) error
+}
+
+// seekersOf returns the Seeker of a Pub/Sub broker, or the TimeSeeker of
+// another (NATS: seek to a time only; snapshots, rebuild and the
+// PushPauser are Pub/Sub's admin API and answer 501 "not configured").
+func seekersOf(b instance.Broker, project string) (*Seeker, TimeSeeker) {
+	if c, ok := b.(*transport.Client); ok {
+		return &Seeker{Admin: c.PubSub().SubscriptionAdminClient, Project: project}, nil
+	}
+	if ts, ok := b.(TimeSeeker); ok {
+		return nil, ts
+	}
+	return nil, nil
 }
 
 type seekRequest struct {
@@ -93,7 +116,18 @@ func (a *api) seek(r *request, args []string) (any, error) {
 	if len(bad) > 0 {
 		return nil, badRequest(bad)
 	}
+	if a.o.Seeker == nil && a.o.TimeSeeker != nil && req.Time != "" {
+		if err := a.o.TimeSeeker.SeekTime(r.Context(), real, at); err != nil {
+			return nil, err
+		}
+		a.record(r, audit.Entry{Action: audit.Seek, Subscription: args[0], Detail: "seeked " + real + " to " + req.Time},
+			"dlqreplay: subscription seeked", "subscription", args[0], "time", req.Time)
+		return map[string]string{"subscription": args[0], "time": req.Time}, nil
+	}
 	if a.o.Seeker == nil {
+		if a.o.TimeSeeker != nil {
+			return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are Pub/Sub's; on this transport seek to a time")
+		}
 		return nil, fail(http.StatusNotImplemented, "unavailable", "seek is not configured")
 	}
 	s := a.o.Seeker

@@ -25,11 +25,12 @@
 
 locals {
   # Logical subscription id (<topic>.<service>-<role>) => the id Pub/Sub uses:
-  # the same for push consumers, the trigger's subscription for Eventarc ones
+  # the same for push and pull consumers, the trigger's subscription for Eventarc ones
   # (transport[0].pubsub[0].subscription is projects/<p>/subscriptions/<id>).
   consumer_subscription_ids = merge(
     { for k, c in local.push_consumers : k => google_pubsub_subscription.consumer[k].name },
     { for k, c in local.eventarc_consumers : k => element(split("/", google_eventarc_trigger.consumer[k].transport[0].pubsub[0].subscription), 3) },
+    { for k, c in local.pull_consumers : k => google_pubsub_subscription.consumer_pull[k].name },
   )
 }
 

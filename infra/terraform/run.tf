@@ -166,6 +166,9 @@ locals {
       FORWARD_AUDIENCE               = c.forward_audience
       FORWARD_TIMEOUT                = "${c.forward_timeout_seconds}s"
       STRICT_GAP_TIMEOUT             = "${c.gap_timeout_seconds}s"
+      # push (Pub/Sub push or Eventarc POSTs deliveries) or pull (pull.tf).
+      CONSUMER_MODE      = contains(keys(local.pull_consumers), k) ? "pull" : "push"
+      PULL_MAX_IN_FLIGHT = tostring(var.pull_mode.max_in_flight)
     })
   }
 
@@ -277,7 +280,7 @@ resource "google_cloud_run_v2_service" "consume" {
   location            = var.region
   ingress             = "INGRESS_TRAFFIC_INTERNAL_ONLY"
   deletion_protection = var.deletion_protection
-  description         = "relaybus consume: ${each.value.subscription} (${each.value.delivery})"
+  description         = "relaybus consume: ${each.value.subscription} (${contains(keys(local.pull_consumers), each.key) ? "pull" : each.value.delivery})"
 
   template {
     service_account                  = google_service_account.consume[each.key].email
@@ -285,9 +288,11 @@ resource "google_cloud_run_v2_service" "consume" {
     # Pub/Sub stops waiting at the ack deadline; so does the request.
     timeout = "${each.value.ack_deadline_seconds}s"
 
+    # A pull consumer (pull.tf) is a worker no request starts: always-on
+    # instances, within its own bounds.
     scaling {
-      min_instance_count = 0
-      max_instance_count = var.consume_settings.max_instances
+      min_instance_count = contains(keys(local.pull_consumers), each.key) ? var.pull_mode.min_instances : 0
+      max_instance_count = contains(keys(local.pull_consumers), each.key) ? var.pull_mode.max_instances : var.consume_settings.max_instances
     }
 
     dynamic "volumes" {
@@ -347,9 +352,10 @@ resource "google_cloud_run_v2_service" "consume" {
         }
       }
 
+      # A pull worker runs outside requests: instance-based billing always.
       resources {
         limits   = { cpu = "1", memory = "512Mi" }
-        cpu_idle = !var.always_allocated_cpu
+        cpu_idle = !var.always_allocated_cpu && !contains(keys(local.pull_consumers), each.key)
       }
     }
   }

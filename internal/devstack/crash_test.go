@@ -23,6 +23,7 @@ import (
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pstestserver"
 	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
 )
 
 // The stack survives a crash under load. It runs as make dev does, as a
@@ -33,7 +34,8 @@ import (
 // internal/pstestserver), in a project of its own, and gets 50
 // order.purchased events a second for 20 s (RELAYBUS_CRASH_RATE overrides
 // the rate). Eight seconds in, either the stack is SIGKILLed and started
-// again, or Postgres is restarted under it, or Postgres is stopped
+// again (on Pub/Sub, and on NATS JetStream with a server in the test's
+// process), or Postgres is restarted under it, or Postgres is stopped
 // immediately and kept down for 30 s (the load then runs for 50 s).
 // Afterwards:
 //
@@ -48,7 +50,8 @@ import (
 //   - the outbox is quiet (no unpublished row, children included) within
 //     30 s of the last request;
 //   - every accepted event is CONSUMED in the ledger within
-//     ledgerFinalWithin of the last request;
+//     ledgerFinalWithin of the last request (50 s more on NATS, whose
+//     held messages come back after the 60 s AckWait, not a 10 s lease);
 //   - nothing was dead-lettered.
 //
 // On failure it prints what is stuck where (the load report) and the tail
@@ -71,6 +74,15 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	t.Run("stack SIGKILLed and restarted", func(t *testing.T) {
 		crashScenario(t, bin, crashLoad{For: 20 * time.Second}, func(t *testing.T, c *crashRig) {
+			c.stack.kill(t)
+			c.stack.start(t)
+		})
+	})
+	// The same on NATS JetStream (TRANSPORT=nats): the consumers pull
+	// their durable consumers; what the killed stack held comes back when
+	// its AckWait (the ack deadline, 60 s) passes.
+	t.Run("stack SIGKILLed and restarted on NATS", func(t *testing.T) {
+		crashScenario(t, bin, crashLoad{For: 20 * time.Second, NATS: true}, func(t *testing.T, c *crashRig) {
 			c.stack.kill(t)
 			c.stack.start(t)
 		})
@@ -122,6 +134,9 @@ type crashLoad struct {
 	For time.Duration
 	// Durable runs Postgres with fsync and synchronous_commit on.
 	Durable bool
+	// NATS runs the stack on NATS JetStream (TRANSPORT=nats) instead of
+	// Pub/Sub, on a server in the test's process, as pstest is.
+	NATS bool
 }
 
 func crashScenario(t *testing.T, bin string, load crashLoad, crash func(*testing.T, *crashRig)) {
@@ -147,11 +162,17 @@ func crashScenario(t *testing.T, bin string, load crashLoad, crash func(*testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := pstestserver.Start("127.0.0.1:0", pstestserver.Options{PullLease: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	var broker []string
+	if load.NATS {
+		broker = []string{"TRANSPORT=nats", "NATS_URL=" + natstest.Server(t)}
+	} else {
+		ps, err := pstestserver.Start("127.0.0.1:0", pstestserver.Options{PullLease: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ps.Close() })
+		broker = []string{"PUBSUB_EMULATOR_HOST=" + ps.Addr}
 	}
-	t.Cleanup(func() { _ = ps.Close() })
 	// A Firestore emulator of its own: the suite's shared one holds every
 	// earlier test's documents, and its queries scan them all.
 	fs, err := emulator.Start(ctx, emulator.Firestore, emulator.Options{})
@@ -161,13 +182,12 @@ func crashScenario(t *testing.T, bin string, load crashLoad, crash func(*testing
 	t.Cleanup(fs.Stop)
 	t.Setenv(emulator.Firestore.EnvHost(), fs.Host) // the observer's client; restored afterwards
 	c.stack = &devProcess{bin: bin, addr: fmt.Sprintf("127.0.0.1:%d", port), state: filepath.Join(dir, "state"),
-		log: filepath.Join(dir, "stack.log"), env: []string{
+		log: filepath.Join(dir, "stack.log"), env: append([]string{
 			"DATABASE_URL=" + c.pg.URL,
-			"PUBSUB_EMULATOR_HOST=" + ps.Addr,
 			"FIRESTORE_EMULATOR_HOST=" + fs.Host,
 			"GOOGLE_CLOUD_PROJECT=" + c.project,
 			"LOG_LEVEL=warn",
-		}}
+		}, broker...)}
 	c.stack.start(t)
 	t.Cleanup(func() { c.stack.stop(t) })
 	failed := true
@@ -243,8 +263,17 @@ func crashScenario(t *testing.T, bin string, load crashLoad, crash func(*testing
 		t.Fatalf("no request sent after the crash was accepted: the stack did not come back")
 	}
 
+	// The ledger's bound. On NATS what the killed stack held (deliveries
+	// and rollup notices) comes back when the consumers' AckWait passes
+	// (the topology's ack deadline, 60 s; the pull worker renews its lease
+	// to that), not after the loop's 10 s lease: the same ledger path, 50 s
+	// later. Pub/Sub pull in production waits the same ack deadline.
+	ledgerBound := ledgerFinalWithin
+	if load.NATS {
+		ledgerBound += time.Duration(top.Defaults.AckDeadlineSeconds)*time.Second - 10*time.Second
+	}
 	// The outbox must go quiet within 30 s and the ledger final within
-	// ledgerFinalWithin of the last request; watch both until 30 s past
+	// ledgerBound of the last request; watch both until 30 s past
 	// that, to say how late, and every written event's deliveries until two
 	// minutes.
 	var quietAt, finalAt, deliveredAt time.Time
@@ -259,7 +288,7 @@ func crashScenario(t *testing.T, bin string, load crashLoad, crash func(*testing
 		}
 	}
 	for waited := time.Since(end); waited < 120*time.Second && deliveredAt.IsZero() ||
-		waited < ledgerFinalWithin+30*time.Second && (quietAt.IsZero() || finalAt.IsZero()); waited = time.Since(end) {
+		waited < ledgerBound+30*time.Second && (quietAt.IsZero() || finalAt.IsZero()); waited = time.Since(end) {
 		if deliveredAt.IsZero() {
 			written, err := ob.Written(ctx, ids)
 			inbox, err2 := ob.Inbox(ctx, ids)
@@ -329,12 +358,12 @@ func crashScenario(t *testing.T, bin string, load crashLoad, crash func(*testing
 		t.Errorf("the outbox was not quiet within 30 s of the last request (%s; %d rows unpublished at the end, %d FAILED); the backlog now:\n  %s",
 			since(end, quietAt), rep.OutboxPending, rep.OutboxFailed, strings.Join(backlog, "\n  "))
 	}
-	if finalAt.IsZero() || finalAt.Sub(end) > ledgerFinalWithin {
+	if finalAt.IsZero() || finalAt.Sub(end) > ledgerBound {
 		var notFinal []string
 		for _, k := range sortedKeys(rep.NotFinal) {
 			notFinal = append(notFinal, fmt.Sprintf("%s %d %v", k, len(rep.NotFinal[k]), first(rep.NotFinal[k], 3)))
 		}
-		t.Errorf("not every accepted event was CONSUMED in the ledger within %v (%s); not final: %s", ledgerFinalWithin, since(end, finalAt), strings.Join(notFinal, "; "))
+		t.Errorf("not every accepted event was CONSUMED in the ledger within %v (%s); not final: %s", ledgerBound, since(end, finalAt), strings.Join(notFinal, "; "))
 	}
 	// What the ledger's writers logged (warnings and errors): the rollup
 	// refusing notices, the relay or consume failing to record, so a slow
@@ -343,7 +372,9 @@ func crashScenario(t *testing.T, bin string, load crashLoad, crash func(*testing
 	// Nothing dead-lettered: a database that refused or was down costs
 	// attempts only within what the retry policy spans.
 	if logged, err := os.ReadFile(c.stack.log); err == nil {
-		if n := strings.Count(string(logged), "dead-lettered after max delivery attempts"); n > 0 {
+		// The loop's line, and the pull worker's (NATS).
+		if n := strings.Count(string(logged), "dead-lettered after max delivery attempts") +
+			strings.Count(string(logged), "pull: dead-lettered after max attempts"); n > 0 {
 			t.Errorf("%d messages were dead-lettered", n)
 		}
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // Demo runs the purchase scenario (event-ledger-design §7) against a
@@ -59,7 +59,7 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 		return err
 	}
 	defer memberPool.Close()
-	ps, err := transport.Dial(ctx, info.Project, info.PubSubHost, transport.Options{})
+	ps, err := instance.PubSub{EmulatorHost: info.PubSubHost, Transport: info.Transport, NATSURL: info.NATSURL}.OpenBroker(ctx, info.Project)
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,7 @@ import (
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/transport/natsjs"
 
 	_ "github.com/relaybus/relaybus/examples/shop" // the demo topology's handlers
 )
@@ -73,6 +74,10 @@ type Options struct {
 	DatabaseURL, PubSubHost, FirestoreHost string
 	// Topology is the topology file ("" finds infra/topology.yaml).
 	Topology string
+	// Transport is the broker: pubsub (the default) or nats (TRANSPORT):
+	// NATS JetStream, on the server at NATSURL (NATS_URL) or on one
+	// embedded in the stack, storing under <StateDir>/nats (see nats.go).
+	Transport, NATSURL string
 	// DurablePostgres starts the stack's own cluster with fsync,
 	// synchronous_commit and full_page_writes on, as in production (off by
 	// default: a developer's stack trades an OS crash's durability for
@@ -131,6 +136,10 @@ type Info struct {
 	FirestoreHost string            `json:"firestoreHost"`
 	PubSubHost    string            `json:"pubsubHost"`
 	Project       string            `json:"project"`
+	// Transport and NATSURL: the broker, as Options say (nats: the
+	// server's URL).
+	Transport string `json:"transport,omitempty"`
+	NATSURL   string `json:"natsUrl,omitempty"`
 }
 
 // Stack is a running local stack.
@@ -147,6 +156,9 @@ type Stack struct {
 	Pools    map[string]*pgxpool.Pool
 	PubSub   *transport.Client
 	Topology *topology.Topology
+	// Broker is the stack's own client of its transport: PubSub, or a
+	// *natsjs.Client with Transport nats (PubSub is nil then).
+	Broker instance.Broker
 	// Delivery is what the delivery loop handed back to Pub/Sub when it
 	// stopped (set by Close once the loop stopped within its context).
 	Delivery Stopped
@@ -221,6 +233,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	onNATS := o.Transport == instance.TransportNATS
+	if o.Transport != "" && o.Transport != instance.TransportPubSub && !onNATS {
+		return nil, fmt.Errorf("TRANSPORT=%q: want %s or %s", o.Transport, instance.TransportPubSub, instance.TransportNATS)
+	}
 	if err := Check(o); err != nil {
 		return nil, err
 	}
@@ -291,7 +307,18 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}()
 	}
 	var wake *Wakeup // pstest tells the delivery loop about each publish
-	if o.PubSubHost == "" {
+	if onNATS && o.NATSURL == "" {
+		ns, err := startNATS(filepath.Join(o.StateDir, "nats"))
+		if err != nil {
+			return nil, err
+		}
+		closeLater(func(context.Context) { ns.Shutdown(); ns.WaitForShutdown() })
+		o.NATSURL = ns.ClientURL()
+		mu.Lock()
+		s.Started = append(s.Started, "NATS        embedded JetStream server on "+o.NATSURL+" (store in "+filepath.Join(o.StateDir, "nats")+")")
+		mu.Unlock()
+	}
+	if o.PubSubHost == "" && !onNATS {
 		wake = NewWakeup()
 		srv := pstest.NewServer(wake.Reactor())
 		closeLater(func(ctx context.Context) {
@@ -381,7 +408,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	// cmd/main.go builds it on Cloud Run.
 	env := instance.Defaults[instance.Env]()
 	env.ProjectID, env.Topology, env.LogHandler = o.Project, o.Topology, o.Logger.Handler()
-	pubsubCfg := instance.PubSub{EmulatorHost: o.PubSubHost}
+	pubsubCfg := instance.PubSub{EmulatorHost: o.PubSubHost, Transport: instance.TransportPubSub}
+	if onNATS {
+		pubsubCfg = instance.PubSub{Transport: instance.TransportNATS, NATSURL: o.NATSURL}
+	}
 	ledgerCfg := instance.Defaults[instance.Ledger]()
 	ledgerCfg.EmulatorHost, ledgerCfg.ReconcileAfter = o.FirestoreHost, o.ReconcileAfter
 	recorderCfg := instance.Defaults[instance.Recorder]()
@@ -411,16 +441,30 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("topic_consumers: Firestore at %s did not answer in 30 s: %w", o.FirestoreHost, err)
 	}
 
-	// Pub/Sub: the stack's own client, the topology's topics and
-	// subscriptions.
-	ps, err := pubsubCfg.Open(ctx, o.Project)
-	if err != nil {
-		return nil, err
-	}
-	s.closers = append(s.closers, func(context.Context) { _ = ps.Close() })
-	s.PubSub = ps
-	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
-		return nil, fmt.Errorf("provision: %w", err)
+	// The broker: the stack's own client, the topology's topics and
+	// subscriptions (streams and durable consumers on NATS).
+	var (
+		ps *transport.Client
+		nc *natsjs.Client
+	)
+	if onNATS {
+		if nc, err = natsjs.Connect(ctx, o.NATSURL, natsjs.Options{Name: "relaybus-dev"}); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func(context.Context) { _ = nc.Close() })
+		s.Broker = nc
+		if err := natsjs.Provision(ctx, nc, top); err != nil {
+			return nil, fmt.Errorf("provision: %w", err)
+		}
+	} else {
+		if ps, err = pubsubCfg.Open(ctx, o.Project); err != nil {
+			return nil, err
+		}
+		s.closers = append(s.closers, func(context.Context) { _ = ps.Close() })
+		s.PubSub, s.Broker = ps, ps
+		if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+			return nil, fmt.Errorf("provision: %w", err)
+		}
 	}
 
 	// The functions, each under its own prefix, each closed (its ledger
@@ -477,6 +521,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if c.ForwardSecret != "" {
 			cc.ForwardSigningSecret = os.Getenv("FORWARD_SIGNING_SECRET")
 		}
+		if onNATS {
+			// NATS has no push: the consumer pulls its durable consumer
+			// itself, as in production, within its pool's share.
+			cc.Mode, cc.PullMaxInFlight = consume.ModePull, shares[roleConsumer]
+		}
 		ch, err := consume.Build(ctx, cc)
 		if err := built("consumer "+c.Subscription(), ch, err); err != nil {
 			return nil, err
@@ -486,6 +535,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		consumePaths = append(consumePaths, base+path)
 		if c.Handler == topology.HandlerStrict {
 			gapChecks = append(gapChecks, base+path)
+		}
+		if onNATS {
+			continue
 		}
 		// Backoff: the subscription's retry policy, scaled by BackoffScale.
 		routes = append(routes, Route{Subscription: c.Subscription(), Topic: c.Topic, URL: base + path + "/", Mode: c.Delivery,
@@ -499,7 +551,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	dc.DB.URL, dc.DatabaseURLs = fnURL(topology.MainDatabase, roleOps), opsOthers
 	// No auth locally (Cloud Run's IAM in production).
 	dc.Auth = dlqreplay.AuthNone
-	dc.Pauser = loop
+	if !onNATS {
+		dc.Pauser = loop
+	}
 	ops, err := dlqreplay.Build(ctx, dc)
 	if err := built("dlqreplay", ops, err); err != nil {
 		return nil, err
@@ -511,6 +565,17 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	routes = append(routes, Route{Subscription: transport.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
 		Mode: topology.DeliveryPush})
+	if onNATS {
+		// The Pub/Sub subscriptions' retry policies (transport.Provision),
+		// scaled as the loop scales them.
+		scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) * o.BackoffScale) }
+		for i := range routes {
+			routes[i].MinBackoff, routes[i].MaxBackoff = scaled(NoPolicyBackoff), scaled(NoPolicyBackoff)
+			if routes[i].Topic == top.Rollup.Topic {
+				routes[i].MinBackoff, routes[i].MaxBackoff = scaled(time.Second), scaled(time.Minute)
+			}
+		}
+	}
 
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.server.Serve(ln) }()
@@ -537,11 +602,16 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			wg.Add(1)
 			go func() { defer wg.Done(); schedule(runCtx, o.Logger, j.url, j.every) }()
 		}
-		s.delivery = loop.Run(runCtx, routes)
+		if onNATS {
+			runBridges(runCtx, nc, o.Project, routes, o.Logger)
+		} else {
+			s.delivery = loop.Run(runCtx, routes)
+		}
 		wg.Wait()
 	}()
 
-	s.Info = Info{URL: base, DatabaseURL: o.DatabaseURL, Databases: urls, FirestoreHost: o.FirestoreHost, PubSubHost: o.PubSubHost, Project: o.Project}
+	s.Info = Info{URL: base, DatabaseURL: o.DatabaseURL, Databases: urls, FirestoreHost: o.FirestoreHost, PubSubHost: o.PubSubHost, Project: o.Project,
+		Transport: pubsubCfg.Transport, NATSURL: o.NATSURL}
 	if err := os.MkdirAll(o.StateDir, 0o755); err == nil {
 		b, _ := json.MarshalIndent(s.Info, "", "  ")
 		s.infoAt = filepath.Join(o.StateDir, "dev.json")
@@ -554,10 +624,19 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			paths = append(paths, strings.TrimSuffix(rt.URL, "/")+"  ("+rt.Mode+")")
 		}
 	}
+	if onNATS {
+		for _, p := range consumePaths {
+			paths = append(paths, p+"  (pull)")
+		}
+	}
 	paths = append(paths, base+"/dlqreplay/deadletters, /dlqreplay/events/{id}, /dlqreplay/traces/{id}, ...")
 	s.Started = append(s.Started, "Functions   "+strings.Join(paths, "\n            "))
 	s.Started = append(s.Started, "Console     "+base+"/dlqreplay/console/")
-	s.Started = append(s.Started, fmt.Sprintf("Delivery    pull → POST as push/Eventarc would; redelivery after the subscription's backoff ×%g; dead letters after max attempts", o.BackoffScale))
+	if onNATS {
+		s.Started = append(s.Started, fmt.Sprintf("Delivery    consumers pull their JetStream consumers (CONSUMER_MODE=pull; the topology's backoff, dead letters after max attempts); rollup and DLQ monitors: pull → POST as push would, backoff ×%g", o.BackoffScale))
+	} else {
+		s.Started = append(s.Started, fmt.Sprintf("Delivery    pull → POST as push/Eventarc would; redelivery after the subscription's backoff ×%g; dead letters after max attempts", o.BackoffScale))
+	}
 	s.Started = append(s.Started, fmt.Sprintf("Scheduler   POST /relay?database=<each> every %v; /rollup/reconcile, each consumer's /ledger:ship and each strict one's /gaps:check every %v; /rollup/expire every %v; /inbox:purge every %v",
 		o.RelayEvery, o.LedgerEvery, o.ExpireEvery, o.PurgeEvery))
 	return s, nil

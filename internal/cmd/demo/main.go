@@ -31,7 +31,7 @@ func main() {
 		fmt.Println("demo: no stack answers; starting one in this process for the demo (make dev runs one that stays)")
 		s, serr := devstack.Start(ctx, devstack.Options{Addr: "127.0.0.1:0", StateDir: *state + "/demo",
 			DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
-			FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST")})
+			FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"), Transport: os.Getenv("TRANSPORT"), NATSURL: os.Getenv("NATS_URL")})
 		if serr != nil {
 			fmt.Fprintln(os.Stderr, "demo:", serr)
 			os.Exit(1)

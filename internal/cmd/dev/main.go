@@ -7,7 +7,9 @@
 // DATABASE_URL, PUBSUB_EMULATOR_HOST and FIRESTORE_EMULATOR_HOST use
 // services that already run instead of starting them (two stacks sharing
 // emulators need their own -project or GOOGLE_CLOUD_PROJECT); RELAYBUS_DEV_ADDR
-// sets the address when -addr is not given; RELAYBUS_TOPOLOGY names another
+// sets the address when -addr is not given; TRANSPORT=nats runs the stack
+// on NATS JetStream (an embedded server, or NATS_URL's) instead of Pub/Sub
+// (make dev TRANSPORT=nats); RELAYBUS_TOPOLOGY names another
 // topology file than infra/topology.yaml; LOG_LEVEL (warn) sets how much
 // the functions log (to stderr, as JSON). A missing prerequisite prints one
 // line each saying what to install, and the command exits 1.
@@ -90,6 +92,7 @@ func main() {
 		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project, PostgresBudget: *pgBudget,
 		DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
 		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"), Topology: os.Getenv("RELAYBUS_TOPOLOGY"),
+		Transport: os.Getenv("TRANSPORT"), NATSURL: os.Getenv("NATS_URL"),
 		Logger: logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
 	})
 	if err != nil {

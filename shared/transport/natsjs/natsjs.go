@@ -12,15 +12,22 @@
 //   - the ordering key is the subject's last token ([KeyToken]) and the
 //     Relaybus-Ordering-Key header; a stream stores a subject's messages in
 //     publish order and a consumer delivers them in stream order;
-//   - attributes are headers, and the event_id attribute is Nats-Msg-Id,
-//     so a publish repeated within the stream's duplicate window
-//     (Options.DuplicateWindow) is stored once
-//     (https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive#message-deduplication);
+//   - attributes are headers; on the relay's path (PublishBatch) the
+//     event_id attribute is also Nats-Msg-Id, so a run the relay publishes
+//     again within the stream's duplicate window (Options.DuplicateWindow)
+//     is stored once
+//     (https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive#message-deduplication).
+//     Single publishes carry none: dead letters of one event from several
+//     consumers, its rollup notices and its replays share its event id and
+//     must each be stored; nor does a batch message addressed to one
+//     consumer (a re-push: topology.TargetConsumerAttr);
 //   - a subscription is a durable pull consumer of the topic's stream with
 //     explicit acks and the subscription's ack deadline as AckWait; its
 //     dead-lettering after max attempts is the pull worker's (JetStream
 //     only stops redelivering at MaxDeliver and sends an advisory);
-//   - the message id is the stream sequence, the delivery attempt the
+//   - the message id is the stream's name and the stream sequence
+//     (MessageID: sequences restart in every stream, and the DLQ archive
+//     keys letters by message id), the delivery attempt the
 //     consumer's NumDelivered, the publish time the stream's timestamp.
 package natsjs
 
@@ -39,6 +46,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/pull"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Client implements the publish contract and the pull source.
@@ -133,6 +141,14 @@ func StreamName(topic string) string {
 	return string(b)
 }
 
+// MessageID is the message id of the message stored at seq in stream:
+// "<stream>-<seq>", unique on the server as Pub/Sub's are on a topic (a
+// sequence alone repeats in every stream: the letters of two DLQ streams
+// collided in the archive).
+func MessageID(stream string, seq uint64) string {
+	return stream + "-" + strconv.FormatUint(seq, 10)
+}
+
 // ConsumerName is the durable consumer standing for subscription.
 func ConsumerName(subscription string) string { return StreamName(subscription) }
 
@@ -187,15 +203,68 @@ func (c *Client) EnsureSubscription(ctx context.Context, topic, subscription str
 		sc.AckWait = DefaultAckWait
 	}
 	topic = names.ResourceID(topic)
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, StreamName(topic), jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable: ConsumerName(subscription), AckPolicy: jetstream.AckExplicitPolicy, AckWait: sc.AckWait,
 		DeliverPolicy: jetstream.DeliverAllPolicy, MaxDeliver: -1, MaxAckPending: 10_000,
-	})
+	}
+	// A consumer SeekTime recreated keeps its start: JetStream refuses to
+	// change an existing consumer's deliver policy.
+	if old, err := c.js.Consumer(ctx, StreamName(topic), cfg.Durable); err == nil {
+		if info := old.CachedInfo(); info != nil && info.Config.DeliverPolicy == jetstream.DeliverByStartTimePolicy {
+			cfg.DeliverPolicy, cfg.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartTime
+		}
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("natsjs: consumer for subscription %s: %w", subscription, err)
+	}
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, StreamName(topic), cfg)
 	if err != nil {
 		return fmt.Errorf("natsjs: consumer for subscription %s: %w", subscription, err)
 	}
 	c.mu.Lock()
 	c.consumers[names.ResourceID(subscription)] = consumerInfo{c: cons, topic: topic}
+	c.mu.Unlock()
+	return nil
+}
+
+// SeekTime rewinds subscription's durable consumer to t, as Pub/Sub's
+// Seek to a time does: every message the stream stored at or after t is
+// delivered again, acknowledged or not, and none stored before it.
+//
+// JetStream cannot seek a durable consumer in place: an existing
+// consumer's deliver policy and start time are not editable
+// (https://docs.nats.io/nats-concepts/jetstream/consumers#configuration;
+// the server answers "deliver policy can not be updated"), and the
+// consumer reset API ($JS.API.CONSUMER.RESET, to a sequence) needs
+// nats-server 2.14 (https://github.com/nats-io/nats-server/pull/7489).
+// So the consumer is deleted and created again under the same name with
+// DeliverByStartTime from t and its other settings unchanged, the way the
+// NATS maintainers describe it
+// (https://github.com/nats-io/nats.go/discussions/2094): pullers keep
+// pulling it by name. What a puller held at that moment cannot be
+// acknowledged any more; the new consumer delivers it again when it was
+// stored at or after t, and the inbox absorbs what was applied already.
+func (c *Client) SeekTime(ctx context.Context, subscription string, t time.Time) error {
+	ci, err := c.consumer(ctx, subscription)
+	if err != nil {
+		return err
+	}
+	info, err := ci.c.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("natsjs: seek %s: %w", subscription, err)
+	}
+	cfg := info.Config
+	t = t.UTC()
+	cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = jetstream.DeliverByStartTimePolicy, &t, 0
+	stream := StreamName(ci.topic)
+	if err := c.js.DeleteConsumer(ctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("natsjs: seek %s: delete the consumer: %w", subscription, err)
+	}
+	cons, err := c.js.CreateConsumer(ctx, stream, cfg)
+	if err != nil {
+		return fmt.Errorf("natsjs: seek %s: create the consumer again (it is gone until provisioned again): %w", subscription, err)
+	}
+	c.mu.Lock()
+	c.consumers[names.ResourceID(subscription)] = consumerInfo{c: cons, topic: ci.topic}
 	c.mu.Unlock()
 	return nil
 }
@@ -223,8 +292,9 @@ func (c *Client) consumer(ctx context.Context, subscription string) (consumerInf
 	return ci, nil
 }
 
-// msg builds the NATS message of m on topic.
-func msg(topic string, m event.Message) *nats.Msg {
+// msg builds the NATS message of m on topic, with the event id as its
+// Nats-Msg-Id when dedup.
+func msg(topic string, m event.Message, dedup bool) *nats.Msg {
 	nm := nats.NewMsg(Subject(topic, m.OrderingKey))
 	nm.Data = m.Data
 	for k, v := range m.Attributes {
@@ -233,20 +303,21 @@ func msg(topic string, m event.Message) *nats.Msg {
 	if m.OrderingKey != "" {
 		nm.Header.Set(HeaderOrderingKey, m.OrderingKey)
 	}
-	if id := m.Attributes[event.AttrEventID]; id != "" {
+	if id := m.Attributes[event.AttrEventID]; dedup && id != "" {
 		nm.Header.Set(jetstream.MsgIDHeader, id)
 	}
 	return nm
 }
 
 // Publish sends m to topic and waits for the stream's acknowledgement; the
-// message id is the stream sequence (a duplicate's is the original's).
+// message id is MessageID's. It is never deduplicated (see the
+// package doc): the relay publishes with PublishBatch.
 func (c *Client) Publish(ctx context.Context, topic string, m event.Message) (string, error) {
-	ack, err := c.js.PublishMsg(ctx, msg(topic, m))
+	ack, err := c.js.PublishMsg(ctx, msg(topic, m, false))
 	if err != nil {
 		return "", fmt.Errorf("publish to %s: %w", names.ResourceID(topic), err)
 	}
-	return strconv.FormatUint(ack.Sequence, 10), nil
+	return MessageID(ack.Stream, ack.Sequence), nil
 }
 
 // PublishBatch publishes msgs to topic in order and returns how many the
@@ -255,12 +326,13 @@ func (c *Client) Publish(ctx context.Context, topic string, m event.Message) (st
 // the server reads in order, so a key's messages are stored in order; the
 // acknowledgements are then awaited in order. A message after a failed one
 // may still have been stored: the relay republishes it, and its
-// Nats-Msg-Id makes that a duplicate the stream drops.
+// Nats-Msg-Id (the event id; none for a message addressed to one
+// consumer) makes that a duplicate the stream drops.
 func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	var sendErr error
 	for _, m := range msgs {
-		f, err := c.js.PublishMsgAsync(msg(topic, m))
+		f, err := c.js.PublishMsgAsync(msg(topic, m, m.Attributes[topology.TargetConsumerAttr] == ""))
 		if err != nil {
 			sendErr = err
 			break
@@ -324,7 +396,7 @@ func lease(jm jetstream.Msg, topic string) *natsLease {
 	}
 	m.OrderingKey = h.Get(HeaderOrderingKey)
 	if md, err := jm.Metadata(); err == nil {
-		m.ID = strconv.FormatUint(md.Sequence.Stream, 10)
+		m.ID = MessageID(md.Stream, md.Sequence.Stream)
 		m.DeliveryAttempt = int(md.NumDelivered)
 		m.PublishTime = md.Timestamp
 	}

@@ -2,9 +2,11 @@ package natsjs_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/transport/natsjs"
@@ -59,6 +61,44 @@ func TestKeyToken(t *testing.T) {
 	} {
 		if got := natsjs.KeyToken(tc.key); got != tc.want {
 			t.Errorf("KeyToken(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+}
+
+// Message ids are unique across streams (a stream sequence alone is not:
+// the first dead letters of two topics were both "1" and the DLQ archive,
+// keyed by message id, kept only one), and a pulled message carries the
+// id its Publish returned.
+func TestMessageIDsAreUniqueAcrossStreams(t *testing.T) {
+	ctx := context.Background()
+	c, err := natsjs.Connect(ctx, natstest.Server(t), natsjs.Options{PullWait: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	published := map[string]string{}
+	for _, topic := range []string{"shop.order.events.dlq", "member.points.events.dlq"} {
+		sub := names.DeadLetterMonitor(strings.TrimSuffix(topic, names.DeadLetterSuffix))
+		if err := c.EnsureTopic(ctx, topic, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.EnsureSubscription(ctx, topic, sub, natsjs.SubscriptionConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		id, err := c.Publish(ctx, topic, event.Message{Data: []byte("x"), Attributes: map[string]string{event.AttrEventID: "e-1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, dup := published[id]; dup {
+			t.Fatalf("message id %s on %s and on %s", id, topic, other)
+		}
+		published[id] = topic
+		ls, err := c.Pull(ctx, sub, 1)
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("pull %s: %d messages, %v", sub, len(ls), err)
+		}
+		if got := ls[0].Message().ID; got != id {
+			t.Errorf("%s: pulled message id %s, Publish returned %s", topic, got, id)
 		}
 	}
 }

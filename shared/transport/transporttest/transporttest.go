@@ -191,36 +191,40 @@ func batchOrder(t *testing.T, b Backend) {
 	}
 }
 
+// idempotent: the relay's path (PublishBatch) publishing a run again, as
+// after a lost acknowledgement, is stored once where the broker dedups on
+// the event id; a single Publish sharing that event id (a dead letter from
+// another consumer, a rollup notice, a replay) is always stored.
 func idempotent(t *testing.T, b Backend) {
 	c, topic, sub, _ := setup(t, b)
+	ctx := context.Background()
 	m := message("k", 1)
-	id1, err := c.Publish(context.Background(), topic, m)
-	if err != nil {
+	for range 2 {
+		if n, err := c.PublishBatch(ctx, topic, []event.Message{m}); err != nil || n != 1 {
+			t.Fatalf("PublishBatch = %d, %v", n, err)
+		}
+	}
+	single := m
+	single.Data = []byte("k-1-single")
+	if _, err := c.Publish(ctx, topic, single); err != nil {
 		t.Fatal(err)
 	}
-	id2, err := c.Publish(context.Background(), topic, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Publish(context.Background(), topic, message("k", 2)); err != nil {
+	if _, err := c.Publish(ctx, topic, message("k", 2)); err != nil {
 		t.Fatal(err)
 	}
 	// The marker (k-2) comes after whatever the repeat stored.
-	want := 3
+	want := []string{"k-1", "k-1", "k-1-single", "k-2"}
 	if b.Caps.DedupOnEventID {
-		want = 2
-		if id1 != id2 {
-			t.Errorf("the repeat got message id %s, want the original's %s", id2, id1)
-		}
+		want = []string{"k-1", "k-1-single", "k-2"}
 	}
-	got := pullN(t, c, sub, want, 10*time.Second, true)
+	got := pullN(t, c, sub, len(want), 10*time.Second, true)
 	got = append(got, pullN(t, c, sub, 1, 1500*time.Millisecond, true)...)
 	var ids []string
 	for _, l := range got {
 		ids = append(ids, string(l.Message().Data))
 	}
-	if len(got) != want || ids[len(ids)-1] != "k-2" {
-		t.Fatalf("received %v; want %d messages ending with k-2 (dedup on event id: %v)", ids, want, b.Caps.DedupOnEventID)
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("received %v; want %v (dedup on event id: %v)", ids, want, b.Caps.DedupOnEventID)
 	}
 }
 
