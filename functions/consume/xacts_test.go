@@ -25,9 +25,14 @@ import (
 // delivery is one transaction (count and claim, the handler's effect and
 // child event, the attempt, no savepoint), and so is a duplicate (rolled
 // back). A rise above these fails the test.
+//
+// With a ledger, the attempts the ledger took are marked shipped in one
+// statement per second at most (not one per ledger batch, which was one
+// per delivery or two): counted below as maxMarksPerSecond.
 const (
 	maxXactsPerDelivery  = 1
 	maxXactsPerDuplicate = 1
+	maxMarksPerSecond    = 1
 	// describes: pgx describes each statement once per connection (its
 	// statement cache), a transaction of its own on the server.
 	describes = 6
@@ -55,8 +60,13 @@ func TestConsumePathTransactionsPerDelivery(t *testing.T) {
 	fake.Provision(t, top)
 
 	// run counts the transactions f commits or rolls back through an
-	// engine on a pool of its own, closed before the reading.
+	// engine on a pool of its own (with the ledger led, for runWith),
+	// closed before the reading.
+	var runWith func(led consumer.Ledger, f func(e *consumer.Engine)) int64
 	run := func(f func(e *consumer.Engine)) int64 {
+		return runWith(nil, f)
+	}
+	runWith = func(led consumer.Ledger, f func(e *consumer.Engine)) int64 {
 		t.Helper()
 		rctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
@@ -69,7 +79,7 @@ func TestConsumePathTransactionsPerDelivery(t *testing.T) {
 			t.Fatal(err)
 		}
 		e, err := consumer.New(consumer.Options{DB: pool, ConsumerID: "member-service", Subscription: sub,
-			Handler: h, DeadLetters: fake.Client})
+			Handler: h, DeadLetters: fake.Client, Ledger: led})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,5 +121,37 @@ func TestConsumePathTransactionsPerDelivery(t *testing.T) {
 		t.Errorf("duplicates: %.2f transactions per delivery (%d for %d), want at most %d (+%d describes)", per, xacts, deliveries, maxXactsPerDuplicate, describes)
 	} else {
 		t.Logf("duplicates: %.2f transactions per delivery", per)
+	}
+
+	// With the ledger: the deliveries' transactions, and the shipped marks
+	// of what the ledger took, one statement per second at most (the
+	// engine's Close flushes the last).
+	for i := range msgs {
+		msgs[i] = message(t, orderEvent(fmt.Sprintf("order-l%02d", i), 1))
+	}
+	led := &memLedger{}
+	idleLedger := runWith(led, func(*consumer.Engine) {})
+	start := time.Now()
+	xacts = runWith(led, deliver(func(r consumer.Result) bool { return r.Status == 200 && r.Outcome == model.OutcomeSuccess })) - idleLedger
+	marks := maxMarksPerSecond * (int64(time.Since(start)/time.Second) + 1)
+	if per := float64(xacts) / deliveries; xacts > maxXactsPerDelivery*deliveries+marks+describes {
+		t.Errorf("with the ledger: %.2f transactions per delivery (%d for %d), want at most %d (+%d shipped marks, +%d describes)", per, xacts, deliveries, maxXactsPerDelivery, marks, describes)
+	} else {
+		t.Logf("with the ledger: %.2f transactions per delivery", per)
+	}
+	if n := len(led.all()); n != deliveries {
+		t.Errorf("the ledger took %d attempts, want %d", n, deliveries)
+	}
+	check, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	var unshipped int
+	if err := check.QueryRow(ctx, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL AND event_id LIKE 'order-l%'`).Scan(&unshipped); err != nil {
+		t.Fatal(err)
+	}
+	if unshipped != 0 {
+		t.Errorf("%d attempts not marked shipped after the engine closed, want 0", unshipped)
 	}
 }

@@ -49,6 +49,9 @@ type Batcher[T any] struct {
 	running map[uint64]bool // the batches running, by their first item's number
 	closed  bool
 	wake    chan struct{}
+	// flushed cuts a batch's wait short: a Flush or Close wants what is
+	// queued run now.
+	flushed chan struct{}
 	changed *sync.Cond
 
 	ctx    context.Context
@@ -72,7 +75,7 @@ func New[T any](run func(ctx context.Context, items []T), o Options) *Batcher[T]
 	if o.Workers <= 0 {
 		o.Workers = 1
 	}
-	b := &Batcher[T]{run: run, o: o, wake: make(chan struct{}, 1), running: map[uint64]bool{}}
+	b := &Batcher[T]{run: run, o: o, wake: make(chan struct{}, 1), flushed: make(chan struct{}, 1), running: map[uint64]bool{}}
 	b.changed = sync.NewCond(&b.mu)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	for range o.Workers {
@@ -111,13 +114,18 @@ func (b *Batcher[T]) Len() int {
 }
 
 // Flush waits until every item added before the call has been through its
-// batch, or ctx ends.
+// batch, or ctx ends. A batch filling up runs at once, without waiting out
+// MaxWait.
 func (b *Batcher[T]) Flush(ctx context.Context) error {
 	b.mu.Lock()
 	target := b.added
 	b.mu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case b.flushed <- struct{}{}:
 	default:
 	}
 	stop := context.AfterFunc(ctx, func() {
@@ -188,11 +196,14 @@ func (b *Batcher[T]) work() {
 			}
 			continue
 		}
-		// Let the batch fill for MaxWait unless it is full already.
+		// Let the batch fill for MaxWait unless it is full already or a
+		// Flush wants it now.
 		if b.Len() < b.o.MaxItems {
 			t := time.NewTimer(b.o.MaxWait)
 			select {
 			case <-t.C:
+			case <-b.flushed:
+				t.Stop()
 			case <-b.ctx.Done():
 				t.Stop()
 			}

@@ -111,3 +111,29 @@ func TestCloseRunsWhatIsQueuedThenRefuses(t *testing.T) {
 		t.Fatal("accepted an item after Close")
 	}
 }
+
+// A batch that gathers for long (a batched settle, marks written once a
+// second) runs at once when someone flushes: Flush does not wait MaxWait.
+func TestFlushCutsTheWaitShort(t *testing.T) {
+	var (
+		mu  sync.Mutex
+		got []int
+	)
+	b := batch.New(func(_ context.Context, items []int) {
+		mu.Lock()
+		got = append(got, items...)
+		mu.Unlock()
+	}, batch.Options{MaxWait: time.Hour})
+	defer b.Close(context.Background())
+	b.Add(1, 2, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Flush(ctx); err != nil {
+		t.Fatalf("flush of a batch waiting an hour: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 {
+		t.Fatalf("flush returned with %d of 3 items run", len(got))
+	}
+}

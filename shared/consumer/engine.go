@@ -119,6 +119,19 @@ type Options struct {
 type Engine struct {
 	o     Options
 	ships *batch.Batcher[inbox.Attempt]
+	// marks gathers the attempts the ledger took, to mark them shipped in
+	// Postgres in one statement per markWait (see ship).
+	marks *batch.Batcher[inbox.Attempt]
+}
+
+// markWait is how long the shipped marks of attempts the ledger took
+// gather before one statement writes them: at most a second, and well
+// inside ShipDelay (the scheduled step takes only attempts older than
+// that, so it almost never ships one whose mark is on its way; if it does,
+// the ledger takes it again idempotently). A mark per ledger batch was a
+// transaction per delivery or two under a steady load.
+func markWait(shipDelay time.Duration) time.Duration {
+	return min(time.Second, shipDelay/5)
 }
 
 // New returns an engine over o.
@@ -152,6 +165,7 @@ func New(o Options) (*Engine, error) {
 	e := &Engine{o: o}
 	if o.Ledger != nil {
 		e.ships = batch.New(e.ship, batch.Options{MaxItems: 200, MaxWait: 2 * time.Millisecond, Capacity: 20_000})
+		e.marks = batch.New(e.mark, batch.Options{MaxItems: 5000, MaxWait: markWait(o.ShipDelay), Capacity: 50_000})
 	}
 	return e, nil
 }
@@ -617,8 +631,8 @@ func (e *Engine) shipLater(ctx context.Context, log *slog.Logger, a inbox.Attemp
 	}
 }
 
-// ship records a batch of committed attempts in the ledger and marks them
-// shipped. A failure leaves them unshipped for Ship.
+// ship records a batch of committed attempts in the ledger and hands them
+// to be marked shipped (mark). A failure leaves them unshipped for Ship.
 func (e *Engine) ship(ctx context.Context, as []inbox.Attempt) {
 	ctx, cancel := context.WithTimeout(ctx, e.o.LedgerBudget)
 	defer cancel()
@@ -627,6 +641,16 @@ func (e *Engine) ship(ctx context.Context, as []inbox.Attempt) {
 			"consumer_id", e.o.ConsumerID, "attempts", len(as), "error", err.Error())
 		return
 	}
+	if !e.marks.Add(as...) {
+		e.mark(ctx, as) // full or closing: mark them now
+	}
+}
+
+// mark marks attempts the ledger took as shipped, in one statement. A
+// failure leaves them to Ship, which ships them again (idempotently).
+func (e *Engine) mark(ctx context.Context, as []inbox.Attempt) {
+	ctx, cancel := context.WithTimeout(ctx, e.o.LedgerBudget)
+	defer cancel()
 	if err := inbox.Shipped(ctx, e.o.DB, as); err != nil {
 		e.o.Logger.WarnContext(ctx, "consume: cannot mark attempts shipped; they will be shipped again", "error", err.Error())
 	}
@@ -699,16 +723,19 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.ships == nil {
 		return nil
 	}
-	return e.ships.Close(ctx)
+	return errors.Join(e.ships.Close(ctx), e.marks.Close(ctx))
 }
 
 // FlushLedger waits until the attempts queued so far have been shipped (or
-// tried), or ctx ends.
+// tried) and marked shipped in Postgres, or ctx ends.
 func (e *Engine) FlushLedger(ctx context.Context) error {
 	if e.ships == nil {
 		return nil
 	}
-	return e.ships.Flush(ctx)
+	if err := e.ships.Flush(ctx); err != nil {
+		return err
+	}
+	return e.marks.Flush(ctx)
 }
 
 func errString(err error) string {

@@ -210,6 +210,11 @@ type Settled struct {
 	// run after it was read: then nothing of the run counts as published
 	// and it will be published again.
 	Moved bool
+	// Next, when not empty, is the event of the aggregate's first
+	// unpublished version: versions were enqueued while the run was leased,
+	// and the aggregate is due again at once (a caller that settles in the
+	// background kicks it).
+	Next string
 }
 
 // Settle ends the leases of a batch and records each run's outcome: the
@@ -231,8 +236,8 @@ func Settle(ctx context.Context, db postgres.DBTX, o SettleOptions, ps []Progres
 	out := make([]Settled, 0, len(ps))
 	var rest []Progress
 	for _, p := range ps {
-		if moved, ok := done[p.Aggregate]; ok {
-			out = append(out, Settled{Aggregate: p.Aggregate, Moved: moved})
+		if st, ok := done[p.Aggregate]; ok {
+			out = append(out, Settled{Aggregate: p.Aggregate, Moved: st.Moved, Next: st.Next})
 		} else {
 			rest = append(rest, p)
 		}
@@ -243,11 +248,11 @@ func Settle(ctx context.Context, db postgres.DBTX, o SettleOptions, ps []Progres
 		if err != nil {
 			return nil, err
 		}
-		moved, ok := done[p.Aggregate]
+		st, ok := done[p.Aggregate]
 		if !ok {
 			lost = append(lost, p)
 		}
-		out = append(out, Settled{Aggregate: p.Aggregate, Moved: moved})
+		out = append(out, Settled{Aggregate: p.Aggregate, Moved: st.Moved, Next: st.Next})
 	}
 	// Not settled: the lease was taken over (then release changes nothing),
 	// or a late version pulled the cursor back under the run (then the lease
@@ -258,7 +263,7 @@ func Settle(ctx context.Context, db postgres.DBTX, o SettleOptions, ps []Progres
 	return out, nil
 }
 
-func settle(ctx context.Context, db postgres.DBTX, q string, o SettleOptions, ps []Progress) (map[Aggregate]bool, error) {
+func settle(ctx context.Context, db postgres.DBTX, q string, o SettleOptions, ps []Progress) (map[Aggregate]Settled, error) {
 	n := len(ps)
 	types, ids := make([]string, n), make([]string, n)
 	epochs, from, to := make([]int64, n), make([]int64, n), make([]int64, n)
@@ -280,14 +285,17 @@ func settle(ctx context.Context, db postgres.DBTX, q string, o SettleOptions, ps
 		return nil, fmt.Errorf("outbox: settle: %w", err)
 	}
 	defer rows.Close()
-	done := make(map[Aggregate]bool, n)
+	done := make(map[Aggregate]Settled, n)
 	for rows.Next() {
-		var a Aggregate
-		var moved bool
-		if err := rows.Scan(&a.Type, &a.ID, &moved); err != nil {
+		var st Settled
+		var next *string
+		if err := rows.Scan(&st.Type, &st.ID, &st.Moved, &next); err != nil {
 			return nil, fmt.Errorf("outbox: settle: %w", err)
 		}
-		done[a] = moved
+		if next != nil {
+			st.Next = *next
+		}
+		done[st.Aggregate] = st
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outbox: settle: %w", err)

@@ -128,6 +128,9 @@ func TestLateVersionsAreNeverSkipped(t *testing.T) {
 	if err != nil || len(settled) != 1 || settled[0].Moved {
 		t.Fatalf("settle over a late version: %+v %v; want the cursor kept", settled, err)
 	}
+	if settled[0].Next != "a1" {
+		t.Errorf("settle over a late version: next %q, want a1 (due again at once, for a relay settling in the background to kick)", settled[0].Next)
+	}
 	runs = claim(t, pool, time.Time{}, "r1")
 	if len(runs) != 1 || versions(runs[0]) != "[1 2 3]" {
 		t.Fatalf("the run again: %+v", runs)

@@ -105,7 +105,7 @@ func (r *Relay) PublishClaimed(ctx context.Context, cl *Claim) (map[string]outbo
 // answer publishes a fast path's claim and returns each of its events'
 // state afterwards (see PublishNow).
 func (r *Relay) answer(ctx context.Context, c claimed) (map[string]outbox.State, error) {
-	res, err := r.publishClaimed(ctx, c, true)
+	res, err := r.publishClaimed(ctx, c, answered)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (r *Relay) kick(ctx context.Context, ids []string) {
 	ctx, cancel := context.WithTimeout(ctx, r.o.Lease-r.o.LeaseMargin)
 	defer cancel()
 	if _, err := r.claimAndPublish(ctx, outbox.ClaimOptions{Events: ids, Aggregates: len(ids),
-		RunLimit: r.o.RunLimit, Limit: r.o.BatchSize}, false); err != nil {
+		RunLimit: r.o.RunLimit, Limit: r.o.BatchSize}, kicked); err != nil {
 		r.log.WarnContext(ctx, "relay: kick failed; the scheduled drain publishes these events", "events", len(ids), "error", err.Error())
 	}
 }
@@ -179,7 +179,7 @@ func (r *Relay) KickIn(ctx context.Context, tx DB, ids ...string) (func(), error
 			defer r.kicked.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), r.o.Lease-r.o.LeaseMargin)
 			defer cancel()
-			if _, err := r.publishClaimed(ctx, c, false); err != nil {
+			if _, err := r.publishClaimed(ctx, c, kicked); err != nil {
 				r.log.WarnContext(ctx, "relay: kick failed; the scheduled drain publishes these events", "events", len(ids), "error", err.Error())
 			}
 		}()
@@ -199,10 +199,14 @@ func (r *Relay) waitKicked(ctx context.Context) error {
 	}
 }
 
-// FlushKicks waits until every kick made so far has been through a claim.
+// FlushKicks waits until every kick made so far has been through a claim
+// and its settle.
 func (r *Relay) FlushKicks(ctx context.Context) error {
 	if err := r.kicks.Flush(ctx); err != nil {
 		return err
 	}
-	return r.waitKicked(ctx)
+	if err := r.waitKicked(ctx); err != nil {
+		return err
+	}
+	return r.settles.Flush(ctx)
 }

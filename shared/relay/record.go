@@ -38,9 +38,66 @@ func (r *Relay) recordSends(ctx context.Context, runs []recordedRun) {
 	for i, run := range runs {
 		marks[i] = run.Recorded
 	}
-	if err := outbox.LedgerRecorded(lctx, r.o.DB, r.dbNow(), r.o.HealDelay, marks); err != nil {
-		r.log.WarnContext(ctx, "relay: cannot mark sends recorded; the healing step records them again", "error", err.Error())
+	if !r.marks.Add(marks...) {
+		r.markRecorded(ctx, marks) // full or closing: mark them now
 	}
+}
+
+// markWait is how long the ledger cursor moves of recorded runs gather
+// before one statement writes them: at most a second, and well inside
+// HealDelay (the healing step takes an aggregate only HealDelay after its
+// send, so it almost never records one whose move is on its way; if it
+// does, RecordSent is idempotent). A statement per ledger batch was a
+// transaction per event or two under a steady load.
+func markWait(healDelay time.Duration) time.Duration {
+	return min(time.Second, healDelay/5)
+}
+
+// markRecorded moves the ledger cursors of recorded runs, in one statement
+// per round: an aggregate's runs are merged where each starts at the end
+// of the one before it (they arrive in order), and a run that does not
+// follow on waits for the next round. A failure leaves the cursors: the
+// healing step records those sends again.
+func (r *Relay) markRecorded(ctx context.Context, marks []outbox.Recorded) {
+	ctx, cancel := context.WithTimeout(ctx, r.o.LedgerBudget)
+	defer cancel()
+	for _, round := range mergeRecorded(marks) {
+		if err := outbox.LedgerRecorded(ctx, r.o.DB, r.dbNow(), r.o.HealDelay, round); err != nil {
+			r.log.WarnContext(ctx, "relay: cannot mark sends recorded; the healing step records them again", "error", err.Error())
+			return
+		}
+	}
+}
+
+// mergeRecorded folds consecutive cursor moves of one aggregate into one
+// (From..To then To..To2 is From..To2) and puts a move that does not follow
+// on from its aggregate's last into a later round, so no statement moves
+// one aggregate twice (an UPDATE ... FROM applies one of them only).
+func mergeRecorded(marks []outbox.Recorded) [][]outbox.Recorded {
+	var rounds [][]outbox.Recorded
+	at := map[outbox.Aggregate][2]int{} // aggregate -> round, index of its last move
+	for _, m := range marks {
+		if p, ok := at[m.Aggregate]; ok {
+			last := &rounds[p[0]][p[1]]
+			if last.To == m.From {
+				last.To = m.To
+				continue
+			}
+			k := p[0] + 1
+			if k == len(rounds) {
+				rounds = append(rounds, nil)
+			}
+			rounds[k] = append(rounds[k], m)
+			at[m.Aggregate] = [2]int{k, len(rounds[k]) - 1}
+			continue
+		}
+		if len(rounds) == 0 {
+			rounds = append(rounds, nil)
+		}
+		rounds[0] = append(rounds[0], m)
+		at[m.Aggregate] = [2]int{0, len(rounds[0]) - 1}
+	}
+	return rounds
 }
 
 // failureRecord is one publish failure on its way to the ledger.

@@ -35,7 +35,11 @@
 //
 // PublishNow (publish's fast path) and Kick (the post-commit kick of child
 // events and Go producers) publish given events at once through the same
-// claim, publish and settle code.
+// claim, publish and settle code, except that their settles are gathered
+// into one statement (a transaction per event otherwise): the kicks' over
+// SettleWait, in the background (a version enqueued while its aggregate
+// waits for the settle is kicked when the settle finds it); the fast
+// path's as they come, each request waiting for its own (group commit).
 package relay
 
 import (
@@ -72,6 +76,7 @@ const (
 	DefaultRetention    = 24 * time.Hour
 	DefaultLedgerBudget = 10 * time.Second
 	DefaultHealDelay    = 30 * time.Second
+	DefaultSettleWait   = 50 * time.Millisecond
 	// purgeBatch bounds one retention delete.
 	purgeBatch = 5000
 	// fastRunLimit bounds the run the fast path publishes per aggregate: an
@@ -118,6 +123,17 @@ type Options struct {
 	Concurrency int
 	// Lease is how long a claim holds its aggregates (DefaultLease).
 	Lease time.Duration
+	// SettleWait is how long the settle of a kick's claim (Kick, KickIn)
+	// waits for others to share its statement (DefaultSettleWait). The
+	// claim's aggregates stay leased until then: a version enqueued
+	// meanwhile is kicked when the settle finds it (outbox.Settled.Next),
+	// and a process that dies first leaves its runs to be published again
+	// once the lease expires (the consumers' inboxes absorb the copies).
+	// The drain settles each of its claims at once, and the fast path
+	// (PublishNow, PublishClaimed) before it answers, sharing a statement
+	// only with the fast path's settles that arrived while the one before
+	// it ran.
+	SettleWait time.Duration
 	// LeaseMargin is how long before its lease expires a relay stops
 	// publishing (Lease/4 when zero).
 	LeaseMargin time.Duration
@@ -153,10 +169,19 @@ type Relay struct {
 
 	sends    *batch.Batcher[recordedRun]
 	failures *batch.Batcher[failureRecord]
+	// marks gathers the ledger cursor moves of recorded runs, written in
+	// one statement per markWait (see recordSends).
+	marks *batch.Batcher[outbox.Recorded]
 
 	kicks *batch.Batcher[string]
 	// kicked counts the claims KickIn handed over still being published.
 	kicked sync.WaitGroup
+
+	// settles gathers the kicks' published claims, to settle them in one
+	// statement per SettleWait (settleLater); settlesNow the fast path's,
+	// settled at once or with those that arrived while the one before ran
+	// (settleSoon).
+	settles, settlesNow *batch.Batcher[settleJob]
 
 	// lastPurge is when a drain of this relay last applied retention
 	// (unix nanoseconds on the relay's clock).
@@ -189,6 +214,9 @@ func New(o Options) (*Relay, error) {
 	if o.Lease <= 0 {
 		o.Lease = DefaultLease
 	}
+	if o.SettleWait <= 0 {
+		o.SettleWait = DefaultSettleWait
+	}
 	if o.LeaseMargin <= 0 || o.LeaseMargin >= o.Lease {
 		o.LeaseMargin = o.Lease / 4
 	}
@@ -220,11 +248,14 @@ func New(o Options) (*Relay, error) {
 	}
 	r := &Relay{o: o, log: o.Logger}
 	r.kicks = batch.New(r.kick, batch.Options{MaxItems: 500, MaxWait: 200 * time.Microsecond, Capacity: 20_000, Workers: 2})
+	r.settles = batch.New(r.settleBatch, batch.Options{MaxItems: 500, MaxWait: o.SettleWait, Capacity: 20_000})
+	r.settlesNow = batch.New(r.settleBatch, batch.Options{MaxItems: 500, MaxWait: time.Microsecond, Capacity: 20_000})
 	if o.Ledger != nil {
 		// One batch at a time, in order: a run's ledger cursor moves only
 		// after the run before it of the same aggregate.
 		r.sends = batch.New(r.recordSends, batch.Options{MaxItems: 200, MaxWait: 5 * time.Millisecond, Capacity: 20_000})
 		r.failures = batch.New(r.recordFailures, batch.Options{MaxItems: 100, Capacity: 10_000})
+		r.marks = batch.New(r.markRecorded, batch.Options{MaxItems: 5000, MaxWait: markWait(o.HealDelay), Capacity: 50_000})
 	}
 	return r, nil
 }
@@ -233,9 +264,9 @@ func New(o Options) (*Relay, error) {
 // ctx, and stops its background work. What it cuts is recorded later by a
 // drain's healing step (sends) or published by the next drain (kicks).
 func (r *Relay) Close(ctx context.Context) error {
-	errs := []error{r.kicks.Close(ctx), r.waitKicked(ctx)}
+	errs := []error{r.kicks.Close(ctx), r.waitKicked(ctx), r.settles.Close(ctx), r.settlesNow.Close(ctx)}
 	if r.sends != nil {
-		errs = append(errs, r.sends.Close(ctx), r.failures.Close(ctx))
+		errs = append(errs, r.sends.Close(ctx), r.failures.Close(ctx), r.marks.Close(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -373,7 +404,7 @@ func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error
 			active++
 			seen := batches
 			wmu.Unlock()
-			b, err := r.claimAndPublish(dctx, outbox.ClaimOptions{}, false)
+			b, err := r.claimAndPublish(dctx, outbox.ClaimOptions{}, drained)
 			wmu.Lock()
 			active--
 			if b.runs > 0 {
@@ -459,10 +490,11 @@ func errString(err error) string {
 }
 
 // FlushLedger waits until the ledger writes queued so far (sends and
-// publish failures) have been tried, or ctx ends.
+// publish failures) have been tried and the ledger cursors of what they
+// recorded moved, or ctx ends.
 func (r *Relay) FlushLedger(ctx context.Context) error {
 	if r.sends == nil {
 		return nil
 	}
-	return errors.Join(r.sends.Flush(ctx), r.failures.Flush(ctx))
+	return errors.Join(r.sends.Flush(ctx), r.failures.Flush(ctx), r.marks.Flush(ctx))
 }

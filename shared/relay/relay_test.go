@@ -15,6 +15,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -679,5 +680,53 @@ func TestARelayPausedPastItsLeaseCannotPublishOutOfOrderOrMoveTheCursor(t *testi
 	}
 	if c := counts(t, e.pool); c.Pending != 0 || c.Leased != 0 {
 		t.Errorf("backlog %+v", c)
+	}
+}
+
+// A kick's settle waits SettleWait for others; a version of one of its
+// aggregates enqueued meanwhile cannot be claimed (the aggregate is still
+// leased) and is kicked as soon as the settle finds it, with no drain:
+// published right after the version before it, in order.
+func TestAVersionEnqueuedWhileItsAggregateWaitsForTheSettleIsKicked(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	r := e.relay(t, relay.Options{SettleWait: 2 * time.Second})
+	enqueueAndKickIn := func(v int64) {
+		t.Helper()
+		var publish func()
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			enq, err := outbox.Enqueue(ctx, tx, ev("order-r", v))
+			if err != nil {
+				return err
+			}
+			publish, err = r.KickIn(ctx, tx, enq[0].ID)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		publish()
+	}
+	enqueueAndKickIn(1)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(e.rec.versions("order-r")) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("v1 was not published after its KickIn")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// v1 is on Pub/Sub, its settle waiting: v2's claim finds the aggregate leased.
+	enqueueAndKickIn(2)
+	for len(e.rec.versions("order-r")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("v2 was not published within 20 s without a drain: %v", e.rec.versions("order-r"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if v := e.rec.versions("order-r"); fmt.Sprint(v) != "[1 2]" {
+		t.Errorf("order-r published %v, want [1 2]", v)
+	}
+	if err := r.FlushKicks(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

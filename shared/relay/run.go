@@ -27,19 +27,33 @@ type batchResult struct {
 	publishedIDs map[string]bool
 }
 
-// claimAndPublish claims one batch (the drain's, or co's events for the
-// fast path), publishes every run, settles the batch and hands the sends to
-// the ledger's recorder. With bounded (the fast path, answering a
-// request), ctx's deadline bounds the claim and the publishes, and the
-// answer does not wait for the settle past it (the settle finishes on its
-// own); otherwise a publish under way and the settle finish even when ctx
-// ends, so that what Pub/Sub has is recorded.
-func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, bounded bool) (batchResult, error) {
+// how says how a claim is settled once its runs are published.
+type how int
+
+const (
+	// drained: the drain's claim, settled at once (its worker claims
+	// again after it, and counts what it settled).
+	drained how = iota
+	// kicked: a kick's claim (Kick, KickIn), settled in the background
+	// with the others of SettleWait (settleLater).
+	kicked
+	// answered: the fast path's claim, bounded by ctx's deadline; its
+	// answer waits for the settle (so no lease is left behind a request),
+	// which shares its statement with the fast path's settles that
+	// arrived while the one before it ran (settleSoon).
+	answered
+)
+
+// claimAndPublish claims one batch (the drain's, or co's events for a
+// kick), publishes every run and settles the batch as h says, handing the
+// sends to the ledger's recorder. A publish under way and the settle
+// finish even when ctx ends, so that what Pub/Sub has is recorded.
+func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, h how) (batchResult, error) {
 	c, err := r.claim(ctx, r.o.DB, co)
 	if err != nil {
 		return batchResult{}, err
 	}
-	return r.publishClaimed(ctx, c, bounded)
+	return r.publishClaimed(ctx, c, h)
 }
 
 // claimed is a claim not yet published: its runs, the time the lease
@@ -72,8 +86,9 @@ func (r *Relay) claim(ctx context.Context, db DB, co outbox.ClaimOptions) (claim
 }
 
 // publishClaimed publishes every run of a claim and settles it (see
-// claimAndPublish).
-func (r *Relay) publishClaimed(ctx context.Context, c claimed, bounded bool) (batchResult, error) {
+// claimAndPublish). With answered, ctx's deadline bounds the publishes
+// too.
+func (r *Relay) publishClaimed(ctx context.Context, c claimed, h how) (batchResult, error) {
 	runs, claimedAt := c.runs, c.claimedAt
 	res := batchResult{runs: len(runs)}
 	if len(runs) == 0 {
@@ -86,7 +101,7 @@ func (r *Relay) publishClaimed(ctx context.Context, c claimed, bounded bool) (ba
 	stopAt := claimedAt.Add(r.o.Lease - r.o.LeaseMargin)
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Lease-r.o.LeaseMargin)
 	defer cancel()
-	if bounded {
+	if h == answered {
 		pctx, cancel = context.WithTimeout(ctx, r.o.Lease-r.o.LeaseMargin)
 		defer cancel()
 	}
@@ -104,9 +119,13 @@ func (r *Relay) publishClaimed(ctx context.Context, c claimed, bounded bool) (ba
 		}()
 	}
 	wg.Wait()
-	if !bounded {
-		err := r.settle(ctx, runs, progress, &res)
+	switch h {
+	case drained:
+		_, err := r.settle(ctx, runs, progress, &res)
 		return res, err
+	case kicked:
+		r.settleLater(ctx, runs, progress)
+		return res, nil
 	}
 	// The fast path answers by its deadline: what Pub/Sub acknowledged is
 	// published, whatever becomes of the settle, which finishes on its own
@@ -118,8 +137,7 @@ func (r *Relay) publishClaimed(ctx context.Context, c claimed, bounded bool) (ba
 			res.publishedIDs[row.Event.ID] = true
 		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- r.settle(context.WithoutCancel(ctx), runs, progress, &batchResult{}) }()
+	done := r.settleSoon(ctx, runs, progress)
 	select {
 	case err := <-done:
 		return res, err
@@ -133,17 +151,23 @@ func (r *Relay) publishClaimed(ctx context.Context, c claimed, bounded bool) (ba
 const settleTimeout = 30 * time.Second
 
 // settle settles a claimed batch, counts it in res and hands the sends to
-// the ledger's recorder and the failures to the log and the ledger.
-func (r *Relay) settle(ctx context.Context, runs []outbox.Run, progress []outbox.Progress, res *batchResult) error {
+// the ledger's recorder and the failures to the log and the ledger. It
+// returns the next event of each aggregate that is due again at once
+// (versions were enqueued while it was leased).
+func (r *Relay) settle(ctx context.Context, runs []outbox.Run, progress []outbox.Progress, res *batchResult) ([]string, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	settled, err := outbox.Settle(sctx, r.o.DB, outbox.SettleOptions{Ledger: r.o.Ledger != nil, HealDelay: r.o.HealDelay, Now: r.dbNow()}, progress)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	moved := make(map[outbox.Aggregate]bool, len(settled))
+	var next []string
 	for _, s := range settled {
 		moved[s.Aggregate] = s.Moved
+		if s.Next != "" {
+			next = append(next, s.Next)
+		}
 	}
 	sentAt := time.Now().UTC()
 	for i, p := range progress {
@@ -177,7 +201,7 @@ func (r *Relay) settle(ctx context.Context, runs []outbox.Run, progress []outbox
 			}
 		}
 	}
-	return nil
+	return next, nil
 }
 
 // publishRun publishes one run in version order, as few requests as

@@ -19,7 +19,8 @@
 -- type, id, epoch, from_version, to_version, rows published, the failed
 -- version (NULL: none), its error, retry_at and final; $12 whether the
 -- ledger records sends (then the healing step may record them after $13
--- seconds unless the live recorder did).
+-- seconds unless the live recorder did). Returns each settled aggregate,
+-- whether its run was whole, and its next event when it is due again.
 WITH t AS (
     SELECT coalesce($1::timestamptz, now()) AS now
 ), m AS (
@@ -69,4 +70,12 @@ UPDATE relaybus_outbox_dispatch d SET
                              ELSE d.ledger_due_at END
 FROM settled s, t
 WHERE d.aggregatetype = s.aggregatetype AND d.aggregateid = s.aggregateid
-RETURNING d.aggregatetype, d.aggregateid, s.whole
+RETURNING d.aggregatetype, d.aggregateid, s.whole,
+    -- next: the first unpublished version's event when the aggregate is due
+    -- again at once (versions were enqueued while it was leased), for the
+    -- relay to kick; NULL otherwise.
+    CASE WHEN d.due_at = t.now AND d.enqueued_version > d.published_version THEN
+        (SELECT o.id FROM relaybus_outbox o
+          WHERE o.aggregatetype = d.aggregatetype AND o.aggregateid = d.aggregateid
+            AND o.version > d.published_version
+          ORDER BY o.version LIMIT 1) END
