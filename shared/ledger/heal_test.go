@@ -225,7 +225,7 @@ func TestLateSendFindsItsAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := s.Rollup(ctx, e.ID); !errors.Is(err, model.ErrEventNotFound) {
-		t.Fatalf("rollup before the send: %v, want model.ErrEventNotFound", err)
+		t.Fatalf("rollup before the send: %v, want ErrEventNotFound", err)
 	}
 	if err := s.RecordSent(ctx, model.SentAt(sentAt, e)); err != nil {
 		t.Fatal(err)

@@ -185,7 +185,7 @@ func TestRollupOfAnUnknownEvent(t *testing.T) {
 	s := newStore(t, Options{})
 	_, err := s.Rollup(context.Background(), "no-such-event")
 	if !errors.Is(err, model.ErrEventNotFound) {
-		t.Errorf("err = %v, want model.ErrEventNotFound", err)
+		t.Errorf("err = %v, want ErrEventNotFound", err)
 	}
 	if _, err := s.Rollup(context.Background(), "bad/id"); !errors.Is(err, event.ErrInvalid) {
 		t.Errorf("bad id: %v", err)
