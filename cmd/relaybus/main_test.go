@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
@@ -82,7 +83,7 @@ func TestGoldenOutput(t *testing.T) {
 	if _, _, err := arc.Archive(ctx, "shop.order.events.dlq", dl); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{}); err != nil {
+	if _, err := consumers.New(store.Client(), consumers.Options{}).SyncConsumers(ctx, registry.Consumers(top), consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: arc, Ledger: store, DB: pool, Publisher: fake.Client, Topology: top,

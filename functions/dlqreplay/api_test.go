@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
+
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -20,7 +22,6 @@ import (
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
@@ -386,7 +387,7 @@ func TestReplayDryRunPredictsTheOutcome(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.store.SyncConsumers(ctx, registry.Consumers(e.top), ledger.SyncOptions{}); err != nil {
+	if _, err := consumers.New(e.store.Client(), consumers.Options{}).SyncConsumers(ctx, registry.Consumers(e.top), consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	notif := func(id string, v int64) *event.Event {

@@ -4,7 +4,8 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
+
 	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/registry"
@@ -13,7 +14,7 @@ import (
 
 // consumerView is a registry entry with what the topology says of it.
 type consumerView struct {
-	ledger.ConsumerEntry
+	consumers.ConsumerEntry
 	// InRegistry is false for a consumer the topology declares but
 	// topic_consumers lacks (the deploy's sync has not run).
 	InRegistry bool `json:"inRegistry"`
@@ -40,7 +41,7 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 	if err := q.err(); err != nil {
 		return nil, err
 	}
-	entries, err := a.o.Ledger.Consumers(r.Context())
+	entries, err := a.consumers.Consumers(r.Context())
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +61,7 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 			if seen[c.Topic+"/"+c.ConsumerID] || (topic != "" && c.Topic != topic) {
 				continue
 			}
-			v := consumerView{ConsumerEntry: ledger.ConsumerEntry{Topic: c.Topic, ConsumerID: c.ConsumerID, Enabled: c.Enabled, SortOrder: c.SortOrder, Description: c.Description}}
+			v := consumerView{ConsumerEntry: consumers.ConsumerEntry{Topic: c.Topic, ConsumerID: c.ConsumerID, Enabled: c.Enabled, SortOrder: c.SortOrder, Description: c.Description}}
 			a.describe(&v)
 			out = append(out, v)
 		}
@@ -110,7 +111,7 @@ func (a *api) addConsumer(r *request, _ []string) (any, error) {
 	if err := decodeBody(r.Request, &b, false); err != nil {
 		return nil, err
 	}
-	return a.applyConsumer(r, ledger.ConsumerChange{Topic: b.Topic, ConsumerID: b.ConsumerID, Add: true, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
+	return a.applyConsumer(r, consumers.ConsumerChange{Topic: b.Topic, ConsumerID: b.ConsumerID, Add: true, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
 }
 
 // consumerArgs validates the topic and consumer of a path.
@@ -146,7 +147,7 @@ func (a *api) changeConsumer(r *request, args []string) (any, error) {
 	if err := decodeBody(r.Request, &b, false); err != nil {
 		return nil, err
 	}
-	return a.applyConsumer(r, ledger.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
+	return a.applyConsumer(r, consumers.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
 }
 
 func (a *api) enableConsumer(r *request, args []string) (any, error) { return a.toggle(r, args, true) }
@@ -162,15 +163,15 @@ func (a *api) toggle(r *request, args []string, on bool) (any, error) {
 	if err := decodeBody(r.Request, &struct{}{}, true); err != nil {
 		return nil, err
 	}
-	return a.applyConsumer(r, ledger.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: &on})
+	return a.applyConsumer(r, consumers.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: &on})
 }
 
-func (a *api) applyConsumer(r *request, ch ledger.ConsumerChange) (any, error) {
-	entry, logged, err := a.o.Ledger.ChangeConsumer(r.Context(), ch, r.who.Name)
+func (a *api) applyConsumer(r *request, ch consumers.ConsumerChange) (any, error) {
+	entry, logged, err := a.consumers.ChangeConsumer(r.Context(), ch, r.who.Name)
 	switch {
-	case errors.Is(err, ledger.ErrConsumerExists):
+	case errors.Is(err, consumers.ErrConsumerExists):
 		return nil, fail(http.StatusConflict, "exists", "%s already has consumer %s: change it instead", ch.Topic, ch.ConsumerID)
-	case errors.Is(err, ledger.ErrConsumerNotFound):
+	case errors.Is(err, consumers.ErrConsumerNotFound):
 		return nil, fail(http.StatusNotFound, "not_found", "%s has no consumer %s in topic_consumers", ch.Topic, ch.ConsumerID)
 	case err != nil:
 		return nil, err

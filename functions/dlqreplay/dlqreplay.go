@@ -75,6 +75,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -148,7 +151,11 @@ type Options struct {
 }
 
 type api struct {
-	o         Options
+	o Options
+	// events and consumers read the ledger and edit its registry, on the
+	// ledger's client.
+	events    *ledgerquery.Reader
+	consumers *consumers.Registry
 	writers   principals
 	archivers principals
 	csrf      *http.CrossOriginProtection
@@ -174,7 +181,8 @@ func New(o Options) (http.Handler, error) {
 	default:
 		return nil, fmt.Errorf("dlqreplay: DLQREPLAY_AUTH=%q: want cloudrun, iam, token or none", o.Auth)
 	}
-	a := &api{o: o, csrf: http.NewCrossOriginProtection()}
+	a := &api{o: o, csrf: http.NewCrossOriginProtection(),
+		events: ledgerquery.New(o.Ledger.Client()), consumers: consumers.New(o.Ledger.Client(), consumers.Options{})}
 	var err error
 	if a.writers, err = parsePrincipals("DLQREPLAY_WRITERS", o.Writers); err != nil {
 		return nil, fmt.Errorf("dlqreplay: %w", err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
+
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -281,7 +283,7 @@ func TestRepushRules(t *testing.T) {
 	if status := e.call(t, "POST", "/events/nope:repush", nil, &apiErr); status != 404 {
 		t.Errorf("unknown event: %d", status)
 	}
-	var d ledger.Detail
+	var d ledgerquery.Detail
 	if status := e.call(t, "GET", "/events/evt-failed", nil, &d); status != 200 || d.Event.RetryCount != 3 {
 		t.Errorf("GET /events: %d retryCount %d", status, d.Event.RetryCount)
 	}

@@ -8,12 +8,13 @@ import (
 	"net/http"
 	"time"
 
+	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
+
 	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
@@ -31,11 +32,11 @@ type eventRow struct {
 
 func (a *api) listEvents(r *request, _ []string) (any, error) {
 	q := newQuery(r.Request, "status", "topic", "eventType", "service", "traceId", "aggregateId", "from", "to", "pageSize", "pageToken")
-	sq := ledger.SearchQuery{
-		ListQuery: ledger.ListQuery{
+	sq := ledgerquery.SearchQuery{
+		ListQuery: ledgerquery.ListQuery{
 			Status: q.status("status"), Topic: q.topic("topic"), InitiatorService: q.str("service", validService, ruleService),
 			TraceID: q.str("traceId", validTrace, ruleToken), From: q.time("from"), To: q.time("to"),
-			PageSize: q.integer("pageSize", 1, ledger.MaxPageSize), PageToken: q.str("pageToken", validPageToken, rulePageToken),
+			PageSize: q.integer("pageSize", 1, ledgerquery.MaxPageSize), PageToken: q.str("pageToken", validPageToken, rulePageToken),
 		},
 		EventType:   q.str("eventType", validEventType, ruleEventType),
 		AggregateID: q.str("aggregateId", validAggregate, ruleAggregateID),
@@ -46,11 +47,11 @@ func (a *api) listEvents(r *request, _ []string) (any, error) {
 	if err := q.err(); err != nil {
 		return nil, err
 	}
-	p, err := a.o.Ledger.Search(r.Context(), sq)
+	p, err := a.events.Search(r.Context(), sq)
 	if err != nil {
 		return nil, err
 	}
-	consumed, err := a.o.Ledger.ConsumedCounts(r.Context(), p.Events)
+	consumed, err := a.events.ConsumedCounts(r.Context(), p.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +108,7 @@ func (a *api) getEvent(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := a.o.Ledger.Get(r.Context(), id)
+	d, err := a.events.Get(r.Context(), id)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -118,7 +119,7 @@ func (a *api) getEvent(r *request, args []string) (any, error) {
 	out := map[string]any{"event": ev, "consumers": d.Consumers, "expected": d.Expected, "reported": d.Reported,
 		"succeeded": d.Succeeded, "summary": d.Summary()}
 	if out["consumers"] == nil {
-		out["consumers"] = []ledger.ConsumerReport{}
+		out["consumers"] = []ledgerquery.ConsumerReport{}
 	}
 	out["outbox"] = a.outboxState(r.Context(), id)
 	parent, children := a.family(r.Context(), d.Event)
@@ -204,14 +205,14 @@ func sortedKeys[V any](m map[string]V) []string {
 // family returns an event's parent and children from its trace.
 func (a *api) family(ctx context.Context, e model.Event) (*eventSummary, []eventSummary) {
 	children := []eventSummary{}
-	tr, err := a.o.Ledger.Trace(ctx, e.EventID)
+	tr, err := a.events.Trace(ctx, e.EventID)
 	if err != nil {
 		a.o.Logger.WarnContext(ctx, "dlqreplay: trace of an event not read", "event_id", e.EventID, "error", err.Error())
 		return nil, children
 	}
 	var parent *eventSummary
-	var walk func(ns []*ledger.TraceNode, up *ledger.TraceNode)
-	walk = func(ns []*ledger.TraceNode, up *ledger.TraceNode) {
+	var walk func(ns []*ledgerquery.TraceNode, up *ledgerquery.TraceNode)
+	walk = func(ns []*ledgerquery.TraceNode, up *ledgerquery.TraceNode) {
 		for _, n := range ns {
 			if n.Event.EventID == e.EventID {
 				if up != nil {
@@ -234,7 +235,7 @@ func (a *api) trace(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := a.o.Ledger.Trace(r.Context(), id)
+	t, err := a.events.Trace(r.Context(), id)
 	return t, mapErr(err)
 }
 
@@ -282,7 +283,7 @@ func (a *api) repush(r *request, args []string) (any, error) {
 	}
 	now := time.Now().UTC()
 	if req.DryRun {
-		d, err := a.o.Ledger.Get(r.Context(), id)
+		d, err := a.events.Get(r.Context(), id)
 		if err != nil {
 			return nil, mapErr(err)
 		}

@@ -8,13 +8,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/model"
+	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
+
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/postgres"
@@ -101,7 +103,7 @@ func (a *api) listLetters(r *request, _ []string) (any, error) {
 // letterDetail is a letter with its event's ledger history.
 type letterDetail struct {
 	archive.Letter
-	Event *ledger.Detail `json:"ledger,omitempty"`
+	Event *ledgerquery.Detail `json:"ledger,omitempty"`
 }
 
 func (a *api) letterID(r *request, raw string) (string, error) {
@@ -128,7 +130,7 @@ func (a *api) getLetter(r *request, args []string) (any, error) {
 	}
 	out := letterDetail{Letter: l}
 	if l.EventID != "" && validEventID(l.EventID) {
-		if d, err := a.o.Ledger.Get(r.Context(), l.EventID); err == nil {
+		if d, err := a.events.Get(r.Context(), l.EventID); err == nil {
 			out.Event = &d
 		}
 	}
@@ -158,7 +160,7 @@ func mapErr(err error) error {
 		return nil
 	case errors.Is(err, archive.ErrNotFound):
 		return fail(http.StatusNotFound, "not_found", "no dead letter has that id")
-	case errors.Is(err, ledger.ErrEventNotFound):
+	case errors.Is(err, model.ErrEventNotFound):
 		return fail(http.StatusNotFound, "not_found", "the ledger has no event with that id")
 	}
 	return err
@@ -337,7 +339,7 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 	} else {
 		add("decode", "a valid event: %s %s v%d of aggregate %s", e.Type, e.ID, e.Version, e.AggregateID)
 	}
-	if entries, err := a.o.Ledger.ExpectedConsumers(ctx, l.Topic); err == nil {
+	if entries, err := a.consumers.ExpectedConsumers(ctx, l.Topic); err == nil {
 		enabled := false
 		for _, x := range entries {
 			enabled = enabled || x.ConsumerID == l.Consumer

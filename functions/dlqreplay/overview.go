@@ -7,11 +7,12 @@ import (
 	"sync"
 	"time"
 
+	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
+
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/shared/archive"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 )
@@ -126,7 +127,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 	wg.Add(4)
 	go func() {
 		defer wg.Done()
-		c, err := a.o.Ledger.StatusCounts(ctx, now.Add(-window))
+		c, err := a.events.StatusCounts(ctx, now.Add(-window))
 		if err != nil {
 			down("counts", err)
 			return
@@ -161,7 +162,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 	}()
 	go func() {
 		defer wg.Done()
-		hops, err := a.o.Ledger.RecentHops(ctx, now.Add(-LagWindow), lagEvents, lagAttempts)
+		hops, err := a.events.RecentHops(ctx, now.Add(-LagWindow), lagEvents, lagAttempts)
 		if err != nil {
 			down("lag", err)
 			return
@@ -174,7 +175,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 }
 
 // lagOf turns hop times into per-hop statistics and a per-minute series.
-func lagOf(events []ledger.Hops) *lagView {
+func lagOf(events []ledgerquery.Hops) *lagView {
 	lv := &lagView{Window: shortDuration(LagWindow), Events: len(events), Hops: []hopStats{}, Consumers: []hopStats{}, Series: []lagPoint{}}
 	all := map[string][]float64{}
 	byConsumer := map[string][]float64{}

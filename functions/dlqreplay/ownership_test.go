@@ -4,8 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
+
 	"github.com/relaybus/relaybus/functions/dlqreplay"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/registry"
 )
 
@@ -16,9 +17,9 @@ import (
 func TestRegistryEditsSurviveASync(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, dlqreplay.AuthNone, "")
-	sync := func() ledger.SyncReport {
+	sync := func() consumers.SyncReport {
 		t.Helper()
-		rep, err := e.store.SyncConsumers(ctx, registry.Consumers(e.top), ledger.SyncOptions{DisableUnlisted: true})
+		rep, err := consumers.New(e.store.Client(), consumers.Options{}).SyncConsumers(ctx, registry.Consumers(e.top), consumers.SyncOptions{DisableUnlisted: true})
 		if err != nil {
 			t.Fatal(err)
 		}

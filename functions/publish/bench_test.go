@@ -22,6 +22,7 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/transport"
@@ -93,7 +94,7 @@ func publishLoad(b *testing.B, primary bool, env map[string]string) (p50, p99 fl
 		b.Fatal(err)
 	}
 	defer store.Close()
-	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{}); err != nil {
+	if _, err := consumers.New(store.Client(), consumers.Options{}).SyncConsumers(ctx, registry.Consumers(top), consumers.SyncOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	fnEnv := map[string]string{

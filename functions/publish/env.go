@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
@@ -17,10 +18,11 @@ import (
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-// The relay's and the registry's interfaces, met by the ledger's store.
+// The relay's and the registry's interfaces, met by the ledger's store and
+// its consumer registry.
 var (
 	_ relay.Ledger      = (*ledger.Store)(nil)
-	_ registry.Registry = (*ledger.Store)(nil)
+	_ registry.Registry = (*consumers.Registry)(nil)
 )
 
 // Config is the publish function's configuration.
@@ -113,7 +115,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	if store != nil {
 		ro.Ledger = store
 		f.close.Add(func(context.Context) error { return store.Close() })
-		opts.Registry = registry.Cached(registry.WithFallback(store, registry.FromTopology(top), registryTimeout), cfg.RegistryTTL)
+		opts.Registry = registry.Cached(registry.WithFallback(consumers.New(store.Client(), consumers.Options{}), registry.FromTopology(top), registryTimeout), cfg.RegistryTTL)
 		var topics []string
 		for _, t := range top.Topics {
 			topics = append(topics, t.Name)

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
@@ -83,7 +85,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{}); err != nil {
+	if _, err := consumers.New(store.Client(), consumers.Options{}).SyncConsumers(ctx, registry.Consumers(top), consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
@@ -103,7 +105,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		d, err := store.Get(ctx, res.EventID)
+		d, err := query.New(store.Client()).Get(ctx, res.EventID)
 		if err == nil && d.Event.Status == model.StatusSent && len(d.Event.ExpectedConsumers) == 2 && !d.Event.EnqueuedAt.IsZero() {
 			break
 		}

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
@@ -169,7 +171,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if _, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{}); err != nil {
+	if _, err := consumers.New(store.Client(), consumers.Options{}).SyncConsumers(ctx, registry.Consumers(top), consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
@@ -186,7 +188,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		d, err := store.Get(ctx, id)
+		d, err := query.New(store.Client()).Get(ctx, id)
 		if err == nil && d.Event.Status == model.StatusSent {
 			break
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	ledgerconsumers "github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -106,7 +107,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 	}
 	b.Cleanup(func() { _ = store.Close() })
 	run := ledgerRun{store: store}
-	if _, err := store.SyncConsumers(ctx, consumers, ledger.SyncOptions{}); err != nil {
+	if _, err := ledgerconsumers.New(store.Client(), ledgerconsumers.Options{}).SyncConsumers(ctx, consumers, ledgerconsumers.SyncOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	fake := pubsubtest.New(b)

@@ -247,7 +247,7 @@ func (c *coalescer) run(notices []model.Notice) {
 		} else {
 			r = rs[i]
 		}
-		if errors.Is(r.Err, ledger.ErrEventNotFound) && now.Sub(h.first) < c.notFoundWait {
+		if errors.Is(r.Err, model.ErrEventNotFound) && now.Sub(h.first) < c.notFoundWait {
 			h.pause = max(c.notFoundPause, 2*h.pause)
 			h.running, h.due = false, now.Add(h.pause)
 			continue

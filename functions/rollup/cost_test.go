@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/projection"
@@ -34,7 +35,7 @@ func TestLedgerCostPerEventIsConstant(t *testing.T) {
 				t.Errorf("a document got %d writes within a second, want at most 1", run.maxDocWrites)
 			}
 			// Every consumer's attempt is shown, though none is a document.
-			d, err := run.store.Get(context.Background(), run.ids[0])
+			d, err := query.New(run.store.Client()).Get(context.Background(), run.ids[0])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +106,7 @@ func TestLedgerCostOfFailures(t *testing.T) {
 			if run.writes > tc.writes || run.reads > tc.reads {
 				t.Errorf("%.2f writes and %.2f reads per event, want at most %.0f and %.0f", run.writes, run.reads, tc.writes, tc.reads)
 			}
-			d, err := run.store.Get(context.Background(), run.ids[0])
+			d, err := query.New(run.store.Client()).Get(context.Background(), run.ids[0])
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -279,13 +279,13 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 			} else {
 				h.Logger.DebugContext(ctx, "rollup: status unchanged", fields...)
 			}
-		case errors.Is(res.Err, ledger.ErrEventNotFound) && !notices[i].Legacy:
+		case errors.Is(res.Err, model.ErrEventNotFound) && !notices[i].Legacy:
 			// The notice carries the attempts: it is their only way into
 			// the ledger, so it is kept (redelivered) until the send is.
 			failed, ea.Pending = true, true
 			h.Logger.WarnContext(ctx, "rollup: event not in the ledger yet; the notice will be redelivered",
 				append(attrs, "event_id", id)...)
-		case errors.Is(res.Err, ledger.ErrEventNotFound):
+		case errors.Is(res.Err, model.ErrEventNotFound):
 			ea.Pending = true
 			h.Logger.InfoContext(ctx, "rollup: event not in the ledger yet; the reconciler rolls it up once its send is recorded",
 				append(attrs, "event_id", id)...)

@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"github.com/relaybus/relaybus/shared/instance"
 
@@ -75,10 +77,10 @@ func start(t *testing.T) *env {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	store := ledger.New(c, ledger.Options{})
-	if _, err := store.SyncConsumers(context.Background(), []registry.Consumer{
+	if _, err := consumers.New(store.Client(), consumers.Options{}).SyncConsumers(context.Background(), []registry.Consumer{
 		{Topic: topic, ConsumerID: "member-service", Enabled: true, SortOrder: 1},
 		{Topic: topic, ConsumerID: "message-service", Enabled: true, SortOrder: 2},
-	}, ledger.SyncOptions{}); err != nil {
+	}, consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
@@ -187,7 +189,7 @@ func TestRollupOverHTTP(t *testing.T) {
 	if a := do(t, reqs["push-unwrapped"]); a.code != http.StatusOK || a.body.Status != model.StatusConsumed || !a.body.Changed {
 		t.Errorf("unwrapped push: %d %+v", a.code, a.body)
 	}
-	if got, _ := env.store.Get(ctx, e.ID); got.Event.Status != model.StatusConsumed {
+	if got, _ := query.New(env.store.Client()).Get(ctx, e.ID); got.Event.Status != model.StatusConsumed {
 		t.Errorf("ledger says %s", got.Event.Status)
 	}
 	// The status change is logged with the event's fields.
@@ -256,7 +258,7 @@ func TestExpireEndpoint(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || a.Due != 1 || a.Expired != 1 {
 		t.Errorf("/expire: %d %+v", resp.StatusCode, a)
 	}
-	if got, _ := env.store.Get(ctx, e.ID); got.Event.Status != model.StatusExpired {
+	if got, _ := query.New(env.store.Client()).Get(ctx, e.ID); got.Event.Status != model.StatusExpired {
 		t.Errorf("status %s", got.Event.Status)
 	}
 	resp, _ = http.Post(env.url+"/expire?limit=0", "application/json", nil)
@@ -335,7 +337,7 @@ func TestReconcileEndpointRollsUpWhatNoNoticeNamed(t *testing.T) {
 	defer c.Close()
 	now := time.Now().UTC()
 	store := ledger.New(c, ledger.Options{Now: func() time.Time { return now }})
-	if _, err := store.SyncConsumers(ctx, []registry.Consumer{{Topic: topic, ConsumerID: "member-service", Enabled: true}}, ledger.SyncOptions{}); err != nil {
+	if _, err := consumers.New(store.Client(), consumers.Options{}).SyncConsumers(ctx, []registry.Consumer{{Topic: topic, ConsumerID: "member-service", Enabled: true}}, consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := New(ctx, Deps{Ledger: store})
@@ -363,7 +365,7 @@ func TestReconcileEndpointRollsUpWhatNoNoticeNamed(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || rep.Due != 1 || rep.Changed != 1 || rep.Settled != 1 {
 		t.Fatalf("/reconcile: %d %+v", resp.StatusCode, rep)
 	}
-	if d, _ := store.Get(ctx, e.ID); d.Event.Status != model.StatusConsumed {
+	if d, _ := query.New(store.Client()).Get(ctx, e.ID); d.Event.Status != model.StatusConsumed {
 		t.Errorf("status %s, want CONSUMED", d.Event.Status)
 	}
 	resp, _ = http.Post(srv.URL+"/reconcile?limit=abc", "application/json", nil)
@@ -400,7 +402,7 @@ func TestFoldNoticeOverHTTP(t *testing.T) {
 	if a := do(t, requests(t, env.url, m)["eventarc"]); a.code != http.StatusOK || a.body.Status != model.StatusConsumed || a.body.Changed {
 		t.Fatalf("redelivered after the send: %d %+v, want 200 CONSUMED, unchanged", a.code, a.body)
 	}
-	d, err := env.store.Get(ctx, e.ID)
+	d, err := query.New(env.store.Client()).Get(ctx, e.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

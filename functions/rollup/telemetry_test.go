@@ -12,7 +12,9 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 	"github.com/relaybus/relaybus/shared/registry"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -156,10 +158,10 @@ func TestReconcilerAndExpirySettlementsRecordTheCommitToStatusHop(t *testing.T) 
 	start := time.Now().UTC().Truncate(time.Millisecond)
 	now := start
 	store := ledger.New(c, ledger.Options{Now: func() time.Time { return now }})
-	if _, err := store.SyncConsumers(ctx, []registry.Consumer{
+	if _, err := consumers.New(store.Client(), consumers.Options{}).SyncConsumers(ctx, []registry.Consumer{
 		{Topic: topic, ConsumerID: "member-service", Enabled: true, SortOrder: 1},
 		{Topic: topic, ConsumerID: "message-service", Enabled: true, SortOrder: 2},
-	}, ledger.SyncOptions{}); err != nil {
+	}, consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := New(ctx, Deps{Ledger: store})
@@ -199,7 +201,7 @@ func TestReconcilerAndExpirySettlementsRecordTheCommitToStatusHop(t *testing.T) 
 	now = start.Add(ledger.DefaultReconcileAfter + time.Second) // +61 s: both are due
 	post("/reconcile")
 	for id, want := range map[string]model.Status{consumed.ID: model.StatusConsumed, expiring.ID: model.StatusExpired} {
-		if d, err := store.Get(ctx, id); err != nil || d.Event.Status != want {
+		if d, err := query.New(store.Client()).Get(ctx, id); err != nil || d.Event.Status != want {
 			t.Fatalf("after /reconcile: %s is %s (%v), want %s", id, d.Event.Status, err, want)
 		}
 	}
@@ -220,7 +222,7 @@ func TestReconcilerAndExpirySettlementsRecordTheCommitToStatusHop(t *testing.T) 
 	}
 	now = now.Add(9 * time.Second)
 	post("/expire")
-	if d, err := store.Get(ctx, swept.ID); err != nil || d.Event.Status != model.StatusExpired {
+	if d, err := query.New(store.Client()).Get(ctx, swept.ID); err != nil || d.Event.Status != model.StatusExpired {
 		t.Fatalf("after /expire: %s (%v), want EXPIRED", d.Event.Status, err)
 	}
 	if n, sum := hops(t, reader, telemetry.HopCommitToStatus); n != 3 || sum != 97+7 {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -312,7 +313,7 @@ func crashScenario(t *testing.T, bin string, load crashLoad, crash func(*testing
 			}
 		}
 		if finalAt.IsZero() {
-			if led, err := ob.Ledger.Events(ctx, ids); err == nil {
+			if led, err := query.New(ob.Ledger.Client()).Events(ctx, ids); err == nil {
 				n := 0
 				for id := range accIDs {
 					if led[id].Status == model.StatusConsumed {

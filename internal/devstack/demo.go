@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
 )
 
@@ -93,9 +93,9 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 
 	fmt.Fprintln(out, "2. ledger status of the order event:")
 	var last model.Status
-	var det ledger.Detail
+	var det query.Detail
 	for {
-		d, err := store.Get(ctx, res.EventID)
+		d, err := query.New(store.Client()).Get(ctx, res.EventID)
 		if err == nil {
 			det = d
 			if d.Event.Status != last {
@@ -105,7 +105,7 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 			if last == model.StatusConsumed {
 				break
 			}
-		} else if !errors.Is(err, ledger.ErrEventNotFound) {
+		} else if !errors.Is(err, model.ErrEventNotFound) {
 			return err
 		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
@@ -128,9 +128,9 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 	}
 
 	// The children travel through the consumers' outbox and the relay.
-	var tr ledger.Trace
+	var tr query.Trace
 	for {
-		tr, err = store.Trace(ctx, res.EventID)
+		tr, err = query.New(store.Client()).Trace(ctx, res.EventID)
 		if err != nil {
 			return err
 		}
@@ -269,7 +269,7 @@ func waitLetters(ctx context.Context, base, eventID string, want int) (map[strin
 	}
 }
 
-func allConsumed(nodes []*ledger.TraceNode) bool {
+func allConsumed(nodes []*query.TraceNode) bool {
 	for _, n := range nodes {
 		if n.Event.Status != model.StatusConsumed || !allConsumed(n.Children) {
 			return false
@@ -278,7 +278,7 @@ func allConsumed(nodes []*ledger.TraceNode) bool {
 	return true
 }
 
-func printTree(out io.Writer, nodes []*ledger.TraceNode, indent string) {
+func printTree(out io.Writer, nodes []*query.TraceNode, indent string) {
 	for _, n := range nodes {
 		e := n.Event
 		fmt.Fprintf(out, "%s%s %s v%d on %s [%s] %s\n", indent, e.EventType, e.AggregateID, e.Version, e.Topic, e.Status, e.EventID)

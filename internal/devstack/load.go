@@ -21,6 +21,7 @@ import (
 
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -545,7 +546,7 @@ func (ob *Observer) Check(ctx context.Context, lr *LoadRun, drain time.Duration,
 		}
 		final := 0
 		if done || time.Now().After(deadline) {
-			if led, err = ob.Ledger.Events(ctx, ids); err != nil {
+			if led, err = query.New(ob.Ledger.Client()).Events(ctx, ids); err != nil {
 				return LoadReport{}, err
 			}
 			for id := range written {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -144,7 +145,7 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 	for {
 		open := 0
 		for _, id := range ids {
-			d, err := s.Ledger.Get(ctx, id)
+			d, err := query.New(s.Ledger.Client()).Get(ctx, id)
 			if err != nil || d.Event.Status != model.StatusConsumed || d.Summary() != "2/2 consumed" {
 				open++
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 )
 
 // pgCounters is a reading of a cluster's work: transactions committed in
@@ -290,7 +291,7 @@ func waitConsumed(ctx context.Context, ob *Observer, lr *LoadRun, timeout time.D
 	ids := acceptedIDs(lr)
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		evs, err := ob.Ledger.Events(ctx, ids)
+		evs, err := query.New(ob.Ledger.Client()).Events(ctx, ids)
 		if err != nil {
 			return err
 		}

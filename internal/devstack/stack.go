@@ -33,6 +33,7 @@ import (
 	"sync"
 	"time"
 
+	ledgerconsumers "github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/pubsub/v2/pstest"
@@ -435,7 +436,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	// expected consumers come from it); a Firestore that does not answer is
 	// a clear error, not a start that hangs.
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = store.SyncConsumers(sctx, registry.Consumers(top), ledger.SyncOptions{DisableUnlisted: true})
+	_, err = ledgerconsumers.New(store.Client(), ledgerconsumers.Options{}).SyncConsumers(sctx, registry.Consumers(top), ledgerconsumers.SyncOptions{DisableUnlisted: true})
 	scancel()
 	if err != nil {
 		return nil, fmt.Errorf("topic_consumers: Firestore at %s did not answer in 30 s: %w", o.FirestoreHost, err)

@@ -20,7 +20,7 @@ import (
 // writes per event its client's RPCs carried (counted by c), not counting
 // the registry's read of the topic's consumers (cached per topic in
 // production), which it counts alone and subtracts.
-func happyPath(tb testing.TB, s *Store, c *fscount.Counter, consumers, events int) (reads, writes float64) {
+func happyPath(tb testing.TB, s *testStore, c *fscount.Counter, consumers, events int) (reads, writes float64) {
 	tb.Helper()
 	ctx := context.Background()
 	topic := fmt.Sprintf("bench.n%d.events", consumers)

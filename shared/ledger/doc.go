@@ -4,6 +4,24 @@
 // (event_consumptions, insert-only), and archived dead letters
 // (dead_letters, added by the operations API's dead-letter archive).
 //
+// # Packages
+//
+// The ledger's code is split by job:
+//
+//   - shared/ledger (this package): the write path, the hot one: [Store]
+//     records sends and publish failures, folds and rolls up consumers'
+//     attempts, reconciles and expires events, and records re-pushes;
+//     [Recorder] is consume's side.
+//   - shared/ledger/query: the console's and the CLI's reads (List,
+//     Search, Get, Trace, Events, the overview's counts and hops).
+//   - shared/ledger/consumers: the topic_consumers registry (the deploy's
+//     sync, the registry.Registry the relay asks, the console's edits).
+//   - shared/ledger/model: the documents' types, statuses and their
+//     derivation, levels, notices and ids (no Firestore).
+//   - shared/ledger/audit: the operators' audit log.
+//   - shared/ledger/internal/fsdoc: what the three Firestore packages share
+//     (query shapes and their fields, reads of events and attempts).
+//
 // # Collections
 //
 // events/{EventDocID(eventId)}: one document per event ([Event]): the
@@ -20,10 +38,10 @@
 //
 // topic_consumers/{ConsumerDocID(topic, consumerId)}: topic, consumerId,
 // enabled, sortOrder, description, createdAt, updatedAt. The document id
-// makes (topic, consumerId) unique. [Store.SyncConsumers] makes the
+// makes (topic, consumerId) unique. consumers.Registry.SyncConsumers makes the
 // collection match the topology (infra/topology.yaml via
 // registry.Consumers); `go run ./functions/rollup/cmd sync-consumers` runs
-// it as a deploy step. [Store.ExpectedConsumers] implements
+// it as a deploy step. consumers.Registry.ExpectedConsumers implements
 // registry.Registry over it.
 //
 // events/{EventDocID(eventId)}/event_consumptions/{AttemptDocID(eventId,
@@ -40,7 +58,7 @@
 // attempt may be written before its event's document exists. There is no attempt-0
 // placeholder row: the expected consumers are on the event, so "expected vs
 // reported" (the seed's "1/2 consumed") is expectedConsumers against the
-// consumers with attempts ([Store.Get], [Detail.Summary]).
+// consumers with attempts (query.Reader.Get, query.Detail.Summary).
 //
 // Every document id is deterministic, so every write can be repeated: a
 // replayed RecordSent creates nothing new and a re-recorded attempt hits
@@ -80,7 +98,7 @@
 //     its event's send, still ends in the right status; [Store.ExpireDue]
 //     expires events nobody reports on.
 //   - operations API: [Store.BeginRepush] when an operator re-pushes.
-//   - deploy: [Store.SyncConsumers].
+//   - deploy: consumers.Registry.SyncConsumers.
 //
 // Every write is idempotent (deterministic document ids, creates that
 // leave existing documents alone, statuses derived from facts), so any of
@@ -184,18 +202,19 @@
 //
 // # Queries
 //
-//   - [Store.List]: events newest first (occurredAt desc, then document id)
+//   - query.Reader.List: events newest first (occurredAt desc, then document id)
 //     filtered by any combination of status, topic, initiator service and
 //     an occurredAt range, or by trace id (the other filters then apply to
 //     the trace's events as they are read), in pages of up to 500 with
 //     opaque page tokens bound to their filters. Payloads are not read.
-//   - [Store.Get]: one event with every attempt grouped by consumer,
+//   - query.Reader.Get: one event with every attempt grouped by consumer,
 //     expected consumers first, with expected/reported/succeeded counts.
-//   - [Store.Trace]: the events of an event's trace as a tree (parent to
+//   - query.Reader.Trace: the events of an event's trace as a tree (parent to
 //     children by parentEventId, siblings by occurredAt; at most
 //     MaxTraceScan events).
 //
-// Every query is built from a [QueryShape] in [QueryShapes]; the composite
+// Every query is built from a query shape (QueryShapes in
+// shared/ledger/internal/fsdoc); the composite
 // indexes they need are declared in infra/firestore/indexes.yaml (which
 // Terraform reads), and a test checks the file against the shapes both
 // ways, because the emulator needs no indexes and would never tell.

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ func TestALedgerWrittenBeforeTheFoldIsReadAsItIs(t *testing.T) {
 	if rs, err := s.Fold(ctx, []model.Notice{{EventID: e.ID, Attempts: []model.Attempt{stale}}}, 0); err != nil || rs[0].Status != model.StatusConsumed {
 		t.Errorf("a stale attempt: %+v %v", rs, err)
 	}
-	page, err := s.List(ctx, ListQuery{Topic: orderTopic})
+	page, err := s.List(ctx, query.ListQuery{Topic: orderTopic})
 	if err != nil || len(page.Events) == 0 {
 		t.Fatalf("list: %v", err)
 	}

@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"errors"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"testing"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -71,12 +72,12 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	}
 	clock := &testClock{t: time.Now().UTC()}
 	s := newStore(t, Options{Now: clock.now})
-	if _, err := s.SyncConsumers(ctx, registry.Consumers(top), SyncOptions{}); err != nil {
+	if _, err := s.SyncConsumers(ctx, registry.Consumers(top), consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ps := pubsubtest.New(t)
 	ps.Provision(t, top)
-	rec := NewRecorder(s, ps.Client, top.Rollup.Topic)
+	rec := NewRecorder(s.Store, ps.Client, top.Rollup.Topic)
 	rollupSub := "relaybus.ledger.rollup.rollup-processor"
 
 	// The producer's transaction writes the outbox row.
@@ -223,7 +224,7 @@ func TestLateSendFindsItsAttempts(t *testing.T) {
 	if err := s.InsertAttempts(ctx, []model.Attempt{attempt(e, "billing", 1, model.OutcomeSuccess), attempt(e, "shipping", 1, model.OutcomeSuccess)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Rollup(ctx, e.ID); !errors.Is(err, ErrEventNotFound) {
+	if _, err := s.Rollup(ctx, e.ID); !errors.Is(err, model.ErrEventNotFound) {
 		t.Fatalf("rollup before the send: %v, want ErrEventNotFound", err)
 	}
 	if err := s.RecordSent(ctx, model.SentAt(sentAt, e)); err != nil {

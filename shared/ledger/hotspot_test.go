@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/internal/fsdoc"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"os"
 	"reflect"
@@ -22,7 +23,7 @@ var growingIDs = map[string][]string{
 // spreadLeads are the fields whose values are spread over the key space
 // (a hash of the event id, a W3C trace id): an index they lead takes new
 // entries all over its range, not at one end.
-var spreadLeads = map[string]bool{fieldShard: true, fieldTraceID: true}
+var spreadLeads = map[string]bool{fsdoc.FieldShard: true, fsdoc.FieldTraceID: true}
 
 // sequentialPaths returns the dotted paths of every field of a document
 // type whose values grow with time: every time.Time, however deep (a map's
@@ -120,9 +121,9 @@ func TestNoHotspotByConstruction(t *testing.T) {
 	// Cases that must fail.
 	bad := f
 	bad.Composite = append(bad.Composite[:len(bad.Composite):len(bad.Composite)], struct {
-		Collection string       `yaml:"collection"`
-		Fields     []IndexField `yaml:"fields"`
-	}{model.CollectionEvents, []IndexField{{fieldStatus, Ascending}, {fieldOccurred, Descending}}})
+		Collection string             `yaml:"collection"`
+		Fields     []fsdoc.IndexField `yaml:"fields"`
+	}{model.CollectionEvents, []fsdoc.IndexField{{Field: fsdoc.FieldStatus, Order: fsdoc.Ascending}, {Field: fsdoc.FieldOccurred, Order: fsdoc.Descending}}})
 	if got := hotspots(bad); len(got) != 1 || !strings.Contains(got[0], "not led by shard") {
 		t.Errorf("an unsharded (status, occurredAt) index: %q, want it refused", got)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	"github.com/relaybus/relaybus/shared/ledger/internal/fsdoc"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"gopkg.in/yaml.v3"
@@ -17,8 +19,8 @@ import (
 // indexFile is infra/firestore/indexes.yaml.
 type indexFile struct {
 	Composite []struct {
-		Collection string       `yaml:"collection"`
-		Fields     []IndexField `yaml:"fields"`
+		Collection string             `yaml:"collection"`
+		Fields     []fsdoc.IndexField `yaml:"fields"`
 	} `yaml:"composite"`
 	Exemptions []struct {
 		Collection string `yaml:"collection"`
@@ -43,7 +45,7 @@ func loadIndexes(t *testing.T) indexFile {
 
 // serves reports whether a declared composite index serves a shape: the
 // shape's equality fields, in any order, then its ordering fields exactly.
-func serves(collection string, fields []IndexField, q QueryShape) bool {
+func serves(collection string, fields []fsdoc.IndexField, q fsdoc.QueryShape) bool {
 	if collection != q.Collection || len(fields) != len(q.Equality)+len(q.OrderBy) {
 		return false
 	}
@@ -70,7 +72,7 @@ func serves(collection string, fields []IndexField, q QueryShape) bool {
 var docTypes = map[string]reflect.Type{
 	model.CollectionEvents:       reflect.TypeFor[model.Event](),
 	model.CollectionConsumptions: reflect.TypeFor[model.Attempt](),
-	model.CollectionConsumers:    reflect.TypeFor[consumerDoc](),
+	model.CollectionConsumers:    reflect.TypeFor[consumers.ConsumerEntry](),
 	audit.Collection:             reflect.TypeFor[audit.Entry](),
 }
 
@@ -111,9 +113,9 @@ func TestIndexesDeclared(t *testing.T) {
 		}
 	}
 	used := make([]bool, len(f.Composite))
-	for _, q := range QueryShapes() {
+	for _, q := range fsdoc.QueryShapes() {
 		for _, field := range q.Fields() {
-			if field != NameField && fieldType(docTypes[q.Collection], field) == nil {
+			if field != fsdoc.NameField && fieldType(docTypes[q.Collection], field) == nil {
 				t.Errorf("shape %s: no field %s in the %s documents", q.Name, field, q.Collection)
 			}
 		}
@@ -143,7 +145,7 @@ func TestIndexesDeclared(t *testing.T) {
 			t.Errorf("composite index %s %v serves no query shape (it only slows writes)", c.Collection, c.Fields)
 		}
 		for _, fl := range c.Fields {
-			if fl.Order != Ascending && fl.Order != Descending {
+			if fl.Order != fsdoc.Ascending && fl.Order != fsdoc.Descending {
 				t.Errorf("composite index %s %v: order %q", c.Collection, c.Fields, fl.Order)
 			}
 			if fieldType(docTypes[c.Collection], fl.Field) == nil {
@@ -190,19 +192,19 @@ func TestTimestampsExempt(t *testing.T) {
 // The checker itself: a shape without its index, or an exempted field a
 // single-field query needs, is caught.
 func TestIndexCheckerCatchesMistakes(t *testing.T) {
-	q := listShape([]string{fieldStatus})
-	ok := []IndexField{{fieldShard, Ascending}, {fieldStatus, Ascending}, {fieldOccurred, Descending}}
+	q := fsdoc.ListShape([]string{fsdoc.FieldStatus})
+	ok := []fsdoc.IndexField{{Field: fsdoc.FieldShard, Order: fsdoc.Ascending}, {Field: fsdoc.FieldStatus, Order: fsdoc.Ascending}, {Field: fsdoc.FieldOccurred, Order: fsdoc.Descending}}
 	if !serves(model.CollectionEvents, ok, q) {
 		t.Fatal("exact index not accepted")
 	}
-	swapped := []IndexField{{fieldStatus, Ascending}, {fieldShard, Ascending}, {fieldOccurred, Descending}}
+	swapped := []fsdoc.IndexField{{Field: fsdoc.FieldStatus, Order: fsdoc.Ascending}, {Field: fsdoc.FieldShard, Order: fsdoc.Ascending}, {Field: fsdoc.FieldOccurred, Order: fsdoc.Descending}}
 	if !serves(model.CollectionEvents, swapped, q) {
 		t.Error("equality fields in another order not accepted")
 	}
-	for _, bad := range [][]IndexField{
-		{{fieldShard, Ascending}, {fieldOccurred, Descending}},
-		{{fieldShard, Ascending}, {fieldStatus, Ascending}, {fieldOccurred, Ascending}},
-		{{fieldShard, Ascending}, {fieldStatus, Ascending}, {fieldTopic, Ascending}, {fieldOccurred, Descending}},
+	for _, bad := range [][]fsdoc.IndexField{
+		{{Field: fsdoc.FieldShard, Order: fsdoc.Ascending}, {Field: fsdoc.FieldOccurred, Order: fsdoc.Descending}},
+		{{Field: fsdoc.FieldShard, Order: fsdoc.Ascending}, {Field: fsdoc.FieldStatus, Order: fsdoc.Ascending}, {Field: fsdoc.FieldOccurred, Order: fsdoc.Ascending}},
+		{{Field: fsdoc.FieldShard, Order: fsdoc.Ascending}, {Field: fsdoc.FieldStatus, Order: fsdoc.Ascending}, {Field: fsdoc.FieldTopic, Order: fsdoc.Ascending}, {Field: fsdoc.FieldOccurred, Order: fsdoc.Descending}},
 	} {
 		if serves(model.CollectionEvents, bad, q) {
 			t.Errorf("index %v accepted for %s", bad, q.Name)
@@ -211,7 +213,7 @@ func TestIndexCheckerCatchesMistakes(t *testing.T) {
 	if serves(model.CollectionConsumptions, ok, q) {
 		t.Error("index on another collection accepted")
 	}
-	if !listShape(nil).NeedsComposite() || shapeConsumersByTopic.NeedsComposite() || shapeAttemptsOfEvent.NeedsComposite() || shapeEventByName.NeedsComposite() {
+	if !fsdoc.ListShape(nil).NeedsComposite() || fsdoc.ShapeConsumersByTopic.NeedsComposite() || fsdoc.ShapeAttemptsOfEvent.NeedsComposite() || fsdoc.ShapeEventByName.NeedsComposite() {
 		t.Error("NeedsComposite misjudges a shape")
 	}
 	if fieldType(docTypes[model.CollectionEvents], "initiator.service") == nil || fieldType(docTypes[model.CollectionEvents], "initiator.nope") != nil {

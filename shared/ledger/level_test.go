@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,8 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/fscount"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -39,17 +40,18 @@ topics:
 		t.Fatal(err)
 	}
 	var counter fscount.Counter
-	s, err := Open(ctx, Config{ProjectID: emutest.FirestoreProject(t)}, Options{Levels: model.LevelsOf(top)}, counter.Options()...)
+	opened, err := Open(ctx, Config{ProjectID: emutest.FirestoreProject(t)}, Options{Levels: model.LevelsOf(top)}, counter.Options()...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := withReaders(opened)
 	t.Cleanup(func() { _ = s.Close() })
-	if _, err := s.SyncConsumers(ctx, registry.Consumers(top), SyncOptions{}); err != nil {
+	if _, err := s.SyncConsumers(ctx, registry.Consumers(top), consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ps := pubsubtest.New(t)
 	ps.Provision(t, top)
-	rec := NewRecorder(s, ps.Client, top.Rollup.Topic)
+	rec := NewRecorder(s.Store, ps.Client, top.Rollup.Topic)
 	rollupSub := "relaybus.ledger.rollup.rollup-processor"
 
 	for _, tc := range []struct {

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/fscount"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"cloud.google.com/go/firestore"
 
@@ -38,15 +40,28 @@ type testClock struct{ t time.Time }
 
 func (c *testClock) now() time.Time { return c.t }
 
+// testStore is a store with the ledger's read side and registry on its
+// client, so a test writes and reads through one value.
+type testStore struct {
+	*Store
+	*query.Reader
+	*consumers.Registry
+}
+
+// withReaders adds the reader and the registry on s's client to s.
+func withReaders(s *Store) *testStore {
+	return &testStore{Store: s, Reader: query.New(s.Client()), Registry: consumers.New(s.Client(), consumers.Options{Now: s.now})}
+}
+
 // newStore returns a store on a Firestore emulator project of its own.
-func newStore(t testing.TB, opts Options) *Store {
+func newStore(t testing.TB, opts Options) *testStore {
 	t.Helper()
 	return newStores(t, 1, opts)[0]
 }
 
 // newStores returns n stores with their own clients on one emulator
 // project: n instances of a function sharing the ledger.
-func newStores(t testing.TB, n int, opts Options) []*Store {
+func newStores(t testing.TB, n int, opts Options) []*testStore {
 	t.Helper()
 	stores, _ := newCountedStores(t, n, opts)
 	return stores
@@ -54,17 +69,17 @@ func newStores(t testing.TB, n int, opts Options) []*Store {
 
 // newCountedStore returns a store on a project of its own and the counter
 // of the reads and writes its client's RPCs carry.
-func newCountedStore(t testing.TB, opts Options) (*Store, *fscount.Counter) {
+func newCountedStore(t testing.TB, opts Options) (*testStore, *fscount.Counter) {
 	t.Helper()
 	stores, counters := newCountedStores(t, 1, opts)
 	return stores[0], counters[0]
 }
 
 // newCountedStores is newStores with a counter of the RPCs per store.
-func newCountedStores(t testing.TB, n int, opts Options) ([]*Store, []*fscount.Counter) {
+func newCountedStores(t testing.TB, n int, opts Options) ([]*testStore, []*fscount.Counter) {
 	t.Helper()
 	project := emutest.FirestoreProject(t)
-	out := make([]*Store, n)
+	out := make([]*testStore, n)
 	counters := make([]*fscount.Counter, n)
 	for i := range out {
 		counters[i] = new(fscount.Counter)
@@ -73,19 +88,19 @@ func newCountedStores(t testing.TB, n int, opts Options) ([]*Store, []*fscount.C
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Close() })
-		out[i] = New(c, opts)
+		out[i] = withReaders(New(c, opts))
 	}
 	return out, counters
 }
 
 // seed registers consumers for a topic in topic_consumers.
-func seed(t testing.TB, s *Store, topic string, consumers ...string) {
+func seed(t testing.TB, s *testStore, topic string, consumers ...string) {
 	t.Helper()
 	var cs []registry.Consumer
 	for i, c := range consumers {
 		cs = append(cs, registry.Consumer{Topic: topic, ConsumerID: c, Enabled: true, SortOrder: i + 1})
 	}
-	if _, err := s.SyncConsumers(context.Background(), cs, SyncOptions{}); err != nil {
+	if _, err := s.SyncConsumers(context.Background(), cs, consumersSync); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -107,3 +122,6 @@ func newEventOn(t testing.TB, topic, typ string, at time.Time) *event.Event {
 func attempt(e *event.Event, consumer string, n int, o model.Outcome) model.Attempt {
 	return model.Attempt{EventID: e.ID, ConsumerID: consumer, AttemptNo: n, Success: o == model.OutcomeSuccess, Outcome: o, Topic: e.Topic}
 }
+
+// consumersSync are seed's sync options (its parameter hides the package).
+var consumersSync = consumers.SyncOptions{}

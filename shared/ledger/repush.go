@@ -25,7 +25,7 @@ import (
 // cannot be published, the relay's final RecordPublishFailure settles the
 // marker and the status is derived without it.
 //
-// It fails with ErrEventNotFound when the ledger has no such event.
+// It fails with model.ErrEventNotFound when the ledger has no such event.
 // Cost: one read for the event, one per attempt of the event, one write.
 func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string, check func(model.Event) error, at time.Time) (model.Event, error) {
 	if err := model.CheckEventID(eventID); err != nil {
@@ -47,7 +47,7 @@ func (s *Store) BeginRepush(ctx context.Context, eventID string, consumer string
 		snap, err := s.getDoc(ctx, tx, ref)
 		if err != nil {
 			if notFound(err) {
-				return fmt.Errorf("%w: %s", ErrEventNotFound, eventID)
+				return fmt.Errorf("%w: %s", model.ErrEventNotFound, eventID)
 			}
 			return err
 		}

@@ -3,11 +3,11 @@ package ledger
 import (
 	"context"
 	"errors"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"testing"
 	"time"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 )
 
 func TestRepush(t *testing.T) {
@@ -85,7 +85,7 @@ func TestRepush(t *testing.T) {
 		t.Errorf("after the re-push could not be published: %s %+v", got.Status, got.Repush)
 	}
 
-	if _, err := s.BeginRepush(ctx, "missing", "", nil, time.Now()); !errors.Is(err, ErrEventNotFound) {
+	if _, err := s.BeginRepush(ctx, "missing", "", nil, time.Now()); !errors.Is(err, model.ErrEventNotFound) {
 		t.Errorf("unknown event: %v", err)
 	}
 	if _, err := s.BeginRepush(ctx, e.ID, "Not A Consumer", nil, time.Now()); !errors.Is(err, event.ErrInvalid) {

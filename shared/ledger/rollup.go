@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sync"
 	"time"
 
@@ -12,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/relaybus/relaybus/shared/ledger/internal/fsdoc"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
@@ -36,7 +37,7 @@ type RollupResult struct {
 	// the status was derived from was committed (zero when none): with a
 	// final status, the start of the hop "consumer commit → final status".
 	LastCommit time.Time
-	// Err is this event's failure in a RollupMany (ErrEventNotFound when
+	// Err is this event's failure in a RollupMany (model.ErrEventNotFound when
 	// its document does not exist yet).
 	Err error `json:"-"`
 }
@@ -46,7 +47,7 @@ type RollupResult struct {
 // callers that arrive share a single follow-up run that starts after it,
 // so every caller gets a result derived from reads that began after its
 // call, and a status change is reported (Changed) to one caller only. It
-// fails with ErrEventNotFound when the event's document does not exist
+// fails with model.ErrEventNotFound when the event's document does not exist
 // (yet).
 func (s *Store) Rollup(ctx context.Context, eventID string) (RollupResult, error) {
 	if err := model.CheckEventID(eventID); err != nil {
@@ -88,7 +89,7 @@ const rollupReaders = 16
 // left it.
 //
 // It returns one result per id, in order; an event whose document does not
-// exist (yet) has Err ErrEventNotFound, one that failed otherwise its
+// exist (yet) has Err model.ErrEventNotFound, one that failed otherwise its
 // error. The error is for failures of the whole batch.
 //
 // Cost per event: one read for the document, attemptWindow reads per
@@ -130,7 +131,7 @@ func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResu
 // Results and errors are as RollupMany's, one per notice, in order; an
 // event whose document does not exist and whose notices cannot create it
 // (no attempts, no topic, or a topic at LevelOff) has Err
-// ErrEventNotFound and nothing is written for it.
+// model.ErrEventNotFound and nothing is written for it.
 func (s *Store) Fold(ctx context.Context, notices []model.Notice, gap time.Duration) ([]RollupResult, error) {
 	out := make([]RollupResult, len(notices))
 	at := map[string][]int{} // id -> its positions in notices
@@ -225,7 +226,7 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 		}
 		ds[i] = d
 		if !d.snap.Exists() {
-			d.res.Err = fmt.Errorf("%w: %s", ErrEventNotFound, id)
+			d.res.Err = fmt.Errorf("%w: %s", model.ErrEventNotFound, id)
 			if !bump {
 				if err := s.stub(ctx, d); err != nil {
 					return nil, err
@@ -409,7 +410,7 @@ func (s *Store) derive(d *derivation, now time.Time, bump bool) {
 	f := model.FactsOf(ev, d.latest, now)
 	st := model.Derive(f)
 	d.res.Previous, d.res.Status = ev.Status, st
-	d.res.Expected, d.res.Reported, d.res.Succeeded = counts(f)
+	d.res.Expected, d.res.Reported, d.res.Succeeded = model.Counts(f)
 	ups := s.statusUpdates(ev, st, now)
 	if bump && !st.Settled() {
 		ups = append(withoutPath(ups, "checkAt"), firestore.Update{Path: "checkAt", Value: now.Add(s.recheckAfter(ev, now))})
@@ -536,8 +537,8 @@ func (s *Store) Reconcile(ctx context.Context, limit int) (ReconcileReport, erro
 		limit = DefaultReconcileBatch
 	}
 	now := s.clock()
-	q := shapeCheckDue.query(s.events.Query, nil)
-	q = shapeCheckDue.withRange(q, nil, now.Add(time.Microsecond)).Select("eventId").Limit(limit)
+	q := fsdoc.ShapeCheckDue.Query(s.events.Query, nil)
+	q = fsdoc.ShapeCheckDue.WithRange(q, nil, now.Add(time.Microsecond)).Select("eventId").Limit(limit)
 	docs, err := s.queryDocs(ctx, nil, q)
 	if err != nil {
 		return ReconcileReport{}, fmt.Errorf("ledger: reconcile: %w", err)
@@ -552,7 +553,7 @@ func (s *Store) Reconcile(ctx context.Context, limit int) (ReconcileReport, erro
 	var errs []error
 	set := func(id string, r RollupResult) {
 		switch {
-		case r.Err != nil && !errors.Is(r.Err, ErrEventNotFound):
+		case r.Err != nil && !errors.Is(r.Err, model.ErrEventNotFound):
 			errs = append(errs, r.Err)
 		case r.Changed:
 			rep.Changed++
@@ -584,22 +585,6 @@ func recordSettled(ctx context.Context, r RollupResult, now time.Time) {
 	}
 }
 
-// counts returns how many expected consumers there are, how many reported
-// and how many succeeded.
-func counts(f model.Facts) (expected, reported, succeeded int) {
-	for _, c := range f.Expected {
-		a, ok := f.Latest[c]
-		if !ok {
-			continue
-		}
-		reported++
-		if a.Success {
-			succeeded++
-		}
-	}
-	return len(f.Expected), reported, succeeded
-}
-
 // DefaultExpireBatch is how many due events ExpireDue handles per call when
 // given no limit.
 const DefaultExpireBatch = 500
@@ -625,8 +610,8 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (ExpireReport, error) 
 		limit = DefaultExpireBatch
 	}
 	now := s.clock()
-	q := shapeExpireDue.query(s.events.Query, nil)
-	q = shapeExpireDue.withRange(q, nil, now.Add(time.Microsecond)).Select("eventId").Limit(limit)
+	q := fsdoc.ShapeExpireDue.Query(s.events.Query, nil)
+	q = fsdoc.ShapeExpireDue.WithRange(q, nil, now.Add(time.Microsecond)).Select("eventId").Limit(limit)
 	docs, err := s.queryDocs(ctx, nil, q)
 	if err != nil {
 		return ExpireReport{}, fmt.Errorf("ledger: expire: %w", err)
@@ -637,7 +622,7 @@ func (s *Store) ExpireDue(ctx context.Context, limit int) (ExpireReport, error) 
 		id, _ := d.Data()["eventId"].(string)
 		res, err := s.Rollup(ctx, id)
 		if err != nil {
-			if errors.Is(err, ErrEventNotFound) {
+			if errors.Is(err, model.ErrEventNotFound) {
 				continue
 			}
 			errs = append(errs, err)

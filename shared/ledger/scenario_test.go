@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,9 @@ import (
 
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
@@ -60,12 +62,12 @@ func TestPurchaseScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newStore(t, Options{})
-	if _, err := s.SyncConsumers(ctx, registry.Consumers(top), SyncOptions{DisableUnlisted: true}); err != nil {
+	if _, err := s.SyncConsumers(ctx, registry.Consumers(top), consumers.SyncOptions{DisableUnlisted: true}); err != nil {
 		t.Fatal(err)
 	}
 	ps := pubsubtest.New(t)
 	ps.Provision(t, top)
-	rec := NewRecorder(s, ps.Client, top.Rollup.Topic)
+	rec := NewRecorder(s.Store, ps.Client, top.Rollup.Topic)
 	inbox := receiveNotices(t, ps, top)
 
 	t0 := time.Date(2024, 2, 28, 10, 5, 0, 0, time.UTC)
@@ -180,7 +182,7 @@ func joinStatuses(ss []model.Status) string {
 	return strings.Join(out, ",")
 }
 
-func types(ns []*TraceNode) []string {
+func types(ns []*query.TraceNode) []string {
 	var out []string
 	for _, n := range ns {
 		out = append(out, n.Event.EventType)

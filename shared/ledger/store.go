@@ -8,14 +8,12 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/audit"
-
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	"github.com/relaybus/relaybus/shared/ledger/internal/fsdoc"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/firestore"
-	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/registry"
@@ -37,8 +35,8 @@ type Config struct {
 type Options struct {
 	// Registry answers the expected consumers RecordSent and
 	// RecordPublishFailure write on new event documents. Default: the
-	// store's own topic_consumers registry behind registry.Cached with
-	// registry.DefaultCacheTTL.
+	// ledger's topic_consumers registry (consumers.New on the store's
+	// client) behind registry.Cached with registry.DefaultCacheTTL.
 	Registry registry.Registry
 	// MaxStoredPayload is the largest payload kept in an event document
 	// (DefaultMaxStoredPayload when zero; capped there).
@@ -74,16 +72,16 @@ const (
 
 // Store is the event ledger on Firestore. It is safe for concurrent use.
 //
-// It implements the relay's ledger (RecordSent, RecordPublishFailure), the
-// registry (ExpectedConsumers over topic_consumers), the rollup (Fold,
-// RollupMany, Reconcile, ExpireDue), the operator re-push hook (BeginRepush) and the operations
-// API's queries (List, Get, Trace). Recorder adds the consume side.
+// It is the ledger's write path: the relay's ledger (RecordSent,
+// RecordPublishFailure), the rollup (Fold, RollupMany, Reconcile,
+// ExpireDue) and the operator re-push hook (BeginRepush). Recorder adds
+// the consume side. The console's queries are shared/ledger/query's, the
+// topic_consumers registry is shared/ledger/consumers'.
 type Store struct {
 	client     *firestore.Client
 	ownsClient bool
 	audit      *audit.Log
 	events     *firestore.CollectionRef
-	consumers  *firestore.CollectionRef
 	reg        registry.Registry
 	maxPayload int
 	now        func() time.Time
@@ -121,7 +119,6 @@ func New(c *firestore.Client, opts Options) *Store {
 	s := &Store{
 		client:     c,
 		events:     c.Collection(model.CollectionEvents),
-		consumers:  c.Collection(model.CollectionConsumers),
 		maxPayload: opts.MaxStoredPayload,
 		now:        opts.Now,
 		log:        opts.Logger,
@@ -152,15 +149,16 @@ func New(c *firestore.Client, opts Options) *Store {
 		s.log = logging.Discard()
 	}
 	if s.reg == nil {
-		s.reg = registry.Cached(s, registry.DefaultCacheTTL)
+		s.reg = registry.Cached(consumers.New(c, consumers.Options{Now: s.now}), registry.DefaultCacheTTL)
 	}
 	return s
 }
 
-// Client returns the Firestore client.
 // Audit returns the operators' audit log, in the ledger's database.
 func (s *Store) Audit() *audit.Log { return s.audit }
 
+// Client returns the Firestore client (query.New and consumers.New read
+// the ledger through it).
 func (s *Store) Client() *firestore.Client { return s.client }
 
 // Close closes the client if Open created it.
@@ -184,101 +182,35 @@ func (s *Store) deleteAt(t time.Time) time.Time {
 
 // getDoc reads one document (one read, found or not).
 func (s *Store) getDoc(ctx context.Context, tx *firestore.Transaction, ref *firestore.DocumentRef) (*firestore.DocumentSnapshot, error) {
-	if tx != nil {
-		return tx.Get(ref)
-	}
-	return ref.Get(ctx)
+	return fsdoc.Get(ctx, tx, ref)
 }
 
-// getAll reads the documents of refs by id, at most maxGetAll to a
-// request, and returns the snapshots in refs' order (a
-// document that does not exist has a snapshot whose Exists is false).
+// getAll reads the documents of refs by id (fsdoc.GetAll).
 func (s *Store) getAll(ctx context.Context, refs []*firestore.DocumentRef) ([]*firestore.DocumentSnapshot, error) {
-	out := make([]*firestore.DocumentSnapshot, 0, len(refs))
-	for len(refs) > 0 {
-		n := min(len(refs), maxGetAll)
-		snaps, err := s.client.GetAll(ctx, refs[:n])
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, snaps...)
-		refs = refs[n:]
-	}
-	return out, nil
+	return fsdoc.GetAll(ctx, s.client, refs)
 }
-
-// maxGetAll is the most documents one GetAll asks for.
-const maxGetAll = 500
 
 // queryDocs runs a query to the end.
 func (s *Store) queryDocs(ctx context.Context, tx *firestore.Transaction, q firestore.Query) ([]*firestore.DocumentSnapshot, error) {
-	var it *firestore.DocumentIterator
-	if tx != nil {
-		it = tx.Documents(q)
-	} else {
-		it = q.Documents(ctx)
-	}
-	defer it.Stop()
-	var out []*firestore.DocumentSnapshot
-	for {
-		d, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, nil
+	return fsdoc.Query(ctx, tx, q)
 }
 
-// attempts returns an event's event_consumptions subcollection.
-//
-// Attempts live under their event (events/{id}/event_consumptions/{id})
-// rather than in one top-level collection so that reading an event's
-// attempts in a transaction locks that event's attempts alone: the
-// Firestore emulator locks a whole collection for a query in a
-// transaction, so with one top-level collection every rollup would hold up
-// every attempt insert of every event in local runs. In production both
-// layouts lock only the range read. The attempt's document need not wait
-// for its event's: Firestore allows documents under a missing parent.
+// attempts returns an event's event_consumptions subcollection
+// (fsdoc.Attempts says why it is one).
 func (s *Store) attempts(eventID string) *firestore.CollectionRef {
 	return s.eventRef(eventID).Collection(model.CollectionConsumptions)
-}
-
-// attemptsQuery selects every attempt of an event.
-func (s *Store) attemptsQuery(eventID string) firestore.Query {
-	return shapeAttemptsOfEvent.query(s.attempts(eventID).Query, nil)
 }
 
 // readAttempts returns every attempt of an event, ordered by consumer and
 // attempt number.
 func (s *Store) readAttempts(ctx context.Context, tx *firestore.Transaction, eventID string) ([]model.Attempt, error) {
-	docs, err := s.queryDocs(ctx, tx, s.attemptsQuery(eventID))
-	if err != nil {
-		return nil, fmt.Errorf("read attempts of %s: %w", eventID, err)
-	}
-	out := make([]model.Attempt, 0, len(docs))
-	for _, d := range docs {
-		var a model.Attempt
-		if err := d.DataTo(&a); err != nil {
-			return nil, fmt.Errorf("decode attempt %s: %w", d.Ref.ID, err)
-		}
-		out = append(out, a)
-	}
-	model.SortAttempts(out)
-	return out, nil
+	return fsdoc.ReadAttempts(ctx, tx, s.client, eventID)
 }
 
 // eventAttempts returns every attempt of the event d is the document of:
 // its attempt documents and its folded ones (WithFolded).
 func (s *Store) eventAttempts(ctx context.Context, tx *firestore.Transaction, d *model.Event) ([]model.Attempt, error) {
-	docs, err := s.readAttempts(ctx, tx, d.EventID)
-	if err != nil {
-		return nil, err
-	}
-	return model.WithFolded(d, docs), nil
+	return fsdoc.EventAttempts(ctx, tx, s.client, d)
 }
 
 // eventRef returns an event's document.
@@ -286,15 +218,12 @@ func (s *Store) eventRef(eventID string) *firestore.DocumentRef {
 	return s.events.Doc(model.EventDocID(eventID))
 }
 
-// ErrEventNotFound means the ledger holds no document for the event (yet).
-var ErrEventNotFound = errors.New("event not in the ledger")
-
 // notFound reports whether a Firestore error means the document is absent.
-func notFound(err error) bool { return status.Code(err) == codes.NotFound }
+func notFound(err error) bool { return fsdoc.NotFound(err) }
 
 // alreadyExists reports whether a Firestore error means a create found the
 // document there.
-func alreadyExists(err error) bool { return status.Code(err) == codes.AlreadyExists }
+func alreadyExists(err error) bool { return fsdoc.AlreadyExists(err) }
 
 // Ledger modes, the values of the functions' LEDGER variable.
 const (
@@ -315,4 +244,19 @@ func OpenMode(ctx context.Context, mode string, cfg Config, opts Options) (*Stor
 		return Open(ctx, cfg, opts)
 	}
 	return nil, fmt.Errorf("LEDGER=%q: want %s or %s", mode, ModeFirestore, ModeOff)
+}
+
+// Expected returns the ids of the consumers a topic's events are sent to
+// now, through the store's registry (Options.Registry: cached), so the
+// rollup can tell when every consumer of an event has reported.
+func (s *Store) Expected(ctx context.Context, topic string) ([]string, error) {
+	cs, err := s.reg.ExpectedConsumers(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: expected consumers of %s: %w", topic, err)
+	}
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.ConsumerID
+	}
+	return out, nil
 }

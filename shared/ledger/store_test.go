@@ -7,18 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"cloud.google.com/go/firestore"
 
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/registry"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 const orderTopic = "shop.order.events"
 
-func mustGet(t *testing.T, s *Store, id string) Detail {
+func mustGet(t *testing.T, s *testStore, id string) query.Detail {
 	t.Helper()
 	d, err := s.Get(context.Background(), id)
 	if err != nil {
@@ -183,70 +184,11 @@ func TestInsertAttemptIsInsertOnly(t *testing.T) {
 func TestRollupOfAnUnknownEvent(t *testing.T) {
 	s := newStore(t, Options{})
 	_, err := s.Rollup(context.Background(), "no-such-event")
-	if !errors.Is(err, ErrEventNotFound) {
+	if !errors.Is(err, model.ErrEventNotFound) {
 		t.Errorf("err = %v, want ErrEventNotFound", err)
 	}
 	if _, err := s.Rollup(context.Background(), "bad/id"); !errors.Is(err, event.ErrInvalid) {
 		t.Errorf("bad id: %v", err)
-	}
-}
-
-func TestSyncConsumersFromTopology(t *testing.T) {
-	ctx := context.Background()
-	s, counter := newCountedStore(t, Options{})
-	top, err := topology.Load("../../infra/topology.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries := registry.Consumers(top)
-	rep, err := s.SyncConsumers(ctx, entries, SyncOptions{DisableUnlisted: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Created != len(entries) || rep.Updated+rep.Disabled+rep.Unchanged != 0 {
-		t.Errorf("first sync %+v", rep)
-	}
-	got, err := s.ExpectedConsumers(ctx, orderTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _ := registry.FromTopology(top).ExpectedConsumers(ctx, orderTopic)
-	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("ledger registry %+v, topology %+v", got, want)
-	}
-	// Again: nothing to write.
-	w0 := counter.Writes()
-	rep, err = s.SyncConsumers(ctx, entries, SyncOptions{DisableUnlisted: true})
-	if err != nil || rep.Unchanged != len(entries) || counter.Writes() != w0 {
-		t.Errorf("second sync %+v %v, %d writes", rep, err, counter.Writes()-w0)
-	}
-	// A consumer leaves the topology: disabled, not deleted; one changes.
-	var fewer []registry.Consumer
-	for _, c := range entries {
-		if c.ConsumerID == "message-service" {
-			continue
-		}
-		if c.ConsumerID == "member-service" {
-			c.Description = "points"
-		}
-		fewer = append(fewer, c)
-	}
-	rep, err = s.SyncConsumers(ctx, fewer, SyncOptions{DisableUnlisted: true})
-	if err != nil || rep.Disabled != 1 || rep.Updated != 1 {
-		t.Fatalf("shrinking sync %+v %v", rep, err)
-	}
-	got, _ = s.ExpectedConsumers(ctx, orderTopic)
-	if len(got) != 1 || got[0].ConsumerID != "member-service" || got[0].Description != "points" {
-		t.Errorf("after shrinking: %+v", got)
-	}
-	all, _ := s.topicConsumers(ctx, orderTopic)
-	if len(all) != 2 {
-		t.Errorf("disabled consumer deleted: %+v", all)
-	}
-	// Bad entries are refused whole, naming the field.
-	_, err = s.SyncConsumers(ctx, []registry.Consumer{{Topic: "Bad Topic", ConsumerID: "x"}}, SyncOptions{})
-	if !errors.Is(err, event.ErrInvalid) || strings.Join(fieldErrs(err), ",") != "consumers[0].topic" {
-		t.Errorf("bad topic: %v", err)
 	}
 }
 
@@ -267,7 +209,7 @@ func TestExpectedConsumersAreFixedAtSend(t *testing.T) {
 		{Topic: orderTopic, ConsumerID: "member-service", Enabled: true, SortOrder: 1},
 		{Topic: orderTopic, ConsumerID: "message-service", Enabled: false, SortOrder: 2},
 		{Topic: orderTopic, ConsumerID: "audit-service", Enabled: true, SortOrder: 3},
-	}, SyncOptions{}); err != nil {
+	}, consumers.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	late := newEventOn(t, orderTopic, "order.purchased", time.Now())

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger/query"
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -60,7 +61,7 @@ func TestLedgerMissedSendsAreHealedByALaterDrain(t *testing.T) {
 	if err := r.FlushLedger(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Get(ctx, aggKey(0)+"-v1"); !errors.Is(err, ledger.ErrEventNotFound) {
+	if _, err := query.New(store.Client()).Get(ctx, aggKey(0)+"-v1"); !errors.Is(err, model.ErrEventNotFound) {
 		t.Fatalf("the ledger has the event although its write failed: %v", err)
 	}
 	led.down.Store(false)
@@ -78,7 +79,7 @@ func TestLedgerMissedSendsAreHealedByALaterDrain(t *testing.T) {
 	}
 	for a := range 3 {
 		for v := 1; v <= 2; v++ {
-			d, err := store.Get(ctx, aggKey(a)+"-v"+string(rune('0'+v)))
+			d, err := query.New(store.Client()).Get(ctx, aggKey(a)+"-v"+string(rune('0'+v)))
 			if err != nil || d.Event.Status != model.StatusSent || len(d.Event.ExpectedConsumers) != 2 || d.Event.EnqueuedAt.IsZero() {
 				t.Errorf("%s v%d in the ledger: %+v %v", aggKey(a), v, d.Event, err)
 			}
@@ -112,7 +113,7 @@ func TestLedgerRecordsSendsAfterTheFact(t *testing.T) {
 	if err := r.FlushLedger(ctx); err != nil {
 		t.Fatal(err)
 	}
-	d, err := store.Get(ctx, aggKey(2)+"-v3")
+	d, err := query.New(store.Client()).Get(ctx, aggKey(2)+"-v3")
 	if err != nil || d.Event.Status != model.StatusSent || d.Event.SentAt.IsZero() {
 		t.Fatalf("after the drain: %+v %v", d.Event, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -43,7 +44,7 @@ func syncConsumers(ctx context.Context) error {
 		return err
 	}
 	defer store.Close()
-	rep, err := store.SyncConsumers(ctx, registry.Consumers(top), ledger.SyncOptions{DisableUnlisted: true})
+	rep, err := consumers.New(store.Client(), consumers.Options{}).SyncConsumers(ctx, registry.Consumers(top), consumers.SyncOptions{DisableUnlisted: true})
 	if err != nil {
 		return err
 	}

@@ -216,3 +216,19 @@ func SortAttempts(as []Attempt) {
 		return as[i].AttemptNo < as[j].AttemptNo
 	})
 }
+
+// Counts returns how many expected consumers there are, how many reported
+// and how many succeeded.
+func Counts(f Facts) (expected, reported, succeeded int) {
+	for _, c := range f.Expected {
+		a, ok := f.Latest[c]
+		if !ok {
+			continue
+		}
+		reported++
+		if a.Success {
+			succeeded++
+		}
+	}
+	return len(f.Expected), reported, succeeded
+}

@@ -268,3 +268,6 @@ func RollupEventIDs(m event.Message) ([]string, error) {
 	}
 	return out, nil
 }
+
+// ErrEventNotFound means the ledger holds no document for the event (yet).
+var ErrEventNotFound = errors.New("event not in the ledger")

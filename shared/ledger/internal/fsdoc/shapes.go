@@ -1,11 +1,13 @@
-package ledger
+package fsdoc
 
 import (
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"strings"
 
 	"cloud.google.com/go/firestore"
+
+	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 )
 
 // Index orders, as infra/firestore/indexes.yaml spells them.
@@ -48,14 +50,20 @@ type QueryShape struct {
 
 // Fields of the events documents used by queries.
 const (
-	fieldShard     = "shard"
-	fieldStatus    = "status"
-	fieldTopic     = "topic"
-	fieldInitiator = "initiator.service"
-	fieldTraceID   = "traceId"
-	fieldOccurred  = "occurredAt"
-	fieldExpireDue = "expireDue"
-	fieldCheckAt   = "checkAt"
+	FieldShard     = "shard"
+	FieldStatus    = "status"
+	FieldTopic     = "topic"
+	FieldInitiator = "initiator.service"
+	FieldTraceID   = "traceId"
+	FieldOccurred  = "occurredAt"
+	FieldExpireDue = "expireDue"
+	FieldCheckAt   = "checkAt"
+)
+
+// Fields of the events documents the operators' searches add.
+const (
+	FieldEventType   = "eventType"
+	FieldAggregateID = "aggregateId"
 )
 
 // NeedsComposite reports whether Firestore needs a composite index for the
@@ -94,13 +102,13 @@ func (q QueryShape) Index() []IndexField {
 	return append(out, q.OrderBy...)
 }
 
-// query builds the shape's query on base: equality filters from eq (every
+// Query builds the shape's query on base: equality filters from eq (every
 // equality field must have a value; the shard field takes all shards),
 // then the ordering, the document name last.
-func (q QueryShape) query(base firestore.Query, eq map[string]any) firestore.Query {
+func (q QueryShape) Query(base firestore.Query, eq map[string]any) firestore.Query {
 	for _, f := range q.Equality {
-		if f == fieldShard {
-			base = base.Where(fieldShard, "in", allShards())
+		if f == FieldShard {
+			base = base.Where(FieldShard, "in", allShards())
 			continue
 		}
 		v, ok := eq[f]
@@ -123,9 +131,9 @@ func (q QueryShape) query(base firestore.Query, eq map[string]any) firestore.Que
 	return base
 }
 
-// withRange adds the shape's range filters: lo inclusive, hi exclusive
+// WithRange adds the shape's range filters: lo inclusive, hi exclusive
 // (nil: unbounded).
-func (q QueryShape) withRange(base firestore.Query, lo, hi any) firestore.Query {
+func (q QueryShape) WithRange(base firestore.Query, lo, hi any) firestore.Query {
 	if q.Range == "" {
 		return base
 	}
@@ -147,48 +155,90 @@ func allShards() []int {
 }
 
 // The shapes. List's shapes are generated for every combination of its
-// indexed filters; see listShape.
+// indexed filters; see ListShape.
 var (
-	shapeByTrace = QueryShape{
+	// ShapeByTrace is one trace's events, newest first.
+	ShapeByTrace = QueryShape{
 		Name: "events_by_trace", Collection: model.CollectionEvents,
-		Equality: []string{fieldTraceID}, Range: fieldOccurred,
-		OrderBy: []IndexField{{fieldOccurred, Descending}},
+		Equality: []string{FieldTraceID}, Range: FieldOccurred,
+		OrderBy: []IndexField{{FieldOccurred, Descending}},
 	}
-	shapeExpireDue = QueryShape{
+	// ShapeExpireDue is the open events past their expireAt (ExpireDue).
+	ShapeExpireDue = QueryShape{
 		Name: "events_expire_due", Collection: model.CollectionEvents,
-		Equality: []string{fieldShard}, Range: fieldExpireDue,
-		OrderBy: []IndexField{{fieldExpireDue, Ascending}},
+		Equality: []string{FieldShard}, Range: FieldExpireDue,
+		OrderBy: []IndexField{{FieldExpireDue, Ascending}},
 	}
-	shapeCheckDue = QueryShape{
+	// ShapeCheckDue is the events the reconciler is due to look at.
+	ShapeCheckDue = QueryShape{
 		Name: "events_check_due", Collection: model.CollectionEvents,
-		Equality: []string{fieldShard}, Range: fieldCheckAt,
-		OrderBy: []IndexField{{fieldCheckAt, Ascending}},
+		Equality: []string{FieldShard}, Range: FieldCheckAt,
+		OrderBy: []IndexField{{FieldCheckAt, Ascending}},
 	}
-	shapeConsumersByTopic = QueryShape{
+	// ShapeConsumersByTopic is one topic's topic_consumers entries.
+	ShapeConsumersByTopic = QueryShape{
 		Name: "consumers_by_topic", Collection: model.CollectionConsumers,
-		Equality: []string{fieldTopic},
+		Equality: []string{FieldTopic},
 	}
-	shapeAllConsumers = QueryShape{
+	// ShapeAllConsumers is every topic_consumers entry.
+	ShapeAllConsumers = QueryShape{
 		Name: "consumers_all", Collection: model.CollectionConsumers,
 	}
-	// All of one event's event_consumptions subcollection.
-	shapeAttemptsOfEvent = QueryShape{
+	// ShapeAttemptsOfEvent is all of one event's event_consumptions
+	// subcollection.
+	ShapeAttemptsOfEvent = QueryShape{
 		Name: "attempts_of_event", Collection: model.CollectionConsumptions,
 	}
-	shapeEventByName = QueryShape{
+	// ShapeEventByName is one event by its document name.
+	ShapeEventByName = QueryShape{
 		Name: "event_by_name", Collection: model.CollectionEvents,
 		Equality: []string{NameField},
 	}
 	listShapes = buildListShapes()
 )
 
+// Query shapes of the operators' console (Search, the overview, the
+// registry audit). They are part of QueryShapes, so the index test checks
+// infra/firestore/indexes.yaml against them too.
+var (
+	// ShapeByAggregate is one aggregate's events, newest first. Aggregate
+	// ids may grow with time (ORD-2024-002, ORD-2024-003, ...), so the
+	// index starts with the shard like the time-ordered ones.
+	ShapeByAggregate = QueryShape{
+		Name: "events_by_aggregate", Collection: model.CollectionEvents,
+		Equality: []string{FieldShard, FieldAggregateID}, Range: FieldOccurred,
+		OrderBy: []IndexField{{FieldOccurred, Descending}},
+	}
+	// ShapeByType is one event type's events, newest first.
+	ShapeByType = QueryShape{
+		Name: "events_by_type", Collection: model.CollectionEvents,
+		Equality: []string{FieldShard, FieldEventType}, Range: FieldOccurred,
+		OrderBy: []IndexField{{FieldOccurred, Descending}},
+	}
+	// ShapeCountByStatus counts the events of one status in a time
+	// window: served by the List index (shard, status, occurredAt).
+	ShapeCountByStatus = QueryShape{
+		Name: "events_count_by_status", Collection: model.CollectionEvents,
+		Equality: []string{FieldShard, FieldStatus}, Range: FieldOccurred,
+		OrderBy: []IndexField{{FieldOccurred, Descending}},
+	}
+	// ShapeAuditByTime is the operators' audit log, newest first (a
+	// handful of writes a day: a single-field index on a timestamp is
+	// fine).
+	ShapeAuditByTime = QueryShape{
+		Name: "audit_by_time", Collection: audit.Collection,
+		OrderBy: []IndexField{{audit.FieldAt, Descending}},
+	}
+	consoleShapes = []QueryShape{ShapeByAggregate, ShapeByType, ShapeCountByStatus, ShapeAuditByTime}
+)
+
 // listFilters are List's indexed equality filters, in index order.
-var listFilters = []string{fieldStatus, fieldTopic, fieldInitiator}
+var listFilters = []string{FieldStatus, FieldTopic, FieldInitiator}
 
 func buildListShapes() map[string]QueryShape {
 	out := map[string]QueryShape{}
 	for mask := 0; mask < 1<<len(listFilters); mask++ {
-		eq := []string{fieldShard}
+		eq := []string{FieldShard}
 		name := []string{"events_list"}
 		for i, f := range listFilters {
 			if mask&(1<<i) != 0 {
@@ -198,8 +248,8 @@ func buildListShapes() map[string]QueryShape {
 		}
 		out[listKey(eq[1:])] = QueryShape{
 			Name: strings.Join(name, "_"), Collection: model.CollectionEvents,
-			Equality: eq, Range: fieldOccurred,
-			OrderBy: []IndexField{{fieldOccurred, Descending}},
+			Equality: eq, Range: FieldOccurred,
+			OrderBy: []IndexField{{FieldOccurred, Descending}},
 		}
 	}
 	return out
@@ -207,9 +257,9 @@ func buildListShapes() map[string]QueryShape {
 
 func listKey(fields []string) string { return strings.Join(fields, ",") }
 
-// listShape returns the shape of a List query filtering on the given
+// ListShape returns the shape of a List query filtering on the given
 // fields (a subset of listFilters, in their order).
-func listShape(fields []string) QueryShape {
+func ListShape(fields []string) QueryShape {
 	s, ok := listShapes[listKey(fields)]
 	if !ok {
 		panic("ledger: no list shape for " + listKey(fields))
@@ -217,11 +267,11 @@ func listShape(fields []string) QueryShape {
 	return s
 }
 
-// QueryShapes returns every query shape the store runs.
+// QueryShapes returns every query shape the ledger's packages run.
 func QueryShapes() []QueryShape {
-	out := []QueryShape{shapeByTrace, shapeExpireDue, shapeCheckDue, shapeConsumersByTopic, shapeAllConsumers, shapeAttemptsOfEvent, shapeEventByName}
-	out = append(out, consoleShapes...) // search.go
-	for _, k := range sortedKeys(listShapes) {
+	out := []QueryShape{ShapeByTrace, ShapeExpireDue, ShapeCheckDue, ShapeConsumersByTopic, ShapeAllConsumers, ShapeAttemptsOfEvent, ShapeEventByName}
+	out = append(out, consoleShapes...)
+	for _, k := range SortedKeys(listShapes) {
 		out = append(out, listShapes[k])
 	}
 	return out

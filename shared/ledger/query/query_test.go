@@ -1,20 +1,21 @@
-package ledger
+package query
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/shared/ledger"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 )
 
 // listAll follows page tokens to the end and returns the event ids in order.
-func listAll(t *testing.T, s *Store, q ListQuery) ([]string, int) {
+func listAll(t *testing.T, s *testStore, q ListQuery) ([]string, int) {
 	t.Helper()
 	var ids []string
 	pages := 0
@@ -51,7 +52,7 @@ type fixture struct {
 
 func TestListFiltersAndPaging(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t, Options{})
+	s := newStore(t, ledger.Options{})
 	seed(t, s, orderTopic, "member-service")
 	seed(t, s, "member.points.events", "audit-service")
 	base := time.Date(2024, 2, 28, 10, 0, 0, 0, time.UTC)
@@ -163,7 +164,7 @@ func TestListFiltersAndPaging(t *testing.T) {
 }
 
 func TestListRefusesBadQueries(t *testing.T) {
-	s := newStore(t, Options{})
+	s := newStore(t, ledger.Options{})
 	ctx := context.Background()
 	p, err := s.List(ctx, ListQuery{Status: model.StatusSent, PageSize: 1})
 	if err != nil || len(p.Events) != 0 || p.NextPageToken != "" {
@@ -218,11 +219,11 @@ func TestTraceTree(t *testing.T) {
 }
 
 func TestGetUnknownEvent(t *testing.T) {
-	s := newStore(t, Options{})
-	if _, err := s.Get(context.Background(), "nope"); !errors.Is(err, ErrEventNotFound) {
+	s := newStore(t, ledger.Options{})
+	if _, err := s.Get(context.Background(), "nope"); !errors.Is(err, model.ErrEventNotFound) {
 		t.Errorf("Get: %v", err)
 	}
-	if _, err := s.Trace(context.Background(), "nope"); !errors.Is(err, ErrEventNotFound) {
+	if _, err := s.Trace(context.Background(), "nope"); !errors.Is(err, model.ErrEventNotFound) {
 		t.Errorf("Trace: %v", err)
 	}
 }
@@ -231,7 +232,7 @@ func TestGetUnknownEvent(t *testing.T) {
 // not event ids, are left out.
 func TestEventsByID(t *testing.T) {
 	ctx := context.Background()
-	s := newStore(t, Options{})
+	s := newStore(t, ledger.Options{})
 	seed(t, s, orderTopic, "member-service")
 	a := newEventOn(t, orderTopic, "order.purchased", time.Now())
 	b := newEventOn(t, orderTopic, "order.purchased", time.Now())

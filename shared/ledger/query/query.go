@@ -1,4 +1,4 @@
-package ledger
+package query
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"hash/fnv"
 	"sort"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger/internal/fsdoc"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 )
 
 // Page sizes of List.
@@ -134,7 +135,7 @@ func (q *ListQuery) validate() (int, *pageToken, error) {
 // (traceId, occurredAt desc), with the other filters applied to the trace's
 // events as they are read (a trace is small; at most MaxTraceScan events
 // are read per page).
-func (s *Store) List(ctx context.Context, q ListQuery) (Page, error) {
+func (s *Reader) List(ctx context.Context, q ListQuery) (Page, error) {
 	if q.Status != "" {
 		if st, err := model.ParseStatus(string(q.Status)); err == nil {
 			q.Status = st
@@ -152,18 +153,18 @@ func (s *Store) List(ctx context.Context, q ListQuery) (Page, error) {
 	for _, f := range []struct {
 		field string
 		value string
-	}{{fieldStatus, string(q.Status)}, {fieldTopic, q.Topic}, {fieldInitiator, q.InitiatorService}} {
+	}{{fsdoc.FieldStatus, string(q.Status)}, {fsdoc.FieldTopic, q.Topic}, {fsdoc.FieldInitiator, q.InitiatorService}} {
 		if f.value != "" {
 			fields = append(fields, f.field)
 			eq[f.field] = f.value
 		}
 	}
-	shape := listShape(fields)
-	fq := shape.withRange(shape.query(s.events.Query, eq), timeOrNil(q.From), timeOrNil(q.To)).Select(summaryFields...)
+	shape := fsdoc.ListShape(fields)
+	fq := shape.WithRange(shape.Query(s.events.Query, eq), timeOrNil(q.From), timeOrNil(q.To)).Select(summaryFields...)
 	if cur != nil {
 		fq = fq.StartAfter(cur.T, cur.D)
 	}
-	docs, err := s.queryDocs(ctx, nil, fq.Limit(size+1))
+	docs, err := fsdoc.Query(ctx, nil, fq.Limit(size+1))
 	if err != nil {
 		return Page{}, fmt.Errorf("ledger: list: %w", err)
 	}
@@ -192,12 +193,12 @@ func timeOrNil(t time.Time) any {
 
 // listTrace lists the events of one trace, applying the other filters as
 // it reads.
-func (s *Store) listTrace(ctx context.Context, q ListQuery, size int, cur *pageToken) (Page, error) {
-	fq := shapeByTrace.withRange(shapeByTrace.query(s.events.Query, map[string]any{fieldTraceID: q.TraceID}), timeOrNil(q.From), timeOrNil(q.To)).Select(summaryFields...)
+func (s *Reader) listTrace(ctx context.Context, q ListQuery, size int, cur *pageToken) (Page, error) {
+	fq := fsdoc.ShapeByTrace.WithRange(fsdoc.ShapeByTrace.Query(s.events.Query, map[string]any{fsdoc.FieldTraceID: q.TraceID}), timeOrNil(q.From), timeOrNil(q.To)).Select(summaryFields...)
 	if cur != nil {
 		fq = fq.StartAfter(cur.T, cur.D)
 	}
-	docs, err := s.queryDocs(ctx, nil, fq.Limit(MaxTraceScan))
+	docs, err := fsdoc.Query(ctx, nil, fq.Limit(MaxTraceScan))
 	if err != nil {
 		return Page{}, fmt.Errorf("ledger: list: %w", err)
 	}
@@ -261,17 +262,17 @@ type ConsumerReport struct {
 }
 
 // Events returns the documents of the given events that the ledger holds,
-// by event id, without their payloads: reads by id, maxGetAll to a
+// by event id, without their payloads: reads by id, fsdoc.MaxGetAll to a
 // request, no query (over a loaded Firestore emulator a query scans the
 // whole store). Ids the ledger does not hold are left out.
-func (s *Store) Events(ctx context.Context, eventIDs []string) (map[string]model.Event, error) {
+func (s *Reader) Events(ctx context.Context, eventIDs []string) (map[string]model.Event, error) {
 	refs := make([]*firestore.DocumentRef, 0, len(eventIDs))
 	for _, id := range eventIDs {
 		if model.CheckEventID(id) == nil {
-			refs = append(refs, s.eventRef(id))
+			refs = append(refs, fsdoc.EventRef(s.client, id))
 		}
 	}
-	snaps, err := s.getAll(ctx, refs)
+	snaps, err := fsdoc.GetAll(ctx, s.client, refs)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: events: %w", err)
 	}
@@ -291,9 +292,9 @@ func (s *Store) Events(ctx context.Context, eventIDs []string) (map[string]model
 }
 
 // Get returns an event with all its attempts grouped by consumer, read in
-// one consistent snapshot. It fails with ErrEventNotFound when the ledger
+// one consistent snapshot. It fails with model.ErrEventNotFound when the ledger
 // has no such event.
-func (s *Store) Get(ctx context.Context, eventID string) (Detail, error) {
+func (s *Reader) Get(ctx context.Context, eventID string) (Detail, error) {
 	if err := model.CheckEventID(eventID); err != nil {
 		return Detail{}, fmt.Errorf("ledger: get: %w", err)
 	}
@@ -302,17 +303,17 @@ func (s *Store) Get(ctx context.Context, eventID string) (Detail, error) {
 		attempts []model.Attempt
 	)
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		snap, err := s.getDoc(ctx, tx, s.eventRef(eventID))
+		snap, err := fsdoc.Get(ctx, tx, fsdoc.EventRef(s.client, eventID))
 		if err != nil {
-			if notFound(err) {
-				return fmt.Errorf("%w: %s", ErrEventNotFound, eventID)
+			if fsdoc.NotFound(err) {
+				return fmt.Errorf("%w: %s", model.ErrEventNotFound, eventID)
 			}
 			return err
 		}
 		if err := snap.DataTo(&d); err != nil {
 			return fmt.Errorf("decode %s: %w", snap.Ref.ID, err)
 		}
-		attempts, err = s.eventAttempts(ctx, tx, &d)
+		attempts, err = fsdoc.EventAttempts(ctx, tx, s.client, &d)
 		return err
 	}, firestore.ReadOnly)
 	if err != nil {
@@ -329,7 +330,7 @@ func detailOf(d model.Event, attempts []model.Attempt) Detail {
 	}
 	f := model.Facts{Expected: d.ExpectedConsumers, Latest: model.LatestByConsumer(attempts), Repush: d.Repush}
 	det := Detail{Event: d}
-	det.Expected, det.Reported, det.Succeeded = counts(f)
+	det.Expected, det.Reported, det.Succeeded = model.Counts(f)
 	report := func(c string, expected bool) ConsumerReport {
 		as := by[c]
 		if as == nil {
@@ -350,7 +351,7 @@ func detailOf(d model.Event, attempts []model.Attempt) Detail {
 		expected[c] = true
 		det.Consumers = append(det.Consumers, report(c, true))
 	}
-	for _, c := range sortedKeys(by) {
+	for _, c := range fsdoc.SortedKeys(by) {
 		if !expected[c] {
 			det.Consumers = append(det.Consumers, report(c, false))
 		}
@@ -381,18 +382,18 @@ type TraceNode struct {
 
 // Trace returns the trace an event belongs to as a tree, parent to
 // children (parentEventId), siblings ordered by occurredAt. An event
-// without a trace id is a trace of its own. It fails with ErrEventNotFound
+// without a trace id is a trace of its own. It fails with model.ErrEventNotFound
 // when the ledger has no such event.
-func (s *Store) Trace(ctx context.Context, eventID string) (Trace, error) {
+func (s *Reader) Trace(ctx context.Context, eventID string) (Trace, error) {
 	if err := model.CheckEventID(eventID); err != nil {
 		return Trace{}, fmt.Errorf("ledger: trace: %w", err)
 	}
-	docs, err := s.queryDocs(ctx, nil, shapeEventByName.query(s.events.Query, map[string]any{NameField: s.eventRef(eventID)}).Select(summaryFields...))
+	docs, err := fsdoc.Query(ctx, nil, fsdoc.ShapeEventByName.Query(s.events.Query, map[string]any{fsdoc.NameField: fsdoc.EventRef(s.client, eventID)}).Select(summaryFields...))
 	if err != nil {
 		return Trace{}, fmt.Errorf("ledger: trace of %s: %w", eventID, err)
 	}
 	if len(docs) == 0 {
-		return Trace{}, fmt.Errorf("ledger: trace of %s: %w", eventID, ErrEventNotFound)
+		return Trace{}, fmt.Errorf("ledger: trace of %s: %w", eventID, model.ErrEventNotFound)
 	}
 	var self model.Event
 	if err := docs[0].DataTo(&self); err != nil {
@@ -401,8 +402,8 @@ func (s *Store) Trace(ctx context.Context, eventID string) (Trace, error) {
 	nodes := []model.Event{self}
 	tr := Trace{TraceID: self.TraceID}
 	if self.TraceID != "" {
-		q := shapeByTrace.query(s.events.Query, map[string]any{fieldTraceID: self.TraceID}).Select(summaryFields...).Limit(MaxTraceScan + 1)
-		docs, err := s.queryDocs(ctx, nil, q)
+		q := fsdoc.ShapeByTrace.Query(s.events.Query, map[string]any{fsdoc.FieldTraceID: self.TraceID}).Select(summaryFields...).Limit(MaxTraceScan + 1)
+		docs, err := fsdoc.Query(ctx, nil, q)
 		if err != nil {
 			return Trace{}, fmt.Errorf("ledger: trace %s: %w", self.TraceID, err)
 		}

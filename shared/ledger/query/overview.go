@@ -1,9 +1,10 @@
-package ledger
+package query
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/shared/ledger/internal/fsdoc"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sort"
 	"sync"
@@ -16,7 +17,7 @@ import (
 // since, with one Firestore count aggregation per status over the List
 // index (shard, status, occurredAt). A count is billed one read per 1,000
 // index entries it scans, so bound since: the console asks for a day.
-func (s *Store) StatusCounts(ctx context.Context, since time.Time) (map[model.Status]int64, error) {
+func (s *Reader) StatusCounts(ctx context.Context, since time.Time) (map[model.Status]int64, error) {
 	out := make(map[model.Status]int64, len(model.Statuses))
 	var (
 		mu   sync.Mutex
@@ -27,8 +28,8 @@ func (s *Store) StatusCounts(ctx context.Context, since time.Time) (map[model.St
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			q := shapeCountByStatus.query(s.events.Query, map[string]any{fieldStatus: string(st)})
-			q = shapeCountByStatus.withRange(q, since.UTC(), nil)
+			q := fsdoc.ShapeCountByStatus.Query(s.events.Query, map[string]any{fsdoc.FieldStatus: string(st)})
+			q = fsdoc.ShapeCountByStatus.WithRange(q, since.UTC(), nil)
 			res, err := q.NewAggregationQuery().WithCount("n").Get(ctx)
 			mu.Lock()
 			defer mu.Unlock()
@@ -84,13 +85,13 @@ var hopFields = []string{"eventId", "topic", "status", "occurredAt", "enqueuedAt
 // that occurred at or after since, newest first; for the newest
 // withAttempts of them it also reads the attempts (one query per event) to
 // find each consumer's first successful commit.
-func (s *Store) RecentHops(ctx context.Context, since time.Time, limit, withAttempts int) ([]Hops, error) {
+func (s *Reader) RecentHops(ctx context.Context, since time.Time, limit, withAttempts int) ([]Hops, error) {
 	if limit <= 0 || limit > MaxPageSize {
 		limit = MaxPageSize
 	}
-	shape := listShape(nil)
-	q := shape.withRange(shape.query(s.events.Query, nil), since.UTC(), nil).Select(hopFields...).Limit(limit)
-	docs, err := s.queryDocs(ctx, nil, q)
+	shape := fsdoc.ListShape(nil)
+	q := shape.WithRange(shape.Query(s.events.Query, nil), since.UTC(), nil).Select(hopFields...).Limit(limit)
+	docs, err := fsdoc.Query(ctx, nil, q)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: recent hops: %w", err)
 	}
@@ -125,7 +126,7 @@ func (s *Store) RecentHops(ctx context.Context, since time.Time, limit, withAtte
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			attempts, err := s.eventAttempts(ctx, nil, &evs[i])
+			attempts, err := fsdoc.EventAttempts(ctx, nil, s.client, &evs[i])
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -166,7 +167,7 @@ func firstCommits(attempts []model.Attempt) []ConsumerCommit {
 // latest attempts succeeded (the "n" of the seed's "n/m consumed"). A
 // CONSUMED event counts all of them without a read; the others read their
 // attempts, at most 8 events at a time.
-func (s *Store) ConsumedCounts(ctx context.Context, events []model.Event) (map[string]int, error) {
+func (s *Reader) ConsumedCounts(ctx context.Context, events []model.Event) (map[string]int, error) {
 	out := make(map[string]int, len(events))
 	var (
 		wg   sync.WaitGroup
@@ -184,7 +185,7 @@ func (s *Store) ConsumedCounts(ctx context.Context, events []model.Event) (map[s
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			attempts, err := s.eventAttempts(ctx, nil, &e)
+			attempts, err := fsdoc.EventAttempts(ctx, nil, s.client, &e)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

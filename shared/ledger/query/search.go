@@ -1,4 +1,4 @@
-package ledger
+package query
 
 import (
 	"context"
@@ -8,52 +8,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/shared/ledger/internal/fsdoc"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/firestore"
 
 	"github.com/relaybus/relaybus/shared/event"
-)
-
-// Fields of the events documents the operators' searches add.
-const (
-	fieldEventType   = "eventType"
-	fieldAggregateID = "aggregateId"
-)
-
-// Query shapes of the operators' console (Search, the overview, the
-// registry audit). They are part of QueryShapes, so the index test checks
-// infra/firestore/indexes.yaml against them too.
-var (
-	// One aggregate's events, newest first. Aggregate ids may grow with
-	// time (ORD-2024-002, ORD-2024-003, ...), so the index starts with the
-	// shard like the time-ordered ones.
-	shapeByAggregate = QueryShape{
-		Name: "events_by_aggregate", Collection: model.CollectionEvents,
-		Equality: []string{fieldShard, fieldAggregateID}, Range: fieldOccurred,
-		OrderBy: []IndexField{{fieldOccurred, Descending}},
-	}
-	// One event type's events, newest first.
-	shapeByType = QueryShape{
-		Name: "events_by_type", Collection: model.CollectionEvents,
-		Equality: []string{fieldShard, fieldEventType}, Range: fieldOccurred,
-		OrderBy: []IndexField{{fieldOccurred, Descending}},
-	}
-	// Counting the events of one status in a time window: served by the
-	// List index (shard, status, occurredAt).
-	shapeCountByStatus = QueryShape{
-		Name: "events_count_by_status", Collection: model.CollectionEvents,
-		Equality: []string{fieldShard, fieldStatus}, Range: fieldOccurred,
-		OrderBy: []IndexField{{fieldOccurred, Descending}},
-	}
-	// The operators' audit log, newest first (a handful of writes a day: a
-	// single-field index on a timestamp is fine).
-	shapeAuditByTime = QueryShape{
-		Name: "audit_by_time", Collection: audit.Collection,
-		OrderBy: []IndexField{{audit.FieldAt, Descending}},
-	}
-	consoleShapes = []QueryShape{shapeByAggregate, shapeByType, shapeCountByStatus, shapeAuditByTime}
 )
 
 // SearchQuery is a ListQuery with the filters an operator adds in the
@@ -82,7 +42,7 @@ func (q *SearchQuery) fingerprint() string {
 // (shard, eventType, occurredAt desc)) and the other filters are applied to
 // the events as they are read, at most MaxTraceScan per page: a page may
 // then hold fewer events than asked and still have a next page.
-func (s *Store) Search(ctx context.Context, q SearchQuery) (Page, error) {
+func (s *Reader) Search(ctx context.Context, q SearchQuery) (Page, error) {
 	if q.EventType == "" && q.AggregateID == "" {
 		return s.List(ctx, q.ListQuery)
 	}
@@ -122,14 +82,14 @@ func (s *Store) Search(ctx context.Context, q SearchQuery) (Page, error) {
 	var base firestore.Query
 	switch {
 	case q.AggregateID != "":
-		base = shapeByAggregate.query(s.events.Query, map[string]any{fieldAggregateID: q.AggregateID})
-		base = shapeByAggregate.withRange(base, timeOrNil(q.From), timeOrNil(q.To))
+		base = fsdoc.ShapeByAggregate.Query(s.events.Query, map[string]any{fsdoc.FieldAggregateID: q.AggregateID})
+		base = fsdoc.ShapeByAggregate.WithRange(base, timeOrNil(q.From), timeOrNil(q.To))
 	case q.TraceID != "":
-		base = shapeByTrace.query(s.events.Query, map[string]any{fieldTraceID: q.TraceID})
-		base = shapeByTrace.withRange(base, timeOrNil(q.From), timeOrNil(q.To))
+		base = fsdoc.ShapeByTrace.Query(s.events.Query, map[string]any{fsdoc.FieldTraceID: q.TraceID})
+		base = fsdoc.ShapeByTrace.WithRange(base, timeOrNil(q.From), timeOrNil(q.To))
 	default:
-		base = shapeByType.query(s.events.Query, map[string]any{fieldEventType: q.EventType})
-		base = shapeByType.withRange(base, timeOrNil(q.From), timeOrNil(q.To))
+		base = fsdoc.ShapeByType.Query(s.events.Query, map[string]any{fsdoc.FieldEventType: q.EventType})
+		base = fsdoc.ShapeByType.WithRange(base, timeOrNil(q.From), timeOrNil(q.To))
 	}
 	keep := func(e *model.Event) bool {
 		return (q.Status == "" || e.Status == q.Status) && (q.Topic == "" || e.Topic == q.Topic) &&
@@ -141,11 +101,11 @@ func (s *Store) Search(ctx context.Context, q SearchQuery) (Page, error) {
 
 // scanPage reads q from the cursor, keeps the events keep accepts, and
 // stops at size events or MaxTraceScan documents read.
-func (s *Store) scanPage(ctx context.Context, q firestore.Query, keep func(*model.Event) bool, size int, cur *pageToken, fp string) (Page, error) {
+func (s *Reader) scanPage(ctx context.Context, q firestore.Query, keep func(*model.Event) bool, size int, cur *pageToken, fp string) (Page, error) {
 	if cur != nil {
 		q = q.StartAfter(cur.T, cur.D)
 	}
-	docs, err := s.queryDocs(ctx, nil, q.Limit(MaxTraceScan))
+	docs, err := fsdoc.Query(ctx, nil, q.Limit(MaxTraceScan))
 	if err != nil {
 		return Page{}, fmt.Errorf("ledger: search: %w", err)
 	}

@@ -1,4 +1,4 @@
-package ledger
+package consumers
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/shared/ledger/internal/fsdoc"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/firestore"
@@ -35,8 +36,8 @@ type ConsumerEntry struct {
 
 // Consumers returns every topic_consumers entry, enabled or not, by topic,
 // then sort order, then consumer id.
-func (s *Store) Consumers(ctx context.Context) ([]ConsumerEntry, error) {
-	docs, err := s.queryDocs(ctx, nil, shapeAllConsumers.query(s.consumers.Query, nil))
+func (s *Registry) Consumers(ctx context.Context) ([]ConsumerEntry, error) {
+	docs, err := fsdoc.Query(ctx, nil, fsdoc.ShapeAllConsumers.Query(s.consumers.Query, nil))
 	if err != nil {
 		return nil, fmt.Errorf("ledger: consumers: %w", err)
 	}
@@ -128,7 +129,7 @@ func printable(s string, max int) bool {
 // The deploy's sync (SyncConsumers, from infra/topology.yaml) makes the
 // registry match the topology again: a change meant to last belongs in the
 // topology.
-func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string) (ConsumerEntry, *audit.Entry, error) {
+func (s *Registry) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string) (ConsumerEntry, *audit.Entry, error) {
 	if err := ch.validate(); err != nil {
 		return ConsumerEntry{}, nil, fmt.Errorf("ledger: change consumer: %w", err)
 	}
@@ -140,9 +141,9 @@ func (s *Store) ChangeConsumer(ctx context.Context, ch ConsumerChange, by string
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		logged = nil
 		now := s.clock()
-		snap, err := s.getDoc(ctx, tx, ref)
+		snap, err := fsdoc.Get(ctx, tx, ref)
 		exists := err == nil
-		if err != nil && !notFound(err) {
+		if err != nil && !fsdoc.NotFound(err) {
 			return err
 		}
 		switch {

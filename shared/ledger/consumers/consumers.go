@@ -1,16 +1,17 @@
-package ledger
+package consumers
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/shared/ledger/model"
 	"sort"
 	"time"
 
 	"cloud.google.com/go/firestore"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/ledger/internal/fsdoc"
+	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/registry"
 )
@@ -33,7 +34,7 @@ type consumerDoc struct {
 // collection: the enabled consumers of topic, by sort order then id. It
 // reads every entry of the topic (a handful) each time; put
 // registry.Cached in front of it on hot paths.
-func (s *Store) ExpectedConsumers(ctx context.Context, topic string) ([]registry.Consumer, error) {
+func (s *Registry) ExpectedConsumers(ctx context.Context, topic string) ([]registry.Consumer, error) {
 	all, err := s.topicConsumers(ctx, topic)
 	if err != nil {
 		return nil, err
@@ -48,8 +49,8 @@ func (s *Store) ExpectedConsumers(ctx context.Context, topic string) ([]registry
 }
 
 // topicConsumers returns every entry of a topic, enabled or not.
-func (s *Store) topicConsumers(ctx context.Context, topic string) ([]registry.Consumer, error) {
-	docs, err := s.queryDocs(ctx, nil, shapeConsumersByTopic.query(s.consumers.Query, map[string]any{"topic": topic}))
+func (s *Registry) topicConsumers(ctx context.Context, topic string) ([]registry.Consumer, error) {
+	docs, err := fsdoc.Query(ctx, nil, fsdoc.ShapeConsumersByTopic.Query(s.consumers.Query, map[string]any{"topic": topic}))
 	if err != nil {
 		return nil, fmt.Errorf("ledger: consumers of %s: %w", topic, err)
 	}
@@ -99,7 +100,7 @@ type SyncOptions struct {
 // records updatedBy) is never rewritten nor disabled by a sync, so a deploy
 // does not undo an operator's edit; it is counted in Kept. Only entries the
 // sync itself wrote follow the topology.
-func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, opts SyncOptions) (SyncReport, error) {
+func (s *Registry) SyncConsumers(ctx context.Context, entries []registry.Consumer, opts SyncOptions) (SyncReport, error) {
 	var rep SyncReport
 	want := make(map[string]registry.Consumer, len(entries))
 	for i, e := range entries {
@@ -119,7 +120,7 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 		}
 		want[id] = e
 	}
-	docs, err := s.queryDocs(ctx, nil, shapeAllConsumers.query(s.consumers.Query, nil))
+	docs, err := fsdoc.Query(ctx, nil, fsdoc.ShapeAllConsumers.Query(s.consumers.Query, nil))
 	if err != nil {
 		return rep, fmt.Errorf("ledger: sync consumers: read %s: %w", model.CollectionConsumers, err)
 	}
@@ -142,7 +143,7 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 		return nil
 	}
 	var werr error
-	for _, id := range sortedKeys(want) {
+	for _, id := range fsdoc.SortedKeys(want) {
 		e := want[id]
 		cur, ok := have[id]
 		ref := s.consumers.Doc(id)
@@ -167,7 +168,7 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 		}
 	}
 	if opts.DisableUnlisted && werr == nil {
-		for _, id := range sortedKeys(have) {
+		for _, id := range fsdoc.SortedKeys(have) {
 			if _, listed := want[id]; listed {
 				continue
 			}
@@ -196,28 +197,4 @@ func (s *Store) SyncConsumers(ctx context.Context, entries []registry.Consumer, 
 		return rep, fmt.Errorf("ledger: sync consumers: %w", err)
 	}
 	return rep, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Expected returns the ids of the consumers a topic's events are sent to
-// now, through the store's registry (Options.Registry: cached), so the
-// rollup can tell when every consumer of an event has reported.
-func (s *Store) Expected(ctx context.Context, topic string) ([]string, error) {
-	cs, err := s.reg.ExpectedConsumers(ctx, topic)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: expected consumers of %s: %w", topic, err)
-	}
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = c.ConsumerID
-	}
-	return out, nil
 }

@@ -1,4 +1,4 @@
-package ledger
+package query
 
 import (
 	"github.com/relaybus/relaybus/shared/ledger/model"
