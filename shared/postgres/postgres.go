@@ -312,6 +312,7 @@ func (p *Pool) do(ctx context.Context, retry func(error) bool, f func() error) e
 	}
 	backoff := p.retry.MinBackoff
 	for {
+		start := time.Now()
 		err := f()
 		if err == nil || !retry(err) || ctx.Err() != nil {
 			return err
@@ -319,7 +320,10 @@ func (p *Pool) do(ctx context.Context, retry func(error) bool, f func() error) e
 		// Full jitter in [backoff/2, backoff): callers refused together do
 		// not come back together.
 		wait := backoff/2 + rand.N(backoff/2+1)
-		if time.Now().Add(wait).After(stop) {
+		// Another attempt must end before the deadline, not only start:
+		// allow it twice as long as this one took, so the caller gets the
+		// error with its time to answer left, not a deadline exceeded.
+		if time.Now().Add(wait + 2*time.Since(start)).After(stop) {
 			return err
 		}
 		t := time.NewTimer(wait)
