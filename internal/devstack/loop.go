@@ -47,6 +47,11 @@ type Route struct {
 	// MaxAttempts dead-letters a message to <Topic>.dlq after this many
 	// refused deliveries (0 never does).
 	MaxAttempts int
+	// MaxInFlight bounds this route's deliveries in flight (0:
+	// Loop.MaxInFlight); its held messages are at least as many. An
+	// endpoint that holds its requests by design (rollup gathers an
+	// event's consumers for up to its window) needs more than a consumer.
+	MaxInFlight int
 }
 
 // NoPolicyBackoff is the pause before redelivering a message of a
@@ -344,6 +349,9 @@ type runner struct {
 	ackDeadline time.Duration
 	filter      filter
 	ordered     bool
+	// inFlight and outstanding are the route's bounds: Route.MaxInFlight
+	// or the loop's, and the loop's MaxOutstanding, at least inFlight.
+	inFlight, outstanding int
 
 	mu       sync.Mutex
 	held     map[string]*held
@@ -352,7 +360,7 @@ type runner struct {
 	stopping bool
 	seq      uint64
 
-	ready chan *held    // queued messages a worker may take; never more than MaxOutstanding
+	ready chan *held    // queued messages a worker may take; never more than outstanding
 	acks  chan *held    // settled messages to acknowledge
 	space chan struct{} // the held set shrank
 	kick  chan struct{} // an ack went through: an ordered server may hand out a key's next message
@@ -414,6 +422,11 @@ func (r *runner) run(ctx, cutCtx, endCtx context.Context) {
 	l := r.l
 	r.sub = l.path(r.r.Subscription)
 	r.ordered = r.r.Mode != topology.DeliveryEventarc
+	r.inFlight = l.MaxInFlight
+	if r.r.MaxInFlight > 0 {
+		r.inFlight = r.r.MaxInFlight
+	}
+	r.outstanding = max(l.MaxOutstanding, r.inFlight)
 	for {
 		err := r.setup(ctx)
 		if err == nil {
@@ -429,8 +442,8 @@ func (r *runner) run(ctx, cutCtx, endCtx context.Context) {
 	}
 	r.held = map[string]*held{}
 	r.keys = map[string][]*held{}
-	r.ready = make(chan *held, l.MaxOutstanding)
-	r.acks = make(chan *held, l.MaxOutstanding)
+	r.ready = make(chan *held, r.outstanding)
+	r.acks = make(chan *held, r.outstanding)
 	r.space = make(chan struct{}, 1)
 	r.kick = make(chan struct{}, 1)
 	r.lease = make(chan struct{}, 1)
@@ -439,7 +452,7 @@ func (r *runner) run(ctx, cutCtx, endCtx context.Context) {
 	var pulling, working, acking, leasing sync.WaitGroup
 	pulling.Add(1)
 	go func() { defer pulling.Done(); r.pull(ctx, endCtx) }()
-	for range l.MaxInFlight {
+	for range r.inFlight {
 		working.Add(1)
 		go func() { defer working.Done(); r.work(ctx, cutCtx) }()
 	}
@@ -479,14 +492,14 @@ func (r *runner) pull(ctx, endCtx context.Context) {
 		r.mu.Lock()
 		n := len(r.held)
 		r.mu.Unlock()
-		free := l.MaxOutstanding - n
+		free := r.outstanding - n
 		if ctx.Err() != nil || !l.whilePaused(ctx, r.r.Subscription) {
 			return
 		}
 		// Each Pull costs the server a scan of the subscription's backlog
 		// (pstest, under its one lock): with messages at hand, wait until
 		// there is room for a worthwhile batch.
-		if free <= 0 || n > 0 && free < min(100, l.MaxOutstanding/10) {
+		if free <= 0 || n > 0 && free < min(100, r.outstanding/10) {
 			select {
 			case <-ctx.Done():
 				return
