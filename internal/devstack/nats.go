@@ -86,12 +86,12 @@ func (b bridge) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
 	return pull.Answer{Status: resp.StatusCode}
 }
 
-// The bridges' bounds are the delivery loop's defaults (Loop.MaxInFlight,
-// Loop.MaxOutstanding): rollup holds a request until its event is rolled
-// up (its coalescing window, ROLLUP_WINDOW 5 s, and longer while the
-// event's send is not in the ledger yet), so the rollup route needs the
-// loop's concurrency; with the pull worker's own default of 16 in flight
-// the ledger lagged the consumers by a minute in the crash test (lag p50
+// The bridges' bounds are the delivery loop's (Loop.MaxInFlight,
+// Loop.MaxOutstanding, and a route's own MaxInFlight: rollupMaxInFlight
+// for the rollup): rollup holds a request until its event is rolled up
+// (its coalescing window, ROLLUP_WINDOW 5 s), so its route needs more in
+// flight than a consumer's; with the pull worker's own default of 16 the
+// ledger lagged the consumers by a minute in the crash test (lag p50
 // 66-76 s).
 const (
 	loopMaxInFlight    = 64
@@ -122,9 +122,13 @@ func runBridges(ctx context.Context, nc *natsjs.Client, project string, routes [
 	defer stop()
 	var wg sync.WaitGroup
 	for _, rt := range routes {
+		inFlight := loopMaxInFlight
+		if rt.MaxInFlight > 0 {
+			inFlight = rt.MaxInFlight
+		}
 		w, err := pull.New(pull.Options{Source: nc, Subscription: rt.Subscription, DeadLetters: nc, Project: project,
 			Engine:      bridge{http: client, url: rt.URL, sub: "projects/" + project + "/subscriptions/" + rt.Subscription, timeout: time.Minute, cut: cut},
-			MaxInFlight: loopMaxInFlight, MaxOutstanding: loopMaxOutstanding, MaxAttempts: 1 << 30,
+			MaxInFlight: inFlight, MaxOutstanding: max(loopMaxOutstanding, inFlight), MaxAttempts: 1 << 30,
 			MinBackoff: rt.MinBackoff, MaxBackoff: rt.MaxBackoff, Logger: log})
 		if err != nil { // only a missing option gets here
 			log.Error("local delivery (nats): "+err.Error(), "subscription", rt.Subscription)
