@@ -146,6 +146,15 @@ type item struct {
 	l        Leased
 	m        event.Message
 	attempts int // deliveries made by this worker
+
+	// mu orders the lease's renewals against its settling: once settled
+	// (acknowledged or handed back) the lease is never renewed again. A
+	// renewal that reached the broker after a hand-back would hold the
+	// message again (Pub/Sub's ModifyAckDeadline after a nack; JetStream's
+	// in-progress after a Nak), so it came back a lease later, behind the
+	// next versions of its key.
+	mu      sync.Mutex
+	settled bool
 }
 
 // New returns a worker over o.
@@ -353,7 +362,11 @@ func (w *Worker) handBack(it *item) {
 // is logged: the lease lapses and the broker redelivers, which the inbox
 // absorbs.
 func (w *Worker) settle(ctx context.Context, it *item, f func() error, what string) {
-	if err := f(); err != nil {
+	it.mu.Lock()
+	it.settled = true
+	err := f()
+	it.mu.Unlock()
+	if err != nil {
 		w.o.Logger.WarnContext(ctx, "pull: "+what+" failed; the message will be redelivered", "subscription", w.o.Subscription,
 			"message_id", it.m.ID, "error", err.Error())
 	}
@@ -381,7 +394,13 @@ func (w *Worker) extend(stop <-chan struct{}) {
 		w.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), w.o.ExtendEvery)
 		for _, it := range its {
-			if err := it.l.Extend(ctx); err != nil {
+			it.mu.Lock()
+			var err error
+			if !it.settled {
+				err = it.l.Extend(ctx)
+			}
+			it.mu.Unlock()
+			if err != nil {
 				w.o.Logger.WarnContext(ctx, "pull: lease extension failed", "message_id", it.m.ID, "error", err.Error())
 			}
 		}
