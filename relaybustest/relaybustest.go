@@ -28,13 +28,10 @@ package relaybustest
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/delivery"
@@ -112,7 +110,8 @@ func New(t testing.TB, h consumer.Handler, o Options) *Kit {
 		t.Fatal("relaybustest: no Postgres: set Options.DatabaseURL, $RELAYBUS_TEST_DATABASE_URL or $DATABASE_URL (or run the tests under relaybus's go run ./internal/cmd/testenv)")
 	}
 	ctx := context.Background()
-	pool := schema(t, url)
+	// A schema of its own, dropped when t ends.
+	pool, _ := pgtest.SchemaOn(t, url, "relaybustest", func(c *pgxpool.Config) { c.MaxConns = 4 })
 	for _, l := range []migrate.Line{inbox.Migrations, projection.Migrations, outbox.Migrations} {
 		if _, err := l.Apply(ctx, pool); err != nil {
 			t.Fatalf("relaybustest: migrate %s: %v", l.Name, err)
@@ -135,59 +134,6 @@ func New(t testing.TB, h consumer.Handler, o Options) *Kit {
 		t.Fatalf("relaybustest: %v", err)
 	}
 	return &Kit{DB: pool, Engine: eng, t: t, consumerID: o.ConsumerID, deadLetters: dl, attempts: map[string]int{}}
-}
-
-// schema creates a schema for t on url and returns a pool whose
-// search_path is it; the schema is dropped when t ends.
-func schema(t testing.TB, url string) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := "relaybustest_" + sanitize(t.Name()) + "_" + hex.EncodeToString(b[:])
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatalf("relaybustest: connect to Postgres: %v", err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("relaybustest: create schema: %v", err)
-	}
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatalf("relaybustest: %v", err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = name
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("relaybustest: pool: %v", err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		conn, err := pgx.Connect(context.Background(), url)
-		if err != nil {
-			return
-		}
-		defer conn.Close(context.Background())
-		_, _ = conn.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE")
-	})
-	return pool
-}
-
-func sanitize(s string) string {
-	var sb strings.Builder
-	for _, r := range strings.ToLower(s) {
-		if sb.Len() >= 30 {
-			break
-		}
-		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
-			sb.WriteRune(r)
-		} else {
-			sb.WriteByte('_')
-		}
-	}
-	return sb.String()
 }
 
 // Deliver delivers each event once, one after the other, in the order

@@ -149,15 +149,26 @@ func Schema(t testing.TB) *pgxpool.Pool {
 // size, ...). It also returns the schema name.
 func SchemaConfig(t testing.TB, adjust func(*pgxpool.Config)) (*pgxpool.Pool, string) {
 	t.Helper()
-	ctx := context.Background()
 	base := URL(t)
+	if pooled() {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		return pooledDatabase(t, base, "t_"+sanitize(t.Name())+"_"+hex.EncodeToString(b[:]), adjust)
+	}
+	return SchemaOn(t, base, "t", adjust)
+}
+
+// SchemaOn creates a schema named prefix_<test name>_<random> in the
+// database at url and returns a pool whose connections use it as their
+// search_path (adjust, when set, changes the pool's configuration first),
+// and the schema's name. The schema is dropped when the test ends.
+func SchemaOn(t testing.TB, url, prefix string, adjust func(*pgxpool.Config)) (*pgxpool.Pool, string) {
+	t.Helper()
+	ctx := context.Background()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	schema := "t_" + sanitize(t.Name()) + "_" + hex.EncodeToString(b[:])
-	if pooled() {
-		return pooledDatabase(t, base, schema, adjust)
-	}
-	admin, err := pgx.Connect(ctx, base)
+	schema := prefix + "_" + sanitize(t.Name()) + "_" + hex.EncodeToString(b[:])
+	admin, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)
 	}
@@ -165,7 +176,7 @@ func SchemaConfig(t testing.TB, adjust func(*pgxpool.Config)) (*pgxpool.Pool, st
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		t.Fatalf("pgtest: create schema: %v", err)
 	}
-	cfg, err := pgxpool.ParseConfig(base)
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -179,7 +190,7 @@ func SchemaConfig(t testing.TB, adjust func(*pgxpool.Config)) (*pgxpool.Pool, st
 	}
 	t.Cleanup(func() {
 		pool.Close()
-		conn, err := pgx.Connect(context.Background(), base)
+		conn, err := pgx.Connect(context.Background(), url)
 		if err != nil {
 			return
 		}
