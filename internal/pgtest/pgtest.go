@@ -151,11 +151,16 @@ func SchemaConfig(t testing.TB, adjust func(*pgxpool.Config)) (*pgxpool.Pool, st
 	t.Helper()
 	base := URL(t)
 	if pooled() {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		return pooledDatabase(t, base, "t_"+sanitize(t.Name())+"_"+hex.EncodeToString(b[:]), adjust)
+		return pooledDatabase(t, base, uniqueName(t, "t"), adjust)
 	}
 	return SchemaOn(t, base, "t", adjust)
+}
+
+// uniqueName is prefix_<test name>_<random>, a name of t's own.
+func uniqueName(t testing.TB, prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "_" + sanitize(t.Name()) + "_" + hex.EncodeToString(b[:])
 }
 
 // SchemaOn creates a schema named prefix_<test name>_<random> in the
@@ -165,9 +170,7 @@ func SchemaConfig(t testing.TB, adjust func(*pgxpool.Config)) (*pgxpool.Pool, st
 func SchemaOn(t testing.TB, url, prefix string, adjust func(*pgxpool.Config)) (*pgxpool.Pool, string) {
 	t.Helper()
 	ctx := context.Background()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	schema := prefix + "_" + sanitize(t.Name()) + "_" + hex.EncodeToString(b[:])
+	schema := uniqueName(t, prefix)
 	admin, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatalf("pgtest: connect: %v", err)
