@@ -25,6 +25,7 @@ import (
 // Counter counts reads and writes. The zero value is ready.
 type Counter struct {
 	reads, writes atomic.Int64
+	queries       atomic.Int64
 
 	mu sync.Mutex
 	// byDoc holds when each document was written (each write's RPC start).
@@ -82,6 +83,11 @@ func (c *Counter) wroteDocs(ws []*pb.Write) {
 // Reads and Writes return the counts so far.
 func (c *Counter) Reads() int64  { return c.reads.Load() }
 func (c *Counter) Writes() int64 { return c.writes.Load() }
+
+// Queries returns how many queries (RunQuery RPCs) were sent so far: the
+// requests whose cost grows with the documents the Firestore emulator
+// holds, which scans them all to answer one.
+func (c *Counter) Queries() int64 { return c.queries.Load() }
 
 // Options returns the client options that route a Firestore client's RPCs
 // through the counter (pass them to firestore.NewClient, or ledger.Open).
@@ -149,6 +155,7 @@ type countingStream struct {
 func (s *countingStream) SendMsg(m any) error {
 	if _, ok := m.(*pb.RunQueryRequest); ok {
 		s.query = true
+		s.c.queries.Add(1)
 	}
 	return s.ClientStream.SendMsg(m)
 }

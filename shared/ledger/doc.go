@@ -191,8 +191,10 @@
 // is rolled up as [Store.RollupMany] does: the attempts numbered after
 // each consumer's mark are read by document id (attemptWindow per
 // consumer), no query (the Firestore emulator answers a query by scanning
-// its whole store). The reconciler reads attempts whole and merges them
-// with the marks, so an attempt a window could miss is still found.
+// its whole store). The reconciler reads the same windows; it reads an
+// event's attempts whole (a query) only when a window comes back full, the
+// document predates the fold, or the event has been open ten times
+// ReconcileAfter, so an attempt a window cannot reach is still found.
 //
 // checkAt is present while an event's status is not settled (CONSUMED,
 // EXPIRED, FAILED): ReconcileAfter after the last status change, then

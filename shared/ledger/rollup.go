@@ -204,11 +204,21 @@ const attemptWindow = 2
 
 // rollupRound reads, derives and writes the given events once, reports
 // each settled result through set and returns the ids to derive again
-// (their documents changed under the write). With bump (the reconciler),
-// each event's attempts are read whole (the safety net for anything a
-// window read could miss) and an event that is still not settled gets its
-// next checkAt; otherwise only the attempts after each consumer's Latest
-// Mark are read, by id, in one request for the whole round.
+// (their documents changed under the write). The attempts after each
+// consumer's Latest mark are read by id, in one request for the whole
+// round (the notices' own attempts need no read), and an event's attempts
+// are read whole by a query only when a window came back full. With bump
+// (the reconciler), they are also read whole when the document predates
+// the fold or the event has been open longer than wholeReadAfter, and an
+// event that is still not settled gets its next checkAt.
+//
+// Why the reconciler does not read every due event whole: that is a query
+// per event, and the Firestore emulator answers a query by scanning every
+// document it holds (250 ms at 95,000 events under load), so a local
+// stack that fell ReconcileAfter behind scanned once per lagging event
+// and fell further behind. Production Firestore serves the query from an
+// index, but it is still a request per event where windows are one per
+// batch.
 func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, RollupResult), bump bool, notices map[string]*model.Notice, gap time.Duration) ([]string, error) {
 	refs := make([]*firestore.DocumentRef, len(ids))
 	for i, id := range ids {
@@ -219,10 +229,11 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 		return nil, err
 	}
 	ds := make([]*derivation, len(ids))
+	now := s.clock()
 	for i, id := range ids {
-		d := &derivation{id: id, snap: snaps[i], res: RollupResult{EventID: id}, readAll: bump, window: !bump}
+		d := &derivation{id: id, snap: snaps[i], res: RollupResult{EventID: id}, window: true}
 		if n := notices[id]; n != nil {
-			d.fold, d.window = n.Attempts, !bump && n.Legacy
+			d.fold, d.window = n.Attempts, n.Legacy
 		}
 		ds[i] = d
 		if !d.snap.Exists() {
@@ -235,15 +246,24 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 		} else if err := d.snap.DataTo(&d.ev); err != nil {
 			d.res.Err = fmt.Errorf("ledger: rollup: decode %s: %w", d.snap.Ref.ID, err)
 		}
-		// A document written before the fold may have attempt documents
-		// no mark records (a first success that changed no status): read
-		// them by id, as the former rollup did.
-		d.window = d.window || (!bump && !d.ev.Folded)
-	}
-	if !bump {
-		if err := s.readNewAttempts(ctx, ds); err != nil {
-			return nil, err
+		switch {
+		case bump:
+			// The reconciler reads by id the attempts after each mark. It
+			// reads whole a document written before the fold, whose marks
+			// may not record every attempt, and an event open for long
+			// (wholeReadAfter): the safety net for an attempt a window
+			// cannot reach, at a few looks an hour.
+			whole := !d.ev.Folded || s.openFor(&d.ev, now) >= wholeReadAfter*s.reconcile
+			d.window, d.readAll = !whole, whole
+		default:
+			// A document written before the fold may have attempt
+			// documents no mark records (a first success that changed no
+			// status): read them by id, as the former rollup did.
+			d.window = d.window || !d.ev.Folded
 		}
+	}
+	if err := s.readNewAttempts(ctx, ds); err != nil {
+		return nil, err
 	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, rollupReaders)
@@ -265,7 +285,7 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 		}()
 	}
 	wg.Wait()
-	now := s.clock()
+	now = s.clock()
 	var wait time.Duration
 	for _, d := range ds {
 		if d.res.Err != nil {
@@ -346,8 +366,11 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 // of them: no query, so a rollup costs the same however many events and
 // attempts the ledger holds. A derivation whose window came back full is
 // marked readAll. Attempt numbers count from 1 without gaps (the inbox's
-// counter); an attempt a window could still miss is found by the
-// reconciler, which reads attempts whole.
+// counter), and a consumer's first success is the only attempt that may
+// have no document (LevelFailures), so a window misses an attempt only
+// when a consumer the event does not expect reported it, or two attempts
+// in a row have no document, and the notices that carried them were lost
+// too; the rollup acknowledges a notice only once it is folded.
 func (s *Store) readNewAttempts(ctx context.Context, ds []*derivation) error {
 	type slot struct {
 		d        *derivation
@@ -490,12 +513,25 @@ func (s *Store) stub(ctx context.Context, d *derivation) error {
 // around (so an event is looked at a handful of times a day at most),
 // between ReconcileAfter and an hour.
 func (s *Store) recheckAfter(ev *model.Event, now time.Time) time.Duration {
+	return min(max(s.openFor(ev, now), s.reconcile), time.Hour)
+}
+
+// openFor is how long ev has been open at now: since it was sent, or
+// since its document was created when its send is not recorded.
+func (s *Store) openFor(ev *model.Event, now time.Time) time.Duration {
 	since := ev.SentAt
 	if since.IsZero() {
 		since = ev.CreatedAt
 	}
-	return min(max(now.Sub(since), s.reconcile), time.Hour)
+	return now.Sub(since)
 }
+
+// wholeReadAfter is, in ReconcileAfters, how long an event is open before
+// the reconciler reads its attempts whole at each look (10 minutes in
+// production, 150 s on the local stack): its first looks read the windows
+// after the marks, which cost one request for a whole batch of events,
+// where a whole read is a query per event.
+const wholeReadAfter = 10
 
 func withoutPath(ups []firestore.Update, path string) []firestore.Update {
 	out := ups[:0:0]

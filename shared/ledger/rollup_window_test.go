@@ -76,12 +76,23 @@ func TestRollupFollowsAttemptsPastItsMarks(t *testing.T) {
 		}
 		insert(attempt(e, "shipping", 1, model.OutcomeSuccess), attempt(e, "billing", attemptWindow+2, model.OutcomeSuccess))
 		step(e.ID, model.StatusSent) // billing's attempt is past the window
+		// The reconciler's first looks read the same windows (one request
+		// for all the due events, not a query per event)...
 		clock.t = clock.t.Add(2 * time.Minute)
 		if _, err := s.Reconcile(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
+		if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusSent {
+			t.Fatalf("after the reconciler's first look: %s, want SENT (a window read)", d.Event.Status)
+		}
+		// ...and once the event has been open wholeReadAfter, it reads the
+		// attempts whole.
+		clock.t = clock.t.Add(wholeReadAfter * time.Minute)
+		if _, err := s.Reconcile(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
 		if d := mustGet(t, s, e.ID); d.Event.Status != model.StatusConsumed {
-			t.Fatalf("after the reconciler: %s, want CONSUMED", d.Event.Status)
+			t.Fatalf("after the reconciler's look %v after the send: %s, want CONSUMED", wholeReadAfter*time.Minute+2*time.Minute, d.Event.Status)
 		}
 	})
 }
