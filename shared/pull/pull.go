@@ -235,6 +235,11 @@ func (w *Worker) pullLoop(ctx context.Context) error {
 		for range n - len(got) {
 			<-w.slots
 		}
+		// What a failed pull returned is leased to us all the same: it is
+		// delivered (or handed back), never left to lapse behind its key.
+		for _, l := range got {
+			w.dispatch(ctx, &item{l: l, m: l.Message()})
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -247,9 +252,6 @@ func (w *Worker) pullLoop(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		for _, l := range got {
-			w.dispatch(ctx, &item{l: l, m: l.Message()})
-		}
 	}
 }
 
