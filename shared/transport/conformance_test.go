@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -9,20 +10,51 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 	"github.com/relaybus/relaybus/shared/transport/transporttest"
 )
 
+// TestMain stops the Pub/Sub emulator emutest started, if it started one.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	emutest.Cleanup()
+	os.Exit(code)
+}
+
 // TestConformance runs the transport suite against Pub/Sub on pstest.
 func TestConformance(t *testing.T) {
-	const project = "relaybus-conformance"
 	srv := pstest.NewServer()
 	t.Cleanup(func() { _ = srv.Close() })
+	transporttest.Run(t, pubsubBackend("relaybus-conformance", srv.Addr, true))
+}
+
+// TestConformanceOnTheEmulator runs the transport suite against the gcloud
+// Pub/Sub emulator (make test's, or one started for the test binary): a
+// server of Google's own besides the client library's fake.
+func TestConformanceOnTheEmulator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the suite waits out ack deadlines on the emulator")
+	}
+	// The emulator (cloud-pubsub-emulator 0.8.20, the SDK's) accepts a
+	// subscription's filter and does not apply it: a replay addressed to
+	// one consumer reaches every subscription, as on NATS, and the other
+	// consumers' engines skip it. Pub/Sub and pstest apply it
+	// (https://cloud.google.com/pubsub/docs/subscription-message-filter).
+	transporttest.Run(t, pubsubBackend(emutest.UniqueProject(t), emutest.Host(t, emulator.PubSub), false))
+}
+
+// pubsubBackend is the suite's Pub/Sub backend on the server at addr;
+// filters says whether that server applies subscription filters.
+func pubsubBackend(project, addr string, filters bool) transporttest.Backend {
 	const ackDeadline = 10 * time.Second // Pub/Sub's minimum
-	transporttest.Run(t, transporttest.Backend{
+	path := func(kind, id string) string { return "projects/" + project + "/" + kind + "/" + id }
+	return transporttest.Backend{
 		Open: func(t *testing.T) transporttest.Broker {
-			c, err := transport.Dial(context.Background(), project, srv.Addr, transport.Options{})
+			c, err := transport.Dial(context.Background(), project, addr, transport.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -31,7 +63,6 @@ func TestConformance(t *testing.T) {
 		Setup: func(t *testing.T, b transporttest.Broker, topic, sub, dlqSub string) {
 			admin := b.(*transport.Client).PubSub()
 			ctx := context.Background()
-			path := func(kind, id string) string { return "projects/" + project + "/" + kind + "/" + id }
 			for _, tp := range []string{topic, names.DeadLetter(topic)} {
 				if _, err := admin.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: path("topics", tp)}); err != nil {
 					t.Fatal(err)
@@ -47,12 +78,23 @@ func TestConformance(t *testing.T) {
 				}
 			}
 		},
+		Subscribe: func(t *testing.T, b transporttest.Broker, topic, consumer string) string {
+			c := topology.Consumer{Topic: topic, Service: consumer, Role: "processor"}
+			_, err := b.(*transport.Client).PubSub().SubscriptionAdminClient.CreateSubscription(context.Background(), &pb.Subscription{
+				Name: path("subscriptions", c.Subscription()), Topic: path("topics", topic),
+				EnableMessageOrdering: true, AckDeadlineSeconds: int32(ackDeadline / time.Second), Filter: c.Filter(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c.Subscription()
+		},
 		AckDeadline: ackDeadline,
 		// No publish deduplication on Pub/Sub: a repeated publish is a
 		// second message (https://cloud.google.com/pubsub/docs/exactly-once-delivery
 		// is about delivery, not publishing); the inbox absorbs it. Delivery
 		// attempts are counted only with a dead-letter policy, which pstest
 		// does not run.
-		Caps: transporttest.Capabilities{DedupOnEventID: false, DeliveryAttemptCount: false},
-	})
+		Caps: transporttest.Capabilities{DedupOnEventID: false, DeliveryAttemptCount: false, FiltersByTarget: filters},
+	}
 }

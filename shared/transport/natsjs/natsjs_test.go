@@ -9,6 +9,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport/natsjs"
 	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
 	"github.com/relaybus/relaybus/shared/transport/transporttest"
@@ -44,6 +45,13 @@ func TestConformance(t *testing.T) {
 			if err := c.EnsureSubscription(ctx, names.DeadLetter(topic), dlqSub, natsjs.SubscriptionConfig{AckWait: ackWait}); err != nil {
 				t.Fatal(err)
 			}
+		},
+		Subscribe: func(t *testing.T, b transporttest.Broker, topic, consumer string) string {
+			sub := topology.Consumer{Topic: topic, Service: consumer, Role: "processor"}.Subscription()
+			if err := b.(*natsjs.Client).EnsureSubscription(context.Background(), topic, sub, natsjs.SubscriptionConfig{AckWait: ackWait}); err != nil {
+				t.Fatal(err)
+			}
+			return sub
 		},
 		AckDeadline: ackWait,
 		Caps:        transporttest.Capabilities{DedupOnEventID: true, DeliveryAttemptCount: true},

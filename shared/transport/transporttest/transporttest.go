@@ -25,6 +25,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/pull"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Broker is a transport client as the suite drives it.
@@ -46,6 +47,12 @@ type Capabilities struct {
 	// count (Pub/Sub fills it only on subscriptions with a dead-letter
 	// policy, which pstest cannot run; JetStream always).
 	DeliveryAttemptCount bool
+	// FiltersByTarget: a message addressed to one consumer
+	// (topology.TargetConsumerAttr, a targeted replay) never reaches the
+	// other consumers' subscriptions (Pub/Sub's subscription filter,
+	// topology.Consumer.ReplayFilter). Without it, it reaches them with the
+	// attribute intact, and their engines acknowledge it unapplied.
+	FiltersByTarget bool
 }
 
 // Backend is one transport under test.
@@ -55,6 +62,9 @@ type Backend struct {
 	// Setup creates topic, its <topic>.dlq, subscription on topic (ordered,
 	// ack deadline AckDeadline) and <topic>.dlq's subscription dlqSub.
 	Setup func(t *testing.T, b Broker, topic, subscription, dlqSub string)
+	// Subscribe creates consumer's subscription on topic (which Setup
+	// created) as provisioning does, and returns its id.
+	Subscribe func(t *testing.T, b Broker, topic, consumer string) string
 	// AckDeadline is the lease Setup gives subscriptions: the suite waits
 	// it out to see an unacknowledged message come back.
 	AckDeadline time.Duration
@@ -87,6 +97,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("IdempotentPublishOnEventID", func(t *testing.T) { idempotent(t, b) })
 	t.Run("NackRedeliversAfterBackoff", func(t *testing.T) { backoff(t, b) })
 	t.Run("CrashRedeliversAfterReconnect", func(t *testing.T) { crash(t, b) })
+	t.Run("TargetedReplayReachesOneConsumer", func(t *testing.T) { targeted(t, b) })
 	t.Run("WorkerKeepsKeyOrderUnderRetries", func(t *testing.T) { workerOrder(t, b) })
 	t.Run("WorkerDeadLettersAfterMaxAttempts", func(t *testing.T) { workerDeadLetters(t, b) })
 	t.Run("WorkerAcksOnlyAfterTheEngineAnswers", func(t *testing.T) { workerShutdown(t, b) })
@@ -160,6 +171,56 @@ func publishAndReceive(t *testing.T, b Backend) {
 	got = pullN(t, c, sub, 1, 10*time.Second, true)
 	if len(got) != 1 || got[0].Message().OrderingKey != odd.OrderingKey {
 		t.Fatalf("odd key not received intact: %d messages", len(got))
+	}
+}
+
+// targeted: a replay addressed to one consumer reaches that consumer's
+// subscription, in its key's order, and the others' only where the
+// broker cannot filter (then marked, so their engines skip it).
+func targeted(t *testing.T, b Backend) {
+	c, topic, _, _ := setup(t, b)
+	alpha, beta := b.Subscribe(t, c, topic, "alpha"), b.Subscribe(t, c, topic, "beta")
+	replay := message("k", 1)
+	replay.Attributes[topology.TargetConsumerAttr] = "alpha"
+	// The replay, then an ordinary message of the same key: a subscription
+	// has seen the replay, or skipped it, once the second one arrives.
+	for _, m := range []event.Message{replay, message("k", 2)} {
+		if _, err := c.Publish(context.Background(), topic, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	received := func(sub string) []string {
+		var got []string
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for ctx.Err() == nil && (len(got) == 0 || got[len(got)-1] != "k-2") {
+			ls, err := c.Pull(ctx, sub, 10)
+			if err != nil && ctx.Err() == nil {
+				t.Fatalf("pull %s: %v", sub, err)
+			}
+			for _, l := range ls {
+				m := l.Message()
+				if err := l.Ack(context.Background()); err != nil {
+					t.Fatalf("ack: %v", err)
+				}
+				id := m.Attributes[event.AttrEventID]
+				if target := m.Attributes[topology.TargetConsumerAttr]; id == "k-1" && target != "alpha" {
+					t.Errorf("%s: the replay arrived addressed to %q, want alpha", sub, target)
+				}
+				got = append(got, id)
+			}
+		}
+		return got
+	}
+	if got := received(alpha); fmt.Sprint(got) != "[k-1 k-2]" {
+		t.Errorf("the addressed consumer received %v, want [k-1 k-2]", got)
+	}
+	want := "[k-1 k-2]" // delivered, marked for the engine to skip
+	if b.Caps.FiltersByTarget {
+		want = "[k-2]"
+	}
+	if got := received(beta); fmt.Sprint(got) != want {
+		t.Errorf("another consumer received %v, want %s", got, want)
 	}
 }
 
