@@ -34,9 +34,11 @@ package natsjs
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -354,8 +356,37 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []event.Me
 	return len(futures), nil
 }
 
-// Pull fetches at most max messages of subscription's consumer, waiting at
-// most the client's PullWait.
+// Pull returns at most max messages of subscription's consumer as soon as
+// there are any, waiting at most the client's PullWait for the first.
+//
+// It sends one pull request of its own, no_wait with an expiry
+// ($JS.API.CONSUMER.MSG.NEXT,
+// https://docs.nats.io/reference/jetstream/api/consumer/get-next; batch
+// at most 256). nats-server (2.12, processNextMsgRequest) takes that pair
+// as a one-shot: it delivers what the consumer holds and ends the request
+// at once (404 after a partial batch), waits for the first message when
+// it holds none, and ends it at its expiry (408) in every case, also when
+// the consumer is at its MaxAckPending. So no request of this Pull is left on
+// the server after it returns, to take a message the worker hands back
+// or a message nobody reads.
+//
+// nats.go's Fetch and FetchNoWait could not do this. A fetch of max with a
+// wait held what arrived until max had arrived or the wait passed, leased
+// on the server with its AckWait running, where the worker could neither
+// deliver nor renew it: up to PullWait of latency per message at light
+// traffic, and under load a lease that lapsed before the worker saw its
+// message, which came back behind its key's next ones. A no-wait fetch
+// has no expiry, and at MaxAckPending the server leaves it pending (the
+// client gives up on it after a second), so it outlived the Pull.
+//
+// A Pull whose ctx ends while it waits still waits for the server to end
+// its request (PullWait at most), so that nothing of it is left there: a
+// worker's graceful drain takes that long more.
+//
+// When other pulls of the consumer are waiting for more messages than it
+// holds, the server refuses a no-wait request at once (408 Requests
+// Pending); Pull then waits its turn with an ordinary request for one
+// message.
 func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]pull.Leased, error) {
 	ci, err := c.consumer(ctx, subscription)
 	if err != nil {
@@ -365,60 +396,106 @@ func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]pull
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 		wait = time.Until(dl)
 	}
-	if wait < time.Millisecond {
+	if wait < time.Millisecond || ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	// FetchMaxWait, not the context: the pull request expires on the
-	// server when Fetch returns, so no request of a worker that stopped
-	// pulling is left to take the messages it hands back.
-	batch, err := ci.c.Fetch(max, jetstream.FetchMaxWait(wait))
+	subject := "$JS.API.CONSUMER.MSG.NEXT." + StreamName(ci.topic) + "." + ConsumerName(subscription)
+	out, pending, err := c.next(subject, ci.topic, nextRequest{Batch: max, NoWait: true, Expires: wait})
+	if err == nil && pending && len(out) == 0 {
+		out, _, err = c.next(subject, ci.topic, nextRequest{Batch: 1, Expires: wait})
+	}
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: pull %s: %w", subscription, err)
-	}
-	var out []pull.Leased
-	for jm := range batch.Messages() {
-		out = append(out, lease(jm, ci.topic))
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		return out, fmt.Errorf("natsjs: pull %s: %w", subscription, err)
 	}
 	return out, nil
 }
 
-func lease(jm jetstream.Msg, topic string) *natsLease {
-	h := jm.Headers()
-	m := event.Message{Data: jm.Data(), Topic: topic, Attributes: map[string]string{}}
-	for k, vs := range h {
+// nextRequest is a JetStream pull request (JSApiConsumerGetNextRequest).
+type nextRequest struct {
+	Batch   int           `json:"batch"`
+	NoWait  bool          `json:"no_wait,omitempty"`
+	Expires time.Duration `json:"expires"`
+}
+
+// next sends one pull request to subject and reads its messages until
+// the server ends it. pending reports the server's immediate refusal of a
+// no-wait request while other requests wait (408 Requests Pending).
+func (c *Client) next(subject, topic string, req nextRequest) (out []pull.Leased, pending bool, err error) {
+	inbox := c.nc.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, false, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := c.nc.PublishRequest(subject, inbox, body); err != nil {
+		return nil, false, err
+	}
+	// The server ends the request by its expiry; a second more is for a
+	// server that went away.
+	deadline := time.Now().Add(req.Expires + time.Second)
+	for len(out) < req.Batch {
+		m, err := sub.NextMsg(time.Until(deadline))
+		if errors.Is(err, nats.ErrTimeout) {
+			return out, false, nil
+		}
+		if err != nil {
+			return out, false, err
+		}
+		if code := m.Header.Get("Status"); code != "" && len(m.Data) == 0 {
+			switch code {
+			case "404", "408":
+				// Ended: no (more) messages, or expired.
+				return out, code == "408" && strings.Contains(m.Header.Get("Description"), "Requests Pending"), nil
+			case "100":
+				continue // a heartbeat
+			default:
+				return out, false, fmt.Errorf("status %s %s", code, m.Header.Get("Description"))
+			}
+		}
+		out = append(out, lease(m, topic))
+	}
+	return out, false, nil
+}
+
+func lease(nm *nats.Msg, topic string) *natsLease {
+	m := event.Message{Data: nm.Data, Topic: topic, Attributes: map[string]string{}}
+	for k, vs := range nm.Header {
 		if len(vs) == 0 || k == HeaderOrderingKey || k == jetstream.MsgIDHeader {
 			continue
 		}
 		m.Attributes[k] = vs[0]
 	}
-	m.OrderingKey = h.Get(HeaderOrderingKey)
-	if md, err := jm.Metadata(); err == nil {
+	m.OrderingKey = nm.Header.Get(HeaderOrderingKey)
+	if md, err := nm.Metadata(); err == nil {
 		m.ID = MessageID(md.Stream, md.Sequence.Stream)
 		m.DeliveryAttempt = int(md.NumDelivered)
 		m.PublishTime = md.Timestamp
 	}
-	return &natsLease{jm: jm, m: m}
+	return &natsLease{nm: nm, m: m}
 }
 
+// natsLease is a message of a pull request: its reply subject is its
+// lease on the consumer.
 type natsLease struct {
-	jm jetstream.Msg
+	nm *nats.Msg
 	m  event.Message
 }
 
 func (l *natsLease) Message() event.Message { return l.m }
 
 // Ack acknowledges and waits for the server's confirmation.
-func (l *natsLease) Ack(ctx context.Context) error { return l.jm.DoubleAck(ctx) }
+func (l *natsLease) Ack(ctx context.Context) error { return l.nm.AckSync(nats.Context(ctx)) }
 
 func (l *natsLease) Nack(_ context.Context, delay time.Duration) error {
 	if delay <= 0 {
-		return l.jm.Nak()
+		return l.nm.Nak()
 	}
-	return l.jm.NakWithDelay(delay)
+	return l.nm.NakWithDelay(delay)
 }
 
 // Extend resets the redelivery timer to the consumer's AckWait.
-func (l *natsLease) Extend(context.Context) error { return l.jm.InProgress() }
+func (l *natsLease) Extend(context.Context) error { return l.nm.InProgress() }

@@ -2,9 +2,14 @@ package natsjs_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/names"
@@ -58,6 +63,26 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// orderTopic and orderSub are the topic and subscription of the tests
+// below.
+const orderTopic, orderSub = "shop.order.events", "shop.order.events.member-service-processor"
+
+// connectWithTopic connects a client to the server at url, waiting
+// pullWait per pull, and creates orderTopic's stream; the client closes
+// when the test ends.
+func connectWithTopic(t *testing.T, url string, pullWait time.Duration) *natsjs.Client {
+	t.Helper()
+	c, err := natsjs.Connect(context.Background(), url, natsjs.Options{PullWait: pullWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.EnsureTopic(context.Background(), orderTopic, 0); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func TestKeyToken(t *testing.T) {
 	for _, tc := range []struct{ key, want string }{
 		{"order-1", "order-1"},
@@ -108,5 +133,143 @@ func TestMessageIDsAreUniqueAcrossStreams(t *testing.T) {
 		if got := ls[0].Message().ID; got != id {
 			t.Errorf("%s: pulled message id %s, Publish returned %s", topic, got, id)
 		}
+	}
+}
+
+// A server restart (an upgrade, a crash) is survived by the same client:
+// it reconnects on its own, publishing resumes, and the stream and the
+// durable consumer come back from the server's store with their state: a
+// message delivered before the restart and not acknowledged is delivered
+// again after it (its second delivery), ahead of the next one.
+func TestClientOutlivesAServerRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	start := func(port int) *server.Server {
+		t.Helper()
+		s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatal("embedded NATS server not ready")
+		}
+		return s
+	}
+	srv := start(-1)
+	port := srv.Addr().(*net.TCPAddr).Port
+	c := connectWithTopic(t, srv.ClientURL(), 200*time.Millisecond)
+	const topic, sub = orderTopic, orderSub
+	if err := c.EnsureSubscription(ctx, topic, sub, natsjs.SubscriptionConfig{AckWait: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(v string) event.Message {
+		return event.Message{Data: []byte(v), OrderingKey: "order-1", Attributes: map[string]string{event.AttrEventID: "e-" + v}}
+	}
+	if _, err := c.PublishBatch(ctx, topic, []event.Message{msg("1")}); err != nil {
+		t.Fatal(err)
+	}
+	// Delivered once and not acknowledged when the server goes down.
+	if ls, err := c.Pull(ctx, sub, 10); err != nil || len(ls) != 1 {
+		t.Fatalf("pull before the restart: %d messages, %v", len(ls), err)
+	}
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	srv = start(port)
+	defer srv.Shutdown()
+
+	// Publishing resumes once the client has reconnected on its own.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.PublishBatch(pctx, topic, []event.Message{msg("2")})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publish after the restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The consumer's state survived the restart: message 1, leased before
+	// it and never acknowledged, comes back when its AckWait (2 s here)
+	// passes, as its second delivery, ahead of message 2.
+	var got []string
+	for time.Now().Before(deadline) && len(got) < 2 {
+		ls, err := c.Pull(ctx, sub, 10)
+		if err != nil {
+			t.Fatalf("pull after the restart: %v", err)
+		}
+		for _, l := range ls {
+			got = append(got, fmt.Sprintf("%s#%d", l.Message().Data, l.Message().DeliveryAttempt))
+			if err := l.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if strings.Join(got, ",") != "1#2,2#1" {
+		t.Fatalf("after the restart the consumer delivered %v, want 1#2,2#1 (message#delivery: the one leased before it again, first)", got)
+	}
+}
+
+// A pull that finds its consumer at MaxAckPending waits out its PullWait
+// and leaves no request behind on the server: the messages its worker
+// then hands back are delivered again in their order. (A no-wait fetch
+// has no expiry; the server kept it pending at MaxAckPending after the
+// client gave up on it, and the first message handed back went to it, to
+// come back behind the second.)
+func TestPullAtMaxAckPendingLeavesNoRequestBehind(t *testing.T) {
+	ctx := context.Background()
+	c := connectWithTopic(t, natstest.Server(t), 300*time.Millisecond)
+	const topic, sub = orderTopic, orderSub
+	if _, err := c.JetStream().CreateOrUpdateConsumer(ctx, natsjs.StreamName(topic), jetstream.ConsumerConfig{
+		Durable: natsjs.ConsumerName(sub), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, MaxAckPending: 3,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []event.Message
+	for _, v := range []string{"1", "2", "3", "4"} {
+		msgs = append(msgs, event.Message{Data: []byte(v), OrderingKey: "order-1", Attributes: map[string]string{event.AttrEventID: "e-" + v}})
+	}
+	if _, err := c.PublishBatch(ctx, topic, msgs); err != nil {
+		t.Fatal(err)
+	}
+	held, err := c.Pull(ctx, sub, 10)
+	if err != nil || len(held) != 3 {
+		t.Fatalf("first pull: %d messages, %v; want the 3 MaxAckPending allows", len(held), err)
+	}
+	// The worker stops while this pull is open (its context ends): the
+	// pull must not leave its request on the server all the same.
+	stopping, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if more, err := c.Pull(stopping, sub, 10); err != nil && stopping.Err() == nil || len(more) != 0 {
+		t.Fatalf("pull at MaxAckPending: %d messages, %v; want none", len(more), err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("pull at MaxAckPending took %v; want about its PullWait (300ms)", took)
+	}
+	for _, l := range held {
+		if err := l.Nack(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for deadline := time.Now().Add(10 * time.Second); len(got) < 4 && time.Now().Before(deadline); {
+		ls, err := c.Pull(ctx, sub, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ls {
+			got = append(got, string(l.Message().Data))
+			if err := l.Ack(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if strings.Join(got, ",") != "1,2,3,4" {
+		t.Fatalf("after the hand-back: %v, want 1,2,3,4", got)
 	}
 }

@@ -22,15 +22,8 @@ import (
 // JetStream's "deliver policy can not be updated".
 func TestSeekTimeRedeliversFromTheTime(t *testing.T) {
 	ctx := context.Background()
-	c, err := natsjs.Connect(ctx, natstest.Server(t), natsjs.Options{PullWait: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	const topic, sub = "shop.order.events", "shop.order.events.member-service-processor"
-	if err := c.EnsureTopic(ctx, topic, 0); err != nil {
-		t.Fatal(err)
-	}
+	c := connectWithTopic(t, natstest.Server(t), 500*time.Millisecond)
+	const topic, sub = orderTopic, orderSub
 	sc := natsjs.SubscriptionConfig{AckWait: 7 * time.Second}
 	if err := c.EnsureSubscription(ctx, topic, sub, sc); err != nil {
 		t.Fatal(err)
