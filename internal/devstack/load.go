@@ -270,6 +270,9 @@ func Observe(ctx context.Context, info Info, top *topology.Topology) (*Observer,
 			continue
 		}
 		oc := ObservedConsumer{Service: c.Service, Delivery: c.Delivery, DB: main, DBName: c.Database, DBSource: "database main"}
+		if info.Transport == instance.TransportNATS {
+			oc.Delivery = "pull" // every consumer pulls its JetStream consumer
+		}
 		if c.Database != "" && c.Database != topology.MainDatabase {
 			url, src := info.Databases[c.Database], "database "+c.Database
 			if url == "" {
