@@ -138,9 +138,17 @@ func TestMessageIDsAreUniqueAcrossStreams(t *testing.T) {
 
 // A server restart (an upgrade, a crash) is survived by the same client:
 // it reconnects on its own, publishing resumes, and the stream and the
-// durable consumer come back from the server's store with their state: a
-// message delivered before the restart and not acknowledged is delivered
-// again after it (its second delivery), ahead of the next one.
+// durable consumer come back from the server's store: a message delivered
+// before the restart and not acknowledged is delivered again after it,
+// ahead of its key's next one.
+//
+// Its delivery count may start again at 1. nats-server (2.12) writes a
+// consumer's state to its file store from a flusher goroutine, at most ten
+// times a second, and a stopping consumer writes it only if no write is
+// under way (consumerFileStore.Stop sees dirty cleared by the flusher's
+// writeState and does not wait for it): a shutdown that meets a flush in
+// progress loses the delivery recorded just before. Seen in CI: "1#1 2#1".
+// A message can so get one attempt more than MaxDeliver across a restart.
 func TestClientOutlivesAServerRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -193,24 +201,29 @@ func TestClientOutlivesAServerRestart(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The consumer's state survived the restart: message 1, leased before
-	// it and never acknowledged, comes back when its AckWait (2 s here)
-	// passes, as its second delivery, ahead of message 2.
-	var got []string
+	// Message 1, leased before the restart and never acknowledged, comes
+	// back (when its AckWait, 2 s here, passes if the server recorded the
+	// lease) ahead of message 2.
+	var got, attempts []string
 	for time.Now().Before(deadline) && len(got) < 2 {
 		ls, err := c.Pull(ctx, sub, 10)
 		if err != nil {
 			t.Fatalf("pull after the restart: %v", err)
 		}
 		for _, l := range ls {
-			got = append(got, fmt.Sprintf("%s#%d", l.Message().Data, l.Message().DeliveryAttempt))
+			got = append(got, string(l.Message().Data))
+			attempts = append(attempts, fmt.Sprintf("%s#%d", l.Message().Data, l.Message().DeliveryAttempt))
 			if err := l.Ack(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	if strings.Join(got, ",") != "1#2,2#1" {
-		t.Fatalf("after the restart the consumer delivered %v, want 1#2,2#1 (message#delivery: the one leased before it again, first)", got)
+	if strings.Join(got, ",") != "1,2" {
+		t.Fatalf("after the restart the consumer delivered %v (message#delivery), want 1 then 2: the one leased before it again, first", attempts)
+	}
+	t.Logf("after the restart: %v (message#delivery)", attempts)
+	if a := strings.Join(attempts, ","); a != "1#2,2#1" && a != "1#1,2#1" {
+		t.Fatalf("after the restart the deliveries were %s, want 1#2 (or 1#1, its lease unrecorded) then 2#1", a)
 	}
 }
 
