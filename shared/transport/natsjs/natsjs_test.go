@@ -148,7 +148,9 @@ func TestMessageIDsAreUniqueAcrossStreams(t *testing.T) {
 // under way (consumerFileStore.Stop sees dirty cleared by the flusher's
 // writeState and does not wait for it): a shutdown that meets a flush in
 // progress loses the delivery recorded just before. Seen in CI: "1#1 2#1".
-// A message can so get one attempt more than MaxDeliver across a restart.
+// The deliveries since the last write (usually a message's last one) are
+// then not counted: across a restart a message can be tried more often than
+// the worker's MaxAttempts before it dead-letters it.
 func TestClientOutlivesAServerRestart(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
