@@ -48,6 +48,7 @@ import (
 	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/pgcluster"
+	"github.com/relaybus/relaybus/internal/pstestserver"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/names"
@@ -321,18 +322,16 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	if o.PubSubHost == "" && !onNATS {
 		wake = NewWakeup()
-		srv := pstest.NewServer(wake.Reactor())
+		// The same front as make dev's pstest process (pstestserver: its
+		// seek guard), in process, with the loop's wake-up.
+		srv, err := pstestserver.Start("127.0.0.1:0", pstestserver.Options{Reactors: []pstest.ServerReactorOption{wake.Reactor()}})
+		if err != nil {
+			return nil, fmt.Errorf("pstest: %w", err)
+		}
 		closeLater(func(ctx context.Context) {
-			// pstest's Close can deadlock on its own delivery goroutines
-			// after heavy use; the process is ending anyway, so wait only a
-			// little.
-			done := make(chan struct{})
-			go func() { _ = srv.Close(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(2 * time.Second):
-			case <-ctx.Done():
-			}
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
 		})
 		o.PubSubHost = srv.Addr
 		mu.Lock()

@@ -27,8 +27,10 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Options configures a Server. The zero value is ready to use.
@@ -48,6 +50,9 @@ type Options struct {
 	// its messages out for the subscription's whole deadline (60 s in the
 	// topology). 0 keeps the subscription's.
 	PullLease time.Duration
+	// Reactors are handed to pstest (the in-process stack's publish
+	// wake-up for its delivery loop). None by default.
+	Reactors []pstest.ServerReactorOption
 }
 
 // Server is pstest behind a gRPC server that long-polls Pull.
@@ -63,6 +68,10 @@ type Server struct {
 	mu     sync.Mutex
 	wakes  map[string]chan struct{} // by topic path; closed by a publish
 	topics map[string]string        // subscription path → topic path
+
+	// order holds publishes back while a Seek looks at what was published
+	// and seeks (publishes share it, a Seek holds it alone).
+	order sync.RWMutex
 }
 
 // Start serves a new, empty fake on addr ("127.0.0.1:0" picks a port).
@@ -83,7 +92,7 @@ func Start(addr string, o Options) (*Server, error) {
 	s := &Server{Addr: l.Addr().String(), o: o, done: make(chan error, 1),
 		wakes: map[string]chan struct{}{}, topics: map[string]string{}}
 	// pstest listens on a port of its own too; nobody is told about it.
-	s.fake = pstest.NewServerWithAddress("127.0.0.1:0")
+	s.fake = pstest.NewServerWithAddress("127.0.0.1:0", o.Reactors...)
 	s.gs = grpc.NewServer(grpc.UnaryInterceptor(s.intercept))
 	pb.RegisterPublisherServer(s.gs, &s.fake.GServer)
 	pb.RegisterSubscriberServer(s.gs, &s.fake.GServer)
@@ -99,10 +108,27 @@ func (s *Server) Close() error {
 	return <-s.done
 }
 
+// Shutdown stops serving and closes pstest too, for a server that lives in
+// a process that goes on: it waits for pstest until ctx ends, no longer,
+// since pstest's Close can deadlock on its own delivery goroutines after
+// heavy use.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.Close()
+	done := make(chan struct{})
+	go func() { _ = s.fake.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return err
+}
+
 func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	switch info.FullMethod {
 	case pb.Publisher_Publish_FullMethodName:
+		s.order.RLock()
 		resp, err := handler(ctx, req)
+		s.order.RUnlock()
 		if err == nil {
 			s.notify(req.(*pb.PublishRequest).GetTopic())
 		}
@@ -127,10 +153,66 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			s.setDeadline(r.GetSubscription(), resp.(*pb.PullResponse), s.o.PullLease)
 		}
 		return resp, err
+	case pb.Subscriber_Seek_FullMethodName:
+		return s.seek(ctx, req.(*pb.SeekRequest), handler)
 	case pb.Subscriber_DeleteSubscription_FullMethodName:
 		s.mu.Lock()
 		delete(s.topics, req.(*pb.DeleteSubscriptionRequest).GetSubscription())
 		s.mu.Unlock()
+	}
+	return handler(ctx, req)
+}
+
+// seek runs the seeks to a time that pstest can run and refuses the rest.
+//
+// pstest (v2.8.0) cannot seek back. Its Seek puts every message published
+// at or after the time back on the subscription, those of every topic,
+// without their content, and its delivery goroutine then dereferences the
+// missing content and panics, which ends the process and every message it
+// holds. So:
+//   - a seek back over messages of the subscription's own topic is
+//     refused with FailedPrecondition, as Pub/Sub refuses a time it cannot
+//     reach, saying which time would be accepted;
+//   - a seek to a time that only other topics' messages follow goes to
+//     just after the last publish instead: the subscription's messages it
+//     acknowledges are the same, and pstest puts nothing back.
+//
+// Publishes wait while it runs, so that none lands between the look and
+// the seek. A seek to a snapshot goes to pstest, which answers
+// Unimplemented.
+func (s *Server) seek(ctx context.Context, req *pb.SeekRequest, handler grpc.UnaryHandler) (any, error) {
+	if req.GetTime() == nil {
+		return handler(ctx, req)
+	}
+	s.order.Lock()
+	defer s.order.Unlock()
+	topic, err := s.topicOf(ctx, req.GetSubscription())
+	if err != nil {
+		return nil, err
+	}
+	at := req.GetTime().AsTime()
+	var last, lastOwn time.Time
+	own := 0
+	for _, m := range s.fake.Messages() {
+		if m.PublishTime.After(last) {
+			last = m.PublishTime
+		}
+		if m.Topic == topic && !m.PublishTime.Before(at) {
+			own++
+			if m.PublishTime.After(lastOwn) {
+				lastOwn = m.PublishTime
+			}
+		}
+	}
+	if own > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"the local Pub/Sub (pstest) cannot seek back: %d message(s) of %s were published at or after %s and it cannot deliver them again "+
+				"(Pub/Sub and JetStream can); a time after %s is accepted",
+			own, topic, at.UTC().Format(time.RFC3339Nano), lastOwn.UTC().Format(time.RFC3339Nano))
+	}
+	if !last.Before(at) {
+		req = proto.Clone(req).(*pb.SeekRequest)
+		req.Target = &pb.SeekRequest_Time{Time: timestamppb.New(last.Add(time.Microsecond))}
 	}
 	return handler(ctx, req)
 }

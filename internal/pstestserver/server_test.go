@@ -3,6 +3,7 @@ package pstestserver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/relaybus/relaybus/shared/transport"
 )
@@ -197,5 +199,80 @@ func TestPullLeaseBringsBackWhatACallerAbandoned(t *testing.T) {
 	}
 	if d := time.Since(pulled); d > 5*time.Second {
 		t.Errorf("came back after %v, want about the 1 s lease", d)
+	}
+}
+
+// seekTo seeks sub to at through the server.
+func seekTo(c *transport.Client, at time.Time) error {
+	_, err := c.PubSub().SubscriptionAdminClient.Seek(context.Background(), &pb.SeekRequest{Subscription: sub,
+		Target: &pb.SeekRequest_Time{Time: timestamppb.New(at)}})
+	return err
+}
+
+// pullData pulls sub once (waiting up to 2 s) and returns the messages'
+// data, acknowledging them.
+func pullData(t *testing.T, c *transport.Client) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := c.PubSub().SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, ids []string
+	for _, m := range resp.GetReceivedMessages() {
+		got = append(got, string(m.GetMessage().GetData()))
+		ids = append(ids, m.GetAckId())
+	}
+	if len(ids) > 0 {
+		if err := c.PubSub().SubscriptionAdminClient.Acknowledge(context.Background(), &pb.AcknowledgeRequest{Subscription: sub, AckIds: ids}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return got
+}
+
+// A seek back over a message of the subscription's topic is refused with
+// the time that would be accepted, and the server lives on: pstest would
+// put the message back without its content and panic delivering it.
+func TestSeekBackIsRefusedAndTheServerLivesOn(t *testing.T) {
+	c := setup(t)
+	before := time.Now()
+	publish(t, c, "a", "k")
+	err := seekTo(c, before)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "a time after") {
+		t.Fatalf("seek back over a message: %v, want FailedPrecondition naming the time accepted", err)
+	}
+	time.Sleep(100 * time.Millisecond) // pstest's delivery goroutine runs every 10 ms
+	if got := pullData(t, c); fmt.Sprint(got) != "[a]" {
+		t.Fatalf("after the refused seek the subscription delivered %v, want [a]", got)
+	}
+}
+
+// A seek to a time that only another topic's messages follow acknowledges
+// what the subscription held before it and puts nothing back; later
+// messages are delivered with their content.
+func TestSeekPastAnotherTopicsMessages(t *testing.T) {
+	c := setup(t)
+	publish(t, c, "old", "k")
+	const other = "projects/p/topics/other"
+	admin := c.PubSub().TopicAdminClient
+	if _, err := admin.CreateTopic(context.Background(), &pb.Topic{Name: other}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	if _, err := admin.Publish(context.Background(), &pb.PublishRequest{Topic: other, Messages: []*pb.PubsubMessage{{Data: []byte("x")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := seekTo(c, at); err != nil {
+		t.Fatalf("seek: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := pullData(t, c); len(got) != 0 {
+		t.Fatalf("after the seek the subscription delivered %v, want nothing (old is before the time)", got)
+	}
+	publish(t, c, "new", "k")
+	if got := pullData(t, c); fmt.Sprint(got) != "[new]" {
+		t.Fatalf("after the seek the subscription delivered %v, want [new]", got)
 	}
 }
