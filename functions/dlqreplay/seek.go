@@ -146,7 +146,9 @@ func (a *api) seek(r *request, args []string) (any, error) {
 }
 
 // pubsubErr answers Pub/Sub's refusals that are the caller's (an unknown
-// subscription or snapshot, an existing snapshot) without Pub/Sub's text.
+// subscription or snapshot, an existing snapshot) in the API's words; a
+// refused seek also carries Pub/Sub's reason, which says what to change
+// (the local stack's Pub/Sub names the time it would accept).
 func pubsubErr(err error, what string) error {
 	switch status.Code(err) {
 	case codes.NotFound:
@@ -154,7 +156,8 @@ func pubsubErr(err error, what string) error {
 	case codes.AlreadyExists:
 		return fail(http.StatusConflict, "exists", "a snapshot of that name exists")
 	case codes.FailedPrecondition, codes.InvalidArgument:
-		return fail(http.StatusConflict, "refused", "Pub/Sub refused it for %s (retention too short for that time, or a snapshot of another topic)", what)
+		return fail(http.StatusConflict, "refused", "Pub/Sub refused it for %s (retention too short for that time, or a snapshot of another topic): %s",
+			what, status.Convert(err).Message())
 	case codes.PermissionDenied:
 		return fail(http.StatusForbidden, "permission_denied", "dlqreplay's service account may not do that on %s", what)
 	}

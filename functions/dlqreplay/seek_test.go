@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/emulator"
@@ -27,12 +30,17 @@ import (
 // emulator answers Unimplemented and pstest's Seek crashes its delivery, so
 // what can be checked here is the exact request the API sends Pub/Sub.
 type seekRecorder struct {
-	mu   sync.Mutex
-	reqs []*pb.SeekRequest
+	mu     sync.Mutex
+	reqs   []*pb.SeekRequest
+	refuse error // answered instead of success, when set
 }
 
 func (s *seekRecorder) React(req any) (bool, any, error) {
 	s.mu.Lock()
+	if s.refuse != nil {
+		defer s.mu.Unlock()
+		return true, nil, s.refuse
+	}
 	defer s.mu.Unlock()
 	s.reqs = append(s.reqs, req.(*pb.SeekRequest))
 	return true, &pb.SeekResponse{}, nil
@@ -92,5 +100,23 @@ func TestSeekSendsPubSubTheRewind(t *testing.T) {
 	full := "projects/" + pubsubtest.Project + "/subscriptions/" + sub
 	if r := rec.reqs[0]; r.Subscription != full || !r.GetTime().AsTime().Equal(at) {
 		t.Errorf("seek to time sent %v", r)
+	}
+
+	// A seek Pub/Sub refuses is the caller's to change: 409 with
+	// Pub/Sub's reason, which says what would be accepted.
+	const reason = "cannot seek back: a time after 2026-11-20T08:00:01Z is accepted"
+	rec.refuse = status.Error(codes.FailedPrecondition, reason)
+	rec.mu.Unlock()
+	b, _ := json.Marshal(map[string]string{"time": at.Format(time.RFC3339)})
+	resp, err := http.Post(srv.URL+"/subscriptions/"+sub+":seek", "application/json", bytes.NewReader(b))
+	rec.mu.Lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e map[string]string
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	if resp.StatusCode != http.StatusConflict || e["code"] != "refused" || !strings.Contains(e["message"], reason) {
+		t.Errorf("a refused seek: %d %v, want 409 refused with Pub/Sub's reason", resp.StatusCode, e)
 	}
 }
