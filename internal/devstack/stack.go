@@ -322,8 +322,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}
 	if o.PubSubHost == "" && !onNATS {
 		wake = NewWakeup()
-		// The same front as make dev's pstest process (pstestserver: its
-		// seek guard), in process, with the loop's wake-up.
+		// pstest behind the front internal/cmd/pstest serves too
+		// (pstestserver: its seek guard), with the loop's wake-up.
 		srv, err := pstestserver.Start("127.0.0.1:0", pstestserver.Options{Reactors: []pstest.ServerReactorOption{wake.Reactor()}})
 		if err != nil {
 			return nil, fmt.Errorf("pstest: %w", err)

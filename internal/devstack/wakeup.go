@@ -22,7 +22,7 @@ type Wakeup struct {
 func NewWakeup() *Wakeup { return &Wakeup{listeners: map[string][]chan struct{}{}} }
 
 // Reactor returns the pstest option that reports each Publish to w. Pass
-// it to pstest.NewServer. It never blocks and never handles the request
+// it to pstest (pstestserver.Options.Reactors). It never blocks and never handles the request
 // itself: pstest publishes as always.
 func (w *Wakeup) Reactor() pstest.ServerReactorOption {
 	return pstest.ServerReactorOption{FuncName: "Publish", Reactor: publishReactor{w}}

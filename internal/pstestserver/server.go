@@ -1,5 +1,7 @@
 // Package pstestserver serves pstest, the Go Pub/Sub fake, on an address of
-// its own with a Pull that long-polls as Pub/Sub's does.
+// its own with a Pull that long-polls as Pub/Sub's does, and a Seek that
+// cannot crash it (Server.seek). The local stack's in-process pstest is
+// served through it too, for that Seek.
 //
 // The local stack needs a Pub/Sub that outlives it: a stack killed with
 // SIGKILL must find its undelivered messages when it starts again, so the
@@ -69,6 +71,9 @@ type Server struct {
 	wakes  map[string]chan struct{} // by topic path; closed by a publish
 	topics map[string]string        // subscription path → topic path
 
+	closeOnce sync.Once
+	closeErr  error
+
 	// order holds publishes back while a Seek looks at what was published
 	// and seeks (publishes share it, a Seek holds it alone).
 	order sync.RWMutex
@@ -104,8 +109,11 @@ func Start(addr string, o Options) (*Server, error) {
 // Close stops serving. It does not close pstest itself, whose Close can
 // wait on its own delivery goroutines; end the process instead.
 func (s *Server) Close() error {
-	s.gs.Stop()
-	return <-s.done
+	s.closeOnce.Do(func() {
+		s.gs.Stop()
+		s.closeErr = <-s.done
+	})
+	return s.closeErr
 }
 
 // Shutdown stops serving and closes pstest too, for a server that lives in
@@ -175,7 +183,9 @@ func (s *Server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 //     reach, saying which time would be accepted;
 //   - a seek to a time that only other topics' messages follow goes to
 //     just after the last publish instead: the subscription's messages it
-//     acknowledges are the same, and pstest puts nothing back.
+//     acknowledges are the same (its messages are its topic's: nothing
+//     here dead-letters into a topic through pstest's own policy), and
+//     pstest puts nothing back.
 //
 // Publishes wait while it runs, so that none lands between the look and
 // the seek. A seek to a snapshot goes to pstest, which answers
@@ -194,13 +204,14 @@ func (s *Server) seek(ctx context.Context, req *pb.SeekRequest, handler grpc.Una
 	var last, lastOwn time.Time
 	own := 0
 	for _, m := range s.fake.Messages() {
-		if m.PublishTime.After(last) {
-			last = m.PublishTime
+		pt := m.PublishTime.Round(0) // the wall clock, as pstest's Seek compares
+		if pt.After(last) {
+			last = pt
 		}
-		if m.Topic == topic && !m.PublishTime.Before(at) {
+		if m.Topic == topic && !pt.Before(at) {
 			own++
-			if m.PublishTime.After(lastOwn) {
-				lastOwn = m.PublishTime
+			if pt.After(lastOwn) {
+				lastOwn = pt
 			}
 		}
 	}
