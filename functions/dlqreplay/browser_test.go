@@ -447,12 +447,13 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.waitFor("the gap gone once the check applied version 2", fmt.Sprintf(`!document.querySelector(%q) && !!document.querySelector("[data-testid=gaps] table, [data-testid=no-gaps]")`, gapRow), 60*time.Second)
 
 	// 7. Rebuild audit-service's projection of member points: a dry run
-	// counts what would be cleared; the run pauses, clears, seeks and
+	// counts what would be cleared; the run pauses, seeks, clears and
 	// resumes. The local Pub/Sub cannot seek back over messages
 	// (pstestserver refuses it: pstest would put them back without their
 	// content), so the seek goes to the next whole second, after the last
-	// points event (the form takes seconds): nothing is replayed and the
-	// projection is left empty, which the dry run after the run shows.
+	// event of audit-service's two topics (points, notifications; the form
+	// takes seconds): nothing is replayed and the projection is left
+	// empty, which the dry run after the run shows.
 	b.open("/consumers")
 	pointsRow := `[data-testid=topic][data-topic="member.points.events"] [data-testid=consumer-row][data-consumer=audit-service]`
 	b.waitFor("the rebuild link", fmt.Sprintf(`!!document.querySelector(%q)`, pointsRow+" [data-testid=rebuild-link]"), 20*time.Second)

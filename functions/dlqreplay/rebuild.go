@@ -146,7 +146,7 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 		"handler": c.Handler, "scope": scopeOf(b.AggregateType), "time": b.Time, "snapshot": b.Snapshot, "retention": retention.String()}
 	var warnings []string
 	if len(group) > 1 {
-		warnings = append(warnings, fmt.Sprintf("%s keeps one state for its subscriptions %s (its tables are keyed by the service): all of them are paused, cleared, seeked and resumed together", c.Service, strings.Join(subs, ", ")))
+		warnings = append(warnings, fmt.Sprintf("%s keeps one state for its subscriptions %s (its tables are keyed by the service): all of them are paused, seeked, cleared and resumed together", c.Service, strings.Join(subs, ", ")))
 	}
 	for _, g := range group {
 		if g.Handler == topology.HandlerStrict {
@@ -166,8 +166,8 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			return nil, err
 		}
 		plan["dryRun"], plan["wouldClear"] = true, n
-		plan["steps"] = []string{"pause " + strings.Join(subs, ", "), "clear the counts above in database " + c.Database,
-			"seek to " + b.Time + b.Snapshot, "resume: Pub/Sub delivers every message retained since then, in order"}
+		plan["steps"] = []string{"pause " + strings.Join(subs, ", "), "seek to " + b.Time + b.Snapshot,
+			"clear the counts above in database " + c.Database, "resume: Pub/Sub delivers every message retained since then, in order"}
 		return plan, nil
 	}
 	if a.o.Seeker == nil || a.o.Pauser == nil {
@@ -202,13 +202,11 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			paused = append(paused, sub)
 		}
 	}
-	n, err := a.clearRebuild(r.Context(), run, c, b.AggregateType, true)
-	if err != nil {
-		if rerr := resume(); rerr != nil {
-			a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
-		}
-		return nil, err
-	}
+	// Seek before clearing: a paused subscription delivers nothing, so the
+	// order is the same to the consumer, and a seek Pub/Sub refuses (the
+	// local stack's pstest refuses any seek back) leaves the state as it
+	// was.
+	var seeked []string
 	for _, sub := range subs {
 		seek := &pb.SeekRequest{Subscription: "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(sub)}
 		if b.Snapshot != "" {
@@ -217,15 +215,32 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			seek.Target = &pb.SeekRequest_Time{Time: timestamppb.New(at)}
 		}
 		if _, err := a.o.Seeker.Admin.Seek(r.Context(), seek); err != nil {
-			a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild cleared the state but a seek failed; the consumer stays paused",
-				"consumer", c.Service, "subscription", sub, "error", err.Error(), "request_id", r.id)
+			a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild stopped: a seek failed; nothing was cleared",
+				"consumer", c.Service, "subscription", sub, "seeked", strings.Join(seeked, ","), "error", err.Error(), "request_id", r.id)
+			if rerr := resume(); rerr != nil {
+				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+			}
+			note := "; nothing was cleared"
+			if len(seeked) > 0 {
+				note += fmt.Sprintf(" (%s was seeked: what it delivers again is answered as duplicates)", strings.Join(seeked, ", "))
+			}
 			e := pubsubErr(err, "subscription "+sub)
 			if ae, ok := e.(*apiError); ok {
-				ae.Msg += fmt.Sprintf("; the state was cleared (%s) and %s stays paused: seek it, then resume it", n, strings.Join(subs, ", "))
+				ae.Msg += note
 				return nil, ae
 			}
-			return nil, fmt.Errorf("rebuild of %s: state cleared, seek of %s failed, consumer paused: %w", c.Service, sub, err)
+			return nil, fmt.Errorf("rebuild of %s: seek of %s failed%s: %w", c.Service, sub, note, err)
 		}
+		seeked = append(seeked, sub)
+	}
+	n, err := a.clearRebuild(r.Context(), run, c, b.AggregateType, true)
+	if err != nil {
+		// The subscriptions were seeked and the state kept: what they
+		// deliver again is answered as duplicates.
+		if rerr := resume(); rerr != nil {
+			a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+		}
+		return nil, err
 	}
 	if err := resume(); err != nil {
 		return nil, err

@@ -11,6 +11,8 @@ import (
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
@@ -198,5 +200,29 @@ func TestRebuildAProjection(t *testing.T) {
 	}
 	if len(entries) != 2 || entries[0].By != "alice@example.com" {
 		t.Errorf("audit %+v, want two rebuilds by alice", entries)
+	}
+
+	// A seek Pub/Sub refuses (the local stack's refuses any seek back)
+	// stops the rebuild before it clears anything, and the consumer is
+	// resumed: the seek comes before the clear.
+	rec.mu.Lock()
+	rec.refuse = status.Error(codes.FailedPrecondition, "cannot seek back")
+	rec.mu.Unlock()
+	var refused map[string]string
+	if code := e.callWith(t, "POST", base, alice, map[string]any{"time": hourAgo}, &refused); code != http.StatusConflict ||
+		refused["code"] != "refused" || !strings.Contains(refused["message"], "nothing was cleared") {
+		t.Fatalf("rebuild with a refused seek: %d %v, want 409 refused saying nothing was cleared", code, refused)
+	}
+	if after := projectionRows(); !reflect.DeepEqual(after, before) || count("relaybus_inbox") != 7 {
+		t.Fatalf("a rebuild whose seek was refused left projection %v and %d inbox rows, want them as before", after, count("relaybus_inbox"))
+	}
+	for _, name := range []string{full, fullSibling} {
+		s, err := admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.GetPushConfig().GetPushEndpoint() != target.Endpoint {
+			t.Fatalf("after a refused rebuild %s pushes to %q, want it resumed", name, s.GetPushConfig().GetPushEndpoint())
+		}
 	}
 }

@@ -156,7 +156,7 @@ func pubsubErr(err error, what string) error {
 	case codes.AlreadyExists:
 		return fail(http.StatusConflict, "exists", "a snapshot of that name exists")
 	case codes.FailedPrecondition, codes.InvalidArgument:
-		return fail(http.StatusConflict, "refused", "Pub/Sub refused it for %s (retention too short for that time, or a snapshot of another topic): %s",
+		return fail(http.StatusConflict, "refused", "Pub/Sub refused it for %s: %s (Pub/Sub refuses a time its retention cannot reach and a snapshot of another topic)",
 			what, status.Convert(err).Message())
 	case codes.PermissionDenied:
 		return fail(http.StatusForbidden, "permission_denied", "dlqreplay's service account may not do that on %s", what)

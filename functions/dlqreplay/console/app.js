@@ -873,7 +873,7 @@ function gapsBody(d, result, reload) {
 // -------------------------------------------------------------- rebuild
 
 // viewRebuild rebuilds a consumer's projection: a dry run says what would
-// be cleared and replayed; the run pauses, clears, seeks and resumes.
+// be cleared and replayed; the run pauses, seeks, clears and resumes.
 function viewRebuild(topic, id) {
   const p = params();
   const at = h("input", { type: "datetime-local", step: 1, value: fromRFC3339(p.time || ""), "data-testid": "rebuild-time", "aria-label": "seek to (UTC)" });
