@@ -1,6 +1,7 @@
 package infra
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -135,6 +136,61 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	for m := range recordedMetrics(t) {
 		if !strings.Contains(string(b), "| `"+m+"` |") {
 			t.Errorf("the README's metric table has no row for %s", m)
+		}
+	}
+}
+
+// TestDashboardConvergesInPlan: the dashboard JSON carries no field the
+// Monitoring API leaves out of what it returns, a zero tile position above
+// all: with xPos = 0 or yPos = 0 written, every plan showed an update to
+// the dashboard (hashicorp/terraform-provider-google#16173). Tiles do not
+// overlap and stay within the 12 columns.
+func TestDashboardConvergesInPlan(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	ev := c.newEvaluator(t, requiredVars(t)).withStubs()
+	for _, key := range c.resourcesOfType("google_monitoring_dashboard") {
+		v, diags := ev.eval(c.resource(t, key).Body.Attributes["dashboard_json"].Expr, nil)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %s", key, diags.Error())
+		}
+		var dash struct {
+			MosaicLayout struct {
+				Columns int              `json:"columns"`
+				Tiles   []map[string]any `json:"tiles"`
+			} `json:"mosaicLayout"`
+		}
+		if err := jsonUnmarshal([]byte(v.AsString()), &dash); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		if len(dash.MosaicLayout.Tiles) < 2 {
+			t.Fatalf("%s: %d tiles", key, len(dash.MosaicLayout.Tiles))
+		}
+		type cell struct{ x, y int }
+		used := map[cell]int{}
+		for i, tile := range dash.MosaicLayout.Tiles {
+			pos := map[string]int{}
+			for _, f := range []string{"xPos", "yPos", "width", "height"} {
+				raw, ok := tile[f]
+				if !ok {
+					continue
+				}
+				n, _ := strconv.Atoi(fmt.Sprint(raw))
+				if n == 0 {
+					t.Errorf("%s: tile %d writes %s = 0, which the API drops: the plan never converges", key, i, f)
+				}
+				pos[f] = n
+			}
+			if pos["width"] == 0 || pos["height"] == 0 || pos["xPos"]+pos["width"] > dash.MosaicLayout.Columns {
+				t.Errorf("%s: tile %d at %v does not fit %d columns", key, i, pos, dash.MosaicLayout.Columns)
+			}
+			for x := pos["xPos"]; x < pos["xPos"]+pos["width"]; x++ {
+				for y := pos["yPos"]; y < pos["yPos"]+pos["height"]; y++ {
+					if j, taken := used[cell{x, y}]; taken {
+						t.Errorf("%s: tiles %d and %d overlap at %d,%d", key, j, i, x, y)
+					}
+					used[cell{x, y}] = i
+				}
+			}
 		}
 	}
 }

@@ -267,6 +267,7 @@ func terraformFunctions(baseDir string) map[string]function.Function {
 		"element":    stdlib.ElementFunc,
 		"file":       fileFunc(baseDir),
 		"flatten":    stdlib.FlattenFunc,
+		"floor":      stdlib.FloorFunc,
 		"format":     stdlib.FormatFunc,
 		"join":       stdlib.JoinFunc,
 		"jsonencode": stdlib.JSONEncodeFunc,

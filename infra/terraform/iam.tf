@@ -436,6 +436,8 @@ resource "time_sleep" "iam_propagation" {
       [for g in google_project_iam_member.telemetry_metric_writer : g.id],
       [for g in google_project_iam_member.consume_telemetry_trace_writer : g.id],
       [for g in google_project_iam_member.consume_telemetry_metric_writer : g.id],
+      [for g in google_project_iam_member.telemetry_quota_user : g.id],
+      [for g in google_project_iam_member.consume_telemetry_quota_user : g.id],
     ]))
   }
 }

@@ -63,7 +63,7 @@ resource "google_project_service" "api" {
 # (https://registry.terraform.io/providers/hashicorp/google/6.14.1/docs/guides/google_project_service#newly-activated-service-errors).
 resource "time_sleep" "api_propagation" {
   create_duration = var.propagation_waits.api
-  triggers        = { apis = join(",", sort(keys(google_project_service.api))) }
+  triggers        = { apis = join(",", sort(concat(keys(google_project_service.api), keys(google_project_service.telemetry)))) }
 }
 
 # The service agents, created before anything grants them a role. Enabling

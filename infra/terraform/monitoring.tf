@@ -72,6 +72,9 @@ resource "google_logging_metric" "outbox_backlog" {
       scale              = 1
     }
   }
+
+  # Logging must be enabled first (main.tf).
+  depends_on = [time_sleep.api_propagation]
 }
 
 # One count per relay drain (any database): its absence means the Scheduler
@@ -87,6 +90,9 @@ resource "google_logging_metric" "relay_drains" {
     value_type  = "INT64"
     unit        = "1"
   }
+
+  # Logging must be enabled first (main.tf).
+  depends_on = [time_sleep.api_propagation]
 }
 
 # outbox_publish_error_total: one line per failed publish (retried or final).
@@ -100,6 +106,9 @@ resource "google_logging_metric" "publish_failures" {
     value_type  = "INT64"
     unit        = "1"
   }
+
+  # Logging must be enabled first (main.tf).
+  depends_on = [time_sleep.api_propagation]
 }
 
 # outbox_max_delivery_attempts: events the relay gave up on (status FAILED).
@@ -113,6 +122,9 @@ resource "google_logging_metric" "events_failed" {
     value_type  = "INT64"
     unit        = "1"
   }
+
+  # Logging must be enabled first (main.tf).
+  depends_on = [time_sleep.api_propagation]
 }
 
 # A strict consumer's version gap open past its gap_timeout_seconds: one
@@ -129,6 +141,9 @@ resource "google_logging_metric" "strict_gaps_stalled" {
     value_type  = "INT64"
     unit        = "1"
   }
+
+  # Logging must be enabled first (main.tf).
+  depends_on = [time_sleep.api_propagation]
 }
 
 resource "time_sleep" "log_metrics" {

@@ -27,6 +27,9 @@ variable "telemetry" {
     # long it must be missed before the alert opens.
     end_to_end_p99_seconds = optional(number, 10)
     alert_duration         = optional(string, "600s")
+    # The projection alert: p99 of relaybus.projection.version_lag (the
+    # conventions' threshold: more than 10 versions).
+    projection_lag_versions = optional(number, 10)
   })
   description = "OpenTelemetry: export (auto or off), sample ratio, metric interval, and the end-to-end latency alert's p99 threshold in seconds."
   default     = {}
@@ -42,34 +45,65 @@ resource "google_project_service" "telemetry" {
   disable_on_destroy = false
 }
 
+locals {
+  # Whether the functions export at all (TELEMETRY_EXPORT off: no grant).
+  telemetry_exports = var.telemetry.export != "off"
+
+  # Every function that exports: the five functions' accounts (consume's
+  # are per consumer, below). rollup exports the ledger hop and its fold
+  # spans, dlqreplay the forced replay and re-push spans.
+  telemetry_functions = local.telemetry_exports ? toset(["publish", "relay", "rollup", "dlqreplay"]) : toset([])
+  telemetry_consumers = local.telemetry_exports ? local.consumers : {}
+}
+
 # Writing traces (roles/cloudtrace.agent: telemetry.traces.write) and metrics
 # (roles/monitoring.metricWriter: telemetry.metrics.write) through the
-# Telemetry API, for the functions that record them.
+# Telemetry API, for every function that records them.
 resource "google_project_iam_member" "telemetry_trace_writer" {
-  for_each = toset(["publish", "relay"])
+  for_each = local.telemetry_functions
   project  = var.project_id
   role     = "roles/cloudtrace.agent"
   member   = google_service_account.function[each.key].member
 }
 
 resource "google_project_iam_member" "telemetry_metric_writer" {
-  for_each = toset(["publish", "relay"])
+  for_each = local.telemetry_functions
   project  = var.project_id
   role     = "roles/monitoring.metricWriter"
   member   = google_service_account.function[each.key].member
 }
 
+# The exporter names the project as its quota project (x-goog-user-project,
+# shared/telemetry), and Google's Telemetry API then requires
+# serviceusage.services.use on that project from the sending account
+# (roles/serviceusage.serviceUsageConsumer; "Authorize the collector service
+# account" in https://cloud.google.com/trace/docs/migrate-to-otlp-endpoints).
+# Without it every export is refused with PERMISSION_DENIED.
+resource "google_project_iam_member" "telemetry_quota_user" {
+  for_each = local.telemetry_functions
+  project  = var.project_id
+  role     = "roles/serviceusage.serviceUsageConsumer"
+  member   = google_service_account.function[each.key].member
+}
+
 resource "google_project_iam_member" "consume_telemetry_trace_writer" {
-  for_each = local.consumers
+  for_each = local.telemetry_consumers
   project  = var.project_id
   role     = "roles/cloudtrace.agent"
   member   = google_service_account.consume[each.key].member
 }
 
 resource "google_project_iam_member" "consume_telemetry_metric_writer" {
-  for_each = local.consumers
+  for_each = local.telemetry_consumers
   project  = var.project_id
   role     = "roles/monitoring.metricWriter"
+  member   = google_service_account.consume[each.key].member
+}
+
+resource "google_project_iam_member" "consume_telemetry_quota_user" {
+  for_each = local.telemetry_consumers
+  project  = var.project_id
+  role     = "roles/serviceusage.serviceUsageConsumer"
   member   = google_service_account.consume[each.key].member
 }
 
@@ -118,31 +152,47 @@ locals {
   ]
 }
 
+# Tile positions: Cloud Monitoring leaves zero-valued fields out of the
+# dashboard it returns, so a tile written with xPos = 0 or yPos = 0 differs
+# from what the provider reads back and every plan wants to update the
+# dashboard (hashicorp/terraform-provider-google#16173). A position of 0 is
+# therefore left out, as the API would (infra/telemetry_test.go).
 resource "google_monitoring_dashboard" "relaybus" {
   dashboard_json = jsonencode({
     displayName = "relaybus"
     mosaicLayout = {
       columns = 12
-      tiles = [for i, c in local.telemetry_charts : {
-        xPos   = (i % 2) * 6
-        yPos   = floor(i / 2) * 4
-        width  = 6
-        height = 4
-        widget = {
-          title = c.title
-          xyChart = {
-            dataSets = [for q in c.queries : {
-              plotType        = "LINE"
-              legendTemplate  = q
-              timeSeriesQuery = { prometheusQuery = local.telemetry_promql[q] }
-            }]
+      tiles = [for i, c in local.telemetry_charts : merge(
+        { for k, v in { xPos = (i % 2) * 6, yPos = floor(i / 2) * 4 } : k => v if v != 0 },
+        {
+          width  = 6
+          height = 4
+          widget = {
+            title = c.title
+            xyChart = {
+              dataSets = [for q in c.queries : {
+                plotType        = "LINE"
+                legendTemplate  = q
+                timeSeriesQuery = { prometheusQuery = local.telemetry_promql[q] }
+              }]
+            }
           }
-        }
-      }]
+        },
+      )]
     }
   })
+
+  depends_on = [time_sleep.api_propagation]
 }
 
+# PromQL conditions over relaybus's own metrics. Cloud Monitoring refuses a
+# PromQL condition whose metric does not exist yet unless metric validation
+# is off (PrometheusQueryLanguageCondition.disableMetricValidation; provider
+# 6.13.0 and later, hashicorp/terraform-provider-google#20491). On a fresh
+# project no event has been sent when these are created, and with export
+# off none ever is, so the apply would fail: validation is off, and the
+# queries are checked against the metrics the code records by
+# infra/telemetry_test.go instead.
 resource "google_monitoring_alert_policy" "end_to_end_latency" {
   display_name          = "relaybus: end-to-end latency p99"
   combiner              = "OR"
@@ -151,13 +201,41 @@ resource "google_monitoring_alert_policy" "end_to_end_latency" {
   conditions {
     display_name = "p99 from occurredAt to the consumer's commit over ${var.telemetry.end_to_end_p99_seconds}s"
     condition_prometheus_query_language {
-      query    = "${local.telemetry_promql.end_to_end_p99} > ${var.telemetry.end_to_end_p99_seconds}"
-      duration = var.telemetry.alert_duration
+      query                     = "${local.telemetry_promql.end_to_end_p99} > ${var.telemetry.end_to_end_p99_seconds}"
+      duration                  = var.telemetry.alert_duration
+      disable_metric_validation = true
     }
   }
 
   documentation {
     mime_type = "text/markdown"
-    content   = "Events take longer than the objective from occurrence to their consumers. The dashboard \"relaybus\" shows which hop (relaybus.hop: enqueue_to_publish, publish_to_consume) grew; Cloud Trace shows single events (relaybus samples TELEMETRY_SAMPLE_RATIO of traces)."
+    content   = "Events take longer than the objective from occurrence to their consumers. The dashboard \"relaybus\" shows which hop (relaybus.hop: enqueue_to_publish, publish_to_consume) grew; Cloud Trace shows single events (sampled by OTEL_TRACES_SAMPLER, see docs/telemetry.md)."
   }
+
+  depends_on = [time_sleep.api_propagation]
+}
+
+# The seeds' projection alert: a state projection's version lag above 10
+# (relaybus.projection.version_lag: the versions it jumped over when it
+# applied an event), as p99 over 5 minutes per consumer.
+resource "google_monitoring_alert_policy" "projection_version_lag" {
+  display_name          = "relaybus: projection version lag"
+  combiner              = "OR"
+  notification_channels = var.alerts.notification_channels
+
+  conditions {
+    display_name = "p99 of a projection's version lag over ${var.telemetry.projection_lag_versions} versions"
+    condition_prometheus_query_language {
+      query                     = "${local.telemetry_promql.projection_lag_p99} > ${var.telemetry.projection_lag_versions}"
+      duration                  = var.telemetry.alert_duration
+      disable_metric_validation = true
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "A state projection applies events that skip versions: deliveries reordered (Eventarc, a re-push), versions dead-lettered or failed at that consumer. `relaybus -url <dlqreplay URL> -gcloud-auth dlq ls --consumer <consumer>` lists what it missed; replay it to that consumer only."
+  }
+
+  depends_on = [time_sleep.api_propagation]
 }

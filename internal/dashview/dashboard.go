@@ -61,8 +61,8 @@ type DataSet struct {
 
 // FromTerraform reads the dashboard_json of the google_monitoring_dashboard
 // resource named name in the Terraform file path, evaluating it as
-// Terraform would: with the file's locals and Terraform's jsonencode and
-// floor. A local that needs anything else (a variable, a resource) is left
+// Terraform would: with the file's locals and Terraform's jsonencode,
+// floor and merge. A local that needs anything else (a variable, a resource) is left
 // out; the dashboard must not need one.
 func FromTerraform(path, name string) (Dashboard, error) {
 	src, err := os.ReadFile(path)
@@ -76,7 +76,7 @@ func FromTerraform(path, name string) (Dashboard, error) {
 	body := f.Body.(*hclsyntax.Body)
 	ctx := &hcl.EvalContext{
 		Variables: map[string]cty.Value{},
-		Functions: map[string]function.Function{"jsonencode": stdlib.JSONEncodeFunc, "floor": stdlib.FloorFunc},
+		Functions: map[string]function.Function{"jsonencode": stdlib.JSONEncodeFunc, "floor": stdlib.FloorFunc, "merge": stdlib.MergeFunc},
 	}
 	locals := map[string]cty.Value{}
 	var pending []*hclsyntax.Attribute
