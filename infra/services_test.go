@@ -60,7 +60,16 @@ var localOnly = map[string]bool{"PUBSUB_EMULATOR_HOST": true, "FIRESTORE_EMULATO
 // telemetry.googleapis.com), and DATABASE_DIRECT_URL is for a database
 // behind a transaction-mode pooler (Supabase), where the migrations need
 // the database itself: Terraform's Cloud SQL is reached directly.
-var notFromTerraform = map[string]bool{"K_SERVICE": true, "OTEL_EXPORTER_OTLP_ENDPOINT": true, "DATABASE_DIRECT_URL": true,
+var notFromTerraform = map[string]bool{"K_SERVICE": true, "K_REVISION": true, "DATABASE_DIRECT_URL": true,
+	// The OTLP exporter's destination, protocol and per-signal switches
+	// (production exports to telemetry.googleapis.com), OTEL_SDK_DISABLED
+	// (TELEMETRY_EXPORT=off is Terraform's switch), the export timeout and
+	// the service name (each function names itself) keep their defaults;
+	// the retired TELEMETRY_* names are read only to be refused.
+	"OTEL_EXPORTER_OTLP_ENDPOINT": true, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": true, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": true,
+	"OTEL_EXPORTER_OTLP_PROTOCOL": true, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": true, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": true,
+	"OTEL_TRACES_EXPORTER": true, "OTEL_METRICS_EXPORTER": true, "OTEL_SDK_DISABLED": true, "OTEL_METRIC_EXPORT_TIMEOUT": true,
+	"OTEL_SERVICE_NAME": true, "TELEMETRY_SAMPLE_RATIO": true, "TELEMETRY_METRIC_INTERVAL": true,
 	// Terraform deploys the Pub/Sub transport (these variables' defaults);
 	// the NATS transport is chosen by hand (README, "Transports and
 	// consumer modes"). CONSUMER_MODE and PULL_MAX_IN_FLIGHT are set

@@ -15,7 +15,7 @@ import (
 // mean (interleavedLoads): publish_telemetry_overhead_pct.
 func BenchmarkPublishTelemetryOverhead(b *testing.B) {
 	sink := telemetrytest.Collector(b)
-	off, on := interleavedLoads(b, nil, map[string]string{"TELEMETRY_EXPORT": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.Endpoint})
+	off, on := interleavedLoads(b, nil, map[string]string{"TELEMETRY_EXPORT": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.Endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_TRACES_SAMPLER": "relaybus"})
 	offP50, offP99, onP50, onP99 := off.p50, off.p99, on.p50, on.p99
 	fmt.Printf("# publish telemetry overhead: the publish load above four times, telemetry off, on, on, off in the function's process (sampling %g at the root, "+
 		"exported over OTLP/gRPC to a local collector that received %d spans); A, B, B, A; the mean of each side\n", telemetry.DefaultSampleRatio, sink.Spans())

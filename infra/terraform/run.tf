@@ -35,10 +35,15 @@ locals {
     FIRESTORE_DATABASE   = var.firestore_database
     LEDGER_RETENTION     = var.ledger_retention
     SHUTDOWN_TIMEOUT     = var.shutdown_timeout
-    # OpenTelemetry (telemetry.tf, shared/telemetry).
-    TELEMETRY_EXPORT          = var.telemetry.export
-    TELEMETRY_SAMPLE_RATIO    = tostring(var.telemetry.sample_ratio)
-    TELEMETRY_METRIC_INTERVAL = var.telemetry.metric_interval
+    # OpenTelemetry (telemetry.tf, shared/telemetry, docs/telemetry.md):
+    # the specification's variables, and relaybus's TELEMETRY_EXPORT.
+    TELEMETRY_EXPORT            = var.telemetry.export
+    OTEL_TRACES_SAMPLER         = var.telemetry.sampler
+    OTEL_TRACES_SAMPLER_ARG     = tostring(var.telemetry.sample_ratio)
+    OTEL_METRIC_EXPORT_INTERVAL = tostring(var.telemetry.metric_interval_seconds * 1000)
+    # The Telemetry API files metrics under prometheus_target, whose
+    # location is required: the region, without a metadata server read.
+    OTEL_RESOURCE_ATTRIBUTES = "cloud.region=${var.region}"
   }
 
   # The relay's settings; publish's fast path runs the same relay code.

@@ -1,6 +1,7 @@
 # OpenTelemetry: the functions export traces and metrics in OTLP to Google's
 # Telemetry API, telemetry.googleapis.com (shared/telemetry: on Cloud Run with
-# GOOGLE_CLOUD_PROJECT set, TELEMETRY_EXPORT=auto exports there; Google's
+# GOOGLE_CLOUD_PROJECT set and no OTEL_EXPORTER_OTLP_ENDPOINT,
+# TELEMETRY_EXPORT=auto exports there; Google's
 # recommended path for OpenTelemetry SDKs,
 # https://cloud.google.com/trace/docs/migrate-to-otlp-endpoints). Traces land
 # in Cloud Trace; metrics land in Cloud Monitoring with the Prometheus mapping
@@ -14,14 +15,21 @@
 
 variable "telemetry" {
   type = object({
-    # TELEMETRY_EXPORT of every function: auto exports to telemetry.googleapis.com
-    # on Cloud Run; off turns telemetry off.
+    # TELEMETRY_EXPORT of every function (relaybus's own setting): auto
+    # exports to telemetry.googleapis.com on Cloud Run; off turns telemetry
+    # off (and grants nothing).
     export = optional(string, "auto")
-    # TELEMETRY_SAMPLE_RATIO: the share of traces recorded, decided at each
-    # root by trace id (Cloud Trace bills per span ingested).
+    # OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG. relaybus (relaybus's
+    # own sampler) decides at each root by trace id at sample_ratio and
+    # ignores the sampled flag Cloud Run sets on about 0.1 request/s per
+    # instance; deliveries follow their producer. Any of the
+    # specification's samplers may be named instead (docs/telemetry.md).
+    sampler      = optional(string, "relaybus")
     sample_ratio = optional(number, 0.01)
-    # TELEMETRY_METRIC_INTERVAL: how often metrics are exported.
-    metric_interval = optional(string, "60s")
+    # OTEL_METRIC_EXPORT_INTERVAL, in seconds here (the variable is in
+    # milliseconds). Cloud Monitoring takes a point per series at most
+    # every 5 s.
+    metric_interval_seconds = optional(number, 60)
     # The end-to-end objective: p99 of relaybus.hop.duration{hop=end_to_end}
     # (occurredAt → the consumer's commit) in seconds, over 5 minutes, and how
     # long it must be missed before the alert opens.
@@ -31,11 +39,13 @@ variable "telemetry" {
     # conventions' threshold: more than 10 versions).
     projection_lag_versions = optional(number, 10)
   })
-  description = "OpenTelemetry: export (auto or off), sample ratio, metric interval, and the end-to-end latency alert's p99 threshold in seconds."
+  description = "OpenTelemetry: export (auto or off), the sampler and its ratio, the metric export interval in seconds, and the alerts' thresholds (end-to-end p99 in seconds, projection version lag)."
   default     = {}
   validation {
-    condition     = contains(["auto", "google", "off"], var.telemetry.export) && var.telemetry.sample_ratio >= 0 && var.telemetry.sample_ratio <= 1 && var.telemetry.end_to_end_p99_seconds > 0
-    error_message = "telemetry: export must be auto, google or off; sample_ratio within [0, 1]; end_to_end_p99_seconds positive."
+    condition = (contains(["auto", "google", "off"], var.telemetry.export) && var.telemetry.sample_ratio >= 0 && var.telemetry.sample_ratio <= 1 &&
+      contains(["relaybus", "always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"], var.telemetry.sampler) &&
+    var.telemetry.metric_interval_seconds >= 5 && var.telemetry.end_to_end_p99_seconds > 0)
+    error_message = "telemetry: export must be auto, google or off; sampler relaybus or one of the specification's (always_on, always_off, traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio); sample_ratio within [0, 1]; metric_interval_seconds at least 5 (Cloud Monitoring's least interval per series); end_to_end_p99_seconds positive."
   }
 }
 

@@ -126,6 +126,11 @@ type Options struct {
 	HealDelay time.Duration
 	// Logger receives the stack's and the functions' logs.
 	Logger *slog.Logger
+	// Drained, when set, is called by Close once the server has answered
+	// its last request and the delivery loop has stopped, before any
+	// function closes its pools: where a host flushes its telemetry, so
+	// the gauges that read the pools are exported (make dev).
+	Drained func(ctx context.Context)
 }
 
 // Info is what a running stack tells its clients (the demo): it is written
@@ -171,6 +176,7 @@ type Stack struct {
 	done    chan struct{}
 	closers []func(context.Context)
 	infoAt  string
+	drained func(ctx context.Context)
 }
 
 // Check reports every prerequisite Start would miss, one error per line,
@@ -242,7 +248,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err := Check(o); err != nil {
 		return nil, err
 	}
-	s = &Stack{done: make(chan struct{})}
+	s = &Stack{done: make(chan struct{}), drained: o.Drained}
 	started := s // the named result is nil by the time a failure's defer runs
 	defer func() {
 		if err != nil {
@@ -749,6 +755,9 @@ func (s *Stack) Close(ctx context.Context) {
 	}
 	if s.server != nil {
 		_ = s.server.Shutdown(ctx)
+	}
+	if s.drained != nil {
+		s.drained(context.WithoutCancel(ctx))
 	}
 	// The child processes get a few seconds of their own to stop cleanly,
 	// even when ctx is already done.

@@ -42,7 +42,7 @@ func On(ratio float64) (off func()) {
 
 // Sink is an OTLP/gRPC collector that counts what it receives and keeps
 // nothing: a function in another process exports to it with telemetry on
-// (TELEMETRY_EXPORT=otlp, OTEL_EXPORTER_OTLP_ENDPOINT=Endpoint).
+// (OTEL_EXPORTER_OTLP_PROTOCOL=grpc, OTEL_EXPORTER_OTLP_ENDPOINT=Endpoint).
 type Sink struct {
 	coltrace.UnimplementedTraceServiceServer
 	// Endpoint is its address as OTEL_EXPORTER_OTLP_ENDPOINT takes it.

@@ -40,8 +40,8 @@ type Env struct {
 	// JSON lines on stderr at LogLevel that production writes (the local
 	// stack and tests set it; no variable).
 	LogHandler slog.Handler
-	// Telemetry is OpenTelemetry's export and sampling (TELEMETRY_*,
-	// OTEL_EXPORTER_OTLP_ENDPOINT; see shared/telemetry).
+	// Telemetry is OpenTelemetry's set-up (the standard OTEL_* variables,
+	// and TELEMETRY_EXPORT; see shared/telemetry and docs/telemetry.md).
 	Telemetry telemetry.Config
 }
 

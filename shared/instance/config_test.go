@@ -42,7 +42,7 @@ func TestLoadFillsEverySharedPieceFromTheEnvironment(t *testing.T) {
 	}
 	want := testConfig{
 		Env: Env{ProjectID: "p-1", LogLevel: "info", ShutdownTimeout: 5 * time.Second,
-			Telemetry: telemetry.Config{Export: "auto", SampleRatio: telemetry.DefaultSampleRatio, MetricInterval: telemetry.DefaultMetricInterval}},
+			Telemetry: telemetry.Config{Export: "auto"}},
 		PubSub: PubSub{EmulatorHost: "127.0.0.1:1", Transport: "nats", NATSURL: "nats://127.0.0.1:2"},
 		Ledger: Recorder{Ledger: Ledger{Database: "ledger-db", Retention: 720 * time.Hour, ReconcileAfter: time.Minute},
 			Mode: "off", Budget: 3 * time.Second},

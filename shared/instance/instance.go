@@ -33,6 +33,7 @@ package instance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -45,6 +46,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // Lazy returns an HTTP handler that builds the real handler with build on
@@ -250,7 +252,13 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), max(time.Until(start.Add(o.ShutdownTimeout)), time.Second))
 	defer ccancel()
-	closeErr := fn.close(cctx)
+	// The last request has been answered and the pools are still open:
+	// export what telemetry holds now, the gauges that read the pools
+	// included, so an instance that lived less than the metric interval
+	// (Cloud Run scaling to zero) still exports its metrics. The
+	// function's own close then flushes what its shutdown records.
+	flushErr := telemetry.ForceFlush(cctx)
+	closeErr := errors.Join(fn.close(cctx), flushErr)
 	level := slog.LevelInfo
 	if cut > 0 || closeErr != nil {
 		level = slog.LevelWarn

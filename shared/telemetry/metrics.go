@@ -2,9 +2,11 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -330,7 +332,9 @@ type OutboxBacklog struct {
 }
 
 // ObserveOutbox registers the outbox gauges of database (a name for the
-// relaybus.database attribute): read is called at each collection. It
+// relaybus.database attribute): read is called at each collection; when
+// it fails the gauges are left out of that collection (and the error
+// handed to OpenTelemetry's error handler), never the other metrics. It
 // returns the function that unregisters them; with telemetry off it does
 // nothing.
 func ObserveOutbox(database string, read func(ctx context.Context) (OutboxBacklog, error)) (unregister func() error) {
@@ -355,7 +359,10 @@ func ObserveOutbox(database string, read func(ctx context.Context) (OutboxBacklo
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		b, err := read(ctx)
 		if err != nil {
-			return err
+			// Not returned: the SDK drops a whole collection, every
+			// other metric with it, when a callback fails.
+			otel.Handle(fmt.Errorf("telemetry: outbox gauges of %s: %w", database, err))
+			return nil
 		}
 		o.ObserveFloat64(oldest, b.OldestAge.Seconds(), at)
 		o.ObserveInt64(pending, int64(b.Pending), sets["pending"])
@@ -390,7 +397,10 @@ func ObserveGaps(consumer string, read func(ctx context.Context) (oldest time.Du
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		oldest, open, err := read(ctx)
 		if err != nil {
-			return err
+			// Not returned: the SDK drops a whole collection when a
+			// callback fails.
+			otel.Handle(fmt.Errorf("telemetry: gap gauges of %s: %w", consumer, err))
+			return nil
 		}
 		o.ObserveFloat64(age, oldest.Seconds(), at)
 		o.ObserveInt64(gaps, int64(open), at)

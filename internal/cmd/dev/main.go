@@ -75,8 +75,9 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// Telemetry: exported to OTEL_EXPORTER_OTLP_ENDPOINT when it is set
-	// (TELEMETRY_* as on Cloud Run), else off and silent.
+	// Telemetry from the standard OTEL_* variables (shared/telemetry,
+	// docs/telemetry.md): exported when an OTEL_EXPORTER_OTLP_*ENDPOINT is
+	// set, else off and silent.
 	var tel telemetry.Config
 	if err := envconfig.Process(ctx, &tel); err != nil {
 		fmt.Fprintln(os.Stderr, "make dev:", err)
@@ -87,13 +88,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "make dev:", err)
 		os.Exit(1)
 	}
+	// The outbox gauges read the stack's pools: they are flushed once the
+	// last request is answered and unregistered before the pools close.
+	var unobserve []func() error
+	drained := func(ctx context.Context) {
+		if err := telemetry.ForceFlush(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "make dev: telemetry:", err)
+		}
+		for _, u := range unobserve {
+			_ = u()
+		}
+	}
 	start := time.Now()
 	s, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project, PostgresBudget: *pgBudget,
 		DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
 		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"), Topology: os.Getenv("RELAYBUS_TOPOLOGY"),
 		Transport: os.Getenv("TRANSPORT"), NATSURL: os.Getenv("NATS_URL"),
-		Logger: logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
+		Logger:  logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
+		Drained: drained,
 	})
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -102,7 +115,7 @@ func main() {
 		os.Exit(1)
 	}
 	for name, pool := range s.Pools {
-		defer telemetry.ObserveOutbox(name, func(ctx context.Context) (telemetry.OutboxBacklog, error) { return relay.Backlog(ctx, pool) })() //nolint:errcheck
+		unobserve = append(unobserve, telemetry.ObserveOutbox(name, func(ctx context.Context) (telemetry.OutboxBacklog, error) { return relay.Backlog(ctx, pool) }))
 	}
 	fmt.Printf("relaybus local stack ready in %.1fs\n", time.Since(start).Seconds())
 	for _, line := range s.Started {
@@ -117,12 +130,15 @@ Run the purchase scenario:  make demo
 Stop:                       Ctrl-C
 `, s.Info.URL, s.Info.URL)
 	<-ctx.Done()
-	stop()
-	fmt.Println("\nstopping: finishing in-flight work (up to 30s; Ctrl-C again to force)...")
+	// A second Ctrl-C forces the stop. Its handler is in place before the
+	// first one is released, so no signal finds the default action (which
+	// would kill the process with a failing status).
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	force, unforce := signal.NotifyContext(cctx, os.Interrupt, syscall.SIGTERM)
 	defer unforce()
+	stop()
+	fmt.Println("\nstopping: finishing in-flight work (up to 30s; Ctrl-C again to force)...")
 	s.Close(force)
 	if err := flush(cctx); err != nil {
 		fmt.Fprintln(os.Stderr, "make dev: telemetry:", err)
@@ -130,5 +146,6 @@ Stop:                       Ctrl-C
 	if s.Delivery.HandedBack > 0 || s.Delivery.Lapsing > 0 {
 		fmt.Println(s.Delivery.String())
 	}
+	// Ctrl-C is how make dev is meant to end: a stop is a success.
 	fmt.Println("stopped")
 }
