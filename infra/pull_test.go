@@ -46,7 +46,7 @@ func TestPullModeOnCloudRun(t *testing.T) {
 	}
 	vars["pull_mode"] = cty.ObjectVal(map[string]cty.Value{
 		"enabled": cty.True, "consumers": cty.ListVal(list), "min_instances": cty.NumberIntVal(2),
-		"max_instances": cty.NumberIntVal(3), "max_in_flight": cty.NumberIntVal(8), "exactly_once_delivery": cty.True,
+		"max_instances": cty.NumberIntVal(3), "max_in_flight": cty.NumberIntVal(4), "exactly_once_delivery": cty.True,
 	})
 	vars["always_allocated_cpu"] = cty.False // so that the pull consumers' own CPU setting shows
 	ev := c.newEvaluator(t, vars).withStubs()
@@ -109,8 +109,8 @@ func TestPullModeOnCloudRun(t *testing.T) {
 		if isPulled[sub] {
 			wantMode, wantMin, wantMax, wantIdle = "pull", 2, 3, false
 		}
-		if e["CONSUMER_MODE"] != wantMode || e["PULL_MAX_IN_FLIGHT"] != "8" {
-			t.Errorf("consume %s: CONSUMER_MODE=%v PULL_MAX_IN_FLIGHT=%v, want %s and 8", sub, e["CONSUMER_MODE"], e["PULL_MAX_IN_FLIGHT"], wantMode)
+		if e["CONSUMER_MODE"] != wantMode || e["PULL_MAX_IN_FLIGHT"] != "4" {
+			t.Errorf("consume %s: CONSUMER_MODE=%v PULL_MAX_IN_FLIGHT=%v, want %s and 4", sub, e["CONSUMER_MODE"], e["PULL_MAX_IN_FLIGHT"], wantMode)
 		}
 		in := newInstance(t, ev, ev.stubs, "google_cloud_run_v2_service.consume", sub, runs[sub])
 		tmpl := block(t, sub, run.Body, "template")
@@ -143,5 +143,97 @@ func TestPullModeOnCloudRun(t *testing.T) {
 		if len(want) > 0 {
 			t.Errorf("%s: no roles/pubsub.subscriber for %v", sub, sortedKeys(want))
 		}
+	}
+}
+
+// pullVars is the repository's topology with pull_mode set to mode.
+func pullVars(t *testing.T, mode map[string]cty.Value) map[string]cty.Value {
+	path, _ := repoTopology(t)
+	vars := requiredVars(t)
+	vars["topology_file"] = cty.StringVal(path)
+	vars["pull_mode"] = cty.ObjectVal(mode)
+	return vars
+}
+
+// pullModeErrors evaluates terraform_data.pull_mode's precondition.
+func pullModeErrors(t *testing.T, c *tfConfig, vars map[string]cty.Value) []any {
+	t.Helper()
+	b := c.resource(t, "terraform_data.pull_mode")
+	pre := block(t, "pull_mode", block(t, "pull_mode", b.Body, "lifecycle"), "precondition")
+	if got := c.exprSource(pre.Attributes["condition"].Expr); got != "length(local.pull_mode_errors) == 0" {
+		t.Fatalf("terraform_data.pull_mode precondition %s", got)
+	}
+	return jsonValue(t, c.newEvaluator(t, vars).local("pull_mode_errors")).([]any)
+}
+
+// TestPullModeIsCheckedBeforeAnythingIsCreated: pull_mode.consumers names
+// consumers of the topology (a typo left a consumer on push without a
+// word), and PULL_MAX_IN_FLIGHT is the pool's size by default and never
+// more (16 deliveries on a pool of 5 held their leases while they waited
+// for a connection). Every consume service waits on the check.
+func TestPullModeIsCheckedBeforeAnythingIsCreated(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	_, top := repoTopology(t)
+	sub := top.Consumers()[0].Subscription()
+	on := func(extra map[string]cty.Value) map[string]cty.Value {
+		m := map[string]cty.Value{"enabled": cty.True}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return pullVars(t, m)
+	}
+	if errs := pullModeErrors(t, c, on(map[string]cty.Value{"consumers": cty.ListVal([]cty.Value{cty.StringVal(sub)})})); len(errs) != 0 {
+		t.Errorf("a declared consumer is refused: %v", errs)
+	}
+	errs := pullModeErrors(t, c, on(map[string]cty.Value{"consumers": cty.ListVal([]cty.Value{cty.StringVal("shop.order.events.member-servce-processor")})}))
+	if len(errs) != 1 || !strings.Contains(errs[0].(string), `"shop.order.events.member-servce-processor" is no consumer of the topology`) || !strings.Contains(errs[0].(string), sub) {
+		t.Errorf("a misspelt consumer: %v", errs)
+	}
+	errs = pullModeErrors(t, c, on(map[string]cty.Value{"max_in_flight": cty.NumberIntVal(16)}))
+	if len(errs) != 1 || !strings.Contains(errs[0].(string), "pull_mode.max_in_flight 16 is above cloud_sql.pool_max_conns 5") {
+		t.Errorf("16 in flight on a pool of 5: %v", errs)
+	}
+	ev := c.newEvaluator(t, on(nil)).withStubs()
+	for k, e := range jsonValue(t, ev.local("consume_env")).(map[string]any) {
+		if got := e.(map[string]any)["PULL_MAX_IN_FLIGHT"]; got != "5" {
+			t.Errorf("%s: PULL_MAX_IN_FLIGHT %v by default, want the pool's 5", k, got)
+		}
+	}
+	if !contains(dependsOn(t, c.resource(t, "google_cloud_run_v2_service.consume")), "terraform_data.pull_mode") {
+		t.Error("the consume services do not wait for the pull mode check")
+	}
+}
+
+// TestPullWorkersStartAfterTheirGrants: a pull consumer's worker pulls as
+// soon as its revision starts; it started before its subscription's grants
+// existed and backed off up to ten minutes. The consume services now wait
+// for a propagation wait over every pull grant.
+func TestPullWorkersStartAfterTheirGrants(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	if !contains(dependsOn(t, c.resource(t, "google_cloud_run_v2_service.consume")), "time_sleep.pull_grant_propagation") {
+		t.Error("the consume services do not wait for the pull grants")
+	}
+	src := c.exprSourceOfBlock(c.resource(t, "time_sleep.pull_grant_propagation"))
+	for _, g := range c.resourcesOfType("google_pubsub_subscription_iam_member") {
+		if strings.Contains(c.exprSourceOfBlock(c.resources[g]), "consumer_pull") && !strings.Contains(src, g+" ") {
+			t.Errorf("time_sleep.pull_grant_propagation does not wait for %s", g)
+		}
+	}
+	if got := c.exprSource(c.resource(t, "time_sleep.pull_grant_propagation").Body.Attributes["create_duration"].Expr); got != "var.propagation_waits.iam" {
+		t.Errorf("pull grant wait %s", got)
+	}
+}
+
+// TestDlqreplayKnowsThePullConsumers: dlqreplay refuses to pause, resume or
+// rebuild a pull consumer with the reason (it has no push endpoint; it
+// answered a permission error), so it is told which they are.
+func TestDlqreplayKnowsThePullConsumers(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	_, top := repoTopology(t)
+	a, b := top.Consumers()[0].Subscription(), top.Consumers()[1].Subscription()
+	ev := c.newEvaluator(t, pullVars(t, map[string]cty.Value{"enabled": cty.True, "consumers": cty.ListVal([]cty.Value{cty.StringVal(b), cty.StringVal(a)})})).withStubs()
+	wired := jsonValue(t, ev.local("function_wired_env")).(map[string]any)["dlqreplay"].(map[string]any)
+	if got, want := wired["DLQREPLAY_PULL_CONSUMERS"], strings.Join(sorted([]string{a, b}), ","); got != want {
+		t.Errorf("DLQREPLAY_PULL_CONSUMERS %v, want %s", got, want)
 	}
 }

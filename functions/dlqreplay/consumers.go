@@ -217,7 +217,7 @@ func (a *api) pausedStates(r *request, vs []consumerView) {
 	}
 	for i := range vs {
 		v := &vs[i]
-		if !v.Declared || v.Delivery != topology.DeliveryPush {
+		if !v.Declared || v.Delivery != topology.DeliveryPush || a.pulledSub(v.Subscription) {
 			continue
 		}
 		paused, err := a.o.Pauser.Paused(r.Context(), v.Subscription)

@@ -136,6 +136,10 @@ type Options struct {
 	// PushTargets are the push consumers' endpoints and OIDC identities by
 	// logical subscription (DLQREPLAY_PUSH_TARGETS): what resume restores.
 	PushTargets map[string]PushTarget
+	// PullConsumers are the logical subscriptions deployed in pull mode
+	// (DLQREPLAY_PULL_CONSUMERS; Terraform's pull_mode): declared push, but
+	// pulled by a worker, so they have no push endpoint to pause.
+	PullConsumers []string
 	// Pauser pauses and resumes consumers (pause, resume, rebuild); nil
 	// with a Seeker means a PushPauser over the Seeker's client and
 	// PushTargets.

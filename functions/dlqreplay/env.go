@@ -65,6 +65,11 @@ type Config struct {
 	// (DLQREPLAY_PUSH_TARGETS, a JSON object; see ParsePushTargets): what
 	// resume restores.
 	PushTargets string `env:"DLQREPLAY_PUSH_TARGETS"`
+	// PullConsumers are the consumers deployed in pull mode, by logical
+	// subscription, comma-separated (DLQREPLAY_PULL_CONSUMERS; Terraform
+	// sets it from pull_mode): pause, resume and rebuild refuse them with
+	// the reason instead of failing on a subscription without push.
+	PullConsumers []string `env:"DLQREPLAY_PULL_CONSUMERS"`
 	// Retention is how long dead letters are kept (ARCHIVE_RETENTION,
 	// default 720h): each gets deleteAt = archived + retention for
 	// Firestore's TTL policy.
@@ -166,7 +171,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		Ledger:  store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
 		Seeker: seeker, TimeSeeker: timeSeeker,
 		Auth: cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
-		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, Pauser: cfg.Pauser,
+		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, PullConsumers: cfg.PullConsumers, Pauser: cfg.Pauser,
 		TraceProject: traceProject(cfg),
 	})
 	if err != nil {

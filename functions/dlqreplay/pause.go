@@ -149,6 +149,18 @@ type deliveryState struct {
 	Changed bool `json:"changed"`
 }
 
+// pulled reports whether a consumer is deployed in pull mode.
+func (a *api) pulled(c topology.Consumer) bool { return a.pulledSub(c.Subscription()) }
+
+func (a *api) pulledSub(sub string) bool {
+	for _, s := range a.o.PullConsumers {
+		if s == sub {
+			return true
+		}
+	}
+	return false
+}
+
 // pushConsumer finds the push consumer of a path.
 func (a *api) pushConsumer(r *request, args []string, verb string) (topology.Consumer, error) {
 	topic, id, err := consumerArgs(r, args)
@@ -161,6 +173,9 @@ func (a *api) pushConsumer(r *request, args []string, verb string) (topology.Con
 	c, err := a.declared(topic, id)
 	if err != nil {
 		return c, err
+	}
+	if a.pulled(c) {
+		return c, fail(http.StatusConflict, "pull", "%s on %s is deployed in pull mode (pull_mode): a worker in its consume service pulls the subscription, so there is no push endpoint to %s. It stops when its consume service does; to rewind it, seek its subscription (relaybus seek)", id, topic, verb)
 	}
 	if c.Delivery != topology.DeliveryPush {
 		return c, fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which owns its subscription's push configuration: relaybus cannot %s it (declare the consumer with delivery: push to pause it)", id, topic, verb)
@@ -222,7 +237,10 @@ func (a *api) consumerDelivery(r *request, args []string) (any, error) {
 		return nil, err
 	}
 	st := a.state(c)
-	if c.Delivery != topology.DeliveryPush || a.o.Pauser == nil {
+	if a.pulled(c) {
+		st.Delivery = "pull"
+	}
+	if c.Delivery != topology.DeliveryPush || a.pulled(c) || a.o.Pauser == nil {
 		return st, nil
 	}
 	if st.Paused, err = a.o.Pauser.Paused(r.Context(), c.Subscription()); err != nil {

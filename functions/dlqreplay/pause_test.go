@@ -3,6 +3,7 @@ package dlqreplay_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
@@ -114,5 +115,36 @@ func TestPauseAndResumeAPushConsumer(t *testing.T) {
 	runAuth(t, ro, []authCase{{name: "read-only", method: "POST", path: base + ":pause", want: 403, code: "read_only"}})
 	if got := pushConfig().GetPushEndpoint(); got != target.Endpoint {
 		t.Errorf("a refused pause detached the endpoint (%q)", got)
+	}
+}
+
+// A consumer deployed in pull mode (Terraform's pull_mode) is declared
+// push but has no push endpoint: pause, resume and rebuild answered a
+// Pub/Sub permission error (dlqreplay may not update a pull
+// subscription) or a refusal that spoke of Eventarc. They now refuse with
+// the reason and what to do instead, and its delivery state says pull.
+func TestPullConsumersCannotBePausedAndSayWhy(t *testing.T) {
+	sub := "member.points.events.audit-service-recorder"
+	e := newEnvWith(t, func(o *dlqreplay.Options) {
+		o.Auth, o.Writers = dlqreplay.AuthCloudRun, []string{"alice@example.com"}
+		o.PullConsumers = []string{sub}
+	})
+	admin := e.fake.Client.PubSub().SubscriptionAdminClient
+	e = newHandler(t, e, func(o *dlqreplay.Options) {
+		o.Auth, o.Writers = dlqreplay.AuthCloudRun, []string{"alice@example.com"}
+		o.PullConsumers = []string{sub}
+		o.Seeker = &dlqreplay.Seeker{Admin: admin, Project: pubsubtest.Project}
+	})
+	base := "/consumers/member.points.events/audit-service"
+	alice := bearerOf(person("alice@example.com"))
+	hourAgo := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	runAuth(t, e, []authCase{
+		{name: "pause", method: "POST", path: base + ":pause", headers: alice, want: 409, code: "pull"},
+		{name: "resume", method: "POST", path: base + ":resume", headers: alice, want: 409, code: "pull"},
+		{name: "rebuild", method: "POST", path: base + ":rebuild", headers: alice, body: map[string]any{"time": hourAgo}, want: 409, code: "pull"},
+	})
+	var st map[string]any
+	if code := e.callWith(t, "GET", base+"/delivery", alice, nil, &st); code != 200 || st["delivery"] != "pull" || st["paused"] != false {
+		t.Errorf("delivery state of a pull consumer: %d %v", code, st)
 	}
 }

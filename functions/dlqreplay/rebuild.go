@@ -115,6 +115,9 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 		if g.Handler != topology.HandlerProjection && g.Handler != topology.HandlerStrict {
 			return nil, fail(http.StatusConflict, "handler", "%s on %s runs handler %q, which keeps its state in its own tables: clear them yourself, then pause, seek and resume (only the projection and strict handlers' state is relaybus's)%s", g.Service, g.Topic, g.Handler, sharedNote(g, c))
 		}
+		if a.pulled(g) {
+			return nil, fail(http.StatusConflict, "pull", "%s on %s is deployed in pull mode (pull_mode), which relaybus cannot pause: a rebuild pauses delivery while it clears the state. Stop its consume service, clear its state, seek its subscription (relaybus seek) and start it again%s", g.Service, g.Topic, sharedNote(g, c))
+		}
 		if g.Delivery != topology.DeliveryPush {
 			return nil, fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which cannot be paused: a rebuild needs delivery: push%s", g.Service, g.Topic, sharedNote(g, c))
 		}

@@ -70,6 +70,12 @@ resource "google_pubsub_subscription" "consumer_pull" {
   ]
 }
 
+# Switching a consumer to pull mode replaces its push subscription (or its
+# Eventarc trigger and the trigger's own subscription) with a new pull
+# subscription: the new one starts empty. docs/deploying.md ("Pull mode")
+# is the switch without losing the backlog: a snapshot of the old
+# subscription before the apply, a seek of the new one to it after.
+#
 # Who subscribes to a pull consumer's subscription (roles/pubsub.subscriber:
 # pull, acknowledge, modify ack deadlines, seek): its consume service's own
 # account, which pulls it; the Pub/Sub service agent, which acknowledges
@@ -94,4 +100,45 @@ resource "google_pubsub_subscription_iam_member" "pull_dlqreplay_seek" {
   subscription = google_pubsub_subscription.consumer_pull[each.key].name
   role         = "roles/pubsub.subscriber"
   member       = google_service_account.function["dlqreplay"].member
+}
+
+# The grants above propagate like any IAM change (iam.tf): the consume
+# services of pull consumers start after this wait, so their worker's
+# first pull is not refused.
+resource "time_sleep" "pull_grant_propagation" {
+  create_duration = var.propagation_waits.iam
+  triggers = {
+    grants = sha1(jsonencode([
+      [for g in google_pubsub_subscription_iam_member.pull_consume : g.id],
+      [for g in google_pubsub_subscription_iam_member.pull_agent : g.id],
+      [for g in google_pubsub_subscription_iam_member.pull_dlqreplay_seek : g.id],
+    ]))
+  }
+}
+
+locals {
+  # PULL_MAX_IN_FLIGHT: deliveries a pull worker holds at once. Each one
+  # runs a Postgres transaction, so by default as many as its pool has
+  # connections; more would hold leases while they wait for one.
+  pull_max_in_flight = coalesce(var.pull_mode.max_in_flight, var.cloud_sql.pool_max_conns)
+
+  # pull_mode.consumers must name consumers of the topology (a typo would
+  # leave a consumer on push without a word).
+  pull_mode_errors = concat(
+    [for n in var.pull_mode.consumers : "pull_mode.consumers: \"${n}\" is no consumer of the topology (subscription ids are <topic>.<service>-<role>: ${join(", ", sort(keys(local.consumers)))})" if !contains(keys(local.consumers), n)],
+    local.pull_max_in_flight > var.cloud_sql.pool_max_conns ? ["pull_mode.max_in_flight ${local.pull_max_in_flight} is above cloud_sql.pool_max_conns ${var.cloud_sql.pool_max_conns}: deliveries beyond the pool hold their leases while they wait for a connection; lower it or raise the pool"] : [],
+  )
+}
+
+# Refuses a plan whose pull mode names an unknown consumer or outruns its
+# pool, before anything is created.
+resource "terraform_data" "pull_mode" {
+  input = { consumers = sort(keys(local.pull_consumers)), max_in_flight = local.pull_max_in_flight }
+
+  lifecycle {
+    precondition {
+      condition     = length(local.pull_mode_errors) == 0
+      error_message = join("; ", local.pull_mode_errors)
+    }
+  }
 }

@@ -140,6 +140,9 @@ locals {
       DLQREPLAY_SUBSCRIPTIONS = jsonencode(local.consumer_subscription_ids)
       # What :resume sets back on a paused push consumer: the push_config
       # of google_pubsub_subscription.consumer.
+      # The consumers deployed in pull mode: pause, resume and rebuild
+      # refuse them with the reason (they have no push endpoint).
+      DLQREPLAY_PULL_CONSUMERS = join(",", sort(keys(local.pull_consumers)))
       DLQREPLAY_PUSH_TARGETS = jsonencode({
         for k, c in local.push_consumers : k => {
           endpoint       = google_cloud_run_v2_service.consume[k].uri
@@ -173,7 +176,7 @@ locals {
       STRICT_GAP_TIMEOUT             = "${c.gap_timeout_seconds}s"
       # push (Pub/Sub push or Eventarc POSTs deliveries) or pull (pull.tf).
       CONSUMER_MODE      = contains(keys(local.pull_consumers), k) ? "pull" : "push"
-      PULL_MAX_IN_FLIGHT = tostring(var.pull_mode.max_in_flight)
+      PULL_MAX_IN_FLIGHT = tostring(local.pull_max_in_flight)
     })
   }
 
@@ -368,7 +371,12 @@ resource "google_cloud_run_v2_service" "consume" {
   depends_on = [
     terraform_data.topology,
     terraform_data.database_connections,
+    terraform_data.pull_mode,
     time_sleep.iam_propagation,
+    # A pull consumer's worker pulls as soon as its revision starts: its
+    # subscriber grant must have propagated, or the worker backs off (up
+    # to ten minutes) on PermissionDenied.
+    time_sleep.pull_grant_propagation,
     google_secret_manager_secret_version.database_url,
   ]
 }

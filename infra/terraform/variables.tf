@@ -343,15 +343,15 @@ variable "pull_mode" {
     consumers             = optional(list(string), [])
     min_instances         = optional(number, 1)
     max_instances         = optional(number, 1)
-    max_in_flight         = optional(number, 16)
+    max_in_flight         = optional(number)
     exactly_once_delivery = optional(bool, false)
   })
-  description = "Pull mode (CONSUMER_MODE=pull, pull.tf), off by default: with enabled, the consumers listed by subscription id (every consumer when the list is empty) get a plain pull subscription instead of their push subscription or Eventarc trigger, and their consume service pulls it as a long-running worker: min_instances always-on instances (instance-based billing), at most max_instances (1 keeps each ordering key in one worker), PULL_MAX_IN_FLIGHT deliveries at once; exactly_once_delivery sets enable_exactly_once_delivery on their subscriptions (pull only)."
+  description = "Pull mode (CONSUMER_MODE=pull, pull.tf), off by default: with enabled, the consumers listed by subscription id (every consumer when the list is empty) get a plain pull subscription instead of their push subscription or Eventarc trigger, and their consume service pulls it as a long-running worker: min_instances always-on instances (instance-based billing), at most max_instances (1 keeps each ordering key in one worker), PULL_MAX_IN_FLIGHT deliveries at once (max_in_flight; by default cloud_sql.pool_max_conns, and never more); exactly_once_delivery sets enable_exactly_once_delivery on their subscriptions (pull only)."
   default     = {}
 
   validation {
     condition = (var.pull_mode.min_instances >= 1 && var.pull_mode.max_instances >= var.pull_mode.min_instances &&
-    var.pull_mode.max_in_flight >= 1 && var.pull_mode.max_in_flight <= 1000)
+    (var.pull_mode.max_in_flight == null ? true : var.pull_mode.max_in_flight >= 1 && var.pull_mode.max_in_flight <= 1000))
     error_message = "pull_mode: min_instances at least 1 (a pull worker gets no request to start it), max_instances at least min_instances, max_in_flight 1 to 1000."
   }
 }
