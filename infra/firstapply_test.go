@@ -1,11 +1,17 @@
 package infra
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/relaybus/relaybus/shared/topology"
@@ -192,5 +198,118 @@ func TestEveryExportingFunctionMayWriteTelemetry(t *testing.T) {
 	sort.Strings(left)
 	if len(left) > 0 {
 		t.Errorf("telemetry export off still grants %v", left)
+	}
+}
+
+// TestFirestoreIndexesAreReplacedNewFirst: an index is keyed by the query
+// it serves (its fields but shard), so adding shard to one keeps its key
+// and Terraform replaces it, creating the new index before it destroys the
+// old (create_before_destroy): keyed by every field, the aggregate index
+// was destroyed and another created at once, and the console's aggregate
+// search failed while Firestore built it. The old keys move to the new ones.
+func TestFirestoreIndexesAreReplacedNewFirst(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	ev := c.newEvaluator(t, requiredVars(t))
+	indexes := jsonValue(t, ev.local("composite_indexes")).(map[string]any)
+	sharded := 0
+	for key, ix := range indexes {
+		fields := ix.(map[string]any)["fields"].([]any)
+		var all, shape []string
+		for _, f := range fields {
+			m := f.(map[string]any)
+			all = append(all, m["field"].(string)+":"+m["order"].(string))
+			if m["field"] != "shard" {
+				shape = append(shape, m["field"].(string)+":"+m["order"].(string))
+			}
+		}
+		col := ix.(map[string]any)["collection"].(string)
+		if want := col + ":" + strings.Join(shape, ","); key != want {
+			t.Errorf("index %s is keyed %q: adding or removing shard would change its key", want, key)
+		}
+		if len(shape) != len(all) {
+			sharded++
+			from := `google_firestore_index.ledger["` + col + ":" + strings.Join(all, ",") + `"]`
+			if !strings.Contains(string(c.src["firestore.tf"]), "from = "+from) {
+				t.Errorf("no moved block from %s", from)
+			}
+		}
+	}
+	if sharded == 0 || len(indexes) < 10 {
+		t.Fatalf("%d indexes, %d sharded: the test cannot see them", len(indexes), sharded)
+	}
+	lc := block(t, "google_firestore_index.ledger", c.resource(t, "google_firestore_index.ledger").Body, "lifecycle")
+	if v, diags := lc.Attributes["create_before_destroy"].Expr.Value(nil); diags.HasErrors() || !v.True() {
+		t.Error("google_firestore_index.ledger is not create_before_destroy")
+	}
+}
+
+// TestAPublisherIsGrantedOnce: a principal in both var.publish_invokers
+// and a topic's publishers got two google_cloud_run_v2_service_iam_member
+// resources for one binding, which compete (removing either drops the
+// member for both). It is granted once.
+func TestAPublisherIsGrantedOnce(t *testing.T) {
+	doc := "rollup: {topic: relaybus.ledger.rollup}\ntopics:\n  - name: shop.order.events\n    publishers: [orders@p.iam.gserviceaccount.com, bob@example.com]\n    consumers: [{service: billing}]\n"
+	path, _ := topologyFile(t, doc)
+	c := loadTerraform(t, terraformDir(t))
+	vars := requiredVars(t)
+	vars["topology_file"] = cty.StringVal(path)
+	vars["publish_invokers"] = cty.ListVal([]cty.Value{cty.StringVal("serviceAccount:orders@p.iam.gserviceaccount.com"), cty.StringVal("user:carol@example.com")})
+	ev := c.newEvaluator(t, vars).withStubs()
+	seen := map[string][]string{}
+	for _, g := range grantsOf(t, c, ev, "google_cloud_run_v2_service_iam_member", "name") {
+		if g.target == "relaybus-publish" {
+			seen[g.member] = append(seen[g.member], g.resource)
+		}
+	}
+	for _, m := range []string{"serviceAccount:orders@p.iam.gserviceaccount.com", "user:bob@example.com", "user:carol@example.com"} {
+		if len(seen[m]) != 1 {
+			t.Errorf("%s may invoke publish through %d resources %v, want 1", m, len(seen[m]), seen[m])
+		}
+	}
+}
+
+// TestConnectionArithmeticIsCurrent: the connection figures database.tf's
+// comment and infra/terraform/README.md print are what the locals compute
+// for the defaults and the repository's topology (the comment said 65 and
+// 340 after dlqreplay came to read every database: 75 and 350), and the
+// URL closes idle connections within a minute, so a revision that no
+// longer gets traffic gives its pools back.
+func TestConnectionArithmeticIsCurrent(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	path, _ := repoTopology(t)
+	vars := requiredVars(t)
+	vars["topology_file"] = cty.StringVal(path)
+	ev := c.newEvaluator(t, vars).withStubs()
+	conns := jsonValue(t, ev.local("database_connections")).(map[string]any)
+	total := jsonValue(t, ev.local("cloudsql_connections"))
+	tf := string(c.src["database.tf"])
+	for db, n := range conns {
+		if !regexp.MustCompile(`(?m)^#\s+` + db + `\s+5 × \([^)]*\)\s+=\s+` + fmt.Sprint(n) + `$`).MatchString(tf) {
+			t.Errorf("database.tf's comment does not say %s = %v", db, n)
+		}
+	}
+	if !strings.Contains(tf, fmt.Sprintf("#   total %v ≤ 400 − 20 = 380", total)) {
+		t.Errorf("database.tf's comment does not say total %v", total)
+	}
+	readme, err := os.ReadFile(filepath.Join(terraformDir(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := strings.Join(strings.Fields(string(readme)), " ")
+	for db, n := range conns {
+		if !regexp.MustCompile(db + " `5 × \\([^)]*\\) = " + fmt.Sprint(n) + "`").MatchString(flat) {
+			t.Errorf("infra/terraform/README.md does not say %s = %v", db, n)
+		}
+	}
+	if !strings.Contains(flat, fmt.Sprintf("total %v ≤", total)) {
+		t.Errorf("infra/terraform/README.md does not say total %v", total)
+	}
+	u := ev.local("cloudsql_urls").GetAttr("main").AsString()
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxConnIdleTime <= 0 || cfg.MaxConnIdleTime > time.Minute {
+		t.Errorf("pool_max_conn_idle_time %v: an old revision's idle pools stay open", cfg.MaxConnIdleTime)
 	}
 }

@@ -63,6 +63,10 @@ func newBrowser(t *testing.T, console string) *browser {
 		// Google's services.
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		// /dev/shm is 64 MB in a container (Cloud Build's steps, Docker's
+		// default): Chromium's renderer crashes or hangs on a larger page
+		// there; this makes it use /tmp instead.
+		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(profile), chromedp.WindowSize(1400, 1000),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)

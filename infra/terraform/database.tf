@@ -21,7 +21,7 @@
 # connector encrypts the traffic, hence sslmode=disable on the socket.
 #
 # The URL (pgx, github.com/jackc/pgx/v5/pgxpool.ParseConfig):
-#   postgres://<user>:<password>@/<database>?host=/cloudsql/<connection name>&sslmode=disable&pool_max_conns=<n>
+#   postgres://<user>:<password>@/<database>?host=/cloudsql/<connection name>&sslmode=disable&pool_max_conns=<n>&pool_max_conn_idle_time=60s
 # infra/database_test.go parses it with pgxpool to prove the host is the
 # socket directory and MaxConns is the pool size.
 #
@@ -30,16 +30,22 @@
 # database it uses (pgx reads pool_max_conns from the URL), so at most
 #   connections = pool_max_conns × Σ over databases d on the instance of
 #                 Σ over services using d of that service's max instances
-# where main is used by publish, dlqreplay, the relay and every consumer on
-# main, and every other database by the relay and its consumers. That must
+# where main is used by publish and every consumer on main, and every
+# database by the relay and dlqreplay and its own consumers. That must
 # stay within max_connections − reserved_connections (PostgreSQL keeps
 # superuser_reserved_connections, Cloud SQL's own maintenance connects, and an
 # operator needs a psql session). With the defaults (pool 5; publish 20,
 # dlqreplay 2, relay 3, consume 10 instances each) and the repository's
 # topology (3 consumers on main, 1 on member):
 #   main   5 × (20 + 2 + 3 + 3×10) = 275
-#   member 5 × (3 + 10)            =  65
-#   total 340 ≤ 400 − 20 = 380
+#   member 5 × (2 + 3 + 10)        =  75
+#   total 350 ≤ 400 − 20 = 380
+# (infra/firstapply_test.go checks these figures, and the README's, against
+# the locals.) The bound is per revision: a deploy moves all traffic to the
+# new revision, and the old one's instances, no longer sent requests, close
+# their idle connections after pool_max_conn_idle_time (60s, in the URL; pgx
+# checks every minute), so an old revision's pools are gone within about two
+# minutes instead of lasting as long as Cloud Run keeps its idle instances.
 # terraform_data.database_connections refuses a plan that exceeds it, with
 # the numbers. A request beyond the pool waits in pgx for a connection (a
 # consume instance serves 40 deliveries at once on 5 connections by
@@ -64,7 +70,7 @@ locals {
   # The URL of each Cloud SQL database; it only ever goes into its secret.
   cloudsql_urls = {
     for k, d in local.cloudsql_databases : k => format(
-      "postgres://%s:%s@/%s?host=/cloudsql/%s&sslmode=disable&pool_max_conns=%d",
+      "postgres://%s:%s@/%s?host=/cloudsql/%s&sslmode=disable&pool_max_conns=%d&pool_max_conn_idle_time=60s",
       google_sql_user.relaybus[k].name, urlencode(random_password.database[k].result),
       google_sql_database.relaybus[k].name, local.cloudsql_connection_name, var.cloud_sql.pool_max_conns,
     )

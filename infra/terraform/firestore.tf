@@ -7,10 +7,15 @@
 locals {
   firestore_indexes = yamldecode(file("${path.module}/../firestore/indexes.yaml"))
 
-  # Keyed by collection and fields, e.g. "events:shard:ASCENDING,status:ASCENDING,occurredAt:DESCENDING".
+  # Keyed by collection and the fields of the query the index serves, shard
+  # left out, e.g. "events:status:ASCENDING,occurredAt:DESCENDING": adding
+  # the shard field to an index (as the aggregate index got it) keeps its
+  # key, so Terraform replaces that one index, new before old
+  # (create_before_destroy below), instead of destroying it and creating
+  # another at once.
   composite_indexes = {
     for ix in local.firestore_indexes.composite :
-    "${ix.collection}:${join(",", [for f in ix.fields : "${f.field}:${f.order}"])}" => ix
+    "${ix.collection}:${join(",", [for f in ix.fields : "${f.field}:${f.order}" if f.field != "shard"])}" => ix
   }
 
   # Ledger retention (Firestore TTL). The ledger writes a timestamp deleteAt
@@ -63,6 +68,76 @@ resource "google_firestore_index" "ledger" {
       order      = fields.value.order
     }
   }
+
+  # An index's fields cannot change in place: a changed index (the shard
+  # field added to the aggregate index) is a new one. Build it before the
+  # old one goes, or the queries it serves (the console's aggregate search)
+  # fail for as long as Firestore takes to build it.
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+# The indexes were keyed by every field, shard included, before: their
+# state moves to the new keys (infra/terraform_test.go checks each).
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,status:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:status:ASCENDING,occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,topic:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:topic:ASCENDING,occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,initiator.service:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:initiator.service:ASCENDING,occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,status:ASCENDING,topic:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:status:ASCENDING,topic:ASCENDING,occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,status:ASCENDING,initiator.service:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:status:ASCENDING,initiator.service:ASCENDING,occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,topic:ASCENDING,initiator.service:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:topic:ASCENDING,initiator.service:ASCENDING,occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,status:ASCENDING,topic:ASCENDING,initiator.service:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:status:ASCENDING,topic:ASCENDING,initiator.service:ASCENDING,occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,aggregateId:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:aggregateId:ASCENDING,occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,eventType:ASCENDING,occurredAt:DESCENDING"]
+  to   = google_firestore_index.ledger["events:eventType:ASCENDING,occurredAt:DESCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,expireDue:ASCENDING"]
+  to   = google_firestore_index.ledger["events:expireDue:ASCENDING"]
+}
+
+moved {
+  from = google_firestore_index.ledger["events:shard:ASCENDING,checkAt:ASCENDING"]
+  to   = google_firestore_index.ledger["events:checkAt:ASCENDING"]
 }
 
 # An empty index_config removes the field's automatic single-field indexes.

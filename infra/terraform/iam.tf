@@ -337,6 +337,12 @@ resource "google_service_account_iam_member" "agent_token_creator_dead_letter_pu
 
 # ---- Invokers (never allUsers / allAuthenticatedUsers) ----------------------
 
+locals {
+  # The topology's publishers that var.publish_invokers does not already
+  # admit (one resource per binding member; see topology_publishers).
+  topology_only_publishers = toset([for m in local.topology_publishers : m if !contains(var.publish_invokers, m)])
+}
+
 # Each consumer's subscription (or trigger) invokes its consume service as the
 # consumer's own service account.
 resource "google_cloud_run_v2_service_iam_member" "consume_invoker" {
@@ -390,9 +396,11 @@ resource "google_cloud_run_v2_service_iam_member" "publish_invokers" {
 }
 
 # Each topic's publishers (topology publishers) may invoke publish, which
-# then lets each write only its topics (PUBLISH_AUTH=cloudrun).
+# then lets each write only its topics (PUBLISH_AUTH=cloudrun). A principal
+# already in var.publish_invokers is left out: two resources granting one
+# binding compete (destroying either removes the member for both).
 resource "google_cloud_run_v2_service_iam_member" "topology_publishers" {
-  for_each = local.topology_publishers
+  for_each = local.topology_only_publishers
   location = var.region
   name     = google_cloud_run_v2_service.function["publish"].name
   role     = "roles/run.invoker"

@@ -88,6 +88,10 @@ func PNG(ctx context.Context, page []byte, o Options) ([]byte, error) {
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
 		chromedp.Flag("hide-scrollbars", true),
+		// /dev/shm is 64 MB in a container (Cloud Build's steps, Docker's
+		// default): Chromium's renderer crashes or hangs on a larger page
+		// there; this makes it use /tmp instead.
+		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(filepath.Join(dir, "profile")), chromedp.WindowSize(o.Width, 800),
 	)
 	defer cancelAlloc()
