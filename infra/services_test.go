@@ -239,7 +239,7 @@ func TestCloudRunServices(t *testing.T) {
 				"FORWARD_AUTH": cs.ForwardAuth, "FORWARD_AUDIENCE": cs.ForwardAudience,
 				"FORWARD_TIMEOUT": itoa(cs.ForwardTimeoutSeconds) + "s", "STRICT_GAP_TIMEOUT": itoa(cs.GapTimeoutSeconds) + "s",
 				// Pull mode is off by default (pull_test.go turns it on).
-				"CONSUMER_MODE": "push", "PULL_MAX_IN_FLIGHT": "16",
+				"CONSUMER_MODE": "push", "PULL_MAX_IN_FLIGHT": "5",
 			}
 			for k, w := range want {
 				if env[k] != w {
