@@ -3,6 +3,7 @@ package infra
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -311,5 +312,75 @@ func TestConnectionArithmeticIsCurrent(t *testing.T) {
 	}
 	if cfg.MaxConnIdleTime <= 0 || cfg.MaxConnIdleTime > time.Minute {
 		t.Errorf("pool_max_conn_idle_time %v: an old revision's idle pools stay open", cfg.MaxConnIdleTime)
+	}
+}
+
+// shellWords is how sh splits a command into words: the words are printed
+// by the shell itself (set --), nothing is run.
+func shellWords(t *testing.T, command string) []string {
+	t.Helper()
+	out, err := exec.Command("sh", "-c", "set -- "+command+"; for a in \"$@\"; do printf '%s\\0' \"$a\"; done").Output()
+	if err != nil {
+		t.Fatalf("sh cannot split %s: %v", command, err)
+	}
+	words := strings.Split(string(out), "\x00")
+	return words[:len(words)-1]
+}
+
+// TestDeployShellCommandsQuoteTheirArguments: the commands Terraform runs
+// in a shell as the deploy account (the schema sync, the Eventarc
+// subscription policies, the topic_consumers sync) pass every argument as
+// one word, whatever it holds: a topology path with a space, a quote or
+// a $(...) stays one literal argument. The schema step used to put schema
+// file paths into the shell unquoted. The schema sync is relaybus schemas
+// sync over the topic, so each schema keeps one revision per declared
+// version (Pub/Sub caps a schema at 20 revisions; re-committing every
+// version on each change, and never deleting one, hit the cap).
+func TestDeployShellCommandsQuoteTheirArguments(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "it's a $(touch pwned) dir")
+	if err := os.MkdirAll(filepath.Join(dir, "schemas"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"topology.yaml":      "rollup: {topic: relaybus.ledger.rollup}\ntopics:\n  - name: shop.order.events\n    schemas:\n      - {version: v1, type: protobuf, file: schemas/o v1.proto, message: shop.v1.Order}\n    consumers: [{service: billing, delivery: eventarc}]\n",
+		"schemas/o v1.proto": `syntax = "proto3"; package shop.v1; message Order { string id = 1; }`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := loadTerraform(t, terraformDir(t))
+	vars := requiredVars(t)
+	vars["topology_file"] = cty.StringVal(filepath.Join(dir, "topology.yaml"))
+	vars["relaybus"] = cty.StringVal("/opt/relay bus/relaybus")
+	ev := c.newEvaluator(t, vars).withStubs()
+	command := func(key, instance string, value cty.Value) []string {
+		b := c.resource(t, key)
+		var prov *hclsyntax.Body
+		for _, p := range b.Body.Blocks {
+			if p.Type == "provisioner" {
+				prov = p.Body
+			}
+		}
+		in := newInstance(t, ev, ev.stubs, key, instance, value)
+		in.extra["google_cloud_run_v2_job"] = cty.ObjectVal(map[string]cty.Value{"sync_consumers": cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal("relaybus-sync-consumers")})})
+		return shellWords(t, in.attr(prov, "command").AsString())
+	}
+	topics := forEachKeys(t, ev, c.resource(t, "terraform_data.schema_revisions"))
+	got := command("terraform_data.schema_revisions", "shop.order.events", topics["shop.order.events"])
+	want := []string{"/opt/relay bus/relaybus", "schemas", "sync", "--project=relaybus-test", "--topology=" + filepath.Join(dir, "topology.yaml"), "--topic=shop.order.events"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("schema sync runs %q, want %q", got, want)
+	}
+	for k, v := range forEachKeys(t, ev, c.resource(t, "terraform_data.eventarc_subscription_policy")) {
+		if words := command("terraform_data.eventarc_subscription_policy", k, v); len(words) != 14 || words[0] != "gcloud" {
+			t.Errorf("Eventarc policy of %s splits into %d words: %q", k, len(words), words)
+		}
+	}
+	if words := command("terraform_data.sync_consumers", "", cty.NilVal); len(words) != 8 || words[4] != "relaybus-sync-consumers" {
+		t.Errorf("topic_consumers sync splits into %q", words)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pwned")); err == nil {
+		t.Error("a path ran a command")
 	}
 }

@@ -141,7 +141,7 @@ func TestEventarcSubscriptionsGetDeadLetterAndRetryPolicy(t *testing.T) {
 			if prov == nil {
 				t.Fatal("terraform_data.eventarc_subscription_policy has no local-exec provisioner")
 			}
-			args := strings.Fields(in.attr(prov, "command").AsString())
+			args := shellWords(t, in.attr(prov, "command").AsString())
 			if len(args) < 5 || strings.Join(args[1:4], " ") != "pubsub subscriptions update" {
 				t.Fatalf("%s: command %v, want gcloud pubsub subscriptions update", key, args)
 			}

@@ -20,14 +20,40 @@ func init() {
 		setup: func(fs *flag.FlagSet) runner {
 			top := fs.String("topology", "", "the topology file (default $RELAYBUS_TOPOLOGY, or infra/topology.yaml here or above)")
 			rev := fs.String("git", "HEAD~1", "compare with the topology and schema files of this git revision")
-			base := fs.String("base", "", "compare with the topology and schema files under this directory instead (a checkout, or the directory of its topology.yaml)")
+			base := fs.String("base", "", "compare with the topology and schema files under this directory instead (a checkout, or the directory of its topology.yaml; the deploy passes the record of what is deployed)")
+			none := fs.Bool("no-base", false, "there is nothing to compare with (a first deploy): compile the schemas, compare nothing, and say so")
 			return func(ctx context.Context, c *cli, args []string) error {
 				if err := exactly(args); err != nil {
 					return err
 				}
+				if *none {
+					return schemasCompileOnly(c, *top)
+				}
 				return schemasCheck(ctx, c, *top, *rev, *base)
 			}
 		}})
+}
+
+// schemasCompileOnly is the check with no base: the schemas must compile,
+// and the output says nothing was compared.
+func schemasCompileOnly(c *cli, topPath string) error {
+	if topPath == "" {
+		topPath = os.Getenv(topology.EnvPath)
+	}
+	head, err := topology.Load(topPath)
+	if err != nil {
+		return err
+	}
+	set, err := schema.Load(head)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, tp := range head.Topics {
+		n += len(set.Versions(tp.Name))
+	}
+	fmt.Fprintf(c.out, "schemas check: no base (--no-base): %d schema version(s) compile, compared with nothing\n", n)
+	return nil
 }
 
 // schemasCheck compiles the head's schemas and the base's, and fails with
@@ -72,6 +98,9 @@ func schemasCheck(ctx context.Context, c *cli, topPath, rev, base string) error 
 // loadBaseDir loads the base from a directory: a checkout (with
 // infra/topology.yaml) or the directory of a topology.yaml.
 func loadBaseDir(dir string) (*schema.Set, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("base: %w: there is nothing to compare the schemas with (on a first deploy pass --no-base)", err)
+	}
 	path := filepath.Join(dir, topology.DefaultPath)
 	if _, err := os.Stat(path); err != nil {
 		path = filepath.Join(dir, "topology.yaml")

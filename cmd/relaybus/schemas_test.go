@@ -115,3 +115,29 @@ func TestSchemasCheck(t *testing.T) {
 		t.Fatalf("against the first commit v1 is unchanged and v2 is new: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// A check with nothing to compare with says so and fails, unless told
+// there is nothing (--no-base, a first deploy), when it compiles the
+// schemas and says it compared nothing. The deploy build's gate used to
+// pass with exit 0 when the source had no .git.
+func TestSchemasCheckWithoutABaseFailsUnlessToldToSkip(t *testing.T) {
+	r := newRepo(t)
+	code, out, errOut := r.check("--base", filepath.Join(t.TempDir(), "deployed"))
+	if code != 1 || !strings.Contains(errOut, "there is nothing to compare the schemas with (on a first deploy pass --no-base)") {
+		t.Errorf("a missing base: exit %d\n%s%s", code, out, errOut)
+	}
+	notGit := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(notGit, "schemas"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(notGit, "topology.yaml"), []byte(checkTopology), 0o644)
+	_ = os.WriteFile(filepath.Join(notGit, "schemas", "points.proto"), []byte(pointsV1), 0o644)
+	code, out, errOut = runCLI("schemas", "check", "--topology", filepath.Join(notGit, "topology.yaml"))
+	if code != 1 || !strings.Contains(errOut, "not in a git checkout? pass --base DIR") {
+		t.Errorf("no .git: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runCLI("schemas", "check", "--no-base", "--topology", filepath.Join(notGit, "topology.yaml"))
+	if code != 0 || !strings.Contains(out, "no base (--no-base): 1 schema version(s) compile, compared with nothing") {
+		t.Errorf("--no-base: exit %d\n%s%s", code, out, errOut)
+	}
+}

@@ -88,7 +88,7 @@ resource "terraform_data" "eventarc_subscription_policy" {
   ]
 
   provisioner "local-exec" {
-    command = join(" ", [
+    command = join(" ", [for a in [
       var.gcloud, "pubsub", "subscriptions", "update",
       google_eventarc_trigger.consumer[each.key].transport[0].pubsub[0].subscription,
       "--project=${var.project_id}",
@@ -100,7 +100,7 @@ resource "terraform_data" "eventarc_subscription_policy" {
       "--message-retention-duration=${each.value.message_retention_seconds}s",
       "--retain-acked-messages",
       "--expiration-period=never",
-    ])
+    ] : "'${replace(a, "'", "'\\''")}'"])
   }
 
   depends_on = [
@@ -143,7 +143,7 @@ resource "terraform_data" "eventarc_rollup_policy" {
   triggers_replace = [var.image_tag, google_eventarc_trigger.rollup[0].transport[0].pubsub[0].subscription]
 
   provisioner "local-exec" {
-    command = join(" ", [
+    command = join(" ", [for a in [
       var.gcloud, "pubsub", "subscriptions", "update",
       google_eventarc_trigger.rollup[0].transport[0].pubsub[0].subscription,
       "--project=${var.project_id}",
@@ -151,6 +151,6 @@ resource "terraform_data" "eventarc_rollup_policy" {
       "--max-retry-delay=60s",
       "--message-retention-duration=7d",
       "--expiration-period=never",
-    ])
+    ] : "'${replace(a, "'", "'\\''")}'"])
   }
 }

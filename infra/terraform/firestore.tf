@@ -204,6 +204,6 @@ resource "terraform_data" "sync_consumers" {
   depends_on = [time_sleep.iam_propagation, google_cloud_run_v2_job.sync_consumers]
 
   provisioner "local-exec" {
-    command = "${var.gcloud} run jobs execute ${google_cloud_run_v2_job.sync_consumers.name} --project=${var.project_id} --region=${var.region} --wait"
+    command = join(" ", [for a in [var.gcloud, "run", "jobs", "execute", google_cloud_run_v2_job.sync_consumers.name, "--project=${var.project_id}", "--region=${var.region}", "--wait"] : "'${replace(a, "'", "'\\''")}'"])
   }
 }

@@ -42,21 +42,23 @@ resource "google_pubsub_schema" "topic" {
   depends_on = [time_sleep.api_propagation]
 }
 
-# The older versions a topic still declares are revisions of its schema too,
-# so their messages validate: committed with gcloud (the provider holds only
-# the latest definition), oldest first, then the newest again so the latest
-# revision stays the resource's definition. Re-run when a file changes.
+# Every version a topic declares is a revision of its schema, so its
+# messages validate (Pub/Sub accepts a message valid against any revision).
+# The provider holds only the latest definition, and Pub/Sub keeps at most
+# 20 revisions of a schema: committing every version again on each change,
+# and never deleting one, hit the cap after a few versions (v1 to v5 made
+# 23). `relaybus schemas sync` (cmd/relaybus) makes the schema hold exactly
+# one revision per declared version, the newest last: it deletes the
+# revisions of retired versions, commits the missing ones, and commits the
+# newest again only if it is not the latest. Re-run when a file changes.
+# Every argument is single-quoted for the shell (a path may hold a space or
+# a quote; infra/firstapply_test.go runs the command through sh).
 resource "terraform_data" "schema_revisions" {
-  for_each         = { for k, s in local.topic_schemas : k => s if length(s.files) > 1 }
+  for_each         = local.topic_schemas
   triggers_replace = [google_pubsub_schema.topic[each.key].id, [for f in each.value.files : sha1(file(f))]]
 
   provisioner "local-exec" {
-    command = join(" && ", [
-      for f in concat(each.value.files, [each.value.files[length(each.value.files) - 1]]) : join(" ", [
-        var.gcloud, "pubsub", "schemas", "commit", each.key, "--project=${var.project_id}",
-        "--type=${each.value.gcloud_type}", "--definition-file=${f}",
-      ])
-    ])
+    command = join(" ", [for a in [var.relaybus, "schemas", "sync", "--project=${var.project_id}", "--topology=${local.topology_path}", "--topic=${each.key}"] : "'${replace(a, "'", "'\\''")}'"])
   }
 }
 

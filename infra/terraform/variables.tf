@@ -305,6 +305,12 @@ variable "scheduler_time_zone" {
   default     = "Etc/UTC"
 }
 
+variable "relaybus" {
+  type        = string
+  description = "relaybus's CLI (go install ./cmd/relaybus, or cloudbuild.deploy.yaml's build of it) on the machine applying Terraform: it syncs the topics' schema revisions (relaybus schemas sync) with the application default credentials."
+  default     = "relaybus"
+}
+
 variable "gcloud" {
   type        = string
   description = "gcloud command the deploy steps run on the machine applying Terraform (Eventarc subscription policies, topic_consumers sync)."
