@@ -8,18 +8,18 @@ import (
 	"testing"
 )
 
-// readmeSection returns the README's text from the heading that starts
-// with title up to the next heading of the same or a higher level.
-func readmeSection(t testing.TB, title string) string {
+// docSection returns a document's text from the heading that starts with
+// title up to the next heading of the same or a higher level.
+func docSection(t testing.TB, file, title string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
 	i := strings.Index(s, "\n"+title)
 	if i < 0 {
-		t.Fatalf("README.md has no heading %q", title)
+		t.Fatalf("%s has no heading %q", file, title)
 	}
 	level := strings.Index(title, " ")
 	rest := s[i+1+len(title):]
@@ -50,69 +50,74 @@ func shellCommands(text string) []string {
 	return out
 }
 
-// TestBuildSourceIsReadableByTheBuildAccount: the README's deploy path from
-// a fresh project stages the build's source in a bucket the build's own
+// TestBuildSourceIsReadableByTheBuildAccount: the deploy guide's path from
+// a fresh project stages each build's source in a bucket the build's own
 // service account may read. gcloud builds submit uploads the source to
 // gs://<project>_cloudbuild by default and Cloud Build fetches it as the
 // build's service account; a user-specified account has no rights there,
-// so the first build failed at FETCHSOURCE with a 403. The path must
-// create the staging bucket, grant the build account an object reader role
-// on it, and submit with --gcs-source-staging-dir in it; cloudbuild.yaml's
+// so the first build failed at FETCHSOURCE with a 403. The path creates
+// the staging bucket, grants each build account an object reader role on
+// it, and submits with --gcs-source-staging-dir in it; each configuration's
 // by-hand command says the same.
 func TestBuildSourceIsReadableByTheBuildAccount(t *testing.T) {
-	cmds := shellCommands(readmeSection(t, "### On a fresh project"))
-	var submit string
-	for _, c := range cmds {
-		if strings.HasPrefix(c, "gcloud builds submit ") {
-			if submit != "" {
-				t.Fatalf("two gcloud builds submit commands:\n%s\n%s", submit, c)
-			}
-			submit = c
-		}
-	}
-	if submit == "" {
-		t.Fatal("the fresh-project path has no gcloud builds submit")
-	}
-	m := regexp.MustCompile(`--service-account=projects/\$PROJECT/serviceAccounts/(\$\w+)`).FindStringSubmatch(submit)
-	if m == nil {
-		t.Fatalf("the build does not run as the build's own service account: %s", submit)
-	}
-	account := m[1]
-	m = regexp.MustCompile(`--gcs-source-staging-dir=gs://([^/ ]+)/`).FindStringSubmatch(submit)
-	if m == nil {
-		t.Fatalf("the build stages its source in the default gs://<project>_cloudbuild, which %s cannot read (403 at FETCHSOURCE): %s", account, submit)
-	}
-	bucket := m[1]
-	if strings.Contains(bucket, "_cloudbuild") {
-		t.Errorf("the staging bucket %s is Cloud Build's default one", bucket)
-	}
-
-	// Roles that hold storage.objects.get.
-	readers := map[string]bool{"roles/storage.objectViewer": true, "roles/storage.objectAdmin": true, "roles/storage.objectUser": true, "roles/storage.admin": true}
-	created, granted := false, false
-	for _, c := range cmds {
-		if strings.HasPrefix(c, "gcloud storage buckets create gs://"+bucket+" ") {
-			created = true
-		}
-		if strings.HasPrefix(c, "gcloud storage buckets add-iam-policy-binding gs://"+bucket+" ") &&
-			strings.Contains(c, "--member=serviceAccount:"+account+" ") {
-			if r := regexp.MustCompile(`--role=(\S+)`).FindStringSubmatch(c); r != nil && readers[r[1]] {
-				granted = true
-			}
-		}
-	}
-	if !created {
-		t.Errorf("the fresh-project path does not create gs://%s", bucket)
-	}
-	if !granted {
-		t.Errorf("%s gets no object reader role on gs://%s: Cloud Build cannot fetch the source", account, bucket)
-	}
-
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "cloudbuild.yaml"))
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "deploying.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), "--gcs-source-staging-dir=gs://$PROJECT-relaybus-source/source") || !strings.Contains(submit, "--gcs-source-staging-dir=gs://$PROJECT-relaybus-source/source") {
-		t.Error("cloudbuild.yaml's by-hand command and the README must stage the source in gs://$PROJECT-relaybus-source/source")
+	cmds := shellCommands(string(b))
+	readers := map[string]bool{"roles/storage.objectViewer": true, "roles/storage.objectAdmin": true, "roles/storage.objectUser": true, "roles/storage.admin": true}
+	submits := map[string]string{}
+	for _, c := range cmds {
+		if !strings.HasPrefix(c, "gcloud builds submit ") {
+			continue
+		}
+		config := regexp.MustCompile(`--config (\S+)`).FindStringSubmatch(c)
+		if config == nil {
+			t.Fatalf("a submit without --config: %s", c)
+		}
+		submits[config[1]] = c
+	}
+	if len(submits) != 2 || submits["cloudbuild.yaml"] == "" || submits["cloudbuild.deploy.yaml"] == "" {
+		t.Fatalf("the guide submits %v, want the CI and the deploy build", sortedKeys(submits))
+	}
+	for config, submit := range submits {
+		m := regexp.MustCompile(`--service-account=projects/\$PROJECT/serviceAccounts/(\$\w+)`).FindStringSubmatch(submit)
+		if m == nil {
+			t.Fatalf("%s does not run as a service account of its own: %s", config, submit)
+		}
+		account := m[1]
+		m = regexp.MustCompile(`--gcs-source-staging-dir=gs://([^/ ]+)/`).FindStringSubmatch(submit)
+		if m == nil {
+			t.Fatalf("%s stages its source in the default gs://<project>_cloudbuild, which %s cannot read (403 at FETCHSOURCE): %s", config, account, submit)
+		}
+		bucket := m[1]
+		if strings.Contains(bucket, "_cloudbuild") {
+			t.Errorf("the staging bucket %s is Cloud Build's default one", bucket)
+		}
+		created, granted := false, false
+		for _, c := range cmds {
+			if strings.HasPrefix(c, "gcloud storage buckets create gs://"+bucket+" ") {
+				created = true
+			}
+			if strings.HasPrefix(c, "gcloud storage buckets add-iam-policy-binding gs://"+bucket+" ") &&
+				strings.Contains(c, "--member=serviceAccount:"+account+" ") {
+				if r := regexp.MustCompile(`--role=(\S+)`).FindStringSubmatch(c); r != nil && readers[r[1]] {
+					granted = true
+				}
+			}
+		}
+		if !created {
+			t.Errorf("the guide does not create gs://%s", bucket)
+		}
+		if !granted {
+			t.Errorf("%s gets no object reader role on gs://%s: Cloud Build cannot fetch %s's source", account, bucket, config)
+		}
+		raw, err := os.ReadFile(filepath.Join(repoRoot(t), config))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(raw), "--gcs-source-staging-dir=gs://$PROJECT-relaybus-source/source") || !strings.Contains(submit, "--gcs-source-staging-dir=gs://$PROJECT-relaybus-source/source") {
+			t.Errorf("%s's by-hand command and the guide must stage the source in gs://$PROJECT-relaybus-source/source", config)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -42,60 +43,66 @@ type buildStep struct {
 	Env        []string `yaml:"env"`
 }
 
-// TestCloudBuildStepGraph: unique ids, known waitFor targets, no cycle,
-// test before every build, one build and push per function, deploy after
-// every push with the commit's image tag, every substitution declared.
-func TestCloudBuildStepGraph(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "cloudbuild.yaml"))
+// cloudBuild is one Cloud Build configuration file.
+type cloudBuild struct {
+	raw           string
+	Steps         []buildStep       `yaml:"steps"`
+	Substitutions map[string]string `yaml:"substitutions"`
+	Timeout       string            `yaml:"timeout"`
+	Options       struct {
+		Logging string `yaml:"logging"`
+	} `yaml:"options"`
+	LogsBucket string `yaml:"logsBucket"`
+	steps      map[string]buildStep
+	before     map[string]map[string]bool
+}
+
+// loadCloudBuild parses a configuration and computes each step's
+// transitive prerequisites (no waitFor = every earlier step; "-" = none).
+func loadCloudBuild(t *testing.T, name string) *cloudBuild {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cb struct {
-		Steps         []buildStep       `yaml:"steps"`
-		Substitutions map[string]string `yaml:"substitutions"`
+	cb := &cloudBuild{raw: string(raw), steps: map[string]buildStep{}, before: map[string]map[string]bool{}}
+	if err := yaml.Unmarshal(raw, cb); err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
-	if err := yaml.Unmarshal(raw, &cb); err != nil {
-		t.Fatalf("cloudbuild.yaml: %v", err)
-	}
-	steps := map[string]buildStep{}
 	var order []string
 	for i, s := range cb.Steps {
 		if s.ID == "" {
-			t.Fatalf("step %d has no id", i)
+			t.Fatalf("%s: step %d has no id", name, i)
 		}
-		if _, dup := steps[s.ID]; dup {
-			t.Errorf("step id %s twice", s.ID)
+		if _, dup := cb.steps[s.ID]; dup {
+			t.Errorf("%s: step id %s twice", name, s.ID)
 		}
-		steps[s.ID] = s
+		cb.steps[s.ID] = s
 		order = append(order, s.ID)
 	}
-	// Cloud Build: no waitFor = wait for every earlier step; "-" = start at once.
 	deps := map[string][]string{}
 	for i, id := range order {
-		s := steps[id]
+		s := cb.steps[id]
 		switch {
 		case s.WaitFor == nil:
 			deps[id] = append([]string(nil), order[:i]...)
 		case len(s.WaitFor) == 1 && s.WaitFor[0] == "-":
 		default:
 			for _, w := range s.WaitFor {
-				if _, ok := steps[w]; !ok {
-					t.Errorf("step %s waits for unknown step %s", id, w)
+				if _, ok := cb.steps[w]; !ok {
+					t.Errorf("%s: step %s waits for unknown step %s", name, id, w)
 				}
 				deps[id] = append(deps[id], w)
 			}
 		}
 	}
-	// Reachability (a step's transitive prerequisites); a cycle is a step
-	// that is its own prerequisite.
-	before := map[string]map[string]bool{}
 	var visit func(id string, stack map[string]bool) map[string]bool
 	visit = func(id string, stack map[string]bool) map[string]bool {
-		if r, ok := before[id]; ok {
+		if r, ok := cb.before[id]; ok {
 			return r
 		}
 		if stack[id] {
-			t.Fatalf("cycle through step %s", id)
+			t.Fatalf("%s: cycle through step %s", name, id)
 		}
 		stack[id] = true
 		r := map[string]bool{}
@@ -106,32 +113,61 @@ func TestCloudBuildStepGraph(t *testing.T) {
 			}
 		}
 		delete(stack, id)
-		before[id] = r
+		cb.before[id] = r
 		return r
 	}
 	for _, id := range order {
 		visit(id, map[string]bool{})
 	}
-
-	test, ok := steps["test"]
-	if !ok {
-		t.Fatal("no step with id test")
+	// Every user substitution is declared (a typo would use an empty value).
+	for _, m := range regexp.MustCompile(`\$\{(_[A-Z0-9_]+)\}`).FindAllStringSubmatch(cb.raw, -1) {
+		if _, ok := cb.Substitutions[m[1]]; !ok {
+			t.Errorf("%s: substitution %s is used but not declared", name, m[1])
+		}
 	}
+	// Shell variables must be written $$name (Cloud Build substitutes $NAME).
+	for _, s := range cb.Steps {
+		for _, a := range s.Args {
+			for _, m := range regexp.MustCompile(`(^|[^$])\$([a-z][a-z0-9_]*|\{[a-z][^}]*\}|\()`).FindAllString(a, -1) {
+				t.Errorf("%s: step %s: %q is a Cloud Build substitution; write $$ for the shell", name, s.ID, m)
+			}
+		}
+	}
+	return cb
+}
+
+func (cb *cloudBuild) step(t *testing.T, id string) buildStep {
+	t.Helper()
+	s, ok := cb.steps[id]
+	if !ok {
+		t.Fatalf("no step with id %s", id)
+	}
+	return s
+}
+
+// TestCloudBuildStepGraph: the CI build (cloudbuild.yaml) tests with
+// CI=true (a tool the image lacks fails the suite instead of skipping),
+// checks the schemas, builds each function's image in parallel after both
+// and pushes it; it deploys nothing and runs no Terraform: the deploy is
+// cloudbuild.deploy.yaml, as another account.
+func TestCloudBuildStepGraph(t *testing.T) {
+	cb := loadCloudBuild(t, "cloudbuild.yaml")
+	test := cb.step(t, "test")
 	if test.Entrypoint != "make" || strings.Join(test.Args, " ") != "test" {
 		t.Errorf("test step runs %s %v, want make test", test.Entrypoint, test.Args)
 	}
-	// make test needs Java and the emulators, PostgreSQL and Chromium: the
-	// test step runs in the image built from infra/docker/test.Dockerfile
-	// (a plain Go image has none of them).
-	image, ok := steps["test-image"]
-	if !ok {
-		t.Fatal("no test-image step building the test environment")
+	if !contains(test.Env, "CI=true") {
+		t.Errorf("the test step does not set CI=true (env %v): the PgBouncer pass and the Terraform CLI tests skip silently without it", test.Env)
 	}
+	image := cb.step(t, "test-image")
 	build := strings.Join(image.Args, " ")
 	if !strings.Contains(build, "-f infra/docker/test.Dockerfile") || !strings.Contains(build, "${_REPOSITORY}/relaybus-test:${COMMIT_SHA}") {
 		t.Errorf("test-image does not build infra/docker/test.Dockerfile as relaybus-test:${COMMIT_SHA}: %s", build)
 	}
-	if test.Name != "${_REPOSITORY}/relaybus-test:${COMMIT_SHA}" || !before["test"]["test-image"] {
+	if strings.Contains(build, ":latest") {
+		t.Errorf("test-image reads or writes a mutable :latest (any earlier build, of any branch, could have written it): %s", build)
+	}
+	if test.Name != "${_REPOSITORY}/relaybus-test:${COMMIT_SHA}" || !cb.before["test"]["test-image"] {
 		t.Errorf("test step runs in %s; want the test-image step's image", test.Name)
 	}
 	for _, e := range test.Env {
@@ -139,73 +175,147 @@ func TestCloudBuildStepGraph(t *testing.T) {
 			t.Errorf("test step names a Postgres (%s); testenv starts its own, sized for the suite", e)
 		}
 	}
-	deploy, ok := steps["deploy"]
-	if !ok {
-		t.Fatal("no step with id deploy")
-	}
 	for _, f := range functionNames(t) {
 		build, push := "build-"+f, "push-"+f
-		b, ok := steps[build]
-		if !ok {
-			t.Errorf("no %s step", build)
-			continue
-		}
+		b := cb.step(t, build)
 		args := strings.Join(b.Args, " ")
 		if !strings.Contains(args, "build -f infra/docker/Dockerfile --build-arg FUNCTION="+f+" ") || !strings.Contains(args, "/"+f+":${COMMIT_SHA}") || !strings.Contains(args, "/"+f+":${SHORT_SHA}") {
 			t.Errorf("%s: %s", build, args)
 		}
-		if !before[build]["test"] {
-			t.Errorf("%s does not wait for the tests", build)
+		if !cb.before[build]["test"] || !cb.before[build]["schemas-check"] {
+			t.Errorf("%s does not wait for the tests and the schema check", build)
 		}
 		for _, g := range functionNames(t) {
-			if g != f && before[build]["build-"+g] {
+			if g != f && cb.before[build]["build-"+g] {
 				t.Errorf("%s waits for build-%s: the builds must run in parallel", build, g)
 			}
 		}
-		if !before[push][build] {
+		if !cb.before[push][build] {
 			t.Errorf("%s does not wait for %s", push, build)
 		}
-		if !before["deploy"][push] {
-			t.Errorf("deploy does not wait for %s", push)
+	}
+	if strings.Contains(cb.raw, "terraform") || cb.steps["deploy"].ID != "" {
+		t.Error("the CI build runs Terraform: the deploy is cloudbuild.deploy.yaml's, as the deploy account")
+	}
+	// Logs to a bucket the account may write, so it needs no project role.
+	if cb.Options.Logging != "GCS_ONLY" || cb.LogsBucket != "${_LOGS_BUCKET}" {
+		t.Errorf("CI logging %q to %q: want GCS_ONLY to _LOGS_BUCKET (no project role for the CI account)", cb.Options.Logging, cb.LogsBucket)
+	}
+	// The schema check has no exit 0 for a missing base.
+	sc := strings.Join(cb.step(t, "schemas-check").Args, " ")
+	if !strings.Contains(sc, "exit 1") || !strings.Contains(sc, "--no-base") || strings.Contains(sc, "before submitting\" >&2\n          exit 0") {
+		t.Errorf("schemas-check must fail without a base unless told to skip: %s", sc)
+	}
+}
+
+// TestDeployBuild: cloudbuild.deploy.yaml deploys only the protected
+// branch and only images CI pushed for its commit; it runs the preflight
+// and the schema gate against what is deployed before terraform apply,
+// interrupts the apply before the build's timeout (so Terraform saves its
+// state and releases its lock instead of being killed mid-apply), and
+// writes the deployed schemas' record after it.
+func TestDeployBuild(t *testing.T) {
+	cb := loadCloudBuild(t, "cloudbuild.deploy.yaml")
+	guard := strings.Join(cb.step(t, "guard").Args, " ")
+	for _, want := range []string{`"${BRANCH_NAME}" != "${_DEPLOY_BRANCH}"`, "gcloud artifacts docker images describe", ":${COMMIT_SHA}"} {
+		if !strings.Contains(guard, want) {
+			t.Errorf("guard lacks %q", want)
 		}
 	}
-	builds := 0
-	for _, id := range order {
-		if strings.HasPrefix(id, "build-") {
-			builds++
-		}
-	}
-	if builds != len(functionNames(t)) {
-		t.Errorf("%d build steps for %d functions", builds, len(functionNames(t)))
+	deploy := cb.step(t, "deploy")
+	if !cb.before["deploy"]["guard"] || deploy.Dir != "infra/terraform" {
+		t.Errorf("deploy does not wait for the guard, or runs in %q", deploy.Dir)
 	}
 	script := strings.Join(deploy.Args, " ")
-	for _, want := range []string{"apply", "-var=\"image_tag=${COMMIT_SHA}\"", "-var=\"image_repository=${_REPOSITORY}\""} {
-		if !strings.Contains(script, want) {
-			t.Errorf("deploy does not run %s", want)
+	order := []string{"relaybus deploy check", "relaybus schemas check --base /tmp/deployed", "terraform init", "terraform apply", "-var=\"image_repository=${_REPOSITORY}\"",
+		"-var=\"image_tag=${COMMIT_SHA}\"", "-var=\"relaybus=/workspace/.bin/relaybus\"", `gcloud storage cp /tmp/deployed.tar.gz "$$record"`}
+	at := 0
+	for _, w := range order {
+		i := strings.Index(script[at:], w)
+		if i < 0 {
+			t.Fatalf("deploy does not run %q after the steps before it", w)
+		}
+		at += i
+	}
+	if !strings.Contains(script, `no deployed schemas record`) || !strings.Contains(script, "relaybus schemas check --no-base") {
+		t.Error("deploy must fail without a deployed record unless _SCHEMAS_BASE=none")
+	}
+	m := regexp.MustCompile(`timeout -s INT "\$\{_APPLY_MINUTES\}m" terraform apply`).FindString(script)
+	if m == "" {
+		t.Fatal("terraform apply is not interrupted before the build's timeout")
+	}
+	minutes, _ := strconv.Atoi(cb.Substitutions["_APPLY_MINUTES"])
+	buildSecs, _ := strconv.Atoi(strings.TrimSuffix(cb.Timeout, "s"))
+	if minutes < 60 || minutes*60+15*60 > buildSecs {
+		t.Errorf("apply may run %d min in a build of %s: it needs an hour for a first apply and a quarter of an hour to stop cleanly", minutes, cb.Timeout)
+	}
+	if cb.Substitutions["_DEPLOY_BRANCH"] != "main" || cb.Substitutions["_SCHEMAS_BASE"] != "deployed" {
+		t.Errorf("substitutions %v", cb.Substitutions)
+	}
+	if strings.Contains(cb.raw, "make test") || strings.Contains(cb.raw, "go test") {
+		t.Error("the deploy build runs the tests: untrusted code would hold the deploy account")
+	}
+}
+
+// imageRefs are the images a Dockerfile's FROM lines or a Cloud Build
+// file's step names pull.
+func imageRefs(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, f := range []string{"infra/docker/Dockerfile", "infra/docker/test.Dockerfile"} {
+		raw, err := os.ReadFile(filepath.Join(repoRoot(t), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)^FROM\s+(\S+)`).FindAllStringSubmatch(string(raw), -1) {
+			out[f] = append(out[f], m[1])
 		}
 	}
-	if deploy.Dir != "infra/terraform" {
-		t.Errorf("deploy runs in %q", deploy.Dir)
-	}
-	// Every user substitution is declared (a typo would deploy an empty value).
-	for _, m := range regexp.MustCompile(`\$\{(_[A-Z0-9_]+)\}`).FindAllStringSubmatch(string(raw), -1) {
-		if _, ok := cb.Substitutions[m[1]]; !ok {
-			t.Errorf("substitution %s is used but not declared", m[1])
+	for _, f := range []string{"cloudbuild.yaml", "cloudbuild.deploy.yaml"} {
+		for _, s := range loadCloudBuild(t, f).Steps {
+			out[f] = append(out[f], s.Name)
 		}
 	}
-	// Shell variables must be written $$name (Cloud Build substitutes $NAME).
-	for _, s := range cb.Steps {
-		for _, a := range s.Args {
-			for _, m := range regexp.MustCompile(`(^|[^$])\$([a-z][a-z0-9_]*|\{[a-z][^}]*\}|\()`).FindAllString(a, -1) {
-				t.Errorf("step %s: %q is a Cloud Build substitution; write $$ for the shell", s.ID, m)
+	return out
+}
+
+// TestImagesArePinnedByDigest: every base and builder image is pinned by
+// digest (name:tag@sha256:...), so a build runs the bytes that were
+// reviewed, not whatever a tag points at today; the one exception is the
+// test image the CI build itself built for its commit.
+// infra/docker/pin-images.sh rewrites the digests.
+func TestImagesArePinnedByDigest(t *testing.T) {
+	pinned := regexp.MustCompile(`^[a-z0-9./-]+:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}$`)
+	n := 0
+	for file, refs := range imageRefs(t) {
+		for _, r := range refs {
+			n++
+			if r == "${_REPOSITORY}/relaybus-test:${COMMIT_SHA}" {
+				continue
 			}
+			if !pinned.MatchString(r) {
+				t.Errorf("%s: %s is not pinned by digest (name:tag@sha256:<64 hex>)", file, r)
+			}
+		}
+	}
+	if n < 10 {
+		t.Errorf("found %d image references", n)
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "docker", "pin-images.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"infra/docker/Dockerfile", "infra/docker/test.Dockerfile", "cloudbuild.yaml", "cloudbuild.deploy.yaml"} {
+		if !strings.Contains(string(raw), f) {
+			t.Errorf("pin-images.sh does not rewrite %s", f)
 		}
 	}
 }
 
-// TestTestImage: the test environment has what `make test` needs: Go 1.26,
-// Java 17 with the gcloud Pub/Sub and Firestore emulators (a pinned Cloud
-// SDK), PostgreSQL 15's binaries and Chromium.
+// TestTestImage: the test environment has what `make test` needs: Go
+// (go.mod's version), Java 17 with the gcloud Pub/Sub and Firestore
+// emulators (a pinned Cloud SDK), PostgreSQL 15's binaries, PgBouncer (the
+// pooler pass), Terraform (the CLI tests) and Chromium.
 func TestTestImage(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "docker", "test.Dockerfile"))
 	if err != nil {
@@ -213,8 +323,8 @@ func TestTestImage(t *testing.T) {
 	}
 	d := string(raw)
 	for _, want := range []string{
-		"ARG GO_VERSION=1.26", "FROM golang:${GO_VERSION} AS go", "COPY --from=go /usr/local/go /usr/local/go",
-		"FROM debian:bookworm", "openjdk-17-jre-headless", "postgresql-15", "chromium",
+		"COPY --from=go /usr/local/go /usr/local/go", "COPY --from=terraform /bin/terraform /usr/local/bin/terraform",
+		"FROM hashicorp/terraform:1.5.7@", "FROM debian:bookworm", "openjdk-17-jre-headless", "postgresql-15", "pgbouncer", "chromium",
 		"google-cloud-cli-pubsub-emulator=${CLOUD_SDK_VERSION}", "google-cloud-cli-firestore-emulator=${CLOUD_SDK_VERSION}",
 		"ARG CLOUD_SDK_VERSION=", " make", " git",
 	} {
@@ -222,13 +332,16 @@ func TestTestImage(t *testing.T) {
 			t.Errorf("test.Dockerfile lacks %q", want)
 		}
 	}
-	// The Go version of the image is the module's.
 	mod, err := os.ReadFile(filepath.Join(repoRoot(t), "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(mod)); m == nil || !strings.Contains(d, "ARG GO_VERSION="+m[1]+"\n") {
-		t.Errorf("test.Dockerfile's Go is not go.mod's (%v)", m)
+	m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(mod))
+	for _, f := range []string{"test.Dockerfile", "Dockerfile"} {
+		b, _ := os.ReadFile(filepath.Join(repoRoot(t), "infra", "docker", f))
+		if m == nil || !strings.Contains(string(b), "FROM golang:"+m[1]+"@sha256:") {
+			t.Errorf("%s's Go is not go.mod's (%v)", f, m)
+		}
 	}
 }
 
@@ -281,48 +394,75 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-// TestBuildAccountRoles: cloudbuild.yaml's header and the README's deploy
-// path list the same roles for the build's service account, and the
-// README's setup commands grant exactly those.
+// TestBuildAccountRoles: each build's header and docs/deploying.md list
+// the same roles for its service account, and the guide's commands grant
+// exactly those: the CI account none on the project (its three grants are
+// on the repository and two buckets), the deploy account what Terraform
+// needs.
 func TestBuildAccountRoles(t *testing.T) {
-	read := func(name string) string {
-		b, err := os.ReadFile(filepath.Join(repoRoot(t), name))
-		if err != nil {
-			t.Fatal(err)
+	doc := read(t, "docs/deploying.md")
+	for _, c := range []struct {
+		file, heading, account string
+		projectRoles           bool
+	}{
+		{"cloudbuild.yaml", "### The CI account", "$CI", false},
+		{"cloudbuild.deploy.yaml", "### The deploy account", "$DEPLOY", true},
+	} {
+		header := map[string]bool{}
+		for _, m := range regexp.MustCompile(`(?m)^#\s+(roles/[a-zA-Z.]+)\s`).FindAllStringSubmatch(read(t, c.file), -1) {
+			header[m[1]] = true
 		}
-		return string(b)
-	}
-	header := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^#\s+(roles/[a-zA-Z.]+)\s`).FindAllStringSubmatch(read("cloudbuild.yaml"), -1) {
-		header[m[1]] = true
-	}
-	readme := read("README.md")
-	listed := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^- `(roles/[a-zA-Z.]+)`").FindAllStringSubmatch(readme, -1) {
-		listed[m[1]] = true
-	}
-	if len(header) < 10 || !reflect.DeepEqual(header, listed) {
-		t.Errorf("build account roles differ:\ncloudbuild.yaml %v\nREADME.md       %v", sortedKeys(header), sortedKeys(listed))
-	}
-	granted := map[string]bool{}
-	if m := regexp.MustCompile(`for r in ([^;]+); do`).FindStringSubmatch(readme); m != nil {
-		for _, r := range strings.Fields(strings.ReplaceAll(m[1], "\\", " ")) {
-			granted["roles/"+r] = true
+		section := docSection(t, "docs/deploying.md", c.heading)
+		listed := map[string]bool{}
+		for _, m := range regexp.MustCompile("(?m)^- `(roles/[a-zA-Z.]+)`").FindAllStringSubmatch(section, -1) {
+			listed[m[1]] = true
 		}
-	}
-	for _, m := range regexp.MustCompile(`--role=(roles/[a-zA-Z.]+)`).FindAllStringSubmatch(readme, -1) {
-		granted[m[1]] = true
-	}
-	if !reflect.DeepEqual(granted, listed) {
-		t.Errorf("the README's commands grant %v, its list says %v", sortedKeys(granted), sortedKeys(listed))
+		if len(header) < 3 || !reflect.DeepEqual(header, listed) {
+			t.Errorf("%s: roles differ:\n%s %v\ndocs/deploying.md %v", c.heading, c.file, sortedKeys(header), sortedKeys(listed))
+		}
+		granted := map[string]bool{}
+		projectGrants := 0
+		for _, cmd := range shellCommands(section) {
+			if m := regexp.MustCompile(`^for r in ([^;]+); do`).FindStringSubmatch(cmd); m != nil {
+				for _, r := range strings.Fields(m[1]) {
+					granted["roles/"+r] = true
+				}
+			}
+			if strings.Contains(cmd, "gcloud projects add-iam-policy-binding") {
+				projectGrants++
+				if !strings.Contains(cmd, "--member=serviceAccount:"+c.account+" ") {
+					t.Errorf("%s: a project grant to another member: %s", c.heading, cmd)
+				}
+			}
+			if m := regexp.MustCompile(`--role=(roles/[a-zA-Z.]+)`).FindStringSubmatch(cmd); m != nil {
+				granted[m[1]] = true
+			}
+		}
+		if !reflect.DeepEqual(granted, listed) {
+			t.Errorf("%s: the guide's commands grant %v, its list says %v", c.heading, sortedKeys(granted), sortedKeys(listed))
+		}
+		if (projectGrants > 0) != c.projectRoles {
+			t.Errorf("%s: %d project grant(s)", c.heading, projectGrants)
+		}
 	}
 	for _, want := range []string{
 		"gcloud services enable cloudresourcemanager.googleapis.com serviceusage.googleapis.com",
-		"go run ./functions/rollup/cmd sync-consumers",
 		`relaybus -url "$DLQREPLAY" -gcloud-auth events ls`,
+		"terraform -chdir=infra/terraform init -backend-config=bucket=$PROJECT-tfstate -backend-config=prefix=relaybus",
+		"relaybus deploy check --project $PROJECT",
+		`relaybus -url "$DLQREPLAY" -gcloud-auth dlq replay <id>`,
 	} {
-		if !strings.Contains(readme, want) {
-			t.Errorf("README.md's deploy path lacks %q", want)
+		if !strings.Contains(doc, want) {
+			t.Errorf("docs/deploying.md lacks %q", want)
 		}
 	}
+}
+
+func read(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
