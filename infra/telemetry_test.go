@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // recordedMetrics are the metric names shared/telemetry records: the values
@@ -193,4 +195,68 @@ func TestDashboardConvergesInPlan(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDeliveryDashboardShowsEverySubscription: a second dashboard charts
+// what Pub/Sub says of every consumer subscription, as the seeds'
+// dashboards do: undelivered messages and the oldest unacked message's age
+// per consumer, push responses by class, dead-lettered messages, and the
+// dead-letter monitors' backlog; each tile filters on every consumer's
+// real subscription id (the trigger's for an Eventarc consumer).
+func TestDeliveryDashboardShowsEverySubscription(t *testing.T) {
+	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
+		ev.withStubs()
+		v, diags := ev.eval(c.resource(t, "google_monitoring_dashboard.delivery").Body.Attributes["dashboard_json"].Expr, nil)
+		if diags.HasErrors() {
+			t.Fatal(diags.Error())
+		}
+		var dash struct {
+			MosaicLayout struct {
+				Tiles []struct {
+					Widget struct {
+						Title   string
+						XyChart struct {
+							DataSets []struct {
+								TimeSeriesQuery struct {
+									TimeSeriesFilter struct {
+										Filter      string
+										Aggregation struct{ PerSeriesAligner string }
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+		if err := jsonUnmarshal([]byte(v.AsString()), &dash); err != nil {
+			t.Fatal(err)
+		}
+		ids := jsonValue(t, ev.local("consumer_subscription_ids")).(map[string]any)
+		seen := map[string]bool{}
+		for _, tile := range dash.MosaicLayout.Tiles {
+			for _, ds := range tile.Widget.XyChart.DataSets {
+				f := ds.TimeSeriesQuery.TimeSeriesFilter.Filter
+				m := regexp.MustCompile(`metric\.type = "([^"]+)"`).FindStringSubmatch(f)
+				if m == nil {
+					t.Fatalf("tile %q: no metric in %s", tile.Widget.Title, f)
+				}
+				seen[m[1]] = true
+				if strings.Contains(f, ".dlq-monitor") {
+					continue
+				}
+				for _, real := range ids {
+					if !strings.Contains(f, `"`+real.(string)+`"`) {
+						t.Errorf("tile %q does not cover %s", tile.Widget.Title, real)
+					}
+				}
+			}
+		}
+		for _, m := range []string{"pubsub.googleapis.com/subscription/num_undelivered_messages", "pubsub.googleapis.com/subscription/oldest_unacked_message_age",
+			"pubsub.googleapis.com/subscription/push_request_count", "pubsub.googleapis.com/subscription/dead_letter_message_count"} {
+			if !seen[m] {
+				t.Errorf("the delivery dashboard does not chart %s", m)
+			}
+		}
+	})
 }

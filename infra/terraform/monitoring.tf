@@ -373,3 +373,58 @@ resource "google_monitoring_alert_policy" "strict_gaps" {
   # The log-based metrics must be visible to Monitoring first (#11102).
   depends_on = [time_sleep.log_metrics]
 }
+
+# The delivery dashboard: what Pub/Sub says of every consumer subscription
+# (the seeds' subscription panels). Built-in Pub/Sub metrics, read with
+# Monitoring filters (https://cloud.google.com/monitoring/api/metrics_gcp_p_z#gcp-pubsub):
+# undelivered messages and the oldest unacked message's age per consumer,
+# push responses by class (delivery health: ack, or the 4xx/5xx that will
+# be redelivered), messages dead-lettered, and the dead-letter monitors'
+# backlog (letters not yet archived). Zero tile positions are left out, as
+# for the relaybus dashboard (#16173).
+locals {
+  delivery_charts = [
+    { title = "Undelivered messages per consumer", metric = "pubsub.googleapis.com/subscription/num_undelivered_messages", filter = local.subscription_filter, aligner = "ALIGN_MAX", by = ["resource.label.subscription_id"] },
+    { title = "Oldest unacked message age per consumer (s)", metric = "pubsub.googleapis.com/subscription/oldest_unacked_message_age", filter = local.subscription_filter, aligner = "ALIGN_MAX", by = ["resource.label.subscription_id"] },
+    { title = "Push deliveries/s by response class", metric = "pubsub.googleapis.com/subscription/push_request_count", filter = local.subscription_filter, aligner = "ALIGN_RATE", by = ["resource.label.subscription_id", "metric.label.response_class"] },
+    { title = "Messages dead-lettered/s per consumer", metric = "pubsub.googleapis.com/subscription/dead_letter_message_count", filter = local.subscription_filter, aligner = "ALIGN_RATE", by = ["resource.label.subscription_id"] },
+    { title = "Dead letters waiting to be archived", metric = "pubsub.googleapis.com/subscription/num_undelivered_messages", filter = local.monitor_filter, aligner = "ALIGN_MAX", by = ["resource.label.subscription_id"] },
+  ]
+}
+
+resource "google_monitoring_dashboard" "delivery" {
+  dashboard_json = jsonencode({
+    displayName = "relaybus: delivery"
+    mosaicLayout = {
+      columns = 12
+      tiles = [for i, c in local.delivery_charts : merge(
+        { for k, v in { xPos = (i % 2) * 6, yPos = floor(i / 2) * 4 } : k => v if v != 0 },
+        {
+          width  = 6
+          height = 4
+          widget = {
+            title = c.title
+            xyChart = {
+              dataSets = [{
+                plotType = "LINE"
+                timeSeriesQuery = {
+                  timeSeriesFilter = {
+                    filter = "${c.filter} AND metric.type = \"${c.metric}\""
+                    aggregation = {
+                      alignmentPeriod    = "60s"
+                      perSeriesAligner   = c.aligner
+                      crossSeriesReducer = "REDUCE_SUM"
+                      groupByFields      = c.by
+                    }
+                  }
+                }
+              }]
+            }
+          }
+        },
+      )]
+    }
+  })
+
+  depends_on = [time_sleep.api_propagation, google_pubsub_subscription.dead_letter_monitor]
+}
