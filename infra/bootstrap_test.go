@@ -24,8 +24,10 @@ func docSection(t testing.TB, file, title string) string {
 	level := strings.Index(title, " ")
 	rest := s[i+1+len(title):]
 	end := len(rest)
+	// A heading outside code blocks (a shell comment is no heading).
+	inFence := func(at int) bool { return strings.Count(rest[:at], "```")%2 == 1 }
 	for _, m := range regexp.MustCompile(`(?m)^(#+) `).FindAllStringSubmatchIndex(rest, -1) {
-		if m[3]-m[2] <= level {
+		if m[3]-m[2] <= level && !inFence(m[0]) {
 			end = m[0]
 			break
 		}

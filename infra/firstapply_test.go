@@ -384,3 +384,33 @@ func TestDeployShellCommandsQuoteTheirArguments(t *testing.T) {
 		t.Error("a path ran a command")
 	}
 }
+
+// TestPullSwitchKeepsTheBacklog: switching a consumer to pull mode
+// replaces its subscription with a new, empty one (an Eventarc trigger's
+// subscription cannot become a pull one in place, and Terraform leaves a
+// push subscription's push_config to the operators). The chosen route is
+// a documented switch: docs/deploying.md snapshots the old subscription
+// (by the id Pub/Sub has, the subscriptions output) before the apply and
+// seeks the new one to that snapshot after it. Nothing said so before.
+func TestPullSwitchKeepsTheBacklog(t *testing.T) {
+	cmds := shellCommands(docSection(t, "docs/deploying.md", "## Pull mode"))
+	snap, seek := -1, -1
+	for i, c := range cmds {
+		if strings.HasPrefix(c, "gcloud pubsub snapshots create relaybus-pull-switch --subscription=") && strings.Contains(c, "output -json subscriptions") {
+			snap = i
+		}
+		if c == "gcloud pubsub subscriptions seek $SUB --snapshot=relaybus-pull-switch" {
+			seek = i
+		}
+	}
+	if snap < 0 || seek < snap {
+		t.Errorf("the pull mode switch does not snapshot the old subscription and then seek the new one: %q", cmds)
+	}
+	raw, err := os.ReadFile(filepath.Join(terraformDir(t), "pull.tf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `docs/deploying.md ("Pull mode")`) {
+		t.Error("pull.tf does not point at the switch")
+	}
+}
