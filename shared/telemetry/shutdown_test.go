@@ -134,12 +134,6 @@ func (r *received) keep(res *resourcepb.Resource) {
 	}
 }
 
-func (r *received) empty() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.spans)+len(r.metrics) == 0
-}
-
 type grpcTraces struct {
 	coltrace.UnimplementedTraceServiceServer
 	r *received

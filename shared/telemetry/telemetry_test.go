@@ -293,7 +293,7 @@ func TestResourceFromTheEnvironment(t *testing.T) {
 		}
 		out := map[string]string{}
 		for _, kv := range r.Attributes() {
-			out[string(kv.Key)] = kv.Value.Emit()
+			out[string(kv.Key)] = kv.Value.String()
 		}
 		return out
 	}
