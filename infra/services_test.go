@@ -255,8 +255,8 @@ func TestCloudRunServices(t *testing.T) {
 	c := loadTerraform(t, terraformDir(t))
 	for _, key := range []string{"google_cloud_run_v2_service.function", "google_cloud_run_v2_service.consume"} {
 		src := squeeze(c.exprSourceOfBlock(c.resource(t, key)))
-		if !strings.Contains(src, `value_source { secret_key_ref { secret = local.database_secret_ids[env.value] version = "latest" } }`) {
-			t.Errorf("%s: the database URLs do not come from each database's secret", key)
+		if !strings.Contains(src, `value_source { secret_key_ref { secret = local.role_secret_ids["${env.value}/${each.key}"] version = "latest" } }`) {
+			t.Errorf("%s: the database URLs do not come from the secret of the service's own role on each database", key)
 		}
 		if !strings.Contains(src, "cpu_idle =") {
 			t.Errorf("%s: cpu_idle is not set explicitly (with resources set, the provider's default is CPU always allocated)", key)

@@ -357,6 +357,8 @@ func TestServiceAccountRolesAreTheDocumentedMinimum(t *testing.T) {
 				id = "consume"
 			case member == "google_service_account.scheduler":
 				id = "scheduler"
+			case member == "google_service_account.migrate":
+				id = "migrate"
 			case strings.HasPrefix(member, "google_service_account.function["):
 				id = strings.TrimSuffix(strings.TrimPrefix(member, "google_service_account.function["), "]")
 			case member == "google_service_account.function" && k != "":

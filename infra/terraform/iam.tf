@@ -48,6 +48,14 @@ resource "google_service_account" "scheduler" {
   display_name = "relaybus Cloud Scheduler"
 }
 
+# The migrate step's identity (database.tf, "Roles"): the only reader of the
+# databases' owner URLs and of the runtime roles' passwords.
+resource "google_service_account" "migrate" {
+  account_id   = "relaybus-migrate"
+  display_name = "relaybus migrate"
+  description  = "The relaybus-migrate-<database> jobs: migrate each Cloud SQL database as its owner and set the functions' and consumers' roles."
+}
+
 # The identity of the <topic>.dlq-monitor push subscriptions: it may only
 # invoke dlqreplay, and dlqreplay lets only it POST /deadletters:archive
 # (DLQREPLAY_ARCHIVERS).
@@ -84,11 +92,14 @@ resource "google_project_iam_member" "consume_ledger_user" {
 }
 
 # ---- Postgres: URL secrets (Secret Manager) and Cloud SQL Client ------------
+# Each service reads the URL of its own role on each database it uses
+# (local.role_secret_ids, database.tf "Roles"); only the migrate job reads
+# the owners' URLs and the roles' passwords.
 
 # publish: main.
 resource "google_secret_manager_secret_iam_member" "main_database_url" {
   for_each  = toset(["publish"])
-  secret_id = local.database_secret_ids["main"]
+  secret_id = local.role_secret_ids["main/publish"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function[each.key].member
 }
@@ -98,7 +109,7 @@ resource "google_secret_manager_secret_iam_member" "main_database_url" {
 # rebuild.
 resource "google_secret_manager_secret_iam_member" "dlqreplay_database_url" {
   for_each  = local.databases
-  secret_id = local.database_secret_ids[each.key]
+  secret_id = local.role_secret_ids["${each.key}/dlqreplay"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function["dlqreplay"].member
 }
@@ -111,17 +122,39 @@ moved {
 # The relay drains every database.
 resource "google_secret_manager_secret_iam_member" "relay_database_url" {
   for_each  = local.databases
-  secret_id = local.database_secret_ids[each.key]
+  secret_id = local.role_secret_ids["${each.key}/relay"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function["relay"].member
 }
 
-# Each consumer: its own database only.
+# Each consumer: its own role on its own database only.
 resource "google_secret_manager_secret_iam_member" "consume_database_url" {
   for_each  = local.consumers
-  secret_id = local.database_secret_ids[each.value.database]
+  secret_id = local.role_secret_ids["${each.value.database}/${each.key}"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.consume[each.key].member
+}
+
+# The migrate job: each Cloud SQL database's owner URL and roles.
+resource "google_secret_manager_secret_iam_member" "migrate_owner_url" {
+  for_each  = local.cloudsql_databases
+  secret_id = google_secret_manager_secret.database_url[each.key].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.migrate.member
+}
+
+resource "google_secret_manager_secret_iam_member" "migrate_roles" {
+  for_each  = local.cloudsql_databases
+  secret_id = google_secret_manager_secret.database_roles[each.key].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.migrate.member
+}
+
+resource "google_project_iam_member" "migrate_cloudsql_client" {
+  count   = local.use_cloud_sql ? 1 : 0
+  project = var.project_id
+  role    = "roles/cloudsql.client"
+  member  = google_service_account.migrate.member
 }
 
 # A forward consumer that signs its requests (forward_auth hmac): its
@@ -423,6 +456,9 @@ resource "time_sleep" "iam_propagation" {
       [for g in google_secret_manager_secret_iam_member.relay_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.dlqreplay_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.consume_database_url : g.id],
+      [for g in google_secret_manager_secret_iam_member.migrate_owner_url : g.id],
+      [for g in google_secret_manager_secret_iam_member.migrate_roles : g.id],
+      google_project_iam_member.migrate_cloudsql_client[*].id,
       [for g in google_secret_manager_secret_iam_member.consume_signing_secret : g.id],
       google_secret_manager_secret_iam_member.dlqreplay_token[*].id,
       [for g in google_project_iam_member.cloudsql_client : g.id],

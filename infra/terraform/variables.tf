@@ -52,7 +52,7 @@ variable "cloud_sql" {
     create               = optional(bool, true)
     instance             = optional(string, "relaybus")
     region               = optional(string)
-    database_version     = optional(string, "POSTGRES_15")
+    database_version     = optional(string, "POSTGRES_16")
     tier                 = optional(string, "db-custom-2-7680")
     edition              = optional(string, "ENTERPRISE")
     availability_type    = optional(string, "ZONAL")
@@ -61,7 +61,7 @@ variable "cloud_sql" {
     reserved_connections = optional(number, 20)
     pool_max_conns       = optional(number, 5)
   })
-  description = "The Cloud SQL for PostgreSQL instance of the topology's databases (database.tf): create it (create = true) or use the existing instance named instance in project_id (create = false; set max_connections to its real limit). region defaults to var.region. pool_max_conns is each Cloud Run instance's pool per database (the URL's pool_max_conns); database.tf checks pool sizes × max instances against max_connections − reserved_connections."
+  description = "The Cloud SQL for PostgreSQL instance of the topology's databases (database.tf): create it (create = true) or use the existing instance named instance in project_id (create = false; set max_connections to its real limit). region defaults to var.region. pool_max_conns is each Cloud Run instance's pool per database (the URL's pool_max_conns); database.tf checks pool sizes × max instances against max_connections − reserved_connections. database_version is POSTGRES_16 by default: from 16 on, a CREATEROLE user administers only the roles it created (database.tf, \"Roles\"); to keep an instance created on POSTGRES_15 as it is, set POSTGRES_15 (a major version upgrade is a change to plan for: back up first)."
   default     = {}
 
   validation {
