@@ -226,7 +226,7 @@ func TestCloudRunServices(t *testing.T) {
 			want := map[string]any{
 				"CONSUMER_ID": cs.Service, "CONSUMER_SUBSCRIPTION": cs.Subscription(), "CONSUMER_HANDLER": cs.Handler,
 				"CONSUMER_MAX_DELIVERY_ATTEMPTS": itoa(cs.MaxDeliveryAttempts), "ROLLUP_TOPIC": top.Rollup.Topic,
-				"FORWARD_URL": cs.ForwardURL, "LEDGER_RETENTION": "720h",
+				"FORWARD_URL": cs.ForwardURL,
 				"FORWARD_AUTH": cs.ForwardAuth, "FORWARD_AUDIENCE": cs.ForwardAudience,
 				"FORWARD_TIMEOUT": itoa(cs.ForwardTimeoutSeconds) + "s", "STRICT_GAP_TIMEOUT": itoa(cs.GapTimeoutSeconds) + "s",
 				// Pull mode is off by default (pull_test.go turns it on).
@@ -235,6 +235,11 @@ func TestCloudRunServices(t *testing.T) {
 			for k, w := range want {
 				if env[k] != w {
 					t.Errorf("consume %s: %s=%v, want %v", cs.Subscription(), k, env[k], w)
+				}
+			}
+			for _, fs := range []string{"FIRESTORE_DATABASE", "LEDGER_RETENTION"} {
+				if _, set := env[fs]; set {
+					t.Errorf("consume %s: %s is set, but consume opens no Firestore client", cs.Subscription(), fs)
 				}
 			}
 			if _, set := env["FORWARD_SIGNING_SECRET"]; set {

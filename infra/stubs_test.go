@@ -131,8 +131,10 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 		"google_secret_manager_secret": cty.ObjectVal(map[string]cty.Value{"database_url": obj(secrets), "role_url": obj(roleSecrets), "database_roles": obj(rolesSecrets)}),
 		"google_logging_metric":        obj(metrics),
 		"google_project_iam_custom_role": cty.ObjectVal(map[string]cty.Value{
-			"push_control": cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusPushControl")}),
-			"snapshots":    cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusSnapshots")}),
+			"push_control":   cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusPushControl")}),
+			"snapshots":      cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusSnapshots")}),
+			"ledger_writer":  cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusLedgerWriter")}),
+			"audit_appender": cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusAuditAppender")}),
 		}),
 	}
 }

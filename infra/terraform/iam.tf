@@ -37,7 +37,7 @@ resource "google_service_account" "consume" {
   for_each     = local.consumers
   account_id   = each.value.account_id
   display_name = "relaybus consume ${each.value.service}"
-  description  = "consume for ${each.value.subscription}: invokes its own service (push/Eventarc OIDC), writes the ledger, publishes rollup notices and poison dead letters."
+  description  = "consume for ${each.value.subscription}: invokes its own service (push/Eventarc OIDC), publishes rollup notices, poison dead letters and its child events; no Firestore access."
 }
 
 # Cloud Scheduler's identity: invokes the relay (one job per database),
@@ -65,12 +65,47 @@ resource "google_service_account" "dead_letter_push" {
   description  = "OIDC identity of every <topic>.dlq-monitor push subscription: POSTs dead letters to dlqreplay /deadletters:archive."
 }
 
-# ---- Firestore (the ledger), scoped to the ledger's database ---------------
+# ---- Firestore: the ledger and the audit log, each scoped to its database --
+# Firestore's IAM has no per-collection grants for server clients: a grant
+# is on a database (the IAM condition), so the split is by database and by
+# permission. No runtime identity may delete a document anywhere (Firestore's
+# TTL policies delete the ledger's old documents themselves); the consumers
+# hold nothing on Firestore (they record through the rollup topic); only
+# dlqreplay may touch the audit log's database, to create and read entries.
+
+# The ledger's writers: read, create and update documents, run
+# transactions; not delete.
+resource "google_project_iam_custom_role" "ledger_writer" {
+  role_id     = "relaybusLedgerWriter"
+  title       = "relaybus ledger writer"
+  description = "Read, create and update Firestore documents and run transactions; no delete (the ledger's TTL policies delete old documents)."
+  permissions = [
+    "datastore.databases.get",
+    "datastore.databases.getMetadata",
+    "datastore.entities.create",
+    "datastore.entities.get",
+    "datastore.entities.list",
+    "datastore.entities.update",
+  ]
+}
+
+# The audit log's appender: create and read entries; not update, not delete.
+resource "google_project_iam_custom_role" "audit_appender" {
+  role_id     = "relaybusAuditAppender"
+  title       = "relaybus audit appender"
+  description = "Create and read Firestore documents only: the operators' audit log is append-only for its one writer."
+  permissions = [
+    "datastore.databases.getMetadata",
+    "datastore.entities.create",
+    "datastore.entities.get",
+    "datastore.entities.list",
+  ]
+}
 
 resource "google_project_iam_member" "ledger_user" {
   for_each = toset(["publish", "relay", "rollup", "dlqreplay"])
   project  = var.project_id
-  role     = "roles/datastore.user"
+  role     = google_project_iam_custom_role.ledger_writer.name
   member   = google_service_account.function[each.key].member
 
   condition {
@@ -79,15 +114,14 @@ resource "google_project_iam_member" "ledger_user" {
   }
 }
 
-resource "google_project_iam_member" "consume_ledger_user" {
-  for_each = local.consumers
-  project  = var.project_id
-  role     = "roles/datastore.user"
-  member   = google_service_account.consume[each.key].member
+resource "google_project_iam_member" "dlqreplay_audit" {
+  project = var.project_id
+  role    = google_project_iam_custom_role.audit_appender.name
+  member  = google_service_account.function["dlqreplay"].member
 
   condition {
-    title      = "relaybus ledger database"
-    expression = "resource.name == \"${local.ledger_database_resource}\""
+    title      = "relaybus audit database"
+    expression = "resource.name == \"${local.audit_database_resource}\""
   }
 }
 
@@ -451,7 +485,7 @@ resource "time_sleep" "iam_propagation" {
   triggers = {
     grants = sha1(jsonencode([
       [for g in google_project_iam_member.ledger_user : g.id],
-      [for g in google_project_iam_member.consume_ledger_user : g.id],
+      google_project_iam_member.dlqreplay_audit.id,
       [for g in google_secret_manager_secret_iam_member.main_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.relay_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.dlqreplay_database_url : g.id],

@@ -116,6 +116,8 @@ locals {
         DLQREPLAY_WRITERS   = join(",", var.dlqreplay_settings.writers)
         DLQREPLAY_READ_ONLY = tostring(var.dlqreplay_settings.read_only)
         ARCHIVE_RETENTION   = var.archive_retention
+        # The audit log's database of its own (firestore.tf).
+        FIRESTORE_AUDIT_DATABASE = var.audit_firestore_database
       })
       concurrency     = 20
       max_instances   = var.dlqreplay_settings.max_instances
@@ -153,7 +155,9 @@ locals {
   # subscription id (for an Eventarc consumer, the logical name: the trigger's
   # own subscription has a generated name).
   consume_env = {
-    for k, c in local.consumers : k => merge(local.env_common, {
+    # consume opens no Firestore client (it records through the rollup
+    # topic), so it gets no ledger database settings.
+    for k, c in local.consumers : k => merge({ for n, v in local.env_common : n => v if !contains(["FIRESTORE_DATABASE", "LEDGER_RETENTION"], n) }, {
       LEDGER                         = var.ledger
       CONSUMER_ID                    = c.service
       CONSUMER_SUBSCRIPTION          = c.subscription

@@ -76,6 +76,17 @@ variable "firestore_database" {
   default     = "(default)"
 }
 
+variable "audit_firestore_database" {
+  type        = string
+  description = "Firestore database id of the operators' audit log (dlqreplay's FIRESTORE_AUDIT_DATABASE), created here: a database of its own, where only dlqreplay's identity may create and read entries and no identity may change or delete one (firestore.tf)."
+  default     = "relaybus-audit"
+
+  validation {
+    condition     = var.audit_firestore_database != var.firestore_database && length(regexall("^[a-z][a-z0-9-]{2,61}[a-z0-9]$", var.audit_firestore_database)) > 0
+    error_message = "audit_firestore_database must be a Firestore database id (4 to 63 characters of [a-z0-9-], starting with a letter) other than firestore_database: the audit log's grants are per database."
+  }
+}
+
 variable "create_firestore_database" {
   type        = bool
   description = "Create the Firestore database. Set false when the project already has it (e.g. an existing (default) database); the indexes are created either way."
