@@ -226,7 +226,7 @@ func TestCloudRunServices(t *testing.T) {
 			want := map[string]any{
 				"CONSUMER_ID": cs.Service, "CONSUMER_SUBSCRIPTION": cs.Subscription(), "CONSUMER_HANDLER": cs.Handler,
 				"CONSUMER_MAX_DELIVERY_ATTEMPTS": itoa(cs.MaxDeliveryAttempts), "ROLLUP_TOPIC": top.Rollup.Topic,
-				"FORWARD_URL": cs.ForwardURL,
+				"FORWARD_URL":  cs.ForwardURL,
 				"FORWARD_AUTH": cs.ForwardAuth, "FORWARD_AUDIENCE": cs.ForwardAudience,
 				"FORWARD_TIMEOUT": itoa(cs.ForwardTimeoutSeconds) + "s", "STRICT_GAP_TIMEOUT": itoa(cs.GapTimeoutSeconds) + "s",
 				// Pull mode is off by default (pull_test.go turns it on).
