@@ -16,9 +16,10 @@
 // notices (consume holds no Firestore client nor grant: the rollup writes
 // the ledger, the sends of the child events consume kicks included).
 //
-// Its tables are migrated by the deploy's migrate step (`consume migrate`,
-// MigrateDatabase), which also gives it a Postgres role of its own; at
-// start it only checks that its migrations are there, so it runs with no
+// In production its tables are migrated by the deploy's migrate step
+// (`consume migrate`, MigrateDatabase), which also gives it a Postgres role
+// of its own; at start it applies only what is missing (the local stack's
+// case) and otherwise only reads relaybus_migrations, so that role needs no
 // right to change the schema.
 //
 // Two more routes, for Cloud Scheduler jobs: POST /ledger:ship records in
