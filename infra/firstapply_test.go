@@ -305,13 +305,21 @@ func TestConnectionArithmeticIsCurrent(t *testing.T) {
 	if !strings.Contains(flat, fmt.Sprintf("total %v ≤", total)) {
 		t.Errorf("infra/terraform/README.md does not say total %v", total)
 	}
-	u := ev.local("cloudsql_urls").GetAttr("main").AsString()
-	cfg, err := pgxpool.ParseConfig(u)
-	if err != nil {
-		t.Fatal(err)
+	// The services connect as their roles (database_role_urls); an old
+	// revision's pools must give their connections back.
+	roles := ev.local("database_role_urls")
+	if roles.LengthInt() == 0 {
+		t.Fatal("no runtime role URLs")
 	}
-	if cfg.MaxConnIdleTime <= 0 || cfg.MaxConnIdleTime > time.Minute {
-		t.Errorf("pool_max_conn_idle_time %v: an old revision's idle pools stay open", cfg.MaxConnIdleTime)
+	for it := roles.ElementIterator(); it.Next(); {
+		k, u := it.Element()
+		cfg, err := pgxpool.ParseConfig(u.AsString())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.MaxConnIdleTime <= 0 || cfg.MaxConnIdleTime > time.Minute {
+			t.Errorf("%s: pool_max_conn_idle_time %v: an old revision's idle pools stay open", k.AsString(), cfg.MaxConnIdleTime)
+		}
 	}
 }
 

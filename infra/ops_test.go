@@ -105,7 +105,7 @@ func TestDlqreplayReadsEveryDatabase(t *testing.T) {
 	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
 		ev.withStubs()
 		dbs := jsonValue(t, ev.local("function_databases")).(map[string]any)["dlqreplay"].(map[string]any)
-		secretIDs := jsonValue(t, ev.local("database_secret_ids")).(map[string]any)
+		secretIDs := jsonValue(t, ev.local("role_secret_ids")).(map[string]any)
 		readable := map[string]bool{}
 		for _, g := range grantsOf(t, c, ev, "google_secret_manager_secret_iam_member", "secret_id") {
 			if g.role == "roles/secretmanager.secretAccessor" && g.member == "serviceAccount:relaybus-dlqreplay@relaybus-test.iam.gserviceaccount.com" {
@@ -116,8 +116,8 @@ func TestDlqreplayReadsEveryDatabase(t *testing.T) {
 			if dbs[d.EnvVar()] != d.Name {
 				t.Errorf("dlqreplay: %s is %v, want the %s database's secret", d.EnvVar(), dbs[d.EnvVar()], d.Name)
 			}
-			if id, _ := secretIDs[d.Name].(string); !readable[id] {
-				t.Errorf("dlqreplay may not read %s's URL secret %v", d.Name, secretIDs[d.Name])
+			if id, _ := secretIDs[d.Name+"/dlqreplay"].(string); !readable[id] {
+				t.Errorf("dlqreplay may not read its role's URL secret on %s, %v", d.Name, secretIDs[d.Name+"/dlqreplay"])
 			}
 		}
 		if len(dbs) != len(top.Databases) {

@@ -235,7 +235,7 @@ func TestCloudRunServices(t *testing.T) {
 			want := map[string]any{
 				"CONSUMER_ID": cs.Service, "CONSUMER_SUBSCRIPTION": cs.Subscription(), "CONSUMER_HANDLER": cs.Handler,
 				"CONSUMER_MAX_DELIVERY_ATTEMPTS": itoa(cs.MaxDeliveryAttempts), "ROLLUP_TOPIC": top.Rollup.Topic,
-				"FORWARD_URL": cs.ForwardURL, "LEDGER_RETENTION": "720h",
+				"FORWARD_URL":  cs.ForwardURL,
 				"FORWARD_AUTH": cs.ForwardAuth, "FORWARD_AUDIENCE": cs.ForwardAudience,
 				"FORWARD_TIMEOUT": itoa(cs.ForwardTimeoutSeconds) + "s", "STRICT_GAP_TIMEOUT": itoa(cs.GapTimeoutSeconds) + "s",
 				// Pull mode is off by default (pull_test.go turns it on).
@@ -244,6 +244,11 @@ func TestCloudRunServices(t *testing.T) {
 			for k, w := range want {
 				if env[k] != w {
 					t.Errorf("consume %s: %s=%v, want %v", cs.Subscription(), k, env[k], w)
+				}
+			}
+			for _, fs := range []string{"FIRESTORE_DATABASE", "LEDGER_RETENTION"} {
+				if _, set := env[fs]; set {
+					t.Errorf("consume %s: %s is set, but consume opens no Firestore client", cs.Subscription(), fs)
 				}
 			}
 			if _, set := env["FORWARD_SIGNING_SECRET"]; set {
@@ -264,8 +269,8 @@ func TestCloudRunServices(t *testing.T) {
 	c := loadTerraform(t, terraformDir(t))
 	for _, key := range []string{"google_cloud_run_v2_service.function", "google_cloud_run_v2_service.consume"} {
 		src := squeeze(c.exprSourceOfBlock(c.resource(t, key)))
-		if !strings.Contains(src, `value_source { secret_key_ref { secret = local.database_secret_ids[env.value] version = "latest" } }`) {
-			t.Errorf("%s: the database URLs do not come from each database's secret", key)
+		if !strings.Contains(src, `value_source { secret_key_ref { secret = local.role_secret_ids["${env.value}/${each.key}"] version = "latest" } }`) {
+			t.Errorf("%s: the database URLs do not come from the secret of the service's own role on each database", key)
 		}
 		if !strings.Contains(src, "cpu_idle =") {
 			t.Errorf("%s: cpu_idle is not set explicitly (with resources set, the provider's default is CPU always allocated)", key)

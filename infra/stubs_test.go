@@ -83,6 +83,21 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 			"id":        cty.StringVal(stubProject + "/secrets/relaybus-database-url-" + key),
 		})
 	}
+	// The runtime roles: a password and a URL secret each; a roles secret
+	// per Cloud SQL database.
+	rolePasswords, roleSecrets, rolesSecrets := map[string]cty.Value{}, map[string]cty.Value{}, map[string]cty.Value{}
+	for it := ev.local("database_roles").ElementIterator(); it.Next(); {
+		k, v := it.Element()
+		key := k.AsString()
+		rolePasswords[key] = cty.ObjectVal(map[string]cty.Value{"result": cty.StringVal(stubPassword(strings.ReplaceAll(key, "/", "")))})
+		id := "relaybus-database-url-" + v.GetAttr("database").AsString() + "-" + v.GetAttr("slug").AsString()
+		roleSecrets[key] = cty.ObjectVal(map[string]cty.Value{"secret_id": cty.StringVal(id), "id": cty.StringVal(stubProject + "/secrets/" + id)})
+	}
+	for it := ev.local("cloudsql_names").ElementIterator(); it.Next(); {
+		k, _ := it.Element()
+		id := "relaybus-database-roles-" + k.AsString()
+		rolesSecrets[k.AsString()] = cty.ObjectVal(map[string]cty.Value{"secret_id": cty.StringVal(id), "id": cty.StringVal(stubProject + "/secrets/" + id)})
+	}
 	metrics := map[string]cty.Value{}
 	for _, key := range ev.c.resourcesOfType("google_logging_metric") {
 		b := ev.c.resources[key]
@@ -100,6 +115,7 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 		"google_service_account": cty.ObjectVal(map[string]cty.Value{
 			"consume": obj(accounts), "function": obj(fnAccounts),
 			"scheduler":        stubAccount("relaybus-scheduler"),
+			"migrate":          stubAccount("relaybus-migrate"),
 			"dead_letter_push": stubAccount("relaybus-dlq-push"),
 		}),
 		"google_eventarc_trigger": cty.ObjectVal(map[string]cty.Value{"consumer": obj(triggers)}),
@@ -111,12 +127,14 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 		"data":                         cty.ObjectVal(map[string]cty.Value{"google_sql_database_instance": cty.ObjectVal(map[string]cty.Value{"existing": instance})}),
 		"google_sql_database":          cty.ObjectVal(map[string]cty.Value{"relaybus": obj(sqlDBs)}),
 		"google_sql_user":              cty.ObjectVal(map[string]cty.Value{"relaybus": obj(sqlUsers)}),
-		"random_password":              cty.ObjectVal(map[string]cty.Value{"database": obj(passwords)}),
-		"google_secret_manager_secret": cty.ObjectVal(map[string]cty.Value{"database_url": obj(secrets)}),
+		"random_password":              cty.ObjectVal(map[string]cty.Value{"database": obj(passwords), "role": obj(rolePasswords)}),
+		"google_secret_manager_secret": cty.ObjectVal(map[string]cty.Value{"database_url": obj(secrets), "role_url": obj(roleSecrets), "database_roles": obj(rolesSecrets)}),
 		"google_logging_metric":        obj(metrics),
 		"google_project_iam_custom_role": cty.ObjectVal(map[string]cty.Value{
-			"push_control": cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusPushControl")}),
-			"snapshots":    cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusSnapshots")}),
+			"push_control":   cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusPushControl")}),
+			"snapshots":      cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusSnapshots")}),
+			"ledger_writer":  cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusLedgerWriter")}),
+			"audit_appender": cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusAuditAppender")}),
 		}),
 	}
 }

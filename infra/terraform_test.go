@@ -357,6 +357,8 @@ func TestServiceAccountRolesAreTheDocumentedMinimum(t *testing.T) {
 				id = "consume"
 			case member == "google_service_account.scheduler":
 				id = "scheduler"
+			case member == "google_service_account.migrate":
+				id = "migrate"
 			case strings.HasPrefix(member, "google_service_account.function["):
 				id = strings.TrimSuffix(strings.TrimPrefix(member, "google_service_account.function["), "]")
 			case member == "google_service_account.function" && k != "":
@@ -384,10 +386,19 @@ func TestServiceAccountRolesAreTheDocumentedMinimum(t *testing.T) {
 	}
 	for _, key := range c.resourcesOfType("google_project_iam_member") {
 		b := c.resources[key]
-		if role, _ := b.Body.Attributes["role"].Expr.Value(nil); role.Type() == cty.String && role.AsString() == "roles/datastore.user" {
+		role := refOf(b.Body.Attributes["role"].Expr)
+		if v, _ := b.Body.Attributes["role"].Expr.Value(nil); v.Type() == cty.String {
+			role = v.AsString()
+		}
+		want := map[string]string{"google_project_iam_custom_role.ledger_writer": "local.ledger_database_resource",
+			"google_project_iam_custom_role.audit_appender": "local.audit_database_resource"}[role]
+		if strings.HasPrefix(role, "roles/datastore.") {
+			t.Errorf("%s grants %s: Firestore grants are relaybus's custom roles, each on one database", key, role)
+		}
+		if want != "" {
 			cond := block(t, key, b.Body, "condition")
-			if src := c.exprSource(cond.Attributes["expression"].Expr); !strings.Contains(src, "local.ledger_database_resource") {
-				t.Errorf("%s: the ledger grant is not limited to the ledger database: %s", key, src)
+			if src := c.exprSource(cond.Attributes["expression"].Expr); !strings.Contains(src, want) {
+				t.Errorf("%s: the Firestore grant is not limited to its database (%s): %s", key, want, src)
 			}
 		}
 	}

@@ -10,6 +10,12 @@
 // (an ID token from `gcloud auth print-identity-token` for the API's
 // service URL, sent as Authorization: Bearer, for dlqreplay on Cloud Run),
 // -o table|json.
+//
+// A token (--token or --gcloud-auth) goes only to the API it names: --api
+// must then be https (http:// only for a loopback address, as `make dev`'s
+// is), and a redirect to another scheme or host is refused, not followed,
+// so neither the token nor X-Relaybus-Token reaches an address the user
+// did not give.
 package main
 
 import (
@@ -20,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -97,8 +104,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer, hc *http.Cli
 	c := &cli{http: hc, out: out}
 	fs.StringVar(&c.api, "api", def, "the dlqreplay API's base URL (default $RELAYBUS_API)")
 	fs.StringVar(&c.api, "url", def, "the same as -api")
-	fs.StringVar(&c.token, "token", os.Getenv("RELAYBUS_TOKEN"), "the static token of DLQREPLAY_AUTH=token, sent in X-Relaybus-Token (default $RELAYBUS_TOKEN)")
-	gcloud := fs.Bool("gcloud-auth", false, "send an ID token from gcloud auth print-identity-token for the API's service URL (dlqreplay on Cloud Run)")
+	fs.StringVar(&c.token, "token", os.Getenv("RELAYBUS_TOKEN"), "the static token of DLQREPLAY_AUTH=token, sent in X-Relaybus-Token to an https API only (default $RELAYBUS_TOKEN)")
+	gcloud := fs.Bool("gcloud-auth", false, "send an ID token from gcloud auth print-identity-token for the API's service URL (dlqreplay on Cloud Run), to an https API only")
 	fs.StringVar(&c.output, "o", "table", "output: table or json")
 	fs.Usage = func() { mainHelp(out, fs) }
 	if err := fs.Parse(args); err != nil {
@@ -143,6 +150,13 @@ func run(ctx context.Context, args []string, out, errOut io.Writer, hc *http.Cli
 		fmt.Fprintf(errOut, "relaybus %s: %v (relaybus %s --help)\n", cmd.name(), err, cmd.name())
 		return 2
 	}
+	if c.token != "" || *gcloud {
+		if err := credentialsTo(c.api); err != nil {
+			fmt.Fprintln(errOut, "relaybus:", err)
+			return 2
+		}
+	}
+	c.http = sameOrigin(hc)
 	if *gcloud {
 		tok, err := gcloudIDToken(ctx, c.api)
 		if err != nil {
@@ -208,6 +222,48 @@ func printCommands(out io.Writer, cmds []*command) {
 	for _, c := range cmds {
 		fmt.Fprintf(out, "  %-*s  %s\n", width, strings.TrimSpace(c.name()+" "+c.args), c.short)
 	}
+}
+
+// credentialsTo refuses to send a token to api unless it is https, or
+// http:// to this machine.
+func credentialsTo(api string) error {
+	u, err := url.Parse(api)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return usageError(fmt.Sprintf("--api %q is not an http(s) URL", api))
+	}
+	if u.Scheme == "http" && !loopback(u.Hostname()) {
+		return usageError(fmt.Sprintf("--api %s: relaybus sends its token (--token, --gcloud-auth) only to an https API (http:// only for a loopback address)", u.Redacted()))
+	}
+	return nil
+}
+
+// loopback reports whether host is this machine (localhost, 127.0.0.0/8,
+// ::1).
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// sameOrigin returns a copy of hc that follows a redirect only to the same
+// scheme and host as the request it answers (a trailing slash, a moved
+// path); one to anywhere else is an error, so the headers that carry a
+// token are never sent there.
+func sameOrigin(hc *http.Client) *http.Client {
+	c := *hc
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		first := via[0].URL
+		if req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
+			return fmt.Errorf("the API redirected to %s://%s, which relaybus does not follow: it sends its token only to --api (set --api to the address that serves the API)", req.URL.Scheme, req.URL.Host)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // gcloudIDToken asks gcloud for an ID token whose audience is the API's

@@ -62,13 +62,20 @@ func order(c *consumer.Context) (Order, error) {
 	return o, nil
 }
 
-type handler struct{ consumer.Handler }
+type handler struct {
+	consumer.Handler
+	tables []string
+}
 
 // Migrate creates the demo tables; consume calls it at start.
 func (handler) Migrate(ctx context.Context, db migrate.Beginner) error {
 	_, err := Migrations.Apply(ctx, db)
 	return err
 }
+
+// Tables names the demo table the handler uses (consume.TableOwner): the
+// deploy's migrate step grants its consumer's role that one only.
+func (h handler) Tables() []string { return h.tables }
 
 // Points is member-service's handler.
 func Points() consumer.Handler {
@@ -90,7 +97,7 @@ func Points() consumer.Handler {
 		return c.Emit(ctx, &event.Event{Type: "points.added", Topic: "member.points.events", AggregateType: "member",
 			AggregateID: o.MemberID, Version: version, Payload: payload})
 	})
-	return handler{mux}
+	return handler{mux, []string{"shop_member_points"}}
 }
 
 // Notify is message-service's handler.
@@ -115,7 +122,7 @@ func Notify() consumer.Handler {
 		return c.Emit(ctx, &event.Event{Type: "notification.sent", Topic: "message.notification.events",
 			AggregateType: "notification", AggregateID: c.Event.AggregateID, Version: c.Event.Version, Payload: payload})
 	})
-	return handler{mux}
+	return handler{mux, []string{"shop_notifications"}}
 }
 
 func init() {

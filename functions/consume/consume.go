@@ -12,7 +12,15 @@
 // dead-lettered after the subscription's maximum attempts; or, for a
 // forward consumer, another delivery of the event holds its claim). It never answers 400: push would redeliver a 400
 // forever. The ledger never changes an answer: attempts are committed in
-// Postgres with the delivery and recorded in Firestore afterwards.
+// Postgres with the delivery and recorded afterwards, through rollup
+// notices (consume holds no Firestore client nor grant: the rollup writes
+// the ledger, the sends of the child events consume kicks included).
+//
+// In production its tables are migrated by the deploy's migrate step
+// (`consume migrate`, MigrateDatabase), which also gives it a Postgres role
+// of its own; at start it applies only what is missing (the local stack's
+// case) and otherwise only reads relaybus_migrations, so that role needs no
+// right to change the schema.
 //
 // Two more routes, for Cloud Scheduler jobs: POST /ledger:ship records in
 // the ledger the attempts its background shipper missed (every minute),

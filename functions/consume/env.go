@@ -25,10 +25,11 @@ import (
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-// The engines' interfaces, met by the ledger's types.
+// The engines' interfaces, met by the ledger's notifying types (consume
+// writes nothing in Firestore: the rollup does, from its notices).
 var (
 	_ consumer.Ledger = (*ledger.Recorder)(nil)
-	_ relay.Ledger    = (*ledger.Store)(nil)
+	_ relay.Ledger    = (*ledger.SendNotifier)(nil)
 )
 
 // Config is the consume function's configuration: one consumer (one
@@ -37,7 +38,11 @@ var (
 type Config struct {
 	instance.Env
 	PubSub instance.PubSub
-	Ledger instance.Recorder
+	// Ledger says whether attempts, and the sends of the child events
+	// this consumer kicks, are recorded (LEDGER, LEDGER_BUDGET): through
+	// rollup notices on ROLLUP_TOPIC, with no Firestore client (the rollup
+	// writes the ledger).
+	Ledger instance.Recording
 	// DB is the consumer's database: inbox, attempts, projections, its
 	// outbox for child events (DATABASE_URL).
 	DB instance.Database
@@ -152,8 +157,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		return fail(err)
 	}
 	closers.Add(func(context.Context) error { return ps.Close() })
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
-	if err != nil {
+	if err := cfg.Ledger.Check(); err != nil {
 		return fail(err)
 	}
 	o := consumer.Options{DB: pool, ConsumerID: cfg.ConsumerID, Subscription: cfg.Subscription, Handler: h,
@@ -163,10 +167,9 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	}
 	o.Contract = ctr
 	ro := relay.Options{DB: pool, Publisher: ps, Topology: top, LedgerBudget: cfg.Ledger.Budget, Logger: log}
-	if store != nil {
-		closers.Add(func(context.Context) error { return store.Close() })
-		o.Ledger = ledger.NewRecorder(store, ps, cfg.RollupTopic)
-		ro.Ledger = store
+	if cfg.Ledger.On() {
+		o.Ledger = ledger.NewRecorder(ps, ledger.RecorderOptions{Topic: cfg.RollupTopic, Levels: model.LevelsOf(top)})
+		ro.Ledger = ledger.NewSendNotifier(ps, cfg.RollupTopic)
 	}
 	kicker, err := relay.New(ro)
 	if err != nil {

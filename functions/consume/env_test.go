@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,40 +123,62 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	// travels in the rollup notice, which the rollup folds into the event's
 	// document (the relay never recorded this test's send, so there is no
 	// document to fold it into here), and no attempt document is written.
-	got := receiveNotice(t, ps, transport.RollupSubscription(top), e.ID)
+	got, sends := receiveNotice(t, ps, transport.RollupSubscription(top), e.ID)
 	if len(got.Attempts) != 1 || got.Attempts[0].ConsumerID != "member-service" || !got.Attempts[0].Success {
 		t.Fatalf("the notice carries %+v, want member-service's success", got.Attempts)
+	}
+	if len(sends) != 1 || sends[0].Event.Type != "points.added" || sends[0].Event.ParentEventID != e.ID {
+		t.Errorf("the sends notice carries %+v, want the points.added child of %s", sends, e.ID)
 	}
 	if n := attemptsOf(t, store, e.ID); n != 0 {
 		t.Errorf("%d attempt documents, want none for a first attempt that succeeded", n)
 	}
 }
 
-// receiveNotice waits for the rollup notice that names eventID and
-// returns what it says of it.
-func receiveNotice(t *testing.T, ps *transport.Client, sub, eventID string) model.Notice {
+// receiveNotice waits for the rollup notice that names eventID and for a
+// sends notice (the child events consume kicked, recorded by the rollup:
+// consume writes nothing in Firestore), and returns what the first says
+// of eventID and the sends of the second.
+func receiveNotice(t *testing.T, ps *transport.Client, sub, eventID string) (model.Notice, []model.Sent) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var out model.Notice
+	var (
+		mu    sync.Mutex
+		out   model.Notice
+		sends []model.Sent
+	)
 	_ = ps.PubSub().Subscriber(sub).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
 		m.Ack()
-		ns, err := model.ReadNotice(event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes})
-		if err != nil {
-			t.Errorf("notice: %v", err)
-			return
-		}
-		for _, n := range ns {
-			if n.EventID == eventID {
-				out = n
-				cancel()
+		mu.Lock()
+		defer mu.Unlock()
+		msg := event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes}
+		if model.IsSendsNotice(msg) {
+			ss, err := model.ReadSends(msg)
+			if err != nil {
+				t.Errorf("sends notice: %v", err)
+			}
+			sends = append(sends, ss...)
+		} else {
+			ns, err := model.ReadNotice(msg)
+			if err != nil {
+				t.Errorf("notice: %v", err)
+				return
+			}
+			for _, n := range ns {
+				if n.EventID == eventID {
+					out = n
+				}
 			}
 		}
+		if out.EventID != "" && len(sends) > 0 {
+			cancel()
+		}
 	})
-	if out.EventID == "" {
-		t.Fatalf("no rollup notice for %s within 20s", eventID)
+	if out.EventID == "" || len(sends) == 0 {
+		t.Fatalf("within 20s: the notice for %s %v, sends notices %d", eventID, out.EventID != "", len(sends))
 	}
-	return out
+	return out, sends
 }
 
 // attemptsOf counts an event's attempt documents in the ledger.

@@ -121,7 +121,7 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 
 	// The scheduled step (another instance's POST /ledger:ship) ships it.
 	engine, err := consumer.New(consumer.Options{DB: pool, ConsumerID: "audit-service", Handler: projection.Latest(),
-		DeadLetters: ps, Ledger: ledger.NewRecorder(store, ps, top.Rollup.Topic), ShipDelay: time.Millisecond})
+		DeadLetters: ps, Ledger: ledger.NewRecorder(ps, ledger.RecorderOptions{Topic: top.Rollup.Topic}), ShipDelay: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

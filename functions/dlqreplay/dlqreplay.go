@@ -186,7 +186,7 @@ func New(o Options) (http.Handler, error) {
 		return nil, fmt.Errorf("dlqreplay: DLQREPLAY_AUTH=%q: want cloudrun, iam, token or none", o.Auth)
 	}
 	a := &api{o: o, csrf: http.NewCrossOriginProtection(),
-		events: ledgerquery.New(o.Ledger.Client()), consumers: consumers.New(o.Ledger.Client(), consumers.Options{})}
+		events: ledgerquery.New(o.Ledger.Client()), consumers: consumers.New(o.Ledger.Client(), consumers.Options{Audit: o.Ledger.Audit()})}
 	var err error
 	if a.writers, err = parsePrincipals("DLQREPLAY_WRITERS", o.Writers); err != nil {
 		return nil, fmt.Errorf("dlqreplay: %w", err)

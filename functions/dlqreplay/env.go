@@ -12,6 +12,7 @@ import (
 	"github.com/relaybus/relaybus/shared/archive"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -24,6 +25,11 @@ type Config struct {
 	// Ledger holds the ledger and the archive (FIRESTORE_DATABASE,
 	// LEDGER_RETENTION for the ledger writes of re-pushes).
 	Ledger instance.Ledger
+	// AuditDatabase is the Firestore database of the operators' audit
+	// log (FIRESTORE_AUDIT_DATABASE; empty: the ledger's). In production
+	// a database of its own, where this function's identity may create
+	// and read entries and nobody may change or delete one (Terraform).
+	AuditDatabase string `env:"FIRESTORE_AUDIT_DATABASE"`
 	// DB is the producers' outbox, where re-pushes are queued, in the
 	// topology's main database (DATABASE_URL).
 	DB instance.Database
@@ -155,7 +161,16 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		f.close.Add(func(context.Context) error { p.Close(); return nil })
 		dbs[d.Name] = p
 	}
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
+	lo := ledger.Options{Logger: log}
+	if cfg.AuditDatabase != "" && cfg.AuditDatabase != cfg.Ledger.Database {
+		ac, err := cfg.Ledger.Client(ctx, cfg.ProjectID, cfg.AuditDatabase)
+		if err != nil {
+			return fail(fmt.Errorf("FIRESTORE_AUDIT_DATABASE: %w", err))
+		}
+		f.close.Add(func(context.Context) error { return ac.Close() })
+		lo.Audit = audit.New(ac, nil)
+	}
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, lo)
 	if err != nil {
 		return fail(err)
 	}

@@ -133,7 +133,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 	if err := consume.Migrate(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
-	rec := &timedRecorder{Recorder: ledger.NewRecorder(store, fake.Client, top.Rollup.Topic), recorded: map[string]time.Time{}}
+	rec := &timedRecorder{Recorder: ledger.NewRecorder(fake.Client, ledger.RecorderOptions{Topic: top.Rollup.Topic}), recorded: map[string]time.Time{}}
 	engines := make([]*consumer.Engine, n)
 	for i, c := range consumers {
 		var handler consumer.Handler = projection.Latest()

@@ -58,10 +58,12 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/shared/delivery"
+	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Config is the rollup function's configuration.
@@ -84,6 +86,7 @@ type Config struct {
 
 // Ledger is what the function needs of the ledger (*ledger.Store).
 type Ledger interface {
+	RecordSent(ctx context.Context, sends []model.Sent) error
 	Fold(ctx context.Context, notices []model.Notice, gap time.Duration) ([]ledger.RollupResult, error)
 	Expected(ctx context.Context, topic string) ([]string, error)
 	ExpireDue(ctx context.Context, limit int) (ledger.ExpireReport, error)
@@ -129,9 +132,11 @@ type Deps struct {
 	WriteGap time.Duration
 }
 
-// maxNoticeBody bounds a notice request; notices are small, and anything
+// maxNoticeBody bounds a notice request: a push of the largest message a
+// notice may be (a sends notice's 8 MiB, or 500 failed attempts with their
+// error messages, about 2 MiB), base64 in its JSON wrapper; anything
 // larger is malformed.
-const maxNoticeBody = 1 << 20
+const maxNoticeBody = 12 << 20
 
 // Handler is the rollup function's HTTP handler.
 type Handler struct {
@@ -233,6 +238,24 @@ type noticeAnswer struct {
 	Error  string        `json:"error,omitempty"`
 }
 
+// sends records a sends notice's sends (a consumer's kicks of its child
+// events, whose identity may not write the ledger): 200 once recorded,
+// 503 to have it redelivered, 400 for one that cannot be read.
+func (h *Handler) sends(ctx context.Context, w http.ResponseWriter, m event.Message, attrs []any) {
+	sends, err := model.ReadSends(m)
+	if err != nil {
+		h.malformed(ctx, w, "", err, attrs)
+		return
+	}
+	if err := h.Ledger.RecordSent(ctx, sends); err != nil {
+		h.Logger.ErrorContext(ctx, "rollup: recording sends failed; the notice will be redelivered", append(attrs, "sends", len(sends), "error", err.Error())...)
+		writeJSON(w, http.StatusServiceUnavailable, noticeAnswer{Error: "recording the sends failed"})
+		return
+	}
+	h.Logger.DebugContext(ctx, "rollup: sends recorded", append(attrs, "sends", len(sends))...)
+	writeJSON(w, http.StatusOK, noticeAnswer{})
+}
+
 func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	d, err := delivery.Read(r, maxNoticeBody)
@@ -241,6 +264,10 @@ func (h *Handler) notice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	attrs := []any{"delivery_mode", d.Mode, "message_id", d.Message.ID, "subscription", d.Subscription}
+	if model.IsSendsNotice(d.Message) {
+		h.sends(ctx, w, d.Message, attrs)
+		return
+	}
 	notices, err := model.ReadNotice(d.Message)
 	if err != nil {
 		h.malformed(ctx, w, "", err, attrs)
@@ -418,15 +445,21 @@ func init() {
 }
 
 // Build is the rollup function's one constructor, in production (from
-// the environment), in the local stack and in tests: the ledger, and the
-// handler over it. Close closes the ledger.
+// the environment), in the local stack and in tests: the ledger, with the
+// topology's ledger levels (which attempts it keeps as documents when it
+// folds them in: consume writes none), and the handler over it. Close
+// closes the ledger.
 func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	log := cfg.Logger()
+	top, err := topology.Load(cfg.Topology)
+	if err != nil {
+		return nil, err
+	}
 	flush, err := cfg.StartTelemetry(ctx, "rollup")
 	if err != nil {
 		return nil, err
 	}
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log})
+	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
 	if err != nil {
 		_ = flush(ctx)
 		return nil, err

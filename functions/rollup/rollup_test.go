@@ -421,3 +421,46 @@ func TestFoldNoticeOverHTTP(t *testing.T) {
 		t.Fatalf("again: %d %+v", a.code, a.body)
 	}
 }
+
+// TestSendsNoticeOverHTTP: a consumer's kicks of its child events reach
+// the ledger as sends notices (a consumer's identity may not write
+// Firestore): the rollup records each send with its envelope, a payload
+// too large for the ledger as its size alone, and a redelivered notice
+// changes nothing.
+func TestSendsNoticeOverHTTP(t *testing.T) {
+	ctx := context.Background()
+	env := start(t)
+	child, big := newEvent(t), newEvent(t)
+	child.ParentEventID, child.TraceID = "evt-parent", "trace-1"
+	big.Payload = []byte(`"` + strings.Repeat("x", model.DefaultMaxStoredPayload+10) + `"`)
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	msgs, err := model.SendsMessages([]model.Sent{{Event: child, At: at, EnqueuedAt: at}, {Event: big, At: at, EnqueuedAt: at}})
+	if err != nil || len(msgs) != 1 || len(msgs[0].Data) > 4096 {
+		t.Fatalf("%d notices (%v), the first %d bytes: want one, small (the large payload left out)", len(msgs), err, len(msgs[0].Data))
+	}
+	m := msgs[0]
+	m.ID, m.PublishTime = "sends-1", time.Now()
+	for _, shape := range []string{"push", "eventarc"} {
+		if a := do(t, requests(t, env.url, m)[shape]); a.code != http.StatusOK || a.body.Error != "" {
+			t.Fatalf("%s: %d %+v", shape, a.code, a.body)
+		}
+	}
+	d, err := query.New(env.store.Client()).Get(ctx, child.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Event.Status != model.StatusSent || d.Event.ParentEventID != "evt-parent" || d.Event.TraceID != "trace-1" || !d.Event.SentAt.Equal(at) || string(d.Event.Payload) != "{}" {
+		t.Errorf("the child: %+v", d.Event)
+	}
+	b, err := query.New(env.store.Client()).Get(ctx, big.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Event.PayloadOmitted || b.Event.PayloadSize != len(big.Payload) || len(b.Event.Payload) != 0 {
+		t.Errorf("the large one: omitted %v size %d stored %d, want omitted, its size", b.Event.PayloadOmitted, b.Event.PayloadSize, len(b.Event.Payload))
+	}
+	bad := event.Message{Data: []byte(`{"sends": [{"e": null}]}`), Attributes: map[string]string{model.NoticeKindAttr: model.NoticeSends}, ID: "sends-bad", PublishTime: time.Now()}
+	if a := do(t, requests(t, env.url, bad)["push"]); a.code != http.StatusOK || !strings.Contains(a.body.Error, "send 0 has no event") {
+		t.Errorf("a malformed sends notice: %d %+v, want it acknowledged and said", a.code, a.body)
+	}
+}

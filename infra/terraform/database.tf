@@ -4,10 +4,43 @@
 # Each database is either
 #   - in Cloud SQL for PostgreSQL (the default): Terraform creates the
 #     instance (or uses an existing one, var.cloud_sql.create = false), one
-#     database and one user per topology database, and a Secret Manager secret
-#     relaybus-database-url-<name> holding the URL; or
+#     database and one owner user per topology database (its URL in the
+#     secret relaybus-database-url-<name>, read by the migrate job only), and
+#     one role per function and consumer that uses the database (below,
+#     "Roles"); or
 #   - elsewhere: var.database_url_secrets names an existing secret whose latest
-#     version is the full URL (Terraform neither creates nor reads it).
+#     version is the full URL (Terraform neither creates nor reads it); every
+#     service of that database uses it, and the separation of roles is the
+#     operator's (shared/pgroles says what each needs).
+#
+# Roles. Cloud SQL makes every user its API creates a member of
+# cloudsqlsuperuser with CREATEROLE (https://cloud.google.com/sql/docs/postgres/users);
+# before PostgreSQL 16 such a user may grant itself any other non-superuser
+# role and set its password, so one consumer's credential could take
+# another database's role. So the services never get that user: the owner
+# user (relaybus_<name>) owns the tables and is used only by the migrate
+# step, a Cloud Run job relaybus-migrate-<name> (the consume image's
+# `migrate` command) that Terraform executes on every apply that changes
+# the image, the topology or the roles. It applies the migrations, then
+# creates or updates, with SQL (so not cloudsqlsuperuser members), one plain
+# login role per function and consumer of the database, granted only the
+# tables its statements touch (shared/pgroles; CONNECT revoked from
+# PUBLIC, so no role reaches another database):
+#   relaybus_<db>_publish      main only
+#   relaybus_<db>_relay        every database
+#   relaybus_<db>_dlqreplay    every database
+#   relaybus_<db>_c_<hash>     each consumer whose database it is (<hash>:
+#                              12 hex digits of its subscription's sha1, as
+#                              its service account id)
+# Each role's URL is in its own secret relaybus-database-url-<db>-<role>,
+# readable by its service's account only; the roles and their passwords
+# (JSON) in relaybus-database-roles-<db>, readable by the migrate job's
+# account only. A role's CONNECTION LIMIT is twice its pools at its
+# service's max instances (a new revision's instances start while the old
+# ones drain), so one leaked credential cannot take the instance's every
+# connection. PostgreSQL 16 is the default version: CREATEROLE no longer
+# administers roles its holder did not create, a second wall behind the
+# roles' own lack of it.
 #
 # How Cloud Run reaches Cloud SQL: the Cloud SQL volume of
 # google_cloud_run_v2_service (template.volumes.cloud_sql_instance, mounted at
@@ -67,7 +100,8 @@ locals {
   # Postgres names: relaybus_<name> (- as _), so psql needs no quoting.
   cloudsql_names = { for k, d in local.cloudsql_databases : k => "relaybus_${replace(k, "-", "_")}" }
 
-  # The URL of each Cloud SQL database; it only ever goes into its secret.
+  # The URL of each Cloud SQL database as its owner, for the migrate job; it
+  # only ever goes into its secret.
   cloudsql_urls = {
     for k, d in local.cloudsql_databases : k => format(
       "postgres://%s:%s@/%s?host=/cloudsql/%s&sslmode=disable&pool_max_conns=%d&pool_max_conn_idle_time=60s",
@@ -76,6 +110,65 @@ locals {
     )
   }
 
+  # The runtime roles of the Cloud SQL databases (Roles, above), keyed
+  # "<database>/<user>": user is publish, relay, dlqreplay or a consumer's
+  # subscription. max_instances is its service's.
+  database_roles = merge([
+    for k, d in local.cloudsql_databases : merge(
+      k == "main" ? { "${k}/publish" = { database = k, kind = "publish", consumer = "", slug = "publish", max_instances = var.publish_settings.max_instances } } : {},
+      {
+        "${k}/relay"     = { database = k, kind = "relay", consumer = "", slug = "relay", max_instances = var.relay_settings.max_instances }
+        "${k}/dlqreplay" = { database = k, kind = "dlqreplay", consumer = "", slug = "dlqreplay", max_instances = var.dlqreplay_settings.max_instances }
+      },
+      {
+        for s, c in local.consumers : "${k}/${s}" => {
+          database      = k
+          kind          = "consume"
+          consumer      = s
+          slug          = "c-${substr(sha1(s), 0, 12)}"
+          max_instances = contains(keys(local.pull_consumers), s) ? var.pull_mode.max_instances : var.consume_settings.max_instances
+        } if c.database == k
+      },
+    )
+  ]...)
+  database_role_names = { for k, r in local.database_roles : k => "${local.cloudsql_names[r.database]}_${replace(r.slug, "-", "_")}" }
+
+  # Each role's URL; it only ever goes into its secret.
+  database_role_urls = {
+    for k, r in local.database_roles : k => format(
+      "postgres://%s:%s@/%s?host=/cloudsql/%s&sslmode=disable&pool_max_conns=%d&pool_max_conn_idle_time=60s",
+      local.database_role_names[k], urlencode(random_password.role[k].result),
+      google_sql_database.relaybus[r.database].name, local.cloudsql_connection_name, var.cloud_sql.pool_max_conns,
+    )
+  }
+
+  # The migrate step's roles of each database (DATABASE_ROLES:
+  # pgroles.Role as JSON).
+  database_role_specs = {
+    for db, d in local.cloudsql_databases : db => [
+      for k, r in local.database_roles : {
+        name            = local.database_role_names[k]
+        kind            = r.kind
+        consumer        = r.consumer
+        password        = random_password.role[k].result
+        connectionLimit = 2 * var.cloud_sql.pool_max_conns * r.max_instances
+      } if r.database == db
+    ]
+  }
+
+  # The secret each service reads a database's URL from, keyed
+  # "<database>/<user>" as database_roles: its role's on Cloud SQL, the
+  # operator's secret for a database elsewhere.
+  role_secret_ids = merge(
+    { for k, s in google_secret_manager_secret.role_url : k => s.secret_id },
+    merge([
+      for db, secret in var.database_url_secrets : merge(
+        { "${db}/publish" = secret, "${db}/relay" = secret, "${db}/dlqreplay" = secret },
+        { for s, c in local.consumers : "${db}/${s}" => secret if c.database == db },
+      )
+    ]...),
+  )
+
   # The Secret Manager secret id holding each database's URL.
   database_secret_ids = merge(
     { for k, s in google_secret_manager_secret.database_url : k => s.secret_id },
@@ -83,7 +176,8 @@ locals {
   )
 
   # Which databases each Cloud Run service opens, as its environment
-  # variable => database name (contract: shared/topology Database.EnvVar).
+  # variable => database name (contract: shared/topology Database.EnvVar);
+  # the secret of each is local.role_secret_ids["<database>/<function>"].
   # publish: main; the relay and dlqreplay: every database; each consume
   # service: its consumer's database, as DATABASE_URL.
   function_databases = {
@@ -160,11 +254,9 @@ resource "google_sql_database" "relaybus" {
   deletion_policy = var.deletion_protection ? "ABANDON" : "DELETE"
 }
 
-# One user per database, relaybus_<name>. Users created through the Cloud SQL
-# API are members of cloudsqlsuperuser
-# (https://cloud.google.com/sql/docs/postgres/users), so each can create its
-# tables (the functions migrate at start); separate users keep the
-# credentials of one database out of the others' services.
+# One owner user per database, relaybus_<name>: a member of cloudsqlsuperuser
+# (https://cloud.google.com/sql/docs/postgres/users), it creates the tables
+# and the runtime roles in the migrate job, and no service holds it.
 resource "random_password" "database" {
   for_each = local.cloudsql_databases
   length   = 32
@@ -179,9 +271,9 @@ resource "google_sql_user" "relaybus" {
   deletion_policy = "ABANDON"
 }
 
-# The URL secrets. Their values are in Terraform's state too (the provider
-# stores secret_data there), so the state bucket is as sensitive as the
-# database: keep its access to the deployer.
+# The owner URL secrets (the migrate job's). Their values are in Terraform's
+# state too (the provider stores secret_data there), so the state bucket is
+# as sensitive as the database: keep its access to the deployer.
 resource "google_secret_manager_secret" "database_url" {
   for_each  = local.cloudsql_databases
   secret_id = "relaybus-database-url-${each.key}"
@@ -198,6 +290,134 @@ resource "google_secret_manager_secret_version" "database_url" {
   for_each    = local.cloudsql_databases
   secret      = google_secret_manager_secret.database_url[each.key].id
   secret_data = local.cloudsql_urls[each.key]
+}
+
+# The runtime roles' passwords and URL secrets (Roles, above).
+resource "random_password" "role" {
+  for_each = local.database_roles
+  length   = 32
+  special  = false
+}
+
+resource "google_secret_manager_secret" "role_url" {
+  for_each  = local.database_roles
+  secret_id = "relaybus-database-url-${each.value.database}-${each.value.slug}"
+  labels    = { database = each.value.database, role = each.value.kind }
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [time_sleep.api_propagation]
+}
+
+resource "google_secret_manager_secret_version" "role_url" {
+  for_each    = local.database_roles
+  secret      = google_secret_manager_secret.role_url[each.key].id
+  secret_data = local.database_role_urls[each.key]
+}
+
+# Each database's roles with their passwords, for its migrate job only.
+resource "google_secret_manager_secret" "database_roles" {
+  for_each  = local.cloudsql_databases
+  secret_id = "relaybus-database-roles-${each.key}"
+  labels    = { database = each.key }
+
+  replication {
+    auto {}
+  }
+
+  depends_on = [time_sleep.api_propagation]
+}
+
+resource "google_secret_manager_secret_version" "database_roles" {
+  for_each    = local.cloudsql_databases
+  secret      = google_secret_manager_secret.database_roles[each.key].id
+  secret_data = jsonencode(local.database_role_specs[each.key])
+}
+
+# The migrate step, one job per Cloud SQL database: the consume image's
+# `migrate` command (consume.MigrateDatabase) as the database's owner.
+resource "google_cloud_run_v2_job" "migrate" {
+  for_each            = local.cloudsql_databases
+  name                = "relaybus-migrate-${each.key}"
+  location            = var.region
+  deletion_protection = var.deletion_protection
+
+  template {
+    task_count = 1
+    template {
+      service_account = google_service_account.migrate.email
+      max_retries     = 3
+      timeout         = "600s"
+
+      volumes {
+        name = "cloudsql"
+        cloud_sql_instance {
+          instances = [local.cloudsql_connection_name]
+        }
+      }
+
+      containers {
+        image = local.images["consume"]
+        args  = ["migrate"]
+
+        dynamic "env" {
+          for_each = {
+            GOOGLE_CLOUD_PROJECT = var.project_id
+            RELAYBUS_TOPOLOGY    = local.topology_in_image
+            LOG_LEVEL            = var.log_level
+            MIGRATE_DATABASE     = each.key
+          }
+          content {
+            name  = env.key
+            value = env.value
+          }
+        }
+
+        dynamic "env" {
+          for_each = {
+            DATABASE_URL   = google_secret_manager_secret.database_url[each.key].secret_id
+            DATABASE_ROLES = google_secret_manager_secret.database_roles[each.key].secret_id
+          }
+          content {
+            name = env.key
+            value_source {
+              secret_key_ref {
+                secret  = env.value
+                version = "latest"
+              }
+            }
+          }
+        }
+
+        volume_mounts {
+          name       = "cloudsql"
+          mount_path = "/cloudsql"
+        }
+      }
+    }
+  }
+
+  depends_on = [terraform_data.topology, time_sleep.iam_propagation]
+}
+
+# Executed by the machine applying Terraform before the services start
+# (they depend on it): the tables migrated and the roles in place. Re-run
+# when the image, the topology or a role (its secret's version) changes.
+resource "terraform_data" "migrate" {
+  for_each = local.cloudsql_databases
+  triggers_replace = [
+    local.topology_hash, local.images["consume"],
+    google_secret_manager_secret_version.database_roles[each.key].id,
+    google_secret_manager_secret_version.database_url[each.key].id,
+  ]
+
+  depends_on = [time_sleep.iam_propagation, google_cloud_run_v2_job.migrate]
+
+  provisioner "local-exec" {
+    command = "${var.gcloud} run jobs execute ${google_cloud_run_v2_job.migrate[each.key].name} --project=${var.project_id} --region=${var.region} --wait"
+  }
 }
 
 # Refuses a plan whose pools could open more connections than the instance

@@ -55,6 +55,25 @@ resource "google_firestore_database" "ledger" {
   depends_on              = [time_sleep.api_propagation]
 }
 
+# The operators' audit log (operator_audit), in a database of its own:
+# Firestore's IAM has no per-collection grants for server clients, so the
+# database is the unit a grant can leave out. dlqreplay's identity may only
+# create and read entries there (iam.tf, relaybusAuditAppender); no runtime
+# identity may update or delete one, the consumers and the other functions
+# hold nothing on it, and point-in-time recovery keeps seven days of
+# versions should an administrator's hand go astray. Entries are few (one
+# per operator action); the log's one query (newest first by at) needs no
+# composite index.
+resource "google_firestore_database" "audit" {
+  name                              = var.audit_firestore_database
+  location_id                       = var.firestore_location
+  type                              = "FIRESTORE_NATIVE"
+  point_in_time_recovery_enablement = "POINT_IN_TIME_RECOVERY_ENABLED"
+  delete_protection_state           = var.deletion_protection ? "DELETE_PROTECTION_ENABLED" : "DELETE_PROTECTION_DISABLED"
+  deletion_policy                   = var.deletion_protection ? "ABANDON" : "DELETE"
+  depends_on                        = [time_sleep.api_propagation]
+}
+
 resource "google_firestore_index" "ledger" {
   for_each    = local.composite_indexes
   database    = local.database_id

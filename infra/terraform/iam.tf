@@ -37,7 +37,7 @@ resource "google_service_account" "consume" {
   for_each     = local.consumers
   account_id   = each.value.account_id
   display_name = "relaybus consume ${each.value.service}"
-  description  = "consume for ${each.value.subscription}: invokes its own service (push/Eventarc OIDC), writes the ledger, publishes rollup notices and poison dead letters."
+  description  = "consume for ${each.value.subscription}: invokes its own service (push/Eventarc OIDC), publishes rollup notices, poison dead letters and its child events; no Firestore access."
 }
 
 # Cloud Scheduler's identity: invokes the relay (one job per database),
@@ -46,6 +46,14 @@ resource "google_service_account" "consume" {
 resource "google_service_account" "scheduler" {
   account_id   = "relaybus-scheduler"
   display_name = "relaybus Cloud Scheduler"
+}
+
+# The migrate step's identity (database.tf, "Roles"): the only reader of the
+# databases' owner URLs and of the runtime roles' passwords.
+resource "google_service_account" "migrate" {
+  account_id   = "relaybus-migrate"
+  display_name = "relaybus migrate"
+  description  = "The relaybus-migrate-<database> jobs: migrate each Cloud SQL database as its owner and set the functions' and consumers' roles."
 }
 
 # The identity of the <topic>.dlq-monitor push subscriptions: it may only
@@ -57,12 +65,47 @@ resource "google_service_account" "dead_letter_push" {
   description  = "OIDC identity of every <topic>.dlq-monitor push subscription: POSTs dead letters to dlqreplay /deadletters:archive."
 }
 
-# ---- Firestore (the ledger), scoped to the ledger's database ---------------
+# ---- Firestore: the ledger and the audit log, each scoped to its database --
+# Firestore's IAM has no per-collection grants for server clients: a grant
+# is on a database (the IAM condition), so the split is by database and by
+# permission. No runtime identity may delete a document anywhere (Firestore's
+# TTL policies delete the ledger's old documents themselves); the consumers
+# hold nothing on Firestore (they record through the rollup topic); only
+# dlqreplay may touch the audit log's database, to create and read entries.
+
+# The ledger's writers: read, create and update documents, run
+# transactions; not delete.
+resource "google_project_iam_custom_role" "ledger_writer" {
+  role_id     = "relaybusLedgerWriter"
+  title       = "relaybus ledger writer"
+  description = "Read, create and update Firestore documents and run transactions; no delete (the ledger's TTL policies delete old documents)."
+  permissions = [
+    "datastore.databases.get",
+    "datastore.databases.getMetadata",
+    "datastore.entities.create",
+    "datastore.entities.get",
+    "datastore.entities.list",
+    "datastore.entities.update",
+  ]
+}
+
+# The audit log's appender: create and read entries; not update, not delete.
+resource "google_project_iam_custom_role" "audit_appender" {
+  role_id     = "relaybusAuditAppender"
+  title       = "relaybus audit appender"
+  description = "Create and read Firestore documents only: the operators' audit log is append-only for its one writer."
+  permissions = [
+    "datastore.databases.getMetadata",
+    "datastore.entities.create",
+    "datastore.entities.get",
+    "datastore.entities.list",
+  ]
+}
 
 resource "google_project_iam_member" "ledger_user" {
   for_each = toset(["publish", "relay", "rollup", "dlqreplay"])
   project  = var.project_id
-  role     = "roles/datastore.user"
+  role     = google_project_iam_custom_role.ledger_writer.name
   member   = google_service_account.function[each.key].member
 
   condition {
@@ -71,24 +114,26 @@ resource "google_project_iam_member" "ledger_user" {
   }
 }
 
-resource "google_project_iam_member" "consume_ledger_user" {
-  for_each = local.consumers
-  project  = var.project_id
-  role     = "roles/datastore.user"
-  member   = google_service_account.consume[each.key].member
+resource "google_project_iam_member" "dlqreplay_audit" {
+  project = var.project_id
+  role    = google_project_iam_custom_role.audit_appender.name
+  member  = google_service_account.function["dlqreplay"].member
 
   condition {
-    title      = "relaybus ledger database"
-    expression = "resource.name == \"${local.ledger_database_resource}\""
+    title      = "relaybus audit database"
+    expression = "resource.name == \"${local.audit_database_resource}\""
   }
 }
 
 # ---- Postgres: URL secrets (Secret Manager) and Cloud SQL Client ------------
+# Each service reads the URL of its own role on each database it uses
+# (local.role_secret_ids, database.tf "Roles"); only the migrate job reads
+# the owners' URLs and the roles' passwords.
 
 # publish: main.
 resource "google_secret_manager_secret_iam_member" "main_database_url" {
   for_each  = toset(["publish"])
-  secret_id = local.database_secret_ids["main"]
+  secret_id = local.role_secret_ids["main/publish"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function[each.key].member
 }
@@ -98,7 +143,7 @@ resource "google_secret_manager_secret_iam_member" "main_database_url" {
 # rebuild.
 resource "google_secret_manager_secret_iam_member" "dlqreplay_database_url" {
   for_each  = local.databases
-  secret_id = local.database_secret_ids[each.key]
+  secret_id = local.role_secret_ids["${each.key}/dlqreplay"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function["dlqreplay"].member
 }
@@ -111,17 +156,39 @@ moved {
 # The relay drains every database.
 resource "google_secret_manager_secret_iam_member" "relay_database_url" {
   for_each  = local.databases
-  secret_id = local.database_secret_ids[each.key]
+  secret_id = local.role_secret_ids["${each.key}/relay"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.function["relay"].member
 }
 
-# Each consumer: its own database only.
+# Each consumer: its own role on its own database only.
 resource "google_secret_manager_secret_iam_member" "consume_database_url" {
   for_each  = local.consumers
-  secret_id = local.database_secret_ids[each.value.database]
+  secret_id = local.role_secret_ids["${each.value.database}/${each.key}"]
   role      = "roles/secretmanager.secretAccessor"
   member    = google_service_account.consume[each.key].member
+}
+
+# The migrate job: each Cloud SQL database's owner URL and roles.
+resource "google_secret_manager_secret_iam_member" "migrate_owner_url" {
+  for_each  = local.cloudsql_databases
+  secret_id = google_secret_manager_secret.database_url[each.key].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.migrate.member
+}
+
+resource "google_secret_manager_secret_iam_member" "migrate_roles" {
+  for_each  = local.cloudsql_databases
+  secret_id = google_secret_manager_secret.database_roles[each.key].secret_id
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.migrate.member
+}
+
+resource "google_project_iam_member" "migrate_cloudsql_client" {
+  count   = local.use_cloud_sql ? 1 : 0
+  project = var.project_id
+  role    = "roles/cloudsql.client"
+  member  = google_service_account.migrate.member
 }
 
 # A forward consumer that signs its requests (forward_auth hmac): its
@@ -426,11 +493,14 @@ resource "time_sleep" "iam_propagation" {
   triggers = {
     grants = sha1(jsonencode([
       [for g in google_project_iam_member.ledger_user : g.id],
-      [for g in google_project_iam_member.consume_ledger_user : g.id],
+      google_project_iam_member.dlqreplay_audit.id,
       [for g in google_secret_manager_secret_iam_member.main_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.relay_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.dlqreplay_database_url : g.id],
       [for g in google_secret_manager_secret_iam_member.consume_database_url : g.id],
+      [for g in google_secret_manager_secret_iam_member.migrate_owner_url : g.id],
+      [for g in google_secret_manager_secret_iam_member.migrate_roles : g.id],
+      google_project_iam_member.migrate_cloudsql_client[*].id,
       [for g in google_secret_manager_secret_iam_member.consume_signing_secret : g.id],
       google_secret_manager_secret_iam_member.dlqreplay_token[*].id,
       [for g in google_project_iam_member.cloudsql_client : g.id],

@@ -34,8 +34,9 @@ locals {
   # The Eventarc service agent (service-<number>@gcp-sa-eventarc.iam.gserviceaccount.com).
   eventarc_service_agent = google_project_service_identity.eventarc.member
 
-  # The Firestore database IAM grants are scoped to (IAM condition).
+  # The Firestore databases IAM grants are scoped to (IAM condition).
   ledger_database_resource = "projects/${var.project_id}/databases/${var.firestore_database}"
+  audit_database_resource  = "projects/${var.project_id}/databases/${var.audit_firestore_database}"
 }
 
 resource "google_project_service" "api" {

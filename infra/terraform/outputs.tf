@@ -19,7 +19,7 @@ output "dead_letter_topics" {
 }
 
 output "databases" {
-  description = "Each topology database: the Secret Manager secret holding its URL, where it lives (cloudsql or external) and, for Cloud SQL, the Postgres database name."
+  description = "Each topology database: the Secret Manager secret holding its URL (on Cloud SQL the owner's, which only the migrate job reads; each service's role has its own secret, database.tf), where it lives (cloudsql or external) and, for Cloud SQL, the Postgres database name."
   value = {
     for k, d in local.databases : k => {
       secret   = local.database_secret_ids[k]

@@ -5,9 +5,10 @@
 # (infra/docker/Dockerfile); it must be the file Terraform read, which holds
 # when both come from one checkout (cloudbuild.yaml).
 #
-# Database URLs never appear here: each DATABASE_URL* variable comes from its
-# database's Secret Manager secret (database.tf), and a service that uses a
-# Cloud SQL database mounts the Cloud SQL volume at /cloudsql.
+# Database URLs never appear here: each DATABASE_URL* variable comes from the
+# Secret Manager secret of the service's own role on that database
+# (database.tf, "Roles"), and a service that uses a Cloud SQL database mounts
+# the Cloud SQL volume at /cloudsql.
 #
 # CPU allocation (billing). publish, relay and consume answer first and then
 # write the ledger in background goroutines, batched. Under request-based
@@ -120,6 +121,8 @@ locals {
         DLQREPLAY_WRITERS   = join(",", var.dlqreplay_settings.writers)
         DLQREPLAY_READ_ONLY = tostring(var.dlqreplay_settings.read_only)
         ARCHIVE_RETENTION   = var.archive_retention
+        # The audit log's database of its own (firestore.tf).
+        FIRESTORE_AUDIT_DATABASE = var.audit_firestore_database
       })
       concurrency     = 20
       max_instances   = var.dlqreplay_settings.max_instances
@@ -160,7 +163,9 @@ locals {
   # subscription id (for an Eventarc consumer, the logical name: the trigger's
   # own subscription has a generated name).
   consume_env = {
-    for k, c in local.consumers : k => merge(local.env_common, {
+    # consume opens no Firestore client (it records through the rollup
+    # topic), so it gets no ledger database settings.
+    for k, c in local.consumers : k => merge({ for n, v in local.env_common : n => v if !contains(["FIRESTORE_DATABASE", "LEDGER_RETENTION"], n) }, {
       LEDGER                         = var.ledger
       CONSUMER_ID                    = c.service
       CONSUMER_SUBSCRIPTION          = c.subscription
@@ -229,15 +234,15 @@ resource "google_cloud_run_v2_service" "function" {
         }
       }
 
-      # DATABASE_URL (and the relay's DATABASE_URL_<NAME>) from each
-      # database's secret.
+      # DATABASE_URL (and the relay's DATABASE_URL_<NAME>) from the secret of
+      # this function's role on each database.
       dynamic "env" {
         for_each = local.function_databases[each.key]
         content {
           name = env.key
           value_source {
             secret_key_ref {
-              secret  = local.database_secret_ids[env.value]
+              secret  = local.role_secret_ids["${env.value}/${each.key}"]
               version = "latest"
             }
           }
@@ -278,7 +283,9 @@ resource "google_cloud_run_v2_service" "function" {
     # Secrets are read when a revision starts: their grants (and Cloud SQL
     # Client) must have propagated first.
     time_sleep.iam_propagation,
-    google_secret_manager_secret_version.database_url,
+    google_secret_manager_secret_version.role_url,
+    # The tables migrated and the roles in place.
+    terraform_data.migrate,
   ]
 }
 
@@ -324,14 +331,15 @@ resource "google_cloud_run_v2_service" "consume" {
         }
       }
 
-      # DATABASE_URL: the consumer's own database (topology: database).
+      # DATABASE_URL: the consumer's own database (topology: database), as
+      # the consumer's own role.
       dynamic "env" {
         for_each = local.consume_databases[each.key]
         content {
           name = env.key
           value_source {
             secret_key_ref {
-              secret  = local.database_secret_ids[env.value]
+              secret  = local.role_secret_ids["${env.value}/${each.key}"]
               version = "latest"
             }
           }
@@ -377,6 +385,7 @@ resource "google_cloud_run_v2_service" "consume" {
     # subscriber grant must have propagated, or the worker backs off (up
     # to ten minutes) on PermissionDenied.
     time_sleep.pull_grant_propagation,
-    google_secret_manager_secret_version.database_url,
+    google_secret_manager_secret_version.role_url,
+    terraform_data.migrate,
   ]
 }

@@ -52,7 +52,7 @@ variable "cloud_sql" {
     create               = optional(bool, true)
     instance             = optional(string, "relaybus")
     region               = optional(string)
-    database_version     = optional(string, "POSTGRES_15")
+    database_version     = optional(string, "POSTGRES_16")
     tier                 = optional(string, "db-custom-2-7680")
     edition              = optional(string, "ENTERPRISE")
     availability_type    = optional(string, "ZONAL")
@@ -61,7 +61,7 @@ variable "cloud_sql" {
     reserved_connections = optional(number, 20)
     pool_max_conns       = optional(number, 5)
   })
-  description = "The Cloud SQL for PostgreSQL instance of the topology's databases (database.tf): create it (create = true) or use the existing instance named instance in project_id (create = false; set max_connections to its real limit). region defaults to var.region. pool_max_conns is each Cloud Run instance's pool per database (the URL's pool_max_conns); database.tf checks pool sizes × max instances against max_connections − reserved_connections."
+  description = "The Cloud SQL for PostgreSQL instance of the topology's databases (database.tf): create it (create = true) or use the existing instance named instance in project_id (create = false; set max_connections to its real limit). region defaults to var.region. pool_max_conns is each Cloud Run instance's pool per database (the URL's pool_max_conns); database.tf checks pool sizes × max instances against max_connections − reserved_connections. database_version is POSTGRES_16 by default: from 16 on, a CREATEROLE user administers only the roles it created (database.tf, \"Roles\"); to keep an instance created on POSTGRES_15 as it is, set POSTGRES_15 (a major version upgrade is a change to plan for: back up first)."
   default     = {}
 
   validation {
@@ -74,6 +74,17 @@ variable "firestore_database" {
   type        = string
   description = "Firestore database id of the ledger (FIRESTORE_DATABASE)."
   default     = "(default)"
+}
+
+variable "audit_firestore_database" {
+  type        = string
+  description = "Firestore database id of the operators' audit log (dlqreplay's FIRESTORE_AUDIT_DATABASE), created here: a database of its own, where only dlqreplay's identity may create and read entries and no identity may change or delete one (firestore.tf)."
+  default     = "relaybus-audit"
+
+  validation {
+    condition     = var.audit_firestore_database != var.firestore_database && length(regexall("^[a-z][a-z0-9-]{2,61}[a-z0-9]$", var.audit_firestore_database)) > 0
+    error_message = "audit_firestore_database must be a Firestore database id (4 to 63 characters of [a-z0-9-], starting with a letter) other than firestore_database: the audit log's grants are per database."
+  }
 }
 
 variable "create_firestore_database" {

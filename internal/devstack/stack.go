@@ -519,7 +519,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			continue
 		}
 		cc := consumeConfig(c, top)
-		cc.Env, cc.PubSub, cc.Ledger = env, pubsubCfg, recorderCfg
+		cc.Env, cc.PubSub, cc.Ledger = env, pubsubCfg, recorderCfg.Recording
 		cc.DB.URL = fnURL(c.Database, roleConsumer)
 		// A forward consumer's signing secret (forward_secret names a Secret
 		// Manager secret in production) comes from FORWARD_SIGNING_SECRET

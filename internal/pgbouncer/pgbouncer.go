@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,12 @@ type Options struct {
 	// been failing" meanwhile (server_login_retry; zero keeps PgBouncer's
 	// 15 s).
 	ServerLoginRetry time.Duration
+	// Users, when set, are the users clients may log in as, with their
+	// passwords: PgBouncer then authenticates clients with SCRAM-SHA-256
+	// and logs into the server as each with its password (the server
+	// URL's user is added with the URL's password). Unset: trust, for the
+	// server URL's user only.
+	Users map[string]string
 }
 
 // Bouncer is a running PgBouncer.
@@ -116,6 +123,23 @@ func Start(ctx context.Context, o Options) (*Bouncer, error) {
 		serverPort = "5432"
 	}
 	b := &Bouncer{Port: port, Log: filepath.Join(dir, "pgbouncer.log"), done: make(chan error, 1)}
+	authType, userList := "trust", fmt.Sprintf("%q %q\n", userName, "")
+	if o.Users != nil {
+		pw, _ := server.User.Password()
+		users := map[string]string{userName: pw}
+		for u, p := range o.Users {
+			users[u] = p
+		}
+		names := make([]string, 0, len(users))
+		for u := range users {
+			names = append(names, u)
+		}
+		sort.Strings(names)
+		authType, userList = "scram-sha-256", ""
+		for _, u := range names {
+			userList += fmt.Sprintf("%q %q\n", u, users[u])
+		}
+	}
 	ini := strings.Join([]string{
 		"[databases]",
 		fmt.Sprintf("* = host=%s port=%s", server.Hostname(), serverPort),
@@ -123,7 +147,7 @@ func Start(ctx context.Context, o Options) (*Bouncer, error) {
 		"listen_addr = 127.0.0.1",
 		"listen_port = " + strconv.Itoa(port),
 		"unix_socket_dir =",
-		"auth_type = trust",
+		"auth_type = " + authType,
 		"auth_file = " + filepath.Join(dir, "userlist.txt"),
 		"admin_users = " + userName,
 		"pool_mode = transaction",
@@ -136,7 +160,7 @@ func Start(ctx context.Context, o Options) (*Bouncer, error) {
 		"ignore_startup_parameters = extra_float_digits",
 		"",
 	}, "\n")
-	files := map[string]string{"pgbouncer.ini": ini, "userlist.txt": fmt.Sprintf("%q %q\n", userName, "")}
+	files := map[string]string{"pgbouncer.ini": ini, "userlist.txt": userList}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			return nil, err

@@ -44,6 +44,11 @@ type Options struct {
 	Settings map[string]string
 	// Log receives the server's output; nil discards it.
 	Log *os.File
+	// Password, when set, is the superuser's password, and TCP
+	// connections authenticate with SCRAM-SHA-256 (as a managed Postgres
+	// does) instead of trust; the Unix socket stays trusted. URL carries
+	// it.
+	Password string
 }
 
 // Cluster is a running throwaway cluster.
@@ -129,7 +134,27 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "PG_VERSION")); err != nil {
-		cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), "-D", dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+		args := []string{"-D", dataDir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"}
+		if opts.Password != "" {
+			// A throwaway cluster's password, readable by initdb's user.
+			f, err := os.CreateTemp("", "pgcluster-pw-*")
+			if err != nil {
+				return nil, fmt.Errorf("pgcluster: %w", err)
+			}
+			defer os.Remove(f.Name())
+			_, err = f.WriteString(opts.Password + "\n")
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = os.Chmod(f.Name(), 0o644)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("pgcluster: %w", err)
+			}
+			args = append(args, "--auth-host=scram-sha-256", "--pwfile="+f.Name())
+		}
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, "initdb"), args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 		cmd.Dir = "/"
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -185,6 +210,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		DataDir: dataDir,
 		cmd:     cmd,
 		done:    make(chan error, 1),
+	}
+	if opts.Password != "" {
+		c.URL = fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/postgres?sslmode=disable", neturl.QueryEscape(opts.Password), port)
 	}
 	go func() { c.done <- cmd.Wait() }()
 	if err := c.waitReady(ctx); err != nil {

@@ -55,6 +55,22 @@
 //     constant time and refuses a timestamp outside its tolerance (5
 //     minutes, DefaultTolerance): see Verify.
 //
+// Credentials go over TLS only: with AuthGoogle, AuthHMAC, a user and
+// password in the URL, or an Authorization or Cookie header in
+// Options.Header, the URL must be https (http:// is accepted for a
+// loopback target, as on a developer's machine).
+//
+// # What the ledger sees
+//
+// Redirects are not followed: a 3xx answer is a transient failure naming
+// the status (and the host it points to), since following one would turn
+// the POST into a bodiless GET (302, 303) or send the body, its signature
+// and its token to wherever the target points (307, 308). An attempt's
+// error, which the ledger, the console and the logs show, carries the
+// target's status and its standard text, or a short reason it did not
+// answer, never the URL (which may hold credentials or a token in its
+// query) nor the body the target answered (which may echo the request).
+//
 // Every request carries W3C trace context: "traceparent:
 // 00-<the event's trace id>-<its span id>-01" when the trace id is 32 hex
 // digits (the span id is made up when the event has none that fits), so
@@ -72,7 +88,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -142,23 +160,44 @@ type Options struct {
 type Forwarder struct {
 	o    Options
 	keys [][]byte
+	// secrets are the parts of the URL an error must not show.
+	secrets []string
 }
 
-// New returns a handler that forwards every event to o.URL.
+// New returns a handler that forwards every event to o.URL. It refuses a
+// URL that is not absolute http(s), and an http:// URL to a host that is
+// not loopback when the requests carry credentials.
 func New(o Options) (*Forwarder, error) {
 	if o.URL == "" {
 		return nil, errors.New("forward: Options.URL is required (FORWARD_URL)")
 	}
+	u, err := url.Parse(o.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("forward: FORWARD_URL must be an absolute http(s) URL")
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	if o.Client == nil {
-		o.Client = &http.Client{Timeout: o.Timeout}
+	// Redirects are answers, never followed (see the package doc).
+	client := http.Client{Timeout: o.Timeout}
+	if o.Client != nil {
+		client = *o.Client
 	}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	o.Client = &client
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	f := &Forwarder{o: o}
+	f := &Forwarder{o: o, secrets: []string{o.URL}}
+	if u.User != nil {
+		f.secrets = append(f.secrets, u.User.String())
+	}
+	if u.RawQuery != "" {
+		f.secrets = append(f.secrets, u.RawQuery)
+	}
+	if what := credentials(o, u); what != "" && u.Scheme != "https" && !loopback(u.Hostname()) {
+		return nil, fmt.Errorf("forward: FORWARD_URL must be https: the requests carry %s (http:// only for a loopback target)", what)
+	}
 	switch o.Auth {
 	case "", AuthNone:
 		if len(o.Secrets) > 0 {
@@ -192,6 +231,34 @@ func New(o Options) (*Forwarder, error) {
 	return f, nil
 }
 
+// credentials names what credentials the requests carry, "" for none.
+func credentials(o Options, u *url.URL) string {
+	switch {
+	case o.Auth == AuthGoogle:
+		return "a Google ID token (FORWARD_AUTH=google)"
+	case o.Auth == AuthHMAC:
+		return "a signature (FORWARD_AUTH=hmac)"
+	case u.User != nil:
+		return "the URL's user and password"
+	}
+	for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
+		if o.Header.Get(h) != "" {
+			return "an " + h + " header"
+		}
+	}
+	return ""
+}
+
+// loopback reports whether host is this machine (localhost, 127.0.0.0/8,
+// ::1).
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // Lease is how long a claim of this forwarder stands: the call's timeout
 // plus LeaseMargin (consumer.Remote).
 func (f *Forwarder) Lease() time.Duration { return f.o.Timeout + LeaseMargin }
@@ -206,11 +273,40 @@ func (f *Forwarder) Handle(ctx context.Context, c *consumer.Context) error {
 	}
 	resp, err := f.o.Client.Do(req)
 	if err != nil {
-		return consumer.Transient("forward_unreachable", fmt.Errorf("forward to %s: %w", f.o.URL, err))
+		return consumer.Transient("forward_unreachable", errors.New("forward: the target did not answer: "+f.reason(ctx, err)))
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	// Read a little of the body so the connection can be reused; what the
+	// target says in it is not kept.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
-	return classify(resp.StatusCode, string(body))
+	return classify(resp.StatusCode, resp.Header.Get("Location"))
+}
+
+// maxReason bounds the reason an unreachable target's error gives.
+const maxReason = 200
+
+// reason says why a request got no answer, without the URL: the
+// transport's error inside the *url.Error, with any part of the URL it
+// quotes taken out.
+func (f *Forwarder) reason(ctx context.Context, err error) string {
+	if ctx.Err() != nil {
+		return fmt.Sprintf("no answer within %s (FORWARD_TIMEOUT)", f.o.Timeout)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if ue.Timeout() {
+			return fmt.Sprintf("no answer within %s (FORWARD_TIMEOUT)", f.o.Timeout)
+		}
+		err = ue.Err
+	}
+	msg := err.Error()
+	for _, s := range f.secrets {
+		msg = strings.ReplaceAll(msg, s, "…")
+	}
+	if len(msg) > maxReason {
+		msg = msg[:maxReason] + "…"
+	}
+	return msg
 }
 
 // Request builds the request that forwards c's event: the binary-mode
@@ -219,7 +315,7 @@ func (f *Forwarder) Request(ctx context.Context, c *consumer.Context) (*http.Req
 	ce := c.Event.CloudEvent()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.o.URL, nil)
 	if err != nil {
-		return nil, consumer.Permanent("forward_url", err)
+		return nil, consumer.Permanent("forward_url", errors.New("forward: FORWARD_URL does not make a request"))
 	}
 	if err := cehttp.WriteRequest(ctx, binding.ToMessage(&ce), req); err != nil {
 		return nil, consumer.Permanent("forward_encode", fmt.Errorf("forward: encode: %w", err))
@@ -386,12 +482,22 @@ func Verify(secret string, h http.Header, body []byte, now time.Time, tolerance 
 	return ErrSignature
 }
 
-// classify maps the target's status to the taxonomy.
-func classify(status int, body string) error {
-	err := fmt.Errorf("forward: the target answered %d: %s", status, body)
+// classify maps the target's status to the taxonomy. A redirect is a
+// transient failure that names the host it points to (location's, without
+// its path or credentials): the target or FORWARD_URL needs fixing, and
+// the event is redelivered meanwhile, then dead-lettered.
+func classify(status int, location string) error {
+	err := fmt.Errorf("forward: the target answered %d %s", status, http.StatusText(status))
 	switch {
 	case status >= 200 && status < 300:
 		return nil
+	case status >= 300 && status < 400:
+		to := ""
+		if u, perr := url.Parse(location); perr == nil && u.Host != "" {
+			to = " to " + u.Host
+		}
+		return consumer.Transient(fmt.Sprintf("forward_%d", status),
+			fmt.Errorf("%w, a redirect%s, which relaybus does not follow: the event was not delivered (set FORWARD_URL to the address that takes it)", err, to))
 	case status == http.StatusRequestTimeout || status == http.StatusTooManyRequests:
 		return consumer.Transient(fmt.Sprintf("forward_%d", status), err)
 	case status >= 400 && status < 500:

@@ -255,9 +255,9 @@ func TestOpenSSLRecipeVerifiesTheForwardersSignature(t *testing.T) {
 
 func TestSecretsAndModesAreChecked(t *testing.T) {
 	for _, o := range []forward.Options{
-		{URL: "http://x", Auth: forward.AuthHMAC},
-		{URL: "http://x", Auth: forward.AuthHMAC, Secrets: []string{"whsec_c2hvcnQ="}},
-		{URL: "http://x", Auth: forward.AuthHMAC, Secrets: []string{"not base64!"}},
+		{URL: "https://x", Auth: forward.AuthHMAC},
+		{URL: "https://x", Auth: forward.AuthHMAC, Secrets: []string{"whsec_c2hvcnQ="}},
+		{URL: "https://x", Auth: forward.AuthHMAC, Secrets: []string{"not base64!"}},
 		{URL: "http://x", Secrets: []string{forward.NewSecret()}},
 		{URL: "http://x", Auth: "basic"},
 	} {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 
+	"cloud.google.com/go/firestore"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -97,27 +98,62 @@ func (p PubSub) OpenBroker(ctx context.Context, project string) (Broker, error) 
 func (l Ledger) Open(ctx context.Context, project string, opts ledger.Options) (*ledger.Store, error) {
 	opts.Retention = l.Retention
 	opts.ReconcileAfter = l.ReconcileAfter
-	var client []option.ClientOption
-	if l.EmulatorHost != "" {
-		// What the Firestore client does with FIRESTORE_EMULATOR_HOST (no
-		// TLS, the emulator's admin credentials "Bearer owner"), on a
-		// connection of our own passed last, so that it wins: when the
-		// process environment names an emulator, firestore.NewClient
-		// dials that one first and would ignore an endpoint option, so a
-		// test or the local stack that runs its own emulator beside the
-		// environment's would write to one and read from the other. The
-		// Store closes the connection with the client.
-		conn, err := grpc.NewClient(l.EmulatorHost,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithPerRPCCredentials(emulatorOwner{}),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
-		if err != nil {
-			return nil, fmt.Errorf("config: FIRESTORE_EMULATOR_HOST=%q: %w", l.EmulatorHost, err)
-		}
-		client = append(client, option.WithGRPCConn(conn))
+	client, err := l.clientOptions()
+	if err != nil {
+		return nil, err
 	}
 	return ledger.Open(ctx, ledger.Config{ProjectID: project, Database: l.Database}, opts, client...)
 }
+
+// Client opens a Firestore client on another database of the project
+// (the emulator's when EmulatorHost is set), for the operators' audit
+// log's database of its own. The caller closes it.
+func (l Ledger) Client(ctx context.Context, project, database string) (*firestore.Client, error) {
+	client, err := l.clientOptions()
+	if err != nil {
+		return nil, err
+	}
+	c, err := firestore.NewClientWithDatabase(ctx, project, database, client...)
+	if err != nil {
+		return nil, fmt.Errorf("firestore client for %s/%s: %w", project, database, err)
+	}
+	return c, nil
+}
+
+// clientOptions are the Firestore client's options: none in production.
+func (l Ledger) clientOptions() ([]option.ClientOption, error) {
+	if l.EmulatorHost == "" {
+		return nil, nil
+	}
+	// What the Firestore client does with FIRESTORE_EMULATOR_HOST (no
+	// TLS, the emulator's admin credentials "Bearer owner"), on a
+	// connection of our own passed last, so that it wins: when the
+	// process environment names an emulator, firestore.NewClient
+	// dials that one first and would ignore an endpoint option, so a
+	// test or the local stack that runs its own emulator beside the
+	// environment's would write to one and read from the other. The
+	// client closes the connection with it.
+	conn, err := grpc.NewClient(l.EmulatorHost,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(emulatorOwner{}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
+	if err != nil {
+		return nil, fmt.Errorf("config: FIRESTORE_EMULATOR_HOST=%q: %w", l.EmulatorHost, err)
+	}
+	return []option.ClientOption{option.WithGRPCConn(conn)}, nil
+}
+
+// Check refuses a Mode other than firestore and off, naming LEDGER.
+func (r Recording) Check() error {
+	switch r.Mode {
+	case ledger.ModeOff, ledger.ModeFirestore, "":
+		return nil
+	}
+	return fmt.Errorf("LEDGER=%q: want %s or %s", r.Mode, ledger.ModeFirestore, ledger.ModeOff)
+}
+
+// On reports whether the ledger is recorded (Mode is not off).
+func (r Recording) On() bool { return r.Mode != ledger.ModeOff }
 
 // Open opens the ledger unless Mode is off (then it returns nil and no
 // error).

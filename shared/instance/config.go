@@ -102,15 +102,22 @@ type Ledger struct {
 	EmulatorHost string `env:"FIRESTORE_EMULATOR_HOST"`
 }
 
-// Recorder is the ledger of the delivery paths (publish, relay, consume):
-// they record after the fact, within a budget, and may run without it.
-type Recorder struct {
-	Ledger
+// Recording is whether and how a delivery path records in the ledger,
+// after the fact, within a budget. consume reads only this: it records
+// through the rollup topic and opens no Firestore client.
+type Recording struct {
 	// Mode is firestore or off (LEDGER, default firestore).
 	Mode string `env:"LEDGER, default=firestore"`
 	// Budget bounds one batch of ledger writes (LEDGER_BUDGET, default
 	// 10s).
 	Budget time.Duration `env:"LEDGER_BUDGET, default=10s"`
+}
+
+// Recorder is the ledger of publish and the relay, which write it
+// themselves: its database and its Recording.
+type Recorder struct {
+	Ledger
+	Recording
 }
 
 // Load returns a configuration of type C read from the process

@@ -45,7 +45,7 @@ func TestLoadFillsEverySharedPieceFromTheEnvironment(t *testing.T) {
 			Telemetry: telemetry.Config{Export: "auto"}},
 		PubSub: PubSub{EmulatorHost: "127.0.0.1:1", Transport: "nats", NATSURL: "nats://127.0.0.1:2"},
 		Ledger: Recorder{Ledger: Ledger{Database: "ledger-db", Retention: 720 * time.Hour, ReconcileAfter: time.Minute},
-			Mode: "off", Budget: 3 * time.Second},
+			Recording: Recording{Mode: "off", Budget: 3 * time.Second}},
 		Own: "own",
 	}
 	if c != want {
@@ -87,11 +87,11 @@ func TestDatabaseURLsReadsTheOtherDatabasesVariables(t *testing.T) {
 }
 
 func TestRecorderRefusesAnUnknownMode(t *testing.T) {
-	_, err := Recorder{Mode: "bigtable"}.Open(context.Background(), "p", ledger.Options{})
+	_, err := Recorder{Recording: Recording{Mode: "bigtable"}}.Open(context.Background(), "p", ledger.Options{})
 	if err == nil || !strings.Contains(err.Error(), `LEDGER="bigtable": want firestore or off`) {
 		t.Fatalf("err = %v", err)
 	}
-	if s, err := (Recorder{Mode: ledger.ModeOff}).Open(context.Background(), "p", ledger.Options{}); s != nil || err != nil {
+	if s, err := (Recorder{Recording: Recording{Mode: ledger.ModeOff}}).Open(context.Background(), "p", ledger.Options{}); s != nil || err != nil {
 		t.Fatalf("LEDGER=off: %v, %v; want no store and no error", s, err)
 	}
 }

@@ -81,13 +81,16 @@
 //     publishing fails (PENDING while retrying, FAILED when it gives up).
 //     The outbox's ledger cursor says which sends the ledger has; the
 //     relay's healing step records the rest.
-//   - consume: [Recorder.RecordAttempts] inserts the attempts of a batch
-//     that its topic's [Level] keeps as documents, then publishes rollup
-//     notices that carry every attempt of the batch ([FoldMessage]); the
-//     inbox's shipped_at says which attempts are shipped; POST
-//     /ledger:ship ships the rest.
-//   - rollup (functions/rollup): [Store.Fold] folds the notices' attempts
-//     into their events' documents and derives statuses ([Store.RollupMany]
+//   - consume: nothing in Firestore. [Recorder.RecordAttempts] publishes
+//     rollup notices that carry every attempt of a batch ([FoldMessage]);
+//     the inbox's shipped_at says which attempts are shipped; POST
+//     /ledger:ship ships the rest. The sends of the child events it
+//     kicks go to the rollup as sends notices too ([SendNotifier]), so a
+//     consumer's identity needs no grant on the ledger.
+//   - rollup (functions/rollup): [Store.RecordSent] for sends notices;
+//     [Store.Fold] inserts the notices' attempts that their topic's
+//     [Level] keeps as documents, then folds
+//     the notices' attempts into their events' documents and derives statuses ([Store.RollupMany]
 //     for notices without attempts); it is the only writer of
 //     consumption-derived statuses. An event whose send is not recorded
 //     yet gets its document from the fold (topic, expected consumers,

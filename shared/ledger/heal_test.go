@@ -77,7 +77,7 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	}
 	ps := pubsubtest.New(t)
 	ps.Provision(t, top)
-	rec := NewRecorder(s.Store, ps.Client, top.Rollup.Topic)
+	rec := NewRecorder(ps.Client, RecorderOptions{Topic: top.Rollup.Topic, Levels: model.LevelsOf(top)})
 	rollupSub := "relaybus.ledger.rollup.rollup-processor"
 
 	// The producer's transaction writes the outbox row.

@@ -51,7 +51,7 @@ topics:
 	}
 	ps := pubsubtest.New(t)
 	ps.Provision(t, top)
-	rec := NewRecorder(s.Store, ps.Client, top.Rollup.Topic)
+	rec := NewRecorder(ps.Client, RecorderOptions{Topic: top.Rollup.Topic, Levels: model.LevelsOf(top)})
 	rollupSub := "relaybus.ledger.rollup.rollup-processor"
 
 	for _, tc := range []struct {

@@ -18,61 +18,74 @@ import (
 // DefaultRollupTopic is the rollup topic when the topology names none.
 const DefaultRollupTopic = "relaybus.ledger.rollup"
 
-// Recorder is consume's ledger: it records consumption attempts and tells
-// rollup about them.
+// Recorder is consume's ledger: it tells the rollup about consumption
+// attempts through the rollup topic, and needs no Firestore: the rollup
+// writes what the notices carry (Store.Fold), so a consumer's identity
+// holds no grant on the ledger's database and can neither read the
+// ledger's payloads nor write anything in it but through the rollup
+// (SendNotifier does the same for the sends of its child events).
 type Recorder struct {
-	store *Store
-	pub   event.Publisher
-	topic string
+	pub    event.Publisher
+	topic  string
+	levels map[string]model.Level
+	now    func() time.Time
 }
 
-// NewRecorder returns a Recorder that inserts attempts into s and publishes
-// rollup notices to topic (DefaultRollupTopic when empty) through pub.
-func NewRecorder(s *Store, pub event.Publisher, topic string) *Recorder {
-	if topic == "" {
-		topic = DefaultRollupTopic
+// RecorderOptions configure a Recorder. Every field is optional.
+type RecorderOptions struct {
+	// Topic is the rollup topic (DefaultRollupTopic).
+	Topic string
+	// Levels are the topics' ledger levels (model.LevelsOf; a topic not
+	// in it has model.DefaultLevel): attempts of LevelOff topics are
+	// dropped.
+	Levels map[string]model.Level
+	// Now stamps attempts without a ConsumedAt (time.Now).
+	Now func() time.Time
+}
+
+// NewRecorder returns a Recorder that publishes rollup notices through
+// pub.
+func NewRecorder(pub event.Publisher, o RecorderOptions) *Recorder {
+	if o.Topic == "" {
+		o.Topic = DefaultRollupTopic
 	}
-	return &Recorder{store: s, pub: pub, topic: topic}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Recorder{pub: pub, topic: o.Topic, levels: o.Levels, now: o.Now}
 }
 
-// RecordAttempts records a batch of committed attempts: it inserts as
-// documents of their own (AttemptDocID: recording the same attempt again
-// changes nothing) the attempts their topic's level keeps that way (at
-// LevelFailures, every attempt but a consumer's first one that succeeded;
-// at LevelFull all of them), then publishes rollup notices that carry
-// every attempt (FoldMessage, MaxNoticeAttempts to a notice), from which
-// the rollup folds each consumer's outcome into its event's document.
-// Attempts of topics at LevelOff are dropped. Consume calls it after the
-// attempts are committed in Postgres, in the background, in batches; when
-// it fails nothing is lost: the attempts stay unshipped in Postgres and
-// the scheduled shipping step records them again (every step is
-// idempotent). A notice, once published, is the attempts' carrier: the
-// rollup acknowledges it only once their outcomes are in the ledger (the
-// rollup subscription has no dead-letter topic).
-// Cost: one write per attempt kept as a document; none in the happy path
-// at LevelFailures.
+// RecordAttempts records a batch of committed attempts: it publishes
+// rollup notices that carry every attempt (FoldMessage, MaxNoticeAttempts
+// to a notice, error messages cut to model.MaxErrorText), from which the
+// rollup inserts as documents of their own the attempts their topic's
+// level keeps that way and folds each consumer's outcome into its event's
+// document (Store.Fold). Attempts of topics at LevelOff are dropped.
+// Consume calls it after the attempts are committed in Postgres, in the
+// background, in batches; when it fails nothing is lost: the attempts stay
+// unshipped in Postgres and the scheduled shipping step records them again
+// (every step is idempotent). A notice, once published, is the attempts'
+// carrier: the rollup acknowledges it only once they are in the ledger
+// (the rollup subscription has no dead-letter topic). Cost: no Firestore
+// operation; one Pub/Sub message per 500 attempts.
 func (r *Recorder) RecordAttempts(ctx context.Context, as []model.Attempt) error {
 	kept := make([]model.Attempt, 0, len(as))
-	var docs []model.Attempt
 	var errs []error
-	now := r.store.clock()
+	now := r.now().UTC()
 	for _, a := range as {
-		lvl := r.store.level(a.Topic)
-		if lvl == model.LevelOff {
+		if l, ok := r.levels[a.Topic]; ok && l == model.LevelOff {
 			continue
 		}
-		a, err := r.store.prepareAttempt(a, now)
-		if err != nil {
-			errs = append(errs, err)
+		if a.ConsumedAt.IsZero() {
+			a.ConsumedAt = now
+		}
+		a.ConsumedAt = a.ConsumedAt.UTC()
+		a.ErrorMessage = model.Truncate(a.ErrorMessage, model.MaxErrorText)
+		if err := a.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("ledger: attempt of %s by %s: %w", a.EventID, a.ConsumerID, err))
 			continue
 		}
 		kept = append(kept, a)
-		if lvl.KeepsDocument(a) {
-			docs = append(docs, a)
-		}
-	}
-	if err := r.store.InsertAttempts(ctx, docs); err != nil {
-		return errors.Join(append(errs, err)...)
 	}
 	for len(kept) > 0 {
 		n := min(len(kept), model.MaxNoticeAttempts)
@@ -82,6 +95,65 @@ func (r *Recorder) RecordAttempts(ctx context.Context, as []model.Attempt) error
 		kept = kept[n:]
 	}
 	return errors.Join(errs...)
+}
+
+// SendNotifier is the relay ledger (relay.Ledger) of a relay whose
+// identity may not write the ledger: consume's kicker of its handlers'
+// child events. It hands the sends to the rollup as sends notices
+// (model.SendsMessages), which the rollup records (Store.RecordSent) as
+// the relay's own recorder would, and sets them recorded once the notice
+// is published: Pub/Sub keeps a notice until the rollup has recorded it.
+// A notice that cannot be published leaves the sends to the relay
+// function's healing step, which drains the same outbox with the ledger.
+// Publish failures are the relay function's to record too: a kick that
+// fails leaves the run to its next drain, which records what it sees.
+type SendNotifier struct {
+	pub   event.Publisher
+	topic string
+}
+
+// NewSendNotifier returns a SendNotifier publishing to topic
+// (DefaultRollupTopic when empty).
+func NewSendNotifier(pub event.Publisher, topic string) *SendNotifier {
+	if topic == "" {
+		topic = DefaultRollupTopic
+	}
+	return &SendNotifier{pub: pub, topic: topic}
+}
+
+// RecordSent publishes the sends as sends notices. Cost: no Firestore
+// operation; one Pub/Sub message per 8 MiB of sends.
+func (n *SendNotifier) RecordSent(ctx context.Context, sends []model.Sent) error {
+	msgs, err := model.SendsMessages(sends)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	for _, m := range msgs {
+		if _, err := n.pub.Publish(ctx, n.topic, m); err != nil {
+			return fmt.Errorf("ledger: sends notice to %s: %w", n.topic, err)
+		}
+	}
+	return nil
+}
+
+// RecordPublishFailure records nothing: the relay function's drain of the
+// same outbox records the failures it meets (see SendNotifier).
+func (n *SendNotifier) RecordPublishFailure(context.Context, *event.Event, int, string, bool, time.Time) error {
+	return nil
+}
+
+// keptAttempts returns the notices' attempts that their topics' levels
+// keep as documents of their own (Store.Fold inserts them).
+func (s *Store) keptAttempts(notices []model.Notice) []model.Attempt {
+	var out []model.Attempt
+	for _, n := range notices {
+		for _, a := range n.Attempts {
+			if lvl := s.level(a.Topic); lvl != model.LevelOff && lvl.KeepsDocument(a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // InsertAttempts writes attempts into their events' event_consumptions

@@ -103,7 +103,10 @@ func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResu
 }
 
 // Fold is the rollup of notices that carry their attempts (FoldMessage):
-// it reads each event's document (one read), folds each consumer's
+// it first inserts the attempts whose topic's level keeps them as
+// documents of their own (InsertAttempts: one write each, none in the
+// happy path at LevelFailures), then reads each event's document (one
+// read), folds each consumer's
 // reported attempt into the document's Latest marks when it is newer than
 // the one there, derives the status, and writes the marks that moved and
 // the status in one write, with a precondition on the document's update
@@ -134,6 +137,14 @@ func (s *Store) RollupMany(ctx context.Context, eventIDs []string) ([]RollupResu
 // model.ErrEventNotFound and nothing is written for it.
 func (s *Store) Fold(ctx context.Context, notices []model.Notice, gap time.Duration) ([]RollupResult, error) {
 	out := make([]RollupResult, len(notices))
+	// The attempts kept as documents of their own first (consume writes
+	// nothing in Firestore): a fold that fails here is retried whole.
+	if err := s.InsertAttempts(ctx, s.keptAttempts(notices)); err != nil {
+		for i, n := range notices {
+			out[i] = RollupResult{EventID: n.EventID, Err: err}
+		}
+		return out, fmt.Errorf("ledger: rollup: attempts: %w", err)
+	}
 	at := map[string][]int{} // id -> its positions in notices
 	byID := map[string]*model.Notice{}
 	var todo []string

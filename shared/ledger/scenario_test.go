@@ -67,7 +67,7 @@ func TestPurchaseScenario(t *testing.T) {
 	}
 	ps := pubsubtest.New(t)
 	ps.Provision(t, top)
-	rec := NewRecorder(s.Store, ps.Client, top.Rollup.Topic)
+	rec := NewRecorder(ps.Client, RecorderOptions{Topic: top.Rollup.Topic, Levels: model.LevelsOf(top)})
 	inbox := receiveNotices(t, ps, top)
 
 	t0 := time.Date(2024, 2, 28, 10, 5, 0, 0, time.UTC)

@@ -75,7 +75,7 @@ func (s *Store) RecordSent(ctx context.Context, sends []model.Sent) error {
 	jobs := make([]pending, 0, len(batch))
 	for _, e := range batch {
 		at := sent[e.ID].At
-		d := model.NewEvent(e, s.maxPayload, s.shards)
+		d := s.sentEvent(sent[e.ID])
 		d.Status, d.StatusAt = model.StatusSent, at
 		d.SentAt, d.LastSentAt, d.EnqueuedAt = at, at, sent[e.ID].EnqueuedAt
 		d.CreatedAt, d.UpdatedAt = now, now
@@ -168,7 +168,7 @@ func (s *Store) markSent(ctx context.Context, e *event.Event, expected []string,
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		healed = false
 		now := s.clock()
-		full := model.NewEvent(e, s.maxPayload, s.shards)
+		full := s.sentEvent(snd)
 		full.SentAt, full.LastSentAt, full.EnqueuedAt = at, at, snd.EnqueuedAt
 		full.ExpectedConsumers = expected
 		full.UpdatedAt = now
@@ -342,4 +342,14 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 		return fmt.Errorf("ledger: record publish failure of %s: %w", e.ID, err)
 	}
 	return nil
+}
+
+// sentEvent is the document of a send: its event's, with the size of a
+// payload a sends notice left out (Sent.OmittedPayload).
+func (s *Store) sentEvent(snd model.Sent) model.Event {
+	d := model.NewEvent(snd.Event, s.maxPayload, s.shards)
+	if snd.OmittedPayload > 0 && len(snd.Event.Payload) == 0 {
+		d.PayloadSize, d.PayloadOmitted, d.Payload = snd.OmittedPayload, true, nil
+	}
+	return d
 }

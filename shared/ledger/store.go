@@ -33,6 +33,10 @@ type Config struct {
 
 // Options tune a Store. The zero value is ready to use.
 type Options struct {
+	// Audit is the operators' audit log (Store.Audit): dlqreplay opens it
+	// on a database of its own (FIRESTORE_AUDIT_DATABASE). Default: the
+	// log in the ledger's database.
+	Audit *audit.Log
 	// Registry answers the expected consumers RecordSent and
 	// RecordPublishFailure write on new event documents. Default: the
 	// ledger's topic_consumers registry (consumers.New on the store's
@@ -144,7 +148,10 @@ func New(c *firestore.Client, opts Options) *Store {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.audit = audit.New(c, s.clock)
+	s.audit = opts.Audit
+	if s.audit == nil {
+		s.audit = audit.New(c, s.clock)
+	}
 	if s.log == nil {
 		s.log = logging.Discard()
 	}
@@ -154,7 +161,8 @@ func New(c *firestore.Client, opts Options) *Store {
 	return s
 }
 
-// Audit returns the operators' audit log, in the ledger's database.
+// Audit returns the operators' audit log (Options.Audit, or the one in
+// the ledger's database).
 func (s *Store) Audit() *audit.Log { return s.audit }
 
 // Client returns the Firestore client (query.New and consumers.New read

@@ -11,10 +11,21 @@
 // Tables are created unqualified, in the connection's search_path: point the
 // search_path at a schema to keep relaybus's tables there (tests use one
 // schema per test).
+//
+// # Who migrates
+//
+// Apply first reads relaybus_migrations, and when every migration of the
+// line is recorded it changes nothing: so a role that may only read and
+// write relaybus's rows (shared/pgroles: a function's or a consumer's
+// own role, with no right to create or alter tables) starts as well as the
+// owner. A role that finds a migration missing and may not apply it gets
+// ErrNotOwner, which says to run the migrations as the owner first (the
+// deploy's migrate step, `consume migrate`).
 package migrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -23,7 +34,12 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// ErrNotOwner means a migration is not applied and the connection's role
+// may not apply it (Postgres answered insufficient_privilege).
+var ErrNotOwner = errors.New("this role may not change the schema: apply the migrations as the database's owner first (the deploy's migrate step, `consume migrate`)")
 
 // Beginner starts transactions: *pgxpool.Pool and *pgx.Conn are Beginners.
 type Beginner interface {
@@ -93,6 +109,9 @@ func MustLoadFS(name string, fsys fs.FS, dir string) Line {
 // returns the versions it applied. It is safe to call concurrently and
 // repeatedly.
 func (l Line) Apply(ctx context.Context, db Beginner) ([]int, error) {
+	if l.recorded(ctx, db) {
+		return nil, nil
+	}
 	var applied []int
 	for _, m := range l.Migrations {
 		done, err := l.apply(ctx, db, m)
@@ -104,6 +123,37 @@ func (l Line) Apply(ctx context.Context, db Beginner) ([]int, error) {
 		}
 	}
 	return applied, nil
+}
+
+// recorded reports whether relaybus_migrations records every migration of
+// the line, reading only: an error (no such table yet) is a no.
+func (l Line) recorded(ctx context.Context, db Beginner) bool {
+	if len(l.Migrations) == 0 {
+		return true
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return false
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	var n int
+	versions := make([]int32, len(l.Migrations))
+	for i, m := range l.Migrations {
+		versions[i] = int32(m.Version)
+	}
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM relaybus_migrations WHERE line = $1 AND version = ANY($2)`, l.Name, versions).Scan(&n); err != nil {
+		return false
+	}
+	return n == len(l.Migrations)
+}
+
+// notOwner wraps an insufficient_privilege answer with ErrNotOwner.
+func notOwner(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return fmt.Errorf("%w (%w)", ErrNotOwner, err)
+	}
+	return err
 }
 
 func (l Line) apply(ctx context.Context, db Beginner, m Migration) (bool, error) {
@@ -122,7 +172,7 @@ func (l Line) apply(ctx context.Context, db Beginner, m Migration) (bool, error)
 		applied_at timestamptz NOT NULL DEFAULT now(),
 		PRIMARY KEY (line, version)
 	)`); err != nil {
-		return false, fmt.Errorf("migrate %s: bookkeeping table: %w", l.Name, err)
+		return false, fmt.Errorf("migrate %s: bookkeeping table: %w", l.Name, notOwner(err))
 	}
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM relaybus_migrations WHERE line = $1 AND version = $2)`, l.Name, m.Version).Scan(&exists); err != nil {
@@ -132,10 +182,10 @@ func (l Line) apply(ctx context.Context, db Beginner, m Migration) (bool, error)
 		return false, nil
 	}
 	if _, err := tx.Exec(ctx, m.SQL); err != nil {
-		return false, fmt.Errorf("migrate %s %03d_%s: %w", l.Name, m.Version, m.Name, err)
+		return false, fmt.Errorf("migrate %s %03d_%s: %w", l.Name, m.Version, m.Name, notOwner(err))
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO relaybus_migrations (line, version, name) VALUES ($1, $2, $3)`, l.Name, m.Version, m.Name); err != nil {
-		return false, fmt.Errorf("migrate %s: record %d: %w", l.Name, m.Version, err)
+		return false, fmt.Errorf("migrate %s: record %d: %w", l.Name, m.Version, notOwner(err))
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("migrate %s %03d_%s: commit: %w", l.Name, m.Version, m.Name, err)

@@ -22,6 +22,10 @@ func compileAvro(def []byte) (*avroSchema, error) {
 	return &avroSchema{s: s}, nil
 }
 
+func (a *avroSchema) shape(payload []byte, _ bool, l Limits) error {
+	return walkAvro(payload, a.s, l)
+}
+
 func (a *avroSchema) validate(payload []byte, binary bool) (string, string, bool) {
 	if !binary {
 		// topology refuses avro with encoding json; never reached.

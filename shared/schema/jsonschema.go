@@ -37,6 +37,10 @@ func compileJSONSchema(name string, def []byte) (*jsonSchema, error) {
 	return &jsonSchema{s: s}, nil
 }
 
+func (j *jsonSchema) shape(payload []byte, _ bool, l Limits) error {
+	return walkJSON(payload, l)
+}
+
 func (j *jsonSchema) validate(payload []byte, _ bool) (string, string, bool) {
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {

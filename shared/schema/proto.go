@@ -66,6 +66,13 @@ func protoMessage(name string, def []byte, message string) (protoreflect.Message
 	return md, nil
 }
 
+func (p *protoSchema) shape(payload []byte, binary bool, l Limits) error {
+	if binary {
+		return walkProto(payload, p.desc, l)
+	}
+	return walkJSON(payload, l)
+}
+
 func (p *protoSchema) validate(payload []byte, binary bool) (string, string, bool) {
 	m := dynamicpb.NewMessage(p.desc)
 	if !binary {

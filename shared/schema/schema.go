@@ -68,18 +68,26 @@ type Schema struct {
 	// schema's definition).
 	Definition []byte
 
-	v validator
+	v      validator
+	limits Limits
 }
 
 // validator checks a payload; it returns the field and rule of the first
-// problem, or ok.
+// problem, or ok. shape walks the payload against l before anything
+// decodes it (budget.go).
 type validator interface {
+	shape(payload []byte, binary bool, l Limits) error
 	validate(payload []byte, binary bool) (field, rule string, ok bool)
 }
 
-// Validate checks a payload against the schema.
+// Validate checks a payload against the schema, within DefaultLimits: a
+// payload past them is refused, naming the limit, before it is decoded.
 func (s *Schema) Validate(payload []byte) error {
-	field, rule, ok := s.v.validate(payload, s.Decl.Encoding == topology.SchemaEncodingBinary)
+	binary := s.Decl.Encoding == topology.SchemaEncodingBinary
+	if err := s.v.shape(payload, binary, s.limits.orDefault()); err != nil {
+		return &Error{Topic: s.Topic, Version: s.Decl.Version, Field: "payload", Rule: err.Error()}
+	}
+	field, rule, ok := s.v.validate(payload, binary)
 	if ok {
 		return nil
 	}
@@ -119,7 +127,7 @@ func LoadFrom(top *topology.Topology, read Source) (*Set, error) {
 				errs = append(errs, fmt.Errorf("%s.file: %w", where, err))
 				continue
 			}
-			s := &Schema{Topic: tp.Name, Decl: d, Definition: def}
+			s := &Schema{Topic: tp.Name, Decl: d, Definition: def, limits: DefaultLimits}
 			switch d.Type {
 			case topology.SchemaProtobuf:
 				s.v, err = compileProto(d.File, def, d.Message)

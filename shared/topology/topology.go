@@ -11,6 +11,8 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -537,6 +539,14 @@ func (t *Topology) validate() error {
 			if c.Handler == HandlerForward && !strings.HasPrefix(c.ForwardURL, "http://") && !strings.HasPrefix(c.ForwardURL, "https://") {
 				bad(cw+".forward_url", "the forward handler needs an http(s) URL")
 			}
+			if u, err := neturl.Parse(c.ForwardURL); c.Handler == HandlerForward && err == nil {
+				if u.User != nil {
+					bad(cw+".forward_url", "must not carry a user or password: the topology is baked into every image and shown in Terraform's plan (authenticate with forward_auth)")
+				}
+				if c.ForwardAuth != ForwardAuthNone && u.Scheme != "https" && !loopbackHost(u.Hostname()) {
+					bad(cw+".forward_url", "must be https with forward_auth %s: the requests carry credentials (http:// only for a loopback target)", c.ForwardAuth)
+				}
+			}
 			if c.Handler != HandlerForward && c.ForwardURL != "" {
 				bad(cw+".forward_url", "only the forward handler uses forward_url (handler is %q)", c.Handler)
 			}
@@ -744,4 +754,14 @@ func (t *Topology) EnabledConsumers(topic string) []Consumer {
 		return out[i].Service < out[j].Service
 	})
 	return out
+}
+
+// loopbackHost reports whether host is this machine (localhost,
+// 127.0.0.0/8, ::1).
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -1,6 +1,14 @@
 // Package audit is the operators' audit log in Firestore: one document per
 // write action taken through the operations API or its console (who, when,
-// what), in the ledger's database.
+// what). In production it is a database of its own (dlqreplay's
+// FIRESTORE_AUDIT_DATABASE), where only dlqreplay's identity may create
+// and read documents and nobody may change or delete one at run time
+// (infra/terraform, firestore.tf); left unset (the local stack), it is the
+// ledger's database.
+//
+// Entries are written with Create only, never Set or Update, so a role
+// that may create and not update (Terraform's relaybusAuditAppender) is
+// all the writer needs.
 package audit
 
 import (
@@ -10,6 +18,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Collection holds the audit log.
@@ -69,18 +79,32 @@ func New(c *firestore.Client, now func() time.Time) *Log {
 	return &Log{client: c, now: now}
 }
 
-// Append appends an entry to the audit log; a zero At is now.
+// Append appends an entry to the audit log; a zero At is now. An entry
+// with an ID is written under that id, once: appending it again (a
+// retried transaction's) leaves the first one and succeeds.
 func (l *Log) Append(ctx context.Context, e Entry) (Entry, error) {
 	if e.At.IsZero() {
 		e.At = l.now().UTC()
 	}
 	ref := l.client.Collection(Collection).NewDoc()
-	if _, err := ref.Create(ctx, e); err != nil {
+	if e.ID != "" {
+		ref = l.client.Collection(Collection).Doc(e.ID)
+	}
+	if _, err := ref.Create(ctx, e); err != nil && status.Code(err) != codes.AlreadyExists {
 		return Entry{}, fmt.Errorf("audit: %s: %w", e.Action, err)
 	}
 	e.ID = ref.ID
 	return e, nil
 }
+
+// NewID returns a fresh entry id, for an entry appended from a
+// transaction that may run more than once (Append writes it once).
+func (l *Log) NewID() string { return l.client.Collection(Collection).NewDoc().ID }
+
+// Shares reports whether the log is in the database of c, so that
+// AppendInTx can write an entry in c's transactions; a log in a database
+// of its own cannot, and its entries are appended first (Append).
+func (l *Log) Shares(c *firestore.Client) bool { return l.client == c }
 
 // AppendInTx writes an entry inside a transaction, with the change it
 // records.

@@ -120,8 +120,11 @@ func printable(s string, max int) bool {
 }
 
 // ChangeConsumer adds, enables, disables or describes one topic_consumers
-// entry and writes the audit entry saying who changed what, in one
-// transaction. The change applies to events sent afterwards (each event
+// entry and writes the audit entry saying who changed what: in the same
+// transaction when the audit log shares the registry's database; first,
+// before the change commits, when it is in a database of its own (no
+// change is then made without its entry; an entry whose change fails to
+// commit records what was asked, and the caller got an error). The change applies to events sent afterwards (each event
 // keeps the expected consumers it was sent with), once the services'
 // registry caches expire (registry.DefaultCacheTTL). A change that changes
 // nothing writes nothing and returns a nil audit entry.
@@ -138,6 +141,11 @@ func (s *Registry) ChangeConsumer(ctx context.Context, ch ConsumerChange, by str
 		entry  ConsumerEntry
 		logged *audit.Entry
 	)
+	inTx := s.audit.Shares(s.client)
+	auditID := ""
+	if !inTx {
+		auditID = s.audit.NewID() // one entry however often the transaction runs
+	}
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		logged = nil
 		now := s.clock()
@@ -188,11 +196,17 @@ func (s *Registry) ChangeConsumer(ctx context.Context, ch ConsumerChange, by str
 			return nil
 		}
 		after.UpdatedAt, after.UpdatedBy = now, by
-		if err := tx.Set(ref, after); err != nil {
+		rec := audit.Entry{ID: auditID, At: now, By: by, Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: strings.Join(changes, "; ")}
+		var e audit.Entry
+		if inTx {
+			rec.ID = ""
+			if e, err = s.audit.AppendInTx(tx, rec); err != nil {
+				return err
+			}
+		} else if e, err = s.audit.Append(ctx, rec); err != nil {
 			return err
 		}
-		e, err := s.audit.AppendInTx(tx, audit.Entry{At: now, By: by, Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: strings.Join(changes, "; ")})
-		if err != nil {
+		if err := tx.Set(ref, after); err != nil {
 			return err
 		}
 		entry, logged = after, &e

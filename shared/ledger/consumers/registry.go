@@ -20,6 +20,10 @@ import (
 type Options struct {
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Audit is where ChangeConsumer records who changed what (default:
+	// the audit log in the registry's own database, written in the
+	// change's transaction; ledger.Store.Audit is the one to pass).
+	Audit *audit.Log
 }
 
 // Registry is the topic_consumers collection of the ledger's Firestore
@@ -38,7 +42,10 @@ func New(c *firestore.Client, opts Options) *Registry {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.audit = audit.New(c, r.clock)
+	r.audit = opts.Audit
+	if r.audit == nil {
+		r.audit = audit.New(c, r.clock)
+	}
 	return r
 }
 

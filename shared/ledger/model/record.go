@@ -135,6 +135,10 @@ type Sent struct {
 	Event      *event.Event
 	EnqueuedAt time.Time
 	At         time.Time
+	// OmittedPayload is the size of the event's payload when a sends
+	// notice left it out (the ledger would not keep it: over
+	// DefaultMaxStoredPayload); the event then has no payload.
+	OmittedPayload int
 }
 
 // Initiator says who caused an event (event-ledger-design.md §1.2).

@@ -158,6 +158,7 @@ type noticeAttempt struct {
 	Outcome         Outcome   `json:"o"`
 	ConsumedAt      time.Time `json:"t"`
 	ErrorCode       string    `json:"ec,omitempty"`
+	ErrorMessage    string    `json:"em,omitempty"`
 	Topic           string    `json:"tp,omitempty"`
 	Subscription    string    `json:"s,omitempty"`
 	MessageID       string    `json:"m,omitempty"`
@@ -171,8 +172,10 @@ const MaxNoticeAttempts = 500
 // MaxNoticeAttempts): their events' ids, as in RollupMessage, and the
 // attempts themselves ({"eventIds": [...], "attempts": [...]}), so the
 // rollup folds each consumer's outcome into its event's document without
-// reading an attempt back. Error messages are not carried: the attempts
-// that have one are documents of their own.
+// reading an attempt back, and writes the ones its topic's level keeps as
+// documents of their own (with their error messages, which notices carry
+// for that, cut to MaxErrorText: at most 2 MiB in a notice of 500 failed
+// attempts, under Pub/Sub's 10 MB).
 func FoldMessage(as []Attempt) event.Message {
 	var ids []string
 	seen := map[string]bool{}
@@ -186,7 +189,7 @@ func FoldMessage(as []Attempt) event.Message {
 			ids = append(ids, a.EventID)
 		}
 		body.Attempts = append(body.Attempts, noticeAttempt{EventID: a.EventID, ConsumerID: a.ConsumerID, AttemptNo: a.AttemptNo,
-			Outcome: a.Outcome, ConsumedAt: a.ConsumedAt.UTC(), ErrorCode: a.ErrorCode, Topic: a.Topic,
+			Outcome: a.Outcome, ConsumedAt: a.ConsumedAt.UTC(), ErrorCode: a.ErrorCode, ErrorMessage: Truncate(a.ErrorMessage, MaxErrorText), Topic: a.Topic,
 			Subscription: a.Subscription, MessageID: a.MessageID, DeliveryAttempt: a.DeliveryAttempt})
 	}
 	body.EventIDs = ids
@@ -221,7 +224,7 @@ func ReadNotice(m event.Message) ([]Notice, error) {
 	}
 	for _, na := range body.Attempts {
 		a := Attempt{EventID: strings.TrimSpace(na.EventID), ConsumerID: na.ConsumerID, AttemptNo: na.AttemptNo,
-			Success: na.Outcome == OutcomeSuccess, Outcome: na.Outcome, ConsumedAt: na.ConsumedAt, ErrorCode: na.ErrorCode,
+			Success: na.Outcome == OutcomeSuccess, Outcome: na.Outcome, ConsumedAt: na.ConsumedAt, ErrorCode: na.ErrorCode, ErrorMessage: na.ErrorMessage,
 			Topic: na.Topic, Subscription: na.Subscription, MessageID: na.MessageID, DeliveryAttempt: na.DeliveryAttempt}
 		if err := a.Validate(); err != nil {
 			return nil, fmt.Errorf("rollup notice: attempt %d of %s by %s: %w", na.AttemptNo, na.EventID, na.ConsumerID, err)
@@ -271,3 +274,102 @@ func RollupEventIDs(m event.Message) ([]string, error) {
 
 // ErrEventNotFound means the ledger holds no document for the event (yet).
 var ErrEventNotFound = errors.New("event not in the ledger")
+
+// Sends notices. A relay whose identity may not write the ledger
+// (consume's kicker of its handlers' child events) hands its sends to the
+// rollup through the rollup topic; the rollup records them
+// (ledger.Store.RecordSent) as the relay's own recorder would.
+const (
+	// NoticeKindAttr names a rollup notice's kind; a notice without it
+	// carries attempts (FoldMessage) or event ids (RollupMessage).
+	NoticeKindAttr = "relaybus_notice"
+	// NoticeSends is NoticeKindAttr's value on a sends notice.
+	NoticeSends = "sends"
+	// MaxSendsNoticeBytes bounds a sends notice's data, under Pub/Sub's
+	// 10 MB message limit.
+	MaxSendsNoticeBytes = 8 << 20
+)
+
+// noticeSend is a send as a sends notice carries it: the event with its
+// payload, or its payload's size alone when the ledger would not keep it
+// (over DefaultMaxStoredPayload).
+type noticeSend struct {
+	Event       *event.Event `json:"e"`
+	EnqueuedAt  time.Time    `json:"q"`
+	At          time.Time    `json:"t"`
+	PayloadSize int          `json:"ps,omitempty"`
+}
+
+// SendsMessages returns the sends notices of sends: as many as keep each
+// under MaxSendsNoticeBytes (one send per notice at least).
+func SendsMessages(sends []Sent) ([]event.Message, error) {
+	var out []event.Message
+	var batch []json.RawMessage
+	size := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		data, err := json.Marshal(map[string]any{"sends": batch})
+		if err != nil {
+			return err
+		}
+		out = append(out, event.Message{Data: data, Attributes: map[string]string{event.AttrContentType: "application/json", NoticeKindAttr: NoticeSends}})
+		batch, size = nil, 0
+		return nil
+	}
+	for _, s := range sends {
+		if s.Event == nil {
+			continue
+		}
+		ns := noticeSend{Event: s.Event, EnqueuedAt: s.EnqueuedAt.UTC(), At: s.At.UTC()}
+		if len(s.Event.Payload) > DefaultMaxStoredPayload {
+			e := *s.Event
+			e.Payload, ns.Event, ns.PayloadSize = nil, &e, len(s.Event.Payload)
+		}
+		b, err := json.Marshal(ns)
+		if err != nil {
+			return nil, fmt.Errorf("sends notice: %s: %w", s.Event.ID, err)
+		}
+		if size+len(b) > MaxSendsNoticeBytes {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		batch, size = append(batch, b), size+len(b)+1
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// IsSendsNotice reports whether m is a sends notice.
+func IsSendsNotice(m event.Message) bool { return m.Attributes[NoticeKindAttr] == NoticeSends }
+
+// ReadSends reads a sends notice. A payload the notice left out comes back
+// as its size (Sent.OmittedPayload), which the ledger records with the
+// payload marked omitted.
+func ReadSends(m event.Message) ([]Sent, error) {
+	var body struct {
+		Sends []noticeSend `json:"sends"`
+	}
+	if err := json.Unmarshal(m.Data, &body); err != nil {
+		return nil, fmt.Errorf("sends notice: %w", err)
+	}
+	out := make([]Sent, 0, len(body.Sends))
+	for i, ns := range body.Sends {
+		if ns.Event == nil {
+			return nil, fmt.Errorf("sends notice: send %d has no event", i)
+		}
+		if err := CheckEventID(ns.Event.ID); err != nil {
+			return nil, fmt.Errorf("sends notice: send %d: %w", i, err)
+		}
+		snd := Sent{Event: ns.Event, EnqueuedAt: ns.EnqueuedAt, At: ns.At}
+		if ns.PayloadSize > 0 && len(ns.Event.Payload) == 0 {
+			snd.OmittedPayload = ns.PayloadSize
+		}
+		out = append(out, snd)
+	}
+	return out, nil
+}

@@ -1,0 +1,166 @@
+package consume_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	neturl "net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	_ "github.com/relaybus/relaybus/examples/shop"
+	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/instance"
+	"github.com/relaybus/relaybus/shared/migrate"
+	"github.com/relaybus/relaybus/shared/pgroles"
+	"github.com/relaybus/relaybus/shared/projection"
+)
+
+// untabled is a handler with a table of its own that does not name it.
+type untabled struct{ consumer.Handler }
+
+func (untabled) Migrate(ctx context.Context, db migrate.Beginner) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS untabled_things (id text PRIMARY KEY)`); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+var registerUntabled sync.Once
+
+const migrateTopology = `
+rollup: {topic: relaybus.ledger.rollup}
+databases:
+  - name: main
+  - name: member
+topics:
+  - name: shop.order.events
+    consumers:
+      - service: member-service
+        handler: example.points
+        database: member
+      - service: message-service
+        handler: example.notify
+      - service: audit-service
+        role: recorder
+        handler: strict
+        database: member
+`
+
+// TestMigrateStepGivesEachUserItsRole: `consume migrate` on a database
+// applies the migrations and each consumer's handler's tables, and gives
+// every function and consumer of that database a role of its own, a
+// consumer's role reaching its handler's tables and no other's. Roles that
+// do not belong on the database, and a handler whose tables have no
+// names, are refused before anything is changed.
+func TestMigrateStepGivesEachUserItsRole(t *testing.T) {
+	registerUntabled.Do(func() {
+		consume.RegisterHandler("test.untabled", func(consume.HandlerConfig) (consumer.Handler, error) {
+			return untabled{projection.Latest()}, nil
+		})
+	})
+	ctx := context.Background()
+	dir := t.TempDir()
+	topo := filepath.Join(dir, "topology.yaml")
+	if err := os.WriteFile(topo, []byte(migrateTopology), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := pgtest.Database(t)
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	prefix := "t" + hex.EncodeToString(b[:]) + "_"
+	roles := []pgroles.Role{
+		{Name: prefix + "relay", Kind: pgroles.Relay, Password: "relay-password-0123456"},
+		{Name: prefix + "dlqreplay", Kind: pgroles.Dlqreplay, Password: "dlqreplay-password-0123"},
+		{Name: prefix + "points", Kind: pgroles.Consume, Consumer: "shop.order.events.member-service-processor", Password: "points-password-0123456"},
+		{Name: prefix + "audit", Kind: pgroles.Consume, Consumer: "shop.order.events.audit-service-recorder", Password: "audit-password-01234567"},
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), pgtest.URL(t))
+		if err != nil {
+			return
+		}
+		defer conn.Close(context.Background())
+		for _, r := range roles {
+			_, _ = conn.Exec(context.Background(), "DROP ROLE IF EXISTS "+pgx.Identifier{r.Name}.Sanitize())
+		}
+	})
+	cfg := func(roles []pgroles.Role) consume.MigrateConfig {
+		b, _ := json.Marshal(roles)
+		c := consume.MigrateConfig{DB: instance.Database{URL: url}, Database: "member", Roles: string(b)}
+		c.Topology = topo
+		return c
+	}
+
+	// Refused: roles that do not belong here.
+	for _, bad := range []struct {
+		roles []pgroles.Role
+		want  string
+	}{
+		{[]pgroles.Role{{Name: prefix + "publish", Kind: pgroles.Publish, Password: "publish-password-0123"}}, "publish writes the main database's outbox only"},
+		{[]pgroles.Role{{Name: prefix + "notify", Kind: pgroles.Consume, Consumer: "shop.order.events.message-service-processor", Password: "notify-password-0123456"}}, "must be the subscription of a consumer whose database is member"},
+		{[]pgroles.Role{roles[0], {Name: prefix + "relay2", Kind: pgroles.Relay, Password: "relay-password-0123456"}}, "one role per function and consumer (relay)"},
+	} {
+		if _, err := consume.MigrateDatabase(ctx, cfg(bad.roles)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want %q", bad.roles, err, bad.want)
+		}
+	}
+
+	rep, err := consume.MigrateDatabase(ctx, cfg(roles))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(rep.Handlers, ",") != "example.points" || len(rep.Roles) != 4 {
+		t.Errorf("report %+v", rep)
+	}
+	for _, c := range []struct {
+		role, stmt string
+		allowed    bool
+	}{
+		{"points", `SELECT count(*) FROM shop_member_points`, true},
+		{"points", `SELECT count(*) FROM shop_notifications`, false},
+		{"audit", `SELECT count(*) FROM relaybus_strict_parked`, true},
+		{"audit", `SELECT count(*) FROM shop_member_points`, false},
+		{"relay", `DELETE FROM relaybus_outbox`, true},
+		{"relay", `SELECT count(*) FROM relaybus_inbox`, false},
+	} {
+		u, err := neturl.Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = neturl.User(prefix + c.role) // the test server trusts its clients
+		conn, err := pgx.Connect(ctx, u.String())
+		if err != nil {
+			t.Fatalf("connect as %s: %v", c.role, err)
+		}
+		_, err = conn.Exec(ctx, c.stmt)
+		conn.Close(ctx)
+		if (err == nil) != c.allowed {
+			t.Errorf("%s: %s: %v, want allowed %v", c.role, c.stmt, err, c.allowed)
+		}
+	}
+
+	// A handler with a table it does not name cannot get a role.
+	if err := os.WriteFile(topo, []byte(strings.Replace(migrateTopology, "handler: example.points", "handler: test.untabled", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := consume.MigrateDatabase(ctx, cfg(roles)); err == nil || !strings.Contains(err.Error(), "handler test.untabled has tables of its own (Migrate) but does not name them") {
+		t.Errorf("untabled handler: %v", err)
+	}
+	if _, err := consume.MigrateDatabase(ctx, cfg(nil)); err != nil {
+		t.Errorf("migrations only, untabled handler: %v", err)
+	}
+}
