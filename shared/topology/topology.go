@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -146,6 +147,16 @@ type Topic struct {
 	// Cloud Run verified names them (a serviceAccount: or user: prefix is
 	// dropped). Empty: every caller Cloud Run admits.
 	Publishers []string `yaml:"publishers"`
+	// AggregateTypes are the aggregate types whose events this topic
+	// carries (the topic's aggregate segment, the middle of
+	// <domain>.<aggregate>.<category>, when left out). An aggregate's
+	// versions are one sequence, published in order under one ordering
+	// key, so an aggregate type belongs to one topic: no two topics may
+	// declare the same one, and the publish function refuses an event whose
+	// aggregateType is not one of its topic's, so a producer allowed on one
+	// topic cannot take the versions (or block the events) of another
+	// topic's aggregates.
+	AggregateTypes []string `yaml:"aggregate_types"`
 	// Ledger is how much the Firestore ledger keeps of the topic's events
 	// (shared/ledger's Level): full (every attempt a document), failures
 	// (the default when empty: the attempts of consumers that did not
@@ -212,6 +223,31 @@ func (t Topic) SchemaFor(version string) (Schema, bool) {
 		}
 	}
 	return Schema{}, false
+}
+
+// OwnedAggregateTypes returns the aggregate types the topic carries: its
+// aggregate_types, else its aggregate segment (the second of its name's
+// segments).
+func (t Topic) OwnedAggregateTypes() []string {
+	if len(t.AggregateTypes) > 0 {
+		return t.AggregateTypes
+	}
+	if segs := strings.Split(t.Name, "."); len(segs) >= 2 {
+		return segs[1:2]
+	}
+	return nil
+}
+
+// AggregateTopic returns the topic that carries an aggregate type: the
+// declared topic that owns it (Topic.OwnedAggregateTypes), or false when
+// no declared topic does.
+func (t *Topology) AggregateTopic(aggregateType string) (string, bool) {
+	for _, tp := range t.Topics {
+		if slices.Contains(tp.OwnedAggregateTypes(), aggregateType) {
+			return tp.Name, true
+		}
+	}
+	return "", false
 }
 
 // PublisherEmails returns the topic's publishers as lower-cased emails,
@@ -480,6 +516,7 @@ func (t *Topology) validate() error {
 		bad("topics", "declare at least one topic")
 	}
 	seenTopic := map[string]bool{t.Rollup.Topic: true}
+	aggregateOwner := map[string]string{}
 	for i, tp := range t.Topics {
 		where := fmt.Sprintf("topics[%d] (%s)", i, tp.Name)
 		if err := names.ValidateTopic(tp.Name); err != nil {
@@ -502,6 +539,17 @@ func (t *Topology) validate() error {
 			if (prefixed && kind != "serviceAccount" && kind != "user") || !strings.Contains(email, "@") || strings.ContainsAny(email, " ,") {
 				bad(fmt.Sprintf("%s.publishers[%d]", where, k), "must be an email (a serviceAccount: or user: prefix is allowed), as the caller's ID token names it; groups and domains cannot be checked against a token, not %q", p)
 			}
+		}
+		for k, at := range tp.AggregateTypes {
+			if !event.ValidAggregateType(at) {
+				bad(fmt.Sprintf("%s.aggregate_types[%d]", where, k), "%s, not %q", event.AggregateTypeRule, at)
+			}
+		}
+		for _, at := range tp.OwnedAggregateTypes() {
+			if other, ok := aggregateOwner[at]; ok && other != tp.Name {
+				bad(where+".aggregate_types", "aggregate type %q is also %s's: an aggregate's versions are one ordered sequence, so its type belongs to one topic (declare aggregate_types on one of them)", at, other)
+			}
+			aggregateOwner[at] = tp.Name
 		}
 		switch tp.Ledger {
 		case "", LedgerFull, LedgerFailures, LedgerOff:

@@ -185,3 +185,43 @@ topics:
 		t.Errorf("hmac: %+v", c)
 	}
 }
+
+// An aggregate type belongs to one topic: its aggregate segment by
+// default, or the aggregate_types it declares; two topics claiming one
+// type are refused with the rule.
+func TestAggregateTypesBelongToOneTopic(t *testing.T) {
+	top, err := Parse([]byte(`
+rollup: {topic: relaybus.ledger.rollup}
+topics:
+  - name: shop.order.events
+    consumers: [{service: a}]
+  - name: member.points.events
+    aggregate_types: [member, member_tier]
+    consumers: [{service: a}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, want := range map[string]string{"order": "shop.order.events", "member": "member.points.events", "member_tier": "member.points.events", "points": ""} {
+		if got, ok := top.AggregateTopic(typ); got != want || ok != (want != "") {
+			t.Errorf("AggregateTopic(%q) = %q, %v; want %q", typ, got, ok, want)
+		}
+	}
+	for name, doc := range map[string]string{
+		"two topics, one aggregate segment": `
+  - name: shop.order.events
+  - name: billing.order.events`,
+		"a declared type another topic has by default": `
+  - name: shop.order.events
+  - name: billing.invoice.events
+    aggregate_types: [order]`,
+		"an invalid type": `
+  - name: shop.order.events
+    aggregate_types: [Order]`,
+	} {
+		_, err := Parse([]byte("rollup: {topic: relaybus.ledger.rollup}\ntopics:" + doc + "\n"))
+		if err == nil || !strings.Contains(err.Error(), "aggregate_types") {
+			t.Errorf("%s: %v, want an error naming aggregate_types", name, err)
+		}
+	}
+}
