@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,101 @@ func TestPublishIsAuthorizedPerTopic(t *testing.T) {
 	}
 	if _, err := publish.New(publish.Options{DB: h.pool, Registry: registryOf(top), Auth: "token"}); err == nil {
 		t.Error("PUBLISH_AUTH=token accepted")
+	}
+}
+
+// The squatting a security review reproduced, replayed over the real
+// handler and Postgres: a producer allowed only on member.points.events
+// (1) publishes aggregateType=order, aggregateId=order-42, v1 on its own
+// topic, which took the real order-42's version 1 (every later order-42 v1
+// answered 409 for good), and (2) takes the eventId the order service is
+// about to use, which made the order service's publish answer 202
+// duplicate:true, nothing written, naming the squatter's topic. Now (1) is
+// refused (order is shop.order.events's aggregate type) and (2) answers
+// the order service 409 event_id_conflict without a word of the other
+// event; the real order-42 v1 goes through under a fresh id.
+func TestPublishCannotSquatAnotherTopicsAggregatesOrIDs(t *testing.T) {
+	top, err := topology.Parse([]byte(`
+rollup: {topic: relaybus.ledger.rollup}
+topics:
+  - name: shop.order.events
+    publishers: [serviceAccount:order-service@relaybus-test.iam.gserviceaccount.com]
+    consumers: [{service: member-service}]
+  - name: member.points.events
+    publishers: [serviceAccount:points-service@relaybus-test.iam.gserviceaccount.com]
+    aggregate_types: [member]
+    consumers: [{service: audit-service}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(o *publish.Options) {
+		o.Auth, o.Topology, o.Registry = publish.AuthCloudRun, top, registryOf(top)
+		o.Publishers = map[string][]string{}
+		for _, tp := range top.Topics {
+			o.Publishers[tp.Name] = tp.PublisherEmails()
+		}
+	})
+	as := func(sa string) []string {
+		return []string{"Content-Type", "application/json", "Authorization", "Bearer " + idToken(sa+"@relaybus-test.iam.gserviceaccount.com")}
+	}
+	points := func(over map[string]any) []byte {
+		m := envelope(map[string]any{"topic": "member.points.events", "eventType": "points.added", "aggregateType": "member", "aggregateId": "member-7"})
+		for k, v := range over {
+			m[k] = v
+		}
+		return mustJSON(t, m)
+	}
+	order := func(id string) []byte {
+		return mustJSON(t, envelope(map[string]any{"eventId": id, "aggregateType": "order", "aggregateId": "order-42", "version": 1}))
+	}
+
+	// The squatter's own topic is allowed, another's is not.
+	if status, body, _ := post(t, h.url, order("order-42-by-points"), as("points-service")...); status != http.StatusForbidden {
+		t.Fatalf("points-service on shop.order.events: %d %s, want 403", status, body)
+	}
+	// (1) order-42 v1 on its own topic: refused, nothing written.
+	status, body, _ := post(t, h.url, points(map[string]any{"eventId": "squat-1", "aggregateType": "order", "aggregateId": "order-42", "version": 1}), as("points-service")...)
+	if status != http.StatusBadRequest {
+		t.Fatalf("order-42 v1 published on member.points.events: %d %s, want 400", status, body)
+	}
+	if e := decodeJSON[publish.ErrorResponse](t, body); len(e.Fields) != 1 || e.Fields[0].Field != "aggregateType" || !strings.Contains(e.Fields[0].Rule, "(member)") {
+		t.Errorf("answer %+v, want aggregateType naming what member.points.events carries", e)
+	}
+	// (2) A points event under the id the order service will use: its own
+	// event on its own topic, so it is accepted.
+	if status, body, _ := post(t, h.url, points(map[string]any{"eventId": "order-42-created"}), as("points-service")...); status != http.StatusAccepted {
+		t.Fatalf("points-service's own event: %d %s", status, body)
+	}
+
+	// The order service publishes the real order-42 v1 under that id: a
+	// conflict it hears of, not a duplicate, and nothing of the points
+	// event in the answer.
+	status, body, _ = post(t, h.url, order("order-42-created"), as("order-service")...)
+	if status != http.StatusConflict {
+		t.Fatalf("the real order-42 under a taken id: %d %s, want 409", status, body)
+	}
+	e := decodeJSON[publish.ErrorResponse](t, body)
+	if e.Error != publish.CodeEventIDConflict || len(e.Fields) != 1 || e.Fields[0].Field != "eventId" {
+		t.Errorf("answer %+v, want event_id_conflict on eventId", e)
+	}
+	for _, leak := range []string{"member.points.events", "member-7", "points.added", "relaybus_outbox", "Key ("} {
+		if strings.Contains(string(body), leak) {
+			t.Errorf("the answer reveals %q: %s", leak, body)
+		}
+	}
+	// Under a fresh id, order-42 v1 is the order service's to publish.
+	status, body, _ = post(t, h.url, order("order-42-created-2"), as("order-service")...)
+	if status != http.StatusAccepted {
+		t.Fatalf("the real order-42 v1 under a fresh id: %d %s, want 202", status, body)
+	}
+	if r := decodeJSON[publish.Result](t, body); r.Duplicate || r.Topic != "shop.order.events" {
+		t.Errorf("result %+v", r)
+	}
+	if r := h.row(t, "order-42-created"); r.topic != "member.points.events" {
+		t.Errorf("the points event was overwritten: %+v", r)
+	}
+	if n := h.rows(t); n != 2 {
+		t.Errorf("%d rows, want 2 (the points event and the real order-42 v1)", n)
 	}
 }

@@ -101,7 +101,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		return fail(err)
 	}
 	f.close.Add(func(context.Context) error { pool.Close(); return nil })
-	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log, Schemas: schemas}
+	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log, Schemas: schemas, Topology: top}
 	opts.Auth, opts.Publishers = cfg.Auth, map[string][]string{}
 	for _, t := range top.Topics {
 		opts.Publishers[t.Name] = t.PublisherEmails()

@@ -9,21 +9,27 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/identity"
 	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/migrate"
+	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/schema"
 	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // DB is what the handler needs of Postgres (a *pgxpool.Pool): the outbox
@@ -117,6 +123,12 @@ type Options struct {
 	// lower-cased emails); a topic not listed, or listed empty, takes every
 	// caller. Enforced with AuthCloudRun only.
 	Publishers map[string][]string
+	// Topology, when set, binds aggregate types to topics
+	// (topology.Topic.OwnedAggregateTypes): an event whose aggregateType
+	// its topic does not carry is refused 400, nothing written, so a
+	// producer allowed on one topic cannot take another topic's aggregate
+	// versions. Build sets it; nil checks nothing.
+	Topology *topology.Topology
 	// Schemas are the topology's payload schemas (shared/schema): an event
 	// whose payload breaks its topic's schema for its schemaVersion, or
 	// names a version the topic does not declare, is refused 400 with the
@@ -147,6 +159,7 @@ type Handler struct {
 	auth       string
 	publishers map[string]map[string]bool
 	schemas    *schema.Set
+	top        *topology.Topology
 }
 
 // New returns the publish handler over the given dependencies.
@@ -163,7 +176,7 @@ func New(opts Options) (*Handler, error) {
 	h := &Handler{
 		db: opts.DB, reg: opts.Registry, fast: opts.FastPath, budget: opts.Budget,
 		limits: event.Limits{MaxPayloadBytes: opts.MaxPayloadBytes}, maxBody: opts.MaxBodyBytes,
-		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now, schemas: opts.Schemas,
+		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now, schemas: opts.Schemas, top: opts.Topology,
 	}
 	h.maxPayload = h.limits.PayloadLimit()
 	switch opts.Auth {
@@ -252,6 +265,7 @@ const (
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
 	CodeVersionConflict      = "version_conflict"       // 409
+	CodeEventIDConflict      = "event_id_conflict"      // 409
 	CodeUnavailable          = "unavailable"            // 503
 	CodeBusy                 = "busy"                   // 503
 	CodeUnauthenticated      = "unauthenticated"        // 401
@@ -474,6 +488,9 @@ func (h *Handler) prepare(r *http.Request, d *decoded, caller *identity.Caller) 
 			}
 		}
 		if len(fes) == 0 {
+			fes = h.checkTopic(e)
+		}
+		if len(fes) == 0 {
 			// The topic's schema, once the event itself is sound.
 			fes = event.FieldErrors(h.schemas.Check(e))
 		}
@@ -502,6 +519,36 @@ func (h *Handler) prepare(r *http.Request, d *decoded, caller *identity.Caller) 
 		}
 	}
 	return events, problems, tooLarge
+}
+
+// checkTopic applies the topic rules to a sound event: no dead-letter
+// topic, and an aggregate type the topic carries.
+func (h *Handler) checkTopic(e *event.Event) []*event.FieldError {
+	if names.IsDeadLetter(e.Topic) {
+		return []*event.FieldError{{Field: "topic", Rule: "must not be a dead-letter topic (<topic>" + names.DeadLetterSuffix + "): dead letters come from Pub/Sub's dead-lettering and are replayed through the operations API"}}
+	}
+	if h.top == nil {
+		return nil
+	}
+	var owned []string
+	if tp := h.top.Topic(e.Topic); tp != nil {
+		owned = tp.OwnedAggregateTypes()
+	} else if segs := strings.Split(e.Topic, "."); len(segs) >= 2 {
+		// A topic the topology does not declare carries its aggregate
+		// segment, unless a declared topic carries that type.
+		if _, declared := h.top.AggregateTopic(segs[1]); !declared {
+			owned = segs[1:2]
+		}
+	}
+	if slices.Contains(owned, e.AggregateType) {
+		return nil
+	}
+	rule := "must be an aggregate type topic " + e.Topic + " carries"
+	if len(owned) > 0 {
+		rule += " (" + strings.Join(owned, ", ") + ")"
+	}
+	rule += ": an aggregate type belongs to one topic (infra/topology.yaml, aggregate_types)"
+	return []*event.FieldError{{Field: "aggregateType", Rule: rule}}
 }
 
 // accept checks each event's topic, writes the rest to the outbox in one
@@ -549,15 +596,43 @@ func (h *Handler) accept(ctx context.Context, deadline time.Time, mode string, e
 		err   error
 	)
 	fe, claiming := h.fast.(Enqueuer)
-	if claiming {
+	switch b, tx := h.db.(migrate.Beginner); {
+	case claiming:
 		enq, claim, err = fe.EnqueueNow(ctx, write...)
-	} else {
+	case tx:
+		// In a transaction of its own, so a request is written whole or
+		// not at all whatever another writer does at the same moment
+		// (outbox.Enqueue).
+		err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+			enq, err = outbox.Enqueue(ctx, tx, write...)
+			return err
+		})
+	default:
 		enq, err = outbox.Enqueue(ctx, h.db, write...)
 	}
 	if err != nil {
+		// Neither answer quotes the database's error: it would name the
+		// stored row (its key), and nothing of another event is the
+		// caller's business.
+		var idc *outbox.IDConflictError
+		if errors.As(err, &idc) {
+			const rule = "must not be an eventId another event already has: a repeated eventId must repeat the same event (topic, aggregate, version, event type and payload)"
+			resp := &ErrorResponse{Error: CodeEventIDConflict,
+				Message: "eventId: another event already has this id; nothing was written (a retry must repeat the same event; a new event needs a new id)"}
+			for i, e := range events {
+				if slices.Contains(idc.IDs, e.ID) {
+					p := FieldProblem{EventID: e.ID, Field: "eventId", Rule: rule}
+					if len(events) > 1 {
+						p.Index = &i
+					}
+					resp.Fields = append(resp.Fields, p)
+				}
+			}
+			return nil, http.StatusConflict, resp
+		}
 		if errors.Is(err, outbox.ErrVersionConflict) {
 			resp := &ErrorResponse{Error: CodeVersionConflict,
-				Message: "version: the aggregate already has another event with this version; nothing was written (" + err.Error() + ")"}
+				Message: "version: the aggregate already has another event with this version; nothing was written"}
 			if len(events) == 1 {
 				resp.Fields = []FieldProblem{{EventID: events[0].ID, Field: "version", Rule: "must not be a version the aggregate already has under another eventId"}}
 			}

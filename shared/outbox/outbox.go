@@ -238,11 +238,22 @@ func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]E
 	return out, nil
 }
 
-// idConflict is the ErrEventIDConflict of the given ids.
-func idConflict(ids []string) error {
-	return fmt.Errorf("outbox: eventId %s: the outbox already holds another event under this id (a repeated id must repeat the same topic, aggregate, version, event type and payload); nothing was written: %w",
-		strings.Join(ids, ", "), ErrEventIDConflict)
+// IDConflictError is the error of an Enqueue refused for ids the outbox
+// holds for other events; it matches ErrEventIDConflict (errors.Is).
+type IDConflictError struct {
+	// IDs are the caller's event ids that clashed.
+	IDs []string
 }
+
+func (e *IDConflictError) Error() string {
+	return "outbox: eventId " + strings.Join(e.IDs, ", ") + ": the outbox already holds another event under this id (a repeated id must repeat the same topic, aggregate, version, event type and payload); nothing was written: " + ErrEventIDConflict.Error()
+}
+
+// Is makes errors.Is(err, ErrEventIDConflict) true.
+func (e *IDConflictError) Is(target error) bool { return target == ErrEventIDConflict }
+
+// idConflict is the ErrEventIDConflict of the given ids.
+func idConflict(ids []string) error { return &IDConflictError{IDs: ids} }
 
 // ErrPending means a re-push found the event still waiting to be published.
 var ErrPending = errors.New("event is still pending in the outbox")
