@@ -1,31 +1,28 @@
 package publish_test
 
 import (
-	"encoding/base64"
-	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/relaybus/relaybus/functions/publish"
+	"github.com/relaybus/relaybus/internal/idtokentest"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func registryOf(top *topology.Topology) registry.Registry { return registry.FromTopology(top) }
 
+// testAudience is the publish service's URL, the audience of its callers'
+// ID tokens.
+const testAudience = "https://relaybus-publish-test.a.run.app"
+
 // idToken is a Google ID token as a service behind Cloud Run IAM receives
 // it: verified by the platform, its signature replaced.
 func idToken(email string) string {
-	enc := func(v any) string {
-		b, _ := json.Marshal(v)
-		return base64.RawURLEncoding.EncodeToString(b)
-	}
-	now := time.Now().Unix()
-	return enc(map[string]string{"alg": "RS256", "typ": "JWT"}) + "." +
-		enc(map[string]any{"iss": "https://accounts.google.com", "aud": "https://relaybus-publish-test.a.run.app", "email": email,
-			"email_verified": true, "sub": "1234", "iat": now, "exp": now + 3600}) + ".SIGNATURE_REMOVED_BY_GOOGLE"
+	return idtokentest.Stripped(idtokentest.Claims(email, testAudience))
 }
 
 // Per-topic publish authorization (PUBLISH_AUTH=cloudrun): the topology's
@@ -51,7 +48,7 @@ func TestPublishIsAuthorizedPerTopic(t *testing.T) {
 		t.Error("a group publisher was accepted; a token cannot be checked against a group")
 	}
 	h := newHarness(t, func(o *publish.Options) {
-		o.Auth = publish.AuthCloudRun
+		o.Auth, o.OnCloudRun, o.Audiences = publish.AuthCloudRun, true, []string{testAudience}
 		o.Publishers = map[string][]string{}
 		for _, tp := range top.Topics {
 			o.Publishers[tp.Name] = tp.PublisherEmails()
@@ -92,12 +89,78 @@ func TestPublishIsAuthorizedPerTopic(t *testing.T) {
 	if got := h.row(t, "evt-pay-3").initiator["service"]; got != "payment-service" {
 		t.Errorf("initiator service %q, want payment-service (from the verified identity, not the body's someone-else)", got)
 	}
-	// A topic without publishers: every admitted caller.
-	if status, body, _ := post(t, h.url, mustJSON(t, envelope(map[string]any{"eventId": "evt-ord-1"})), auth("order-service@relaybus-test.iam.gserviceaccount.com")...); status != http.StatusAccepted {
-		t.Fatalf("a topic without publishers: %d %s", status, body)
+	// A topic without publishers takes nobody (closed by default).
+	status, body, _ = post(t, h.url, mustJSON(t, envelope(map[string]any{"eventId": "evt-ord-1"})), auth("order-service@relaybus-test.iam.gserviceaccount.com")...)
+	if status != http.StatusForbidden || !strings.Contains(string(body), "declares no publishers") {
+		t.Fatalf("a topic without publishers: %d %s, want 403 saying it declares none", status, body)
+	}
+	// Cloud Run checked the token, and so does publish: an expired one, or
+	// one minted for another service, is refused.
+	for name, claims := range map[string]map[string]any{
+		"expired": func() map[string]any {
+			c := idtokentest.Claims("payment-service@relaybus-test.iam.gserviceaccount.com", testAudience)
+			c["exp"] = time.Now().Add(-time.Hour).Unix()
+			return c
+		}(),
+		"another audience": idtokentest.Claims("payment-service@relaybus-test.iam.gserviceaccount.com", "https://other.a.run.app"),
+	} {
+		status, body, _ := post(t, h.url, payment("evt-pay-"+name), "Content-Type", "application/json", "Authorization", "Bearer "+idtokentest.Stripped(claims))
+		if status != http.StatusUnauthorized {
+			t.Errorf("%s token: %d %s, want 401", name, status, body)
+		}
 	}
 	if _, err := publish.New(publish.Options{DB: h.pool, Registry: registryOf(top), Auth: "token"}); err == nil {
 		t.Error("PUBLISH_AUTH=token accepted")
+	}
+	// cloudrun mode trusts claims only Cloud Run's IAM verified: off Cloud
+	// Run it does not start.
+	if _, err := publish.New(publish.Options{DB: h.pool, Registry: registryOf(top), Auth: publish.AuthCloudRun}); err == nil || !strings.Contains(err.Error(), "K_SERVICE") {
+		t.Errorf("PUBLISH_AUTH=cloudrun off Cloud Run: %v, want refused", err)
+	}
+}
+
+// PUBLISH_PUBLISHERS adds a deployment's publishers to the topology's;
+// groups are refused (a token does not name its holder's groups).
+func TestParsePublishers(t *testing.T) {
+	got, err := publish.ParsePublishers(`{"shop.order.events": ["serviceAccount:order@p.iam.gserviceaccount.com", "alice@example.com"]}`)
+	if err != nil || len(got["shop.order.events"]) != 2 {
+		t.Fatalf("%v, %v", got, err)
+	}
+	for _, bad := range []string{`[]`, `{"Shop": ["a@b.c"]}`, `{"shop.order.events": ["group:ops@example.com"]}`, `{"shop.order.events": ["nobody"]}`} {
+		if _, err := publish.ParsePublishers(bad); err == nil || !strings.Contains(err.Error(), "PUBLISH_PUBLISHERS") {
+			t.Errorf("%s: %v, want an error naming PUBLISH_PUBLISHERS", bad, err)
+		}
+	}
+}
+
+// Each caller has its own request budget: past it, 429 with Retry-After
+// and nothing written, while another caller goes on.
+func TestPublishLimitsEachCaller(t *testing.T) {
+	h := newHarness(t, func(o *publish.Options) {
+		o.Auth, o.OnCloudRun = publish.AuthCloudRun, true
+		o.Publishers = map[string][]string{"shop.order.events": {"a@p.iam.gserviceaccount.com", "b@p.iam.gserviceaccount.com"}}
+		o.RateLimit, o.RateBurst = 0.001, 2
+	})
+	as := func(email string) []string {
+		return []string{"Content-Type", "application/json", "Authorization", "Bearer " + idToken(email)}
+	}
+	for i := range 2 {
+		if status, body, _ := post(t, h.url, mustJSON(t, envelope(map[string]any{"eventId": fmt.Sprintf("rl-a-%d", i), "version": i + 1})), as("a@p.iam.gserviceaccount.com")...); status != http.StatusAccepted {
+			t.Fatalf("request %d within the burst: %d %s", i+1, status, body)
+		}
+	}
+	status, body, hdr := post(t, h.url, mustJSON(t, envelope(map[string]any{"eventId": "rl-a-2", "version": 3})), as("a@p.iam.gserviceaccount.com")...)
+	if status != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
+		t.Fatalf("past the burst: %d (Retry-After %q) %s, want 429 with Retry-After", status, hdr.Get("Retry-After"), body)
+	}
+	if e := decodeJSON[publish.ErrorResponse](t, body); e.Error != publish.CodeRateLimited || e.Caller != "a@p.iam.gserviceaccount.com" {
+		t.Errorf("429 answer %+v", e)
+	}
+	if status, body, _ := post(t, h.url, mustJSON(t, envelope(map[string]any{"eventId": "rl-b-0", "aggregateId": "order-b"})), as("b@p.iam.gserviceaccount.com")...); status != http.StatusAccepted {
+		t.Fatalf("another caller: %d %s", status, body)
+	}
+	if n := h.rows(t); n != 3 {
+		t.Errorf("%d rows, want 3 (the refused request wrote nothing)", n)
 	}
 }
 
@@ -127,7 +190,7 @@ topics:
 		t.Fatal(err)
 	}
 	h := newHarness(t, func(o *publish.Options) {
-		o.Auth, o.Topology, o.Registry = publish.AuthCloudRun, top, registryOf(top)
+		o.Auth, o.OnCloudRun, o.Topology, o.Registry = publish.AuthCloudRun, true, top, registryOf(top)
 		o.Publishers = map[string][]string{}
 		for _, tp := range top.Topics {
 			o.Publishers[tp.Name] = tp.PublisherEmails()

@@ -39,6 +39,10 @@
 //	               registry; nothing is written, an ERROR is logged, "reason" says why
 //	400            invalid_event (every field of every event that breaks a rule, with the rule)
 //	               or malformed (not JSON, not a CloudEvent)
+//	401            unauthenticated (PUBLISH_AUTH=cloudrun): no ID token, or one that is expired,
+//	               not Google's, or for another audience (PUBLISH_AUDIENCE)
+//	403            forbidden (PUBLISH_AUTH=cloudrun): the caller is not one of the topic's
+//	               publishers; a topic that declares none takes nobody
 //	405            not POST (Allow: POST)
 //	409            version_conflict: the aggregate already has that version under another id;
 //	               event_id_conflict: another event already has that eventId (a retry must repeat
@@ -47,6 +51,8 @@
 //	413            too_large: body over the body limit, payload over PUBLISH_MAX_PAYLOAD_BYTES,
 //	               or more events than the batch limit
 //	415            unsupported_media_type
+//	429            rate_limited: the caller sent more than PUBLISH_RATE_LIMIT requests per
+//	               second (per instance; Retry-After says when to retry), nothing written
 //	503            unavailable: the outbox or the registry cannot be reached, or the outbox
 //	               did not answer within PUBLISH_BUDGET (the event may have been written);
 //	               busy: every request slot is taken, nothing written (Retry-After: 1);

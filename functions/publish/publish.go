@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -25,6 +26,7 @@ import (
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/ratelimit"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/schema"
@@ -67,6 +69,12 @@ const (
 	// DefaultMaxInFlight is how many requests are served at once; one more
 	// waits at most admissionWait, then is answered 503 with Retry-After.
 	DefaultMaxInFlight = 256
+	// DefaultRateLimit is the requests per second one caller may make
+	// (per instance), and DefaultRateBurst how many at once: room for a
+	// producer sending batches at full speed, a ceiling for one that
+	// loops.
+	DefaultRateLimit = 200
+	DefaultRateBurst = 400
 	// admissionWait is how long a request waits for a slot.
 	admissionWait = 100 * time.Millisecond
 	// bodyOverhead is what a body may hold besides one payload: the
@@ -116,13 +124,27 @@ type Options struct {
 	Now func() time.Time
 	// Auth is AuthCloudRun or AuthNone (the default, a local stack): with
 	// AuthCloudRun every request names its caller by the ID token Cloud
-	// Run verified (shared/identity), the events' initiator service is
-	// recorded from it, and Publishers is enforced.
+	// Run verified (shared/identity), checked again for issuer, expiry and
+	// Audiences, the events' initiator service is recorded from it, and
+	// Publishers is enforced. AuthCloudRun is refused unless OnCloudRun:
+	// anywhere else nobody verified the tokens it reads.
 	Auth string
-	// Publishers are the callers allowed per topic (topology publishers,
-	// lower-cased emails); a topic not listed, or listed empty, takes every
-	// caller. Enforced with AuthCloudRun only.
+	// Audiences, with AuthCloudRun, are the audiences a token may have
+	// (PUBLISH_AUDIENCE: the service's URLs); empty checks none.
+	Audiences []string
+	// OnCloudRun says the process runs on Cloud Run (K_SERVICE is set).
+	OnCloudRun bool
+	// Publishers are the callers allowed per topic (topology publishers
+	// and PUBLISH_PUBLISHERS, lower-cased emails). Closed by default: with
+	// AuthCloudRun a topic not listed, or listed empty, takes nobody.
 	Publishers map[string][]string
+	// RateLimit and RateBurst limit each caller's requests per second
+	// (PUBLISH_RATE_LIMIT, PUBLISH_RATE_BURST; DefaultRateLimit and
+	// DefaultRateBurst when zero, off when RateLimit is negative): past
+	// them a request is answered 429 with Retry-After, nothing written.
+	// A caller is its verified identity, or its address without one.
+	RateLimit float64
+	RateBurst int
 	// Topology, when set, binds aggregate types to topics
 	// (topology.Topic.OwnedAggregateTypes): an event whose aggregateType
 	// its topic does not carry is refused 400, nothing written, so a
@@ -160,6 +182,8 @@ type Handler struct {
 	publishers map[string]map[string]bool
 	schemas    *schema.Set
 	top        *topology.Topology
+	cloudRun   identity.CloudRun
+	limiter    *ratelimit.Limiter
 }
 
 // New returns the publish handler over the given dependencies.
@@ -183,19 +207,35 @@ func New(opts Options) (*Handler, error) {
 	case "", AuthNone:
 		h.auth = AuthNone
 	case AuthCloudRun:
+		if !opts.OnCloudRun {
+			return nil, errors.New("publish: PUBLISH_AUTH=cloudrun reads the caller from the ID token Cloud Run's IAM verified, so it runs only on Cloud Run (K_SERVICE is not set); use none on a local stack")
+		}
 		h.auth = AuthCloudRun
+		h.cloudRun = identity.CloudRun{Audiences: opts.Audiences}
 	default:
 		return nil, fmt.Errorf("publish: PUBLISH_AUTH=%q: want cloudrun (behind Cloud Run IAM) or none", opts.Auth)
 	}
 	h.publishers = map[string]map[string]bool{}
 	for topic, ps := range opts.Publishers {
-		if len(ps) == 0 {
-			continue
-		}
-		h.publishers[topic] = map[string]bool{}
 		for _, p := range ps {
-			h.publishers[topic][strings.ToLower(p)] = true
+			if _, rest, ok := strings.Cut(p, ":"); ok {
+				p = rest
+			}
+			if p = strings.ToLower(strings.TrimSpace(p)); p == "" {
+				continue
+			}
+			if h.publishers[topic] == nil {
+				h.publishers[topic] = map[string]bool{}
+			}
+			h.publishers[topic][p] = true
 		}
+	}
+	switch {
+	case opts.RateLimit < 0:
+	case opts.RateLimit == 0:
+		h.limiter = ratelimit.New(ratelimit.Options{Rate: DefaultRateLimit, Burst: DefaultRateBurst})
+	default:
+		h.limiter = ratelimit.New(ratelimit.Options{Rate: opts.RateLimit, Burst: opts.RateBurst})
 	}
 	if h.budget <= 0 {
 		h.budget = DefaultBudget
@@ -270,6 +310,7 @@ const (
 	CodeBusy                 = "busy"                   // 503
 	CodeUnauthenticated      = "unauthenticated"        // 401
 	CodeForbidden            = "forbidden"              // 403
+	CodeRateLimited          = "rate_limited"           // 429
 )
 
 // ErrorResponse is the body of every 4xx and 5xx answer.
@@ -355,6 +396,29 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 			Message: "method " + r.Method + " is not allowed; publish with POST"})
 		return
 	}
+	// Who is calling, and whether they may call again now, before the
+	// body is read.
+	var caller *identity.Caller
+	key := clientAddr(r)
+	if h.auth == AuthCloudRun {
+		c, err := h.cloudRun.Caller(r)
+		if err != nil {
+			h.fail(w, r, "", http.StatusUnauthorized, ErrorResponse{Error: CodeUnauthenticated,
+				Message: "the caller's identity: " + err.Error() + " (publish runs behind Cloud Run IAM, which verifies the ID token)"})
+			return
+		}
+		caller, key = &c, c.Name()
+	}
+	if ok, wait := h.limiter.Allow(key); !ok {
+		ratelimit.RetryAfter(w.Header(), wait)
+		resp := ErrorResponse{Error: CodeRateLimited,
+			Message: fmt.Sprintf("%s sends more than %g requests per second (PUBLISH_RATE_LIMIT); nothing was written, retry after %s", key, h.limiterRate(), w.Header().Get("Retry-After")+"s")}
+		if caller != nil {
+			resp.Caller = caller.Name()
+		}
+		h.fail(w, r, "", http.StatusTooManyRequests, resp)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -371,22 +435,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, "", rerr.status, ErrorResponse{Error: rerr.code, Message: rerr.msg})
 		return
 	}
-	var caller *identity.Caller
-	if h.auth == AuthCloudRun {
-		c, err := identity.FromCloudRun(r)
-		if err != nil {
-			h.fail(w, r, d.mode, http.StatusUnauthorized, ErrorResponse{Error: CodeUnauthenticated,
-				Message: "the caller's identity: " + err.Error() + " (publish runs behind Cloud Run IAM, which verifies the ID token)"})
-			return
-		}
-		caller = &c
+	if caller != nil {
 		for i := range d.items {
-			if it := &d.items[i]; !it.whole {
-				if allowed := h.publishers[it.ev.Topic]; allowed != nil && !allowed[c.Email] {
-					h.fail(w, r, d.mode, http.StatusForbidden, ErrorResponse{Error: CodeForbidden, Topic: it.ev.Topic, Caller: c.Name(),
-						Message: fmt.Sprintf("%s may not publish to topic %s: the topology lists its publishers (infra/topology.yaml, publishers); nothing was written", c.Name(), it.ev.Topic)})
-					return
+			if it := &d.items[i]; !it.whole && !h.publishers[it.ev.Topic][caller.Email] {
+				why := "the topology lists its publishers (infra/topology.yaml publishers, or PUBLISH_PUBLISHERS)"
+				if len(h.publishers[it.ev.Topic]) == 0 {
+					why = "it declares no publishers, so nobody may publish to it (infra/topology.yaml publishers, or PUBLISH_PUBLISHERS)"
 				}
+				h.fail(w, r, d.mode, http.StatusForbidden, ErrorResponse{Error: CodeForbidden, Topic: it.ev.Topic, Caller: caller.Name(),
+					Message: fmt.Sprintf("%s may not publish to topic %s: %s; nothing was written", caller.Name(), it.ev.Topic, why)})
+				return
 			}
 		}
 	}
@@ -717,6 +775,24 @@ func (h *Handler) fastPath(ctx context.Context, mode string, ids []string, claim
 			results[i].Status = string(st)
 		}
 	}
+}
+
+// limiterRate is the configured rate, for messages.
+func (h *Handler) limiterRate() float64 {
+	if h.limiter == nil {
+		return 0
+	}
+	return h.limiter.Rate()
+}
+
+// clientAddr names a caller without a verified identity by its
+// connection's address (not X-Forwarded-For, which the caller writes):
+// behind a proxy, its callers share one bucket.
+func clientAddr(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // requestID is the request's id as a proxy or Google's front end named it:
