@@ -67,6 +67,9 @@ func New(o Options) *Limiter {
 		refill: time.Duration(float64(o.Burst) / o.Rate * float64(time.Second))}
 }
 
+// Rate is the sustained requests per second a caller may make.
+func (l *Limiter) Rate() float64 { return l.o.Rate }
+
 // Allow takes one token from key's bucket. When the bucket is empty it
 // takes nothing and returns false and how long until a token is there.
 func (l *Limiter) Allow(key string) (bool, time.Duration) {

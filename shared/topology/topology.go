@@ -73,10 +73,71 @@ type Topology struct {
 	// MainDatabase.
 	Databases []Database `yaml:"databases"`
 	Topics    []Topic    `yaml:"topics"`
+	// Operators grant the operations API's roles (functions/dlqreplay):
+	// who may view, operate or administer which topics and consumers.
+	Operators []Operator `yaml:"operators"`
 
 	// Dir is the directory of the topology file (set by Load; empty for
 	// Parse, meaning the working directory). Schema files are relative to it.
 	Dir string `yaml:"-"`
+}
+
+// Operator roles (Operator.Role), each including the ones before it.
+const (
+	// RoleViewer reads: the events, their payloads, dead letters,
+	// consumers, the audit log.
+	RoleViewer = "viewer"
+	// RoleOperator also acts on what already flows: replays and deletes
+	// dead letters, re-pushes events, seeks, snapshots, pauses and resumes
+	// consumers, skips gaps, enables and disables consumers (but not the
+	// last enabled one of a topic).
+	RoleOperator = "operator"
+	// RoleAdmin also changes what flows: adds consumers, disables a
+	// topic's last enabled consumer, rebuilds a consumer's projection.
+	RoleAdmin = "admin"
+)
+
+// Operator grants a role to one Cloud Run IAM identity, on everything or
+// on some topics and consumers.
+type Operator struct {
+	// Member is who: user:EMAIL, serviceAccount:EMAIL, group:EMAIL (its
+	// members, looked up in Cloud Identity), or a bare email.
+	Member string `yaml:"member" json:"member"`
+	// Role is viewer, operator or admin.
+	Role string `yaml:"role" json:"role"`
+	// Topics and Consumers scope the role: on these topics (every consumer
+	// of them) and on these consumer services (on every topic). Both
+	// empty: everything.
+	Topics    []string `yaml:"topics" json:"topics,omitempty"`
+	Consumers []string `yaml:"consumers" json:"consumers,omitempty"`
+}
+
+// Validate checks an operator grant; where names it in errors.
+func (o Operator) Validate(where string) []error {
+	var errs []error
+	kind, email, prefixed := strings.Cut(o.Member, ":")
+	if !prefixed {
+		email = o.Member
+	}
+	if (prefixed && kind != "user" && kind != "serviceAccount" && kind != "group") || !strings.Contains(email, "@") || strings.ContainsAny(email, " ,:") {
+		errs = append(errs, fmt.Errorf("%s.member: must be user:EMAIL, serviceAccount:EMAIL, group:EMAIL or an email, not %q", where, o.Member))
+	}
+	switch o.Role {
+	case RoleViewer, RoleOperator, RoleAdmin:
+	default:
+		errs = append(errs, fmt.Errorf("%s.role: must be viewer, operator or admin, not %q", where, o.Role))
+	}
+	for k, tp := range o.Topics {
+		if err := names.ValidateTopic(tp); err != nil {
+			errs = append(errs, fmt.Errorf("%s.topics[%d]: %w", where, k, err))
+		}
+	}
+	for k, c := range o.Consumers {
+		if err := names.ValidateConsumer(c); err != nil {
+			errs = append(errs, fmt.Errorf("%s.consumers[%d]: %w", where, k, err))
+		}
+	}
+	return errs
 }
 
 // MainDatabase is the database of the publish function and of every
@@ -514,6 +575,9 @@ func (t *Topology) validate() error {
 	}
 	if len(t.Topics) == 0 {
 		bad("topics", "declare at least one topic")
+	}
+	for i, o := range t.Operators {
+		errs = append(errs, o.Validate(fmt.Sprintf("operators[%d]", i))...)
 	}
 	seenTopic := map[string]bool{t.Rollup.Topic: true}
 	aggregateOwner := map[string]string{}

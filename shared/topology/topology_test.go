@@ -225,3 +225,32 @@ topics:
 		}
 	}
 }
+
+// Operator grants: a member IAM can name, a role, a scope of valid names.
+func TestOperators(t *testing.T) {
+	top, err := Parse([]byte(`
+rollup: {topic: relaybus.ledger.rollup}
+topics: [{name: shop.order.events, consumers: [{service: a}]}]
+operators:
+  - {member: group:ops@example.com, role: admin}
+  - {member: serviceAccount:bot@p.iam.gserviceaccount.com, role: operator, topics: [shop.order.events], consumers: [a]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Operators) != 2 || top.Operators[1].Topics[0] != "shop.order.events" {
+		t.Errorf("operators %+v", top.Operators)
+	}
+	for _, bad := range []string{
+		`{member: domain:example.com, role: admin}`,
+		`{member: alice, role: admin}`,
+		`{member: alice@example.com, role: owner}`,
+		`{member: alice@example.com, role: viewer, topics: [Shop]}`,
+		`{member: alice@example.com, role: viewer, consumers: [A_B]}`,
+	} {
+		_, err := Parse([]byte("rollup: {topic: relaybus.ledger.rollup}\ntopics: [{name: shop.order.events}]\noperators: [" + bad + "]\n"))
+		if err == nil || !strings.Contains(err.Error(), "operators[0]") {
+			t.Errorf("%s: %v, want an error naming operators[0]", bad, err)
+		}
+	}
+}

@@ -73,6 +73,15 @@ type ConsumerChange struct {
 	Enabled     *bool
 	Description *string
 	SortOrder   *int
+	// KeepOneEnabled refuses (ErrLastConsumer) a change that would leave
+	// the topic without an enabled consumer: its new events would then be
+	// SKIPPED, written nowhere. Without it such a change is made and its
+	// audit entry says so.
+	KeepOneEnabled bool
+	// Audit holds what the change's audit entry carries besides the
+	// change: Method, RequestID and Ref (the entry that started the
+	// action). Its Outcome is audit.OutcomeSucceeded.
+	Audit audit.Entry
 }
 
 // Registry edit errors.
@@ -81,12 +90,23 @@ var (
 	ErrConsumerExists = errors.New("the topic already has this consumer")
 	// ErrConsumerNotFound: a change named an entry that does not exist.
 	ErrConsumerNotFound = errors.New("the topic has no such consumer")
+	// ErrLastConsumer: KeepOneEnabled refused to disable the topic's last
+	// enabled consumer.
+	ErrLastConsumer = errors.New("it is the topic's last enabled consumer")
 )
+
+// NoConsumerLeft is what an audit entry's Detail says when a change left a
+// topic without an enabled consumer.
+const NoConsumerLeft = "no enabled consumer left on the topic: its new events are SKIPPED (publish answers 200 SKIPPED, Go producers and handlers' Emit skip them; nothing is written or delivered) until a consumer is enabled again"
 
 // MaxSortOrder bounds a consumer's sort order.
 const MaxSortOrder = 10000
 
 // validate checks a change, naming each broken field.
+// Validate checks the change's fields against their rules (ChangeConsumer
+// does too, before anything is read or written).
+func (c ConsumerChange) Validate() error { return c.validate() }
+
 func (c ConsumerChange) validate() error {
 	var errs []error
 	if err := names.ValidateTopic(c.Topic); err != nil || names.IsDeadLetter(c.Topic) {
@@ -187,11 +207,30 @@ func (s *Registry) ChangeConsumer(ctx context.Context, ch ConsumerChange, by str
 			entry = before
 			return nil
 		}
+		if before.Enabled && !after.Enabled {
+			others, err := tx.Documents(s.consumers.Where("topic", "==", ch.Topic).Where("enabled", "==", true)).GetAll()
+			if err != nil {
+				return err
+			}
+			left := 0
+			for _, d := range others {
+				if d.Ref.ID != ref.ID {
+					left++
+				}
+			}
+			if left == 0 {
+				if ch.KeepOneEnabled {
+					return fmt.Errorf("%w: %s on %s", ErrLastConsumer, ch.ConsumerID, ch.Topic)
+				}
+				changes = append(changes, NoConsumerLeft)
+			}
+		}
 		after.UpdatedAt, after.UpdatedBy = now, by
 		if err := tx.Set(ref, after); err != nil {
 			return err
 		}
-		e, err := s.audit.AppendInTx(tx, audit.Entry{At: now, By: by, Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: strings.Join(changes, "; ")})
+		e, err := s.audit.AppendInTx(tx, audit.Entry{At: now, By: by, Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: strings.Join(changes, "; "),
+			Outcome: audit.OutcomeSucceeded, Method: ch.Audit.Method, RequestID: ch.Audit.RequestID, Ref: ch.Audit.Ref})
 		if err != nil {
 			return err
 		}
