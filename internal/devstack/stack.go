@@ -553,8 +553,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	dc := instance.Defaults[dlqreplay.Config]()
 	dc.Env, dc.PubSub, dc.Ledger = env, pubsubCfg, ledgerCfg
 	dc.DB.URL, dc.DatabaseURLs = fnURL(topology.MainDatabase, roleOps), opsOthers
-	// No auth locally (Cloud Run's IAM in production).
+	// No auth locally (Cloud Run's IAM in production): the caller is
+	// "anonymous", named here as the stack's one operator (an admin of
+	// everything) and as the DLQ monitors' archiver, since every list is
+	// closed when empty. One caller for everything: no rate limit.
 	dc.Auth = dlqreplay.AuthNone
+	dc.Writers = []string{dlqreplay.Anonymous}
+	dc.Archivers = []string{dlqreplay.Anonymous}
+	dc.RateLimit = 0
 	if !onNATS {
 		dc.Pauser = loop
 	}
