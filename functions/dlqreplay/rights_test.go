@@ -303,16 +303,16 @@ func TestGroupRoles(t *testing.T) {
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if broken.Load() {
-			http.Error(w, `{"error": {"code": 503, "message": "unavailable"}}`, 503)
+			http.Error(w, `{"error": {"code": 503, "message": "unavailable"}}`, http.StatusServiceUnavailable)
 			return
 		}
 		switch {
 		case r.URL.Path == "/v1/groups:lookup" && r.URL.Query().Get("groupKey.id") == "ops@example.com":
 			lookups.Add(1)
-			fmt.Fprint(w, `{"name": "groups/03ops"}`)
+			_, _ = fmt.Fprint(w, `{"name": "groups/03ops"}`)
 		case r.URL.Path == "/v1/groups/03ops/memberships:checkTransitiveMembership":
 			checks.Add(1)
-			fmt.Fprintf(w, `{"hasMembership": %v}`, r.URL.Query().Get("query") == "member_key_id == 'dana@example.com'")
+			_, _ = fmt.Fprintf(w, `{"hasMembership": %v}`, r.URL.Query().Get("query") == "member_key_id == 'dana@example.com'")
 		default:
 			http.Error(w, `{"error": {"code": 404, "message": "not found"}}`, 404)
 		}

@@ -182,7 +182,7 @@ func (v *Verifier) fetch(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("identity: the ID token keys (%s): %w", v.o.KeysURL, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("identity: the ID token keys (%s): HTTP %d", v.o.KeysURL, resp.StatusCode)
 	}

@@ -32,7 +32,7 @@ func TestLimiterPerCaller(t *testing.T) {
 	if ok, _ := l.Allow("alice"); ok {
 		t.Fatal("alice allowed twice after one refill")
 	}
-	var off *ratelimit.Limiter = ratelimit.New(ratelimit.Options{})
+	off := ratelimit.New(ratelimit.Options{})
 	if ok, _ := off.Allow("x"); off != nil || !ok {
 		t.Fatal("a zero rate must turn the limiter off")
 	}
