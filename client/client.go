@@ -157,9 +157,11 @@ type Result struct {
 	// Status is StatusPublished, StatusPending, StatusFailed or
 	// StatusSkipped.
 	Status string `json:"status"`
-	// Duplicate: publish already held this eventId (an earlier attempt or
-	// call wrote it); nothing was written, and the fields describe the
-	// recorded event.
+	// Duplicate: publish already held this event (an earlier attempt or
+	// call wrote it under this eventId, with the same topic, aggregate,
+	// version, type and payload); nothing was written, and the fields
+	// describe the recorded event. Another event under the same id is a
+	// ConflictError.
 	Duplicate   bool   `json:"duplicate"`
 	Topic       string `json:"topic"`
 	AggregateID string `json:"aggregateId"`

@@ -375,7 +375,7 @@ func TestTypedErrors(t *testing.T) {
 		t.Fatalf("err = %v, want a *SkippedError", err)
 	}
 
-	authed := newPublish(t, func(o *publish.Options) { o.Auth = publish.AuthCloudRun })
+	authed := newPublish(t, func(o *publish.Options) { o.Auth, o.OnCloudRun = publish.AuthCloudRun, true })
 	ac := newClient(t, serve(t, count(authed.handler)), client.Options{Source: "order-service"})
 	_, err = ac.Publish(ctx, order("auth", 1))
 	var ae *client.AuthError

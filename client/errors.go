@@ -86,8 +86,10 @@ type AuthError struct {
 
 func (e *AuthError) Unwrap() error { return &e.APIError }
 
-// ConflictError is a version conflict (409): the aggregate already has
-// that version under another event id. Nothing was written.
+// ConflictError is a conflict (409), nothing written: Code
+// version_conflict (the aggregate already has that version under another
+// event id) or event_id_conflict (another event already has that event id:
+// a repeated id must repeat the same event, so a new event needs a new id).
 type ConflictError struct {
 	APIError
 	Fields []FieldProblem

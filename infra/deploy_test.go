@@ -60,8 +60,11 @@ func TestDeadLetterMonitorsPushToArchive(t *testing.T) {
 			if got := in.attr(oidc, "service_account_email").AsString(); got != push {
 				t.Errorf("%s monitor pushes as %s, want %s", key, got, push)
 			}
-			if got := in.attr(oidc, "audience").AsString(); got != dlqreplay {
-				t.Errorf("%s monitor audience %s, want the dlqreplay service URL (Cloud Run IAM checks it)", key, got)
+			// The service's deterministic URL: Cloud Run's IAM takes it as
+			// the service's own, and dlqreplay's DLQREPLAY_AUDIENCE names it.
+			wantAudience := "https://relaybus-dlqreplay-" + stubProjectNumber + ".europe-west1.run.app"
+			if got := in.attr(oidc, "audience").AsString(); got != wantAudience {
+				t.Errorf("%s monitor audience %s, want the dlqreplay service's deterministic URL %s", key, got, wantAudience)
 			}
 			if got := in.attr(block(t, key, b.Body, "expiration_policy"), "ttl").AsString(); got != "" {
 				t.Errorf("%s monitor expires (%q)", key, got)

@@ -245,9 +245,9 @@ func TestFirestoreIndexesAreReplacedNewFirst(t *testing.T) {
 }
 
 // TestAPublisherIsGrantedOnce: a principal in both var.publish_invokers
-// and a topic's publishers got two google_cloud_run_v2_service_iam_member
-// resources for one binding, which compete (removing either drops the
-// member for both). It is granted once.
+// and a topic's publishers (the topology's or var.publishers) got two
+// google_cloud_run_v2_service_iam_member resources for one binding, which
+// compete (removing either drops the member for both). It is granted once.
 func TestAPublisherIsGrantedOnce(t *testing.T) {
 	doc := "rollup: {topic: relaybus.ledger.rollup}\ntopics:\n  - name: shop.order.events\n    publishers: [orders@p.iam.gserviceaccount.com, bob@example.com]\n    consumers: [{service: billing}]\n"
 	path, _ := topologyFile(t, doc)
@@ -255,6 +255,9 @@ func TestAPublisherIsGrantedOnce(t *testing.T) {
 	vars := requiredVars(t)
 	vars["topology_file"] = cty.StringVal(path)
 	vars["publish_invokers"] = cty.ListVal([]cty.Value{cty.StringVal("serviceAccount:orders@p.iam.gserviceaccount.com"), cty.StringVal("user:carol@example.com")})
+	// var.publishers names the same principals again, and one of its own.
+	vars["publishers"] = cty.MapVal(map[string]cty.Value{"shop.order.events": cty.ListVal([]cty.Value{
+		cty.StringVal("orders@p.iam.gserviceaccount.com"), cty.StringVal("bob@example.com"), cty.StringVal("carol@example.com"), cty.StringVal("dave@example.com")})})
 	ev := c.newEvaluator(t, vars).withStubs()
 	seen := map[string][]string{}
 	for _, g := range grantsOf(t, c, ev, "google_cloud_run_v2_service_iam_member", "name") {
@@ -262,7 +265,7 @@ func TestAPublisherIsGrantedOnce(t *testing.T) {
 			seen[g.member] = append(seen[g.member], g.resource)
 		}
 	}
-	for _, m := range []string{"serviceAccount:orders@p.iam.gserviceaccount.com", "user:bob@example.com", "user:carol@example.com"} {
+	for _, m := range []string{"serviceAccount:orders@p.iam.gserviceaccount.com", "user:bob@example.com", "user:carol@example.com", "user:dave@example.com"} {
 		if len(seen[m]) != 1 {
 			t.Errorf("%s may invoke publish through %d resources %v, want 1", m, len(seen[m]), seen[m])
 		}

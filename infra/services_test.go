@@ -28,14 +28,16 @@ import (
 // project, which is the function's own) keep their defaults in production
 // and are left out.
 var envNames = map[string]map[string]bool{
-	"publish": envTags(reflect.TypeOf(publish.Config{})),
+	// PUBLISH_AUDIENCE is left unset: producers call publish at whichever of
+	// its URLs they were given, and Cloud Run's IAM checks the audience.
+	"publish": without(envTags(reflect.TypeOf(publish.Config{})), "PUBLISH_AUDIENCE"),
 	"relay":   envTags(reflect.TypeOf(relayfn.Config{})),
 	"rollup":  envTags(reflect.TypeOf(rollup.Config{})),
 	// FORWARD_SIGNING_SECRET comes from Secret Manager, for signing
 	// forward consumers only (checked below).
 	"consume": without(envTags(reflect.TypeOf(consume.Config{})), "FORWARD_SIGNING_SECRET"),
 	"dlqreplay": without(envTags(reflect.TypeOf(dlqreplay.Config{})),
-		"DLQREPLAY_TOKEN", "DLQREPLAY_AUDIENCE", "DLQREPLAY_MAX_REPUSHES", "DLQREPLAY_SENT_TIMEOUT", "DLQREPLAY_TRACE_PROJECT"),
+		"DLQREPLAY_TOKEN", "DLQREPLAY_MAX_REPUSHES", "DLQREPLAY_SENT_TIMEOUT", "DLQREPLAY_TRACE_PROJECT"),
 }
 
 func without(m map[string]bool, names ...string) map[string]bool {
@@ -206,6 +208,20 @@ func TestCloudRunServices(t *testing.T) {
 		}
 		if got := wired["dlqreplay"].(map[string]any)["DLQREPLAY_ARCHIVERS"]; got != "relaybus-dlq-push@relaybus-test.iam.gserviceaccount.com" {
 			t.Errorf("dlqreplay: DLQREPLAY_ARCHIVERS %v, want the DLQ monitors' push identity", got)
+		}
+		// Every auth mode checks the audience: the service's deterministic
+		// URL (the DLQ monitors' push audience, what operators call) and
+		// gcloud's client id (a user's default ID token).
+		if got := wired["dlqreplay"].(map[string]any)["DLQREPLAY_AUDIENCE"]; got != "https://relaybus-dlqreplay-"+stubProjectNumber+".europe-west1.run.app,32555940559.apps.googleusercontent.com" {
+			t.Errorf("dlqreplay: DLQREPLAY_AUDIENCE %v, want its deterministic URL and gcloud's client id", got)
+		}
+		// Closed by default: the roles and publishers are the required
+		// variables', named explicitly.
+		if got := dlq["DLQREPLAY_ROLES"]; got != `[{"consumers":[],"member":"group:relaybus-operators@example.com","role":"admin","topics":[]}]` {
+			t.Errorf("dlqreplay: DLQREPLAY_ROLES %v, want var.operators", got)
+		}
+		if got := functions["publish"].(map[string]any)["env"].(map[string]any)["PUBLISH_PUBLISHERS"]; got != `{"shop.order.events":["serviceAccount:shop@relaybus-test.iam.gserviceaccount.com"]}` {
+			t.Errorf("publish: PUBLISH_PUBLISHERS %v, want var.publishers", got)
 		}
 
 		consumeEnv := jsonValue(t, ev.local("consume_env")).(map[string]any)

@@ -124,7 +124,8 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 			"eventarc": stubAgent("service-123456789@gcp-sa-eventarc.iam.gserviceaccount.com"),
 		}),
 		"google_sql_database_instance": cty.ObjectVal(map[string]cty.Value{"relaybus": instance}),
-		"data":                         cty.ObjectVal(map[string]cty.Value{"google_sql_database_instance": cty.ObjectVal(map[string]cty.Value{"existing": instance})}),
+		"data": cty.ObjectVal(map[string]cty.Value{"google_sql_database_instance": cty.ObjectVal(map[string]cty.Value{"existing": instance}),
+			"google_project": cty.ObjectVal(map[string]cty.Value{"this": cty.ObjectVal(map[string]cty.Value{"number": cty.StringVal(stubProjectNumber)})})}),
 		"google_sql_database":          cty.ObjectVal(map[string]cty.Value{"relaybus": obj(sqlDBs)}),
 		"google_sql_user":              cty.ObjectVal(map[string]cty.Value{"relaybus": obj(sqlUsers)}),
 		"random_password":              cty.ObjectVal(map[string]cty.Value{"database": obj(passwords), "role": obj(rolePasswords)}),
@@ -262,3 +263,6 @@ func refOf(e hclsyntax.Expression) string {
 	}
 	return ""
 }
+
+// stubProjectNumber is the stand-in project's number (data.google_project).
+const stubProjectNumber = "123456789012"

@@ -257,7 +257,7 @@ func TestNothingIsPublic(t *testing.T) {
 		case strings.HasPrefix(member, "google_service_account."), member == "local.pubsub_service_agent", member == "local.eventarc_service_agent":
 		case member == "each.key":
 			fe := c.exprSource(b.Body.Attributes["for_each"].Expr)
-			if fe != "toset(var.publish_invokers)" && fe != "toset(var.operators)" && fe != "local.topology_only_publishers" {
+			if fe != "toset(var.publish_invokers)" && fe != "local.operator_members" && fe != "local.topology_only_publishers" && fe != "local.variable_only_publishers" {
 				t.Errorf("%s: member each.key over %s, not a validated invoker list", key, fe)
 			}
 		default:
@@ -265,12 +265,19 @@ func TestNothingIsPublic(t *testing.T) {
 		}
 	}
 	ev := c.newEvaluator(t, requiredVars(t))
-	for _, name := range []string{"publish_invokers", "operators"} {
+	for _, name := range []string{"publish_invokers", "operators", "publishers"} {
 		v := c.variables[name]
 		val := block(t, "variable "+name, v.Body, "validation")
 		cond := val.Attributes["condition"].Expr
 		for members, want := range map[string]bool{"allUsers": false, "allAuthenticatedUsers": false, "serviceAccount:a@b.iam.gserviceaccount.com": true} {
-			ev2 := c.newEvaluator(t, map[string]cty.Value{name: cty.ListVal([]cty.Value{cty.StringVal(members)})})
+			value := cty.ListVal([]cty.Value{cty.StringVal(members)})
+			switch name {
+			case "operators":
+				value = cty.ListVal([]cty.Value{operator(members, "viewer")})
+			case "publishers":
+				value = cty.MapVal(map[string]cty.Value{"shop.order.events": value})
+			}
+			ev2 := c.newEvaluator(t, map[string]cty.Value{name: value})
 			got, diags := ev2.eval(cond, nil)
 			if diags.HasErrors() {
 				t.Fatalf("variable %s validation: %s", name, diags.Error())
@@ -502,7 +509,19 @@ func requiredVars(t testing.TB) map[string]cty.Value {
 		"project_id":       cty.StringVal("relaybus-test"),
 		"image_repository": cty.StringVal("europe-west1-docker.pkg.dev/relaybus-test/relaybus"),
 		"image_tag":        cty.StringVal("0123456789abcdef0123456789abcdef01234567"),
+		// Required: who may use the operations API, and who may publish
+		// besides the topology's publishers.
+		"operators": cty.ListVal([]cty.Value{operator("group:relaybus-operators@example.com", "admin")}),
+		"publishers": cty.MapVal(map[string]cty.Value{
+			"shop.order.events": cty.ListVal([]cty.Value{cty.StringVal("serviceAccount:shop@relaybus-test.iam.gserviceaccount.com")}),
+		}),
 	}
+}
+
+// operator is one entry of var.operators.
+func operator(member, role string) cty.Value {
+	return cty.ObjectVal(map[string]cty.Value{"member": cty.StringVal(member), "role": cty.StringVal(role),
+		"topics": cty.ListValEmpty(cty.String), "consumers": cty.ListValEmpty(cty.String)})
 }
 
 func sorted(s []string) []string {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/zclconf/go-cty/cty"
+	ctyjson "github.com/zclconf/go-cty/cty/json"
 )
 
 // terraformBinary finds terraform: $TERRAFORM, PATH, $GOPATH/bin (where
@@ -88,7 +89,15 @@ func TestTerraformConsoleAgrees(t *testing.T) {
 			const expr = `jsonencode({topics = local.topics, consumers = local.consumers, push = local.push_consumers, eventarc = local.eventarc_consumers, rollup = local.rollup, relay = local.relay, hash = local.topology_hash, databases = local.databases, naming = local.naming_errors})`
 			args := []string{"console", "-var", "topology_file=" + path}
 			for k, v := range requiredVars(t) {
-				args = append(args, "-var", k+"="+v.AsString())
+				if v.Type() == cty.String {
+					args = append(args, "-var", k+"="+v.AsString())
+					continue
+				}
+				b, err := ctyjson.Marshal(v, v.Type()) // JSON is an HCL expression
+				if err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "-var", k+"="+string(b))
 			}
 			cmd := terraformCmd(t, dir, args...)
 			cmd.Stdin = strings.NewReader(expr + "\n")

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -110,20 +111,25 @@ func TestGcloudAuthAgainstCloudRun(t *testing.T) {
 	}
 	defer store.Close()
 	fake := pubsubtest.New(t)
+	srv := httptest.NewServer(nil)
+	defer srv.Close()
+	// The audiences Cloud Run admits: the service's URL, and gcloud's
+	// client id for a user's default token.
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pgtest.Schema(t), Publisher: fake.Client,
-		Auth: dlqreplay.AuthCloudRun, Writers: []string{"deployer@relaybus-prod.iam.gserviceaccount.com"}})
+		Auth: dlqreplay.AuthCloudRun, OnCloudRun: true, Audience: srv.URL + ",32555940559.apps.googleusercontent.com",
+		Writers: []string{"deployer@relaybus-prod.iam.gserviceaccount.com"},
+		Roles:   []dlqreplay.Binding{{Member: "alice@example.com", Role: dlqreplay.RoleViewer}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(nil)
-	defer srv.Close()
 	srv.Config.Handler = cloudRunFront(h, srv.URL)
 
 	dir := t.TempDir()
 	log := filepath.Join(dir, "calls")
 	script := filepath.Join(dir, "gcloud")
-	sa := gcloudToken(map[string]any{"iss": "https://accounts.google.com", "aud": srv.URL, "email": "deployer@relaybus-prod.iam.gserviceaccount.com", "sub": "1"})
-	user := gcloudToken(map[string]any{"iss": "https://accounts.google.com", "aud": "32555940559.apps.googleusercontent.com", "email": "alice@example.com", "sub": "2"})
+	exp := time.Now().Add(time.Hour).Unix()
+	sa := gcloudToken(map[string]any{"iss": "https://accounts.google.com", "aud": srv.URL, "email": "deployer@relaybus-prod.iam.gserviceaccount.com", "email_verified": true, "sub": "1", "exp": exp})
+	user := gcloudToken(map[string]any{"iss": "https://accounts.google.com", "aud": "32555940559.apps.googleusercontent.com", "email": "alice@example.com", "email_verified": true, "sub": "2", "exp": exp})
 	if err := os.WriteFile(script, []byte(`#!/bin/sh
 echo "$*" >> `+log+`
 case "$*" in

@@ -85,7 +85,8 @@ func TestGoldenOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: arc, Ledger: store, DB: pool, Publisher: fake.Client, Topology: top,
-		Auth: dlqreplay.AuthToken, Token: "t0k", Archivers: []string{"relaybus-dlq-push@relaybus-test.iam.gserviceaccount.com"}})
+		Auth: dlqreplay.AuthToken, Token: `{"ops@example.com": "t0k-0123456789abcdef0123456789abcdef"}`, Audience: "https://relaybus-dlqreplay-test.a.run.app",
+		Archivers: []string{"relaybus-dlq-push@relaybus-test.iam.gserviceaccount.com"}, Writers: []string{"ops@example.com"}, RateLimit: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +134,7 @@ func TestGoldenOutput(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code := run(ctx, append([]string{"--api", srv.URL, "--token", "t0k"}, c.args...), &out, &errOut, http.DefaultClient)
+			code := run(ctx, append([]string{"--api", srv.URL, "--token", "t0k-0123456789abcdef0123456789abcdef"}, c.args...), &out, &errOut, http.DefaultClient)
 			if code != c.code {
 				t.Fatalf("exit %d, want %d; stderr %s", code, c.code, errOut.String())
 			}
@@ -152,22 +153,30 @@ func TestGoldenOutput(t *testing.T) {
 		{[]string{"consumers", "rebuild", "--time", "2020-01-01T00:00:00Z", "--snapshot", "s", "member.points.events", "audit-service"}, 2, "exactly one of --time and --snapshot"},
 	} {
 		var out, errOut bytes.Buffer
-		code := run(ctx, append([]string{"--api", srv.URL, "--token", "t0k"}, c.args...), &out, &errOut, http.DefaultClient)
+		code := run(ctx, append([]string{"--api", srv.URL, "--token", "t0k-0123456789abcdef0123456789abcdef"}, c.args...), &out, &errOut, http.DefaultClient)
 		if code != c.code || !strings.Contains(out.String()+errOut.String(), c.want) {
 			t.Errorf("%v: exit %d (want %d), output %s%s; want it to say %q", c.args, code, c.code, out.String(), errOut.String(), c.want)
 		}
 	}
-	// The registry changes are audited with the token's name.
+	// The registry changes are audited with the token holder's name.
 	var out, errOut bytes.Buffer
-	if code := run(ctx, []string{"--api", srv.URL, "--token", "t0k", "-o", "json", "consumers", "audit"}, &out, &errOut, http.DefaultClient); code != 0 {
+	if code := run(ctx, []string{"--api", srv.URL, "--token", "t0k-0123456789abcdef0123456789abcdef", "-o", "json", "consumers", "audit"}, &out, &errOut, http.DefaultClient); code != 0 {
 		t.Fatalf("audit: %d %s", code, errOut.String())
 	}
 	var audit struct {
-		Entries []struct{ Action, By, ConsumerID string }
+		Entries []struct{ Action, By, ConsumerID, Outcome, Detail string }
 	}
-	if err := json.Unmarshal(out.Bytes(), &audit); err != nil || len(audit.Entries) != 2 || audit.Entries[0].Action != "consumer.enable" ||
-		audit.Entries[1].Action != "consumer.disable" || audit.Entries[1].By != "token" {
-		t.Errorf("audit %s", out.String())
+	if err := json.Unmarshal(out.Bytes(), &audit); err != nil {
+		t.Fatalf("audit %s: %v", out.String(), err)
+	}
+	var done []string
+	for _, e := range audit.Entries {
+		if e.Outcome == "succeeded" && e.Detail != "nothing changed" {
+			done = append(done, e.Action+" by "+e.By)
+		}
+	}
+	if strings.Join(done, ", ") != "consumer.enable by ops@example.com, consumer.disable by ops@example.com" {
+		t.Errorf("changes made %v, want the disable, then the enable, by ops@example.com (audit %s)", done, out.String())
 	}
 }
 

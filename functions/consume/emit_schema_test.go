@@ -91,6 +91,32 @@ func TestEmitChecksTheContract(t *testing.T) {
 		})
 	}
 
+	// A child whose id another event already holds (here one on another
+	// topic) is no duplicate: the attempt fails as a permanent error
+	// naming the id, and nothing of the delivery's children is written.
+	t.Run("an id another event holds", func(t *testing.T) {
+		h := consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
+			return c.Emit(ctx, child("c-new", "member.points.events", "v1", `{"memberId": "m-2", "points": "1"}`),
+				child("c-taken", "member.points.events", "v1", `{"memberId": "m-1", "points": "5"}`))
+		})
+		s := newStackWith(t, pgtest.Schema(t), h, "member-service", func(o *consumer.Options) { o.Contract = ctr })
+		taken := child("c-taken", "shop.cart.events", "v1", `{}`)
+		taken.AggregateType, taken.Type, taken.Source = "cart", "cart.emptied", "cart-service"
+		if _, err := outbox.Enqueue(context.Background(), s.pool, taken); err != nil {
+			t.Fatal(err)
+		}
+		a := s.push(t, message(t, orderEvent("order-82", 1)), 1)
+		if a.code != http.StatusOK || a.res.Outcome != model.OutcomeFailed || a.res.Code != "emit" || !strings.Contains(a.res.Error, "c-taken") {
+			t.Fatalf("%+v, want 200 failed emit naming c-taken (permanent: the id is another event's)", a)
+		}
+		if strings.Contains(a.res.Error, "shop.cart.events") {
+			t.Errorf("the attempt's error reveals the other event's topic: %q", a.res.Error)
+		}
+		if n := outboxRows(s); n != 1 {
+			t.Errorf("%d outbox rows, want 1 (the other event's only)", n)
+		}
+	})
+
 	t.Run("unknown and unconsumed topics are skipped", func(t *testing.T) {
 		var (
 			mu      sync.Mutex

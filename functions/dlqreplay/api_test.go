@@ -284,7 +284,8 @@ func TestNoInternalErrorText(t *testing.T) {
 // newHandler serves another API over e's stores, with options changed.
 func newHandler(t *testing.T, e *env, opt func(*dlqreplay.Options)) *env {
 	t.Helper()
-	o := dlqreplay.Options{Archive: e.archive, Ledger: e.store, DB: e.db, Publisher: e.fake.Client, Topology: e.top, Auth: dlqreplay.AuthNone}
+	o := dlqreplay.Options{Archive: e.archive, Ledger: e.store, DB: e.db, Publisher: e.fake.Client, Topology: e.top, Auth: dlqreplay.AuthNone,
+		Writers: []string{dlqreplay.Anonymous}, Archivers: []string{dlqreplay.Anonymous}, RateLimit: -1}
 	opt(&o)
 	h, err := dlqreplay.New(o)
 	if err != nil {
@@ -476,7 +477,7 @@ func TestBulkReplayConfirmsTheCount(t *testing.T) {
 	if a.body["matched"] != float64(3) {
 		t.Errorf("includeReplayed: %s", a.raw)
 	}
-	a = e.do(t, "GET", "/audit?action=deadletter.", nil)
+	a = e.do(t, "GET", "/audit?action=deadletter.&outcome=succeeded", nil)
 	entries, _ := a.body["entries"].([]any)
 	if len(entries) != 1 || !strings.Contains(a.raw, "replayed 3 of 3 letters") || !strings.Contains(a.raw, `"by":"anonymous"`) {
 		t.Errorf("audit %s", a.raw)
@@ -509,7 +510,7 @@ func TestConsoleFiles(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, string(b)
 	}
-	cr := newEnvWith(t, func(o *dlqreplay.Options) { o.Auth = dlqreplay.AuthCloudRun })
+	cr := newEnvWith(t, behindCloudRun)
 	if resp, body := get(cr.url+"/console/", nil); resp.StatusCode != 401 || !strings.Contains(body, `"auth":"cloudrun"`) {
 		t.Errorf("console without a token behind cloudrun auth: %d %s", resp.StatusCode, body)
 	}
@@ -535,7 +536,7 @@ func TestConsoleFiles(t *testing.T) {
 		t.Errorf("/console redirects with %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	tok := newEnvWith(t, func(o *dlqreplay.Options) {
-		o.Auth, o.Token, o.Archivers = dlqreplay.AuthToken, "s3cret", []string{"relaybus-dlq-push@relaybus-test.iam.gserviceaccount.com"}
+		o.Auth, o.Token, o.Audience, o.Archivers = dlqreplay.AuthToken, personalTokens, serviceURL, []string{"relaybus-dlq-push@relaybus-test.iam.gserviceaccount.com"}
 	})
 	if resp, _ := get(tok.url+"/console/", nil); resp.StatusCode != 200 {
 		t.Errorf("console files in token mode: %d", resp.StatusCode)

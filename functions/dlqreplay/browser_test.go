@@ -461,7 +461,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.open("/consumers")
 	pointsRow := `[data-testid=topic][data-topic="member.points.events"] [data-testid=consumer-row][data-consumer=audit-service]`
 	b.waitFor("the rebuild link", fmt.Sprintf(`!!document.querySelector(%q)`, pointsRow+" [data-testid=rebuild-link]"), 20*time.Second)
-	if entries, err := stack.Ledger.Audit().List(ctx, audit.Query{ActionPrefix: "gaps.", Limit: 10}); err != nil || len(entries) != 1 ||
+	if entries, err := stack.Ledger.Audit().List(ctx, audit.Query{ActionPrefix: "gaps.", Outcome: audit.OutcomeSucceeded, Limit: 10}); err != nil || len(entries) != 1 ||
 		entries[0].ConsumerID != "audit-service" || !strings.Contains(entries[0].Detail, "INC-7") {
 		t.Errorf("the audit log holds %+v (%v), want the skip and its reason", entries, err)
 	}
@@ -499,18 +499,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	rc.ProjectID, rc.LogHandler = stack.Info.Project, slog.DiscardHandler
 	rc.PubSub.EmulatorHost, rc.Ledger.EmulatorHost = stack.Info.PubSubHost, stack.Info.FirestoreHost
 	rc.DB.URL, rc.DatabaseURLs = stack.Info.DatabaseURL, stack.Info.Databases
-	rc.Auth, rc.ReadOnly = dlqreplay.AuthNone, true
+	rc.Auth, rc.ReadOnly, rc.Writers = dlqreplay.AuthNone, true, []string{dlqreplay.Anonymous}
 	rc.TraceProject = "relaybus-prod" // as production's own project is
-	ro, err := dlqreplay.Build(ctx, rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ro.Close(context.Background()) })
-	mux := http.NewServeMux()
-	mux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", ro))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	b.console = srv.URL + "/dlqreplay/console/"
+	b.console = serveConsole(t, rc)
 	b.open("/deadletters/" + letterID)
 	b.waitFor("the read-only letter page", `!!document.querySelector("[data-testid=dry-run]") && !!document.querySelector("[data-testid=read-only-banner]")`, 20*time.Second)
 	for _, sel := range []string{"[data-testid=replay]", "[data-testid=delete]"} {
@@ -562,4 +553,89 @@ func TestConsoleInABrowser(t *testing.T) {
 	if status := b.fetch("POST", "/consumers/message.notification.events/audit-service/gaps:skip", map[string]any{"aggregateId": "x", "version": 1}); status != http.StatusForbidden {
 		t.Errorf("a gap skip through the read-only API answered %d, want 403", status)
 	}
+
+	// 9. Operator rights per team: the caller operates audit-service only
+	// (on every topic it consumes) and views the rest. The console shows
+	// the controls its roles allow and hides the others, and the API
+	// refuses what the console hides, naming the missing right.
+	sc := rc
+	sc.ReadOnly, sc.Writers = false, nil
+	sc.Roles = `[{"member": "anonymous", "role": "viewer"}, {"member": "anonymous", "role": "operator", "consumers": ["audit-service"]}]`
+	b.console = serveConsole(t, sc)
+	b.open("/consumers")
+	b.waitFor("the scoped registry", `document.querySelectorAll("[data-testid=consumer-row]").length >= 4 && !!document.querySelector("[data-testid=caller]")`, 20*time.Second)
+	if got := b.text("#who"); !strings.Contains(got, "operator of audit-service") || strings.Contains(got, "read-only") || b.count("[data-testid=role]") != 2 {
+		t.Errorf("the header says %q, want the caller's two roles", got)
+	}
+	controls := func(topic, consumer string) int {
+		var n int
+		b.run("count the controls of "+consumer, 5*time.Second, chromedp.Evaluate(fmt.Sprintf(
+			`document.querySelectorAll('[data-testid=topic][data-topic=%q] [data-testid=consumer-row][data-consumer=%q] button').length`, topic, consumer), &n))
+		return n
+	}
+	if n := controls("shop.order.events", "member-service"); n != 0 {
+		t.Errorf("member-service's row shows %d controls to an operator of audit-service only", n)
+	}
+	if n := controls("message.notification.events", "audit-service"); n == 0 {
+		t.Error("audit-service's row on message.notification.events shows no control to its operator")
+	}
+	// On member.points.events audit-service is the last enabled consumer:
+	// disabling it would drop the topic's new events, an admin's call.
+	if b.count(`[data-testid=topic][data-topic="member.points.events"] [data-testid=disable]`) != 0 ||
+		b.count(`[data-testid=topic][data-topic="member.points.events"] [data-testid=last-consumer]`) != 1 {
+		t.Error("the last enabled consumer of member.points.events may be disabled by an operator, or the console does not say why not")
+	}
+	if n := b.count("[data-testid=add-consumer]"); n != 0 {
+		t.Error("an operator is offered to add a consumer (an admin's)")
+	}
+	b.shot("scoped-operator")
+	if status := b.fetch("POST", "/consumers/member.points.events/audit-service:disable", nil); status != http.StatusForbidden {
+		t.Errorf("disabling the last consumer of a topic as its consumer's operator answered %d, want 403", status)
+	}
+	// message-service's dead letter: viewed (and dry-run), not replayed.
+	b.open("/deadletters/" + letterID)
+	b.waitFor("the letter, viewed", `!!document.querySelector("[data-testid=dry-run]") && !!document.querySelector("[data-testid=letter-data]")`, 20*time.Second)
+	if n := b.count("[data-testid=replay], [data-testid=delete]"); n != 0 {
+		t.Error("message-service's letter offers a replay or delete to an operator of audit-service")
+	}
+	if status := b.fetch("POST", "/deadletters/"+letterID+":replay", map[string]any{}); status != http.StatusForbidden {
+		t.Errorf("replaying message-service's letter answered %d, want 403", status)
+	}
+	// audit-service's gaps may be skipped by its operator; its rebuild is
+	// an admin's.
+	b.open("/consumers/member.points.events/audit-service/rebuild")
+	b.waitFor("the rebuild form", `!!document.querySelector("[data-testid=rebuild-dry-run]")`, 20*time.Second)
+	if n := b.count("[data-testid=rebuild-run]"); n != 0 {
+		t.Error("an operator is offered a rebuild (an admin's)")
+	}
+	// Every refusal is in the audit log, with who was refused and why.
+	entries, err := stack.Ledger.Audit().List(ctx, audit.Query{Outcome: audit.OutcomeRefused, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string]bool{}
+	for _, e := range entries {
+		if e.By == dlqreplay.Anonymous && strings.Contains(e.Detail, "role") {
+			refused[e.Action] = true
+		}
+	}
+	if !refused[audit.ConsumerDisable] || !refused[audit.LetterReplay] {
+		t.Errorf("refusals recorded %v, want the disable and the replay (%+v)", refused, entries)
+	}
+}
+
+// serveConsole builds a dlqreplay from cfg (over the stack's stores, as the
+// stack builds its own) and serves it; it returns the console's URL.
+func serveConsole(t *testing.T, cfg dlqreplay.Config) string {
+	t.Helper()
+	fn, err := dlqreplay.Build(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fn.Close(context.Background()) })
+	mux := http.NewServeMux()
+	mux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", fn))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/dlqreplay/console/"
 }

@@ -1,8 +1,11 @@
 package dlqreplay
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/relaybus/relaybus/shared/ledger/consumers"
 
@@ -67,9 +70,17 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 		}
 	}
 	a.pausedStates(r, out)
-	changes, err := a.o.Ledger.Audit().List(r.Context(), audit.Query{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
+	logged, err := a.auditLog.List(r.Context(), audit.Query{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
 	if err != nil {
 		return nil, err
+	}
+	// The changes made (not the attempts started or refused: GET /audit
+	// has those).
+	changes := []audit.Entry{}
+	for _, e := range logged {
+		if e.Outcome == "" || e.Outcome == audit.OutcomeSucceeded && e.Detail != "nothing changed" {
+			changes = append(changes, e)
+		}
 	}
 	return map[string]any{"consumers": out, "audit": changes, "cacheNote": "A change applies to events sent after the services' registry caches expire (at most " + registry.DefaultCacheTTL.String() + "); events already sent keep their expected consumers",
 		"ownership": ownershipRule}, nil
@@ -167,22 +178,73 @@ func (a *api) toggle(r *request, args []string, on bool) (any, error) {
 }
 
 func (a *api) applyConsumer(r *request, ch consumers.ConsumerChange) (any, error) {
+	if err := ch.Validate(); err != nil {
+		return nil, err
+	}
+	// Adding a consumer changes what every event of the topic waits for:
+	// an admin's. Enabling, disabling and describing one is an operator's
+	// on it, but leaving a topic without an enabled consumer (its new
+	// events are then dropped as SKIPPED) is an admin's on the topic.
+	action, role, t := audit.ConsumerDescribe, RoleOperator, target{Topic: ch.Topic, Consumer: ch.ConsumerID}
+	switch {
+	case ch.Add:
+		action, role, t = audit.ConsumerAdd, RoleAdmin, target{Topic: ch.Topic}
+	case ch.Enabled != nil && *ch.Enabled:
+		action = audit.ConsumerEnable
+	case ch.Enabled != nil:
+		action = audit.ConsumerDisable
+	}
+	if err := a.authorize(r, action, role, t); err != nil {
+		return nil, err
+	}
+	topicAdmin := !a.o.ReadOnly && r.rights.grants(RoleAdmin, ch.Topic, "")
+	ch.KeepOneEnabled = !topicAdmin
+	st, err := a.begin(r, audit.Entry{Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: describeChange(ch)})
+	if err != nil {
+		return nil, err
+	}
+	ch.Audit = audit.Entry{Method: r.who.Method, RequestID: r.id, Ref: st.entry.ID}
 	entry, logged, err := a.consumers.ChangeConsumer(r.Context(), ch, r.who.Name)
 	switch {
+	case errors.Is(err, consumers.ErrLastConsumer):
+		e := fail(http.StatusForbidden, "forbidden", "%s is the last enabled consumer of %s: disabling it would drop every new event of the topic (SKIPPED, written nowhere), which needs the %s role on topic %s; %s has not (docs/security.md)",
+			ch.ConsumerID, ch.Topic, RoleAdmin, ch.Topic, r.who.Name)
+		e.Missing = &missingRight{Role: RoleAdmin, Topic: ch.Topic, Action: audit.ConsumerDisable}
+		st.end(e, "")
+		a.refused(r, action, target{Topic: ch.Topic}, e.Msg)
+		return nil, e
 	case errors.Is(err, consumers.ErrConsumerExists):
-		return nil, fail(http.StatusConflict, "exists", "%s already has consumer %s: change it instead", ch.Topic, ch.ConsumerID)
+		err = fail(http.StatusConflict, "exists", "%s already has consumer %s: change it instead", ch.Topic, ch.ConsumerID)
 	case errors.Is(err, consumers.ErrConsumerNotFound):
-		return nil, fail(http.StatusNotFound, "not_found", "%s has no consumer %s in topic_consumers", ch.Topic, ch.ConsumerID)
-	case err != nil:
+		err = fail(http.StatusNotFound, "not_found", "%s has no consumer %s in topic_consumers", ch.Topic, ch.ConsumerID)
+	}
+	if err != nil {
+		st.end(err, "")
 		return nil, err
 	}
 	v := consumerView{ConsumerEntry: entry, InRegistry: true}
 	a.describe(&v)
 	out := map[string]any{"consumer": v, "changed": logged != nil}
-	if logged != nil {
+	if logged == nil {
+		st.end(nil, "nothing changed")
+	} else {
+		// The change's own entry is the outcome: written in its
+		// transaction when the audit log shares the ledger's database,
+		// else appended now that the change has committed.
+		if logged.ID == "" {
+			if written, werr := a.auditLog.Append(context.WithoutCancel(r.Context()), *logged); werr != nil {
+				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: audit outcome not written; the started entry stands for the action", "action", logged.Action,
+					"started_entry", st.entry.ID, "caller", r.who.Name, "request_id", r.id, "error", werr.Error())
+			} else {
+				logged = &written
+			}
+		}
 		out["audit"] = logged
 		a.o.Logger.InfoContext(r.Context(), "dlqreplay: consumer registry changed", "topic", ch.Topic, "consumer", ch.ConsumerID,
 			"action", logged.Action, "detail", logged.Detail, "caller", r.who.Name, "auth", r.who.Method, "request_id", r.id)
+		if strings.Contains(logged.Detail, consumers.NoConsumerLeft) {
+			out["newEvents"] = ch.Topic + " has no enabled consumer now: its new events are SKIPPED (publish answers 200 SKIPPED, Go producers and handlers' Emit skip them; nothing is written or delivered) until a consumer is enabled again"
+		}
 	}
 	if a.o.Topology != nil && !v.Declared {
 		out["warning"] = "the topology declares no subscription of " + ch.ConsumerID + " on " + ch.Topic + ": while it is enabled, new events wait for it (SENT) until it reports"
@@ -190,16 +252,37 @@ func (a *api) applyConsumer(r *request, ch consumers.ConsumerChange) (any, error
 	return out, nil
 }
 
+// describeChange says a registry change in words, for its started entry.
+func describeChange(ch consumers.ConsumerChange) string {
+	var parts []string
+	if ch.Add {
+		parts = append(parts, "add")
+	}
+	if ch.Enabled != nil {
+		parts = append(parts, fmt.Sprintf("enabled: %v", *ch.Enabled))
+	}
+	if ch.Description != nil {
+		parts = append(parts, fmt.Sprintf("description: %q", *ch.Description))
+	}
+	if ch.SortOrder != nil {
+		parts = append(parts, fmt.Sprintf("sortOrder: %d", *ch.SortOrder))
+	}
+	return strings.Join(parts, "; ")
+}
+
 func (a *api) audit(r *request, _ []string) (any, error) {
-	q := newQuery(r.Request, "action", "topic", "consumer", "limit")
+	q := newQuery(r.Request, "action", "topic", "consumer", "outcome", "limit")
 	aq := audit.Query{
 		ActionPrefix: q.str("action", func(s string) bool { return charset(s, 64, "._") }, "an action or its prefix: at most 64 characters of [a-z._] (consumer., deadletter.replay, ...)"),
 		Topic:        q.topic("topic"), ConsumerID: q.consumer("consumer"), Limit: q.integer("limit", 1, audit.MaxScan),
+		Outcome: q.str("outcome", func(s string) bool {
+			return s == audit.OutcomeStarted || s == audit.OutcomeSucceeded || s == audit.OutcomeFailed || s == audit.OutcomeRefused || s == audit.OutcomeRead
+		}, "started, succeeded, failed, refused or read"),
 	}
 	if err := q.err(); err != nil {
 		return nil, err
 	}
-	entries, err := a.o.Ledger.Audit().List(r.Context(), aq)
+	entries, err := a.auditLog.List(r.Context(), aq)
 	if err != nil {
 		return nil, err
 	}

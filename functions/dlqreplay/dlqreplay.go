@@ -11,6 +11,7 @@
 //	GET    /traces/{eventId}           the event's trace as a tree
 //	POST   /deadletters:archive        a DLQ delivery (push or Eventarc, from <topic>.dlq-monitor) is archived
 //	GET    /deadletters                ?topic=&consumer=&reason=&eventId=&since=&until=&pageSize=&pageToken=&deleted=
+//	                                   (without the messages' data: GET /deadletters/{id} has it)
 //	GET    /deadletters/{id}           the letter, with its event's attempt history from the ledger
 //	POST   /deadletters/{id}:replay    republish the original for the failed consumer only (attribute
 //	                                   target_consumer); {"dryRun": true} says what would happen
@@ -31,7 +32,8 @@
 //	                                   version gaps, oldest first, read from its own database
 //	POST   /consumers/{topic}/{id}/gaps:skip {"aggregateType", "aggregateId", "version", "through",
 //	                                   "reason"}: release a gap by skipping missing versions (gaps.go)
-//	GET    /audit                      ?action=&topic=&consumer=&limit=: who changed what, newest first
+//	GET    /audit                      ?action=&topic=&consumer=&outcome=&limit=: who did (or was refused, or
+//	                                   read) what, newest first
 //	POST   /subscriptions/{name}:seek  {"time": RFC 3339} or {"snapshot": name}: redeliver from there
 //	POST   /snapshots                  {"name", "subscription"}; GET /snapshots lists them
 //
@@ -49,17 +51,26 @@
 // the log under that id.
 //
 // Auth (DLQREPLAY_AUTH): cloudrun, iam, token or none (see the Auth*
-// constants). Writes (replay, bulk replay, delete, re-push, seek, snapshot,
-// registry changes; dry runs are reads) need a caller DLQREPLAY_WRITERS
-// lists (empty or *: everyone authenticated) and are refused with 403 in
-// DLQREPLAY_READ_ONLY mode; POST /deadletters:archive needs a caller
-// DLQREPLAY_ARCHIVERS lists (the DLQ monitors' push identity), and under
+// constants) names the caller; roles say what they may do (rights.go): a
+// viewer reads, an operator replays, deletes, re-pushes, seeks, pauses and
+// skips gaps, an admin also adds consumers, disables a topic's last one and
+// rebuilds projections, each on everything or on some topics and
+// consumers. The roles are granted in infra/topology.yaml (operators), in
+// DLQREPLAY_ROLES, and DLQREPLAY_WRITERS makes its principals admins of
+// everything; a caller with none is refused everything but GET /whoami,
+// with 403 naming the right it lacks. DLQREPLAY_READ_ONLY refuses every
+// action. POST /deadletters:archive needs a caller DLQREPLAY_ARCHIVERS
+// lists (the DLQ monitors' push identity; empty: nobody), and under
 // DLQREPLAY_AUTH=token is authenticated by the push subscription's OIDC
-// token instead of the static token, which push cannot send. Every write
-// is logged with the caller's identity and appended to the ledger's audit
-// log. Non-GET requests from another origin in a browser are refused
-// (net/http.CrossOriginProtection). The handler works under
-// http.StripPrefix.
+// token instead of a personal token, which push cannot send. Each caller
+// has a rate limit (DLQREPLAY_RATE_LIMIT, 429 with Retry-After).
+//
+// The audit log (AuditLog) records every action before it is taken (an
+// entry that cannot be written refuses the action) and its outcome after,
+// every payload read (an event's, a dead letter's) before it is answered,
+// and every refusal, each with the verified caller. Non-GET requests from
+// another origin in a browser are refused (net/http.CrossOriginProtection).
+// The handler works under http.StripPrefix.
 package dlqreplay
 
 import (
@@ -88,6 +99,7 @@ import (
 	"github.com/relaybus/relaybus/shared/ledger/audit"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/ratelimit"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -97,6 +109,11 @@ const (
 	DefaultMaxRepushes = 3
 	// DefaultSentTimeout is how long a SENT event must wait before it may be re-pushed.
 	DefaultSentTimeout = 10 * time.Minute
+	// DefaultRateLimit is the requests per second one caller may make (per
+	// instance), DefaultRateBurst how many at once: a console's page loads
+	// a handful; a script that loops is slowed down.
+	DefaultRateLimit = 10
+	DefaultRateBurst = 40
 )
 
 // Options configure the API. Archive, Ledger, DB and Publisher are required.
@@ -115,17 +132,43 @@ type Options struct {
 	// projections and outboxes) for dry runs and outbox states. Nil means DB
 	// holds all of them (one database, as the local stack runs).
 	Databases map[string]postgres.DBTX
-	// Auth is AuthCloudRun, AuthIAM (the default), AuthToken (Token
-	// required) or AuthNone; Audience, when set, is checked against the ID
-	// token's aud.
-	Auth, Audience, Token string
-	// Writers may take write actions (empty or "*": every authenticated
-	// caller); ReadOnly refuses every write action. Archivers may POST
-	// dead letters to /deadletters:archive (empty: every authenticated
-	// caller).
+	// Auth is AuthCloudRun (OnCloudRun required), AuthIAM (the default),
+	// AuthToken (Token required) or AuthNone. Audience is the audiences
+	// (comma-separated) an ID token may have: required by every mode but
+	// AuthNone.
+	Auth, Audience string
+	// Token is AuthToken's personal tokens: a JSON object from each
+	// holder's name (their email) to their token, of at least 32
+	// characters.
+	Token string
+	// OnCloudRun says the process runs on Cloud Run (K_SERVICE is set):
+	// AuthCloudRun runs only there, and AuthToken's archive route takes a
+	// token whose signature Cloud Run's IAM removed only there.
+	OnCloudRun bool
+	// KeysURL and KeysClient are where AuthIAM and AuthToken fetch the
+	// keys that sign ID tokens (Google's, identity.GoogleKeysURL, when
+	// empty); tests serve their own.
+	KeysURL    string
+	KeysClient *http.Client
+	// Roles grant the roles (the topology's operators are added to them).
+	// Writers are admins of everything (DLQREPLAY_WRITERS). Closed by
+	// default: with neither, nobody may do anything. ReadOnly refuses
+	// every action above a viewer's. Archivers may POST dead letters to
+	// /deadletters:archive (empty: nobody).
+	Roles     []Binding
 	Writers   []string
 	ReadOnly  bool
 	Archivers []string
+	// Groups checks the members of the groups roles are granted to
+	// (CloudIdentityGroups); required when a binding names a group.
+	Groups GroupChecker
+	// Audit is the audit log (the ledger's, Ledger.Audit(), when nil).
+	Audit AuditLog
+	// RateLimit and RateBurst bound each caller's requests per second
+	// (DefaultRateLimit and DefaultRateBurst when zero; off when
+	// RateLimit is negative): past them, 429 with Retry-After.
+	RateLimit float64
+	RateBurst int
 	// Seeker, when set, serves seek, snapshots, pause and resume (its
 	// subscription admin client).
 	Seeker *Seeker
@@ -160,8 +203,11 @@ type api struct {
 	// ledger's client.
 	events    *ledgerquery.Reader
 	consumers *consumers.Registry
-	writers   principals
+	auth      *authenticator
+	bindings  []Binding
 	archivers principals
+	auditLog  AuditLog
+	limiter   *ratelimit.Limiter
 	csrf      *http.CrossOriginProtection
 	cache     overviewCache
 }
@@ -171,28 +217,51 @@ func New(o Options) (http.Handler, error) {
 	if o.Archive == nil || o.Ledger == nil || o.DB == nil || o.Publisher == nil {
 		return nil, errors.New("dlqreplay: Archive, Ledger, DB and Publisher are required")
 	}
-	switch o.Auth {
-	case AuthNone, AuthCloudRun:
-	case AuthToken:
-		if o.Token == "" {
-			return nil, errors.New("dlqreplay: DLQREPLAY_AUTH=token needs DLQREPLAY_TOKEN (a Secret Manager secret)")
-		}
-		if len(o.Archivers) == 0 {
-			return nil, errors.New("dlqreplay: DLQREPLAY_AUTH=token needs DLQREPLAY_ARCHIVERS (the DLQ monitors' push service account): POST /deadletters:archive is authenticated by the push subscription's OIDC token, since push cannot send X-Relaybus-Token")
-		}
-	case AuthIAM, "":
+	if o.Auth == "" {
 		o.Auth = AuthIAM
-	default:
-		return nil, fmt.Errorf("dlqreplay: DLQREPLAY_AUTH=%q: want cloudrun, iam, token or none", o.Auth)
 	}
-	a := &api{o: o, csrf: http.NewCrossOriginProtection(),
+	au, err := newAuthenticator(&o)
+	if err != nil {
+		return nil, err
+	}
+	a := &api{o: o, csrf: http.NewCrossOriginProtection(), auth: au, auditLog: o.Audit,
 		events: ledgerquery.New(o.Ledger.Client()), consumers: consumers.New(o.Ledger.Client(), consumers.Options{Audit: o.Ledger.Audit()})}
-	var err error
-	if a.writers, err = parsePrincipals("DLQREPLAY_WRITERS", o.Writers); err != nil {
-		return nil, fmt.Errorf("dlqreplay: %w", err)
+	if a.auditLog == nil {
+		a.auditLog = o.Ledger.Audit()
 	}
 	if a.archivers, err = parsePrincipals("DLQREPLAY_ARCHIVERS", o.Archivers); err != nil {
 		return nil, fmt.Errorf("dlqreplay: %w", err)
+	}
+	writers, err := parsePrincipals("DLQREPLAY_WRITERS", o.Writers)
+	if err != nil {
+		return nil, fmt.Errorf("dlqreplay: %w", err)
+	}
+	for _, w := range writers.list() {
+		a.bindings = append(a.bindings, Binding{Member: w, Role: RoleAdmin})
+	}
+	a.bindings = append(a.bindings, o.Roles...)
+	if o.Topology != nil {
+		a.bindings = append(a.bindings, o.Topology.Operators...)
+	}
+	for i, b := range o.Roles {
+		if b.Member == Anonymous { // the local stack's one caller
+			b.Member = "anonymous@localhost"
+		}
+		if errs := b.Validate(fmt.Sprintf("Roles[%d]", i)); len(errs) > 0 {
+			return nil, fmt.Errorf("dlqreplay: %w", errs[0])
+		}
+	}
+	for _, b := range a.bindings {
+		if parseMember(b.Member).group && o.Groups == nil {
+			return nil, fmt.Errorf("dlqreplay: the role of %s needs its members looked up: set Groups (DLQREPLAY_GROUPS=cloudidentity)", b.Member)
+		}
+	}
+	switch {
+	case o.RateLimit < 0:
+	case o.RateLimit == 0:
+		a.limiter = ratelimit.New(ratelimit.Options{Rate: DefaultRateLimit, Burst: DefaultRateBurst})
+	default:
+		a.limiter = ratelimit.New(ratelimit.Options{Rate: o.RateLimit, Burst: o.RateBurst})
 	}
 	if a.o.MaxRepushes <= 0 {
 		a.o.MaxRepushes = DefaultMaxRepushes
@@ -202,6 +271,9 @@ func New(o Options) (http.Handler, error) {
 	}
 	if a.o.Logger == nil {
 		a.o.Logger = logging.Discard()
+	}
+	if len(a.bindings) == 0 {
+		a.o.Logger.Warn("dlqreplay: no role is granted (infra/topology.yaml operators, DLQREPLAY_ROLES, DLQREPLAY_WRITERS): every request but GET /whoami is refused")
 	}
 	if a.o.Subscriptions == nil && a.o.Topology != nil {
 		a.o.Subscriptions, _ = topology.NewSubscriptionMap(a.o.Topology, nil)
@@ -223,6 +295,8 @@ type apiError struct {
 	// Auth names the auth mode in a 401, so the console knows to ask for a
 	// token.
 	Auth string `json:"auth,omitempty"`
+	// Missing names, in a 403, the right the caller lacks.
+	Missing *missingRight `json:"missing,omitempty"`
 }
 
 // unauthenticated is the 401 answer.
@@ -241,8 +315,9 @@ func fail(status int, code, format string, a ...any) *apiError {
 // request is one call being served.
 type request struct {
 	*http.Request
-	who Principal
-	id  string
+	who    Principal
+	rights rights
+	id     string
 }
 
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -277,10 +352,22 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		who, err = a.authenticate(r)
 	}
 	if err != nil {
+		a.o.Logger.WarnContext(r.Context(), "dlqreplay: caller not authenticated", "request_id", rid, "path", clip(r.URL.Path, 300), "reason", err.Error())
 		a.unauthenticated(w, err)
 		return
 	}
+	// The DLQ monitors' pushes are Pub/Sub's flow, not a caller's: not
+	// limited here.
+	if ok, wait := a.limiter.Allow(who.Name); rt.pattern != pushedRoute && !ok {
+		ratelimit.RetryAfter(w.Header(), wait)
+		a.o.Logger.WarnContext(r.Context(), "dlqreplay: caller over the rate limit", "request_id", rid, "caller", who.Name)
+		writeJSON(w, http.StatusTooManyRequests, fail(http.StatusTooManyRequests, "rate_limited", "%s sends more than %g requests per second (DLQREPLAY_RATE_LIMIT); retry after %ss", who.Name, a.limiter.Rate(), w.Header().Get("Retry-After")))
+		return
+	}
 	req := &request{Request: r, who: who, id: rid}
+	if rt.pattern != pushedRoute {
+		req.rights = a.rightsOf(r.Context(), who)
+	}
 	v, err := rt.serve(a, req, args)
 	if err != nil {
 		a.writeError(w, req, err)
@@ -349,8 +436,11 @@ type route struct {
 	// pattern is segments with {} for a path argument; a trailing :action
 	// is part of the last segment.
 	pattern string
-	write   bool
-	h       func(a *api, r *request, args []string) (any, error)
+	// role is what the caller must hold on something to be served at all
+	// ("" for none); the handler then checks the role its action needs
+	// on what it acts on (a.authorize).
+	role string
+	h    func(a *api, r *request, args []string) (any, error)
 }
 
 // pushedRoute is the route Pub/Sub push calls (the DLQ monitors), with the
@@ -358,44 +448,47 @@ type route struct {
 const pushedRoute = "deadletters:archive"
 
 func (rt *route) serve(a *api, r *request, args []string) (any, error) {
-	if rt.write {
-		if err := a.canWrite(r.who); err != nil {
-			return nil, err
-		}
+	if rt.role != "" && !r.rights.holds(rt.role) {
+		err := fail(http.StatusForbidden, "forbidden", "%s holds no role here (%s needs at least %s): grant one in infra/topology.yaml operators or DLQREPLAY_ROLES (docs/security.md)",
+			r.who.Name, rt.method+" /"+rt.pattern, rt.role)
+		err.Missing = &missingRight{Role: rt.role, Action: audit.Read}
+		a.refused(r, rt.method+" /"+rt.pattern, target{}, err.Msg)
+		return nil, err
 	}
 	return rt.h(a, r, args)
 }
 
-// routes lists the API. Write routes whose dry run is a read check the
-// writer themselves (write false, a.canWrite when not a dry run).
+// routes lists the API. Every route but whoami and the DLQ monitors'
+// archive needs a role; actions check the one they need on their target
+// (a dry run is a viewer's read).
 var routes = []*route{
-	{"GET", "whoami", false, (*api).whoami},
-	{"GET", "overview", false, (*api).overview},
-	{"GET", "events", false, (*api).listEvents},
-	{"GET", "events/{}", false, (*api).getEvent},
-	{"POST", "events/{}:repush", false, (*api).repush},
-	{"GET", "traces/{}", false, (*api).trace},
-	{"POST", pushedRoute, false, (*api).archive},
-	{"POST", "deadletters:replay", false, (*api).replayBatch},
-	{"GET", "deadletters", false, (*api).listLetters},
-	{"GET", "deadletters/{}", false, (*api).getLetter},
-	{"POST", "deadletters/{}:replay", false, (*api).replay},
-	{"DELETE", "deadletters/{}", true, (*api).deleteLetter},
-	{"GET", "consumers", false, (*api).listConsumers},
-	{"POST", "consumers", true, (*api).addConsumer},
-	{"PATCH", "consumers/{}/{}", true, (*api).changeConsumer},
-	{"POST", "consumers/{}/{}:enable", true, (*api).enableConsumer},
-	{"POST", "consumers/{}/{}:disable", true, (*api).disableConsumer},
-	{"POST", "consumers/{}/{}:pause", true, (*api).pauseConsumer},
-	{"POST", "consumers/{}/{}:resume", true, (*api).resumeConsumer},
-	{"POST", "consumers/{}/{}:rebuild", false, (*api).rebuild},
-	{"GET", "consumers/{}/{}/delivery", false, (*api).consumerDelivery},
-	{"GET", "consumers/{}/{}/gaps", false, (*api).listGaps},
-	{"POST", "consumers/{}/{}/gaps:skip", true, (*api).skipGap},
-	{"GET", "audit", false, (*api).audit},
-	{"POST", "subscriptions/{}:seek", true, (*api).seek},
-	{"POST", "snapshots", true, (*api).createSnapshot},
-	{"GET", "snapshots", false, (*api).listSnapshots},
+	{"GET", "whoami", "", (*api).whoami},
+	{"GET", "overview", RoleViewer, (*api).overview},
+	{"GET", "events", RoleViewer, (*api).listEvents},
+	{"GET", "events/{}", RoleViewer, (*api).getEvent},
+	{"POST", "events/{}:repush", RoleViewer, (*api).repush},
+	{"GET", "traces/{}", RoleViewer, (*api).trace},
+	{"POST", pushedRoute, "", (*api).archive},
+	{"POST", "deadletters:replay", RoleViewer, (*api).replayBatch},
+	{"GET", "deadletters", RoleViewer, (*api).listLetters},
+	{"GET", "deadletters/{}", RoleViewer, (*api).getLetter},
+	{"POST", "deadletters/{}:replay", RoleViewer, (*api).replay},
+	{"DELETE", "deadletters/{}", RoleOperator, (*api).deleteLetter},
+	{"GET", "consumers", RoleViewer, (*api).listConsumers},
+	{"POST", "consumers", RoleAdmin, (*api).addConsumer},
+	{"PATCH", "consumers/{}/{}", RoleOperator, (*api).changeConsumer},
+	{"POST", "consumers/{}/{}:enable", RoleOperator, (*api).enableConsumer},
+	{"POST", "consumers/{}/{}:disable", RoleOperator, (*api).disableConsumer},
+	{"POST", "consumers/{}/{}:pause", RoleOperator, (*api).pauseConsumer},
+	{"POST", "consumers/{}/{}:resume", RoleOperator, (*api).resumeConsumer},
+	{"POST", "consumers/{}/{}:rebuild", RoleViewer, (*api).rebuild},
+	{"GET", "consumers/{}/{}/delivery", RoleViewer, (*api).consumerDelivery},
+	{"GET", "consumers/{}/{}/gaps", RoleViewer, (*api).listGaps},
+	{"POST", "consumers/{}/{}/gaps:skip", RoleOperator, (*api).skipGap},
+	{"GET", "audit", RoleViewer, (*api).audit},
+	{"POST", "subscriptions/{}:seek", RoleOperator, (*api).seek},
+	{"POST", "snapshots", RoleOperator, (*api).createSnapshot},
+	{"GET", "snapshots", RoleViewer, (*api).listSnapshots},
 }
 
 // actions are the words a path may end in after a colon.
@@ -446,31 +539,30 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// whoami tells the console who is calling and what they may do.
+// whoami tells the console who is calling and what they may do: the
+// caller's own roles, never anyone else's.
 func (a *api) whoami(r *request, _ []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
-	werr := a.canWrite(r.who)
-	out := map[string]any{"caller": r.who.Name, "auth": r.who.Method, "canWrite": werr == nil, "readOnly": a.o.ReadOnly,
-		"writers": a.writers.describe()}
+	roles := []Binding{}
+	for _, b := range r.rights {
+		roles = append(roles, Binding{Role: b.Role, Topics: b.Topics, Consumers: b.Consumers, Member: b.Member})
+	}
+	canWrite := !a.o.ReadOnly && r.rights.holds(RoleOperator)
+	out := map[string]any{"caller": r.who.Name, "auth": r.who.Method, "roles": roles, "canWrite": canWrite, "readOnly": a.o.ReadOnly}
 	if a.o.TraceProject != "" {
 		out["traceProject"] = a.o.TraceProject
 	}
-	if werr != nil {
-		out["why"] = werr.(*apiError).Msg
+	switch {
+	case a.o.ReadOnly:
+		out["why"] = "this operations API is read-only (DLQREPLAY_READ_ONLY)"
+	case len(r.rights) == 0:
+		out["why"] = r.who.Name + " holds no role: ask an admin to grant one (infra/topology.yaml operators or DLQREPLAY_ROLES)"
+	case !canWrite:
+		out["why"] = r.who.Name + " is a viewer: an operator or admin role is needed to act"
 	}
 	return out, nil
-}
-
-// record logs a write action with the caller and appends it to the audit
-// log; a failed audit write is logged, the action stands.
-func (a *api) record(r *request, e audit.Entry, msg string, attrs ...any) {
-	e.By = r.who.Name
-	a.o.Logger.InfoContext(r.Context(), msg, append(attrs, "caller", r.who.Name, "auth", r.who.Method, "request_id", r.id)...)
-	if _, err := a.o.Ledger.Audit().Append(context.WithoutCancel(r.Context()), e); err != nil {
-		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: audit entry not written", "action", e.Action, "caller", r.who.Name, "error", err.Error())
-	}
 }
 
 func sortedStrings(s []string) []string {

@@ -70,7 +70,11 @@ func newEnvWith(t *testing.T, opt func(*dlqreplay.Options)) *env {
 	fake := pubsubtest.New(t)
 	fake.Provision(t, top)
 	arc := archive.New(store.Client())
-	o := dlqreplay.Options{Archive: arc, Ledger: store, DB: pool, Publisher: fake.Client, Topology: top}
+	// The local stack's grants: the anonymous caller is an admin of
+	// everything and the DLQ monitors' archiver; no rate limit. Tests of
+	// the auth modes and roles set their own.
+	o := dlqreplay.Options{Archive: arc, Ledger: store, DB: pool, Publisher: fake.Client, Topology: top,
+		Writers: []string{dlqreplay.Anonymous}, Archivers: []string{dlqreplay.Anonymous}, RateLimit: -1}
 	opt(&o)
 	h, err := dlqreplay.New(o)
 	if err != nil {

@@ -41,20 +41,35 @@ type Config struct {
 	// Auth is cloudrun, iam, token or none (DLQREPLAY_AUTH, default iam).
 	// Behind Cloud Run IAM use cloudrun.
 	Auth string `env:"DLQREPLAY_AUTH, default=iam"`
-	// Audience, when set, is checked against the ID token's audience (the
-	// service URL; DLQREPLAY_AUDIENCE). Cloud Run's IAM checks it anyway.
+	// Audience is the audiences an ID token may have, comma-separated
+	// (DLQREPLAY_AUDIENCE: the service's URL, and for users' gcloud
+	// tokens gcloud's client id); required by cloudrun, iam and token.
 	Audience string `env:"DLQREPLAY_AUDIENCE"`
-	// Token is the static token of Auth=token, from Secret Manager
-	// (DLQREPLAY_TOKEN), sent in the X-Relaybus-Token header.
+	// Token is the personal tokens of Auth=token, from Secret Manager
+	// (DLQREPLAY_TOKEN): a JSON object from each holder's email to their
+	// token (at least 32 characters), sent in the X-Relaybus-Token header.
 	Token string `env:"DLQREPLAY_TOKEN"`
-	// Writers may write (DLQREPLAY_WRITERS, comma-separated; empty or *:
-	// every authenticated caller); ReadOnly lets nobody write
+	// Roles grant the viewer, operator and admin roles, on everything or
+	// on topics and consumers (DLQREPLAY_ROLES, a JSON list; see
+	// ParseRoles), besides the topology's operators. Writers are admins of
+	// everything (DLQREPLAY_WRITERS, comma-separated emails). With
+	// neither, nobody may do anything. ReadOnly refuses every action
 	// (DLQREPLAY_READ_ONLY, default false).
+	Roles    string   `env:"DLQREPLAY_ROLES"`
 	Writers  []string `env:"DLQREPLAY_WRITERS"`
 	ReadOnly bool     `env:"DLQREPLAY_READ_ONLY, default=false"`
 	// Archivers may POST /deadletters:archive (DLQREPLAY_ARCHIVERS; empty:
-	// every authenticated caller): the DLQ monitors' push service account.
+	// nobody): the DLQ monitors' push service account.
 	Archivers []string `env:"DLQREPLAY_ARCHIVERS"`
+	// RateLimit and RateBurst bound each caller's requests per second on
+	// one instance (DLQREPLAY_RATE_LIMIT, default 10, 0 for no limit;
+	// DLQREPLAY_RATE_BURST, default 40); past them, 429 with Retry-After.
+	RateLimit float64 `env:"DLQREPLAY_RATE_LIMIT, default=10"`
+	RateBurst int     `env:"DLQREPLAY_RATE_BURST, default=40"`
+	// Groups, when set, checks the members of the groups roles name
+	// instead of the Cloud Identity Groups API (the local stack and tests;
+	// no variable).
+	Groups GroupChecker
 	// Subscriptions maps logical subscription ids to real ones
 	// (DLQREPLAY_SUBSCRIPTIONS, a JSON object; see topology.SubscriptionMap).
 	Subscriptions string `env:"DLQREPLAY_SUBSCRIPTIONS"`
@@ -181,11 +196,29 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	}
 	f.close.Add(func(context.Context) error { return ps.Close() })
 	seeker, timeSeeker := seekersOf(ps, cfg.ProjectID)
+	roles, err := ParseRoles(cfg.Roles)
+	if err != nil {
+		return fail(err)
+	}
+	groups := cfg.Groups
+	if groups == nil && namesGroup(roles, top.Operators) {
+		g, err := NewCloudIdentityGroups(ctx, 0)
+		if err != nil {
+			return fail(err)
+		}
+		groups = g
+	}
+	rate := cfg.RateLimit
+	if rate == 0 {
+		rate = -1 // DLQREPLAY_RATE_LIMIT=0: no limit
+	}
 	h, err := New(Options{
 		Archive: archive.New(store.Client(), archive.WithRetention(cfg.Retention), archive.WithSubscriptions(subs)),
 		Ledger:  store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
 		Seeker: seeker, TimeSeeker: timeSeeker,
-		Auth: cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers,
+		Auth: cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, OnCloudRun: cfg.OnCloudRun(),
+		Roles: roles, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers, Groups: groups,
+		RateLimit: rate, RateBurst: cfg.RateBurst,
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, PullConsumers: cfg.PullConsumers, Pauser: cfg.Pauser,
 		TraceProject: traceProject(cfg),
 	})
@@ -194,6 +227,18 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	}
 	f.Handler = h
 	return f, nil
+}
+
+// namesGroup reports whether a binding grants a role to a group.
+func namesGroup(lists ...[]Binding) bool {
+	for _, l := range lists {
+		for _, b := range l {
+			if parseMember(b.Member).group {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // traceProject is where the console links traces: DLQREPLAY_TRACE_PROJECT,

@@ -112,6 +112,14 @@ func (a *api) getEvent(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	// The payload: a viewer of the event's topic (or of one of its
+	// consumers) reads it, and the read is recorded before the answer.
+	if err := a.authorizeAny(r, audit.EventRead, RoleViewer, d.Event.Topic, d.Event.ExpectedConsumers); err != nil {
+		return nil, err
+	}
+	if err := a.readPayload(r, audit.Entry{Action: audit.EventRead, EventID: id, Topic: d.Event.Topic}); err != nil {
+		return nil, err
+	}
 	ev, err := eventJSON(d.Event)
 	if err != nil {
 		return nil, err
@@ -289,38 +297,51 @@ func (a *api) repush(r *request, args []string) (any, error) {
 		}
 		return map[string]any{"eventId": id, "consumer": req.Consumer, "dryRun": true, "rules": a.repushAnswer(d.Event, now)}, nil
 	}
-	if err := a.canWrite(r.who); err != nil {
-		return nil, err
-	}
-	check := func(d model.Event) error {
-		if err := a.repushRule(d, now); err != nil {
-			return err
-		}
-		return nil
-	}
-	d, err := a.o.Ledger.BeginRepush(r.Context(), id, req.Consumer, check, now)
+	// The right is on the event's topic (and the consumer it goes to;
+	// every consumer needs the topic's).
+	cur, err := a.events.Get(r.Context(), id)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	e, err := d.Envelope()
-	if err != nil {
-		return nil, fail(http.StatusConflict, "payload_omitted", "event %s's payload was too large for the ledger: re-push it from the producer's outbox", id)
-	}
-	// The outbox row keeps the re-push span's traceparent, sampled
-	// whatever the ratio: the relay's publish and every consumer's
-	// delivery of the re-push are recorded under it.
-	ctx, span := forcedSpan(r.Context(), "repush "+d.Topic, e.TraceID, e.SpanID,
-		telemetry.KeyDestination.String(d.Topic), telemetry.KeyConsumer.String(req.Consumer), telemetry.KeyEventID.String(id))
-	_, err = outbox.Repush(ctx, a.o.DB, &e, req.Consumer)
-	span.End(err)
-	if err != nil && !errors.Is(err, outbox.ErrPending) {
+	if err := a.authorize(r, audit.EventRepush, RoleOperator, target{Topic: cur.Event.Topic, Consumer: req.Consumer}); err != nil {
 		return nil, err
 	}
-	target := req.Consumer
-	if target == "" {
-		target = "every consumer"
+	to := req.Consumer
+	if to == "" {
+		to = "every consumer"
 	}
-	a.record(r, audit.Entry{Action: audit.EventRepush, EventID: id, Topic: d.Topic, ConsumerID: req.Consumer,
-		Detail: "re-pushed to " + target + " through the outbox"}, "dlqreplay: event re-pushed", "event_id", id, "topic", d.Topic, "consumer", req.Consumer)
+	var d model.Event
+	err = a.run(r, audit.Entry{Action: audit.EventRepush, EventID: id, Topic: cur.Event.Topic, ConsumerID: req.Consumer,
+		Detail: "re-push to " + to + " through the outbox"}, func(*step) (string, error) {
+		check := func(d model.Event) error {
+			if err := a.repushRule(d, now); err != nil {
+				return err
+			}
+			return nil
+		}
+		var err error
+		d, err = a.o.Ledger.BeginRepush(r.Context(), id, req.Consumer, check, now)
+		if err != nil {
+			return "", mapErr(err)
+		}
+		e, err := d.Envelope()
+		if err != nil {
+			return "", fail(http.StatusConflict, "payload_omitted", "event %s's payload was too large for the ledger: re-push it from the producer's outbox", id)
+		}
+		// The outbox row keeps the re-push span's traceparent, sampled
+		// whatever the ratio: the relay's publish and every consumer's
+		// delivery of the re-push are recorded under it.
+		ctx, span := forcedSpan(r.Context(), "repush "+d.Topic, e.TraceID, e.SpanID,
+			telemetry.KeyDestination.String(d.Topic), telemetry.KeyConsumer.String(req.Consumer), telemetry.KeyEventID.String(id))
+		_, err = outbox.Repush(ctx, a.o.DB, &e, req.Consumer)
+		span.End(err)
+		if err != nil && !errors.Is(err, outbox.ErrPending) {
+			return "", err
+		}
+		return "re-pushed to " + to + " through the outbox", nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	return map[string]any{"eventId": id, "status": model.StatusRetrying, "retryCount": d.RetryCount, "consumer": req.Consumer}, nil
 }

@@ -164,25 +164,37 @@ func (a *api) skipGap(r *request, args []string) (any, error) {
 	if err := bad.err(); err != nil {
 		return nil, err
 	}
+	topic, id, err := consumerPath(args)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.authorize(r, audit.GapsSkip, RoleOperator, target{Topic: topic, Consumer: id}); err != nil {
+		return nil, err
+	}
 	c, run, err := a.strictConsumer(r, args)
 	if err != nil {
 		return nil, err
 	}
-	res, err := a.resequencer(c).Skip(r.Context(), run, projection.SkipRequest{AggregateType: b.AggregateType, AggregateID: b.AggregateID,
-		Version: b.Version, Through: b.Through, Reason: b.Reason, By: r.who.Name})
-	var ge *projection.GapError
-	switch {
-	case errors.As(err, &ge):
-		return nil, fail(http.StatusConflict, ge.Code, "%s", ge.Message)
-	case isUndefinedTable(err):
-		return nil, fail(http.StatusConflict, "no_gap", "%s has parked nothing yet (its tables do not exist: the consumer has not started)", c.Service)
-	case err != nil:
+	var res projection.SkipResult
+	err = a.run(r, audit.Entry{Action: audit.GapsSkip, Topic: c.Topic, ConsumerID: c.Service,
+		Detail: fmt.Sprintf("skip %s/%s versions %d through %d: %s", b.AggregateType, b.AggregateID, b.Version, max(b.Through, b.Version), b.Reason)}, func(*step) (string, error) {
+		var err error
+		res, err = a.resequencer(c).Skip(r.Context(), run, projection.SkipRequest{AggregateType: b.AggregateType, AggregateID: b.AggregateID,
+			Version: b.Version, Through: b.Through, Reason: b.Reason, By: r.who.Name})
+		var ge *projection.GapError
+		switch {
+		case errors.As(err, &ge):
+			return "", fail(http.StatusConflict, ge.Code, "%s", ge.Message)
+		case isUndefinedTable(err):
+			return "", fail(http.StatusConflict, "no_gap", "%s has parked nothing yet (its tables do not exist: the consumer has not started)", c.Service)
+		case err != nil:
+			return "", err
+		}
+		return fmt.Sprintf("%s/%s versions %v skipped: %s", res.AggregateType, res.AggregateID, res.Skipped, b.Reason), nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	a.record(r, audit.Entry{Action: "gaps.skip", Topic: c.Topic, ConsumerID: c.Service,
-		Detail: fmt.Sprintf("%s/%s versions %v skipped: %s", res.AggregateType, res.AggregateID, res.Skipped, b.Reason)},
-		"dlqreplay: gap released by skipping versions", "topic", c.Topic, "consumer", c.Service,
-		"aggregate_type", res.AggregateType, "aggregate_id", res.AggregateID, "skipped", fmt.Sprint(res.Skipped))
 	out := map[string]any{"aggregateType": res.AggregateType, "aggregateId": res.AggregateID, "skipped": res.Skipped}
 	if res.Gap != nil {
 		out["gap"] = res.Gap

@@ -31,7 +31,9 @@ const MaxBatchReplay = 500
 
 func (a *api) archive(r *request, _ []string) (any, error) {
 	if !a.archivers.allows(r.who) {
-		return nil, fail(http.StatusForbidden, "not_an_archiver", "%s may not archive dead letters: DLQREPLAY_ARCHIVERS lists who may (the DLQ monitors' push identity)", r.who.Name)
+		err := fail(http.StatusForbidden, "not_an_archiver", "%s may not archive dead letters: DLQREPLAY_ARCHIVERS lists who may (the DLQ monitors' push identity)", r.who.Name)
+		a.refused(r, audit.LetterArchive, target{}, err.Msg)
+		return nil, err
 	}
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
@@ -97,6 +99,12 @@ func (a *api) listLetters(r *request, _ []string) (any, error) {
 	if letters == nil {
 		letters = []archive.Letter{}
 	}
+	// A listing carries no message data: reading a payload is a read of
+	// one letter (GET /deadletters/{id}), authorized on its topic and
+	// recorded in the audit log.
+	for i := range letters {
+		letters[i].Data = nil
+	}
 	return map[string]any{"deadLetters": letters, "nextPageToken": next}, nil
 }
 
@@ -128,6 +136,12 @@ func (a *api) getLetter(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	if err := a.authorize(r, audit.LetterRead, RoleViewer, target{Topic: l.Topic, Consumer: l.Consumer}); err != nil {
+		return nil, err
+	}
+	if err := a.readPayload(r, audit.Entry{Action: audit.LetterRead, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID}); err != nil {
+		return nil, err
+	}
 	out := letterDetail{Letter: l}
 	if l.EventID != "" && validEventID(l.EventID) {
 		if d, err := a.events.Get(r.Context(), l.EventID); err == nil {
@@ -145,12 +159,24 @@ func (a *api) deleteLetter(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := a.o.Archive.Delete(r.Context(), id, r.who.Name)
+	cur, err := a.o.Archive.Get(r.Context(), id)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	a.record(r, audit.Entry{Action: audit.LetterDelete, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID,
-		Detail: "deleted (kept as a tombstone)"}, "dlqreplay: dead letter deleted", "dead_letter_id", id)
+	if err := a.authorize(r, audit.LetterDelete, RoleOperator, target{Topic: cur.Topic, Consumer: cur.Consumer}); err != nil {
+		return nil, err
+	}
+	var l archive.Letter
+	err = a.run(r, audit.Entry{Action: audit.LetterDelete, DeadLetterID: id, Topic: cur.Topic, ConsumerID: cur.Consumer, EventID: cur.EventID,
+		Detail: "delete (keep as a tombstone)"}, func(*step) (string, error) {
+		var err error
+		l, err = a.o.Archive.Delete(r.Context(), id, r.who.Name)
+		return "deleted (kept as a tombstone)", mapErr(err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.Data = nil
 	return l, nil
 }
 
@@ -220,14 +246,16 @@ func (a *api) replay(r *request, args []string) (any, error) {
 	} else if v := r.URL.Query().Get("dryRun"); v != "" && v != "false" {
 		return nil, badRequest([]*event.FieldError{{Field: "dryRun", Rule: ruleBool}})
 	}
-	if !req.DryRun {
-		if err := a.canWrite(r.who); err != nil {
-			return nil, err
-		}
-	}
 	l, err := a.o.Archive.Get(r.Context(), id)
 	if err != nil {
 		return nil, mapErr(err)
+	}
+	role := RoleOperator
+	if req.DryRun {
+		role = RoleViewer
+	}
+	if err := a.authorize(r, audit.LetterReplay, role, target{Topic: l.Topic, Consumer: l.Consumer}); err != nil {
+		return nil, err
 	}
 	if l.Deleted {
 		return nil, fail(http.StatusConflict, "deleted", "dead letter %s was deleted by %s", id, l.DeletedBy)
@@ -244,17 +272,21 @@ func (a *api) replay(r *request, args []string) (any, error) {
 	if req.DryRun {
 		return plan, nil
 	}
-	msgID, err := a.publishReplay(r.Context(), l)
+	err = a.run(r, audit.Entry{Action: audit.LetterReplay, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID,
+		Detail: "replay to " + l.Consumer}, func(*step) (string, error) {
+		msgID, err := a.publishReplay(r.Context(), l)
+		if err != nil {
+			return "", err
+		}
+		plan.MessageID = msgID
+		if err := a.o.Archive.AddReplay(r.Context(), id, archive.Replay{By: r.who.Name, At: time.Now().UTC(), MessageID: msgID, Consumer: l.Consumer}); err != nil {
+			return "", err
+		}
+		return "replayed to " + l.Consumer + " as message " + msgID, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := a.o.Archive.AddReplay(r.Context(), id, archive.Replay{By: r.who.Name, At: time.Now().UTC(), MessageID: msgID, Consumer: l.Consumer}); err != nil {
-		return nil, err
-	}
-	a.record(r, audit.Entry{Action: audit.LetterReplay, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID,
-		Detail: "replayed to " + l.Consumer + " as message " + msgID}, "dlqreplay: dead letter replayed",
-		"dead_letter_id", id, "topic", l.Topic, "consumer", l.Consumer, "event_id", l.EventID, "message_id", msgID)
-	plan.MessageID = msgID
 	return plan, nil
 }
 
@@ -468,10 +500,12 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 	if err := q.err(); err != nil {
 		return nil, err
 	}
-	if !req.DryRun {
-		if err := a.canWrite(r.who); err != nil {
-			return nil, err
-		}
+	role := RoleOperator
+	if req.DryRun {
+		role = RoleViewer
+	}
+	if err := a.authorize(r, audit.LetterBatch, role, target{Topic: req.Topic, Consumer: req.Consumer}); err != nil {
+		return nil, err
 	}
 	sum, err := a.o.Archive.Summarize(r.Context(), f)
 	if err != nil {
@@ -484,12 +518,19 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 	if req.Expect != nil && *req.Expect != sum.Total {
 		return nil, fail(http.StatusConflict, "count_changed", "you confirmed %d letters, the filter now matches %d: run the dry run again", *req.Expect, sum.Total)
 	}
+	filter := fmt.Sprintf("topic=%q consumer=%q reason=%q since=%q until=%q includeReplayed=%v", req.Topic, req.Consumer, req.Reason, req.Since, req.Until, req.IncludeReplayed)
+	st, err := a.begin(r, audit.Entry{Action: audit.LetterBatch, Topic: req.Topic, ConsumerID: req.Consumer,
+		Detail: fmt.Sprintf("replay up to %d of %d letters matching %s", MaxBatchReplay, sum.Total, filter)})
+	if err != nil {
+		return nil, err
+	}
 	replayed, skipped, token := 0, 0, ""
 	var pubErr error
 	for replayed+skipped < MaxBatchReplay && pubErr == nil {
 		letters, next, err := a.o.Archive.List(r.Context(), f, min(100, MaxBatchReplay-replayed-skipped), token)
 		if err != nil {
-			return nil, err
+			pubErr = err
+			break
 		}
 		for _, l := range letters {
 			if l.Consumer == "" {
@@ -512,18 +553,14 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 		}
 		token = next
 	}
-	filter := fmt.Sprintf("topic=%q consumer=%q reason=%q since=%q until=%q includeReplayed=%v", req.Topic, req.Consumer, req.Reason, req.Since, req.Until, req.IncludeReplayed)
-	if replayed > 0 {
-		a.record(r, audit.Entry{Action: audit.LetterBatch, Topic: req.Topic, ConsumerID: req.Consumer,
-			Detail: fmt.Sprintf("replayed %d of %d letters matching %s", replayed, sum.Total, filter)},
-			"dlqreplay: dead letters replayed", "filter", filter, "replayed", replayed, "matched", sum.Total)
-	}
 	if pubErr != nil {
 		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: bulk replay stopped", "request_id", r.id, "replayed", replayed, "error", pubErr.Error())
 		e := fail(http.StatusServiceUnavailable, "unavailable", "replayed %d of %d letters, then Pub/Sub or the archive failed (request %s): run the replay again for the rest", replayed, sum.Total, r.id)
 		e.RequestID = r.id
+		st.end(e, "", "filter", filter, "replayed", replayed, "matched", sum.Total)
 		return nil, e
 	}
+	st.end(nil, fmt.Sprintf("replayed %d of %d letters matching %s", replayed, sum.Total, filter), "filter", filter, "replayed", replayed, "matched", sum.Total)
 	out["replayed"] = replayed
 	out["skippedNoConsumer"] = skipped
 	out["remaining"] = max(sum.Total-replayed-skipped, 0)

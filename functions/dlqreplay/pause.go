@@ -195,16 +195,25 @@ func (a *api) pauseConsumer(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.authorize(r, audit.ConsumerPause, RoleOperator, target{Topic: c.Topic, Consumer: c.Service}); err != nil {
+		return nil, err
+	}
 	st := a.state(c)
-	if st.Changed, err = a.o.Pauser.Pause(r.Context(), c.Subscription()); err != nil {
+	err = a.run(r, audit.Entry{Action: audit.ConsumerPause, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+		Detail: "pause delivery"}, func(*step) (string, error) {
+		var err error
+		if st.Changed, err = a.o.Pauser.Pause(r.Context(), c.Subscription()); err != nil {
+			return "", err
+		}
+		if !st.Changed {
+			return "already paused: nothing changed", nil
+		}
+		return "delivery paused: messages wait in " + c.Subscription(), nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	st.Paused = true
-	if st.Changed {
-		a.record(r, audit.Entry{Action: "consumer.pause", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
-			Detail: "delivery paused: messages wait in " + c.Subscription()},
-			"dlqreplay: consumer paused", "topic", c.Topic, "consumer", c.Service, "subscription", c.Subscription())
-	}
 	return st, nil
 }
 
@@ -213,14 +222,23 @@ func (a *api) resumeConsumer(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := a.state(c)
-	if st.Changed, err = a.o.Pauser.Resume(r.Context(), c.Subscription()); err != nil {
+	if err := a.authorize(r, audit.ConsumerResume, RoleOperator, target{Topic: c.Topic, Consumer: c.Service}); err != nil {
 		return nil, err
 	}
-	if st.Changed {
-		a.record(r, audit.Entry{Action: "consumer.resume", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
-			Detail: "delivery resumed"},
-			"dlqreplay: consumer resumed", "topic", c.Topic, "consumer", c.Service, "subscription", c.Subscription())
+	st := a.state(c)
+	err = a.run(r, audit.Entry{Action: audit.ConsumerResume, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+		Detail: "resume delivery"}, func(*step) (string, error) {
+		var err error
+		if st.Changed, err = a.o.Pauser.Resume(r.Context(), c.Subscription()); err != nil {
+			return "", err
+		}
+		if !st.Changed {
+			return "not paused: nothing changed", nil
+		}
+		return "delivery resumed", nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return st, nil
 }

@@ -97,10 +97,12 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 	if err := bad.err(); err != nil {
 		return nil, err
 	}
-	if !b.DryRun {
-		if err := a.canWrite(r.who); err != nil {
-			return nil, err
-		}
+	role := RoleAdmin
+	if b.DryRun {
+		role = RoleViewer
+	}
+	if err := a.authorize(r, audit.ConsumerRebuild, role, target{Topic: topic, Consumer: id}); err != nil {
+		return nil, err
 	}
 	c, err := a.declared(topic, id)
 	if err != nil {
@@ -183,75 +185,79 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			}
 		}
 	}
-	var paused []string // the subscriptions this rebuild paused, to resume
-	resume := func() error {
-		var errs []error
-		for _, sub := range paused {
-			if _, err := a.o.Pauser.Resume(r.Context(), sub); err != nil {
-				errs = append(errs, err)
+	err = a.run(r, audit.Entry{Action: audit.ConsumerRebuild, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+		Detail: fmt.Sprintf("rebuild: scope %s, %s to be seeked to %s%s", scopeOf(b.AggregateType), strings.Join(subs, ", "), b.Time, b.Snapshot)}, func(*step) (string, error) {
+		var paused []string // the subscriptions this rebuild paused, to resume
+		resume := func() error {
+			var errs []error
+			for _, sub := range paused {
+				if _, err := a.o.Pauser.Resume(r.Context(), sub); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
+		}
+		for _, sub := range subs {
+			changed, err := a.o.Pauser.Pause(r.Context(), sub)
+			if err != nil {
+				if rerr := resume(); rerr != nil {
+					a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+				}
+				return "", err
+			}
+			if changed {
+				paused = append(paused, sub)
 			}
 		}
-		return errors.Join(errs...)
-	}
-	for _, sub := range subs {
-		changed, err := a.o.Pauser.Pause(r.Context(), sub)
+		// Seek before clearing: a paused subscription delivers nothing, so the
+		// order is the same to the consumer, and a seek Pub/Sub refuses (the
+		// local stack's pstest refuses any seek back) leaves the state as it
+		// was.
+		var seeked []string
+		for _, sub := range subs {
+			seek := &pb.SeekRequest{Subscription: "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(sub)}
+			if b.Snapshot != "" {
+				seek.Target = &pb.SeekRequest_Snapshot{Snapshot: "projects/" + a.o.Seeker.Project + "/snapshots/" + b.Snapshot}
+			} else {
+				seek.Target = &pb.SeekRequest_Time{Time: timestamppb.New(at)}
+			}
+			if _, err := a.o.Seeker.Admin.Seek(r.Context(), seek); err != nil {
+				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild stopped: a seek failed; nothing was cleared",
+					"consumer", c.Service, "subscription", sub, "seeked", strings.Join(seeked, ","), "error", err.Error(), "request_id", r.id)
+				if rerr := resume(); rerr != nil {
+					a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+				}
+				note := "; nothing was cleared"
+				if len(seeked) > 0 {
+					note += fmt.Sprintf(" (%s was seeked: what it delivers again is answered as duplicates)", strings.Join(seeked, ", "))
+				}
+				e := pubsubErr(err, "subscription "+sub)
+				if ae, ok := e.(*apiError); ok {
+					ae.Msg += note
+					return "", ae
+				}
+				return "", fmt.Errorf("rebuild of %s: seek of %s failed%s: %w", c.Service, sub, note, err)
+			}
+			seeked = append(seeked, sub)
+		}
+		n, err := a.clearRebuild(r.Context(), run, c, b.AggregateType, true)
 		if err != nil {
+			// The subscriptions were seeked and the state kept: what they
+			// deliver again is answered as duplicates.
 			if rerr := resume(); rerr != nil {
 				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
 			}
-			return nil, err
+			return "", err
 		}
-		if changed {
-			paused = append(paused, sub)
+		if err := resume(); err != nil {
+			return "", err
 		}
-	}
-	// Seek before clearing: a paused subscription delivers nothing, so the
-	// order is the same to the consumer, and a seek Pub/Sub refuses (the
-	// local stack's pstest refuses any seek back) leaves the state as it
-	// was.
-	var seeked []string
-	for _, sub := range subs {
-		seek := &pb.SeekRequest{Subscription: "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(sub)}
-		if b.Snapshot != "" {
-			seek.Target = &pb.SeekRequest_Snapshot{Snapshot: "projects/" + a.o.Seeker.Project + "/snapshots/" + b.Snapshot}
-		} else {
-			seek.Target = &pb.SeekRequest_Time{Time: timestamppb.New(at)}
-		}
-		if _, err := a.o.Seeker.Admin.Seek(r.Context(), seek); err != nil {
-			a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild stopped: a seek failed; nothing was cleared",
-				"consumer", c.Service, "subscription", sub, "seeked", strings.Join(seeked, ","), "error", err.Error(), "request_id", r.id)
-			if rerr := resume(); rerr != nil {
-				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
-			}
-			note := "; nothing was cleared"
-			if len(seeked) > 0 {
-				note += fmt.Sprintf(" (%s was seeked: what it delivers again is answered as duplicates)", strings.Join(seeked, ", "))
-			}
-			e := pubsubErr(err, "subscription "+sub)
-			if ae, ok := e.(*apiError); ok {
-				ae.Msg += note
-				return nil, ae
-			}
-			return nil, fmt.Errorf("rebuild of %s: seek of %s failed%s: %w", c.Service, sub, note, err)
-		}
-		seeked = append(seeked, sub)
-	}
-	n, err := a.clearRebuild(r.Context(), run, c, b.AggregateType, true)
+		plan["cleared"], plan["resumed"] = n, len(paused) == len(subs)
+		return fmt.Sprintf("scope %s, cleared %s, %s seeked to %s%s", scopeOf(b.AggregateType), n, strings.Join(subs, ", "), b.Time, b.Snapshot), nil
+	})
 	if err != nil {
-		// The subscriptions were seeked and the state kept: what they
-		// deliver again is answered as duplicates.
-		if rerr := resume(); rerr != nil {
-			a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
-		}
 		return nil, err
 	}
-	if err := resume(); err != nil {
-		return nil, err
-	}
-	a.record(r, audit.Entry{Action: "consumer.rebuild", Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
-		Detail: fmt.Sprintf("scope %s, cleared %s, %s seeked to %s%s", scopeOf(b.AggregateType), n, strings.Join(subs, ", "), b.Time, b.Snapshot)},
-		"dlqreplay: projection rebuilt", "topic", c.Topic, "consumer", c.Service, "subscriptions", strings.Join(subs, ","), "scope", scopeOf(b.AggregateType), "time", b.Time, "snapshot", b.Snapshot)
-	plan["cleared"], plan["resumed"] = n, len(paused) == len(subs)
 	return plan, nil
 }
 

@@ -58,7 +58,7 @@ func TestRebuildAProjection(t *testing.T) {
 		}
 	}
 	e = newHandler(t, e, func(o *dlqreplay.Options) {
-		o.Auth, o.Writers = dlqreplay.AuthCloudRun, []string{"alice@example.com"}
+		behindCloudRun(o)
 		o.Seeker = &dlqreplay.Seeker{Admin: admin, Project: pubsubtest.Project}
 		o.PushTargets = map[string]dlqreplay.PushTarget{sub: target, sibling: target}
 	})
@@ -137,7 +137,7 @@ func TestRebuildAProjection(t *testing.T) {
 	runAuth(t, e, []authCase{
 		{name: "beyond the retention", method: "POST", path: base, headers: alice, body: map[string]any{"time": time.Now().Add(-8 * 24 * time.Hour).UTC().Format(time.RFC3339)}, want: 409, code: "retention"},
 		{name: "no time nor snapshot", method: "POST", path: base, headers: alice, body: map[string]any{}, want: 400, code: "invalid_argument"},
-		{name: "a reader may not rebuild", method: "POST", path: base, headers: bob, body: map[string]any{"time": hourAgo}, want: 403, code: "not_a_writer"},
+		{name: "a reader may not rebuild", method: "POST", path: base, headers: bob, body: map[string]any{"time": hourAgo}, want: 403, code: "forbidden"},
 		{name: "a snapshot for two topics", method: "POST", path: base, headers: alice, body: map[string]any{"snapshot": "before"}, want: 409, code: "snapshot"},
 		{name: "its own tables", method: "POST", path: "/consumers/shop.order.events/member-service:rebuild", headers: alice, body: map[string]any{"time": hourAgo}, want: 409, code: "handler"},
 	})
@@ -194,7 +194,7 @@ func TestRebuildAProjection(t *testing.T) {
 	if after := projectionRows(); !reflect.DeepEqual(after, before) {
 		t.Fatalf("rebuilt projection %v, want %v", after, before)
 	}
-	entries, err := e.store.Audit().List(ctx, audit.Query{ActionPrefix: "consumer.rebuild", Limit: 10})
+	entries, err := e.store.Audit().List(ctx, audit.Query{ActionPrefix: "consumer.rebuild", Outcome: audit.OutcomeSucceeded, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

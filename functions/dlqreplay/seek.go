@@ -85,6 +85,19 @@ func (a *api) subscription(field, name string) (string, *event.FieldError) {
 	return "", bad
 }
 
+// subscriptionTarget is what a subscription (as a.subscription accepts
+// it) belongs to: its consumer on its topic, or a DLQ monitor's topic.
+func (a *api) subscriptionTarget(name string) target {
+	logical := a.o.Subscriptions.Logical(name)
+	if topic, consumer, _, err := names.ParseSubscription(logical); err == nil {
+		return target{Topic: topic, Consumer: consumer}
+	}
+	if topic, ok := strings.CutSuffix(logical, names.DeadLetterSuffix+"-monitor"); ok {
+		return target{Topic: topic}
+	}
+	return target{Topic: logical}
+}
+
 func (a *api) seek(r *request, args []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
@@ -116,12 +129,18 @@ func (a *api) seek(r *request, args []string) (any, error) {
 	if len(bad) > 0 {
 		return nil, badRequest(bad)
 	}
+	t := a.subscriptionTarget(args[0])
+	if err := a.authorize(r, audit.Seek, RoleOperator, t); err != nil {
+		return nil, err
+	}
+	entry := audit.Entry{Action: audit.Seek, Subscription: args[0], Topic: t.Topic, ConsumerID: t.Consumer, Detail: "seek " + real + " to " + req.Time + req.Snapshot}
 	if a.o.Seeker == nil && a.o.TimeSeeker != nil && req.Time != "" {
-		if err := a.o.TimeSeeker.SeekTime(r.Context(), real, at); err != nil {
+		err := a.run(r, entry, func(*step) (string, error) {
+			return "seeked " + real + " to " + req.Time, a.o.TimeSeeker.SeekTime(r.Context(), real, at)
+		})
+		if err != nil {
 			return nil, err
 		}
-		a.record(r, audit.Entry{Action: audit.Seek, Subscription: args[0], Detail: "seeked " + real + " to " + req.Time},
-			"dlqreplay: subscription seeked", "subscription", args[0], "time", req.Time)
 		return map[string]string{"subscription": args[0], "time": req.Time}, nil
 	}
 	if a.o.Seeker == nil {
@@ -137,11 +156,15 @@ func (a *api) seek(r *request, args []string) (any, error) {
 	} else {
 		sr.Target = &pb.SeekRequest_Time{Time: timestamppb.New(at)}
 	}
-	if _, err := s.Admin.Seek(r.Context(), sr); err != nil {
-		return nil, pubsubErr(err, "subscription "+args[0])
+	err := a.run(r, entry, func(*step) (string, error) {
+		if _, err := s.Admin.Seek(r.Context(), sr); err != nil {
+			return "", pubsubErr(err, "subscription "+args[0])
+		}
+		return "seeked " + real + " to " + req.Time + req.Snapshot, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	a.record(r, audit.Entry{Action: audit.Seek, Subscription: args[0], Detail: "seeked " + real + " to " + req.Time + req.Snapshot},
-		"dlqreplay: subscription seeked", "subscription", args[0], "pubsub_subscription", real, "time", req.Time, "snapshot", req.Snapshot)
 	return map[string]string{"subscription": args[0], "pubsubSubscription": real, "time": req.Time, "snapshot": req.Snapshot}, nil
 }
 
@@ -191,16 +214,27 @@ func (a *api) createSnapshot(r *request, _ []string) (any, error) {
 	if a.o.Seeker == nil {
 		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are not configured")
 	}
+	t := a.subscriptionTarget(req.Subscription)
+	if err := a.authorize(r, audit.Snapshot, RoleOperator, t); err != nil {
+		return nil, err
+	}
 	s := a.o.Seeker
-	snap, err := s.Admin.CreateSnapshot(r.Context(), &pb.CreateSnapshotRequest{
-		Name:         "projects/" + s.Project + "/snapshots/" + req.Name,
-		Subscription: "projects/" + s.Project + "/subscriptions/" + real,
+	var snap *pb.Snapshot
+	err := a.run(r, audit.Entry{Action: audit.Snapshot, Subscription: req.Subscription, Topic: t.Topic, ConsumerID: t.Consumer,
+		Detail: "snapshot " + req.Name + " of " + real}, func(*step) (string, error) {
+		var err error
+		snap, err = s.Admin.CreateSnapshot(r.Context(), &pb.CreateSnapshotRequest{
+			Name:         "projects/" + s.Project + "/snapshots/" + req.Name,
+			Subscription: "projects/" + s.Project + "/subscriptions/" + real,
+		})
+		if err != nil {
+			return "", pubsubErr(err, "subscription "+req.Subscription)
+		}
+		return "snapshot " + req.Name + " of " + real, nil
 	})
 	if err != nil {
-		return nil, pubsubErr(err, "subscription "+req.Subscription)
+		return nil, err
 	}
-	a.record(r, audit.Entry{Action: audit.Snapshot, Subscription: req.Subscription, Detail: "snapshot " + req.Name + " of " + real},
-		"dlqreplay: snapshot created", "snapshot", req.Name, "subscription", req.Subscription, "pubsub_subscription", real)
 	return snapshotView(snap), nil
 }
 

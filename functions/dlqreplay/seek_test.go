@@ -59,7 +59,7 @@ func TestSeekSendsPubSubTheRewind(t *testing.T) {
 	}
 	defer store.Close()
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pgtest.Schema(t),
-		Publisher: fake.Client, Auth: dlqreplay.AuthNone,
+		Publisher: fake.Client, Auth: dlqreplay.AuthNone, Writers: []string{dlqreplay.Anonymous},
 		Seeker: &dlqreplay.Seeker{Admin: fake.Client.PubSub().SubscriptionAdminClient, Project: pubsubtest.Project}})
 	if err != nil {
 		t.Fatal(err)

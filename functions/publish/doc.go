@@ -32,17 +32,27 @@
 //
 //	202 Accepted   the event is in the outbox: {"eventId", "status", "duplicate", "topic",
 //	               "aggregateId", "version", "traceId"}; status is published (the fast path put it
-//	               on Pub/Sub before answering) or pending (the relay will); a repeated eventId
-//	               answers the recorded event's state with duplicate: true and writes nothing
+//	               on Pub/Sub before answering) or pending (the relay will); a repeated event
+//	               (same eventId, topic, aggregate, version, type and payload) answers the
+//	               recorded event's state with duplicate: true and writes nothing
 //	200 OK         every event was SKIPPED: its topic has no enabled consumer in the topic
 //	               registry; nothing is written, an ERROR is logged, "reason" says why
 //	400            invalid_event (every field of every event that breaks a rule, with the rule)
 //	               or malformed (not JSON, not a CloudEvent)
+//	401            unauthenticated (PUBLISH_AUTH=cloudrun): no ID token, or one that is expired,
+//	               not Google's, or for another audience (PUBLISH_AUDIENCE)
+//	403            forbidden (PUBLISH_AUTH=cloudrun): the caller is not one of the topic's
+//	               publishers; a topic that declares none takes nobody
 //	405            not POST (Allow: POST)
-//	409            version_conflict: the aggregate already has that version under another id
+//	409            version_conflict: the aggregate already has that version under another id;
+//	               event_id_conflict: another event already has that eventId (a retry must repeat
+//	               the same event, a new event needs a new id). Neither says anything of the
+//	               stored event.
 //	413            too_large: body over the body limit, payload over PUBLISH_MAX_PAYLOAD_BYTES,
 //	               or more events than the batch limit
 //	415            unsupported_media_type
+//	429            rate_limited: the caller sent more than PUBLISH_RATE_LIMIT requests per
+//	               second (per instance; Retry-After says when to retry), nothing written
 //	503            unavailable: the outbox or the registry cannot be reached, or the outbox
 //	               did not answer within PUBLISH_BUDGET (the event may have been written);
 //	               busy: every request slot is taken, nothing written (Retry-After: 1);
@@ -56,6 +66,16 @@
 // written in one transaction, so they are all recorded or none is. Error
 // bodies are {"error": code, "message": "field: rule; ...", "fields":
 // [{"index", "eventId", "field", "rule"}]}.
+//
+// # Topics and aggregates
+//
+// An event's aggregateType must be one its topic carries (the topology's
+// aggregate_types, else the topic's aggregate segment: shop.order.events
+// carries order); an aggregate type belongs to one topic, so a producer
+// allowed on one topic cannot take the versions of another topic's
+// aggregates. A dead-letter topic (<topic>.dlq) is never published to.
+// Both are 400 invalid_event naming the field. docs/security.md has the
+// rules.
 //
 // # Fast path
 //

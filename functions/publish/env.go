@@ -2,6 +2,9 @@ package publish
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/relaybus/relaybus/shared/ledger/consumers"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
@@ -48,8 +52,46 @@ type Config struct {
 	RegistryTTL time.Duration `env:"REGISTRY_CACHE_TTL, default=30s"`
 	// Auth is cloudrun (behind Cloud Run IAM: the caller is read from the
 	// ID token it verified, topics' publishers are enforced) or none
-	// (PUBLISH_AUTH, default none).
-	Auth string `env:"PUBLISH_AUTH, default=none"`
+	// (PUBLISH_AUTH; empty: cloudrun on Cloud Run, none elsewhere).
+	Auth string `env:"PUBLISH_AUTH"`
+	// Audiences are the audiences a caller's ID token may have
+	// (PUBLISH_AUDIENCE, comma-separated: the service's URLs; empty checks
+	// none).
+	Audiences []string `env:"PUBLISH_AUDIENCE"`
+	// Publishers adds publishers to the topology's, per topic
+	// (PUBLISH_PUBLISHERS, a JSON object: {"shop.order.events":
+	// ["order-service@p.iam.gserviceaccount.com"]}): the identities a
+	// deployment knows and a shared topology file cannot name.
+	Publishers string `env:"PUBLISH_PUBLISHERS"`
+	// RateLimit and RateBurst bound each caller's requests per second on
+	// one instance (PUBLISH_RATE_LIMIT, default 200, 0 for no limit;
+	// PUBLISH_RATE_BURST, default 400); past them, 429 with Retry-After.
+	RateLimit float64 `env:"PUBLISH_RATE_LIMIT, default=200"`
+	RateBurst int     `env:"PUBLISH_RATE_BURST, default=400"`
+}
+
+// ParsePublishers reads PUBLISH_PUBLISHERS: a JSON object from topic to
+// the emails that may publish to it.
+func ParsePublishers(s string) (map[string][]string, error) {
+	out := map[string][]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
+		return nil, fmt.Errorf("PUBLISH_PUBLISHERS: want a JSON object from topic to a list of emails: %w", err)
+	}
+	for topic, ps := range out {
+		if err := names.ValidateTopic(topic); err != nil {
+			return nil, fmt.Errorf("PUBLISH_PUBLISHERS: %w", err)
+		}
+		for _, p := range ps {
+			email := strings.TrimPrefix(strings.TrimPrefix(p, "serviceAccount:"), "user:")
+			if !strings.Contains(email, "@") || strings.ContainsAny(email, ": ,") {
+				return nil, fmt.Errorf("PUBLISH_PUBLISHERS: %s: %q: want an email (a serviceAccount: or user: prefix is fine); a group cannot be checked against an ID token", topic, p)
+			}
+		}
+	}
+	return out, nil
 }
 
 func init() {
@@ -101,10 +143,27 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		return fail(err)
 	}
 	f.close.Add(func(context.Context) error { pool.Close(); return nil })
-	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log, Schemas: schemas}
-	opts.Auth, opts.Publishers = cfg.Auth, map[string][]string{}
+	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log, Schemas: schemas, Topology: top}
+	opts.Publishers, err = ParsePublishers(cfg.Publishers)
+	if err != nil {
+		return fail(err)
+	}
 	for _, t := range top.Topics {
-		opts.Publishers[t.Name] = t.PublisherEmails()
+		opts.Publishers[t.Name] = append(opts.Publishers[t.Name], t.PublisherEmails()...)
+	}
+	opts.Auth, opts.Audiences, opts.OnCloudRun = cfg.Auth, cfg.Audiences, cfg.OnCloudRun()
+	if opts.Auth == "" {
+		opts.Auth = AuthNone
+		if opts.OnCloudRun {
+			opts.Auth = AuthCloudRun
+		}
+	}
+	if opts.Auth == AuthNone && opts.OnCloudRun {
+		log.WarnContext(ctx, "publish: PUBLISH_AUTH=none on Cloud Run: every caller Cloud Run admits may publish to every topic; set PUBLISH_AUTH=cloudrun to enforce each topic's publishers")
+	}
+	opts.RateLimit, opts.RateBurst = cfg.RateLimit, cfg.RateBurst
+	if opts.RateLimit == 0 {
+		opts.RateLimit = -1 // PUBLISH_RATE_LIMIT=0: no limit
 	}
 	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
 	if err != nil {

@@ -8,22 +8,30 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/identity"
 	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/migrate"
+	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/ratelimit"
 	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/schema"
 	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // DB is what the handler needs of Postgres (a *pgxpool.Pool): the outbox
@@ -61,6 +69,12 @@ const (
 	// DefaultMaxInFlight is how many requests are served at once; one more
 	// waits at most admissionWait, then is answered 503 with Retry-After.
 	DefaultMaxInFlight = 256
+	// DefaultRateLimit is the requests per second one caller may make
+	// (per instance), and DefaultRateBurst how many at once: room for a
+	// producer sending batches at full speed, a ceiling for one that
+	// loops.
+	DefaultRateLimit = 200
+	DefaultRateBurst = 400
 	// admissionWait is how long a request waits for a slot.
 	admissionWait = 100 * time.Millisecond
 	// bodyOverhead is what a body may hold besides one payload: the
@@ -110,13 +124,33 @@ type Options struct {
 	Now func() time.Time
 	// Auth is AuthCloudRun or AuthNone (the default, a local stack): with
 	// AuthCloudRun every request names its caller by the ID token Cloud
-	// Run verified (shared/identity), the events' initiator service is
-	// recorded from it, and Publishers is enforced.
+	// Run verified (shared/identity), checked again for issuer, expiry and
+	// Audiences, the events' initiator service is recorded from it, and
+	// Publishers is enforced. AuthCloudRun is refused unless OnCloudRun:
+	// anywhere else nobody verified the tokens it reads.
 	Auth string
-	// Publishers are the callers allowed per topic (topology publishers,
-	// lower-cased emails); a topic not listed, or listed empty, takes every
-	// caller. Enforced with AuthCloudRun only.
+	// Audiences, with AuthCloudRun, are the audiences a token may have
+	// (PUBLISH_AUDIENCE: the service's URLs); empty checks none.
+	Audiences []string
+	// OnCloudRun says the process runs on Cloud Run (K_SERVICE is set).
+	OnCloudRun bool
+	// Publishers are the callers allowed per topic (topology publishers
+	// and PUBLISH_PUBLISHERS, lower-cased emails). Closed by default: with
+	// AuthCloudRun a topic not listed, or listed empty, takes nobody.
 	Publishers map[string][]string
+	// RateLimit and RateBurst limit each caller's requests per second
+	// (PUBLISH_RATE_LIMIT, PUBLISH_RATE_BURST; DefaultRateLimit and
+	// DefaultRateBurst when zero, off when RateLimit is negative): past
+	// them a request is answered 429 with Retry-After, nothing written.
+	// A caller is its verified identity, or its address without one.
+	RateLimit float64
+	RateBurst int
+	// Topology, when set, binds aggregate types to topics
+	// (topology.Topic.OwnedAggregateTypes): an event whose aggregateType
+	// its topic does not carry is refused 400, nothing written, so a
+	// producer allowed on one topic cannot take another topic's aggregate
+	// versions. Build sets it; nil checks nothing.
+	Topology *topology.Topology
 	// Schemas are the topology's payload schemas (shared/schema): an event
 	// whose payload breaks its topic's schema for its schemaVersion, or
 	// names a version the topic does not declare, is refused 400 with the
@@ -147,6 +181,9 @@ type Handler struct {
 	auth       string
 	publishers map[string]map[string]bool
 	schemas    *schema.Set
+	top        *topology.Topology
+	cloudRun   identity.CloudRun
+	limiter    *ratelimit.Limiter
 }
 
 // New returns the publish handler over the given dependencies.
@@ -163,26 +200,42 @@ func New(opts Options) (*Handler, error) {
 	h := &Handler{
 		db: opts.DB, reg: opts.Registry, fast: opts.FastPath, budget: opts.Budget,
 		limits: event.Limits{MaxPayloadBytes: opts.MaxPayloadBytes}, maxBody: opts.MaxBodyBytes,
-		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now, schemas: opts.Schemas,
+		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now, schemas: opts.Schemas, top: opts.Topology,
 	}
 	h.maxPayload = h.limits.PayloadLimit()
 	switch opts.Auth {
 	case "", AuthNone:
 		h.auth = AuthNone
 	case AuthCloudRun:
+		if !opts.OnCloudRun {
+			return nil, errors.New("publish: PUBLISH_AUTH=cloudrun reads the caller from the ID token Cloud Run's IAM verified, so it runs only on Cloud Run (K_SERVICE is not set); use none on a local stack")
+		}
 		h.auth = AuthCloudRun
+		h.cloudRun = identity.CloudRun{Audiences: opts.Audiences}
 	default:
 		return nil, fmt.Errorf("publish: PUBLISH_AUTH=%q: want cloudrun (behind Cloud Run IAM) or none", opts.Auth)
 	}
 	h.publishers = map[string]map[string]bool{}
 	for topic, ps := range opts.Publishers {
-		if len(ps) == 0 {
-			continue
-		}
-		h.publishers[topic] = map[string]bool{}
 		for _, p := range ps {
-			h.publishers[topic][strings.ToLower(p)] = true
+			if _, rest, ok := strings.Cut(p, ":"); ok {
+				p = rest
+			}
+			if p = strings.ToLower(strings.TrimSpace(p)); p == "" {
+				continue
+			}
+			if h.publishers[topic] == nil {
+				h.publishers[topic] = map[string]bool{}
+			}
+			h.publishers[topic][p] = true
 		}
+	}
+	switch {
+	case opts.RateLimit < 0:
+	case opts.RateLimit == 0:
+		h.limiter = ratelimit.New(ratelimit.Options{Rate: DefaultRateLimit, Burst: DefaultRateBurst})
+	default:
+		h.limiter = ratelimit.New(ratelimit.Options{Rate: opts.RateLimit, Burst: opts.RateBurst})
 	}
 	if h.budget <= 0 {
 		h.budget = DefaultBudget
@@ -252,10 +305,12 @@ const (
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
 	CodeVersionConflict      = "version_conflict"       // 409
+	CodeEventIDConflict      = "event_id_conflict"      // 409
 	CodeUnavailable          = "unavailable"            // 503
 	CodeBusy                 = "busy"                   // 503
 	CodeUnauthenticated      = "unauthenticated"        // 401
 	CodeForbidden            = "forbidden"              // 403
+	CodeRateLimited          = "rate_limited"           // 429
 )
 
 // ErrorResponse is the body of every 4xx and 5xx answer.
@@ -341,6 +396,29 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 			Message: "method " + r.Method + " is not allowed; publish with POST"})
 		return
 	}
+	// Who is calling, and whether they may call again now, before the
+	// body is read.
+	var caller *identity.Caller
+	key := clientAddr(r)
+	if h.auth == AuthCloudRun {
+		c, err := h.cloudRun.Caller(r)
+		if err != nil {
+			h.fail(w, r, "", http.StatusUnauthorized, ErrorResponse{Error: CodeUnauthenticated,
+				Message: "the caller's identity: " + err.Error() + " (publish runs behind Cloud Run IAM, which verifies the ID token)"})
+			return
+		}
+		caller, key = &c, c.Name()
+	}
+	if ok, wait := h.limiter.Allow(key); !ok {
+		ratelimit.RetryAfter(w.Header(), wait)
+		resp := ErrorResponse{Error: CodeRateLimited,
+			Message: fmt.Sprintf("%s sends more than %g requests per second (PUBLISH_RATE_LIMIT); nothing was written, retry after %s", key, h.limiterRate(), w.Header().Get("Retry-After")+"s")}
+		if caller != nil {
+			resp.Caller = caller.Name()
+		}
+		h.fail(w, r, "", http.StatusTooManyRequests, resp)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -357,22 +435,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, "", rerr.status, ErrorResponse{Error: rerr.code, Message: rerr.msg})
 		return
 	}
-	var caller *identity.Caller
-	if h.auth == AuthCloudRun {
-		c, err := identity.FromCloudRun(r)
-		if err != nil {
-			h.fail(w, r, d.mode, http.StatusUnauthorized, ErrorResponse{Error: CodeUnauthenticated,
-				Message: "the caller's identity: " + err.Error() + " (publish runs behind Cloud Run IAM, which verifies the ID token)"})
-			return
-		}
-		caller = &c
+	if caller != nil {
 		for i := range d.items {
-			if it := &d.items[i]; !it.whole {
-				if allowed := h.publishers[it.ev.Topic]; allowed != nil && !allowed[c.Email] {
-					h.fail(w, r, d.mode, http.StatusForbidden, ErrorResponse{Error: CodeForbidden, Topic: it.ev.Topic, Caller: c.Name(),
-						Message: fmt.Sprintf("%s may not publish to topic %s: the topology lists its publishers (infra/topology.yaml, publishers); nothing was written", c.Name(), it.ev.Topic)})
-					return
+			if it := &d.items[i]; !it.whole && !h.publishers[it.ev.Topic][caller.Email] {
+				why := "the topology lists its publishers (infra/topology.yaml publishers, or PUBLISH_PUBLISHERS)"
+				if len(h.publishers[it.ev.Topic]) == 0 {
+					why = "it declares no publishers, so nobody may publish to it (infra/topology.yaml publishers, or PUBLISH_PUBLISHERS)"
 				}
+				h.fail(w, r, d.mode, http.StatusForbidden, ErrorResponse{Error: CodeForbidden, Topic: it.ev.Topic, Caller: caller.Name(),
+					Message: fmt.Sprintf("%s may not publish to topic %s: %s; nothing was written", caller.Name(), it.ev.Topic, why)})
+				return
 			}
 		}
 	}
@@ -474,6 +546,9 @@ func (h *Handler) prepare(r *http.Request, d *decoded, caller *identity.Caller) 
 			}
 		}
 		if len(fes) == 0 {
+			fes = h.checkTopic(e)
+		}
+		if len(fes) == 0 {
 			// The topic's schema, once the event itself is sound.
 			fes = event.FieldErrors(h.schemas.Check(e))
 		}
@@ -502,6 +577,36 @@ func (h *Handler) prepare(r *http.Request, d *decoded, caller *identity.Caller) 
 		}
 	}
 	return events, problems, tooLarge
+}
+
+// checkTopic applies the topic rules to a sound event: no dead-letter
+// topic, and an aggregate type the topic carries.
+func (h *Handler) checkTopic(e *event.Event) []*event.FieldError {
+	if names.IsDeadLetter(e.Topic) {
+		return []*event.FieldError{{Field: "topic", Rule: "must not be a dead-letter topic (<topic>" + names.DeadLetterSuffix + "): dead letters come from Pub/Sub's dead-lettering and are replayed through the operations API"}}
+	}
+	if h.top == nil {
+		return nil
+	}
+	var owned []string
+	if tp := h.top.Topic(e.Topic); tp != nil {
+		owned = tp.OwnedAggregateTypes()
+	} else if segs := strings.Split(e.Topic, "."); len(segs) >= 2 {
+		// A topic the topology does not declare carries its aggregate
+		// segment, unless a declared topic carries that type.
+		if _, declared := h.top.AggregateTopic(segs[1]); !declared {
+			owned = segs[1:2]
+		}
+	}
+	if slices.Contains(owned, e.AggregateType) {
+		return nil
+	}
+	rule := "must be an aggregate type topic " + e.Topic + " carries"
+	if len(owned) > 0 {
+		rule += " (" + strings.Join(owned, ", ") + ")"
+	}
+	rule += ": an aggregate type belongs to one topic (infra/topology.yaml, aggregate_types)"
+	return []*event.FieldError{{Field: "aggregateType", Rule: rule}}
 }
 
 // accept checks each event's topic, writes the rest to the outbox in one
@@ -549,15 +654,43 @@ func (h *Handler) accept(ctx context.Context, deadline time.Time, mode string, e
 		err   error
 	)
 	fe, claiming := h.fast.(Enqueuer)
-	if claiming {
+	switch b, tx := h.db.(migrate.Beginner); {
+	case claiming:
 		enq, claim, err = fe.EnqueueNow(ctx, write...)
-	} else {
+	case tx:
+		// In a transaction of its own, so a request is written whole or
+		// not at all whatever another writer does at the same moment
+		// (outbox.Enqueue).
+		err = pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+			enq, err = outbox.Enqueue(ctx, tx, write...)
+			return err
+		})
+	default:
 		enq, err = outbox.Enqueue(ctx, h.db, write...)
 	}
 	if err != nil {
+		// Neither answer quotes the database's error: it would name the
+		// stored row (its key), and nothing of another event is the
+		// caller's business.
+		var idc *outbox.IDConflictError
+		if errors.As(err, &idc) {
+			const rule = "must not be an eventId another event already has: a repeated eventId must repeat the same event (topic, aggregate, version, event type and payload)"
+			resp := &ErrorResponse{Error: CodeEventIDConflict,
+				Message: "eventId: another event already has this id; nothing was written (a retry must repeat the same event; a new event needs a new id)"}
+			for i, e := range events {
+				if slices.Contains(idc.IDs, e.ID) {
+					p := FieldProblem{EventID: e.ID, Field: "eventId", Rule: rule}
+					if len(events) > 1 {
+						p.Index = &i
+					}
+					resp.Fields = append(resp.Fields, p)
+				}
+			}
+			return nil, http.StatusConflict, resp
+		}
 		if errors.Is(err, outbox.ErrVersionConflict) {
 			resp := &ErrorResponse{Error: CodeVersionConflict,
-				Message: "version: the aggregate already has another event with this version; nothing was written (" + err.Error() + ")"}
+				Message: "version: the aggregate already has another event with this version; nothing was written"}
 			if len(events) == 1 {
 				resp.Fields = []FieldProblem{{EventID: events[0].ID, Field: "version", Rule: "must not be a version the aggregate already has under another eventId"}}
 			}
@@ -642,6 +775,24 @@ func (h *Handler) fastPath(ctx context.Context, mode string, ids []string, claim
 			results[i].Status = string(st)
 		}
 	}
+}
+
+// limiterRate is the configured rate, for messages.
+func (h *Handler) limiterRate() float64 {
+	if h.limiter == nil {
+		return 0
+	}
+	return h.limiter.Rate()
+}
+
+// clientAddr names a caller without a verified identity by its
+// connection's address (not X-Forwarded-For, which the caller writes):
+// behind a proxy, its callers share one bucket.
+func clientAddr(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 // requestID is the request's id as a proxy or Google's front end named it:

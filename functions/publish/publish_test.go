@@ -111,6 +111,7 @@ func newHarness(t *testing.T, adjust func(*publish.Options)) *harness {
 		DB:       pool,
 		Registry: registry.Cached(registry.FromTopology(loadTopology(t)), time.Minute),
 		Logger:   logging.New(logs, logging.Options{ProjectID: "-"}),
+		Topology: loadTopology(t),
 	}
 	if adjust != nil {
 		adjust(&opts)
@@ -408,6 +409,12 @@ func TestVersionConflictIs409AndWritesNothing(t *testing.T) {
 	if e.Error != publish.CodeVersionConflict || !strings.Contains(e.Message, "version") {
 		t.Fatalf("answer %+v", e)
 	}
+	// The database's words (constraint, key, stored values) stay out.
+	for _, leak := range []string{"relaybus_outbox", "Key (", "already exists", "order-1, 1"} {
+		if strings.Contains(string(body), leak) {
+			t.Errorf("the 409 quotes the database (%q): %s", leak, body)
+		}
+	}
 	if n := h.rows(t); n != 1 {
 		t.Fatalf("%d rows, want 1 (a refused batch writes nothing)", n)
 	}
@@ -469,6 +476,8 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{name: "batch repeating an eventId", headers: jsonCT, status: 400, code: publish.CodeInvalid,
 			body:   j([]any{envelope(map[string]any{"eventId": "same", "version": 1}), envelope(map[string]any{"eventId": "same", "version": 2})}),
 			fields: []string{"eventId"}, index: intp(1)},
+		{name: "a dead-letter topic", headers: jsonCT, body: j(envelope(map[string]any{"topic": "shop.order.dlq", "aggregateType": "order"})), status: 400, code: publish.CodeInvalid, fields: []string{"topic"}},
+		{name: "another topic's aggregate type", headers: jsonCT, body: j(envelope(map[string]any{"topic": "shop.cart.events", "aggregateType": "order"})), status: 400, code: publish.CodeInvalid, fields: []string{"aggregateType"}},
 		{name: "batch repeating a version", headers: jsonCT, status: 400, code: publish.CodeInvalid,
 			body:   j([]any{envelope(map[string]any{"version": 4}), envelope(map[string]any{"version": 4})}),
 			fields: []string{"version"}, index: intp(1)},

@@ -408,6 +408,11 @@ locals {
   # The topology's publishers that var.publish_invokers does not already
   # admit (one resource per binding member; see topology_publishers).
   topology_only_publishers = toset([for m in local.topology_publishers : m if !contains(var.publish_invokers, m)])
+  # var.publishers that neither var.publish_invokers nor the topology's
+  # publishers already admit.
+  variable_only_publishers = toset([
+    for m in local.variable_publishers : m if !contains(var.publish_invokers, m) && !contains(local.topology_publishers, m)
+  ])
 }
 
 # Each consumer's subscription (or trigger) invokes its consume service as the
@@ -474,12 +479,23 @@ resource "google_cloud_run_v2_service_iam_member" "topology_publishers" {
   member   = each.key
 }
 
+# var.publishers may invoke publish, which then lets each write only its
+# topics (PUBLISH_PUBLISHERS); those already admitted above are left out,
+# as for the topology's.
+resource "google_cloud_run_v2_service_iam_member" "publishers" {
+  for_each = local.variable_only_publishers
+  location = var.region
+  name     = google_cloud_run_v2_service.function["publish"].name
+  role     = "roles/run.invoker"
+  member   = each.key
+}
+
 # Operators call dlqreplay with their Google ID token
 # (`relaybus -gcloud-auth ...`); Cloud Run IAM admits them, dlqreplay reads
-# who they are from the token (DLQREPLAY_AUTH=cloudrun) and
-# dlqreplay_settings.writers says who may change things.
+# who they are from the token (DLQREPLAY_AUTH=cloudrun) and their roles from
+# var.operators (DLQREPLAY_ROLES) and the topology's operators.
 resource "google_cloud_run_v2_service_iam_member" "operators" {
-  for_each = toset(var.operators)
+  for_each = local.operator_members
   location = var.region
   name     = google_cloud_run_v2_service.function["dlqreplay"].name
   role     = "roles/run.invoker"
@@ -539,4 +555,21 @@ resource "time_sleep" "function_invoker_propagation" {
       google_cloud_run_v2_service_iam_member.dead_letter_push_invoker.id,
     ]))
   }
+}
+
+locals {
+  # Who Cloud Run admits to dlqreplay: every member var.operators and the
+  # topology's operators grant a role to.
+  operator_members = toset(concat([for o in var.operators : o.member], [for m in local.topology_operators : m]))
+
+  # var.publishers as IAM members (a bare email is a service account's when
+  # it ends in .gserviceaccount.com, else a user's).
+  variable_publishers = toset(flatten([
+    for t, ms in var.publishers : [
+      for m in ms : (
+        length(regexall("^(serviceAccount|user):", m)) > 0 ? m :
+        length(regexall("\\.gserviceaccount\\.com$", m)) > 0 ? "serviceAccount:${m}" : "user:${m}"
+      )
+    ]
+  ]))
 }

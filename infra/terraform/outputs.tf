@@ -3,6 +3,11 @@ output "service_urls" {
   value       = { for k, s in google_cloud_run_v2_service.function : k => s.uri }
 }
 
+output "dlqreplay_url" {
+  description = "The operations API's deterministic URL, the audience its callers' ID tokens must have (DLQREPLAY_AUDIENCE): relaybus -url <this> -gcloud-auth events ls."
+  value       = local.function_urls["dlqreplay"]
+}
+
 output "consume_services" {
   description = "Each consumer subscription id with its consume service and URL."
   value       = { for k, s in google_cloud_run_v2_service.consume : k => { service = s.name, url = s.uri } }

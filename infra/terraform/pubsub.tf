@@ -107,7 +107,8 @@ resource "google_pubsub_subscription" "dead_letter_monitor" {
     push_endpoint = "${google_cloud_run_v2_service.function["dlqreplay"].uri}/deadletters:archive"
     oidc_token {
       service_account_email = google_service_account.dead_letter_push.email
-      audience              = google_cloud_run_v2_service.function["dlqreplay"].uri
+      # dlqreplay checks it (DLQREPLAY_AUDIENCE names this URL).
+      audience = local.function_urls["dlqreplay"]
     }
   }
 

@@ -74,8 +74,12 @@ locals {
         PUBLISH_BUDGET            = var.publish_settings.budget
         PUBLISH_MAX_IN_FLIGHT     = tostring(var.publish_settings.max_in_flight)
         # Behind Cloud Run IAM: the caller is read from the ID token it
-        # verified; each topic's topology publishers are enforced.
-        PUBLISH_AUTH = "cloudrun"
+        # verified; each topic's publishers (the topology's and
+        # var.publishers) are the only callers it takes.
+        PUBLISH_AUTH       = "cloudrun"
+        PUBLISH_PUBLISHERS = jsonencode(var.publishers)
+        PUBLISH_RATE_LIMIT = tostring(var.publish_settings.rate_limit)
+        PUBLISH_RATE_BURST = tostring(var.publish_settings.rate_burst)
       })
       concurrency     = 80
       max_instances   = var.publish_settings.max_instances
@@ -117,10 +121,13 @@ locals {
     # logical subscription to the one Pub/Sub really has (eventarc.tf).
     dlqreplay = {
       env = merge(local.env_common, {
-        DLQREPLAY_AUTH      = var.dlqreplay_settings.auth
-        DLQREPLAY_WRITERS   = join(",", var.dlqreplay_settings.writers)
-        DLQREPLAY_READ_ONLY = tostring(var.dlqreplay_settings.read_only)
-        ARCHIVE_RETENTION   = var.archive_retention
+        DLQREPLAY_AUTH       = var.dlqreplay_settings.auth
+        DLQREPLAY_WRITERS    = join(",", var.dlqreplay_settings.writers)
+        DLQREPLAY_ROLES      = jsonencode(var.operators)
+        DLQREPLAY_READ_ONLY  = tostring(var.dlqreplay_settings.read_only)
+        DLQREPLAY_RATE_LIMIT = tostring(var.dlqreplay_settings.rate_limit)
+        DLQREPLAY_RATE_BURST = tostring(var.dlqreplay_settings.rate_burst)
+        ARCHIVE_RETENTION    = var.archive_retention
         # The audit log's database of its own (firestore.tf).
         FIRESTORE_AUDIT_DATABASE = var.audit_firestore_database
       })
@@ -139,6 +146,9 @@ locals {
     relay   = {}
     rollup  = {}
     dlqreplay = {
+      # The audiences an ID token may have: checked by every auth mode
+      # (local.dlqreplay_audiences).
+      DLQREPLAY_AUDIENCE      = join(",", local.dlqreplay_audiences)
       DLQREPLAY_ARCHIVERS     = google_service_account.dead_letter_push.email
       DLQREPLAY_SUBSCRIPTIONS = jsonencode(local.consumer_subscription_ids)
       # What :resume sets back on a paused push consumer: the push_config
@@ -156,7 +166,19 @@ locals {
     }
   }
 
-  # dlqreplay's shared token (DLQREPLAY_AUTH=token only), from Secret Manager.
+  # Each function's deterministic Cloud Run URL
+  # (https://<service>-<project number>.<region>.run.app): known before the
+  # service exists, so a service's own environment can name it.
+  function_urls = { for f in ["publish", "relay", "rollup", "dlqreplay"] : f => "https://relaybus-${f}-${data.google_project.this.number}.${var.region}.run.app" }
+
+  # The audiences dlqreplay takes (DLQREPLAY_AUDIENCE): its deterministic URL
+  # (what operators call, output dlqreplay_url, and the DLQ monitors' push
+  # audience), gcloud's client id (the audience of a user's
+  # `gcloud auth print-identity-token`, which Cloud Run also admits) and any
+  # the deployment adds.
+  dlqreplay_audiences = concat([local.function_urls["dlqreplay"], "32555940559.apps.googleusercontent.com"], var.dlqreplay_settings.audiences)
+
+  # dlqreplay's personal tokens (DLQREPLAY_AUTH=token only), from Secret Manager.
   dlqreplay_token_secret = var.dlqreplay_settings.auth == "token" ? [var.dlqreplay_settings.token_secret] : []
 
   # consume, per consumer. CONSUMER_SUBSCRIPTION is the topology's

@@ -145,6 +145,17 @@ locals {
     ]
   ]))
 
+  # The topology's operators (operators:) as IAM members: Cloud Run must
+  # admit them to dlqreplay, which reads their roles from the same file
+  # (iam.tf, operators). A bare email is a service account's when it ends in
+  # .gserviceaccount.com, else a user's.
+  topology_operators = toset([
+    for o in try(local.topology.operators, []) : (
+      length(regexall("^(serviceAccount|user|group):", o.member)) > 0 ? o.member :
+      length(regexall("\\.gserviceaccount\\.com$", o.member)) > 0 ? "serviceAccount:${o.member}" : "user:${o.member}"
+    ) if try(o.member, null) != null
+  ])
+
   # Pull mode (var.pull_mode, pull.tf): these consumers pull a subscription of
   # their own and have neither a push subscription nor an Eventarc trigger.
   pull_consumers = {

@@ -129,9 +129,16 @@ variable "publish_settings" {
     max_in_flight     = optional(number, 256)
     ingress           = optional(string, "INGRESS_TRAFFIC_ALL")
     max_instances     = optional(number, 20)
+    rate_limit        = optional(number, 200)
+    rate_burst        = optional(number, 400)
   })
-  description = "publish: PUBLISH_FAST_PATH, PUBLISH_MAX_PAYLOAD_BYTES, PUBLISH_BUDGET (a request never takes longer: past it the event is answered pending and left to the relay), PUBLISH_MAX_IN_FLIGHT (beyond it, 503 with Retry-After), Cloud Run ingress (INGRESS_TRAFFIC_ALL with IAM, or INGRESS_TRAFFIC_INTERNAL_ONLY when producers reach it through a VPC) and max instances."
+  description = "publish: PUBLISH_FAST_PATH, PUBLISH_MAX_PAYLOAD_BYTES, PUBLISH_BUDGET (a request never takes longer: past it the event is answered pending and left to the relay), PUBLISH_MAX_IN_FLIGHT (beyond it, 503 with Retry-After), PUBLISH_RATE_LIMIT and PUBLISH_RATE_BURST (each caller's requests per second and burst on one instance; beyond them, 429 with Retry-After; 0 turns the limit off), Cloud Run ingress (INGRESS_TRAFFIC_ALL with IAM, or INGRESS_TRAFFIC_INTERNAL_ONLY when producers reach it through a VPC) and max instances."
   default     = {}
+
+  validation {
+    condition     = var.publish_settings.rate_limit >= 0 && var.publish_settings.rate_burst >= 1
+    error_message = "publish_settings: rate_limit at least 0 (0: no limit), rate_burst at least 1."
+  }
 }
 
 variable "relay_settings" {
@@ -187,20 +194,28 @@ variable "dlqreplay_settings" {
     read_only     = optional(bool, false)
     token_secret  = optional(string)
     max_instances = optional(number, 2)
+    audiences     = optional(list(string), [])
+    rate_limit    = optional(number, 10)
+    rate_burst    = optional(number, 40)
   })
   description = <<-EOT
     dlqreplay, the operations API:
       auth           DLQREPLAY_AUTH. cloudrun (production): Cloud Run IAM verifies the caller's
                      Google ID token (var.operators hold roles/run.invoker) and dlqreplay reads the
-                     caller from the token's claims; iam: dlqreplay verifies the token itself (only
-                     where no platform verified it); token: a shared token from token_secret in
-                     header X-Relaybus-Token (the DLQ monitors, whose push cannot add a header,
-                     archive with their push OIDC token: DLQREPLAY_ARCHIVERS); none: no check
-                     (local only).
-      writers        DLQREPLAY_WRITERS: principals (emails) allowed to change anything; empty means
-                     every caller Cloud Run admitted.
+                     caller from the token's claims, checking their expiry and audience again;
+                     iam: dlqreplay verifies the token itself (only where no platform verified it);
+                     token: personal tokens from token_secret (a JSON object from each holder's
+                     email to their token) in header X-Relaybus-Token (the DLQ monitors, whose push
+                     cannot add a header, archive with their push OIDC token:
+                     DLQREPLAY_ARCHIVERS); none: no check (local only).
+      writers        DLQREPLAY_WRITERS: principals (emails) who are admins of everything, besides
+                     var.operators; empty adds nobody.
       read_only      DLQREPLAY_READ_ONLY: refuse every change.
       token_secret   Secret Manager secret id holding DLQREPLAY_TOKEN (auth = token only).
+      audiences      audiences DLQREPLAY_AUDIENCE accepts besides the service's deterministic URL
+                     (output dlqreplay_url) and gcloud's client id (a user's default ID token).
+      rate_limit     DLQREPLAY_RATE_LIMIT and DLQREPLAY_RATE_BURST: each caller's requests per
+      rate_burst     second and burst on one instance; beyond them, 429 (0: no limit).
       ingress        Cloud Run ingress.
       max_instances  Cloud Run max instances.
   EOT
@@ -215,8 +230,12 @@ variable "dlqreplay_settings" {
     error_message = "dlqreplay_settings.auth = token needs dlqreplay_settings.token_secret (the Secret Manager secret holding DLQREPLAY_TOKEN)."
   }
   validation {
-    condition     = alltrue([for w in var.dlqreplay_settings.writers : !contains(["allUsers", "allAuthenticatedUsers"], w)])
-    error_message = "dlqreplay_settings.writers names principals (emails), never allUsers or allAuthenticatedUsers."
+    condition     = alltrue([for w in var.dlqreplay_settings.writers : !contains(["allUsers", "allAuthenticatedUsers", "*"], w)])
+    error_message = "dlqreplay_settings.writers names principals (emails), never allUsers, allAuthenticatedUsers or *."
+  }
+  validation {
+    condition     = var.dlqreplay_settings.rate_limit >= 0 && var.dlqreplay_settings.rate_burst >= 1
+    error_message = "dlqreplay_settings: rate_limit at least 0 (0: no limit), rate_burst at least 1."
   }
 }
 
@@ -300,13 +319,35 @@ variable "publish_invokers" {
 }
 
 variable "operators" {
-  type        = list(string)
-  description = "IAM members given roles/run.invoker on dlqreplay (user:..., group:..., serviceAccount:...): Cloud Run admits their Google ID tokens (DLQREPLAY_AUTH=cloudrun). Who may change things is dlqreplay_settings.writers."
-  default     = []
+  type = list(object({
+    member    = string
+    role      = string
+    topics    = optional(list(string), [])
+    consumers = optional(list(string), [])
+  }))
+  description = <<-EOT
+    Who may use the operations API (dlqreplay), and for what: each entry grants a role to an IAM
+    member (user:EMAIL, group:EMAIL or serviceAccount:EMAIL), on everything or on some topics and
+    consumer services. viewer reads (payload reads are audited); operator also replays and deletes
+    dead letters, re-pushes, seeks, pauses and resumes, skips gaps, enables and disables consumers;
+    admin also adds consumers, disables a topic's last one and rebuilds projections. Each member is
+    given roles/run.invoker on dlqreplay (Cloud Run admits its ID tokens) and dlqreplay reads the
+    grants as DLQREPLAY_ROLES (docs/security.md). Required: with none, nobody may do anything.
+  EOT
 
   validation {
-    condition     = alltrue([for m in var.operators : !contains(["allUsers", "allAuthenticatedUsers"], m)])
-    error_message = "dlqreplay is never public: allUsers and allAuthenticatedUsers are refused."
+    condition     = alltrue([for o in var.operators : length(regexall("^(user|group|serviceAccount):[^@:, ]+@[^@:, ]+$", o.member)) > 0 && contains(["viewer", "operator", "admin"], o.role)])
+    error_message = "operators: each member is user:EMAIL, group:EMAIL or serviceAccount:EMAIL (dlqreplay is never public: allUsers and allAuthenticatedUsers are refused), each role viewer, operator or admin."
+  }
+}
+
+variable "publishers" {
+  type        = map(list(string))
+  description = "Per topic, the service accounts (serviceAccount:EMAIL, or an email) that may publish to it through publish, besides the topology's publishers (PUBLISH_PUBLISHERS): a topic nobody is named for takes no HTTP publish at all. Each is given roles/run.invoker on publish. Required ({} when the topology names every publisher)."
+
+  validation {
+    condition     = alltrue(flatten([for t, ms in var.publishers : [for m in ms : length(regexall("^((serviceAccount|user):)?[^@:, ]+@[^@:, ]+$", m)) > 0]]))
+    error_message = "publishers: each is an email (serviceAccount: or user: prefix allowed); groups, domains, allUsers and allAuthenticatedUsers cannot be checked against a caller's ID token."
   }
 }
 

@@ -492,6 +492,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	pc.DB.URL = fnURL(topology.MainDatabase, rolePublish)
 	// A topic_consumers change shows within seconds (30 s in production).
 	pc.RegistryTTL = 5 * time.Second
+	// Every local caller is 127.0.0.1 (no identity without Cloud Run):
+	// one bucket for the demo, the load generator and the user would be
+	// no per-caller limit at all.
+	pc.RateLimit = 0
 	pub, err := publish.Build(ctx, pc)
 	if err := built("publish", pub, err); err != nil {
 		return nil, err
@@ -555,8 +559,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	dc := instance.Defaults[dlqreplay.Config]()
 	dc.Env, dc.PubSub, dc.Ledger = env, pubsubCfg, ledgerCfg
 	dc.DB.URL, dc.DatabaseURLs = fnURL(topology.MainDatabase, roleOps), opsOthers
-	// No auth locally (Cloud Run's IAM in production).
+	// No auth locally (Cloud Run's IAM in production): the caller is
+	// "anonymous", named here as the stack's one operator (an admin of
+	// everything) and as the DLQ monitors' archiver, since every list is
+	// closed when empty. One caller for everything: no rate limit.
 	dc.Auth = dlqreplay.AuthNone
+	dc.Writers = []string{dlqreplay.Anonymous}
+	dc.Archivers = []string{dlqreplay.Anonymous}
+	dc.RateLimit = 0
 	if !onNATS {
 		dc.Pauser = loop
 	}

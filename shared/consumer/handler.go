@@ -203,7 +203,10 @@ func (c *Context) Emit(ctx context.Context, children ...*event.Event) error {
 // EmitResults is Emit, returning what became of each child, in order: its
 // outbox state, outbox.StateSkipped (with the reason) for a child whose
 // topic is unknown or has no enabled consumer (logged at ERROR, nothing
-// written, the delivery goes on), Duplicate for an id already enqueued.
+// written, the delivery goes on), Duplicate for a child already enqueued
+// (the same id, topic, aggregate, version, type and payload). A child whose
+// id or aggregate version another event holds fails the attempt as a
+// permanent error (outbox.ErrEventIDConflict, outbox.ErrVersionConflict).
 func (c *Context) EmitResults(ctx context.Context, children ...*event.Event) ([]outbox.Enqueued, error) {
 	if c.Tx == nil {
 		return nil, Permanent("emit", errors.New("emit child events: no transaction (a Remote handler cannot emit)"))
@@ -245,7 +248,8 @@ func (c *Context) EmitResults(ctx context.Context, children ...*event.Event) ([]
 		res, err = outbox.Enqueue(ctx, c.Tx, children...)
 	}
 	switch {
-	case errors.Is(err, event.ErrInvalid), errors.Is(err, event.ErrTooLarge), errors.Is(err, outbox.ErrVersionConflict):
+	case errors.Is(err, event.ErrInvalid), errors.Is(err, event.ErrTooLarge), errors.Is(err, outbox.ErrVersionConflict),
+		errors.Is(err, outbox.ErrEventIDConflict):
 		// The child itself is wrong: no retry makes it right.
 		return nil, Permanent("emit", fmt.Errorf("emit child events: %w", err))
 	case err != nil:

@@ -342,6 +342,13 @@ func validSource(s string) bool {
 	return true
 }
 
+// ValidAggregateType reports whether s is an aggregate type: 1 to 64
+// characters of [a-z0-9_-], starting with a letter.
+func ValidAggregateType(s string) bool { return validAggregateType(s) }
+
+// AggregateTypeRule is the rule ValidAggregateType checks, as errors quote it.
+const AggregateTypeRule = ruleAggregateType
+
 func validAggregateType(s string) bool {
 	if len(s) == 0 || len(s) > 64 || s[0] < 'a' || s[0] > 'z' {
 		return false

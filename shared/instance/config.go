@@ -45,6 +45,11 @@ type Env struct {
 	Telemetry telemetry.Config
 }
 
+// OnCloudRun reports whether the process runs on Cloud Run (K_SERVICE is
+// set). The auth modes that trust Cloud Run's IAM refuse to start anywhere
+// else.
+func (e Env) OnCloudRun() bool { return e.Telemetry.CloudRunService != "" }
+
 // StartTelemetry sets up the process's telemetry for the function named
 // service (telemetry.Setup: nothing unless an export is configured); its
 // Shutdown, called when the function closes, flushes what is buffered.

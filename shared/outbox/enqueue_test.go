@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,22 +75,74 @@ func TestEnqueueIsIdempotentOnEventID(t *testing.T) {
 	if _, err := outbox.Enqueue(ctx, pool, ev("e1", "A", 1)); err != nil {
 		t.Fatal(err)
 	}
-	changed := ev("e1", "A", 1)
-	changed.Payload = []byte(`{"n":2}`)
-	res, err := outbox.Enqueue(ctx, pool, changed, ev("e2", "A", 2), ev("e2", "A", 2))
+	// The same event again (a retry: its occurrence time and trace id may
+	// differ, they were filled in), next to a new one and a repeat within
+	// the call.
+	again := ev("e1", "A", 1)
+	again.OccurredAt = time.Now().Add(time.Minute)
+	res, err := outbox.Enqueue(ctx, pool, again, ev("e2", "A", 2), ev("e2", "A", 2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res[0].Duplicate || res[1].Duplicate || res[0].State != outbox.StatePending {
 		t.Fatalf("%+v", res)
 	}
-	var payload string
-	_ = pool.QueryRow(ctx, `SELECT convert_from(payload, 'UTF8') FROM relaybus_outbox WHERE id = 'e1'`).Scan(&payload)
-	if payload != `{"n":1}` || count(t, pool) != 2 {
-		t.Fatalf("duplicate overwrote or added: %s, %d rows", payload, count(t, pool))
+	if n := count(t, pool); n != 2 {
+		t.Fatalf("%d rows, want 2", n)
 	}
 }
 
+// A repeated id is a duplicate only when it repeats the same event: under
+// any other topic, aggregate, version, event type or payload it is
+// refused with ErrEventIDConflict, the error says nothing of the stored
+// event, and nothing of the call is written, the new events beside it
+// included. (Before, such an id answered "duplicate" with the stored
+// event's topic and aggregate, and the caller's event was silently lost.)
+func TestEnqueueRefusesAnIDTakenByAnotherEvent(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	stored := ev("taken", "order-42", 1)
+	stored.Topic, stored.AggregateType, stored.Type = "member.points.events", "points", "points.added"
+	if _, err := outbox.Enqueue(ctx, pool, stored); err != nil {
+		t.Fatal(err)
+	}
+	same := func(e *event.Event) {
+		e.Topic, e.AggregateType, e.Type = stored.Topic, stored.AggregateType, stored.Type
+	}
+	for name, change := range map[string]func(*event.Event){
+		"topic":          func(e *event.Event) { same(e); e.Topic = "shop.order.events" },
+		"aggregate type": func(e *event.Event) { same(e); e.AggregateType = "member" },
+		"aggregate id":   func(e *event.Event) { same(e); e.AggregateID = "order-43" },
+		"version":        func(e *event.Event) { same(e); e.Version = 2 },
+		"event type":     func(e *event.Event) { same(e); e.Type = "order.purchased" },
+		"payload":        func(e *event.Event) { same(e); e.Payload = []byte(`{"n":2}`) },
+	} {
+		e := ev("taken", "order-42", 1)
+		change(e)
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = outbox.Enqueue(ctx, tx, ev("fresh", "B", 1), e)
+		_ = tx.Commit(ctx)
+		if !errors.Is(err, outbox.ErrEventIDConflict) {
+			t.Errorf("%s differs: %v, want ErrEventIDConflict", name, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "member.points.events") || strings.Contains(err.Error(), "points.added") {
+			t.Errorf("%s differs: the error reveals the stored event: %v", name, err)
+		}
+		if n := count(t, pool); n != 1 {
+			t.Fatalf("%s differs: %d rows, want 1 (nothing of the call written, the new event beside it included)", name, n)
+		}
+	}
+	// The same event is still a duplicate.
+	e := ev("taken", "order-42", 1)
+	same(e)
+	if res, err := outbox.Enqueue(ctx, pool, e); err != nil || !res[0].Duplicate {
+		t.Fatalf("the stored event repeated: %+v, %v", res, err)
+	}
+}
 func TestEnqueueRefusesAVersionTakenByAnotherEvent(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)

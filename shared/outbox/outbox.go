@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -114,16 +115,31 @@ type Aggregate struct {
 // the same version.
 var ErrVersionConflict = errors.New("version conflict")
 
+// ErrEventIDConflict means the outbox already holds another event under an
+// id being enqueued: another topic, aggregate, version, event type or
+// payload. A repeated id is a duplicate only when it repeats the same
+// event; anything else is refused, so one producer cannot make another's
+// event vanish as a "duplicate" by taking its id first. The error names the
+// caller's own ids only, never what the other event holds.
+var ErrEventIDConflict = errors.New("event id conflict")
+
 // Enqueue writes events into the outbox through db, normally the caller's own
 // transaction, so they are published if and only if it commits; it also
 // records, on each aggregate's dispatch row, that the aggregate has work.
 // Each event is prepared first (a missing id, occurrence time or trace id
 // is filled in, see event.Prepare) and validated against Pub/Sub's hard
 // limits; callers that enforce a smaller payload limit validate before.
-// Enqueue is idempotent on event id: an id already in the outbox is
-// reported as a duplicate with its current state, and nothing is written
-// for it. An event whose aggregate already has that version under another
-// id fails with ErrVersionConflict. The happy path is one statement.
+// Enqueue is idempotent on event id: an id already in the outbox for the
+// same event (topic, aggregate type and id, version, event type and
+// payload) is reported as a duplicate with its current state, and nothing
+// is written for it. An id the outbox holds for another event fails the
+// call with ErrEventIDConflict, and an event whose aggregate already has
+// that version under another id with ErrVersionConflict; either way the
+// statement writes nothing. (Should another transaction write a different
+// event under the same id at the same moment, Enqueue still answers
+// ErrEventIDConflict, after its statement ran: pass a transaction, as
+// producers do, to keep the call all or nothing.) The happy path is one
+// statement.
 //
 // When ctx carries a span (telemetry on: an HTTP publish's request span, a
 // Go producer's own span, a handler's span for the child events it emits),
@@ -164,16 +180,27 @@ func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]E
 		return nil, mapErr(err)
 	}
 	inserted := make(map[string]bool, len(events))
+	var clashes []string
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var (
+			id    string
+			clash bool
+		)
+		if err := rows.Scan(&id, &clash); err != nil {
 			rows.Close()
 			return nil, mapErr(err)
 		}
-		inserted[id] = true
+		if clash {
+			clashes = append(clashes, id)
+		} else {
+			inserted[id] = true
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, mapErr(err)
+	}
+	if len(clashes) > 0 {
+		return nil, idConflict(clashes)
 	}
 	out := make([]Enqueued, len(events))
 	var dups []string
@@ -190,16 +217,43 @@ func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]E
 		if err != nil {
 			return nil, err
 		}
-		for i := range out {
+		var clashes []string
+		for i, e := range events {
 			if out[i].Duplicate {
-				st := states[out[i].ID]
+				st, ok := states[out[i].ID]
+				// The statement compared every field with the rows it could
+				// see; a row committed by another transaction during it is
+				// compared here, on what Lookup returns.
+				if ok && (st.Topic != e.Topic || st.Aggregate != out[i].Aggregate || st.Version != e.Version) {
+					clashes = append(clashes, e.ID)
+				}
 				st.Duplicate = true
 				out[i] = st
 			}
 		}
+		if len(clashes) > 0 {
+			return nil, idConflict(clashes)
+		}
 	}
 	return out, nil
 }
+
+// IDConflictError is the error of an Enqueue refused for ids the outbox
+// holds for other events; it matches ErrEventIDConflict (errors.Is).
+type IDConflictError struct {
+	// IDs are the caller's event ids that clashed.
+	IDs []string
+}
+
+func (e *IDConflictError) Error() string {
+	return "outbox: eventId " + strings.Join(e.IDs, ", ") + ": the outbox already holds another event under this id (a repeated id must repeat the same topic, aggregate, version, event type and payload); nothing was written: " + ErrEventIDConflict.Error()
+}
+
+// Is makes errors.Is(err, ErrEventIDConflict) true.
+func (e *IDConflictError) Is(target error) bool { return target == ErrEventIDConflict }
+
+// idConflict is the ErrEventIDConflict of the given ids.
+func idConflict(ids []string) error { return &IDConflictError{IDs: ids} }
 
 // ErrPending means a re-push found the event still waiting to be published.
 var ErrPending = errors.New("event is still pending in the outbox")

@@ -15,6 +15,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -74,10 +75,71 @@ type Topology struct {
 	// MainDatabase.
 	Databases []Database `yaml:"databases"`
 	Topics    []Topic    `yaml:"topics"`
+	// Operators grant the operations API's roles (functions/dlqreplay):
+	// who may view, operate or administer which topics and consumers.
+	Operators []Operator `yaml:"operators"`
 
 	// Dir is the directory of the topology file (set by Load; empty for
 	// Parse, meaning the working directory). Schema files are relative to it.
 	Dir string `yaml:"-"`
+}
+
+// Operator roles (Operator.Role), each including the ones before it.
+const (
+	// RoleViewer reads: the events, their payloads, dead letters,
+	// consumers, the audit log.
+	RoleViewer = "viewer"
+	// RoleOperator also acts on what already flows: replays and deletes
+	// dead letters, re-pushes events, seeks, snapshots, pauses and resumes
+	// consumers, skips gaps, enables and disables consumers (but not the
+	// last enabled one of a topic).
+	RoleOperator = "operator"
+	// RoleAdmin also changes what flows: adds consumers, disables a
+	// topic's last enabled consumer, rebuilds a consumer's projection.
+	RoleAdmin = "admin"
+)
+
+// Operator grants a role to one Cloud Run IAM identity, on everything or
+// on some topics and consumers.
+type Operator struct {
+	// Member is who: user:EMAIL, serviceAccount:EMAIL, group:EMAIL (its
+	// members, looked up in Cloud Identity), or a bare email.
+	Member string `yaml:"member" json:"member"`
+	// Role is viewer, operator or admin.
+	Role string `yaml:"role" json:"role"`
+	// Topics and Consumers scope the role: on these topics (every consumer
+	// of them) and on these consumer services (on every topic). Both
+	// empty: everything.
+	Topics    []string `yaml:"topics" json:"topics,omitempty"`
+	Consumers []string `yaml:"consumers" json:"consumers,omitempty"`
+}
+
+// Validate checks an operator grant; where names it in errors.
+func (o Operator) Validate(where string) []error {
+	var errs []error
+	kind, email, prefixed := strings.Cut(o.Member, ":")
+	if !prefixed {
+		email = o.Member
+	}
+	if (prefixed && kind != "user" && kind != "serviceAccount" && kind != "group") || !strings.Contains(email, "@") || strings.ContainsAny(email, " ,:") {
+		errs = append(errs, fmt.Errorf("%s.member: must be user:EMAIL, serviceAccount:EMAIL, group:EMAIL or an email, not %q", where, o.Member))
+	}
+	switch o.Role {
+	case RoleViewer, RoleOperator, RoleAdmin:
+	default:
+		errs = append(errs, fmt.Errorf("%s.role: must be viewer, operator or admin, not %q", where, o.Role))
+	}
+	for k, tp := range o.Topics {
+		if err := names.ValidateTopic(tp); err != nil {
+			errs = append(errs, fmt.Errorf("%s.topics[%d]: %w", where, k, err))
+		}
+	}
+	for k, c := range o.Consumers {
+		if err := names.ValidateConsumer(c); err != nil {
+			errs = append(errs, fmt.Errorf("%s.consumers[%d]: %w", where, k, err))
+		}
+	}
+	return errs
 }
 
 // MainDatabase is the database of the publish function and of every
@@ -148,6 +210,16 @@ type Topic struct {
 	// Cloud Run verified names them (a serviceAccount: or user: prefix is
 	// dropped). Empty: every caller Cloud Run admits.
 	Publishers []string `yaml:"publishers"`
+	// AggregateTypes are the aggregate types whose events this topic
+	// carries (the topic's aggregate segment, the middle of
+	// <domain>.<aggregate>.<category>, when left out). An aggregate's
+	// versions are one sequence, published in order under one ordering
+	// key, so an aggregate type belongs to one topic: no two topics may
+	// declare the same one, and the publish function refuses an event whose
+	// aggregateType is not one of its topic's, so a producer allowed on one
+	// topic cannot take the versions (or block the events) of another
+	// topic's aggregates.
+	AggregateTypes []string `yaml:"aggregate_types"`
 	// Ledger is how much the Firestore ledger keeps of the topic's events
 	// (shared/ledger's Level): full (every attempt a document), failures
 	// (the default when empty: the attempts of consumers that did not
@@ -214,6 +286,31 @@ func (t Topic) SchemaFor(version string) (Schema, bool) {
 		}
 	}
 	return Schema{}, false
+}
+
+// OwnedAggregateTypes returns the aggregate types the topic carries: its
+// aggregate_types, else its aggregate segment (the second of its name's
+// segments).
+func (t Topic) OwnedAggregateTypes() []string {
+	if len(t.AggregateTypes) > 0 {
+		return t.AggregateTypes
+	}
+	if segs := strings.Split(t.Name, "."); len(segs) >= 2 {
+		return segs[1:2]
+	}
+	return nil
+}
+
+// AggregateTopic returns the topic that carries an aggregate type: the
+// declared topic that owns it (Topic.OwnedAggregateTypes), or false when
+// no declared topic does.
+func (t *Topology) AggregateTopic(aggregateType string) (string, bool) {
+	for _, tp := range t.Topics {
+		if slices.Contains(tp.OwnedAggregateTypes(), aggregateType) {
+			return tp.Name, true
+		}
+	}
+	return "", false
 }
 
 // PublisherEmails returns the topic's publishers as lower-cased emails,
@@ -481,7 +578,11 @@ func (t *Topology) validate() error {
 	if len(t.Topics) == 0 {
 		bad("topics", "declare at least one topic")
 	}
+	for i, o := range t.Operators {
+		errs = append(errs, o.Validate(fmt.Sprintf("operators[%d]", i))...)
+	}
 	seenTopic := map[string]bool{t.Rollup.Topic: true}
+	aggregateOwner := map[string]string{}
 	for i, tp := range t.Topics {
 		where := fmt.Sprintf("topics[%d] (%s)", i, tp.Name)
 		if err := names.ValidateTopic(tp.Name); err != nil {
@@ -504,6 +605,17 @@ func (t *Topology) validate() error {
 			if (prefixed && kind != "serviceAccount" && kind != "user") || !strings.Contains(email, "@") || strings.ContainsAny(email, " ,") {
 				bad(fmt.Sprintf("%s.publishers[%d]", where, k), "must be an email (a serviceAccount: or user: prefix is allowed), as the caller's ID token names it; groups and domains cannot be checked against a token, not %q", p)
 			}
+		}
+		for k, at := range tp.AggregateTypes {
+			if !event.ValidAggregateType(at) {
+				bad(fmt.Sprintf("%s.aggregate_types[%d]", where, k), "%s, not %q", event.AggregateTypeRule, at)
+			}
+		}
+		for _, at := range tp.OwnedAggregateTypes() {
+			if other, ok := aggregateOwner[at]; ok && other != tp.Name {
+				bad(where+".aggregate_types", "aggregate type %q is also %s's: an aggregate's versions are one ordered sequence, so its type belongs to one topic (declare aggregate_types on one of them)", at, other)
+			}
+			aggregateOwner[at] = tp.Name
 		}
 		switch tp.Ledger {
 		case "", LedgerFull, LedgerFailures, LedgerOff:

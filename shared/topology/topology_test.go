@@ -188,3 +188,72 @@ topics:
 		t.Errorf("hmac: %+v", c)
 	}
 }
+
+// An aggregate type belongs to one topic: its aggregate segment by
+// default, or the aggregate_types it declares; two topics claiming one
+// type are refused with the rule.
+func TestAggregateTypesBelongToOneTopic(t *testing.T) {
+	top, err := Parse([]byte(`
+rollup: {topic: relaybus.ledger.rollup}
+topics:
+  - name: shop.order.events
+    consumers: [{service: a}]
+  - name: member.points.events
+    aggregate_types: [member, member_tier]
+    consumers: [{service: a}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, want := range map[string]string{"order": "shop.order.events", "member": "member.points.events", "member_tier": "member.points.events", "points": ""} {
+		if got, ok := top.AggregateTopic(typ); got != want || ok != (want != "") {
+			t.Errorf("AggregateTopic(%q) = %q, %v; want %q", typ, got, ok, want)
+		}
+	}
+	for name, doc := range map[string]string{
+		"two topics, one aggregate segment": `
+  - name: shop.order.events
+  - name: billing.order.events`,
+		"a declared type another topic has by default": `
+  - name: shop.order.events
+  - name: billing.invoice.events
+    aggregate_types: [order]`,
+		"an invalid type": `
+  - name: shop.order.events
+    aggregate_types: [Order]`,
+	} {
+		_, err := Parse([]byte("rollup: {topic: relaybus.ledger.rollup}\ntopics:" + doc + "\n"))
+		if err == nil || !strings.Contains(err.Error(), "aggregate_types") {
+			t.Errorf("%s: %v, want an error naming aggregate_types", name, err)
+		}
+	}
+}
+
+// Operator grants: a member IAM can name, a role, a scope of valid names.
+func TestOperators(t *testing.T) {
+	top, err := Parse([]byte(`
+rollup: {topic: relaybus.ledger.rollup}
+topics: [{name: shop.order.events, consumers: [{service: a}]}]
+operators:
+  - {member: group:ops@example.com, role: admin}
+  - {member: serviceAccount:bot@p.iam.gserviceaccount.com, role: operator, topics: [shop.order.events], consumers: [a]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(top.Operators) != 2 || top.Operators[1].Topics[0] != "shop.order.events" {
+		t.Errorf("operators %+v", top.Operators)
+	}
+	for _, bad := range []string{
+		`{member: domain:example.com, role: admin}`,
+		`{member: alice, role: admin}`,
+		`{member: alice@example.com, role: owner}`,
+		`{member: alice@example.com, role: viewer, topics: [Shop]}`,
+		`{member: alice@example.com, role: viewer, consumers: [A_B]}`,
+	} {
+		_, err := Parse([]byte("rollup: {topic: relaybus.ledger.rollup}\ntopics: [{name: shop.order.events}]\noperators: [" + bad + "]\n"))
+		if err == nil || !strings.Contains(err.Error(), "operators[0]") {
+			t.Errorf("%s: %v, want an error naming operators[0]", bad, err)
+		}
+	}
+}

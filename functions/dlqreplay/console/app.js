@@ -110,7 +110,20 @@ function cloudTraceLink(traceId) {
     class: "small", "data-testid": "cloud-trace" }, " Cloud Trace ↗");
 }
 
-function canWrite() { return !!(state.who && state.who.canWrite); }
+// can says whether the caller's roles (/whoami's roles, their own only)
+// give role on topic and consumer, as the API decides it: a role of that
+// rank or higher whose scope is everything, names the topic, or names the
+// consumer. An empty topic is every topic, an empty consumer every
+// consumer of the topic. The API refuses what this hides anyway.
+const ranks = { viewer: 1, operator: 2, admin: 3 };
+function can(role, topic, consumer) {
+  const who = state.who;
+  if (!who || (who.readOnly && ranks[role] > ranks.viewer)) return false;
+  return (who.roles || []).some((b) => ranks[b.role] >= ranks[role] && (
+    (!(b.topics || []).length && !(b.consumers || []).length) ||
+    (topic && (b.topics || []).includes(topic)) ||
+    (consumer && (b.consumers || []).includes(consumer))));
+}
 
 // params reads the hash's query: #/events?status=SENT → {status: "SENT"}.
 function params() {
@@ -196,8 +209,10 @@ async function loadWho() {
   if (r.status !== 200) return;
   state.who = r.data;
   const who = document.getElementById("who");
+  const roles = (r.data.roles || []).map((b) => b.role + ([...(b.topics || []), ...(b.consumers || [])].length ? " of " + [...(b.topics || []), ...(b.consumers || [])].join(", ") : ""));
   who.replaceChildren(h("span", { "data-testid": "caller" }, r.data.caller),
-    r.data.canWrite ? h("span", { class: "tag" }, "can write") : h("span", { class: "tag warn", "data-testid": "read-only" }, "read-only"));
+    ...roles.map((t) => h("span", { class: "tag", "data-testid": "role" }, t)),
+    r.data.canWrite ? "" : h("span", { class: "tag warn", "data-testid": "read-only" }, "read-only"));
   document.body.classList.toggle("read-only", !r.data.canWrite);
   if (!r.data.canWrite) {
     const banner = document.getElementById("banner");
@@ -484,9 +499,11 @@ function repushPanel(d, refresh, flash) {
   const rules = d.repush || {};
   const panel = h("div", { class: "panel", "data-testid": "repush" }, h("h2", {}, "Re-push"),
     h("p", { "data-testid": "repush-rules" }, rules.allowed ? "The re-push rules allow it." : ["Not allowed now: ", h("b", {}, rules.code || ""), " — " + (rules.message || "")]));
-  if (canWrite()) {
-    const target = h("select", { "data-testid": "repush-consumer" }, h("option", { value: "" }, "every consumer"),
-      ...(e.expectedConsumers || []).map((c) => h("option", { value: c }, c)));
+  const targets = (e.expectedConsumers || []).filter((c) => can("operator", e.topic, c));
+  const everyone = can("operator", e.topic, "");
+  if (everyone || targets.length) {
+    const target = h("select", { "data-testid": "repush-consumer" }, everyone ? h("option", { value: "" }, "every consumer") : "",
+      ...targets.map((c) => h("option", { value: c }, c)));
     panel.append(h("div", { class: "inline-form" }, "to ", target, h("button", {
       type: "button", "data-testid": "repush-button", onclick: async () => {
         const to = target.value || "every consumer";
@@ -584,7 +601,7 @@ function viewLetters() {
       h("button", { type: "button", disabled: !r.data.nextPageToken, onclick: () => { tokens.push(token); token = r.data.nextPageToken; load(); } }, "Next →")));
   };
   const head = h("div", { class: "head" }, h("h1", {}, "Dead letters"), h("span", { class: "spacer" }));
-  if (canWrite()) {
+  if (can("operator", p.topic || "", p.consumer || "")) {
     head.append(h("button", { type: "button", "data-testid": "bulk-replay", onclick: () => bulkReplay(p, result, load) }, "Replay all matching…"));
   }
   render(head, form, result, list);
@@ -669,7 +686,7 @@ function letterBody(l, reload, flash) {
       plan.replaceChildren(r.status === 200 ? planView(r.data) : notice(errorText(r), "error"));
     },
   }, "Dry run"));
-  if (canWrite() && !l.deleted) {
+  if (can("operator", l.topic, l.consumer) && !l.deleted) {
     actions.append(h("button", {
       type: "button", class: "primary", "data-testid": "replay", onclick: async () => {
         const dry = await api("POST", "/deadletters/" + encodeURIComponent(l.id) + ":replay", { dryRun: true });
@@ -721,6 +738,11 @@ function consumersBody(d, result, reload) {
     reload();
   };
   const topics = [...new Set(d.consumers.map((c) => c.topic))].sort();
+  // A topic's last enabled consumer is disabled by an admin of the topic
+  // only: its new events would be dropped (SKIPPED).
+  const enabled = {};
+  for (const c of d.consumers) if (c.inRegistry && c.enabled) enabled[c.topic] = (enabled[c.topic] || 0) + 1;
+  const mayChange = (c) => can("operator", c.topic, c.consumerId);
   const out = [h("p", { class: "muted small" }, d.cacheNote + "."), h("p", { class: "muted small", "data-testid": "ownership" }, d.ownership)];
   const delivery = async (c, verb) => {
     const r = await api("POST", "/consumers/" + encodeURIComponent(c.topic) + "/" + encodeURIComponent(c.consumerId) + ":" + verb, {});
@@ -731,7 +753,7 @@ function consumersBody(d, result, reload) {
   for (const t of topics) {
     out.push(h("div", { class: "panel", "data-testid": "topic", "data-topic": t }, h("h2", {}, t),
       h("table", {}, h("tr", {}, h("th", {}, "Consumer"), h("th", {}, "State"), h("th", {}, "Description"), h("th", {}, "Delivery"), h("th", {}, "Subscription"),
-        h("th", {}, "Changed"), canWrite() ? h("th", {}, "") : ""),
+        h("th", {}, "Changed"), d.consumers.some((c) => c.topic === t && (mayChange(c) || can("admin", t, ""))) ? h("th", {}, "") : ""),
       ...d.consumers.filter((c) => c.topic === t).map((c) => {
         const row = h("tr", { "data-testid": "consumer-row", "data-consumer": c.consumerId },
           h("td", {}, h("b", {}, c.consumerId)),
@@ -742,24 +764,33 @@ function consumersBody(d, result, reload) {
           h("td", { class: "small" }, c.description || ""), h("td", {}, c.delivery || "–", c.handler ? h("span", { class: "muted small" }, " · " + c.handler) : "", consumerLinks(c)),
           h("td", { class: "mono small" }, c.subscription || "", c.pubsubSubscription ? h("div", { class: "muted" }, c.pubsubSubscription) : ""),
           h("td", { class: "small" }, c.updatedBy ? c.updatedBy + ", " + fmtTime(c.updatedAt) : fmtTime(c.updatedAt)));
-        if (canWrite()) {
+        if (mayChange(c) || can("admin", c.topic, "")) {
           const cell = h("td", { class: "nowrap" });
           if (!c.inRegistry) {
+            if (can("admin", c.topic, "")) {
             cell.append(h("button", { type: "button", "data-testid": "add-declared", onclick: async () => {
               const r = await api("POST", "/consumers", { topic: c.topic, consumerId: c.consumerId, enabled: c.enabled, description: c.description, sortOrder: c.sortOrder });
               result.replaceChildren(r.status === 200 ? notice("Added " + c.consumerId + " to " + c.topic + ".") : notice(errorText(r), "error"));
               reload();
             } }, "Add to registry"));
+            }
+          } else if (!mayChange(c)) {
+            // an admin of the topic without a right on this consumer: nothing to change here
+          } else if (c.enabled && enabled[c.topic] === 1 && !can("admin", c.topic, "")) {
+            cell.append(h("span", { class: "muted small", "data-testid": "last-consumer" }, "last enabled consumer: an admin of " + c.topic + " may disable it"));
           } else if (c.enabled) {
             cell.append(h("button", { type: "button", "data-testid": "disable", onclick: async () => {
+              const last = enabled[c.topic] === 1;
               if (!(await confirmAction("Disable " + c.consumerId + " on " + c.topic + "?", [h("p", {}, "Events sent to " + c.topic + " from now on will not expect " + c.consumerId +
-                " (within " + "the services' registry cache, 30 s). Events already sent keep it. Its subscription still delivers.")], "Disable"))) return;
+                " (within " + "the services' registry cache, 30 s). Events already sent keep it. Its subscription still delivers."),
+              last ? h("p", { class: "warn", "data-testid": "last-consumer-warning" }, "It is the topic's last enabled consumer: from then on every new event of " + c.topic +
+                " is SKIPPED (publish answers 200 SKIPPED and writes nothing) until a consumer is enabled again.") : ""], "Disable"))) return;
               change(c, { enabled: false }, "disabled");
             } }, "Disable…"));
           } else {
             cell.append(h("button", { type: "button", "data-testid": "enable", onclick: () => change(c, { enabled: true }, "enabled") }, "Enable"));
           }
-          if (c.declared && c.delivery === "push" && c.paused !== undefined) {
+          if (mayChange(c) && c.declared && c.delivery === "push" && c.paused !== undefined) {
             cell.append(" ", c.paused
               ? h("button", { type: "button", "data-testid": "resume", onclick: () => delivery(c, "resume") }, "Resume")
               : h("button", { type: "button", "data-testid": "pause", onclick: async () => {
@@ -768,7 +799,7 @@ function consumersBody(d, result, reload) {
                 delivery(c, "pause");
               } }, "Pause…"));
           }
-          if (c.inRegistry) {
+          if (mayChange(c) && c.inRegistry) {
             cell.append(" ", h("button", { type: "button", "data-testid": "describe", onclick: () => {
               const input = h("input", { value: c.description || "", maxlength: 256, size: 40, "data-testid": "description-input" });
               row.replaceChildren(h("td", { colspan: 7 }, h("form", { class: "inline-form", onsubmit: (e) => { e.preventDefault(); change(c, { description: input.value }, "described"); } },
@@ -781,8 +812,9 @@ function consumersBody(d, result, reload) {
         return row;
       }))));
   }
-  if (canWrite()) {
-    const topic = h("select", { name: "topic", "data-testid": "add-topic" }, ...topics.map((t) => h("option", { value: t }, t)));
+  const addable = topics.filter((t) => can("admin", t, ""));
+  if (addable.length) {
+    const topic = h("select", { name: "topic", "data-testid": "add-topic" }, ...addable.map((t) => h("option", { value: t }, t)));
     const id = h("input", { name: "consumerId", placeholder: "consumer service", maxlength: 63, "data-testid": "add-consumer" });
     const desc = h("input", { name: "description", placeholder: "what it does", maxlength: 256, size: 36 });
     out.push(h("div", { class: "panel" }, h("h2", {}, "Add a consumer"), h("form", {
@@ -842,7 +874,7 @@ function gapsBody(d, result, reload) {
   if (!d.gaps.length) { out.push(h("p", { class: "empty", "data-testid": "no-gaps" }, "No open gap.")); return out; }
   out.push(h("div", { class: "panel" }, h("table", {},
     h("tr", {}, h("th", {}, "Aggregate"), h("th", { class: "num" }, "Applied"), h("th", { class: "num" }, "Missing"), h("th", { class: "num" }, "First parked"),
-      h("th", { class: "num" }, "Parked"), h("th", {}, "Parked since (UTC)"), h("th", {}, "Age"), canWrite() ? h("th", {}, "") : ""),
+      h("th", { class: "num" }, "Parked"), h("th", {}, "Parked since (UTC)"), h("th", {}, "Age"), can("operator", d.topic, d.consumer) ? h("th", {}, "") : ""),
     ...d.gaps.map((g) => {
       const last = Math.max(g.firstParked - 1, g.missing);
       const missing = last > g.missing ? g.missing + "–" + last : String(g.missing);
@@ -851,7 +883,7 @@ function gapsBody(d, result, reload) {
         h("td", { class: "num" }, String(g.applied)), h("td", { class: "num", "data-testid": "gap-missing" }, missing), h("td", { class: "num" }, String(g.firstParked)),
         h("td", { class: "num" }, String(g.parked)), h("td", { class: "small" }, fmtTime(g.since)),
         h("td", {}, g.age, g.overdue ? h("span", { class: "tag warn" }, "overdue") : "", g.reported ? h("span", { class: "tag" }, "reported") : ""));
-      if (canWrite()) {
+      if (can("operator", d.topic, d.consumer)) {
         row.append(h("td", {}, h("button", { type: "button", class: "danger", "data-testid": "skip", onclick: async () => {
           const reason = h("input", { maxlength: 500, size: 48, placeholder: "why (kept in the audit log)", "data-testid": "skip-reason" });
           const through = last > g.missing ? last : 0;
@@ -889,7 +921,7 @@ function viewRebuild(topic, id) {
   };
   const form = h("form", { class: "inline-form", onsubmit: (e) => { e.preventDefault(); dry(); } },
     "Seek to (UTC) ", at, " ", snap, " scope ", agg, h("button", { type: "submit", "data-testid": "rebuild-dry-run" }, "Dry run"));
-  if (canWrite()) {
+  if (can("admin", topic, id)) {
     form.append(h("button", { type: "button", class: "danger", "data-testid": "rebuild-run", onclick: async () => {
       const d = await dry();
       if (d.status !== 200) return;

@@ -1,14 +1,17 @@
-// Package audit is the operators' audit log in Firestore: one document per
-// write action taken through the operations API or its console (who, when,
-// what). In production it is a database of its own (dlqreplay's
+// Package audit is the operators' audit log in Firestore: who did what
+// through the operations API or its console, when, and how it ended. The
+// API writes an entry before each action (outcome started; an entry it
+// cannot write refuses the action) and one after it (succeeded or failed,
+// Ref naming the first), one for each payload read (read) and one for each
+// refusal (refused), always with the identity the API verified.
+//
+// In production the log is a database of its own (dlqreplay's
 // FIRESTORE_AUDIT_DATABASE), where only dlqreplay's identity may create
 // and read documents and nobody may change or delete one at run time
 // (infra/terraform, firestore.tf); left unset (the local stack), it is the
-// ledger's database.
-//
-// Entries are written with Create only, never Set or Update, so a role
-// that may create and not update (Terraform's relaybusAuditAppender) is
-// all the writer needs.
+// ledger's database. Entries are written with Create only, never Set or
+// Update, so a role that may create and not update (Terraform's
+// relaybusAuditAppender) is all the writer needs.
 package audit
 
 import (
@@ -41,6 +44,32 @@ const (
 	EventRepush      = "event.repush"
 	Seek             = "subscription.seek"
 	Snapshot         = "snapshot.create"
+	ConsumerPause    = "consumer.pause"
+	ConsumerResume   = "consumer.resume"
+	ConsumerRebuild  = "consumer.rebuild"
+	GapsSkip         = "gaps.skip"
+	LetterArchive    = "deadletter.archive"
+	// Reads of payloads, and of the audit log itself.
+	EventRead  = "event.read"
+	LetterRead = "deadletter.read"
+	LetterList = "deadletter.list"
+	Read       = "read"
+)
+
+// Outcomes (Entry.Outcome).
+const (
+	// OutcomeStarted: written before the action; the action is taken only
+	// once it is written.
+	OutcomeStarted = "started"
+	// OutcomeSucceeded and OutcomeFailed: written after it, Ref naming
+	// the started entry. A started entry without one means the outcome
+	// could not be written (the service's log has it under RequestID).
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+	// OutcomeRefused: the caller lacked the right (Detail says which).
+	OutcomeRefused = "refused"
+	// OutcomeRead: a payload was read.
+	OutcomeRead = "read"
 )
 
 // Entry is one operator action.
@@ -62,6 +91,15 @@ type Entry struct {
 	Subscription string `firestore:"subscription,omitempty" json:"subscription,omitempty"`
 	// Detail says what changed, in words ("enabled: true → false").
 	Detail string `firestore:"detail,omitempty" json:"detail,omitempty"`
+	// Outcome is one of the Outcome constants ("" on entries written
+	// before outcomes existed: the change was made).
+	Outcome string `firestore:"outcome,omitempty" json:"outcome,omitempty"`
+	// Method is how the API verified By (its auth mode).
+	Method string `firestore:"method,omitempty" json:"method,omitempty"`
+	// RequestID ties the entry to the request and its log lines.
+	RequestID string `firestore:"requestId,omitempty" json:"requestId,omitempty"`
+	// Ref is, on an outcome, the id of the entry that started the action.
+	Ref string `firestore:"ref,omitempty" json:"ref,omitempty"`
 }
 
 // Log appends to and reads the audit log.
@@ -126,6 +164,8 @@ type Query struct {
 	ActionPrefix string
 	Topic        string
 	ConsumerID   string
+	// Outcome selects one outcome (OutcomeSucceeded: the changes made).
+	Outcome string
 	// Limit is how many entries to return (50 when zero, at most
 	// MaxScan).
 	Limit int
@@ -150,7 +190,8 @@ func (l *Log) List(ctx context.Context, q Query) ([]Entry, error) {
 			return nil, fmt.Errorf("audit: list: decode %s: %w", d.Ref.ID, err)
 		}
 		e.ID = d.Ref.ID
-		if !strings.HasPrefix(e.Action, q.ActionPrefix) || (q.Topic != "" && e.Topic != q.Topic) || (q.ConsumerID != "" && e.ConsumerID != q.ConsumerID) {
+		if !strings.HasPrefix(e.Action, q.ActionPrefix) || (q.Topic != "" && e.Topic != q.Topic) || (q.ConsumerID != "" && e.ConsumerID != q.ConsumerID) ||
+			(q.Outcome != "" && e.Outcome != q.Outcome) {
 			continue
 		}
 		out = append(out, e)

@@ -73,6 +73,15 @@ type ConsumerChange struct {
 	Enabled     *bool
 	Description *string
 	SortOrder   *int
+	// KeepOneEnabled refuses (ErrLastConsumer) a change that would leave
+	// the topic without an enabled consumer: its new events would then be
+	// SKIPPED, written nowhere. Without it such a change is made and its
+	// audit entry says so.
+	KeepOneEnabled bool
+	// Audit holds what the change's audit entry carries besides the
+	// change: Method, RequestID and Ref (the entry that started the
+	// action). Its Outcome is audit.OutcomeSucceeded.
+	Audit audit.Entry
 }
 
 // Registry edit errors.
@@ -81,12 +90,23 @@ var (
 	ErrConsumerExists = errors.New("the topic already has this consumer")
 	// ErrConsumerNotFound: a change named an entry that does not exist.
 	ErrConsumerNotFound = errors.New("the topic has no such consumer")
+	// ErrLastConsumer: KeepOneEnabled refused to disable the topic's last
+	// enabled consumer.
+	ErrLastConsumer = errors.New("it is the topic's last enabled consumer")
 )
+
+// NoConsumerLeft is what an audit entry's Detail says when a change left a
+// topic without an enabled consumer.
+const NoConsumerLeft = "no enabled consumer left on the topic: its new events are SKIPPED (publish answers 200 SKIPPED, Go producers and handlers' Emit skip them; nothing is written or delivered) until a consumer is enabled again"
 
 // MaxSortOrder bounds a consumer's sort order.
 const MaxSortOrder = 10000
 
 // validate checks a change, naming each broken field.
+// Validate checks the change's fields against their rules (ChangeConsumer
+// does too, before anything is read or written).
+func (c ConsumerChange) Validate() error { return c.validate() }
+
 func (c ConsumerChange) validate() error {
 	var errs []error
 	if err := names.ValidateTopic(c.Topic); err != nil || names.IsDeadLetter(c.Topic) {
@@ -120,11 +140,11 @@ func printable(s string, max int) bool {
 }
 
 // ChangeConsumer adds, enables, disables or describes one topic_consumers
-// entry and writes the audit entry saying who changed what: in the same
-// transaction when the audit log shares the registry's database; first,
-// before the change commits, when it is in a database of its own (no
-// change is then made without its entry; an entry whose change fails to
-// commit records what was asked, and the caller got an error). The change applies to events sent afterwards (each event
+// entry and returns the audit entry saying who changed what (outcome
+// succeeded, with ch.Audit's method, request and reference): written in
+// the change's transaction when the audit log shares the registry's
+// database, else returned unwritten (ID empty) for the caller to append
+// once the change has committed. The change applies to events sent afterwards (each event
 // keeps the expected consumers it was sent with), once the services'
 // registry caches expire (registry.DefaultCacheTTL). A change that changes
 // nothing writes nothing and returns a nil audit entry.
@@ -141,11 +161,14 @@ func (s *Registry) ChangeConsumer(ctx context.Context, ch ConsumerChange, by str
 		entry  ConsumerEntry
 		logged *audit.Entry
 	)
+	// The change's outcome entry is written in its transaction when the
+	// audit log shares the ledger's database (the local stack); when it has
+	// a database of its own (production) it is returned unwritten (ID
+	// empty) for the caller to append after the commit: the operations
+	// API wrote its started entry before the change, so no change is ever
+	// unaudited, and an outcome written before a commit that then failed
+	// would claim a change that was never made.
 	inTx := s.audit.Shares(s.client)
-	auditID := ""
-	if !inTx {
-		auditID = s.audit.NewID() // one entry however often the transaction runs
-	}
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
 		logged = nil
 		now := s.clock()
@@ -195,21 +218,36 @@ func (s *Registry) ChangeConsumer(ctx context.Context, ch ConsumerChange, by str
 			entry = before
 			return nil
 		}
-		after.UpdatedAt, after.UpdatedBy = now, by
-		rec := audit.Entry{ID: auditID, At: now, By: by, Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: strings.Join(changes, "; ")}
-		var e audit.Entry
-		if inTx {
-			rec.ID = ""
-			if e, err = s.audit.AppendInTx(tx, rec); err != nil {
+		if before.Enabled && !after.Enabled {
+			others, err := tx.Documents(s.consumers.Where("topic", "==", ch.Topic).Where("enabled", "==", true)).GetAll()
+			if err != nil {
 				return err
 			}
-		} else if e, err = s.audit.Append(ctx, rec); err != nil {
-			return err
+			left := 0
+			for _, d := range others {
+				if d.Ref.ID != ref.ID {
+					left++
+				}
+			}
+			if left == 0 {
+				if ch.KeepOneEnabled {
+					return fmt.Errorf("%w: %s on %s", ErrLastConsumer, ch.ConsumerID, ch.Topic)
+				}
+				changes = append(changes, NoConsumerLeft)
+			}
+		}
+		after.UpdatedAt, after.UpdatedBy = now, by
+		rec := audit.Entry{At: now, By: by, Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: strings.Join(changes, "; "),
+			Outcome: audit.OutcomeSucceeded, Method: ch.Audit.Method, RequestID: ch.Audit.RequestID, Ref: ch.Audit.Ref}
+		if inTx {
+			if rec, err = s.audit.AppendInTx(tx, rec); err != nil {
+				return err
+			}
 		}
 		if err := tx.Set(ref, after); err != nil {
 			return err
 		}
-		entry, logged = after, &e
+		entry, logged = after, &rec
 		return nil
 	})
 	if err != nil {

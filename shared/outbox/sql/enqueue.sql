@@ -8,14 +8,31 @@
 -- those), and so does the ledger's cursor, so its send is recorded. Aggregates are upserted in key order, so two producers never lock
 -- two aggregates in opposite orders.
 --
+-- An id the outbox already holds for another event (another topic,
+-- aggregate, version, type or payload) is a clash: the statement then
+-- writes nothing at all and returns the clashing ids (clash = true), so a
+-- repeated id is a duplicate only when it repeats the same event. The
+-- check reads each id's row by primary key, as the insert does anyway;
+-- the payload array is indexed, not unnested, so large payloads are not
+-- copied twice.
+--
 -- $1..$19: the columns as arrays (see batch.args).
-WITH ins AS (
+WITH clash AS (
+    SELECT x.id
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $8::text[])
+        WITH ORDINALITY AS x(id, aggregatetype, aggregateid, event_type, version, topic, n)
+    JOIN relaybus_outbox o ON o.id = x.id
+    WHERE (o.topic, o.aggregatetype, o.aggregateid, o.event_type, o.version)
+              IS DISTINCT FROM (x.topic, x.aggregatetype, x.aggregateid, x.event_type, x.version)
+       OR o.payload IS DISTINCT FROM ($6::bytea[])[x.n]
+), ins AS (
     INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
         topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id,
         initiator, expire_at, target_consumer, traceparent)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],
         $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
         $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[])
+    WHERE NOT EXISTS (SELECT 1 FROM clash)
     ON CONFLICT (id) DO NOTHING
     RETURNING id, aggregatetype, aggregateid, version
 ), work AS (
@@ -32,4 +49,6 @@ WITH ins AS (
                                  ELSE coalesce(d.due_at, now()) END
     RETURNING 1
 )
-SELECT id FROM ins
+SELECT id, false FROM ins
+UNION ALL
+SELECT id, true FROM clash
