@@ -7,6 +7,7 @@ require (
 	cloud.google.com/go/pubsub/v2 v2.8.0
 	github.com/GoogleCloudPlatform/functions-framework-go v1.9.2
 	github.com/bufbuild/protocompile v0.14.1
+	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
 	github.com/chromedp/chromedp v0.14.2
 	github.com/cloudevents/sdk-go/binding/format/protobuf/v2 v2.16.2
@@ -49,7 +50,6 @@ require (
 	github.com/agext/levenshtein v1.2.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.4.3-default-no-op // indirect
 	github.com/apparentlymart/go-textseg/v15 v15.0.0 // indirect
-	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/sysutil v1.1.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
