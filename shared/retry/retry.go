@@ -35,6 +35,10 @@ type Policy struct {
 	// Jitter is the spread of each wait, a fraction of it in [0, 1):
 	// DefaultJitter when 0, none when negative.
 	Jitter float64
+	// NoShorter has the jitter only lengthen a wait: it is drawn from
+	// [d, d·(1+Jitter)], still at most Max. For a policy that promises a
+	// minimum between attempts, as Pub/Sub's retry policy does.
+	NoShorter bool
 }
 
 func (p Policy) withDefaults() Policy {
@@ -77,9 +81,18 @@ func (p Policy) Base(n int) time.Duration {
 // Delay returns the wait before retry n (n ≥ 1; smaller counts as 1).
 func (p Policy) Delay(n int) time.Duration {
 	p = p.withDefaults()
-	d := p.Base(n)
-	j := &backoff.ExponentialBackOff{InitialInterval: d, RandomizationFactor: p.Jitter, Multiplier: 1, MaxInterval: d}
-	return min(j.NextBackOff(), p.Max)
+	base := p.Base(n)
+	d, f := base, p.Jitter
+	if p.NoShorter {
+		// [d, d·(1+J)] is d·(1+J/2) spread by (J/2)/(1+J/2).
+		d, f = time.Duration(float64(base)*(1+f/2)), (f/2)/(1+f/2)
+	}
+	j := &backoff.ExponentialBackOff{InitialInterval: d, RandomizationFactor: f, Multiplier: 1, MaxInterval: d}
+	w := min(j.NextBackOff(), p.Max)
+	if p.NoShorter {
+		w = max(w, base) // rounding
+	}
+	return w
 }
 
 // Backoff counts the retries of one loop and hands out their waits. The

@@ -41,6 +41,15 @@ func TestDelayJitter(t *testing.T) {
 			t.Errorf("Delay(%d): %d distinct waits in 200, want jitter", n, len(seen))
 		}
 	}
+	floor := Policy{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.5, NoShorter: true}
+	for n := 1; n <= 6; n++ {
+		base := floor.Base(n)
+		for range 200 {
+			if d := floor.Delay(n); d < base || d > min(base*3/2, floor.Max) {
+				t.Fatalf("NoShorter: Delay(%d) = %v, outside [%v, %v]", n, d, base, min(base*3/2, floor.Max))
+			}
+		}
+	}
 	none := Policy{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: -1}
 	for n := 1; n <= 5; n++ {
 		if got, want := none.Delay(n), none.Base(n); got != want {
