@@ -197,7 +197,7 @@ func (r *Relay) repushes(ctx context.Context) (int, error) {
 				} else {
 					n := q.Attempts + 1
 					o.Error, o.Final = err.Error(), n >= r.o.MaxAttempts
-					o.RetryAt = r.now().Add(Backoff(r.o.BackoffBase, r.o.BackoffMax, n))
+					o.RetryAt = r.now().Add(r.retryAfter(n))
 					e := q.Row.Event
 					r.log.WarnContext(ctx, "relay: re-push failed", append(logging.Event(&e), "attempts", n, "final", o.Final, "error", o.Error)...)
 					if r.failures != nil {

@@ -60,6 +60,7 @@ import (
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
+	"github.com/relaybus/relaybus/shared/retry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -140,8 +141,11 @@ type Options struct {
 	// MaxAttempts is how many failed publishes make an aggregate FAILED
 	// (DefaultMaxAttempts).
 	MaxAttempts int
-	// BackoffBase and BackoffMax: the n-th failure retries after
-	// BackoffBase·2^(n-1), at most BackoffMax (DefaultBackoffBase, DefaultBackoffMax).
+	// BackoffBase and BackoffMax: the n-th failure of an aggregate's head
+	// retries after BackoffBase·2^(n-1), at most BackoffMax, spread by
+	// ±20% jitter and never past BackoffMax (retry.Policy;
+	// DefaultBackoffBase, DefaultBackoffMax), so the heads that failed
+	// together in one outage are not all due in the same drain again.
 	BackoffBase, BackoffMax time.Duration
 	// Retention is how long published rows are kept (DefaultRetention);
 	// negative keeps them forever.
@@ -288,14 +292,10 @@ func (r *Relay) dbNow() time.Time {
 	return time.Time{}
 }
 
-// Backoff returns the delay before retry after the n-th failure (n ≥ 1):
-// base·2^(n-1), capped at max.
-func Backoff(base, max time.Duration, n int) time.Duration {
-	d := base
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	return min(d, max)
+// retryAfter returns the delay before an aggregate's head is tried again
+// after its n-th failure (n ≥ 1), under Options.BackoffBase and BackoffMax.
+func (r *Relay) retryAfter(n int) time.Duration {
+	return retry.Policy{Initial: r.o.BackoffBase, Max: r.o.BackoffMax}.Delay(n)
 }
 
 // Summary is what one Drain did.

@@ -296,7 +296,7 @@ func (r *Relay) failure(run *outbox.Run, p outbox.Progress, v int64, err error, 
 		final = true
 	}
 	return &outbox.Failure{Version: v, Error: err.Error(), Final: final || n >= r.o.MaxAttempts,
-		RetryAt: r.now().Add(Backoff(r.o.BackoffBase, r.o.BackoffMax, n))}
+		RetryAt: r.now().Add(r.retryAfter(n))}
 }
 
 // attemptsOf is the attempt count a settled failure recorded.
