@@ -34,6 +34,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/retry"
 )
 
 // Source is what the worker needs of a broker: pulling a subscription's
@@ -114,9 +115,11 @@ type Options struct {
 	// MaxAttempts dead-letters a message refused that many times
 	// (DefaultMaxAttempts; the subscription's max_delivery_attempts).
 	MaxAttempts int
-	// MinBackoff and MaxBackoff space the retries of a refused message:
-	// the n-th waits MinBackoff·2^(n-1), at most MaxBackoff (defaults 1s,
-	// 1m: the subscription's retry policy).
+	// MinBackoff and MaxBackoff space the retries of a refused message,
+	// and of a pull that failed: the n-th waits MinBackoff·2^(n-1), at
+	// most MaxBackoff, lengthened by up to 20% jitter and never past
+	// MaxBackoff (retry.Policy with NoShorter: the minimum holds, as in
+	// Pub/Sub's retry policy; defaults 1s, 1m: the subscription's).
 	MinBackoff, MaxBackoff time.Duration
 	// ExtendEvery is how often held messages' leases are renewed
 	// (DefaultExtendEvery; a third of the ack deadline is right).
@@ -246,7 +249,7 @@ func (w *Worker) pullLoop(ctx context.Context) error {
 			}
 			failures++
 			w.o.Logger.WarnContext(ctx, "pull: pull failed", "subscription", w.o.Subscription, "error", err.Error())
-			if !wait(ctx, backoff(w.o.MinBackoff, w.o.MaxBackoff, failures)) {
+			if !wait(ctx, w.backoff().Delay(failures)) {
 				return ctx.Err()
 			}
 			continue
@@ -346,7 +349,7 @@ func (w *Worker) deliver(ctx context.Context, it *item) bool {
 		} else {
 			log.InfoContext(ctx, "pull: delivery refused; retrying after backoff", "error", res.Error)
 		}
-		if !wait(ctx, backoff(w.o.MinBackoff, w.o.MaxBackoff, it.attempts)) {
+		if !wait(ctx, w.backoff().Delay(it.attempts)) {
 			return false
 		}
 	}
@@ -419,26 +422,11 @@ func accepted(status int) bool {
 	return false
 }
 
-// backoff is the wait before the n-th retry: min·2^(n-1), at most max.
-func backoff(min, max time.Duration, n int) time.Duration {
-	d := min
-	for i := 1; i < n && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return d
+// backoff is the policy of the worker's retries (Options.MinBackoff,
+// MaxBackoff).
+func (w *Worker) backoff() retry.Policy {
+	return retry.Policy{Initial: w.o.MinBackoff, Max: w.o.MaxBackoff, NoShorter: true}
 }
 
 // wait waits d or until ctx ends, and reports whether d passed.
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func wait(ctx context.Context, d time.Duration) bool { return retry.Sleep(ctx, d) == nil }
