@@ -20,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/shared/retry"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
@@ -39,7 +40,9 @@ type Route struct {
 	// unordered).
 	Mode string
 	// MinBackoff and MaxBackoff space redeliveries of a refused message:
-	// the n-th redelivery waits MinBackoff·2^(n-1), at most MaxBackoff. Zero
+	// the n-th redelivery waits MinBackoff·2^(n-1), lengthened by up to 20%
+	// jitter, at most MaxBackoff (retry.Policy with NoShorter: Pub/Sub's
+	// minimum_backoff is a minimum). Zero
 	// takes the subscription's own retry policy, multiplied by
 	// Loop.BackoffScale (a subscription without one is redelivered after
 	// NoPolicyBackoff, as Pub/Sub redelivers it "as soon as possible").
@@ -57,6 +60,17 @@ type Route struct {
 // NoPolicyBackoff is the pause before redelivering a message of a
 // subscription that has no retry policy.
 const NoPolicyBackoff = 100 * time.Millisecond
+
+// The loop's own retries (retry.Policy, ±20% jitter): reading a route's
+// subscription at start (200 ms doubling to 5 s, until it succeeds or the
+// loop stops), a failed pull (50 ms doubling to 2 s, from the start again
+// after a pull that succeeds), and a failed acknowledgement (100, 200,
+// 400 ms, three tries before the lease is left to lapse).
+var (
+	setupBackoff = retry.Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
+	pullBackoff  = retry.Policy{Initial: 50 * time.Millisecond, Max: 2 * time.Second}
+	ackBackoff   = retry.Policy{Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond}
+)
 
 // Loop stands in for Eventarc and push subscriptions. For each route it
 // pulls the subscription with unary Pull calls and POSTs every message in
@@ -427,6 +441,7 @@ func (r *runner) run(ctx, cutCtx, endCtx context.Context) {
 		r.inFlight = r.r.MaxInFlight
 	}
 	r.outstanding = max(l.MaxOutstanding, r.inFlight)
+	setupRetry := setupBackoff.Backoff()
 	for {
 		err := r.setup(ctx)
 		if err == nil {
@@ -435,8 +450,10 @@ func (r *runner) run(ctx, cutCtx, endCtx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		l.Logger.Warn("local delivery: cannot read the subscription; retrying", "subscription", r.r.Subscription, "error", err.Error())
-		if sleep(ctx, time.Second) != nil {
+		wait := setupRetry.Next()
+		l.Logger.Warn("local delivery: cannot read the subscription; retrying", "subscription", r.r.Subscription, "error", err.Error(),
+			"retry_in", wait.String())
+		if retry.Sleep(ctx, wait) != nil {
 			return
 		}
 	}
@@ -488,6 +505,7 @@ func (r *runner) pull(ctx, endCtx context.Context) {
 	}
 	subs := l.Client.PubSub().SubscriptionAdminClient
 	var lastErr time.Time
+	pullRetry := pullBackoff.Backoff()
 	for {
 		r.mu.Lock()
 		n := len(r.held)
@@ -537,11 +555,12 @@ func (r *runner) pull(ctx, endCtx context.Context) {
 				l.Logger.Warn("local delivery: pull failed; retrying", "subscription", r.r.Subscription, "error", err.Error())
 			}
 			lastErr = time.Now()
-			if sleep(ctx, 200*time.Millisecond) != nil {
+			if retry.Sleep(ctx, pullRetry.Next()) != nil {
 				return
 			}
 			continue
 		}
+		pullRetry.Reset()
 		got := resp.GetReceivedMessages()
 		r.admit(got)
 		if len(got) >= want || wake == nil {
@@ -699,7 +718,7 @@ func (r *runner) deliver(cutCtx context.Context, h *held, n int) {
 	}
 	// Hold the key for the backoff, as Pub/Sub's retry policy does, then
 	// deliver the message again (the key's later messages wait behind it).
-	d := backoff(rt.MinBackoff, rt.MaxBackoff, n)
+	d := retry.Policy{Initial: rt.MinBackoff, Max: rt.MaxBackoff, NoShorter: true}.Delay(n)
 	r.mu.Lock()
 	h.state = backingOff
 	r.mu.Unlock()
@@ -769,7 +788,7 @@ func (r *runner) ack(endCtx context.Context) {
 			if err == nil || endCtx.Err() != nil {
 				break
 			}
-			_ = sleep(endCtx, time.Duration(try+1)*100*time.Millisecond)
+			_ = retry.Sleep(endCtx, ackBackoff.Delay(try+1))
 		}
 		if err != nil {
 			// Pub/Sub will redeliver them; consume's inbox makes that harmless.
@@ -942,14 +961,4 @@ func (r *runner) post(ctx context.Context, m event.Message, attempt int) (int, e
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
-}
-
-// backoff is the wait before the redelivery that follows refused delivery
-// n (1-based): lo doubling per refusal, at most hi.
-func backoff(lo, hi time.Duration, n int) time.Duration {
-	d := lo
-	for i := 1; i < n && d < hi; i++ {
-		d *= 2
-	}
-	return min(d, hi)
 }

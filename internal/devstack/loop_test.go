@@ -695,13 +695,3 @@ func TestAckedStatuses(t *testing.T) {
 		}
 	}
 }
-
-func TestBackoffDoublesUpToTheMaximum(t *testing.T) {
-	lo, hi := 100*time.Millisecond, time.Second
-	for n, want := range map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond,
-		4: 800 * time.Millisecond, 5: time.Second, 9: time.Second} {
-		if got := backoff(lo, hi, n); got != want {
-			t.Errorf("backoff after refusal %d = %v, want %v", n, got, want)
-		}
-	}
-}
