@@ -50,7 +50,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -61,13 +60,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/shared/migrate"
+	"github.com/relaybus/relaybus/shared/retry"
 )
 
 // RetryPolicy is how Pool retries refused and lost connections. The zero
 // value means the defaults below.
 type RetryPolicy struct {
 	// MinBackoff is the first wait (DefaultMinBackoff); each retry doubles
-	// it, with jitter, up to MaxBackoff.
+	// it up to MaxBackoff, spread by ±20% jitter (retry.Policy).
 	MinBackoff time.Duration
 	// MaxBackoff caps one wait (DefaultMaxBackoff).
 	MaxBackoff time.Duration
@@ -300,41 +300,35 @@ func (r *row) Scan(dest ...any) error {
 	return r.rows.Err()
 }
 
-// do runs f, and again after a backoff while it fails with an error retry
-// accepts and the context leaves time for the wait. It returns f's last
-// error.
-func (p *Pool) do(ctx context.Context, retry func(error) bool, f func() error) error {
+// do runs f, and again after a backoff while it fails with an error
+// retryable accepts and the context leaves time for the wait. It returns
+// f's last error.
+func (p *Pool) do(ctx context.Context, retryable func(error) bool, f func() error) error {
 	var stop time.Time
 	if dl, ok := ctx.Deadline(); ok {
 		stop = dl
 	} else {
 		stop = time.Now().Add(p.retry.MaxElapsed)
 	}
-	backoff := p.retry.MinBackoff
-	for {
+	policy := retry.Policy{Initial: p.retry.MinBackoff, Max: p.retry.MaxBackoff}
+	for n := 1; ; n++ {
 		start := time.Now()
 		err := f()
-		if err == nil || !retry(err) || ctx.Err() != nil {
+		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return err
 		}
-		// Full jitter in [backoff/2, backoff): callers refused together do
-		// not come back together.
-		wait := backoff/2 + rand.N(backoff/2+1)
+		// Jittered: callers refused together do not come back together.
+		wait := policy.Delay(n)
 		// Another attempt must end before the deadline, not only start:
 		// allow it twice as long as this one took, so the caller gets the
 		// error with its time to answer left, not a deadline exceeded.
 		if time.Now().Add(wait + 2*time.Since(start)).After(stop) {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Sleep(ctx, wait) != nil {
 			return err
-		case <-t.C:
 		}
 		p.retries.Add(1)
-		backoff = min(backoff*2, p.retry.MaxBackoff)
 	}
 }
 
