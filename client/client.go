@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -51,6 +50,7 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/retry"
 )
 
 // Mode is how events are written on the wire.
@@ -95,9 +95,9 @@ type Options struct {
 	// (DefaultMaxAttempts); 1 disables retries.
 	MaxAttempts int
 	// InitialBackoff is the wait before the first retry; it doubles per
-	// retry up to MaxBackoff, with full jitter (DefaultInitialBackoff,
-	// DefaultMaxBackoff). A Retry-After longer than the backoff is waited
-	// instead.
+	// retry up to MaxBackoff, spread by ±20% jitter and never past
+	// MaxBackoff (DefaultInitialBackoff, DefaultMaxBackoff). A Retry-After
+	// longer than the backoff is waited instead.
 	InitialBackoff, MaxBackoff time.Duration
 }
 
@@ -241,7 +241,7 @@ func (c *Client) send(ctx context.Context, events []*event.Event, batch bool) ([
 		if attempt >= c.o.MaxAttempts {
 			return nil, last
 		}
-		wait := c.backoff(attempt)
+		wait := retry.Policy{Initial: c.o.InitialBackoff, Max: c.o.MaxBackoff}.Delay(attempt)
 		if ra, ok := retryAfter(respHeader, time.Now()); ok && ra > wait {
 			wait = ra
 		}
@@ -256,16 +256,6 @@ func (c *Client) send(ctx context.Context, events []*event.Event, batch bool) ([
 		case <-t.C:
 		}
 	}
-}
-
-// backoff is the wait before retry n (from 1): full jitter over an
-// exponential ceiling.
-func (c *Client) backoff(n int) time.Duration {
-	ceil := c.o.InitialBackoff << min(n-1, 20)
-	if ceil <= 0 || ceil > c.o.MaxBackoff {
-		ceil = c.o.MaxBackoff
-	}
-	return ceil/2 + rand.N(ceil/2+1)
 }
 
 // retryAfter reads a Retry-After header: delay-seconds or an HTTP date

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/shared/retry"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
@@ -84,23 +85,23 @@ func Warm(name string) {
 	}
 }
 
+// warmBackoff spaces a warm function's builds: 1 s doubling to 30 s,
+// ±20% jitter (retry.Policy), until one succeeds.
+var warmBackoff = retry.Policy{Initial: time.Second, Max: 30 * time.Second}
+
 // warmUp builds l until it succeeds or ctx ends.
 func (l *lazy) warmUp(ctx context.Context, log *slog.Logger) {
-	wait := time.Second
+	bo := warmBackoff.Backoff()
 	for {
 		_, err := l.get(ctx)
 		if err == nil {
 			return
 		}
+		wait := bo.Next()
 		log.ErrorContext(ctx, l.name+": cannot start; retrying", "error", err.Error(), "retry_in", wait.String())
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Sleep(ctx, wait) != nil {
 			return
-		case <-t.C:
 		}
-		wait = min(2*wait, 30*time.Second)
 	}
 }
 
