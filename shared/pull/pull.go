@@ -142,21 +142,23 @@ type Worker struct {
 	mu    sync.Mutex
 	lanes map[string][]*item // queued messages of each ordering key with a running lane
 	held  map[*item]struct{}
+	byID  map[string]*item // the held items by message id
 	wg    sync.WaitGroup
 }
 
 type item struct {
-	l        Leased
-	m        event.Message
-	attempts int // deliveries made by this worker
+	m        event.Message // DeliveryAttempt under mu
+	attempts int           // deliveries made by this worker
 
 	// mu orders the lease's renewals against its settling: once settled
 	// (acknowledged or handed back) the lease is never renewed again. A
 	// renewal that reached the broker after a hand-back would hold the
 	// message again (Pub/Sub's ModifyAckDeadline after a nack; JetStream's
 	// in-progress after a Nak), so it came back a lease later, behind the
-	// next versions of its key.
+	// next versions of its key. It also orders them against a
+	// redelivery's new lease taking the place of a lapsed one (dispatch).
 	mu      sync.Mutex
+	l       Leased
 	settled bool
 }
 
@@ -192,7 +194,7 @@ func New(o Options) (*Worker, error) {
 		o.Logger = logging.Discard()
 	}
 	return &Worker{o: o, slots: make(chan struct{}, o.MaxOutstanding), inFlight: make(chan struct{}, o.MaxInFlight),
-		lanes: map[string][]*item{}, held: map[*item]struct{}{}, pulled: make(chan struct{})}, nil
+		lanes: map[string][]*item{}, held: map[*item]struct{}{}, byID: map[string]*item{}, pulled: make(chan struct{})}, nil
 }
 
 // Run pulls and delivers until ctx ends, then drains: it pulls no more,
@@ -241,7 +243,7 @@ func (w *Worker) pullLoop(ctx context.Context) error {
 		// What a failed pull returned is leased to us all the same: it is
 		// delivered (or handed back), never left to lapse behind its key.
 		for _, l := range got {
-			w.dispatch(ctx, &item{l: l, m: l.Message()})
+			w.dispatch(ctx, &item{m: l.Message(), l: l})
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -260,10 +262,31 @@ func (w *Worker) pullLoop(ctx context.Context) error {
 
 // dispatch queues it behind its key's lane, or starts a lane for it.
 // Messages without an ordering key each get a lane of their own.
+//
+// A message the worker holds already, not settled yet, is a redelivery
+// after its lease lapsed (a renewal came late): the broker knows only the
+// new lease, so it takes the place of the lapsed one, where the message
+// is in its key's queue, and frees its slot. Queued as a message of its
+// own it came after its key's later messages, delivered again after them
+// and handed back after them.
 func (w *Worker) dispatch(ctx context.Context, it *item) {
 	key := it.m.OrderingKey
 	w.mu.Lock()
+	if old, ok := w.byID[it.m.ID]; ok && it.m.ID != "" {
+		old.mu.Lock()
+		if !old.settled {
+			old.l, old.m.DeliveryAttempt = it.l, it.m.DeliveryAttempt
+			old.mu.Unlock()
+			w.mu.Unlock()
+			<-w.slots
+			return
+		}
+		old.mu.Unlock()
+	}
 	w.held[it] = struct{}{}
+	if it.m.ID != "" {
+		w.byID[it.m.ID] = it
+	}
 	if key != "" {
 		if q, ok := w.lanes[key]; ok {
 			w.lanes[key] = append(q, it)
@@ -321,7 +344,9 @@ func (w *Worker) deliver(ctx context.Context, it *item) bool {
 		case w.inFlight <- struct{}{}:
 		}
 		it.attempts++
+		it.mu.Lock()
 		m := it.m
+		it.mu.Unlock()
 		if m.DeliveryAttempt > 0 {
 			m.DeliveryAttempt += it.attempts - 1 // the broker's count, plus our retries
 		}
@@ -377,6 +402,9 @@ func (w *Worker) settle(ctx context.Context, it *item, f func() error, what stri
 	}
 	w.mu.Lock()
 	delete(w.held, it)
+	if w.byID[it.m.ID] == it {
+		delete(w.byID, it.m.ID)
+	}
 	w.mu.Unlock()
 	<-w.slots
 }

@@ -300,3 +300,54 @@ func TestShutdownHandsBackInOrderAfterTheLastPull(t *testing.T) {
 		}
 	})
 }
+
+// A message whose lease lapsed comes back while the worker still holds
+// it (its lease renewal was late: a busy machine, a slow broker). The new
+// delivery takes the held one's place in its key's queue, under the new
+// lease: the message is delivered once, in order, and settled with the
+// lease the broker knows now. Queued behind its key's later messages it
+// was delivered again after them (k-3 before k-2's second delivery), and
+// handed back after them at shutdown; the NATS conformance flake.
+func TestARedeliveryOfAHeldMessageTakesItsPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src, eng := newSource(), newEngine()
+		eng.hold = make(chan struct{})
+		for n := 1; n <= 3; n++ {
+			src.offer("k", n, 1)
+		}
+		stop := run(t, Options{Source: src, Engine: eng})
+		synctest.Wait() // k-1 in the engine, k-2 and k-3 queued
+		src.offer("k", 2, 2)
+		synctest.Wait()
+		close(eng.hold)
+		synctest.Wait()
+		stop()
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		if got := eng.applied["k"]; fmt.Sprint(got) != "[1 2 3]" {
+			t.Errorf("applied %v, want [1 2 3]: each once, in order", got)
+		}
+		if got := fmt.Sprint(src.logOf("")); got != "[ack k-1#1 ack k-2#2 ack k-3#1]" {
+			t.Errorf("settled %s; want k-2 acknowledged once, under its new lease, between k-1 and k-3", got)
+		}
+
+		// At shutdown the same: handed back once, in order.
+		src2, eng2 := newSource(), newEngine()
+		eng2.hold = make(chan struct{})
+		for n := 1; n <= 3; n++ {
+			src2.offer("k", n, 1)
+		}
+		stop = run(t, Options{Source: src2, Engine: eng2})
+		synctest.Wait()
+		src2.offer("k", 2, 2)
+		synctest.Wait()
+		stopped := make(chan struct{})
+		go func() { stop(); close(stopped) }()
+		synctest.Wait()
+		close(eng2.hold)
+		<-stopped
+		if got := fmt.Sprint(src2.logOf("")); got != "[ack k-1#1 nack k-2#2 nack k-3#1]" {
+			t.Errorf("at shutdown settled %s; want k-2 handed back once, under its new lease, before k-3", got)
+		}
+	})
+}

@@ -101,6 +101,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("WorkerKeepsKeyOrderUnderRetries", func(t *testing.T) { workerOrder(t, b) })
 	t.Run("WorkerDeadLettersAfterMaxAttempts", func(t *testing.T) { workerDeadLetters(t, b) })
 	t.Run("WorkerAcksOnlyAfterTheEngineAnswers", func(t *testing.T) { workerShutdown(t, b) })
+	t.Run("WorkerKeepsKeyOrderWhenLeasesLapse", func(t *testing.T) { workerLapse(t, b) })
 }
 
 func setup(t *testing.T, b Backend) (Broker, string, string, string) {
@@ -537,5 +538,35 @@ func workerShutdown(t *testing.T, b Backend) {
 		if v != i+1 {
 			t.Fatalf("applied %v across the two workers; want 1,2,3 once each", all)
 		}
+	}
+}
+
+// workerLapse: the worker holds a key's messages past their lease (its
+// renewals never come: ExtendEvery far beyond the ack deadline, as a
+// renewal late on a busy machine), so the broker hands them out again,
+// to the same worker. Each message is still applied once, in its key's
+// order: a redelivery takes the place of the copy the worker holds.
+func workerLapse(t *testing.T, b Backend) {
+	c, topic, sub, _ := setup(t, b)
+	if n, err := c.PublishBatch(context.Background(), topic, []event.Message{message("k", 1), message("k", 2), message("k", 3)}); err != nil || n != 3 {
+		t.Fatalf("PublishBatch = %d, %v", n, err)
+	}
+	eng := newScripted()
+	eng.release, eng.started = make(chan struct{}), make(chan struct{}, 10)
+	startWorker(t, pull.Options{Source: c, Subscription: sub, Engine: eng, DeadLetters: c, ExtendEvery: time.Hour})
+	<-eng.started // k-1 is being handled; k-2 and k-3 wait behind it
+	time.Sleep(b.AckDeadline + 3*time.Second) // the leases lapse; the broker delivers them again meanwhile
+	close(eng.release)
+	eventually(t, b.AckDeadline+20*time.Second, "the key's three messages applied", func() bool {
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		return len(eng.accepted["k"]) >= 3
+	})
+	// Anything delivered again would come within a lease of the last.
+	time.Sleep(b.AckDeadline + time.Second)
+	eng.mu.Lock()
+	defer eng.mu.Unlock()
+	if got := fmt.Sprint(eng.accepted["k"]); got != "[1 2 3]" {
+		t.Fatalf("applied %s; want [1 2 3]: once each, in order", got)
 	}
 }
