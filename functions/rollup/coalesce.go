@@ -3,8 +3,11 @@ package rollup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/relaybus/relaybus/shared/retry"
 
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
@@ -18,8 +21,9 @@ import (
 // consumer's outcome folded in (ledger.Store.Fold), instead of one rollup
 // per consumer. The attempts the notices carry are gathered per event. Due events are rolled up together,
 // in batches of ledger.MaxNoticeEvents, by a few workers. An event not in
-// the ledger yet is held again (notFoundPause, doubling) until notFoundWait has
-// passed since its first notice, then answered as it is.
+// the ledger yet is held again (notFoundPause doubling, ±20% jitter:
+// retry.Policy) until notFoundWait has passed since its first notice, then
+// answered as it is.
 type coalescer struct {
 	roll func(ctx context.Context, notices []model.Notice) ([]ledger.RollupResult, error)
 	// expected, when set, names the consumers of a topic's events: an
@@ -39,6 +43,10 @@ type coalescer struct {
 	mu      sync.Mutex
 	pending map[string]*held
 	wake    chan struct{}
+	// settled is signalled whenever held events were answered (close
+	// waits on it).
+	settled chan struct{}
+	closed  bool // close has answered what was held: take nothing more
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -55,9 +63,9 @@ type held struct {
 	notice, nextNotice model.Notice
 	// expected are the consumers the event waits for (none: unknown).
 	expected []string
-	// pause is how long the event waits before it is looked for again
-	// while it is not in the ledger: notFoundPause, doubling each time.
-	pause time.Duration
+	// notFound counts the rollups that did not find the event in the
+	// ledger: the next waits notFoundPolicy's wait for that retry.
+	notFound int
 	// next are the waiters that arrived while a rollup was running: it
 	// may have read before their attempts, so they get a rollup of their
 	// own after it.
@@ -92,7 +100,7 @@ const maxHeld = 100_000
 
 func newCoalescer(roll func(ctx context.Context, notices []model.Notice) ([]ledger.RollupResult, error), window, notFoundPause, notFoundWait time.Duration, workers int) *coalescer {
 	c := &coalescer{roll: roll, window: window, notFoundPause: notFoundPause, notFoundWait: notFoundWait, workers: workers,
-		pending: map[string]*held{}, wake: make(chan struct{}, 1)}
+		pending: map[string]*held{}, wake: make(chan struct{}, 1), settled: make(chan struct{}, 1)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(1)
 	go c.dispatch()
@@ -132,6 +140,10 @@ func (c *coalescer) do(ctx context.Context, notices []model.Notice) (map[string]
 	}
 	now := time.Now()
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errClosed
+	}
 	if len(c.pending)+len(notices) > maxHeld {
 		c.mu.Unlock()
 		return nil, errBusy
@@ -248,8 +260,8 @@ func (c *coalescer) run(notices []model.Notice) {
 			r = rs[i]
 		}
 		if errors.Is(r.Err, model.ErrEventNotFound) && now.Sub(h.first) < c.notFoundWait {
-			h.pause = max(c.notFoundPause, 2*h.pause)
-			h.running, h.due = false, now.Add(h.pause)
+			h.notFound++
+			h.running, h.due = false, now.Add(retry.Policy{Initial: c.notFoundPause, Max: c.notFoundWait}.Delay(h.notFound))
 			continue
 		}
 		for _, ch := range h.waiters {
@@ -267,28 +279,59 @@ func (c *coalescer) run(notices []model.Notice) {
 		}
 		delete(c.pending, id)
 	}
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	for _, ch := range []chan struct{}{c.wake, c.settled} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
+// errClosed answers the notices of events still held when the coalescer
+// closed: they are redelivered (to the next instance).
+var errClosed = errors.New("rollup: shutting down before the event was rolled up")
+
 // close stops dispatching once the events held now are rolled up, or ctx
-// ends.
+// ends, or the longest an event can be held (a window and the wait for an
+// event not in the ledger yet) has passed. What is still held then is
+// answered errClosed (its notices are redelivered), and close says how
+// many events were cut short.
 func (c *coalescer) close(ctx context.Context) error {
-	deadline := time.Now().Add(c.window + c.notFoundWait)
+	deadline := time.NewTimer(c.window + c.notFoundWait)
+	defer deadline.Stop()
+	var cut error
+wait:
 	for {
 		c.mu.Lock()
 		n := len(c.pending)
 		c.mu.Unlock()
-		if n == 0 || ctx.Err() != nil || time.Now().After(deadline) {
+		if n == 0 {
 			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-c.settled:
+		case <-ctx.Done():
+			cut = fmt.Errorf("rollup: %d events still held at shutdown: %w", n, ctx.Err())
+			break wait
+		case <-deadline.C:
+			cut = fmt.Errorf("rollup: %d events still held %v after shutdown began", n, c.window+c.notFoundWait)
+			break wait
+		}
 	}
 	c.cancel()
 	c.wg.Wait()
-	return ctx.Err()
+	// The running rollups have answered (their context ended); the rest
+	// are answered now rather than left to their requests' deadlines.
+	c.mu.Lock()
+	c.closed = true
+	for id, h := range c.pending {
+		for _, ch := range append(h.waiters, h.next...) {
+			ch <- ledger.RollupResult{EventID: id, Err: errClosed}
+		}
+		delete(c.pending, id)
+	}
+	c.mu.Unlock()
+	return cut
 }
 
 func maxTime(a, b time.Time) time.Time {
