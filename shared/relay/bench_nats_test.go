@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/relaybus/relaybus/internal/benchcheck"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport/natsjs"
@@ -39,6 +40,6 @@ func BenchmarkDrainNATS(b *testing.B) {
 		o := r.o
 		fmt.Printf("# relay drain on NATS: %d events on 500 aggregates, %d-byte payloads, batch %d rows, %d aggregates and %d rows of each per claim, %d workers; Postgres %s; %s, streams only (no consumers), subject per ordering key\n",
 			events, len(`{"n":1}`), o.BatchSize, o.Aggregates, o.RunLimit, o.Concurrency, r.durable, r.pubsub)
-		fmt.Printf("BENCH relay_events_per_s_nats %.0f ev/s\n", r.rate)
+		benchcheck.Figure(b, "relay_events_per_s_nats", r.rate, "ev/s")
 	}
 }
