@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/benchcheck"
 	"github.com/relaybus/relaybus/internal/cost"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/fnproc"
@@ -33,20 +34,28 @@ import (
 // latency percentiles, measured from each request's scheduled start.
 func BenchmarkConsume(b *testing.B) { consumeBench(b, false) }
 
-// BenchmarkConsumePgBouncer is BenchmarkConsume's throughput run through
-// PgBouncer in transaction mode (pgx's exec query mode), as behind
-// Supabase's pooler.
+// BenchmarkConsumePgBouncer is BenchmarkConsume's throughput run,
+// interleaved direct and through PgBouncer in transaction mode (pgx's
+// exec query mode, as behind Supabase's pooler), three rounds of each; it
+// reports the median pooled rate with the rounds' ratios.
 func BenchmarkConsumePgBouncer(b *testing.B) {
 	pgtest.PgBouncerURL(b) // skips without one, outside CI
-	b.Setenv(pgtest.EnvPooled, "1")
-	consumeBench(b, true)
+	var direct, pooled []float64
+	for range 3 {
+		b.Setenv(pgtest.EnvPooled, "")
+		direct = append(direct, consumeBench(b, true))
+		b.Setenv(pgtest.EnvPooled, "1")
+		pooled = append(pooled, consumeBench(b, true))
+	}
+	benchcheck.Compare(b, "consume_deliveries_per_s_pgbouncer",
+		"consume_deliveries_per_s direct → through PgBouncer 1.18 (pool_mode=transaction, default_query_exec_mode=exec)", direct, pooled, true)
+	benchcheck.Figure(b, "consume_deliveries_per_s_pgbouncer", benchcheck.Median(pooled), "1/s")
 }
 
-// directConsumeRate is BenchmarkConsume's throughput, for
-// BenchmarkConsumePgBouncer's ratio in the same run.
-var directConsumeRate float64
-
-func consumeBench(b *testing.B, pooled bool) {
+// consumeBench runs the consume benchmark and returns its throughput;
+// throughputOnly stops there, printing no figure (the PgBouncer
+// comparison's rounds).
+func consumeBench(b *testing.B, throughputOnly bool) float64 {
 	ctx := context.Background()
 	// The function runs in a process of its own, built by its constructor
 	// from its configuration as in production (CONSUMER_HANDLER defaults
@@ -104,6 +113,7 @@ func consumeBench(b *testing.B, pooled bool) {
 		b.Fatal(err)
 	}
 	answered := 0
+	var directRate float64
 	{
 		const n, conc = 20000, 16
 		work := bodies(fmt.Sprintf("thr%d", time.Now().UnixNano()), n)
@@ -127,19 +137,15 @@ func consumeBench(b *testing.B, pooled bool) {
 		fmt.Printf("# consume: %d wrapped-push deliveries over HTTP, concurrency %d, generic projection, the function in its own process (instance.Main, pool %d); attempts shipped to the Firestore ledger (emulator) after the answer; Postgres %s\n",
 			n, conc, poolSize, durable)
 		if failed.Load() > 0 {
-			fmt.Printf("# consume: %d deliveries not answered 200 (not counted in the rate)\n", failed.Load())
+			b.Fatalf("consume: %d of %d deliveries not answered 200: the run prints no figure", failed.Load(), n)
 		}
-		ok := float64(n-int(failed.Load())) / float64(n) * rate
-		if pooled {
-			fmt.Printf("# consume through PgBouncer 1.18, pool_mode=transaction, default_query_exec_mode=exec, the same run as above\n")
-			if directConsumeRate > 0 {
-				fmt.Printf("# consume through PgBouncer: %.2f of the direct figure in the same run (%.0f 1/s)\n", ok/directConsumeRate, directConsumeRate)
-			}
-			fmt.Printf("BENCH consume_deliveries_per_s_pgbouncer %.0f 1/s\n", ok)
-			return // the throughput only: the rest is the direct run's
+		ok := rate
+		if throughputOnly {
+			_, _ = fn.StopCPU()
+			return ok
 		}
-		directConsumeRate = ok
-		fmt.Printf("BENCH consume_deliveries_per_s %.0f 1/s\n", ok)
+		benchcheck.Figure(b, "consume_deliveries_per_s", ok, "1/s")
+		directRate = ok
 
 		const rate2, seconds = 1000, 5
 		lat := make([]time.Duration, 0, rate2*seconds)
@@ -164,17 +170,14 @@ func consumeBench(b *testing.B, pooled bool) {
 			}()
 		}
 		wg.Wait()
-		if len(lat) == 0 {
-			b.Fatalf("no delivery of %d was answered 200", len(work))
+		if failed.Load() > 0 {
+			b.Fatalf("consume latency: %d of %d deliveries not answered 200: the run prints no figure", failed.Load(), len(work))
 		}
 		slices.Sort(lat)
 		ms := func(p float64) float64 { return float64(percentile.Sorted(lat, p).Microseconds()) / 1000 }
-		fmt.Printf("# consume latency: open loop at %d deliveries/s for %ds, request to 200, from each request's scheduled start; p50 %.2f ms, p90 %.2f ms, max %.2f ms\n",
-			rate2, seconds, ms(0.5), ms(0.9), ms(1))
-		if failed.Load() > 0 {
-			fmt.Printf("# consume latency: %d deliveries not answered 200 (not in the percentiles)\n", failed.Load())
-		}
-		fmt.Printf("BENCH consume_p99_ms %.2f ms\n", ms(0.99))
+		fmt.Printf("# consume latency: open loop at %d deliveries/s for %ds, request to 200, from each request's scheduled start, over all %d deliveries; p50 %.2f ms, p90 %.2f ms, max %.2f ms\n",
+			rate2, seconds, len(lat), ms(0.5), ms(0.9), ms(1))
+		benchcheck.Figure(b, "consume_p99_ms", ms(0.99), "ms")
 		answered += len(lat)
 	}
 	// The attempts' shipping to the ledger runs after the answers: the
@@ -192,10 +195,20 @@ func consumeBench(b *testing.B, pooled bool) {
 	_ = pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`).Scan(&unshipped)
 	fmt.Printf("# consume: %d attempts not in the ledger after the run (left to /ledger:ship)\n", unshipped)
 	fmt.Printf("# consume cost: the function process's user+system CPU (/proc, then its rusage at exit) and the statements Postgres executed (pg_stat_statements calls, transaction control included) over both runs to the end of its graceful shutdown, divided by the %d deliveries answered 200\n", answered)
-	fmt.Printf("BENCH consume_cpu_us_per_delivery %.1f µs\n", float64((cpu1-cpu0).Microseconds())/float64(answered))
+	// Every delivery was applied once: the inbox holds each event the
+	// runs sent.
+	var applied int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_inbox WHERE consumer_id = 'member-service'`).Scan(&applied); err != nil {
+		b.Fatal(err)
+	}
+	if applied != answered {
+		b.Fatalf("consume: %d deliveries answered 200, %d events in the inbox: the run prints no figure", answered, applied)
+	}
+	benchcheck.Figure(b, "consume_cpu_us_per_delivery", float64((cpu1-cpu0).Microseconds())/float64(answered), "µs")
 	stmts := stmts1.Since(stmts0)
 	cost.PrintStatements(os.Stdout, "consume statements", "delivery", stmts, answered, 8)
-	fmt.Printf("BENCH consume_pg_roundtrips_per_delivery %.2f round trips\n", float64(cost.Calls(stmts))/float64(answered))
+	benchcheck.Figure(b, "consume_pg_roundtrips_per_delivery", float64(cost.Calls(stmts))/float64(answered), "round trips")
+	return directRate
 }
 
 // withParams adds query parameters to a postgres:// URL.
