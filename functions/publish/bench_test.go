@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/functions/publish"
+	"github.com/relaybus/relaybus/internal/benchcheck"
 	"github.com/relaybus/relaybus/internal/cost"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/fnproc"
@@ -44,11 +45,8 @@ import (
 // fixed load once, whatever b.N.
 func BenchmarkPublish(b *testing.B) {
 	r := publishLoad(b, true, nil)
-	p50, p99 := r.p50, r.p99
-	fmt.Printf("BENCH publish_p50_ms %.2f ms\n", p50)
-	fmt.Printf("BENCH publish_p99_ms %.2f ms\n", p99)
-	b.ReportMetric(p50, "p50-ms")
-	b.ReportMetric(p99, "p99-ms")
+	benchcheck.Figure(b, "publish_p50_ms", r.p50, "ms")
+	benchcheck.Figure(b, "publish_p99_ms", r.p99, "ms")
 }
 
 // publishLoad runs BenchmarkPublish's load, prints how it ran and returns
@@ -220,30 +218,39 @@ func publishLoad(b *testing.B, primary bool, env map[string]string) loadResult {
 	if len(lat) == 0 {
 		b.Fatalf("no request of %d got a 202 published (%d pending, %d failed)", total, pending, failed)
 	}
+	// Every event accepted (202, published or pending) is in the outbox,
+	// once.
+	var written int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_outbox WHERE id LIKE 'bench-%'`).Scan(&written); err != nil {
+		b.Fatal(err)
+	}
+	if written != published+pending {
+		b.Fatalf("publish: %d events accepted (%d published, %d pending), %d in the outbox: the run prints no figure", published+pending, published, pending, written)
+	}
 	slices.Sort(lat)
 	pct := func(p float64) float64 { return float64(percentile.Sorted(lat, p).Microseconds()) / 1000 }
 	durable := pgtest.RequireDurable(b)
 	fmt.Printf("# publish: %d requests at %d req/s open loop (sent over %s, last answer at %s), plain JSON envelope, %d-byte payload, %d aggregates; "+
 		"latency from each request's scheduled start to its 202; fast path on (%d published, %d pending), Firestore ledger on (emulator; sends recorded after the answer); "+
-		"the function in its own process (instance.Main), Postgres pool %d (%s), pstest; p90 %.2f ms, p99.9 %.2f ms, max %.2f ms\n",
+		"the function in its own process (instance.Main), Postgres pool %d (%s), pstest; the percentiles over the %d answered 202 published; p90 %.2f ms, p99.9 %.2f ms, max %.2f ms\n",
 		total, rate, (time.Duration(total-1) * interval).Round(time.Millisecond), elapsed.Round(time.Millisecond), len(payload), aggregates,
-		published, pending, poolSize, durable, pct(0.90), pct(0.999), pct(1))
+		published, pending, poolSize, durable, len(lat), pct(0.90), pct(0.999), pct(1))
 	if failed > 0 {
 		fmt.Printf("# publish: %d of %d requests did not get a 202 published (not in the percentiles)\n", failed, total)
 	}
 	if pending > 0 {
 		fmt.Printf("# publish: %d of %d requests answered 202 pending, left to the relay (not in the percentiles)\n", pending, total)
 	}
-	if accepted := published + pending; accepted > 0 && primary {
-		fmt.Printf("# publish cost: the function process's user+system CPU (/proc, then its rusage at exit) and the statements Postgres executed (pg_stat_statements calls, transaction control included) from the run's start to the end of its graceful shutdown, divided by the %d events accepted\n", accepted)
-		// Refused requests (503 past the budget or at the in-flight limit)
-		// cost CPU too: under overload the figure per accepted event grows
-		// with them, so the CPU per request answered is printed beside it.
-		fmt.Printf("# publish cost: %.1f µs of CPU per request answered, accepted or not (%d requests)\n", float64((cpu1-cpu0).Microseconds())/float64(total), total)
-		fmt.Printf("BENCH publish_cpu_us_per_event %.1f µs\n", float64((cpu1-cpu0).Microseconds())/float64(accepted))
+	if primary {
+		// Refused and pending requests cost CPU and statements too: the
+		// divisor is every request the run sent, the work all of them
+		// caused (the same as per event accepted when all were published).
+		fmt.Printf("# publish cost: the function process's user+system CPU (/proc, then its rusage at exit) and the statements Postgres executed (pg_stat_statements calls, transaction control included) from the run's start to the end of its graceful shutdown, divided by all %d requests (%d published, %d pending, %d refused)\n",
+			total, published, pending, failed)
+		benchcheck.Figure(b, "publish_cpu_us_per_event", float64((cpu1-cpu0).Microseconds())/float64(total), "µs")
 		stmts := stmts1.Since(stmts0)
-		cost.PrintStatements(os.Stdout, "publish statements", "event", stmts, accepted, 8)
-		fmt.Printf("BENCH publish_pg_roundtrips_per_event %.2f round trips\n", float64(cost.Calls(stmts))/float64(accepted))
+		cost.PrintStatements(os.Stdout, "publish statements", "request", stmts, total, 8)
+		benchcheck.Figure(b, "publish_pg_roundtrips_per_event", float64(cost.Calls(stmts))/float64(total), "round trips")
 	}
 	return loadResult{p50: pct(0.50), p99: pct(0.99), cpuUS: float64((cpu1 - cpu0).Microseconds()) / float64(total)}
 }
@@ -252,31 +259,43 @@ func publishLoad(b *testing.B, primary bool, env map[string]string) loadResult {
 // function process's CPU per request answered, in µs.
 type loadResult struct{ p50, p99, cpuUS float64 }
 
-// interleavedLoads runs publishLoad four times, in the order A, B, B, A
-// (envA or envB added to the function's environment), and returns each
-// side's mean p50, p99 and CPU per request over its two runs. The runs of
-// a long benchmark drift (the shared Postgres and emulators carry the
-// earlier runs' data and background work; a quiet machine's runs got
-// slower one after the other), and an A-then-B pair, or A, B, A, B with
-// the best of each, charged the drift to B; in A, B, B, A a linear drift
-// weighs on both sides alike.
-func interleavedLoads(b *testing.B, envA, envB map[string]string) (a, bb loadResult) {
-	mean := func(x, y loadResult) loadResult {
-		return loadResult{p50: (x.p50 + y.p50) / 2, p99: (x.p99 + y.p99) / 2, cpuUS: (x.cpuUS + y.cpuUS) / 2}
+// interleavedLoads runs publishLoad three times on each side, in the
+// order A, B, A, B, A, B (envA or envB added to the function's
+// environment), and returns each side's runs in order. The runs of a long
+// benchmark drift (the shared Postgres and emulators carry the earlier
+// runs' data and background work; a quiet machine's runs got slower one
+// after the other): pairing each A with the B after it and taking the
+// median of the pairs' ratios (benchcheck.Overhead) charges the drift to
+// neither side.
+func interleavedLoads(b *testing.B, envA, envB map[string]string) (a, bb []loadResult) {
+	for range 3 {
+		a = append(a, publishLoad(b, false, envA))
+		bb = append(bb, publishLoad(b, false, envB))
 	}
-	a1 := publishLoad(b, false, envA)
-	b1 := publishLoad(b, false, envB)
-	b2 := publishLoad(b, false, envB)
-	a2 := publishLoad(b, false, envA)
-	fmt.Printf("# p50 of the runs in order (A, B, B, A): %.2f, %.2f, %.2f, %.2f ms\n", a1.p50, b1.p50, b2.p50, a2.p50)
-	return mean(a1, a2), mean(b1, b2)
+	return a, bb
+}
+
+// p50s and cpus are a side's runs' p50s and CPU per request.
+func p50s(rs []loadResult) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = r.p50
+	}
+	return out
+}
+
+func cpus(rs []loadResult) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = r.cpuUS
+	}
+	return out
 }
 
 // printCPUOverhead prints the CPU per request of an overhead benchmark's
-// two sides: at 500 req/s on a small machine the p50 sits near
-// saturation and moves a lot between identical runs, the CPU the
-// function spends per request does not.
-func printCPUOverhead(what string, off, on loadResult) {
-	fmt.Printf("# %s: the function's CPU per request, without %.1f µs, with %.1f µs: %+.1f %% (the mean of each side's two runs)\n",
-		what, off.cpuUS, on.cpuUS, (on.cpuUS-off.cpuUS)/off.cpuUS*100)
+// rounds: at 500 req/s on a small machine the p50 sits near saturation
+// and moves a lot between identical runs, the CPU the function spends per
+// request does not.
+func printCPUOverhead(b *testing.B, what string, off, on []loadResult) {
+	benchcheck.Compare(b, what+" (CPU)", "the function's CPU per request, µs", cpus(off), cpus(on), false)
 }

@@ -1,11 +1,12 @@
 package publish_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/relaybus/relaybus/internal/benchcheck"
 )
 
 // orderPurchasedProto is BenchmarkPublish's payload as a protobuf message
@@ -25,9 +26,9 @@ message OrderPurchased {
 
 // BenchmarkPublishSchemaOverhead runs BenchmarkPublish's load without a
 // schema and with a protobuf schema (JSON encoding) on its topic, every
-// payload validated before it is written, interleaved (interleavedLoads):
-// publish_schema_overhead_pct is the p50 added, (with − without) /
-// without × 100.
+// payload validated before it is written, interleaved three times each
+// (interleavedLoads): publish_schema_overhead_pct is the median of the
+// rounds' p50 added, (with − without) / without × 100.
 func BenchmarkPublishSchemaOverhead(b *testing.B) {
 	dir := b.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "schemas"), 0o755); err != nil {
@@ -43,10 +44,8 @@ func BenchmarkPublishSchemaOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	off, on := interleavedLoads(b, nil, map[string]string{"RELAYBUS_TOPOLOGY": path})
-	offP50, offP99, onP50, onP99 := off.p50, off.p99, on.p50, on.p99
-	fmt.Printf("# publish schema overhead: the publish load above four times, without a schema, with a protobuf schema (shop.v1.OrderPurchased, JSON encoding, " +
-		"validated with protojson against a descriptor protocompile compiled at start) on shop.order.events, with, without; A, B, B, A; the mean of each side\n")
-	fmt.Printf("# publish_p50_ms without %.2f ms, with %.2f ms, ratio %.3f; p99 without %.2f ms, with %.2f ms\n", offP50, onP50, onP50/offP50, offP99, onP99)
-	printCPUOverhead("publish schema overhead", off, on)
-	fmt.Printf("BENCH publish_schema_overhead_pct %.1f %%\n", (onP50-offP50)/offP50*100)
+	printCPUOverhead(b, "publish schema overhead", off, on)
+	benchcheck.Overhead(b, "publish_schema_overhead_pct",
+		"publish_p50_ms without → with a protobuf schema (shop.v1.OrderPurchased, JSON encoding, validated with protojson against a descriptor protocompile compiled at start) on shop.order.events",
+		p50s(off), p50s(on), false)
 }
