@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/benchcheck"
 	"github.com/relaybus/relaybus/internal/emutest"
 )
 
@@ -44,23 +45,29 @@ func BenchmarkLocalStack(b *testing.B) {
 			b.Fatal(err)
 		}
 		peak, samples, _ := conns.Stop()
-		fmt.Printf("# connections: pg_stat_activity's client backends sampled each second over the e2e run and its drain (%d samples), the observer's own left out; budget %d (DefaultPostgresBudget), durable Postgres\n", samples, DefaultPostgresBudget)
-		fmt.Printf("BENCH local_pg_connections_peak %d connections\n", peak)
+		// A run that lost, left undelivered or unfinished in the ledger any
+		// accepted event prints no figure.
+		requireWhole(b, rep)
 		commit, undelivered, err := commitLatencies(ctx, ob, lr)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(commit) == 0 {
-			b.Fatal("no event was delivered")
+		if undelivered > 0 || len(commit) != rep.Accepted*len(ob.Consumers) {
+			b.Fatalf("e2e: %d of %d accepted deliveries missing: the run prints no figure", undelivered, rep.Accepted*len(ob.Consumers))
 		}
+		if err := requireInboxes(ctx, b, ob, lr); err != nil {
+			b.Fatal(err)
+		}
+		fmt.Printf("# connections: pg_stat_activity's client backends sampled each second over the e2e run and its drain (%d samples), the observer's own left out; budget %d (DefaultPostgresBudget), durable Postgres\n", samples, DefaultPostgresBudget)
+		benchcheck.Figure(b, "local_pg_connections_peak", float64(peak), "connections")
 		e2e := percentiles(commit)
 		fmt.Printf("# e2e: order.purchased at %d req/s for %d s (open loop) over 2 consumers (push and Eventarc shapes) on the local stack, durable Postgres; scheduled send → each consumer's commit; → CONSUMED in the ledger\n", rate, seconds)
-		fmt.Printf("# e2e: %d requests, %d accepted, %d skipped, refused %v; %d accepted deliveries missing after %v; %d events CONSUMED in the ledger\n",
-			rep.Scheduled, rep.Accepted, rep.Skipped, rep.Refused, undelivered, rep.DrainedIn.Round(time.Second), rep.Consumed)
-		fmt.Printf("BENCH e2e_p50_ms %.1f ms\nBENCH e2e_p99_ms %.1f ms\n", e2e.P50, e2e.P99)
-		if rep.EndToConsumed.N > 0 {
-			fmt.Printf("BENCH e2e_consumed_p50_ms %.1f ms\nBENCH e2e_consumed_p99_ms %.1f ms\n", rep.EndToConsumed.P50, rep.EndToConsumed.P99)
-		}
+		fmt.Printf("# e2e: %d requests, %d accepted, %d skipped, refused %v (not in the percentiles); every accepted event delivered to both consumers and CONSUMED in the ledger after %v; e2e over %d deliveries, e2e_consumed over %d events\n",
+			rep.Scheduled, rep.Accepted, rep.Skipped, rep.Refused, rep.DrainedIn.Round(time.Second), e2e.N, rep.EndToConsumed.N)
+		benchcheck.Figure(b, "e2e_p50_ms", e2e.P50, "ms")
+		benchcheck.Figure(b, "e2e_p99_ms", e2e.P99, "ms")
+		benchcheck.Figure(b, "e2e_consumed_p50_ms", rep.EndToConsumed.P50, "ms")
+		benchcheck.Figure(b, "e2e_consumed_p99_ms", rep.EndToConsumed.P99, "ms")
 
 		best := 0.0
 		for _, r := range sustainRates(b) {
@@ -71,9 +78,10 @@ func BenchmarkLocalStack(b *testing.B) {
 			}
 			best = r
 		}
-		if best > 0 {
-			fmt.Printf("BENCH local_sustained_events_per_s %g ev/s\n", best)
+		if best == 0 {
+			b.Fatalf("local_sustained_events_per_s: the stack did not carry even the lowest rate (%g req/s) for %v", sustainRates(b)[0], sustainFor(b))
 		}
+		benchcheck.Figure(b, "local_sustained_events_per_s", best, "ev/s")
 		ob.Close()
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		s.Close(cctx)
@@ -160,6 +168,29 @@ func commitLatencies(ctx context.Context, ob *Observer, lr *LoadRun) (lat []time
 		}
 	}
 	return lat, missing, nil
+}
+
+// requireInboxes checks each consumer's inbox against the run: every
+// accepted event applied (once: the inbox's key), per aggregate in the
+// order published (each load event is its own aggregate's version 1).
+func requireInboxes(ctx context.Context, b *testing.B, ob *Observer, lr *LoadRun) error {
+	inbox, err := ob.Inbox(ctx, acceptedIDs(lr))
+	if err != nil {
+		return err
+	}
+	for _, c := range ob.Consumers {
+		sink := benchcheck.NewSink()
+		for _, r := range lr.Requests {
+			if r.Accepted() {
+				sink.Sent("order-"+r.ID, r.ID)
+				if _, ok := inbox[c.Service][r.ID]; ok {
+					sink.Got("order-"+r.ID, r.ID)
+				}
+			}
+		}
+		sink.Require(b, "e2e, "+c.Service)
+	}
+	return nil
 }
 
 func acceptedIDs(lr *LoadRun) []string {

@@ -14,6 +14,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/relaybus/relaybus/internal/benchcheck"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -44,7 +45,7 @@ func BenchmarkLoopThroughput(b *testing.B) {
 					if got < n {
 						b.Fatalf("%d of %d messages delivered in %v", got, n, took)
 					}
-					fmt.Printf("BENCH %s %.0f msg/s\n", name, float64(got)/took.Seconds())
+					benchcheck.Figure(b, name, float64(got)/took.Seconds(), "msg/s")
 				}
 			})
 		}
@@ -55,9 +56,24 @@ func BenchmarkLoopThroughput(b *testing.B) {
 // defaults over one subscription of the given delivery shape into a
 // trivial endpoint (200 at once, in the same process), and returns how
 // many arrived and how long they took (at most 5 minutes).
+//
+// It fails f's test unless every message arrived once, and for the push
+// shape in its key's order.
 func loopDrain(f *loopFixture, mode string, n, keys int) (int64, time.Duration) {
 	var got atomic.Int64
+	sink := benchcheck.NewSink()
+	if mode == topology.DeliveryEventarc {
+		sink = benchcheck.NewUnorderedSink()
+	}
+	for k := range keys {
+		for i := k; i < n; i += keys {
+			sink.Sent("k"+strconv.Itoa(k), strconv.Itoa(i))
+		}
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, err := delivery.Read(r, 1<<20); err == nil {
+			sink.Got(d.Message.Attributes["key"], d.Message.Attributes["n"])
+		}
 		got.Add(1)
 		w.WriteHeader(http.StatusOK)
 	}))
@@ -78,6 +94,9 @@ func loopDrain(f *loopFixture, mode string, n, keys int) (int64, time.Duration) 
 	took := time.Since(t0)
 	cancel()
 	<-done
+	if got.Load() >= int64(n) {
+		sink.Require(f.t, "loop throughput, "+mode)
+	}
 	return got.Load(), took
 }
 
@@ -94,11 +113,14 @@ func BenchmarkLoopLatency(b *testing.B) {
 				const seconds = 5
 				n := rate * seconds
 				arrived := make([]atomic.Int64, n)
+				var dups atomic.Int64
 				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					d, err := delivery.Read(r, 0)
 					if err == nil {
 						if i, err := strconv.Atoi(d.Message.Attributes["n"]); err == nil && i < n {
-							arrived[i].Store(time.Now().UnixNano())
+							if !arrived[i].CompareAndSwap(0, time.Now().UnixNano()) {
+								dups.Add(1)
+							}
 						}
 					}
 					w.WriteHeader(http.StatusOK)
@@ -140,8 +162,6 @@ func BenchmarkLoopLatency(b *testing.B) {
 				cancel()
 				<-done
 				srv.Close()
-				// Every message that arrived counts, whatever arrived before it;
-				// the missing ones are counted apart.
 				var lat []time.Duration
 				missing := 0
 				for i := range arrived {
@@ -151,16 +171,15 @@ func BenchmarkLoopLatency(b *testing.B) {
 						missing++
 					}
 				}
-				if len(lat) == 0 {
-					b.Fatalf("none of %d messages arrived", n)
+				if missing > 0 || failed.Load() > 0 || dups.Load() > 0 {
+					b.Fatalf("loop latency: %d of %d messages did not arrive within a minute, %d publishes failed, %d arrived twice: the run prints no figure",
+						missing, n, failed.Load(), dups.Load())
 				}
 				p := percentiles(lat)
-				fmt.Printf("# loop latency: %d messages published open loop at %d/s on distinct keys, ordered push shape, pstest, trivial endpoint; scheduled publish → endpoint; %d delivered, %d publishes failed\n",
-					n, rate, len(lat), failed.Load())
-				if missing > 0 {
-					fmt.Printf("# loop latency: %d of %d messages did not arrive within a minute (not in the percentiles)\n", missing, n)
-				}
-				fmt.Printf("BENCH loop_delivery_p50_ms_at_%d %.1f ms\nBENCH loop_delivery_p99_ms_at_%d %.1f ms\n", rate, p.P50, rate, p.P99)
+				fmt.Printf("# loop latency: %d messages published open loop at %d/s on distinct keys, ordered push shape, pstest, trivial endpoint; scheduled publish → endpoint; all %d delivered once\n",
+					n, rate, len(lat))
+				benchcheck.Figure(b, fmt.Sprintf("loop_delivery_p50_ms_at_%d", rate), p.P50, "ms")
+				benchcheck.Figure(b, fmt.Sprintf("loop_delivery_p99_ms_at_%d", rate), p.P99, "ms")
 			}
 		})
 	}
@@ -221,6 +240,6 @@ func BenchmarkLoopStreamingPullBaseline(b *testing.B) {
 		baseRate := float64(got.Load()) / took.Seconds()
 		fmt.Printf("# loop baseline: %d queued messages on %d keys, ordered push shape, pstest, trivial 200 endpoint; the loop (defaults) %d in %v, %.0f msg/s; StreamingPull (Receive, 1 stream, 256 outstanding) as the old loop %d in %v; loop / StreamingPull = %.1fx\n",
 			n, n, loopGot, loopTook.Round(time.Millisecond), loopRate, got.Load(), took.Round(time.Millisecond), loopRate/baseRate)
-		fmt.Printf("BENCH loop_streamingpull_baseline_msgs_per_s %.0f msg/s\n", baseRate)
+		benchcheck.Figure(b, "loop_streamingpull_baseline_msgs_per_s", baseRate, "msg/s")
 	}
 }

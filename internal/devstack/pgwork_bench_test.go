@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/relaybus/relaybus/internal/benchcheck"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/ledger/query"
@@ -205,6 +206,7 @@ func BenchmarkPostgresWorkPerPurchase(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			requireWhole(b, rep)
 			return lr, rep
 		}
 		read := func() pgCounters {
@@ -246,6 +248,7 @@ func BenchmarkPostgresWorkPerPurchase(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		requireWhole(b, rep)
 		wal, err := walBytes(ctx, s.Info.DatabaseURL, before, after)
 		if err != nil {
 			b.Fatal(err)
@@ -260,8 +263,8 @@ func BenchmarkPostgresWorkPerPurchase(b *testing.B) {
 		}
 		fmt.Printf("# pg work: make dev's graph (1 purchase = 3 events, 4 deliveries), %d purchases/s for %d s after a 5 s warm-up, %d accepted, %d CONSUMED; Postgres %s; databases %v; counted from an idle reading to one %v later, after every event was final and %v idle; the idle stack commits %.1f transactions/s (polling), %.0f of the window's\n",
 			rate, seconds, purchases, rep.Consumed, durable, dbs, window.Round(time.Second), statsSettle, idleXacts, idleXacts*window.Seconds())
-		fmt.Printf("BENCH pg_xacts_per_purchase %.2f transactions\n", float64(after.xacts-before.xacts)/float64(purchases))
-		fmt.Printf("BENCH pg_wal_kb_per_purchase %.2f KB\n", float64(wal)/1024/float64(purchases))
+		benchcheck.Figure(b, "pg_xacts_per_purchase", float64(after.xacts-before.xacts)/float64(purchases), "transactions")
+		benchcheck.Figure(b, "pg_wal_kb_per_purchase", float64(wal)/1024/float64(purchases), "KB")
 		fmt.Printf("# without the idle stack's polling over the window (%.1f/s × %v): %.2f transactions per purchase (the events' own work; a window a slow machine stretches counts more polling)\n",
 			idleXacts, window.Round(time.Second), (float64(after.xacts-before.xacts)-idleXacts*window.Seconds())/float64(purchases))
 		fmt.Printf("# wal: %.1f records and %.2f full-page images per purchase (pg_stat_wal, the whole cluster)\n",
@@ -310,18 +313,28 @@ func waitConsumed(ctx context.Context, ob *Observer, lr *LoadRun, timeout time.D
 }
 
 // printE2E prints the e2e figures at rate: scheduled send → each consumer's
-// commit, the missing deliveries apart.
+// commit. A delivery missing voids them.
 func printE2E(b *testing.B, rate int, lat []time.Duration, missing int) {
-	if len(lat) == 0 {
-		b.Fatalf("no delivery at %d purchases/s", rate)
+	if missing > 0 || len(lat) == 0 {
+		b.Fatalf("e2e at %d purchases/s: %d deliveries missing, %d arrived: the run prints no figure", rate, missing, len(lat))
 	}
 	p := percentiles(lat)
-	fmt.Printf("# e2e at %d purchases/s for 20 s (open loop, make dev's graph, durable Postgres): scheduled send → each of the 2 consumers' commit (commit timestamp of its inbox row); %d deliveries, %d missing (not in the percentiles); max %.1f ms\n",
-		rate, p.N, missing, p.Max)
+	fmt.Printf("# e2e at %d purchases/s for 20 s (open loop, make dev's graph, durable Postgres): scheduled send → each of the 2 consumers' commit (commit timestamp of its inbox row); all %d deliveries; max %.1f ms\n",
+		rate, p.N, p.Max)
 	if rate == 50 {
-		fmt.Printf("BENCH e2e_p50_ms_at_50 %.1f ms\nBENCH e2e_p99_ms_at_50 %.1f ms\n", p.P50, p.P99)
-	} else {
-		fmt.Printf("BENCH e2e_p99_ms_at_%d %.1f ms\n", rate, p.P99)
+		benchcheck.Figure(b, "e2e_p50_ms_at_50", p.P50, "ms")
+	}
+	benchcheck.Figure(b, fmt.Sprintf("e2e_p99_ms_at_%d", rate), p.P99, "ms")
+}
+
+// requireWhole fails b when a load run left any accepted event lost,
+// unpublished, undelivered or not final in the ledger.
+func requireWhole(b *testing.B, rep LoadReport) {
+	b.Helper()
+	if rep.Stuck() {
+		var out strings.Builder
+		rep.Print(&out)
+		b.Fatalf("the run left events behind: it prints no figure\n%s", out.String())
 	}
 }
 

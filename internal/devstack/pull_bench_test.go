@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/relaybus/relaybus/internal/benchcheck"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/pull"
 )
@@ -29,8 +31,14 @@ func BenchmarkPullThroughput(b *testing.B) {
 		f.mkSub(&pb.Subscription{Name: sub, Topic: f.topic, EnableMessageOrdering: true})
 		f.publishMany(n, keys)
 		var got atomic.Int64
+		sink := benchcheck.NewSink()
+		for k := range keys {
+			for i := k; i < n; i += keys {
+				sink.Sent("k"+strconv.Itoa(k), strconv.Itoa(i))
+			}
+		}
 		w, err := pull.New(pull.Options{Source: f.client, Subscription: sub, DeadLetters: f.client, Project: f.project,
-			Engine: acceptAll{&got}})
+			Engine: acceptAll{&got, sink}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -49,14 +57,19 @@ func BenchmarkPullThroughput(b *testing.B) {
 		if got.Load() < n {
 			b.Fatalf("%d of %d messages delivered in %v", got.Load(), n, took)
 		}
-		fmt.Printf("BENCH loop_pull_msgs_per_s %.0f msg/s\n", float64(got.Load())/took.Seconds())
+		sink.Require(b, "pull throughput")
+		benchcheck.Figure(b, "loop_pull_msgs_per_s", float64(got.Load())/took.Seconds(), "msg/s")
 	}
 }
 
 // acceptAll is a trivial engine: every delivery accepted at once.
-type acceptAll struct{ n *atomic.Int64 }
+type acceptAll struct {
+	n    *atomic.Int64
+	sink *benchcheck.Sink
+}
 
-func (a acceptAll) Handle(context.Context, delivery.Delivery) pull.Answer {
+func (a acceptAll) Handle(_ context.Context, d delivery.Delivery) pull.Answer {
+	a.sink.Got(d.Message.Attributes["key"], d.Message.Attributes["n"])
 	a.n.Add(1)
 	return pull.Answer{Status: http.StatusOK}
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/relaybus/relaybus/internal/benchcheck"
 )
 
 // BenchmarkStartup times `make dev` as a user sees it on a machine where
@@ -86,7 +88,7 @@ func BenchmarkStartup(b *testing.B) {
 			b.Fatal("make dev printed no ready line within 5 minutes")
 		}
 		fmt.Printf("# startup: `make dev` started → its ready line, nothing running before (a new state directory: initdb and a new Postgres cluster, the Firestore emulator's JVM, pstest in the process), go run with a warm build cache\n")
-		fmt.Printf("BENCH startup_s %.2f s\n", took.Seconds())
+		benchcheck.Figure(b, "startup_s", took.Seconds(), "s")
 	}
 }
 
