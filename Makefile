@@ -2,7 +2,7 @@
 GO ?= go
 TESTENV = $(GO) run ./internal/cmd/testenv --
 
-.PHONY: dev demo load test test-short bench fuzz lint fmt build screenshots tf-fmt terraform
+.PHONY: dev demo load test test-short bench bench-compare fuzz lint fmt build screenshots tf-fmt terraform
 
 ## dev: run the whole stack on this machine until Ctrl-C (DEV_FLAGS: the
 ## command's flags, e.g. DEV_FLAGS="-addr 127.0.0.1:9090 -state /tmp/s").
@@ -53,6 +53,18 @@ screenshots:
 ## failure), keeps the whole output in .bench.out, and fails when a benchmark fails.
 bench:
 	@bash -o pipefail -c "$(GO) run ./internal/cmd/testenv -durable -- $(GO) test -p 1 -run '^\$$' -bench . -benchtime 1x -timeout 60m ./... 2>&1 | tee .bench.out | grep --line-buffered -E '^(BENCH|#|--- FAIL|FAIL|panic:)|_test.go:[0-9]+:'"
+
+## bench-compare: BENCHES (<package>=<benchmark regexp> ...) of the commit
+## BASE and of the working tree, interleaved (base, head, ...) for ROUNDS
+## rounds on one durable Postgres and one set of emulators; prints each
+## figure's median per side, the ratio head/base and the rounds' spread.
+## make bench-compare BASE=06225b8
+BASE ?=
+ROUNDS ?= 3
+BENCHES ?= './shared/relay=^BenchmarkDrain$$' './functions/consume=^BenchmarkConsume$$'
+bench-compare:
+	@test -n "$(BASE)" || { echo "make bench-compare: name the base commit: make bench-compare BASE=<commit>"; exit 2; }
+	$(GO) run ./internal/cmd/testenv -durable -- $(GO) run ./internal/cmd/benchcompare -base $(BASE) -rounds $(ROUNDS) $(BENCHES)
 
 ## fuzz: run each fuzz target for a while (the corpus is in testdata/fuzz).
 fuzz:
