@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 
@@ -67,21 +68,38 @@ func publish(t *testing.T, c *transport.Client, data, key string) {
 
 // A waiting Pull answers with a message published while it waits, long
 // before its deadline: the loop is not held up by pstest's fixed 500 ms.
+// The Pull never polls here (Poll is an hour): only the publish's wake-up
+// can answer it before its deadline.
 func TestPullReturnsWhenAMessageIsPublished(t *testing.T) {
-	c := setup(t)
+	srv, c := serve(t, Options{Poll: time.Hour})
+	subscribe(t, c, true, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	go func() {
-		time.Sleep(200 * time.Millisecond)
-		publish(t, c, "late", "k")
-	}()
-	t0 := time.Now()
-	resp, err := c.PubSub().SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10})
-	if err != nil {
-		t.Fatal(err)
+	type answer struct {
+		resp *pb.PullResponse
+		err  error
 	}
-	if got := resp.GetReceivedMessages(); len(got) != 1 || string(got[0].GetMessage().GetData()) != "late" {
-		t.Fatalf("Pull answered %v, want the message published while it waited", got)
+	pulled := make(chan answer, 1)
+	t0 := time.Now()
+	go func() {
+		resp, err := c.PubSub().SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10})
+		pulled <- answer{resp, err}
+	}()
+	// Publish once the Pull waits on the topic (it listens before it
+	// looks, and found nothing).
+	eventually.True(t, 5*time.Second, "the Pull waiting on the topic", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		_, ok := srv.wakes[topic]
+		return ok
+	})
+	publish(t, c, "late", "k")
+	a := <-pulled
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if got := a.resp.GetReceivedMessages(); len(got) != 1 || string(got[0].GetMessage().GetData()) != "late" {
+		t.Fatalf("Pull answered %v after %v, want the message published while it waited", got, time.Since(t0))
 	}
 	if d := time.Since(t0); d > 5*time.Second {
 		t.Errorf("Pull took %v: it waited for its deadline instead of the publish", d)
@@ -243,7 +261,6 @@ func TestSeekBackIsRefusedAndTheServerLivesOn(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "a time after") {
 		t.Fatalf("seek back over a message: %v, want FailedPrecondition naming the time accepted", err)
 	}
-	time.Sleep(100 * time.Millisecond) // pstest's delivery goroutine runs every 10 ms
 	if got := pullData(t, c); fmt.Sprint(got) != "[a]" {
 		t.Fatalf("after the refused seek the subscription delivered %v, want [a]", got)
 	}
@@ -267,7 +284,8 @@ func TestSeekPastAnotherTopicsMessages(t *testing.T) {
 	if err := seekTo(c, at); err != nil {
 		t.Fatalf("seek: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// pullData's Pull waits up to 2 s: anything the seek put back (pstest
+	// delivers every 10 ms) would come in it.
 	if got := pullData(t, c); len(got) != 0 {
 		t.Fatalf("after the seek the subscription delivered %v, want nothing (old is before the time)", got)
 	}
