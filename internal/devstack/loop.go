@@ -142,6 +142,9 @@ type Loop struct {
 	// abandon makes Run stop as a killed process would (tests): nothing
 	// more reaches Pub/Sub, not even the hand-back.
 	abandon bool
+	// admitted, when set, is told how many messages a route holds after
+	// each pull it admitted (tests).
+	admitted func(sub string, held int)
 
 	pauseMu sync.Mutex
 	// paused holds the paused subscriptions, each with a channel closed
@@ -634,7 +637,11 @@ func (r *runner) admit(msgs []*pb.ReceivedMessage) {
 		}
 		r.queue(h)
 	}
+	held := len(r.held)
 	r.mu.Unlock()
+	if r.l.admitted != nil {
+		r.l.admitted(r.r.Subscription, held)
+	}
 	for _, h := range drop {
 		r.acks <- h
 	}

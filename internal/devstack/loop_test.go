@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
@@ -251,31 +253,19 @@ func (f *loopFixture) publishMany(n, keys int) {
 // wait polls until cond holds (under the fixture's lock) or fails the test.
 func (f *loopFixture) wait(what string, within time.Duration, cond func() bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	eventually.True(f.t, within, what, func() bool {
 		f.mu.Lock()
-		ok := cond()
-		f.mu.Unlock()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer f.mu.Unlock()
+		return cond()
+	})
 }
 
 // pullAll pulls sub (unary, acking) until it has n messages or fails after within.
 func (f *loopFixture) pullAll(sub string, n int, within time.Duration) []*pb.ReceivedMessage {
 	f.t.Helper()
 	var out []*pb.ReceivedMessage
-	deadline := time.Now().Add(within)
 	subs := f.client.PubSub().SubscriptionAdminClient
-	for len(out) < n {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: %d messages after %v, want %d", sub, len(out), within, n)
-		}
+	eventually.True(f.t, within, fmt.Sprintf("%d messages on %s", n, sub), func() bool {
 		resp, err := subs.Pull(context.Background(), &pb.PullRequest{Subscription: f.path("subscriptions", sub), MaxMessages: 100, ReturnImmediately: true})
 		if err != nil {
 			f.t.Fatal(err)
@@ -289,10 +279,9 @@ func (f *loopFixture) pullAll(sub string, n int, within time.Duration) []*pb.Rec
 			if err := subs.Acknowledge(context.Background(), &pb.AcknowledgeRequest{Subscription: f.path("subscriptions", sub), AckIds: ids}); err != nil {
 				f.t.Fatal(err)
 			}
-		} else {
-			time.Sleep(20 * time.Millisecond)
 		}
-	}
+		return len(out) >= n
+	})
 	return out
 }
 
@@ -606,12 +595,14 @@ func TestLoopStopsWithinItsShutdownTimeout(t *testing.T) {
 		f.publishMany(n, n)
 		l := f.loop()
 		l.MaxInFlight, l.ShutdownTimeout = 8, 2*time.Second
+		var held atomic.Int64
+		l.admitted = func(_ string, n int) { held.Store(int64(n)) }
 		route := Route{Subscription: "test.loop.events.a-processor", Topic: f.topic, URL: url, Mode: topology.DeliveryPush}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan Stopped, 1)
 		go func() { done <- l.Run(ctx, []Route{route}) }()
 		f.wait("the endpoint stuck with 8 deliveries", 20*time.Second, func() bool { return f.total == 8 })
-		time.Sleep(300 * time.Millisecond) // let it pull the rest
+		eventually.True(t, 20*time.Second, "the loop holding all 300 messages", func() bool { return held.Load() == n })
 		t0 := time.Now()
 		cancel()
 		var st Stopped
@@ -626,8 +617,8 @@ func TestLoopStopsWithinItsShutdownTimeout(t *testing.T) {
 			t.Errorf("Run took %v to stop, want about its shutdown timeout %v", took, l.ShutdownTimeout)
 		}
 		t.Logf("stopped in %v: %s", took.Round(time.Millisecond), st)
-		if st.Cut != 8 || st.HandedBack < st.Cut || st.BySubscription[route.Subscription] != st.HandedBack || st.Lapsing != 0 {
-			t.Errorf("Stopped = %+v, want 8 cut and every held message handed back", st)
+		if st.Cut != 8 || st.HandedBack != n || st.BySubscription[route.Subscription] != st.HandedBack || st.Lapsing != 0 {
+			t.Errorf("Stopped = %+v, want 8 cut and every held message (%d) handed back", st, n)
 		}
 		// Everything comes back at once to the next loop.
 		f.mu.Lock()

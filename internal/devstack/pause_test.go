@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -60,16 +61,6 @@ func TestPauseAndResumeOnTheLocalStack(t *testing.T) {
 		_ = member.QueryRow(ctx, `SELECT attempts FROM relaybus_inbox_attempts WHERE consumer_id = $1 AND event_id = $2`, consumer, id).Scan(&n)
 		return n
 	}
-	waitFor := func(what string, within time.Duration, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(within)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s", what, within)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 
 	if code, out := post(api+"message-service:pause", nil); code != http.StatusConflict || out["code"] != "eventarc" {
 		t.Fatalf("pausing an Eventarc consumer: %d %v", code, out)
@@ -86,7 +77,7 @@ func TestPauseAndResumeOnTheLocalStack(t *testing.T) {
 	}
 	id := res["eventId"].(string)
 	// The order is on the topic: the consumer that is not paused takes it.
-	waitFor("message-service applies the order", 30*time.Second, func() bool { return applied(main, "message-service", id) > 0 })
+	eventually.True(t, 30*time.Second, "message-service applies the order", func() bool { return applied(main, "message-service", id) > 0 })
 	// member-service's subscription holds it: observed for a while, never
 	// delivered, no attempt counted.
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
@@ -108,7 +99,7 @@ func TestPauseAndResumeOnTheLocalStack(t *testing.T) {
 	if code, out := post(api+"member-service:resume", nil); code != 200 || out["paused"] != false || out["changed"] != true {
 		t.Fatalf("resume: %d %v", code, out)
 	}
-	waitFor("member-service applies the order after the resume", 30*time.Second, func() bool { return applied(member, "member-service", id) > 0 })
+	eventually.True(t, 30*time.Second, "member-service applies the order after the resume", func() bool { return applied(member, "member-service", id) > 0 })
 	if n := applied(member, "member-service", id); n != 1 {
 		t.Errorf("member-service applied the order on attempt %d, want 1 (the pause burned attempts)", n)
 	}

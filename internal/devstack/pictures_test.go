@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaybus/relaybus/internal/dashview"
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/screenshot"
 	"github.com/relaybus/relaybus/internal/waterfall"
 	"github.com/relaybus/relaybus/shared/event"
@@ -150,7 +151,7 @@ func TestTelemetryPictures(t *testing.T) {
 	if err := late.Prepare(time.Now(), event.Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 90*time.Second, "version 5 applied", func() bool {
+	eventually.True(t, 90*time.Second, "version 5 applied", func() bool {
 		return lagCount(snapshot(&mu, &last)) >= 1
 	})
 	msg, err := event.Encode(late, event.EncodingJSON)
@@ -163,7 +164,7 @@ func TestTelemetryPictures(t *testing.T) {
 
 	// Done when audit-service applied every purchase's two children and
 	// the stale version was counted; then ten seconds more of quiet.
-	waitFor(t, 120*time.Second, "the run's last deliveries", func() bool {
+	eventually.True(t, 120*time.Second, "the run's last deliveries", func() bool {
 		rm := snapshot(&mu, &last)
 		c := sums(rm, telemetry.MetricConsumedMessages, telemetry.KeyConsumer, telemetry.KeyOutcome)
 		st := sums(rm, telemetry.MetricProjectionStale, telemetry.KeyConsumer)
@@ -257,17 +258,6 @@ func lagCount(rm metricdata.ResourceMetrics) uint64 {
 		}
 	}
 	return n
-}
-
-func waitFor(t *testing.T, limit time.Duration, what string, done func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !done() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never happened within %v", what, limit)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func contains(ss []string, s string) bool {
