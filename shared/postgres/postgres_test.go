@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/pgbouncer"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pgtest"
@@ -72,18 +73,6 @@ func open(t *testing.T, url string, maxConns int) *Pool {
 	}
 	t.Cleanup(p.Close)
 	return p
-}
-
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // A server that refuses with 53300 too_many_connections makes the call wait
@@ -160,7 +149,7 @@ func TestFullPoolWaitsForAConnection(t *testing.T) {
 		_, err := p.Exec(cctx, "SELECT 1")
 		done <- err
 	}()
-	waitFor(t, "the call to wait for the pool", func() bool { return p.Stat().EmptyAcquireCount() > 0 })
+	eventually.True(t, 10*time.Second, "the call to wait for the pool", func() bool { return p.Stat().EmptyAcquireCount() > 0 })
 	held.Release()
 	if err := <-done; err != nil {
 		t.Fatalf("call waiting for a full pool: %v", err)

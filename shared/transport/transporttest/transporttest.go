@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
@@ -415,19 +416,6 @@ func startWorker(t *testing.T, o pull.Options) (stop func()) {
 	return stop
 }
 
-func eventually(t *testing.T, d time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
 // workerOrder: many keys at once, some messages refused on their first
 // attempts; every key is applied in order, one at a time.
 func workerOrder(t *testing.T, b Backend) {
@@ -446,7 +434,7 @@ func workerOrder(t *testing.T, b Backend) {
 	eng.refuse = func(m event.Message, attempt int) bool { return m.Attributes["n"] == "3" && attempt < 3 }
 	startWorker(t, pull.Options{Source: c, Subscription: sub, Engine: eng, DeadLetters: c, MaxInFlight: 4,
 		MaxAttempts: 5, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, ExtendEvery: time.Second})
-	eventually(t, 30*time.Second, "every message applied", func() bool {
+	eventually.True(t, 30*time.Second, "every message applied", func() bool {
 		eng.mu.Lock()
 		defer eng.mu.Unlock()
 		total := 0
@@ -489,7 +477,7 @@ func workerDeadLetters(t *testing.T, b Backend) {
 	if string(dl[0].Message().Data) != "k-1" || info.Subscription != names.ResourceID(sub) || info.Deliveries != 3 {
 		t.Errorf("dead letter %q: %+v; want k-1 from %s after 3 deliveries", dl[0].Message().Data, info, sub)
 	}
-	eventually(t, 10*time.Second, "the key's next message applied", func() bool {
+	eventually.True(t, 10*time.Second, "the key's next message applied", func() bool {
 		eng.mu.Lock()
 		defer eng.mu.Unlock()
 		return len(eng.accepted["k"]) == 1 && eng.accepted["k"][0] == 2
@@ -523,7 +511,7 @@ func workerShutdown(t *testing.T, b Backend) {
 	eng.mu.Lock()
 	first := eng.accepted["k"]
 	eng.mu.Unlock()
-	eventually(t, b.AckDeadline+20*time.Second, "the rest delivered to the next worker", func() bool {
+	eventually.True(t, b.AckDeadline+20*time.Second, "the rest delivered to the next worker", func() bool {
 		eng2.mu.Lock()
 		defer eng2.mu.Unlock()
 		return len(first)+len(eng2.accepted["k"]) >= 3
@@ -554,10 +542,10 @@ func workerLapse(t *testing.T, b Backend) {
 	eng := newScripted()
 	eng.release, eng.started = make(chan struct{}), make(chan struct{}, 10)
 	startWorker(t, pull.Options{Source: c, Subscription: sub, Engine: eng, DeadLetters: c, ExtendEvery: time.Hour})
-	<-eng.started // k-1 is being handled; k-2 and k-3 wait behind it
+	<-eng.started                             // k-1 is being handled; k-2 and k-3 wait behind it
 	time.Sleep(b.AckDeadline + 3*time.Second) // the leases lapse; the broker delivers them again meanwhile
 	close(eng.release)
-	eventually(t, b.AckDeadline+20*time.Second, "the key's three messages applied", func() bool {
+	eventually.True(t, b.AckDeadline+20*time.Second, "the key's three messages applied", func() bool {
 		eng.mu.Lock()
 		defer eng.mu.Unlock()
 		return len(eng.accepted["k"]) >= 3
