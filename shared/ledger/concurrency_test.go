@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/relaybus/relaybus/internal/fscount"
@@ -130,81 +131,80 @@ func TestConcurrentRollupsWhileAttemptsArrive(t *testing.T) {
 }
 
 // Coalescing: callers that arrive while a rollup runs share one follow-up
-// that starts after the running one, never its stale result.
+// that starts after the running one, never its stale result. In a
+// synctest bubble: synctest.Wait says when every caller waits.
 func TestCoalescerSharesAFollowUp(t *testing.T) {
-	var c coalescer
-	release := make(chan struct{})
-	var mu sync.Mutex
-	runs := 0
-	run := func(context.Context) (RollupResult, error) {
-		mu.Lock()
-		runs++
-		n := runs
-		mu.Unlock()
-		if n == 1 {
-			<-release
+	synctest.Test(t, func(t *testing.T) {
+		var c coalescer
+		release := make(chan struct{})
+		var mu sync.Mutex
+		runs := 0
+		run := func(context.Context) (RollupResult, error) {
+			mu.Lock()
+			runs++
+			n := runs
+			mu.Unlock()
+			if n == 1 {
+				<-release
+			}
+			return RollupResult{Expected: n}, nil
 		}
-		return RollupResult{Expected: n}, nil
-	}
-	first := make(chan RollupResult)
-	go func() { r, _ := c.do(context.Background(), "e", run); first <- r }()
-	for {
+		first := make(chan RollupResult)
+		go func() { r, _ := c.do(context.Background(), "e", run); first <- r }()
+		synctest.Wait() // the first caller's run started and waits
 		c.mu.Lock()
 		_, started := c.keys["e"]
 		c.mu.Unlock()
-		if started {
-			break
+		if !started {
+			t.Fatal("the first caller's run has not started")
 		}
-		time.Sleep(time.Millisecond)
-	}
-	later := make(chan RollupResult, 10)
-	run2 := run
-	run = func(ctx context.Context) (RollupResult, error) {
-		r, err := run2(ctx)
-		r.Changed = true
-		return r, err
-	}
-	for i := 0; i < 10; i++ {
-		go func() { r, _ := c.do(context.Background(), "e", run); later <- r }()
-	}
-	for { // until the 10 callers wait for the follow-up
+		later := make(chan RollupResult, 10)
+		run2 := run
+		run = func(ctx context.Context) (RollupResult, error) {
+			r, err := run2(ctx)
+			r.Changed = true
+			return r, err
+		}
+		for i := 0; i < 10; i++ {
+			go func() { r, _ := c.do(context.Background(), "e", run); later <- r }()
+		}
+		synctest.Wait() // the 10 callers wait
 		c.mu.Lock()
 		f := c.keys["e"].next
 		joined := f != nil && f.waiters == 10
 		c.mu.Unlock()
-		if joined {
-			break
+		if !joined {
+			t.Fatal("the 10 callers do not all wait for the follow-up")
 		}
-		time.Sleep(time.Millisecond)
-	}
-	close(release)
-	if r := <-first; r.Expected != 1 {
-		t.Errorf("first caller got run %d", r.Expected)
-	}
-	owners := 0
-	for i := 0; i < 10; i++ {
-		r := <-later
-		if r.Expected != 2 {
-			t.Errorf("a caller that arrived during run 1 got run %d, want the follow-up (2)", r.Expected)
+		close(release)
+		if r := <-first; r.Expected != 1 {
+			t.Errorf("first caller got run %d", r.Expected)
 		}
-		if r.Changed {
-			owners++
-		} else if !r.Coalesced {
-			t.Error("a sharing caller is not marked Coalesced")
+		owners := 0
+		for i := 0; i < 10; i++ {
+			r := <-later
+			if r.Expected != 2 {
+				t.Errorf("a caller that arrived during run 1 got run %d, want the follow-up (2)", r.Expected)
+			}
+			if r.Changed {
+				owners++
+			} else if !r.Coalesced {
+				t.Error("a sharing caller is not marked Coalesced")
+			}
 		}
-	}
-	if owners != 1 {
-		t.Errorf("%d callers report the follow-up's change, want 1", owners)
-	}
-	if runs != 2 {
-		t.Errorf("%d runs for 11 callers, want 2", runs)
-	}
-	c.mu.Lock()
-	left := len(c.keys)
-	c.mu.Unlock()
-	if left != 0 {
-		t.Errorf("%d keys left behind", left)
-	}
+		if owners != 1 {
+			t.Errorf("%d callers report the follow-up's change, want 1", owners)
+		}
+		if runs != 2 {
+			t.Errorf("%d runs for 11 callers, want 2", runs)
+		}
+		c.mu.Lock()
+		left := len(c.keys)
+		c.mu.Unlock()
+		if left != 0 {
+			t.Errorf("%d keys left behind", left)
+		}
+	})
 }
 
 type rollupOutcome struct {
