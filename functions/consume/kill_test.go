@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
@@ -93,22 +94,18 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 	m.ID = "msg-9"
 	body := delivery.WrappedBody(m, "projects/"+project+"/subscriptions/member.points.events.audit-service-recorder", 1)
 	var res consumer.Result
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually.True(t, 30*time.Second, "the consume process answering", func() bool {
 		resp, err := http.Post("http://127.0.0.1:"+strconv.Itoa(port), "application/json", bytes.NewReader(body))
-		if err == nil {
-			_ = json.NewDecoder(resp.Body).Decode(&res)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || res.Outcome != model.OutcomeSuccess {
-				t.Fatalf("delivery: %d %+v, want 200 success whatever the ledger does", resp.StatusCode, res)
-			}
-			break
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the consume process never answered: %v", err)
+		_ = json.NewDecoder(resp.Body).Decode(&res)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || res.Outcome != model.OutcomeSuccess {
+			t.Fatalf("delivery: %d %+v, want 200 success whatever the ledger does", resp.StatusCode, res)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return true
+	})
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -247,15 +244,9 @@ func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The target has answered 200; the process's record waits on our lock.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, lockPID).Scan(&recorder)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the process never tried to record the outcome: %v", err)
-		}
-	}
+	eventually.True(t, 30*time.Second, "the process trying to record the outcome (blocked on the test's lock)", func() bool {
+		return pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, lockPID).Scan(&recorder) == nil
+	})
 	if err := first.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

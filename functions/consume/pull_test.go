@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/instance"
@@ -73,17 +74,13 @@ func TestPullModeOnNATS(t *testing.T) {
 		t.Fatalf("PublishBatch = %d, %v", n, err)
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
 	var applied int
-	for {
+	eventually.Within(30*time.Second, func() bool {
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_inbox WHERE consumer_id = 'audit-service'`).Scan(&applied); err != nil {
 			t.Fatal(err)
 		}
-		if applied == 5 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // polling the database, not synchronizing
-	}
+		return applied == 5
+	})
 	if applied != 5 {
 		t.Fatalf("%d events applied by the pull worker, want 5", applied)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/relaybus/relaybus/internal/devstack"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/instance"
@@ -291,15 +292,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.SetValue("[data-testid=filter-eventId]", dlEvent, chromedp.ByQuery),
 		chromedp.Click("[data-testid=apply]", chromedp.ByQuery))
 	var letterID string
-	deadline := time.Now().Add(90 * time.Second)
-	for letterID == "" && time.Now().Before(deadline) {
+	eventually.Within(90*time.Second, func() bool {
 		b.waitFor("the filtered list", `!!document.querySelector("[data-testid=letter-row], [data-testid=no-letters]")`, 20*time.Second)
 		b.run("read the letter", 5*time.Second, chromedp.Evaluate(`document.querySelector("[data-testid=letter-row]")?.dataset.letterId || ""`, &letterID))
 		if letterID == "" {
-			time.Sleep(time.Second)
 			b.run("reload", 10*time.Second, chromedp.Reload())
 		}
-	}
+		return letterID != ""
+	})
 	if letterID == "" {
 		t.Fatal("message-service's dead letter never showed in the filtered list")
 	}
@@ -373,9 +373,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.shot("consumers")
 	// The services cache the registry (registry.DefaultCacheTTL): publish
 	// until an order is sent under the change.
-	deadline = time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	expects := ""
-	for i := 0; time.Now().Before(deadline); i++ {
+	for i := 0; time.Now().Before(deadline); i++ { // an order per try, 3 s apart: not a poll
 		next := publishOrder(t, base, fmt.Sprintf("order-after-%s-%d", run, i), nil)
 		b.open("/events/" + next)
 		b.waitFor("the new order's page", `/^\d+\/\d+ consumed$/.test(document.querySelector("[data-testid=summary]")?.textContent || "")`, 30*time.Second)

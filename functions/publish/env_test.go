@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/ledger/query"
@@ -103,15 +104,8 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted || res.Status != StatusPublished {
 		t.Fatalf("env-built publish: %d %+v, want 202 published", resp.StatusCode, res)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.True(t, 20*time.Second, "the ledger recording the send (SENT, 2 expected consumers, enqueuedAt)", func() bool {
 		d, err := query.New(store.Client()).Get(ctx, res.EventID)
-		if err == nil && d.Event.Status == model.StatusSent && len(d.Event.ExpectedConsumers) == 2 && !d.Event.EnqueuedAt.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the ledger never recorded the send: %+v %v", d.Event, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && d.Event.Status == model.StatusSent && len(d.Event.ExpectedConsumers) == 2 && !d.Event.EnqueuedAt.IsZero()
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/ledger/query"
@@ -186,15 +187,8 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT id FROM relaybus_outbox LIMIT 1`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.True(t, 20*time.Second, "the ledger recording the send of "+id, func() bool {
 		d, err := query.New(store.Client()).Get(ctx, id)
-		if err == nil && d.Event.Status == model.StatusSent {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the ledger never recorded the send of %s: %v", id, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && d.Event.Status == model.StatusSent
+	})
 }

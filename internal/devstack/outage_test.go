@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/ledger/query"
 
@@ -124,41 +125,33 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		m := count(member, `SELECT count(*) FROM relaybus_inbox WHERE consumer_id = 'member-service' AND event_id = ANY($1)`, ids)
-		n := count(main, `SELECT count(*) FROM relaybus_inbox WHERE consumer_id = 'message-service' AND event_id = ANY($1)`, ids)
-		if m == len(ids) && n == len(ids) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("applied by member-service %d, by message-service %d, of %d", m, n, len(ids))
-		}
-		time.Sleep(500 * time.Millisecond)
+	var m, n int
+	if !eventually.Within(2*time.Minute, func() bool {
+		m = count(member, `SELECT count(*) FROM relaybus_inbox WHERE consumer_id = 'member-service' AND event_id = ANY($1)`, ids)
+		n = count(main, `SELECT count(*) FROM relaybus_inbox WHERE consumer_id = 'message-service' AND event_id = ANY($1)`, ids)
+		return m == len(ids) && n == len(ids)
+	}) {
+		t.Fatalf("applied by member-service %d, by message-service %d, of %d", m, n, len(ids))
 	}
 	if got := count(member, `SELECT coalesce(sum(points), 0) FROM shop_member_points WHERE member_id LIKE $1`, "m-"+lr.Options.Run+"-%"); int64(got) != amount {
 		t.Errorf("%d points, want %d: a purchase was applied twice or not at all", got, amount)
 	}
 
 	// The ledger converges: every event final, every attempt in it.
-	deadline = time.Now().Add(3 * time.Minute)
-	for {
-		open := 0
+	var open, unshipped int
+	if !eventually.Within(3*time.Minute, func() bool {
+		open = 0
 		for _, id := range ids {
 			d, err := query.New(s.Ledger.Client()).Get(ctx, id)
 			if err != nil || d.Event.Status != model.StatusConsumed || d.Summary() != "2/2 consumed" {
 				open++
 			}
 		}
-		unshipped := count(member, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`) +
+		unshipped = count(member, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`) +
 			count(main, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`)
-		if open == 0 && unshipped == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("3 minutes after Firestore came back: %d of %d events not CONSUMED 2/2, %d attempts not in the ledger", open, len(ids), unshipped)
-		}
-		time.Sleep(2 * time.Second)
+		return open == 0 && unshipped == 0
+	}) {
+		t.Fatalf("3 minutes after Firestore came back: %d of %d events not CONSUMED 2/2, %d attempts not in the ledger", open, len(ids), unshipped)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/telemetry"
@@ -88,13 +89,9 @@ func TestOnePurchaseIsOneTraceAndItsMetricsCountEveryHop(t *testing.T) {
 		}
 		return audit == 2 && poison == 2
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for !done(spans.GetSpans()) {
-		if time.Now().After(deadline) {
-			dump(t, spans.GetSpans())
-			t.Fatal("the purchase's last deliveries never showed up as spans")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !eventually.Within(90*time.Second, func() bool { return done(spans.GetSpans()) }) {
+		dump(t, spans.GetSpans())
+		t.Fatal("the purchase's last deliveries never showed up as spans")
 	}
 
 	var (
@@ -438,20 +435,16 @@ func TestTheRootsSamplingDecisionTravelsWithTheEvents(t *testing.T) {
 
 	// Both purchases done: audit-service applied four children (counted
 	// whatever the sampling).
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	var c map[string]int64
+	if !eventually.Within(90*time.Second, func() bool {
 		var rm metricdata.ResourceMetrics
 		if err := reader.Collect(ctx, &rm); err != nil {
 			t.Fatal(err)
 		}
-		c := sums(rm, telemetry.MetricConsumedMessages, telemetry.KeyConsumer, telemetry.KeyOutcome)
-		if c["audit-service/success"] == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the purchases never finished: %v", c)
-		}
-		time.Sleep(50 * time.Millisecond)
+		c = sums(rm, telemetry.MetricConsumedMessages, telemetry.KeyConsumer, telemetry.KeyOutcome)
+		return c["audit-service/success"] == 4
+	}) {
+		t.Fatalf("the purchases never finished: %v", c)
 	}
 	got := map[string]int{}
 	for _, sp := range spans.GetSpans() {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/reexec"
 )
 
@@ -187,18 +188,15 @@ func TestSIGTERMDuringASlowRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if !eventually.Within(20*time.Second, func() bool {
 		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatal("the child never listened")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		_ = cmd.Process.Kill()
+		t.Fatal("the child never listened")
 	}
 	got := make(chan int, 1)
 	go func() {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/outbox"
@@ -193,11 +194,9 @@ func TestSettleDoesNotWaitOnOneProducer(t *testing.T) {
 		done <- result{settled, err}
 	}()
 	// B's cursor moves while the producer still holds A's row.
-	for deadline := time.Now().Add(10 * time.Second); cursor(t, pool, "B") != 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			_ = tx.Rollback(ctx)
-			t.Fatal("B was not settled within 10 s while the producer held A")
-		}
+	if !eventually.Within(10*time.Second, func() bool { return cursor(t, pool, "B") == 1 }) {
+		_ = tx.Rollback(ctx)
+		t.Fatal("B was not settled within 10 s while the producer held A")
 	}
 	if c := cursor(t, pool, "A"); c != 0 {
 		t.Errorf("A's cursor %d while its producer's transaction is open, want 0", c)

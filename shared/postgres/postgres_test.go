@@ -87,9 +87,7 @@ func TestTooManyConnectionsIsRetriedUntilASlotFrees(t *testing.T) {
 	p := open(t, url, 2)
 	go func() {
 		// Free the slot once the pool has been refused at least once.
-		for p.Retries() == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		eventually.Within(10*time.Second, func() bool { return p.Retries() > 0 })
 		holder.Close(context.Background())
 	}()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -244,9 +242,7 @@ func TestDatabaseRestartWithinTheBudgetIsInvisible(t *testing.T) {
 	}
 	px.down() // the pooled connection is cut: its next BEGIN is lost
 	go func() {
-		for p.Retries() < 2 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		eventually.Within(10*time.Second, func() bool { return p.Retries() >= 2 })
 		px.up()
 	}()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/reexec"
@@ -412,18 +413,15 @@ func TestKilledRelayProcessLeasesExpireAndAnotherPublishes(t *testing.T) {
 
 func waitDrained(t *testing.T, r *relay.Relay, pool *pgxpool.Pool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	if !eventually.Within(30*time.Second, func() bool {
 		sum, err := r.Drain(context.Background(), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sum.Remaining == 0 {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+		return sum.Remaining == 0
+	}) {
+		t.Fatalf("outbox not drained: %+v", counts(t, pool))
 	}
-	t.Fatalf("outbox not drained: %+v", counts(t, pool))
 }
 
 func TestPublishFailuresRetryWithBackoffAndBlockOnlyTheirKey(t *testing.T) {
@@ -700,21 +698,10 @@ func TestAVersionEnqueuedWhileItsAggregateWaitsForTheSettleIsKicked(t *testing.T
 		publish()
 	}
 	enqueueAndKickIn(1)
-	deadline := time.Now().Add(20 * time.Second)
-	for len(e.rec.versions("order-r")) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("v1 was not published after its KickIn")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, 20*time.Second, "v1 published after its KickIn", func() bool { return len(e.rec.versions("order-r")) >= 1 })
 	// v1 is on Pub/Sub, its settle waiting: v2's claim finds the aggregate leased.
 	enqueueAndKickIn(2)
-	for len(e.rec.versions("order-r")) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("v2 was not published within 20 s without a drain: %v", e.rec.versions("order-r"))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.True(t, 20*time.Second, "v2 published without a drain", func() bool { return len(e.rec.versions("order-r")) >= 2 })
 	if v := e.rec.versions("order-r"); fmt.Sprint(v) != "[1 2]" {
 		t.Errorf("order-r published %v, want [1 2]", v)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/relay"
@@ -191,17 +192,14 @@ func TestClientOutlivesAServerRestart(t *testing.T) {
 
 	// Publishing resumes once the client has reconnected on its own.
 	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var err error
+	if !eventually.Within(20*time.Second, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := c.PublishBatch(pctx, topic, []event.Message{msg("2")})
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("publish after the restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		defer cancel()
+		_, err = c.PublishBatch(pctx, topic, []event.Message{msg("2")})
+		return err == nil
+	}) {
+		t.Fatalf("publish after the restart: %v", err)
 	}
 	// Message 1, leased before the restart and never acknowledged, comes
 	// back (when its AckWait, 2 s here, passes if the server recorded the
