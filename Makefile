@@ -27,15 +27,20 @@ load:
 	@command -v $(GO) >/dev/null 2>&1 || { echo "make load: Go not found: install Go 1.26 or newer (https://go.dev/dl/)"; exit 1; }
 	$(GO) run ./internal/cmd/load -rate $(RATE) -duration $(DURATION) -drain $(DRAIN) -members $(MEMBERS)
 
-## test: the whole suite against a throwaway Postgres and the Google emulators.
-## Packages run one at a time (-p 1): the crash and outage tests time how fast
-## the stack recovers, and other packages' tests on the same cores would be
-## timed with them.
-## Then the suites of the hot paths again, through PgBouncer in transaction mode
-## (pgx's exec query mode), as behind Supabase's pooler (see the README).
+## test: the linter, then the whole suite with the race detector against a
+## throwaway Postgres and the Google emulators. Packages run one at a time
+## (-p 1): the crash and outage tests time how fast the stack recovers, and
+## other packages' tests on the same cores would be timed with them.
+## Those load tests of the local stack (UNRACED) skip themselves under the
+## race detector, which slows the stack several times, and run again after
+## it, without.
+## Then the suites of the hot paths again, through PgBouncer in transaction
+## mode (pgx's exec query mode), as behind Supabase's pooler (see the README).
+UNRACED = ^(TestCrashRecovery|TestFirestoreOutageSlowsTheRecordNotTheEvents|TestStackKeepsToItsConnectionBudget)$$
 test: lint
-	$(TESTENV) $(GO) test -count=1 -p 1 -timeout 30m ./...
-	$(TESTENV) env RELAYBUS_TEST_VIA_PGBOUNCER=1 $(GO) test -count=1 -p 1 -short -timeout 20m $(POOLED_PKGS)
+	$(TESTENV) $(GO) test -race -count=1 -p 1 -timeout 60m ./...
+	$(TESTENV) $(GO) test -count=1 -timeout 30m -run '$(UNRACED)' ./internal/devstack
+	$(TESTENV) env RELAYBUS_TEST_VIA_PGBOUNCER=1 $(GO) test -race -count=1 -p 1 -short -timeout 20m $(POOLED_PKGS)
 
 POOLED_PKGS = ./shared/outbox ./shared/relay ./functions/publish ./functions/consume
 

@@ -16,6 +16,7 @@ import (
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgcluster"
+	"github.com/relaybus/relaybus/internal/race"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -77,6 +78,9 @@ func TestWithPoolMaxConns(t *testing.T) {
 func TestStackKeepsToItsConnectionBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a cluster of its own and 15 s of load")
+	}
+	if race.Enabled {
+		t.Skip("times the stack's recovery under load, which the race detector slows several times: make test runs it again without -race")
 	}
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "relaybus-budget-")

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/race"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/ledger/query"
 
@@ -68,6 +69,9 @@ const ledgerFinalWithin = 60 * time.Second
 func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the stack as a child process under load for minutes")
+	}
+	if race.Enabled {
+		t.Skip("times the stack's recovery under load, which the race detector slows several times: make test runs it again without -race")
 	}
 	bin := filepath.Join(t.TempDir(), "dev")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/dev").CombinedOutput(); err != nil {
