@@ -47,7 +47,7 @@ func consumePullBench(b *testing.B) {
 	}
 	const n, aggregates, poolSize, inFlight = 20000, 2000, 32, 16
 	run := fmt.Sprintf("pull%d", time.Now().UnixNano())
-	sink, keyOf := benchcheck.NewSink(), map[string]string{}
+	sink, keyOf := benchcheck.NewDetailedSink(), map[string]string{}
 	for a := range aggregates {
 		msgs := make([]event.Message, 0, n/aggregates)
 		for v := 1; v <= n/aggregates; v++ {

@@ -20,7 +20,7 @@ func TestSinkFindsWhatARunGotWrong(t *testing.T) {
 		{"unexpected", []string{"1", "2", "3", "4", "x"}, 0, 0, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := NewSink()
+			s := NewDetailedSink()
 			for _, id := range []string{"1", "2", "3", "4"} {
 				s.Sent("k", id)
 				s.Sent("other", id)
@@ -60,7 +60,7 @@ func TestChecksumFollowsOrder(t *testing.T) {
 }
 
 func TestReportNamesExamples(t *testing.T) {
-	s := NewSink()
+	s := NewDetailedSink()
 	s.Sent("order-1", "v1")
 	s.Sent("order-1", "v2")
 	s.Got("order-1", "v2")
@@ -95,5 +95,42 @@ func TestUnorderedSinkIgnoresOrderOnly(t *testing.T) {
 	s.Got("k", "1")
 	if r := s.Check(); r.OK() || r.Duplicated != 1 {
 		t.Errorf("a duplicate: %s, want it counted", r)
+	}
+}
+
+// A sink that keeps only checksums and counts finds the same runs whole
+// or broken, and says how by counts.
+func TestCountingSinkFindsWhatARunGotWrong(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		got                  []string
+		lost, dup, reordered int
+	}{
+		{"whole", []string{"1", "2", "3"}, 0, 0, 0},
+		{"lost", []string{"1", "3"}, 1, 0, 0},
+		{"duplicated", []string{"1", "2", "2", "3"}, 0, 1, 0},
+		{"reordered", []string{"2", "1", "3"}, 0, 0, 1},
+	} {
+		s := NewSink()
+		for _, id := range []string{"1", "2", "3"} {
+			s.Sent("k", id)
+		}
+		for _, id := range tc.got {
+			s.Got("k", id)
+		}
+		r := s.Check()
+		if r.OK() != (tc.name == "whole") || r.Lost != tc.lost || r.Duplicated != tc.dup || r.Reordered != tc.reordered || !r.Counted {
+			t.Errorf("%s: report %s", tc.name, r)
+		}
+	}
+	d, c := NewDetailedSink(), NewSink()
+	for _, s := range []*Sink{d, c} {
+		s.Sent("k", "a")
+		s.Sent("k", "b")
+		s.Got("k", "a")
+		s.Got("k", "b")
+	}
+	if rd, rc := d.Check(), c.Check(); rd.Checksum != rc.Checksum || rd.SentChecksum != rc.SentChecksum {
+		t.Errorf("the two kinds of sink fold different checksums: %s / %s", rd, rc)
 	}
 }

@@ -179,7 +179,7 @@ func requireInboxes(ctx context.Context, b *testing.B, ob *Observer, lr *LoadRun
 		return err
 	}
 	for _, c := range ob.Consumers {
-		sink := benchcheck.NewSink()
+		sink := benchcheck.NewDetailedSink()
 		for _, r := range lr.Requests {
 			if r.Accepted() {
 				sink.Sent("order-"+r.ID, r.ID)

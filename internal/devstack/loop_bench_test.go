@@ -61,7 +61,7 @@ func BenchmarkLoopThroughput(b *testing.B) {
 // shape in its key's order.
 func loopDrain(f *loopFixture, mode string, n, keys int) (int64, time.Duration) {
 	var got atomic.Int64
-	sink := benchcheck.NewSink()
+	sink := benchcheck.NewDetailedSink()
 	if mode == topology.DeliveryEventarc {
 		sink = benchcheck.NewUnorderedSink()
 	}

@@ -31,7 +31,7 @@ func BenchmarkPullThroughput(b *testing.B) {
 		f.mkSub(&pb.Subscription{Name: sub, Topic: f.topic, EnableMessageOrdering: true})
 		f.publishMany(n, keys)
 		var got atomic.Int64
-		sink := benchcheck.NewSink()
+		sink := benchcheck.NewDetailedSink()
 		for k := range keys {
 			for i := k; i < n; i += keys {
 				sink.Sent("k"+strconv.Itoa(k), strconv.Itoa(i))
