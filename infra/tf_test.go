@@ -149,7 +149,7 @@ func (c *tfConfig) newEvaluator(t testing.TB, given map[string]cty.Value) *evalu
 	t.Helper()
 	ev := &evaluator{t: t, c: c, vars: map[string]cty.Value{}, locals: map[string]cty.Value{}, busy: map[string]bool{}, funcs: terraformFunctions(c.dir)}
 	for name, b := range c.variables {
-		var ty cty.Type = cty.DynamicPseudoType
+		ty := cty.DynamicPseudoType
 		var defaults *typeexpr.Defaults
 		if a, ok := b.Body.Attributes["type"]; ok {
 			var diags hcl.Diagnostics

@@ -139,7 +139,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 	rec := &timedRecorder{Recorder: ledger.NewRecorder(fake.Client, ledger.RecorderOptions{Topic: top.Rollup.Topic}), recorded: map[string]time.Time{}}
 	engines := make([]*consumer.Engine, n)
 	for i, c := range consumers {
-		var handler consumer.Handler = projection.Latest()
+		handler := consumer.Handler(projection.Latest())
 		if script.handler != nil {
 			handler = script.handler(i)
 		}

@@ -37,7 +37,7 @@ func (r *Recording) Add(at time.Time, rm metricdata.ResourceMetrics) {
 	put := func(name string, attrs attribute.Set, extra map[string]string, v float64, cumulative bool) {
 		l := map[string]string{"__name__": name}
 		for _, kv := range attrs.ToSlice() {
-			l[string(kv.Key)] = kv.Value.Emit()
+			l[string(kv.Key)] = kv.Value.String()
 		}
 		for k, v := range extra {
 			l[k] = v

@@ -250,7 +250,7 @@ func (p *filterParser) unary() (filter, error) {
 		v, err := p.take('s')
 		return attrEquals{key: key, value: v.text, not: op.kind == '!'}, err
 	}
-	return nil, fmt.Errorf("unexpected %q after attributes, want : or .", p.peek().text)
+	return nil, fmt.Errorf("unexpected %q after attributes, want a ':' or a '.'", p.peek().text)
 }
 
 func (p *filterParser) skip() bool { p.i++; return true }

@@ -269,7 +269,7 @@ func TestOnePurchaseIsOneTraceAndItsMetricsCountEveryHop(t *testing.T) {
 func attr(sp tracetest.SpanStub, k attribute.Key) string {
 	for _, kv := range sp.Attributes {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -301,7 +301,7 @@ func key(set attribute.Set, keys []attribute.Key) string {
 			s += "/"
 		}
 		v, _ := set.Value(k)
-		s += v.Emit()
+		s += v.String()
 	}
 	return s
 }

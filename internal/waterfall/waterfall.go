@@ -125,7 +125,7 @@ func Rows(id trace.TraceID, all tracetest.SpanStubs, o Options) []Row {
 func attr(sp tracetest.SpanStub, k attribute.Key) string {
 	for _, kv := range sp.Attributes {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

@@ -309,7 +309,7 @@ func (s *Store) rollupRound(ctx context.Context, ids []string, set func(string, 
 		}
 		s.derive(d, now, bump)
 		if len(d.ups) > 0 && gap > 0 {
-			wait = max(wait, min(d.snap.UpdateTime.Add(gap).Sub(time.Now()), gap))
+			wait = max(wait, min(time.Until(d.snap.UpdateTime.Add(gap)), gap))
 		}
 	}
 	if wait > 0 {

@@ -118,10 +118,10 @@ func labels(s attribute.Set) string {
 		switch kv.Key {
 		case telemetry.KeyDestination, telemetry.KeyConsumer:
 		default:
-			out += "+" + string(kv.Key) + "=" + kv.Value.Emit()
+			out += "+" + string(kv.Key) + "=" + kv.Value.String()
 		}
 	}
 	topic, _ := s.Value(telemetry.KeyDestination)
 	cons, _ := s.Value(telemetry.KeyConsumer)
-	return topic.Emit() + "/" + cons.Emit() + out
+	return topic.String() + "/" + cons.String() + out
 }

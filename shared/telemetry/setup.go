@@ -550,7 +550,7 @@ func newTracerProvider(sampler sdktrace.Sampler, res *resource.Resource, opts ..
 	limits.AttributeCountLimit = 32
 	limits.AttributeValueLengthLimit = 256
 	limits.LinkCountLimit = 128
-	base := []sdktrace.TracerProviderOption{sdktrace.WithSampler(sampler), sdktrace.WithSpanLimits(limits)}
+	base := []sdktrace.TracerProviderOption{sdktrace.WithSampler(sampler), sdktrace.WithRawSpanLimits(limits)}
 	if res != nil {
 		base = append(base, sdktrace.WithResource(res))
 	}
