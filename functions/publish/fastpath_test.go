@@ -15,16 +15,6 @@ import (
 	"github.com/relaybus/relaybus/shared/relay"
 )
 
-// newFastPath is the real relay over the test's outbox and pstest.
-func newFastPath(tb testing.TB, pool *pgxpool.Pool, fake *pubsubtest.Fake) publish.FastPath {
-	tb.Helper()
-	r, err := relay.New(relay.Options{DB: pool, Publisher: fake.Client, Topology: loadTopology(tb)})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return r
-}
-
 // With the relay's fast path, an accepted event is on Pub/Sub when the
 // answer comes: 202 with status published; a later version waits behind an
 // earlier one that is still pending, and the answer says pending.

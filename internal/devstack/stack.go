@@ -28,7 +28,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -811,22 +810,6 @@ func consumeConfig(c topology.Consumer, top *topology.Topology) consume.Config {
 		cc.GapTimeout = time.Duration(c.GapTimeoutSeconds) * time.Second
 	}
 	return cc
-}
-
-// withPoolSize returns url with pool_max_conns=size unless it sets
-// pool_max_conns itself: a postgres:// URL gets a query parameter, a
-// keyword/value string one more keyword.
-func withPoolSize(raw string, size int) string {
-	if strings.Contains(raw, "pool_max_conns") {
-		return raw
-	}
-	if u, err := url.Parse(raw); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		q := u.Query()
-		q.Set("pool_max_conns", strconv.Itoa(size))
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	return raw + " pool_max_conns=" + strconv.Itoa(size)
 }
 
 // rollupMaxInFlight is the delivery loop's bound on rollup notices in

@@ -737,10 +737,3 @@ func (e *Engine) FlushLedger(ctx context.Context) error {
 	}
 	return e.marks.Flush(ctx)
 }
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
