@@ -231,8 +231,8 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 				if len(seeked) > 0 {
 					note += fmt.Sprintf(" (%s was seeked: what it delivers again is answered as duplicates)", strings.Join(seeked, ", "))
 				}
-				e := pubsubErr(err, "subscription "+sub)
-				if ae, ok := e.(*apiError); ok {
+				var ae *apiError
+				if errors.As(pubsubErr(err, "subscription "+sub), &ae) {
 					ae.Msg += note
 					return "", ae
 				}

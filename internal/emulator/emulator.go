@@ -45,8 +45,8 @@ func (k Kind) EnvHost() string {
 var (
 	ErrNoJava      = errors.New("java not found: the gcloud emulators need Java 17 or newer (Debian: apt-get install openjdk-17-jre-headless)")
 	ErrNoSDK       = errors.New("gcloud SDK not found: install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install) or set CLOUDSDK_ROOT_DIR")
-	ErrNoFirestore = errors.New("Firestore emulator not installed: gcloud components install cloud-firestore-emulator (Debian package google-cloud-cli-firestore-emulator), or set FIRESTORE_EMULATOR_HOST to a running one")
-	ErrNoPubSub    = errors.New("Pub/Sub emulator not installed: gcloud components install pubsub-emulator (Debian package google-cloud-cli-pubsub-emulator), or set PUBSUB_EMULATOR_HOST to a running one")
+	ErrNoFirestore = errors.New("the Firestore emulator is not installed: gcloud components install cloud-firestore-emulator (Debian package google-cloud-cli-firestore-emulator), or set FIRESTORE_EMULATOR_HOST to a running one")
+	ErrNoPubSub    = errors.New("the Pub/Sub emulator is not installed: gcloud components install pubsub-emulator (Debian package google-cloud-cli-pubsub-emulator), or set PUBSUB_EMULATOR_HOST to a running one")
 )
 
 // Options configure Start.
@@ -161,7 +161,7 @@ func (p *Process) waitReady(ctx context.Context) error {
 		select {
 		case err := <-p.done:
 			p.done <- err
-			return fmt.Errorf("%s emulator exited during start-up (%v):\n%s", p.Kind, err, p.out.String())
+			return fmt.Errorf("%s emulator exited during start-up (%w):\n%s", p.Kind, exited(err), p.out.String())
 		default:
 		}
 		resp, err := client.Get("http://" + p.Host + "/")
@@ -221,4 +221,12 @@ func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strings.TrimSpace(t.buf.String())
+}
+
+// exited is a process's exit error, or what an exit without one means.
+func exited(err error) error {
+	if err == nil {
+		return errors.New("exit status 0")
+	}
+	return err
 }

@@ -206,9 +206,10 @@ func (p *Proc) Warm(ctx context.Context) error {
 			if resp.StatusCode < 500 {
 				return nil
 			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("fnproc: %s does not answer: %v", p.URL, err)
+			return fmt.Errorf("fnproc: %s does not answer: %w", p.URL, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -204,7 +204,10 @@ func (b *Bouncer) waitReady(ctx context.Context) error {
 		select {
 		case err := <-b.done:
 			b.done <- err
-			return fmt.Errorf("pgbouncer: exited during start-up: %v", err)
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
+			return fmt.Errorf("pgbouncer: exited during start-up: %w", err)
 		default:
 		}
 		conn, err := pgx.Connect(ctx, b.URL)

@@ -228,7 +228,10 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		select {
 		case err := <-c.done:
 			c.done <- err
-			return fmt.Errorf("pgcluster: postgres exited during start-up: %v", err)
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
+			return fmt.Errorf("pgcluster: postgres exited during start-up: %w", err)
 		default:
 		}
 		conn, err := pgx.Connect(ctx, c.URL)

@@ -45,11 +45,11 @@ func FieldErrors(err error) []*FieldError {
 		if e == nil {
 			return
 		}
-		if fe, ok := e.(*FieldError); ok {
+		if fe, ok := e.(*FieldError); ok { //nolint:errorlint // the walk unwraps by itself, to collect every FieldError (errors.As finds the first)
 			out = append(out, fe)
 			return
 		}
-		switch u := e.(type) {
+		switch u := e.(type) { //nolint:errorlint // see above
 		case interface{ Unwrap() []error }:
 			for _, inner := range u.Unwrap() {
 				walk(inner)

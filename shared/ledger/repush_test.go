@@ -31,7 +31,7 @@ func TestRepush(t *testing.T) {
 	refused := errors.New("not re-pushable")
 	var seen model.Event
 	_, err := s.BeginRepush(ctx, e.ID, "message-service", func(ev model.Event) error { seen = ev; return refused }, time.Now())
-	if err != refused {
+	if err != refused { //nolint:errorlint // the check's error as is, not wrapped
 		t.Fatalf("err %v, want check's error as is", err)
 	}
 	if seen.Status != model.StatusPartial || seen.EventID != e.ID {
