@@ -67,7 +67,7 @@ func (c *command) name() string { return strings.Join(c.path, " ") }
 func (c *command) flagSet(out io.Writer) (*flag.FlagSet, func(ctx context.Context, cl *cli, args []string) error) {
 	fs := flag.NewFlagSet("relaybus "+c.name(), flag.ContinueOnError)
 	fs.SetOutput(out)
-	runner := c.setup(fs)
+	run := c.setup(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "%s\n\nusage: relaybus [global flags] %s", c.short, c.name())
 		if hasFlags(fs) {
@@ -83,7 +83,7 @@ func (c *command) flagSet(out io.Writer) (*flag.FlagSet, func(ctx context.Contex
 		}
 		fmt.Fprintln(out, "\nglobal flags: relaybus --help")
 	}
-	return fs, runner
+	return fs, run
 }
 
 func hasFlags(fs *flag.FlagSet) bool {
@@ -142,7 +142,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer, hc *http.Cli
 		fmt.Fprintf(errOut, "relaybus: unknown command %q (relaybus --help lists them)\n", strings.Join(rest, " "))
 		return 2
 	}
-	cfs, runner := cmd.flagSet(out)
+	cfs, run := cmd.flagSet(out)
 	if err := cfs.Parse(cmdArgs); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -165,7 +165,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer, hc *http.Cli
 		}
 		c.idToken = tok
 	}
-	if err := runner(ctx, c, cfs.Args()); err != nil {
+	if err := run(ctx, c, cfs.Args()); err != nil {
 		fmt.Fprintln(errOut, "relaybus:", err)
 		var u usageError
 		if errors.As(err, &u) {

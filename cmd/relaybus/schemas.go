@@ -139,8 +139,8 @@ func loadBaseGit(ctx context.Context, dir, rev string) (*schema.Set, error) {
 		return nil, fmt.Errorf("base: no revision %s in this checkout (a shallow clone? git fetch --deepen=1, or pass --base DIR): %w", rev, err)
 	}
 	raw, err := git("show", rev+":"+p+"topology.yaml")
-	if err != nil {
-		return &schema.Set{}, nil // the topology is new: nothing to compare with
+	if err != nil { //nolint:nilerr // the revision exists (checked above): the topology is new there, nothing to compare with
+		return &schema.Set{}, nil
 	}
 	top, err := topology.Parse(raw)
 	if err != nil {

@@ -88,7 +88,9 @@ func declaredDefinitions(top *topology.Topology, tp topology.Topic) (pubsubpb.Sc
 	}
 	num := func(v string) int {
 		var n int
-		fmt.Sscanf(v, "v%d", &n)
+		if _, err := fmt.Sscanf(v, "v%d", &n); err != nil {
+			return 0
+		}
 		return n
 	}
 	sort.SliceStable(schemas, func(i, j int) bool { return num(schemas[i].Version) < num(schemas[j].Version) })

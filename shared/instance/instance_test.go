@@ -125,7 +125,8 @@ func TestShutdownFinishesTheRequestInFlight(t *testing.T) {
 	if !h.closed.Load() {
 		t.Error("the built handler was not closed")
 	}
-	if _, err := http.Post(url, "application/json", nil); err == nil {
+	if resp, err := http.Post(url, "application/json", nil); err == nil {
+		resp.Body.Close()
 		t.Error("a request after shutdown was served")
 	}
 }

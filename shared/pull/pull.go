@@ -211,10 +211,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.wg.Wait()
 	close(stopExtend)
 	<-extended
-	if ctx.Err() != nil {
-		return nil
+	if err != nil && ctx.Err() == nil {
+		return err
 	}
-	return err
+	return nil // drained: ctx ended, whatever the last pull answered
 }
 
 func (w *Worker) pullLoop(ctx context.Context) error {
