@@ -2,7 +2,7 @@
 GO ?= go
 TESTENV = $(GO) run ./internal/cmd/testenv --
 
-.PHONY: dev demo load test test-short bench bench-compare fuzz lint fmt build screenshots tf-fmt terraform
+.PHONY: dev demo load test test-short bench bench-compare fuzz lint golangci-lint fmt build screenshots tf-fmt terraform
 
 ## dev: run the whole stack on this machine until Ctrl-C (DEV_FLAGS: the
 ## command's flags, e.g. DEV_FLAGS="-addr 127.0.0.1:9090 -state /tmp/s").
@@ -77,10 +77,17 @@ FUZZTIME ?= 60s
 fuzz:
 	$(GO) run ./internal/cmd/fuzz -fuzztime $(FUZZTIME)
 
-## lint: gofmt and go vet.
-lint:
+## lint: gofmt, go vet and golangci-lint with the checked-in .golangci.yml
+## (golangci-lint v2.15.0, installed into $GOPATH/bin when missing).
+GOLANGCI_LINT_VERSION = 2.15.0
+GOLANGCI_LINT ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
+lint: golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
+
+golangci-lint:
+	@"$(GOLANGCI_LINT)" version 2>/dev/null | grep -q "version $(GOLANGCI_LINT_VERSION) " || $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v$(GOLANGCI_LINT_VERSION)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
