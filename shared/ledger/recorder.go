@@ -174,8 +174,8 @@ func (s *Store) InsertAttempts(ctx context.Context, as []model.Attempt) error {
 		j   *firestore.BulkWriterJob
 	}
 	jobs := make([]job, 0, len(as))
-	for _, a := range as {
-		a, err := s.prepareAttempt(a, now)
+	for _, in := range as {
+		a, err := s.prepareAttempt(in, now)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -268,7 +268,7 @@ func walkAvro(payload []byte, s avro.Schema, l Limits) error {
 	}
 	w := &avroWalk{budget: budget{l: l}, data: payload}
 	if err := w.value(s, 1); err != nil {
-		if err == errAvroBroken {
+		if errors.Is(err, errAvroBroken) {
 			return &overError{fmt.Sprintf("must be %s in Avro's binary encoding: it ends or breaks at byte %d", avroName(s), len(payload)-len(w.data))}
 		}
 		return err
