@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/pgroles"
-	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -176,7 +176,7 @@ func TestEachServiceConnectsAsItsOwnRole(t *testing.T) {
 // shutdown bound of a command that is not a server.
 var optionalForMigrate = func() map[string]bool {
 	m := map[string]bool{"SHUTDOWN_TIMEOUT": true, "DATABASE_DIRECT_URL": true}
-	for name := range envTags(reflect.TypeOf(telemetry.Config{})) {
+	for name := range envTags(reflect.TypeOf(otelsetup.Config{})) {
 		m[name] = true
 	}
 	return m

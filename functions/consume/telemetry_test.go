@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -97,7 +98,7 @@ func TestStrictGapsAreGauges(t *testing.T) {
 // says so.
 func TestADeliveryContinuesItsProducersTrace(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
-	tp := telemetry.NewTracerProvider(0, nil, sdktrace.WithSyncer(spans))
+	tp := otelsetup.NewTracerProvider(0, nil, sdktrace.WithSyncer(spans))
 	restore := telemetry.Install(tp, sdkmetric.NewMeterProvider())
 	defer restore()
 	pool, _ := pgtest.SchemaConfig(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = telemetry.QueryTracer() })

@@ -311,7 +311,7 @@ func (a *api) publishReplay(ctx context.Context, l archive.Letter) (id string, e
 
 // forcedSpan starts the span of an operator's replay or re-push with
 // relaybus.sample.force, so it is recorded whatever the sampling ratio
-// (telemetry.Sampler), in the event's own trace when traceID is a W3C id
+// (otelsetup.Sampler), in the event's own trace when traceID is a W3C id
 // (the console links that id to Cloud Trace): under the event's span when
 // the envelope names one, else under a fresh span id (an event published
 // with telemetry off has none; Cloud Trace shows the replay at the top of

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/deadletter"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/telemetry"
@@ -23,7 +24,7 @@ import (
 // deliveries of the replay or re-push are recorded under it.
 func TestReplayAndRepushAreSampled(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithSampler(telemetry.Sampler(0)))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithSampler(otelsetup.Sampler(0)))
 	restore := telemetry.Install(tp, sdkmetric.NewMeterProvider())
 	defer restore()
 	ctx := context.Background()

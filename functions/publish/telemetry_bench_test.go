@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/telemetrytest"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // BenchmarkPublishTelemetryOverhead runs BenchmarkPublish's load six
@@ -20,5 +20,5 @@ func BenchmarkPublishTelemetryOverhead(b *testing.B) {
 	printCPUOverhead(b, "publish telemetry overhead", off, on)
 	benchcheck.Overhead(b, "publish_telemetry_overhead_pct",
 		fmt.Sprintf("publish_p50_ms with telemetry off → on in the function's process (sampling %g at the root, exported over OTLP/gRPC to a local collector that received %d spans)",
-			telemetry.DefaultSampleRatio, sink.Spans()), p50s(off), p50s(on), false)
+			otelsetup.DefaultSampleRatio, sink.Spans()), p50s(off), p50s(on), false)
 }

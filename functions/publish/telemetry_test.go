@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/relaybus/relaybus/functions/publish"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
@@ -20,7 +21,7 @@ import (
 // trace id is the request span's.
 func TestThePublishRequestSpanIsWhatTheRowKeeps(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
-	restore := telemetry.Install(telemetry.NewTracerProvider(1, nil, sdktrace.WithSyncer(spans)), sdkmetric.NewMeterProvider())
+	restore := telemetry.Install(otelsetup.NewTracerProvider(1, nil, sdktrace.WithSyncer(spans)), sdkmetric.NewMeterProvider())
 	defer restore()
 	h := newHarness(t, nil)
 	const caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"

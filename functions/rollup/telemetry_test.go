@@ -10,6 +10,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/ledger/consumers"
@@ -60,7 +61,7 @@ func hops(t *testing.T, r *sdkmetric.ManualReader, hop string) (count uint64, su
 func TestFinalStatusRecordsTheCommitToStatusHop(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithSampler(telemetry.Sampler(1)))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans), sdktrace.WithSampler(otelsetup.Sampler(1)))
 	restore := telemetry.Install(tp, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	defer restore()
 

@@ -1,5 +1,5 @@
 # OpenTelemetry: the functions export traces and metrics in OTLP to Google's
-# Telemetry API, telemetry.googleapis.com (shared/telemetry: on Cloud Run with
+# Telemetry API, telemetry.googleapis.com (internal/otelsetup: on Cloud Run with
 # GOOGLE_CLOUD_PROJECT set and no OTEL_EXPORTER_OTLP_ENDPOINT,
 # TELEMETRY_EXPORT=auto exports there; Google's
 # recommended path for OpenTelemetry SDKs,
@@ -84,7 +84,7 @@ resource "google_project_iam_member" "telemetry_metric_writer" {
 }
 
 # The exporter names the project as its quota project (x-goog-user-project,
-# shared/telemetry), and Google's Telemetry API then requires
+# internal/otelsetup), and Google's Telemetry API then requires
 # serviceusage.services.use on that project from the sending account
 # (roles/serviceusage.serviceUsageConsumer; "Authorize the collector service
 # account" in https://cloud.google.com/trace/docs/migrate-to-otlp-endpoints).

@@ -21,6 +21,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/dashview"
 	"github.com/relaybus/relaybus/internal/eventually"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/screenshot"
 	"github.com/relaybus/relaybus/internal/waterfall"
 	"github.com/relaybus/relaybus/shared/event"
@@ -48,7 +49,7 @@ func TestTelemetryPictures(t *testing.T) {
 	}
 	ctx := context.Background()
 	spans := tracetest.NewInMemoryExporter()
-	tp := telemetry.NewTracerProvider(1, nil, sdktrace.WithSyncer(spans))
+	tp := otelsetup.NewTracerProvider(1, nil, sdktrace.WithSyncer(spans))
 	reader := sdkmetric.NewManualReader()
 	restore := telemetry.Install(tp, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	defer restore()

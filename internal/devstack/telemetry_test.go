@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaybus/relaybus/internal/eventually"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/telemetry"
@@ -34,7 +35,7 @@ import (
 func TestOnePurchaseIsOneTraceAndItsMetricsCountEveryHop(t *testing.T) {
 	ctx := context.Background()
 	spans := tracetest.NewInMemoryExporter()
-	tp := telemetry.NewTracerProvider(1, nil, sdktrace.WithSyncer(spans))
+	tp := otelsetup.NewTracerProvider(1, nil, sdktrace.WithSyncer(spans))
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	restore := telemetry.Install(tp, mp)
@@ -397,7 +398,7 @@ func render(tr, all tracetest.SpanStubs) string {
 func TestTheRootsSamplingDecisionTravelsWithTheEvents(t *testing.T) {
 	ctx := context.Background()
 	spans := tracetest.NewInMemoryExporter()
-	tp := telemetry.NewTracerProvider(0, nil, sdktrace.WithSyncer(spans))
+	tp := otelsetup.NewTracerProvider(0, nil, sdktrace.WithSyncer(spans))
 	reader := sdkmetric.NewManualReader()
 	restore := telemetry.Install(tp, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	defer restore()

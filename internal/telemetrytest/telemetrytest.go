@@ -18,6 +18,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
@@ -27,10 +28,10 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
-// On installs telemetry at ratio (telemetry.DefaultSampleRatio for the
+// On installs telemetry at ratio (otelsetup.DefaultSampleRatio for the
 // production default) and returns the function that turns it off again.
 func On(ratio float64) (off func()) {
-	tp := telemetry.NewTracerProvider(ratio, telemetry.Resource("bench", ""), sdktrace.WithBatcher(discard{}))
+	tp := otelsetup.NewTracerProvider(ratio, otelsetup.Resource("bench", ""), sdktrace.WithBatcher(discard{}))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	restore := telemetry.Install(tp, mp)
 	return func() {

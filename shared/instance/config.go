@@ -12,7 +12,7 @@ import (
 
 	"github.com/sethvargo/go-envconfig"
 
-	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -41,8 +41,8 @@ type Env struct {
 	// stack and tests set it; no variable).
 	LogHandler slog.Handler
 	// Telemetry is OpenTelemetry's set-up (the standard OTEL_* variables,
-	// and TELEMETRY_EXPORT; see shared/telemetry and docs/telemetry.md).
-	Telemetry telemetry.Config
+	// and TELEMETRY_EXPORT; see internal/otelsetup and docs/telemetry.md).
+	Telemetry otelsetup.Config
 }
 
 // OnCloudRun reports whether the process runs on Cloud Run (K_SERVICE is
@@ -51,11 +51,11 @@ type Env struct {
 func (e Env) OnCloudRun() bool { return e.Telemetry.CloudRunService != "" }
 
 // StartTelemetry sets up the process's telemetry for the function named
-// service (telemetry.Setup: nothing unless an export is configured); its
+// service (otelsetup.Setup: nothing unless an export is configured); its
 // Shutdown, called when the function closes, flushes what is buffered.
 // Call it before opening pools: they trace their statements.
-func (e Env) StartTelemetry(ctx context.Context, service string) (telemetry.Shutdown, error) {
-	return telemetry.Setup(ctx, telemetry.Options{Config: e.Telemetry, ServiceName: service, ProjectID: e.ProjectID})
+func (e Env) StartTelemetry(ctx context.Context, service string) (otelsetup.Shutdown, error) {
+	return otelsetup.Setup(ctx, otelsetup.Options{Config: e.Telemetry, ServiceName: service, ProjectID: e.ProjectID})
 }
 
 // Database is the function's own Postgres database: the topology's main

@@ -12,9 +12,9 @@ import (
 	"cloud.google.com/go/firestore"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/reexec"
 	"github.com/relaybus/relaybus/shared/ledger"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // A function's configuration as the functions declare it: the shared
@@ -42,7 +42,7 @@ func TestLoadFillsEverySharedPieceFromTheEnvironment(t *testing.T) {
 	}
 	want := testConfig{
 		Env: Env{ProjectID: "p-1", LogLevel: "info", ShutdownTimeout: 5 * time.Second,
-			Telemetry: telemetry.Config{Export: "auto"}},
+			Telemetry: otelsetup.Config{Export: "auto"}},
 		PubSub: PubSub{EmulatorHost: "127.0.0.1:1", Transport: "nats", NATSURL: "nats://127.0.0.1:2"},
 		Ledger: Recorder{Ledger: Ledger{Database: "ledger-db", Retention: 720 * time.Hour, ReconcileAfter: time.Minute},
 			Recording: Recording{Mode: "off", Budget: 3 * time.Second}},

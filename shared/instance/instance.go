@@ -45,9 +45,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/retry"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // Lazy returns an HTTP handler that builds the real handler with build on
@@ -258,7 +258,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	// included, so an instance that lived less than the metric interval
 	// (Cloud Run scaling to zero) still exports its metrics. The
 	// function's own close then flushes what its shutdown records.
-	flushErr := telemetry.ForceFlush(cctx)
+	flushErr := otelsetup.ForceFlush(cctx)
 	closeErr := errors.Join(fn.close(cctx), flushErr)
 	level := slog.LevelInfo
 	if cut > 0 || closeErr != nil {

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/telemetrytest"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // overheadRounds is how many pairs (off, on) an overhead benchmark runs.
@@ -24,7 +24,7 @@ func BenchmarkDrainTelemetryOverhead(b *testing.B) {
 		var durable, pubsub string
 		for range overheadRounds {
 			off = append(off, drainBench(b, events, 500).rate)
-			stop := telemetrytest.On(telemetry.DefaultSampleRatio)
+			stop := telemetrytest.On(otelsetup.DefaultSampleRatio)
 			r := drainBench(b, events, 500)
 			stop()
 			on = append(on, r.rate)
@@ -32,6 +32,6 @@ func BenchmarkDrainTelemetryOverhead(b *testing.B) {
 		}
 		benchcheck.Overhead(b, "relay_telemetry_overhead_pct",
 			fmt.Sprintf("relay_events_per_s with telemetry off → on (sampling %g at the root, batching span processor and metrics in process, exports discarded; rows enqueued without a producer span), %d events on 500 aggregates per drain; Postgres %s; %s",
-				telemetry.DefaultSampleRatio, events, durable, pubsub), off, on, true)
+				otelsetup.DefaultSampleRatio, events, durable, pubsub), off, on, true)
 	}
 }

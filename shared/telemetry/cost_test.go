@@ -9,6 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
@@ -31,7 +32,7 @@ func TestHooksCostNothingWhenOffAndMetricsAllocateNothing(t *testing.T) {
 		t.Errorf("telemetry off: %v allocations per delivery, want 0", off)
 	}
 
-	tprov := telemetry.NewTracerProvider(0, nil, sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
+	tprov := otelsetup.NewTracerProvider(0, nil, sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	restore := telemetry.Install(tprov, mp)
 	defer restore()

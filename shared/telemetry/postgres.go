@@ -11,7 +11,7 @@ import (
 // QueryTracer returns the pgx tracer that makes each Postgres statement a
 // span under the caller's span (github.com/exaring/otelpgx), or nil when
 // telemetry is off: set it as a pool's ConnConfig.Tracer when the pool is
-// built, after Setup. A statement of a trace that is not sampled costs a
+// built, after the host installed telemetry (internal/otelsetup). A statement of a trace that is not sampled costs a
 // context value and no span. Spans are named by StatementName; the SQL text
 // is left out (relaybus's statements open with long comments, and Cloud
 // Trace keeps 256 bytes of an attribute), and otelpgx's own metrics are off

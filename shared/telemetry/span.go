@@ -28,6 +28,10 @@ const (
 	KeyConsumer  = attribute.Key("relaybus.consumer")
 	KeyOutcome   = attribute.Key("relaybus.outcome")
 	KeyAttempt   = attribute.Key("relaybus.attempt")
+	// ForceSample is the span attribute that makes relaybus's sampler
+	// (internal/otelsetup's Sampler) record a root span whatever the ratio
+	// (an operator's replay or re-push).
+	ForceSample = attribute.Key("relaybus.sample.force")
 )
 
 // Span is a span relaybus started, or nothing when telemetry is off or the

@@ -1,25 +1,14 @@
-// Package telemetry is relaybus's OpenTelemetry: the hooks every hop
-// records through (spans, the messaging metrics, the hop histograms and the
-// outbox and gap gauges), the W3C trace context stored with outbox rows and
-// carried on Pub/Sub messages, and the process's SDK set up from the
-// OpenTelemetry environment variables.
+// Package telemetry is relaybus's OpenTelemetry instrumentation: the hooks
+// every hop records through (spans, the messaging metrics, the hop
+// histograms and the outbox and gap gauges) and the W3C trace context
+// stored with outbox rows and carried on Pub/Sub messages.
 //
-// The package has two halves. The hooks (telemetry.go, span.go,
-// metrics.go, propagation.go, postgres.go) are what the engines call; with
-// telemetry off each is one atomic load and a return. The SDK set-up
-// (setup.go, resource.go, sampler.go) is the host's: it reads the standard
-// OTEL_* variables as the OpenTelemetry specification defines them, builds
-// the OTLP exporters (gRPC or HTTP/protobuf), the sampler and the resource,
-// and installs them with Install; no engine calls into it.
-//
-// Telemetry is off unless an export is configured (see Config): an OTLP
-// endpoint (a local collector, Jaeger, ...) or, on Cloud Run with a
-// project, Google's Telemetry (OTLP) API, telemetry.googleapis.com, which
-// takes traces and metrics in OTLP as they are
-// (https://cloud.google.com/trace/docs/migrate-to-otlp-endpoints). Metrics
-// sent there land in Cloud Monitoring with the Prometheus mapping
-// (https://cloud.google.com/stackdriver/docs/reference/telemetry/v1.metrics),
-// so the dashboard queries them with PromQL.
+// The package imports the OpenTelemetry API only (and otelpgx, which
+// links no SDK): what engines and the programs that import them link.
+// With telemetry off each hook is one atomic load and a return. The SDK
+// (the OTLP exporters, the sampler, the resource, read from the OTEL_*
+// variables) is the host's: internal/otelsetup builds it and installs it
+// here with Install.
 package telemetry
 
 import (
@@ -39,7 +28,8 @@ type state struct {
 var current atomic.Pointer[state]
 
 // Install makes tp and mp the providers relaybus's hooks record into and
-// returns a function that puts back the previous ones. Setup calls it;
+// returns a function that puts back the previous ones. The host's
+// set-up (internal/otelsetup) calls it;
 // tests call it with an in-memory exporter and a manual reader.
 func Install(tp trace.TracerProvider, mp metric.MeterProvider) (restore func()) {
 	s := &state{provider: tp, tracer: tp.Tracer(scope), inst: newInstruments(mp.Meter(scope))}

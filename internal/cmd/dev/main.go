@@ -31,6 +31,7 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/relaybus/relaybus/internal/devstack"
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/telemetry"
@@ -75,15 +76,15 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// Telemetry from the standard OTEL_* variables (shared/telemetry,
+	// Telemetry from the standard OTEL_* variables (internal/otelsetup,
 	// docs/telemetry.md): exported when an OTEL_EXPORTER_OTLP_*ENDPOINT is
 	// set, else off and silent.
-	var tel telemetry.Config
+	var tel otelsetup.Config
 	if err := envconfig.Process(ctx, &tel); err != nil {
 		fmt.Fprintln(os.Stderr, "make dev:", err)
 		os.Exit(1)
 	}
-	flush, err := telemetry.Setup(ctx, telemetry.Options{Config: tel, ServiceName: "relaybus-dev", ProjectID: *project})
+	flush, err := otelsetup.Setup(ctx, otelsetup.Options{Config: tel, ServiceName: "relaybus-dev", ProjectID: *project})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "make dev:", err)
 		os.Exit(1)
@@ -92,7 +93,7 @@ func main() {
 	// last request is answered and unregistered before the pools close.
 	var unobserve []func() error
 	drained := func(ctx context.Context) {
-		if err := telemetry.ForceFlush(ctx); err != nil {
+		if err := otelsetup.ForceFlush(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "make dev: telemetry:", err)
 		}
 		for _, u := range unobserve {

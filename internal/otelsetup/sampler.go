@@ -1,16 +1,13 @@
-package telemetry
+package otelsetup
 
 import (
 	"fmt"
 
-	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-)
 
-// ForceSample is the span attribute that makes Sampler record a root span
-// whatever the ratio (an operator's replay or re-push).
-const ForceSample = attribute.Key("relaybus.sample.force")
+	"github.com/relaybus/relaybus/shared/telemetry"
+)
 
 // Sampler is relaybus's sampling policy. The decision is made once, at the
 // root of a business operation, and travels with its events:
@@ -26,7 +23,7 @@ const ForceSample = attribute.Key("relaybus.sample.force")
 //     instance (https://cloud.google.com/run/docs/trace), which would drop
 //     almost everything. The decision depends only on the trace id, so two
 //     relaybus processes decide the same for one trace;
-//   - a span started with ForceSample=true, or linked to a sampled span
+//   - a span started with telemetry.ForceSample=true, or linked to a sampled span
 //     (the relay's publish span, linked to its rows' producers), is
 //     sampled; a forced root's events are then recorded at every consumer.
 //
@@ -58,7 +55,7 @@ func (s sampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingRe
 		return sdktrace.SamplingResult{Decision: d, Tracestate: psc.TraceState()}
 	}
 	for _, a := range p.Attributes {
-		if a.Key == ForceSample && a.Value.AsBool() {
+		if a.Key == telemetry.ForceSample && a.Value.AsBool() {
 			return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample, Tracestate: psc.TraceState()}
 		}
 	}

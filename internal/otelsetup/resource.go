@@ -1,4 +1,4 @@
-package telemetry
+package otelsetup
 
 // The host's half (see setup.go): the resource that describes the process.
 

@@ -1,4 +1,4 @@
-package telemetry_test
+package otelsetup_test
 
 import (
 	"compress/gzip"
@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/reexec"
 	"github.com/relaybus/relaybus/shared/instance"
 	"github.com/relaybus/relaybus/shared/telemetry"
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) {
 // request, reports an outbox gauge that reads a "pool" it closes when it
 // closes, and flushes its telemetry last.
 type child struct {
-	flush  telemetry.Shutdown
+	flush  otelsetup.Shutdown
 	closed atomic.Bool
 }
 

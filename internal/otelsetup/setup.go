@@ -1,16 +1,4 @@
-package telemetry
-
-// The host's half of the package: the OpenTelemetry SDK set up from the
-// environment. Nothing here is called by an engine; the functions' hosts
-// (shared/instance, the local stack's command) call Setup once per process
-// and ForceFlush/Shutdown when they stop. It reads the standard variables
-// as the OpenTelemetry specification defines them
-// (https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/,
-// https://opentelemetry.io/docs/specs/otel/protocol/exporter/); relaybus's
-// own settings exist only where the specification has none: where to
-// export (TELEMETRY_EXPORT: Google's Telemetry API is not an OTLP endpoint
-// one can name without credentials) and relaybus's sampling policy
-// (OTEL_TRACES_SAMPLER=relaybus).
+package otelsetup
 
 import (
 	"context"
@@ -38,6 +26,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/oauth"
 	_ "google.golang.org/grpc/encoding/gzip" // the gRPC exporters' compressor
+
+	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // Export destinations (Config.Export, TELEMETRY_EXPORT).
@@ -469,7 +459,7 @@ func install(ctx context.Context, o Options, p *plan) error {
 		mp = sdk
 		stops, flush = append(stops, sdk.Shutdown), append(flush, sdk.ForceFlush)
 	}
-	restore := Install(tp, mp)
+	restore := telemetry.Install(tp, mp)
 	// The global tracer and propagator, so that the Google clients' gRPC
 	// instrumentation puts Pub/Sub and Firestore calls under relaybus's
 	// spans. The meter provider stays relaybus's own: no metric series but

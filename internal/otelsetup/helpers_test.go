@@ -1,4 +1,4 @@
-package telemetry_test
+package otelsetup_test
 
 import (
 	"encoding/binary"
