@@ -134,6 +134,12 @@ func TestSetupRefusesABadConfigurationNamingTheVariable(t *testing.T) {
 	}
 }
 
+// TestTheStandardVariablesMeanWhatTheSpecificationSays: where each signal
+// goes and how, from OTEL_EXPORTER_OTLP_*, OTEL_*_EXPORTER and
+// OTEL_METRIC_EXPORT_*: http/protobuf by default with /v1/traces and
+// /v1/metrics appended to the base endpoint, a signal's own endpoint used
+// as it is, grpc as asked, per signal too; Google on Cloud Run with a
+// project and no endpoint.
 func TestTheStandardVariablesMeanWhatTheSpecificationSays(t *testing.T) {
 	for name, c := range map[string]struct {
 		o    otelsetup.Options
@@ -175,6 +181,11 @@ func TestTheStandardVariablesMeanWhatTheSpecificationSays(t *testing.T) {
 	}
 }
 
+// TestSamplersFromTheEnvironment: every OTEL_TRACES_SAMPLER value decides
+// as the specification defines it for a root, a request continuing a
+// sampled caller and one continuing an unsampled caller; relaybus's own
+// policy ignores the caller's flag on a request and follows the producer
+// on a delivery.
 func TestSamplersFromTheEnvironment(t *testing.T) {
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
@@ -222,6 +233,11 @@ func TestSamplersFromTheEnvironment(t *testing.T) {
 	}
 }
 
+// TestResourceFromTheEnvironment: relaybus's attributes, then
+// OTEL_RESOURCE_ATTRIBUTES (percent-decoded), then OTEL_SERVICE_NAME; on
+// Cloud Run cloud.provider, cloud.platform, faas.name and faas.version,
+// and cloud.region from the metadata server when the variables do not
+// give it (the Telemetry API needs a location).
 func TestResourceFromTheEnvironment(t *testing.T) {
 	var asked atomic.Int32
 	md := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

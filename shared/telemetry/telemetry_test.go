@@ -45,22 +45,6 @@ func TestTraceparentRoundTripsAndRefusesWhatW3CRefuses(t *testing.T) {
 	}
 }
 
-// TestTheStandardVariablesMeanWhatTheSpecificationSays: where each signal
-// goes and how, from OTEL_EXPORTER_OTLP_*, OTEL_*_EXPORTER and
-// OTEL_METRIC_EXPORT_*: http/protobuf by default with /v1/traces and
-// /v1/metrics appended to the base endpoint, a signal's own endpoint used
-// as it is, grpc as asked, per signal too; Google on Cloud Run with a
-// project and no endpoint.
-// TestSamplersFromTheEnvironment: every OTEL_TRACES_SAMPLER value decides
-// as the specification defines it for a root, a request continuing a
-// sampled caller and one continuing an unsampled caller; relaybus's own
-// policy ignores the caller's flag on a request and follows the producer
-// on a delivery.
-// TestResourceFromTheEnvironment: relaybus's attributes, then
-// OTEL_RESOURCE_ATTRIBUTES (percent-decoded), then OTEL_SERVICE_NAME; on
-// Cloud Run cloud.provider, cloud.platform, faas.name and faas.version,
-// and cloud.region from the metadata server when the variables do not
-// give it (the Telemetry API needs a location).
 // A gauge whose read fails (a pool closed, a database down) loses its own
 // points of that collection, not the other metrics': the SDK drops a whole
 // collection when a callback returns an error, which is how a shutdown
