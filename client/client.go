@@ -45,10 +45,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/binding"
-	cloudevents "github.com/cloudevents/sdk-go/v2/event"
-	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
-
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/retry"
 )
@@ -61,7 +57,8 @@ type Mode string
 // form.
 const (
 	// ModeBinary is CloudEvents binary mode: ce-* headers, the body is the
-	// payload and Content-Type its type (the CloudEvents SDK's default).
+	// payload and Content-Type its type (the CloudEvents SDK's default
+	// mode; the client writes it over net/http, without the SDK).
 	ModeBinary Mode = "binary"
 	// ModeStructured is CloudEvents structured mode:
 	// application/cloudevents+json.
@@ -214,7 +211,7 @@ func (c *Client) send(ctx context.Context, events []*event.Event, batch bool) ([
 		// aggregate type), so every mode writes the same event.
 		e.Normalize()
 	}
-	header, body, err := c.encode(ctx, events, batch)
+	header, body, err := c.encode(events, batch)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +304,7 @@ func (c *Client) post(ctx context.Context, header http.Header, body []byte) (int
 }
 
 // encode writes the request's headers and body once, for every attempt.
-func (c *Client) encode(ctx context.Context, events []*event.Event, batch bool) (http.Header, []byte, error) {
+func (c *Client) encode(events []*event.Event, batch bool) (http.Header, []byte, error) {
 	h := http.Header{}
 	if c.o.Mode == ModeEnvelope {
 		var (
@@ -326,40 +323,26 @@ func (c *Client) encode(ctx context.Context, events []*event.Event, batch bool) 
 		return h, b, nil
 	}
 	if batch {
-		ces := make([]cloudevents.Event, len(events))
+		ces := make([]map[string]any, len(events))
 		for i, e := range events {
-			ces[i] = e.CloudEvent()
+			ces[i] = structured(e)
 		}
 		b, err := json.Marshal(ces)
 		if err != nil {
 			return nil, nil, fmt.Errorf("client: encode the CloudEvents batch: %w", err)
 		}
-		h.Set("Content-Type", cloudevents.ApplicationCloudEventsBatchJSON)
+		h.Set("Content-Type", mediaTypeCloudEventsBatch)
 		return h, b, nil
 	}
-	ce := events[0].CloudEvent()
 	if c.o.Mode == ModeStructured {
-		b, err := json.Marshal(ce)
+		b, err := json.Marshal(structured(events[0]))
 		if err != nil {
 			return nil, nil, fmt.Errorf("client: encode the CloudEvent: %w", err)
 		}
-		h.Set("Content-Type", cloudevents.ApplicationCloudEventsJSON)
+		h.Set("Content-Type", mediaTypeCloudEventsJSON)
 		return h, b, nil
 	}
-	// Binary mode through the SDK's own HTTP binding, so headers are
-	// written (and percent-encoded) exactly as its clients write them.
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, nil)
-	if err := cehttp.WriteRequest(binding.WithForceBinary(ctx), binding.ToMessage(&ce), req); err != nil {
-		return nil, nil, fmt.Errorf("client: encode the CloudEvent in binary mode: %w", err)
-	}
-	var b []byte
-	if req.Body != nil {
-		var err error
-		if b, err = io.ReadAll(req.Body); err != nil {
-			return nil, nil, fmt.Errorf("client: encode the CloudEvent in binary mode: %w", err)
-		}
-	}
-	return req.Header, b, nil
+	return binaryHeaders(events[0]), events[0].Payload, nil
 }
 
 // decodeAnswer reads publish's answer: results on 2xx, a typed error

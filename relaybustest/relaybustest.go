@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/deadletter"
@@ -147,7 +148,7 @@ func (k *Kit) Deliver(events ...*event.Event) []consumer.Result {
 		if e.TraceID == "" {
 			e.TraceID = event.NewTraceID() // as every send path does
 		}
-		m, err := event.Encode(e, event.EncodingJSON)
+		m, err := cloudevent.Encode(e, event.EncodingJSON)
 		if err != nil {
 			k.t.Fatalf("relaybustest: encode event %s: %v", e.ID, err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/sourcecontextpb"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/relaybustest"
 	"github.com/relaybus/relaybus/shared/consumer"
@@ -244,7 +245,7 @@ func TestTwoVersionsOfOneChangeSideBySide(t *testing.T) {
 	}
 	var published []*event.Event
 	for _, m := range pub.msgs {
-		e, _, err := event.Decode(m, event.Limits{})
+		e, _, err := cloudevent.Decode(m, event.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}

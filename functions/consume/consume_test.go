@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -137,7 +138,7 @@ func message(t testing.TB, e *event.Event) event.Message {
 	if err := e.Prepare(time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC), event.Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := event.Encode(e, event.EncodingJSON)
+	m, err := cloudevent.Encode(e, event.EncodingJSON)
 	if err != nil {
 		t.Fatal(err)
 	}

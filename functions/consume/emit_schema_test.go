@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/contract"
@@ -184,7 +185,7 @@ func TestBinaryModeArrivesThroughEveryRequestShape(t *testing.T) {
 	if err := e.Prepare(time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC), event.Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := event.Encode(e, event.EncodingBinary)
+	m, err := cloudevent.Encode(e, event.EncodingBinary)
 	if err != nil {
 		t.Fatal(err)
 	}

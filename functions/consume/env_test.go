@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
@@ -45,7 +46,7 @@ func TestServeFromEnvironment(t *testing.T) {
 	e := &event.Event{Type: "points.added", Source: "member-service", Topic: "member.points.events", AggregateID: "m-1",
 		Version: 1, Payload: []byte(`{"balance":10}`)}
 	_ = e.Prepare(time.Now(), event.Limits{})
-	m, _ := event.Encode(e, event.EncodingJSON)
+	m, _ := cloudevent.Encode(e, event.EncodingJSON)
 	m.ID = "msg-1"
 	resp, err := http.Post(srv.URL, "application/json", bytes.NewReader(delivery.WrappedBody(m, "member.points.events.audit-service-recorder", 1)))
 	if err != nil {
@@ -94,7 +95,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	e := &event.Event{Type: "order.purchased", Source: "order-service", Topic: "shop.order.events", AggregateID: "order-1",
 		Version: 1, Payload: []byte(`{"orderId":"order-1","memberId":"m-1","amount":5}`)}
 	_ = e.Prepare(time.Now(), event.Limits{})
-	m, _ := event.Encode(e, event.EncodingJSON)
+	m, _ := cloudevent.Encode(e, event.EncodingJSON)
 	m.ID = "msg-1"
 	resp, err := http.Post(srv.URL, "application/json", bytes.NewReader(delivery.WrappedBody(m, "shop.order.events.member-service-processor", 1)))
 	if err != nil {

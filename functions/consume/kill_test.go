@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/shared/ledger/consumers"
@@ -90,7 +91,7 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	m, _ := event.Encode(e, event.EncodingJSON)
+	m, _ := cloudevent.Encode(e, event.EncodingJSON)
 	m.ID = "msg-9"
 	body := delivery.WrappedBody(m, "projects/"+project+"/subscriptions/member.points.events.audit-service-recorder", 1)
 	var res consumer.Result
@@ -222,7 +223,7 @@ func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
 	e := &event.Event{Type: "points.added", Source: "member-service", Topic: "member.points.events", AggregateID: "m-7",
 		Version: 1, Payload: []byte(`{"balance":70}`)}
 	_ = e.Prepare(time.Now(), event.Limits{})
-	m, _ := event.Encode(e, event.EncodingJSON)
+	m, _ := cloudevent.Encode(e, event.EncodingJSON)
 	m.ID = "msg-7"
 	deliver := func(attempt int) []byte {
 		return delivery.WrappedBody(m, "projects/p/subscriptions/member.points.events.archive-service-processor", attempt)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
@@ -63,7 +64,7 @@ func TestPullModeOnNATS(t *testing.T) {
 		if err := e.Prepare(time.Now(), event.Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		m, err := event.Encode(e, event.EncodingJSON)
+		m, err := cloudevent.Encode(e, event.EncodingJSON)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/ledger/consumers"
 
 	"github.com/relaybus/relaybus/shared/ledger/model"
@@ -365,7 +366,7 @@ func letterOf(t *testing.T, e *env, id string, ev *event.Event, sub string) {
 	if err := ev.Prepare(time.Now(), event.Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := event.Encode(ev, event.EncodingJSON)
+	m, err := cloudevent.Encode(ev, event.EncodingJSON)
 	if err != nil {
 		t.Fatal(err)
 	}

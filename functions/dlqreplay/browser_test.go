@@ -20,6 +20,7 @@ import (
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/browsertest"
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/devstack"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -423,7 +424,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	if err := gapEvent.Prepare(time.Now(), event.Limits{}); err != nil {
 		t.Fatal(err)
 	}
-	gapMsg, err := event.Encode(gapEvent, event.EncodingProtobuf)
+	gapMsg, err := cloudevent.Encode(gapEvent, event.EncodingProtobuf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -127,7 +128,7 @@ func orderMessage(id string) event.Message {
 	e := &event.Event{ID: id, Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
 		AggregateID: "order-1", Version: 1, Payload: []byte(`{"orderId":"order-1"}`)}
 	_ = e.Prepare(time.Now(), event.Limits{})
-	m, _ := event.Encode(e, event.EncodingJSON)
+	m, _ := cloudevent.Encode(e, event.EncodingJSON)
 	return m
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
@@ -43,7 +44,7 @@ func strictDeliveries(t *testing.T, e *env, versions ...int64) (*projection.Rese
 		if err := ev.Prepare(time.Now(), event.Limits{}); err != nil {
 			t.Fatal(err)
 		}
-		m, err := event.Encode(ev, event.EncodingJSON)
+		m, err := cloudevent.Encode(ev, event.EncodingJSON)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
 
@@ -360,7 +361,7 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 	}
 	orig := l.Original()
 	orig.Topic = l.Topic
-	e, _, derr := event.Decode(orig, event.Limits{MaxPayloadBytes: event.MaxPayloadLimit})
+	e, _, derr := cloudevent.Decode(orig, event.Limits{MaxPayloadBytes: event.MaxPayloadLimit})
 	var de *event.DecodeError
 	if errors.As(derr, &de) {
 		p.Outcome = PlanPoison

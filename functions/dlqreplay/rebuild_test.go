@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/delivery"
@@ -86,7 +87,7 @@ func TestRebuildAProjection(t *testing.T) {
 			if err := ev.Prepare(time.Now(), event.Limits{}); err != nil {
 				t.Fatal(err)
 			}
-			m, err := event.Encode(ev, event.EncodingJSON)
+			m, err := cloudevent.Encode(ev, event.EncodingJSON)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/relaybus/relaybus/functions/publish"
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -66,13 +67,13 @@ func TestCloudEventsSDKClientBinaryAndStructured(t *testing.T) {
 	}
 
 	bin := fullEvent("ce-binary-1", "order-1", 1)
-	if s := sendStatus(t, c.Send(ctx, bin.CloudEvent())); s != http.StatusAccepted {
+	if s := sendStatus(t, c.Send(ctx, cloudevent.FromEvent(&bin))); s != http.StatusAccepted {
 		t.Fatalf("binary: status %d", s)
 	}
 	checkStored(t, h, bin)
 
 	st := fullEvent("ce-structured-1", "order-2", 1)
-	if s := sendStatus(t, c.Send(cloudevents.WithEncodingStructured(ctx), st.CloudEvent())); s != http.StatusAccepted {
+	if s := sendStatus(t, c.Send(cloudevents.WithEncodingStructured(ctx), cloudevent.FromEvent(&st))); s != http.StatusAccepted {
 		t.Fatalf("structured: status %d", s)
 	}
 	checkStored(t, h, st)
@@ -81,13 +82,13 @@ func TestCloudEventsSDKClientBinaryAndStructured(t *testing.T) {
 	// data_base64 in structured mode.
 	raw := fullEvent("ce-binary-raw", "order-3", 1)
 	raw.PayloadType, raw.Payload = "application/octet-stream", []byte{0, 1, 2, 0xff}
-	if s := sendStatus(t, c.Send(ctx, raw.CloudEvent())); s != http.StatusAccepted {
+	if s := sendStatus(t, c.Send(ctx, cloudevent.FromEvent(&raw))); s != http.StatusAccepted {
 		t.Fatalf("binary raw: status %d", s)
 	}
 	checkStored(t, h, raw)
 	raw2 := raw
 	raw2.ID, raw2.AggregateID = "ce-structured-raw", "order-4"
-	if s := sendStatus(t, c.Send(cloudevents.WithEncodingStructured(ctx), raw2.CloudEvent())); s != http.StatusAccepted {
+	if s := sendStatus(t, c.Send(cloudevents.WithEncodingStructured(ctx), cloudevent.FromEvent(&raw2))); s != http.StatusAccepted {
 		t.Fatalf("structured raw: status %d", s)
 	}
 	checkStored(t, h, raw2)
@@ -140,11 +141,11 @@ func TestCloudEventsSDKBatch(t *testing.T) {
 			e.Version = 1
 		}
 		sent = append(sent, e)
-		events = append(events, e.CloudEvent())
+		events = append(events, cloudevent.FromEvent(&e))
 	}
 	skipped := fullEvent("ce-batch-skip", "cart-1", 1)
 	skipped.Topic, skipped.AggregateType = "shop.cart.events", "cart"
-	events = append(events, skipped.CloudEvent())
+	events = append(events, cloudevent.FromEvent(&skipped))
 
 	req, err := cehttp.NewHTTPRequestFromEvents(ctx, h.url, events)
 	if err != nil {
@@ -178,7 +179,7 @@ func TestCloudEventsSDKBatch(t *testing.T) {
 func TestCloudEventsStructuredProtobuf(t *testing.T) {
 	h := newHarness(t, nil)
 	e := fullEvent("ce-proto-1", "order-1", 1)
-	ce := e.CloudEvent()
+	ce := cloudevent.FromEvent(&e)
 	b, err := pbformat.Protobuf.Marshal(&ce)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -209,7 +210,7 @@ func fromCloudEvent(ce *cloudevents.Event) item {
 			it.errs = append(it.errs, &event.FieldError{Field: "event", Rule: "CloudEvents: " + verr.Error()})
 		}
 	}
-	ev, err := event.FromCloudEvent(*ce)
+	ev, err := cloudevent.ToEvent(*ce)
 	it.ev = ev
 	it.errs = append(it.errs, event.FieldErrors(err)...)
 	if tp, ok := ce.Extensions()["traceparent"].(string); ok {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	ledgerconsumers "github.com/relaybus/relaybus/shared/ledger/consumers"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 	"github.com/relaybus/relaybus/shared/ledger/query"
@@ -226,7 +227,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 		}
 		ids[i] = e.ID
 		sends.Add(model.Sent{Event: e, EnqueuedAt: time.Now(), At: time.Now()})
-		m, err := event.Encode(e, event.EncodingJSON)
+		m, err := cloudevent.Encode(e, event.EncodingJSON)
 		if err != nil {
 			b.Fatal(err)
 		}

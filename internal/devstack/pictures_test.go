@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/dashview"
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/otelsetup"
@@ -155,7 +156,7 @@ func TestTelemetryPictures(t *testing.T) {
 	eventually.True(t, 90*time.Second, "version 5 applied", func() bool {
 		return lagCount(snapshot(&mu, &last)) >= 1
 	})
-	msg, err := event.Encode(late, event.EncodingJSON)
+	msg, err := cloudevent.Encode(late, event.EncodingJSON)
 	if err != nil {
 		t.Fatal(err)
 	}

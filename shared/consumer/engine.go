@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/jackc/pgx/v5"
@@ -285,7 +286,7 @@ func (e *Engine) handle(ctx context.Context, d delivery.Delivery) Result {
 		log.DebugContext(ctx, "consume: addressed to another consumer", "target_consumer", t)
 		return Result{Status: http.StatusOK, Ignored: true}
 	}
-	ev, info, err := event.Decode(msg, e.o.Limits)
+	ev, info, err := cloudevent.Decode(msg, e.o.Limits)
 	if err != nil {
 		reason := event.ReasonMalformed
 		var de *event.DecodeError
@@ -610,7 +611,7 @@ func (e *Engine) deadLetter(ctx context.Context, d delivery.Delivery, sub, topic
 // poison when its turn came) to <topic>.dlq with reason, re-encoded as the
 // message that brought it.
 func (e *Engine) deadLetterEvent(ctx context.Context, ev *event.Event, via Via, reason string, cause error) error {
-	m, err := event.Encode(ev, event.EncodingJSON)
+	m, err := cloudevent.Encode(ev, event.EncodingJSON)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -18,7 +19,7 @@ func sampleMessage(t *testing.T) event.Message {
 	e := event.Event{ID: "evt-1", Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
 		AggregateID: "ORD-1", Version: 2, OccurredAt: time.Date(2024, 2, 28, 10, 5, 0, 0, time.UTC), Payload: []byte(`{"a":1}`)}
 	e.Normalize()
-	m, err := event.Encode(&e, event.EncodingJSON)
+	m, err := cloudevent.Encode(&e, event.EncodingJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestEveryShapeYieldsTheSameMessage(t *testing.T) {
 			if got.ID != m.ID || got.OrderingKey != m.OrderingKey || !got.PublishTime.Equal(m.PublishTime) || !bytes.Equal(got.Data, m.Data) || !reflect.DeepEqual(got.Attributes, m.Attributes) {
 				t.Errorf("message differs:\n got %+v\nwant %+v", got, m)
 			}
-			e, _, err := event.Decode(got, event.Limits{})
+			e, _, err := cloudevent.Decode(got, event.Limits{})
 			if err != nil || e.ID != "evt-1" || e.AggregateID != "ORD-1" || e.Version != 2 {
 				t.Errorf("decoded %+v, %v", e, err)
 			}
@@ -91,7 +92,7 @@ func TestDocumentedPushBody(t *testing.T) {
 	if d.Message.OrderingKey != "v-1" || d.Message.DeliveryAttempt != 5 || string(d.Message.Data) != `{"title":"x"}` || d.Topic() != "catalog.video.events" {
 		t.Fatalf("%+v", d)
 	}
-	e, info, err := event.Decode(d.Message, event.Limits{})
+	e, info, err := cloudevent.Decode(d.Message, event.Limits{})
 	if err != nil || info.Mode != event.ModeLegacy || info.AggregateIDFrom != event.FromOrderingKey || e.AggregateID != "v-1" {
 		t.Fatalf("%+v %+v %v", e, info, err)
 	}
@@ -123,7 +124,7 @@ func TestUnwrappedBinaryModeCloudEvent(t *testing.T) {
 	if _, ok := d.Message.Attributes["user-agent"]; ok {
 		t.Error("HTTP header taken for an attribute")
 	}
-	e, info, err := event.Decode(d.Message, event.Limits{})
+	e, info, err := cloudevent.Decode(d.Message, event.Limits{})
 	if err != nil || info.Mode != event.ModeBinary || e.ID != "evt-9" || e.Version != 4 {
 		t.Fatalf("%+v %+v %v", e, info, err)
 	}
@@ -192,7 +193,7 @@ func FuzzRead(f *testing.F) {
 		if d.Message.Attributes == nil {
 			t.Fatal("nil attributes")
 		}
-		_, _, _ = event.Decode(d.Message, event.Limits{})
+		_, _, _ = cloudevent.Decode(d.Message, event.Limits{})
 	})
 }
 

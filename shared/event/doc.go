@@ -30,23 +30,23 @@
 //
 // Extension names are the Pub/Sub attribute names without underscores, so a
 // reader who knows one knows the other. They are part of relaybus's public
-// contract and do not change.
+// contract and do not change. [Event.CloudEventAttributes] returns the
+// table's CloudEvents side as strings.
 //
 // # On Pub/Sub
 //
-// [Encode] writes the event in CloudEvents structured mode into the message
-// data: JSON (application/cloudevents+json) by default, protobuf
-// (application/cloudevents+protobuf) for topics that ask for it. The message's
-// content-type attribute names the format, as the CloudEvents Pub/Sub binding
-// says, and the attributes above are mirrored so that subscription filters,
-// dashboards and legacy readers need not parse the data. The ordering key is
-// the aggregate id.
-//
-// [Decode] accepts three shapes: structured mode (JSON or protobuf), binary
-// mode (ce-* attributes, the data is the payload) and legacy messages that
-// carry only the attributes above with the raw payload as data. The aggregate
-// id is taken from the envelope first, then the aggregate_id attribute, then
-// the ordering key ([ExtractAggregateID]).
+// The wire codec lives in internal/cloudevent: it writes the event in
+// CloudEvents structured mode into the message data, JSON
+// (application/cloudevents+json) by default, protobuf
+// (application/cloudevents+protobuf) for topics that ask for it, with the
+// attributes above mirrored ([Attributes]) and the aggregate id as the
+// ordering key; its decoder accepts structured mode (JSON or protobuf),
+// binary mode (ce-* attributes) and legacy messages that carry only the
+// attributes. This package declares what the codec reads and writes
+// ([Message], [Encoding], [Decoded], [DecodeError]) and has no third-party
+// imports: a program that builds events (a producer enqueueing through
+// shared/outbox, the Go client) links neither the CloudEvents SDK nor
+// protobuf.
 //
 // # Errors
 //

@@ -100,10 +100,9 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		e.Initiator = *env.Initiator
 	}
 	if len(env.Version) > 0 && string(env.Version) != "null" {
-		raw := bytes.Trim(env.Version, `"`)
-		n, err := strconv.ParseInt(string(raw), 10, 64)
+		n, err := ParseVersion(string(bytes.Trim(env.Version, `"`)))
 		if err != nil {
-			errs = append(errs, fieldErr("version", ruleVersion))
+			errs = append(errs, err)
 		}
 		e.Version = n
 	}

@@ -3,6 +3,7 @@ package event
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // ErrInvalid is matched (with [errors.Is]) by every [*FieldError].
@@ -30,6 +31,13 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Rule }
 // Is reports whether target is ErrInvalid, or ErrTooLarge for size violations.
 func (e *FieldError) Is(target error) bool {
 	return target == ErrInvalid || (e.tooLarge && target == ErrTooLarge)
+}
+
+// TooLarge returns a *FieldError for field that matches ErrTooLarge as
+// well as ErrInvalid: a size limit broken (the encoders report an encoded
+// message over Pub/Sub's limit with it).
+func TooLarge(field, rule string) *FieldError {
+	return &FieldError{Field: field, Rule: rule, tooLarge: true}
 }
 
 func fieldErr(field, format string, args ...any) *FieldError {
@@ -91,3 +99,15 @@ func (e *DecodeError) Error() string { return e.Reason + ": " + e.Err.Error() }
 
 // Unwrap returns the underlying error.
 func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ParseVersion reads an aggregate version written as a decimal integer
+// (a CloudEvents version extension, the envelope's quoted form); what is
+// not one is a *FieldError naming version and its rule. It neither trims
+// nor checks the range: Validate does.
+func ParseVersion(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return n, fieldErr("version", ruleVersion)
+	}
+	return n, nil
+}

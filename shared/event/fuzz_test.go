@@ -2,64 +2,9 @@ package event
 
 import (
 	"encoding/json"
-	"errors"
 	"reflect"
 	"testing"
 )
-
-// FuzzDecode feeds arbitrary data and attributes to Decode. Whatever it
-// accepts must validate, and must survive Encode and Decode unchanged in both
-// encodings; whatever it refuses must be a *DecodeError with a reason.
-func FuzzDecode(f *testing.F) {
-	s := sample()
-	for _, enc := range []Encoding{EncodingJSON, EncodingProtobuf} {
-		m, err := Encode(&s, enc)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(m.Data, m.Attributes[AttrContentType], m.Attributes[AttrAggregateID], m.OrderingKey, "", "")
-	}
-	f.Add(s.Payload, "", "ORD-1", "", "ce-id", "evt-1")
-	f.Add([]byte(`{"specversion":"1.0","id":"x","type":"a.b","source":"s","subject":"A1","version":"2","topic":"shop.order.events"}`), "", "", "", "", "")
-	f.Add([]byte{0x08, 0x01}, "", "", "key-1", "event_id", "e1")
-	f.Fuzz(func(t *testing.T, data []byte, contentType, aggAttr, orderingKey, extraKey, extraValue string) {
-		attrs := map[string]string{AttrEventType: "order.purchased", AttrVersion: "1", AttrEventID: "fuzz-1"}
-		if contentType != "" {
-			attrs[AttrContentType] = contentType
-		}
-		if aggAttr != "" {
-			attrs[AttrAggregateID] = aggAttr
-		}
-		if extraKey != "" {
-			attrs[extraKey] = extraValue
-		}
-		msg := Message{Data: data, Attributes: attrs, OrderingKey: orderingKey, Topic: "shop.order.events"}
-		e, _, err := Decode(msg, Limits{})
-		if err != nil {
-			var de *DecodeError
-			if !errors.As(err, &de) || de.Reason == "" {
-				t.Fatalf("refusal is not a DecodeError with a reason: %v", err)
-			}
-			return
-		}
-		if err := e.Validate(Limits{}); err != nil {
-			t.Fatalf("Decode accepted an invalid event: %v", err)
-		}
-		for _, enc := range []Encoding{EncodingJSON, EncodingProtobuf} {
-			m2, err := Encode(&e, enc)
-			if err != nil {
-				t.Fatalf("accepted event does not encode as %s: %v", enc, err)
-			}
-			e2, _, err := Decode(m2, Limits{})
-			if err != nil {
-				t.Fatalf("re-decode as %s: %v", enc, err)
-			}
-			if !sameEvent(e, e2) {
-				t.Fatalf("round trip as %s changed the event:\n%+v\n%+v", enc, e, e2)
-			}
-		}
-	})
-}
 
 // FuzzEnvelopeJSON feeds arbitrary bytes to the plain envelope decoder: it
 // must never panic, and an envelope that prepares cleanly must marshal and

@@ -100,6 +100,7 @@ import (
 	"golang.org/x/oauth2"
 	"google.golang.org/api/idtoken"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/telemetry"
@@ -312,7 +313,7 @@ func (f *Forwarder) reason(ctx context.Context, err error) string {
 // Request builds the request that forwards c's event: the binary-mode
 // CloudEvent, the dedup, trace and relaybus headers, and the credentials.
 func (f *Forwarder) Request(ctx context.Context, c *consumer.Context) (*http.Request, error) {
-	ce := c.Event.CloudEvent()
+	ce := cloudevent.FromEvent(c.Event)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.o.URL, nil)
 	if err != nil {
 		return nil, consumer.Permanent("forward_url", errors.New("forward: FORWARD_URL does not make a request"))

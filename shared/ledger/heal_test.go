@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/event"
@@ -89,7 +90,7 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 
 	// 1. The relay publishes; its ledger write fails (Firestore
 	// unreachable: here a cancelled call).
-	msg, err := event.Encode(e, event.EncodingJSON)
+	msg, err := cloudevent.Encode(e, event.EncodingJSON)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestCrashBetweenOutboxAndLedgerHeals(t *testing.T) {
 	// Both consumers handle it; member-service's attempt and notice reach
 	// the ledger, message-service's attempt does but its notice never does.
 	for _, c := range []string{"member-service", "message-service"} {
-		got, _, err := event.Decode(receiveOne(t, ps, orderTopic+"."+c+"-processor", nil), event.Limits{})
+		got, _, err := cloudevent.Decode(receiveOne(t, ps, orderTopic+"."+c+"-processor", nil), event.Limits{})
 		if err != nil || got.ID != e.ID {
 			t.Fatalf("consumer %s decoded %q: %v", c, got.ID, err)
 		}

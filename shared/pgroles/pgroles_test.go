@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/examples/shop"
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/pgbouncer"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
@@ -453,7 +454,7 @@ func TestRolesRunTheHotPathsThroughPgBouncer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := event.Encode(order, event.EncodingJSON)
+	m, err := cloudevent.Encode(order, event.EncodingJSON)
 	if err != nil {
 		t.Fatal(err)
 	}

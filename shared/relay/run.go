@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/ledger/model"
 
 	"github.com/relaybus/relaybus/shared/event"
@@ -350,7 +351,7 @@ func (r *Relay) encode(row *outbox.Row) (event.Message, error) {
 			}
 		}
 	}
-	m, err := event.Encode(&row.Event, enc)
+	m, err := cloudevent.Encode(&row.Event, enc)
 	if err != nil {
 		return m, fmt.Errorf("encode %s: %w", row.Event.ID, err)
 	}

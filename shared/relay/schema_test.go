@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
@@ -59,7 +60,7 @@ func TestTopicWithSchemaIsPublishedInBinaryMode(t *testing.T) {
 				t.Errorf("attribute %s = %q, want %q", k, got, want)
 			}
 		}
-		got, dec, err := event.Decode(event.Message{Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey}, event.Limits{})
+		got, dec, err := cloudevent.Decode(event.Message{Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey}, event.Limits{})
 		if err != nil {
 			t.Fatalf("consume cannot read it: %v", err)
 		}

@@ -1,0 +1,53 @@
+package client
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+
+	"github.com/relaybus/relaybus/shared/event"
+)
+
+// Media types of CloudEvents' JSON format and its batch form.
+const (
+	mediaTypeCloudEventsJSON  = "application/cloudevents+json"
+	mediaTypeCloudEventsBatch = "application/cloudevents-batch+json"
+)
+
+// structured is one event in the CloudEvents JSON format
+// (https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/formats/json-format.md):
+// its context and extension attributes as strings, and the payload as
+// data (a JSON payload, inline) or data_base64 (any other payload type).
+// The client writes the format itself so that it links no CloudEvents SDK;
+// publish reads it with the SDK.
+func structured(e *event.Event) map[string]any {
+	m := make(map[string]any, 24)
+	for k, v := range e.CloudEventAttributes() {
+		m[k] = v
+	}
+	if e.Payload != nil {
+		if event.IsJSONType(e.PayloadType) {
+			m["data"] = json.RawMessage(e.Payload)
+		} else {
+			m["data_base64"] = base64.StdEncoding.EncodeToString(e.Payload)
+		}
+	}
+	return m
+}
+
+// binaryHeaders are the headers of an event in CloudEvents binary mode
+// over HTTP
+// (https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/bindings/http-protocol-binding.md):
+// each attribute as a ce-<name> header, datacontenttype as Content-Type;
+// the body is the payload as it is.
+func binaryHeaders(e *event.Event) http.Header {
+	h := http.Header{}
+	for k, v := range e.CloudEventAttributes() {
+		if k == "datacontenttype" {
+			h.Set("Content-Type", v)
+			continue
+		}
+		h.Set("ce-"+k, v)
+	}
+	return h
+}
