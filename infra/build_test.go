@@ -51,28 +51,3 @@ func TestFunctionsBuildStatic(t *testing.T) {
 		})
 	}
 }
-
-// TestEnginesLinkNoFirestore: the relay and consume engines own the
-// interfaces they record through and take the ledger's types from its
-// Firestore-free model package, so a binary that links an engine with the
-// ledger off does not link Firestore. go list reads the same import graph
-// go build links.
-func TestEnginesLinkNoFirestore(t *testing.T) {
-	for _, pkg := range []string{"./shared/relay", "./shared/consumer"} {
-		cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg)
-		cmd.Dir = repoRoot(t)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
-		}
-		deps := strings.Fields(string(out))
-		if len(deps) < 2 {
-			t.Fatalf("go list -deps %s listed %d packages: %q", pkg, len(deps), deps)
-		}
-		for _, d := range deps {
-			if strings.Contains(d, "firestore") || d == "github.com/relaybus/relaybus/shared/ledger" {
-				t.Errorf("%s depends on %s", pkg, d)
-			}
-		}
-	}
-}
