@@ -45,8 +45,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/retry"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/retry"
 )
 
 // Mode is how events are written on the wire.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/relaybus/relaybus/functions/publish"
 	"github.com/relaybus/relaybus/internal/otelsetup"
-	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/internal/telemetry"
 )
 
 // With telemetry on, a publish request is a server span continuing the

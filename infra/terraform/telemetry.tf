@@ -11,7 +11,7 @@
 # a histogram h is read as {"h_bucket"}, {"h_count"}, {"h_sum"}.
 #
 # infra/telemetry_test.go fails if a metric the dashboard or the alert reads is
-# not one shared/telemetry records.
+# not one internal/telemetry records.
 
 variable "telemetry" {
   type = object({

@@ -20,9 +20,9 @@ import (
 
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/otelsetup"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/telemetry"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 

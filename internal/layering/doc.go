@@ -1,6 +1,6 @@
 // Package layering holds the tests that keep relaybus's import graph as
 // the architecture says: the engines (shared/relay, shared/consumer,
-// shared/projection, shared/outbox, shared/inbox) link no cloud client,
+// shared/projection, shared/outbox, internal/inbox) link no cloud client,
 // no OpenTelemetry SDK or exporter and not the ledger's write path; the
 // event model (shared/event) is a leaf with no third-party imports; the Go
 // client (client/) links no CloudEvents SDK, zap, gRPC or protobuf. The

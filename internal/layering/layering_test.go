@@ -17,7 +17,7 @@ const module = "github.com/relaybus/relaybus"
 
 // engines are the packages a producer or a consumer links: they must stay
 // free of what only a host needs.
-var engines = []string{"./shared/relay", "./shared/consumer", "./shared/projection", "./shared/outbox", "./shared/inbox"}
+var engines = []string{"./shared/relay", "./shared/consumer", "./shared/projection", "./shared/outbox", "./internal/inbox"}
 
 // rule names what a package must not link and matches its import paths.
 type rule struct {
@@ -34,7 +34,7 @@ func prefix(p string) rule { return rule{p, func(path string) bool { return unde
 // engines record through the API; internal/otelsetup installs the SDK),
 // and the ledger's Firestore write path (engines record through their own
 // interfaces and take the ledger's types from its Firestore-free model
-// package, shared/ledger/model).
+// package, internal/ledger/model).
 var hostOnly = []rule{
 	prefix("google.golang.org/grpc"),
 	prefix("go.opentelemetry.io/otel/sdk"),

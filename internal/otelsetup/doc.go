@@ -1,10 +1,10 @@
 // Package otelsetup is the host's half of relaybus's OpenTelemetry: the
-// SDK set up from the environment. The functions' hosts (shared/instance,
+// SDK set up from the environment. The functions' hosts (internal/instance,
 // the local stack's command) call Setup once per process and ForceFlush
 // and the returned Shutdown when they stop; no engine imports this
 // package, so a program that links an engine (a producer enqueueing
 // through shared/outbox) links the OpenTelemetry API only
-// (shared/telemetry), not the SDK, the OTLP exporters, gRPC or oauth2.
+// (internal/telemetry), not the SDK, the OTLP exporters, gRPC or oauth2.
 //
 // Setup reads the standard variables as the OpenTelemetry specification
 // defines them

@@ -13,9 +13,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/otelsetup"
-	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/internal/telemetry"
 )
 
 func TestSamplerDecidesAtTheRootAndDeliveriesFollowTheProducer(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/internal/telemetry"
 )
 
 // Sampler is relaybus's sampling policy. The decision is made once, at the

@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/oauth"
 	_ "google.golang.org/grpc/encoding/gzip" // the gRPC exporters' compressor
 
-	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/internal/telemetry"
 )
 
 // Export destinations (Config.Export, TELEMETRY_EXPORT).

@@ -26,10 +26,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/reexec"
-	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/internal/telemetry"
 )
 
 // childRole makes the test binary a relaybus function served by

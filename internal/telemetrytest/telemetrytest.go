@@ -19,7 +19,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/relaybus/relaybus/internal/otelsetup"
-	"github.com/relaybus/relaybus/shared/telemetry"
+	"github.com/relaybus/relaybus/internal/telemetry"
 )
 
 // discard is a span exporter that drops what it is given.

@@ -101,9 +101,9 @@ import (
 	"google.golang.org/api/idtoken"
 
 	"github.com/relaybus/relaybus/internal/cloudevent"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // DefaultTimeout bounds one forward.

@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/cloudevent"
+	"github.com/relaybus/relaybus/internal/schema"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/schema"
 )
 
 // TestTopicWithSchemaIsPublishedInBinaryMode: on a topic with a schema

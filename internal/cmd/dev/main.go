@@ -31,10 +31,10 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/relaybus/relaybus/internal/devstack"
+	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/otelsetup"
-	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 func main() {
