@@ -330,37 +330,46 @@ func (r *Repo) packageDecls(dir string) (map[string]bool, bool) {
 	if d, ok := r.decls[dir]; ok {
 		return d, d != nil
 	}
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, filepath.Join(r.root, dir), func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, parser.SkipObjectResolution)
-	if err != nil || len(pkgs) == 0 {
+	entries, err := os.ReadDir(filepath.Join(r.root, dir))
+	if err != nil {
 		r.decls[dir] = nil
 		return nil, false
 	}
+	fset := token.NewFileSet()
 	names := map[string]bool{}
-	for _, pkg := range pkgs {
-		for _, f := range pkg.Files {
-			for _, d := range f.Decls {
-				switch d := d.(type) {
-				case *ast.FuncDecl:
-					if d.Recv == nil {
-						names[d.Name.Name] = true
-					}
-				case *ast.GenDecl:
-					for _, s := range d.Specs {
-						switch s := s.(type) {
-						case *ast.TypeSpec:
-							names[s.Name.Name] = true
-						case *ast.ValueSpec:
-							for _, id := range s.Names {
-								names[id.Name] = true
-							}
+	parsed := 0
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(r.root, dir, e.Name()), nil, parser.SkipObjectResolution)
+		if err != nil {
+			continue
+		}
+		parsed++
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					names[d.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						names[s.Name.Name] = true
+					case *ast.ValueSpec:
+						for _, id := range s.Names {
+							names[id.Name] = true
 						}
 					}
 				}
 			}
 		}
+	}
+	if parsed == 0 {
+		r.decls[dir] = nil
+		return nil, false
 	}
 	r.decls[dir] = names
 	return names, true
