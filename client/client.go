@@ -49,8 +49,8 @@ import (
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
+	"github.com/relaybus/relaybus/internal/retry"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/retry"
 )
 
 // Mode is how events are written on the wire.

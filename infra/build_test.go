@@ -70,7 +70,7 @@ func TestEnginesLinkNoFirestore(t *testing.T) {
 			t.Fatalf("go list -deps %s listed %d packages: %q", pkg, len(deps), deps)
 		}
 		for _, d := range deps {
-			if strings.Contains(d, "firestore") || d == "github.com/relaybus/relaybus/shared/ledger" {
+			if strings.Contains(d, "firestore") || d == "github.com/relaybus/relaybus/internal/ledger" {
 				t.Errorf("%s depends on %s", pkg, d)
 			}
 		}

@@ -9,16 +9,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/functions/consume"
-	"github.com/relaybus/relaybus/shared/pgroles"
-	"github.com/relaybus/relaybus/shared/telemetry"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/pgroles"
+	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 // TestEachServiceConnectsAsItsOwnRole: on Cloud SQL every service reads
 // the URL of a role of its own on each database it uses (publish on main;
 // the relay and dlqreplay on every database; a consumer on its own), a
 // role the migrate job creates with exactly that service's grants
-// (shared/pgroles); no service may read the owner's URL (Cloud SQL's user,
+// (internal/pgroles); no service may read the owner's URL (Cloud SQL's user,
 // cloudsqlsuperuser with CREATEROLE) nor the roles' passwords, which only
 // the migrate job's account reads; a role's secret is readable by its own
 // service only; the roles the migrate job gets are valid pgroles.Roles,

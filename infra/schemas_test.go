@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 
-	"github.com/relaybus/relaybus/shared/schema"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/schema"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 // schemaTopology declares a protobuf topic with three versions (v10 sorts
@@ -48,7 +48,7 @@ var schemaFiles = map[string]string{
 // TestTopicSchemas evaluates the Pub/Sub schemas Terraform creates from
 // the topology (one per protobuf or Avro topic, named after it, its newest
 // version the definition, every version's file committed as a revision)
-// and the topics' schema_settings, against what shared/schema compiles.
+// and the topics' schema_settings, against what internal/schema compiles.
 func TestTopicSchemas(t *testing.T) {
 	dir := t.TempDir()
 	for name, body := range schemaFiles {
@@ -101,7 +101,7 @@ func TestTopicSchemas(t *testing.T) {
 			t.Errorf("%s: schema type %s, want %s", topic, got, w.typ)
 		}
 		if got := strings.Join(set.Versions(topic), ","); got != strings.Join(w.versions, ",") {
-			t.Errorf("%s: shared/schema has versions %s, want %v", topic, got, w.versions)
+			t.Errorf("%s: internal/schema has versions %s, want %v", topic, got, w.versions)
 		}
 		newest, _ := set.For(topic, w.versions[len(w.versions)-1])
 		if got := in.attr(sch.Body, "definition").AsString(); got != string(newest.Definition) {

@@ -14,14 +14,14 @@ import (
 
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
-// recordedMetrics are the metric names shared/telemetry records: the values
+// recordedMetrics are the metric names internal/telemetry records: the values
 // of its Metric* constants, read from its source.
 func recordedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	dir := filepath.Join(repoRoot(t), "shared", "telemetry")
+	dir := filepath.Join(repoRoot(t), "internal", "telemetry")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func recordedMetrics(t *testing.T) map[string]bool {
 		}
 	}
 	if len(out) < 8 {
-		t.Fatalf("found %d Metric* constants in shared/telemetry; the test cannot read them", len(out))
+		t.Fatalf("found %d Metric* constants in internal/telemetry; the test cannot read them", len(out))
 	}
 	return out
 }
@@ -81,7 +81,7 @@ func promqlMetrics(q string) []string {
 }
 
 // TestDashboardAndAlertReadMetricsTheCodeRecords: every metric the
-// dashboard's charts and the end-to-end alert query is one shared/telemetry
+// dashboard's charts and the end-to-end alert query is one internal/telemetry
 // records, and every chart's query exists; the alert's threshold is the
 // variable's.
 func TestDashboardAndAlertReadMetricsTheCodeRecords(t *testing.T) {
@@ -105,7 +105,7 @@ func TestDashboardAndAlertReadMetricsTheCodeRecords(t *testing.T) {
 		for _, m := range ms {
 			read[m] = true
 			if !recorded[m] {
-				t.Errorf("query %s reads %q, which shared/telemetry does not record", name, m)
+				t.Errorf("query %s reads %q, which internal/telemetry does not record", name, m)
 			}
 		}
 	}
@@ -136,7 +136,7 @@ func TestDashboardAndAlertReadMetricsTheCodeRecords(t *testing.T) {
 }
 
 // TestDocsListEveryMetric: docs/telemetry.md's metric table has a row for
-// every metric shared/telemetry records, so none ships unexplained.
+// every metric internal/telemetry records, so none ships unexplained.
 func TestDocsListEveryMetric(t *testing.T) {
 	doc := read(t, "docs/telemetry.md")
 	for m := range recordedMetrics(t) {

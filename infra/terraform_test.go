@@ -12,8 +12,8 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"gopkg.in/yaml.v3"
 
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 func terraformDir(t testing.TB) string { return filepath.Join(repoRoot(t), "infra", "terraform") }

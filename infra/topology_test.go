@@ -9,8 +9,8 @@ import (
 
 	"github.com/zclconf/go-cty/cty"
 
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 

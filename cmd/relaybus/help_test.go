@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/shared/archive"
-	"github.com/relaybus/relaybus/shared/ledger"
 )
 
 func runCLI(args ...string) (int, string, string) {

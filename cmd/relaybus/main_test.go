@@ -14,21 +14,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/consumers"
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/archive"
+	"github.com/relaybus/relaybus/internal/deadletter"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/shared/archive"
-	"github.com/relaybus/relaybus/shared/deadletter"
+	"github.com/relaybus/relaybus/internal/registry"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/registry"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/relaybus/relaybus/shared/schema"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/schema"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 func init() {

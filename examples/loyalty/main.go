@@ -6,9 +6,9 @@ import (
 	"context"
 
 	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/instance"
 )
 
 func init() {

@@ -27,9 +27,9 @@ import (
 	"math"
 
 	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/migrate"
 )
 
 //go:embed migrations/*.sql

@@ -1,6 +1,6 @@
 // Package consume is the consume function: one deployment per consumer
 // (CONSUMER_ID), delivered by Eventarc or an ordered push subscription. It
-// accepts every request shape Google sends (shared/delivery: Eventarc
+// accepts every request shape Google sends (internal/delivery: Eventarc
 // messagePublished in binary or structured mode, wrapped push with
 // deliveryAttempt, unwrapped push) and hands each message to the consumer
 // engine (shared/consumer): inbox dedup, the configured handler and child
@@ -65,14 +65,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
-	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/forward"
-	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/telemetry"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // HandlerConfig is what a handler factory may read.

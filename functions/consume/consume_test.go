@@ -13,21 +13,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/examples/shop"
 	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/deadletter"
+	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/fnproc"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
-	"github.com/relaybus/relaybus/shared/deadletter"
-	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func TestMain(m *testing.M) {
@@ -42,7 +42,7 @@ const (
 
 // memLedger is the ledger as consume sees it, in memory: it keeps the
 // attempts shipped to it; fail makes the next n writes fail. (The ledger
-// itself is tested on the Firestore emulator in shared/ledger and in the
+// itself is tested on the Firestore emulator in internal/ledger and in the
 // tests below that say so.)
 type memLedger struct {
 	mu       sync.Mutex

@@ -7,22 +7,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/relaybus/relaybus/internal/contract"
+	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/ledger"
+	"github.com/relaybus/relaybus/internal/migrate"
+	"github.com/relaybus/relaybus/internal/pull"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
-	"github.com/relaybus/relaybus/shared/contract"
-	"github.com/relaybus/relaybus/shared/delivery"
-	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/ledger"
-	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/pull"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // The engines' interfaces, met by the ledger's notifying types (consume
@@ -78,7 +78,7 @@ type Config struct {
 	// Mode is how deliveries arrive (CONSUMER_MODE): push (Pub/Sub push or
 	// Eventarc POSTs them, the default) or pull (the function pulls
 	// CONSUMER_SUBSCRIPTION itself from the broker TRANSPORT names, a
-	// long-running worker from its start: see shared/pull).
+	// long-running worker from its start: see internal/pull).
 	Mode string `env:"CONSUMER_MODE, default=push"`
 	// PullMaxInFlight bounds the pull worker's deliveries at once
 	// (PULL_MAX_IN_FLIGHT, default 16; keep it below the pool's size).

@@ -19,24 +19,24 @@ import (
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/eventually"
-	"github.com/relaybus/relaybus/shared/ledger/consumers"
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/fnproc"
+	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/internal/registry"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
-	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/forward"
-	"github.com/relaybus/relaybus/shared/ledger"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/registry"
-	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 

@@ -8,9 +8,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/pgroles"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/pgroles"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 // TableOwner is a Migrator that names the tables its handler reads and
@@ -28,7 +28,7 @@ type TableOwner interface {
 // applies every migration the database's users need, the tables of its
 // consumers' handlers included, as the database's owner, then gives each
 // function and consumer that uses the database its own role
-// (shared/pgroles).
+// (internal/pgroles).
 type MigrateConfig struct {
 	instance.Env
 	// DB is the database, with its owner's credentials (DATABASE_URL;

@@ -16,11 +16,11 @@ import (
 
 	_ "github.com/relaybus/relaybus/examples/shop"
 	"github.com/relaybus/relaybus/functions/consume"
+	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/migrate"
+	"github.com/relaybus/relaybus/internal/pgroles"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
-	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/migrate"
-	"github.com/relaybus/relaybus/shared/pgroles"
 	"github.com/relaybus/relaybus/shared/projection"
 )
 

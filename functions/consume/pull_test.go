@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/eventually"
+	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/pgtest"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport/natsjs"
 	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
 )

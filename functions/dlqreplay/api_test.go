@@ -12,20 +12,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
-	"github.com/relaybus/relaybus/shared/deadletter"
+	"github.com/relaybus/relaybus/internal/deadletter"
+	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/registry"
 )
 
 // answer is a decoded API answer.

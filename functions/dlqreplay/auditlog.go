@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/audit"
+	"github.com/relaybus/relaybus/internal/ledger/audit"
 )
 
 // AuditLog is where the API records who did what: the ledger's audit log

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/relaybus/relaybus/shared/identity"
+	"github.com/relaybus/relaybus/internal/identity"
 )
 
 // Auth modes (DLQREPLAY_AUTH). Each names the caller; what the caller may

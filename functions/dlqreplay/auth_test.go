@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/deadletter"
+	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/idtokentest"
-	"github.com/relaybus/relaybus/shared/deadletter"
-	"github.com/relaybus/relaybus/shared/delivery"
 	"github.com/relaybus/relaybus/shared/event"
 )
 

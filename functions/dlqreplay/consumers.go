@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
 
-	"github.com/relaybus/relaybus/shared/ledger/audit"
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/registry"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/registry"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 // consumerView is a registry entry with what the topology says of it.

@@ -86,21 +86,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/consumers"
-	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
+	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/relaybus/relaybus/shared/archive"
+	"github.com/relaybus/relaybus/internal/archive"
+	"github.com/relaybus/relaybus/internal/ledger"
+	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/ratelimit"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/ledger"
-	"github.com/relaybus/relaybus/shared/ledger/audit"
-	"github.com/relaybus/relaybus/shared/logging"
-	"github.com/relaybus/relaybus/shared/postgres"
-	"github.com/relaybus/relaybus/shared/ratelimit"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Defaults of Options.

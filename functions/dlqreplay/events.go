@@ -8,17 +8,17 @@ import (
 	"net/http"
 	"time"
 
-	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
+	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
 
-	"github.com/relaybus/relaybus/shared/ledger/audit"
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
-	"github.com/relaybus/relaybus/shared/archive"
+	"github.com/relaybus/relaybus/internal/archive"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/postgres"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // eventRow is one event of a listing with its "n/m consumed".

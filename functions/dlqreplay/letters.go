@@ -8,21 +8,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
-	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
+	"github.com/relaybus/relaybus/internal/ledger/model"
+	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/relaybus/relaybus/shared/archive"
-	"github.com/relaybus/relaybus/shared/delivery"
+	"github.com/relaybus/relaybus/internal/archive"
+	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/ledger/audit"
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/telemetry"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // MaxBatchReplay is how many letters one bulk replay republishes; the
@@ -568,7 +568,7 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 }
 
 // applied reports whether consumer's inbox holds eventID, and the attempt
-// that applied it (shared/inbox owns the table).
+// that applied it (internal/inbox owns the table).
 func applied(ctx context.Context, db postgres.DBTX, consumer, eventID string) (int, bool, error) {
 	return inbox.Lookup(ctx, db, consumer, eventID)
 }

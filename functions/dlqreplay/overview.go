@@ -7,14 +7,14 @@ import (
 	"sync"
 	"time"
 
-	ledgerquery "github.com/relaybus/relaybus/shared/ledger/query"
+	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
+	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/percentile"
-	"github.com/relaybus/relaybus/shared/archive"
+	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 // The overview's bounds.

@@ -4,10 +4,10 @@ import (
 	"context"
 	"testing"
 
-	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
-	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/internal/registry"
 )
 
 // Registry ownership: an operator's edit through the API survives every

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
+	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/names"
 )
 
 // Rules the API checks its parameters against, quoted in its 400 answers.

@@ -10,8 +10,8 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
-	"github.com/relaybus/relaybus/shared/ledger/audit"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 // Pausing a consumer detaches its push subscription's endpoint. Pub/Sub:

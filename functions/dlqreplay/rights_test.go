@@ -18,10 +18,10 @@ import (
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/emutest"
-	"github.com/relaybus/relaybus/shared/ledger"
-	"github.com/relaybus/relaybus/shared/ledger/audit"
-	"github.com/relaybus/relaybus/shared/ledger/consumers"
-	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/internal/ledger"
+	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
+	"github.com/relaybus/relaybus/internal/registry"
 )
 
 // reply is one call's status and JSON body.

@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/ledger/audit"
-	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 

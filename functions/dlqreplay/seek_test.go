@@ -17,13 +17,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/shared/archive"
-	"github.com/relaybus/relaybus/shared/ledger"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 // seekRecorder answers Seek itself and keeps the requests: the Pub/Sub

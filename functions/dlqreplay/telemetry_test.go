@@ -11,9 +11,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
-	"github.com/relaybus/relaybus/shared/deadletter"
+	"github.com/relaybus/relaybus/internal/deadletter"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // An operator's replay and re-push are traced whatever the sampling ratio

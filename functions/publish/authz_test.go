@@ -9,8 +9,8 @@ import (
 
 	"github.com/relaybus/relaybus/functions/publish"
 	"github.com/relaybus/relaybus/internal/idtokentest"
-	"github.com/relaybus/relaybus/shared/registry"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/registry"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 func registryOf(top *topology.Topology) registry.Registry { return registry.FromTopology(top) }

@@ -19,13 +19,13 @@ import (
 	"github.com/relaybus/relaybus/internal/cost"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/fnproc"
+	"github.com/relaybus/relaybus/internal/ledger"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/shared/ledger"
-	"github.com/relaybus/relaybus/shared/ledger/consumers"
+	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 

@@ -12,16 +12,16 @@ import (
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/eventually"
-	"github.com/relaybus/relaybus/shared/ledger/consumers"
-	"github.com/relaybus/relaybus/shared/ledger/model"
-	"github.com/relaybus/relaybus/shared/ledger/query"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
+	"github.com/relaybus/relaybus/internal/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/query"
 
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/ledger"
-	"github.com/relaybus/relaybus/shared/registry"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/registry"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 

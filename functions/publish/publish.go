@@ -19,19 +19,19 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/relaybus/relaybus/internal/identity"
+	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/migrate"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/ratelimit"
+	"github.com/relaybus/relaybus/internal/registry"
+	"github.com/relaybus/relaybus/internal/schema"
+	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/identity"
-	"github.com/relaybus/relaybus/shared/logging"
-	"github.com/relaybus/relaybus/shared/migrate"
-	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/postgres"
-	"github.com/relaybus/relaybus/shared/ratelimit"
-	"github.com/relaybus/relaybus/shared/registry"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/schema"
-	"github.com/relaybus/relaybus/shared/telemetry"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // DB is what the handler needs of Postgres (a *pgxpool.Pool): the outbox
@@ -124,7 +124,7 @@ type Options struct {
 	Now func() time.Time
 	// Auth is AuthCloudRun or AuthNone (the default, a local stack): with
 	// AuthCloudRun every request names its caller by the ID token Cloud
-	// Run verified (shared/identity), checked again for issuer, expiry and
+	// Run verified (internal/identity), checked again for issuer, expiry and
 	// Audiences, the events' initiator service is recorded from it, and
 	// Publishers is enforced. AuthCloudRun is refused unless OnCloudRun:
 	// anywhere else nobody verified the tokens it reads.
@@ -151,7 +151,7 @@ type Options struct {
 	// producer allowed on one topic cannot take another topic's aggregate
 	// versions. Build sets it; nil checks nothing.
 	Topology *topology.Topology
-	// Schemas are the topology's payload schemas (shared/schema): an event
+	// Schemas are the topology's payload schemas (internal/schema): an event
 	// whose payload breaks its topic's schema for its schemaVersion, or
 	// names a version the topic does not declare, is refused 400 with the
 	// field and the rule, nothing written. Nil checks nothing.

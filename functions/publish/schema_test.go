@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/functions/publish"
-	"github.com/relaybus/relaybus/shared/schema"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/schema"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 // withOrderSchema gives shop.order.events a JSON Schema for v1: orderId a

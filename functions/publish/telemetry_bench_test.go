@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/internal/telemetrytest"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // BenchmarkPublishTelemetryOverhead runs BenchmarkPublish's load six

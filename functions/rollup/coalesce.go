@@ -7,11 +7,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/retry"
+	"github.com/relaybus/relaybus/internal/retry"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/internal/ledger"
 )
 
 // coalescer holds each event a notice names for a window before rolling it

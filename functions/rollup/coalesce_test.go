@@ -10,9 +10,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
-	"github.com/relaybus/relaybus/shared/ledger"
+	"github.com/relaybus/relaybus/internal/ledger"
 )
 
 // The coalescer's tests run in a synctest bubble: its windows and

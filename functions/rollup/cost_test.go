@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
-	"github.com/relaybus/relaybus/shared/ledger/query"
+	"github.com/relaybus/relaybus/internal/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/query"
 
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/projection"

@@ -11,7 +11,7 @@
 #   - elsewhere: var.database_url_secrets names an existing secret whose latest
 #     version is the full URL (Terraform neither creates nor reads it); every
 #     service of that database uses it, and the separation of roles is the
-#     operator's (shared/pgroles says what each needs).
+#     operator's (internal/pgroles says what each needs).
 #
 # Roles. Cloud SQL makes every user its API creates a member of
 # cloudsqlsuperuser with CREATEROLE (https://cloud.google.com/sql/docs/postgres/users);
@@ -24,7 +24,7 @@
 # the image, the topology or the roles. It applies the migrations, then
 # creates or updates, with SQL (so not cloudsqlsuperuser members), one plain
 # login role per function and consumer of the database, granted only the
-# tables its statements touch (shared/pgroles; CONNECT revoked from
+# tables its statements touch (internal/pgroles; CONNECT revoked from
 # PUBLIC, so no role reaches another database):
 #   relaybus_<db>_publish      main only
 #   relaybus_<db>_relay        every database
@@ -176,7 +176,7 @@ locals {
   )
 
   # Which databases each Cloud Run service opens, as its environment
-  # variable => database name (contract: shared/topology Database.EnvVar);
+  # variable => database name (contract: internal/topology Database.EnvVar);
   # the secret of each is local.role_secret_ids["<database>/<function>"].
   # publish: main; the relay and dlqreplay: every database; each consume
   # service: its consumer's database, as DATABASE_URL.

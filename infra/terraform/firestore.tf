@@ -2,7 +2,7 @@
 #
 # Indexes come from infra/firestore/indexes.yaml, the ledger's declaration of
 # every composite index its queries need and every single-field exemption
-# (shared/ledger checks the file against its query shapes).
+# (internal/ledger checks the file against its query shapes).
 
 locals {
   firestore_indexes = yamldecode(file("${path.module}/../firestore/indexes.yaml"))

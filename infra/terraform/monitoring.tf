@@ -1,6 +1,6 @@
 # Log-based metrics and alert policies (pubsub-conventions.md §10).
 #
-# The log-based metrics read the relay's JSON log lines (shared/logging:
+# The log-based metrics read the relay's JSON log lines (internal/logging:
 # jsonPayload.message, severity). The messages are the relay's own strings;
 # infra/services_test.go fails if shared/relay stops logging them.
 #   "relay: drain"                           INFO (ERROR when the drain failed), fields remaining, failed, ...

@@ -123,7 +123,7 @@ resource "google_pubsub_topic" "rollup" {
 
 # The rollup subscription has no dead-letter topic on purpose: a notice for an
 # event the relay has not recorded yet answers 409 and is redelivered until the
-# relay heals the ledger (shared/ledger), for the whole retention.
+# relay heals the ledger (internal/ledger), for the whole retention.
 resource "google_pubsub_subscription" "rollup" {
   count                      = local.rollup.delivery == "push" ? 1 : 0
   name                       = local.rollup.subscription

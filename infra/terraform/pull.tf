@@ -1,5 +1,5 @@
 # Pull mode on Cloud Run (var.pull_mode; off by default). A pull consumer's
-# consume service runs CONSUMER_MODE=pull: a long-running worker (shared/pull)
+# consume service runs CONSUMER_MODE=pull: a long-running worker (internal/pull)
 # that pulls its subscription with unary Pull and lease renewal into the same
 # engine push reaches over HTTP, for consumers that push cannot reach or that
 # want exactly-once delivery.

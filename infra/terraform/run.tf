@@ -36,7 +36,7 @@ locals {
     FIRESTORE_DATABASE   = var.firestore_database
     LEDGER_RETENTION     = var.ledger_retention
     SHUTDOWN_TIMEOUT     = var.shutdown_timeout
-    # OpenTelemetry (telemetry.tf, shared/telemetry, docs/telemetry.md):
+    # OpenTelemetry (telemetry.tf, internal/telemetry, docs/telemetry.md):
     # the specification's variables, and relaybus's TELEMETRY_EXPORT.
     TELEMETRY_EXPORT            = var.telemetry.export
     OTEL_TRACES_SAMPLER         = var.telemetry.sampler

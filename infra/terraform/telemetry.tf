@@ -1,5 +1,5 @@
 # OpenTelemetry: the functions export traces and metrics in OTLP to Google's
-# Telemetry API, telemetry.googleapis.com (shared/telemetry: on Cloud Run with
+# Telemetry API, telemetry.googleapis.com (internal/telemetry: on Cloud Run with
 # GOOGLE_CLOUD_PROJECT set and no OTEL_EXPORTER_OTLP_ENDPOINT,
 # TELEMETRY_EXPORT=auto exports there; Google's
 # recommended path for OpenTelemetry SDKs,
@@ -11,7 +11,7 @@
 # a histogram h is read as {"h_bucket"}, {"h_count"}, {"h_sum"}.
 #
 # infra/telemetry_test.go fails if a metric the dashboard or the alert reads is
-# not one shared/telemetry records.
+# not one internal/telemetry records.
 
 variable "telemetry" {
   type = object({
@@ -84,7 +84,7 @@ resource "google_project_iam_member" "telemetry_metric_writer" {
 }
 
 # The exporter names the project as its quota project (x-goog-user-project,
-# shared/telemetry), and Google's Telemetry API then requires
+# internal/telemetry), and Google's Telemetry API then requires
 # serviceusage.services.use on that project from the sending account
 # (roles/serviceusage.serviceUsageConsumer; "Authorize the collector service
 # account" in https://cloud.google.com/trace/docs/migrate-to-otlp-endpoints).

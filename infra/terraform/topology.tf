@@ -1,5 +1,5 @@
 # The topology: infra/topology.yaml, read with yamldecode and given the same
-# defaults shared/topology.Load applies, so Terraform, the local stack and the
+# defaults internal/topology.Load applies, so Terraform, the local stack and the
 # ledger's topic_consumers seeding see the same topics and consumers.
 # infra/infra_test.go evaluates these locals and checks them against
 # topology.Load (subscriptions, filters, delivery settings, dead-letter topics).
@@ -13,7 +13,7 @@ locals {
   topology_hash = sha1(file(local.topology_path))
 
   # shared/topology's built-in defaults (the company's Pub/Sub conventions); the
-  # file's `defaults` section overrides them. As in shared/topology, 0 and ""
+  # file's `defaults` section overrides them. As in internal/topology, 0 and ""
   # mean "not set".
   builtin_defaults = {
     ack_deadline_seconds      = 60
@@ -104,7 +104,7 @@ locals {
     ]
   ])
 
-  # Consumers by subscription id (<topic>.<service>-<role>, shared/names).
+  # Consumers by subscription id (<topic>.<service>-<role>, internal/names).
   # replay_filter is topology.Consumer.ReplayFilter: a re-push or dead-letter
   # replay addressed (target_consumer) to another consumer does not reach this
   # one. filter is topology.Consumer.Filter.
@@ -185,7 +185,7 @@ locals {
     })
   }
 
-  # The naming rules of shared/names and shared/topology, checked again here
+  # The naming rules of internal/names and internal/topology, checked again here
   # so that a topology edited without running the Go tests is refused at plan
   # time (terraform_data.topology's precondition, main.tf) with the rule,
   # before anything is created:

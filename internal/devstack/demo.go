@@ -11,14 +11,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
-	"github.com/relaybus/relaybus/shared/ledger/query"
+	"github.com/relaybus/relaybus/internal/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/query"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/instance"
-	"github.com/relaybus/relaybus/shared/names"
 )
 
 // Demo runs the purchase scenario (event-ledger-design §7) against a

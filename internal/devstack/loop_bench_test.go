@@ -15,9 +15,9 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
-	"github.com/relaybus/relaybus/shared/delivery"
+	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // BenchmarkLoopThroughput measures how fast the delivery loop drains one

@@ -13,8 +13,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/relaybus/relaybus/shared/delivery"
-	"github.com/relaybus/relaybus/shared/pull"
+	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/shared/transport/natsjs"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/shared/instance"
 )
 
 // make dev TRANSPORT=nats, in the test: the stack on a JetStream server

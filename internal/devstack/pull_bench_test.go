@@ -12,14 +12,14 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
-	"github.com/relaybus/relaybus/shared/delivery"
-	"github.com/relaybus/relaybus/shared/pull"
+	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/pull"
 )
 
 // BenchmarkPullThroughput is BenchmarkLoopThroughput's pull shape: the
 // same 20,000 queued messages on 2,000 ordering keys of an ordered
 // subscription in in-process pstest, drained by the pull consumer mode's
-// worker (shared/pull: unary Pull with lease renewal, one in flight per
+// worker (internal/pull: unary Pull with lease renewal, one in flight per
 // key, its defaults: 16 in flight, 256 held) into a trivial engine that
 // accepts at once, in the same process: pull mode hands messages to the
 // engine in process, with no HTTP hop.

@@ -12,7 +12,7 @@
 //     /..., a :line suffix and a #anchor are ignored; a token with a
 //     placeholder (<name>, {id}, $VAR, …) is not checked; a token with * is
 //     a glob and must match something. A token of the form dir/pkg.Name
-//     (shared/event.Event, shared/ledger/model.Derive) names a Go
+//     (shared/event.Event, internal/ledger/model.Derive) names a Go
 //     declaration: dir/pkg must be a package of the repository and Name one
 //     of its top-level declarations (for Type.Method, the type).
 //   - Make targets. "make <target>" in inline code or a code block: the

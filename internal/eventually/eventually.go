@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/retry"
+	"github.com/relaybus/relaybus/internal/retry"
 )
 
 // poll spaces the looks at the condition: 5 ms doubling to 200 ms, ±20%.

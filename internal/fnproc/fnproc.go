@@ -32,8 +32,8 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/cost"
+	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/reexec"
-	"github.com/relaybus/relaybus/shared/instance"
 )
 
 // role is the reexec role of a test binary started again as a function

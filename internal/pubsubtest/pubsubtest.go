@@ -8,7 +8,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/pstest"
 
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 

@@ -3,7 +3,7 @@
 // of its own: kill it, signal it, read its CPU. The role travels in one
 // environment variable, read here only, so tests and the code they test
 // read no variable of their own for it (the configuration loader,
-// shared/instance, is the one reader of the functions' environment).
+// internal/instance, is the one reader of the functions' environment).
 //
 // A test package that starts children checks Role first in its TestMain
 // and, in a role, does that role's work and exits instead of running its

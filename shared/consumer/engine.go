@@ -9,21 +9,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/relaybus/relaybus/shared/batch"
-	"github.com/relaybus/relaybus/shared/deadletter"
-	"github.com/relaybus/relaybus/shared/delivery"
+	"github.com/relaybus/relaybus/internal/batch"
+	"github.com/relaybus/relaybus/internal/deadletter"
+	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/logging"
-	"github.com/relaybus/relaybus/shared/names"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/postgres"
-	"github.com/relaybus/relaybus/shared/telemetry"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // DB is what the engine needs of Postgres (a *pgxpool.Pool).
@@ -98,7 +98,7 @@ type Options struct {
 	// the rule. Nil checks nothing.
 	Emits []string
 	// Contract, when set, checks each child event a handler emits before
-	// it is written (shared/contract): its payload against its topic's
+	// it is written (internal/contract): its payload against its topic's
 	// schema, and whether anyone consumes its topic (a child nobody
 	// consumes is skipped, logged at ERROR). Nil checks neither.
 	Contract outbox.Contract
@@ -229,7 +229,7 @@ type Result struct {
 // With telemetry on, the delivery is a consumer span continuing the
 // producer's trace (the message's googclient_traceparent), the handler's
 // work a span under it (its child events carry that span's context), and
-// the delivery is counted and timed by outcome (see shared/telemetry).
+// the delivery is counted and timed by outcome (see internal/telemetry).
 func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
 	if !telemetry.Enabled() {
 		return e.handle(ctx, d)

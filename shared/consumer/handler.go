@@ -37,12 +37,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/inbox"
 	"github.com/relaybus/relaybus/shared/outbox"
 )
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/names"
+	"github.com/relaybus/relaybus/internal/names"
 )
 
 // Event is one business fact: one eventId, one aggregate version, one payload.

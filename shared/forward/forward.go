@@ -100,9 +100,9 @@ import (
 	"golang.org/x/oauth2"
 	"google.golang.org/api/idtoken"
 
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // DefaultTimeout bounds one forward.

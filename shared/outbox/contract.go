@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/logging"
-	"github.com/relaybus/relaybus/shared/postgres"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // StateSkipped is the state a Producer reports for an event it did not
@@ -19,7 +19,7 @@ import (
 const StateSkipped State = "SKIPPED"
 
 // Contract is the event contract every send path checks before it writes
-// (shared/contract implements it from the topology): the payload against
+// (internal/contract implements it from the topology): the payload against
 // its topic's schema for its schemaVersion, and whether anyone consumes the
 // topic.
 type Contract interface {

@@ -29,10 +29,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/relaybus/relaybus/internal/migrate"
+	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/migrate"
-	"github.com/relaybus/relaybus/shared/postgres"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 //go:embed migrations/*.sql

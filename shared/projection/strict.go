@@ -9,14 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/inbox"
-	"github.com/relaybus/relaybus/shared/logging"
 )
 
 // DefaultGapTimeout is how long a gap may stay open before it is reported

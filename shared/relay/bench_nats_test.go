@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/topology"
 	"github.com/relaybus/relaybus/shared/transport/natsjs"
 	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
 )

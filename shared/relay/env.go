@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // Config is the relay's tuning as the functions that run a relay (the

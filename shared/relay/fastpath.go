@@ -5,8 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/migrate"
 	"github.com/relaybus/relaybus/shared/outbox"
 )
 

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
-	"github.com/relaybus/relaybus/shared/ledger/query"
+	"github.com/relaybus/relaybus/internal/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/query"
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
-	"github.com/relaybus/relaybus/shared/ledger"
-	"github.com/relaybus/relaybus/shared/registry"
+	"github.com/relaybus/relaybus/internal/ledger"
+	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/shared/relay"
 )
 

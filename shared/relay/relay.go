@@ -53,15 +53,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
-	"github.com/relaybus/relaybus/shared/batch"
+	"github.com/relaybus/relaybus/internal/batch"
+	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/retry"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/postgres"
-	"github.com/relaybus/relaybus/shared/retry"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Defaults of Options (outbox-streamingpull "OUTBOX配置" where it names one).

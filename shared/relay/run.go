@@ -7,13 +7,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/ledger/model"
+	"github.com/relaybus/relaybus/internal/ledger/model"
 
+	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/logging"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/telemetry"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // publishers is how many runs of one claim are published at once.

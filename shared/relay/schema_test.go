@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/schema"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/schema"
 )
 
 // TestTopicWithSchemaIsPublishedInBinaryMode: on a topic with a schema

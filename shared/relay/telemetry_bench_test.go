@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/internal/telemetrytest"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 // overheadRounds is how many pairs (off, on) an overhead benchmark runs.

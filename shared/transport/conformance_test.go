@@ -12,8 +12,8 @@ import (
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 	"github.com/relaybus/relaybus/shared/transport/transporttest"
 )

@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/topology"
 )
 
 // RollupSubscription is the id of the subscription rollup reads the rollup

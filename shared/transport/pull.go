@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/pull"
 )
 
 // Client is a source of the pull consumer mode.

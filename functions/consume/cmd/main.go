@@ -17,7 +17,7 @@ import (
 
 	_ "github.com/relaybus/relaybus/examples/shop"
 	"github.com/relaybus/relaybus/functions/consume"
-	"github.com/relaybus/relaybus/shared/instance"
+	"github.com/relaybus/relaybus/internal/instance"
 )
 
 func main() {

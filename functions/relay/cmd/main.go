@@ -5,7 +5,7 @@ package main
 
 import (
 	_ "github.com/relaybus/relaybus/functions/relay"
-	"github.com/relaybus/relaybus/shared/instance"
+	"github.com/relaybus/relaybus/internal/instance"
 )
 
 func main() { instance.Main("relay") }

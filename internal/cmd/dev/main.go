@@ -31,9 +31,9 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/relaybus/relaybus/internal/devstack"
-	"github.com/relaybus/relaybus/shared/logging"
+	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/telemetry"
 )
 
 func main() {
@@ -75,7 +75,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// Telemetry from the standard OTEL_* variables (shared/telemetry,
+	// Telemetry from the standard OTEL_* variables (internal/telemetry,
 	// docs/telemetry.md): exported when an OTEL_EXPORTER_OTLP_*ENDPOINT is
 	// set, else off and silent.
 	var tel telemetry.Config

@@ -12,8 +12,8 @@ import (
 )
 
 // The fuzz targets of the module are found where they are: those of
-// shared/event, shared/delivery and shared/ledger/query at least (the
-// Makefile named FuzzPageToken in shared/ledger after it moved, and go test
+// shared/event, internal/delivery and internal/ledger/query at least (the
+// Makefile named FuzzPageToken in internal/ledger after it moved, and go test
 // fuzzed nothing).
 func TestDiscoverFindsTheModulesTargets(t *testing.T) {
 	got, err := discover("../../..")
@@ -24,7 +24,7 @@ func TestDiscoverFindsTheModulesTargets(t *testing.T) {
 	for _, tg := range got {
 		names = append(names, strings.TrimPrefix(tg.String(), "./../../../"))
 	}
-	for _, want := range []string{"shared/event.FuzzDecode", "shared/event.FuzzEnvelopeJSON", "shared/delivery.FuzzRead", "shared/ledger/query.FuzzPageToken"} {
+	for _, want := range []string{"shared/event.FuzzDecode", "shared/event.FuzzEnvelopeJSON", "internal/delivery.FuzzRead", "internal/ledger/query.FuzzPageToken"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("discovered %v; %s is missing", names, want)
 		}
@@ -65,7 +65,7 @@ func TestFuzzFailsOnATargetThatDoesNotExist(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a package's tests")
 	}
-	err := fuzz(context.Background(), target{dir: "../../../shared/names", name: "FuzzNoSuchTarget"}, time.Second, io.Discard)
+	err := fuzz(context.Background(), target{dir: "../../../internal/names", name: "FuzzNoSuchTarget"}, time.Second, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "no such fuzz target") {
 		t.Fatalf("fuzz of a missing target: %v, want it refused", err)
 	}

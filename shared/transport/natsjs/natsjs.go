@@ -45,10 +45,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/pull"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/pull"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Client implements the publish contract and the pull source.

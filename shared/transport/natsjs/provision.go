@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/topology"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/transport"
 )
 

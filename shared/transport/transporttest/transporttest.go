@@ -3,7 +3,7 @@
 // theirs): Pub/Sub on pstest (shared/transport) and NATS JetStream on an
 // embedded server (shared/transport/natsjs) run the same tests through the
 // same contracts — event.Publisher, the relay's PublishBatch and
-// pull.Source — and through the pull worker (shared/pull) on top of them.
+// pull.Source — and through the pull worker (internal/pull) on top of them.
 //
 // What a backend cannot do is declared in its Capabilities, and the suite
 // then asserts the documented behaviour instead (a broker without
@@ -20,13 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/deadletter"
+	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/eventually"
-	"github.com/relaybus/relaybus/shared/deadletter"
-	"github.com/relaybus/relaybus/shared/delivery"
+	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/pull"
+	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/names"
-	"github.com/relaybus/relaybus/shared/pull"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Broker is a transport client as the suite drives it.

@@ -1,0 +1,402 @@
+// Package inbox is the consumer side's deduplication and attempt log in
+// Postgres: a row per (consumer, event) written in the same transaction as
+// the handler's effect, so an event applied once is never applied again,
+// however often Pub/Sub, Eventarc, a replay or a re-push delivers it; a
+// counter that numbers each consumer's attempts at an event monotonically
+// across redeliveries; and every attempt (relaybus_attempts) committed with
+// its outcome, which makes Postgres the truth of what was consumed. The
+// ledger (Firestore) gets the attempts after the fact: Unshipped and
+// Shipped track which it has.
+//
+// An attempt runs in one transaction:
+//
+//	BEGIN
+//	BeginApplied  count the attempt, claim the event (or find it applied)
+//	              and record the attempt as a success, one statement
+//	handler       the consumer's effect and child events
+//	(Outcome      a handler that parked the event: the outcome corrected)
+//	COMMIT
+//	  or, when the handler failed:
+//	ROLLBACK      the effect, the claim, the count and the record go
+//	Record        number 0: count again and record the failed attempt, one
+//	              statement (its own transaction)
+//
+// so the count, the claim, the effect and the attempt commit together, in
+// a single commit, with one statement of the inbox's and no savepoint (a
+// subtransaction on every delivery to serve only the rare failure). A
+// failed attempt costs one more transaction, and a delivery of the same
+// event that waited on the count may take its number first: the failed
+// attempt then takes the next one. An attempt's consumed_at is when it
+// began.
+//
+// A handler may settle other events in that transaction (a strict
+// consumer's resequencer applies the parked events whose turn has come):
+// Next counts an attempt at such an event and Settle records it, with the
+// inbox row following its outcome (see settle.sql).
+//
+// # Claims: a remote call outside the transaction
+//
+// A handler whose effect is a call to another service (shared/forward) must
+// not hold a Postgres connection while the other service takes its time,
+// so its attempt has three steps and the inbox row has a state:
+//
+//	Claim       count the attempt; insert the row 'claimed' with a lease  -> COMMIT
+//	            (an 'applied' row: a duplicate; a claim still leased: busy)
+//	call        the handler, no transaction open
+//	Delivered   success: 'claimed' -> 'applied' + the attempt, one statement
+//	  or Failed failure: the row deleted + the attempt, one statement
+//
+//	            claimed --success--> applied
+//	               |  \--failure--> (no row: a redelivery claims again)
+//	               \--lease ran out (the process died)--> taken over by the
+//	                   next delivery: claimed again, the old attempt recorded
+//	                   as retry "abandoned", the call made again
+//
+// The effect is never lost: until an outcome is recorded the claim stands,
+// the delivery was not acknowledged, and Pub/Sub redelivers; once its lease
+// has run out the redelivery calls again. It is recorded once: only the
+// attempt holding the claim records a success, and an applied row makes
+// every later delivery a duplicate. The call itself can happen twice (the
+// process died after the call and before Delivered), so the other service
+// must be idempotent on the event id (shared/forward sends it as Ce-Id and
+// Idempotency-Key). Rows written in the handler's own transaction are
+// 'applied' from the start.
+//
+// Every query is a .sql file under sql/, embedded.
+package inbox
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/relaybus/relaybus/internal/migrate"
+	"github.com/relaybus/relaybus/internal/postgres"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migrations is the inbox's migration line.
+var Migrations = migrate.MustLoadFS("inbox", migrationFS, "migrations")
+
+//go:embed sql/*.sql
+var sqlFS embed.FS
+
+func query(name string) string {
+	b, err := sqlFS.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic("inbox: no query " + name)
+	}
+	return string(b)
+}
+
+var (
+	beginSQL     = query("begin")
+	appliedSQL   = query("begin_applied")
+	outcomeSQL   = query("outcome")
+	recordSQL    = query("record")
+	failedSQL    = query("failed")
+	unshippedSQL = query("unshipped")
+	shippedSQL   = query("shipped")
+	purgeSQL     = query("purge")
+	nextSQL      = query("next")
+	settleSQL    = query("settle")
+	claimSQL     = query("claim")
+	claimedSQL   = query("claimstate")
+	deliveredSQL = query("delivered")
+	lookupSQL    = query("lookup")
+)
+
+// Migrate creates or upgrades the inbox tables in db's search_path.
+func Migrate(ctx context.Context, db migrate.Beginner) error {
+	_, err := Migrations.Apply(ctx, db)
+	return err
+}
+
+// Begun is what Begin found.
+type Begun struct {
+	// Attempt is this attempt's number.
+	Attempt int
+	// Claimed is false when another delivery applied the event already (the
+	// caller rolls back and acknowledges); Applied is then that delivery's
+	// attempt number (0 when not known).
+	Claimed bool
+	Applied int
+}
+
+// Begin counts one more attempt of consumer at eventID and claims the
+// event in the inbox, in tx (the attempt's transaction), in one statement.
+// A concurrent delivery of the same event waits here until tx ends.
+func Begin(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (Begun, error) {
+	var b Begun
+	var applied *int
+	if err := tx.QueryRow(ctx, beginSQL, consumer, eventID).Scan(&b.Attempt, &b.Claimed, &applied); err != nil {
+		return Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
+	}
+	if !b.Claimed && applied != nil {
+		b.Applied = *applied
+	}
+	return b, nil
+}
+
+// BeginApplied is Begin for an attempt whose handler runs in tx: when it
+// claims the event it also records the attempt (a's delivery facts and
+// ConsumedAt, outcome success) in the same statement, so a success
+// commits with no statement of its own. A handler that parks the event
+// corrects the outcome with Outcome; a failure rolls the record back with
+// everything else. a's ConsumerID and EventID name the event; its number
+// and outcome are ignored.
+func BeginApplied(ctx context.Context, tx postgres.DBTX, a Attempt) (Begun, error) {
+	var b Begun
+	var applied *int
+	err := tx.QueryRow(ctx, appliedSQL, a.ConsumerID, a.EventID, a.ConsumedAt, a.Topic, a.Subscription,
+		a.MessageID, a.DeliveryAttempt).Scan(&b.Attempt, &b.Claimed, &applied)
+	if err != nil {
+		return Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
+	}
+	if !b.Claimed && applied != nil {
+		b.Applied = *applied
+	}
+	return b, nil
+}
+
+// Outcome corrects, in tx, the outcome, error code and message of attempt
+// a that BeginApplied recorded as a success.
+func Outcome(ctx context.Context, tx postgres.DBTX, a Attempt) error {
+	if _, err := tx.Exec(ctx, outcomeSQL, a.ConsumerID, a.EventID, a.AttemptNo, a.Outcome, a.ErrorCode, a.ErrorMessage); err != nil {
+		return fmt.Errorf("inbox: record the attempt's outcome: %w", err)
+	}
+	return nil
+}
+
+// Attempt is one consumption attempt as Postgres records it.
+type Attempt struct {
+	ConsumerID string
+	EventID    string
+	// AttemptNo is the attempt's number; Record with 0 takes the next one.
+	AttemptNo int
+	// Outcome is the ledger's outcome name (success, retry, failed,
+	// poison, dead_lettered).
+	Outcome      string
+	ErrorCode    string
+	ErrorMessage string
+	ConsumedAt   time.Time
+	// The delivery's facts.
+	Topic, Subscription, MessageID string
+	DeliveryAttempt                int
+}
+
+func (a *Attempt) args() []any {
+	return []any{a.ConsumerID, a.EventID, a.AttemptNo, a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt,
+		a.Topic, a.Subscription, a.MessageID, a.DeliveryAttempt}
+}
+
+// Record writes an attempt through db (the attempt's transaction for a
+// success, or the pool for an attempt outside any: then AttemptNo 0 takes
+// the next number in the same statement). It returns the attempt's number,
+// or 0 when that attempt was recorded already.
+func Record(ctx context.Context, db postgres.DBTX, a Attempt) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, recordSQL, a.args()...).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("inbox: record attempt: %w", err)
+	}
+	return n, nil
+}
+
+// Failed releases the inbox claim of a failed attempt that claimed the
+// event with Claim and records it, in one statement (a claim another
+// attempt has taken over stays).
+func Failed(ctx context.Context, tx postgres.DBTX, a Attempt) error {
+	if _, err := tx.Exec(ctx, failedSQL, a.args()...); err != nil {
+		return fmt.Errorf("inbox: record failed attempt: %w", err)
+	}
+	return nil
+}
+
+// Unshipped returns up to limit attempts the ledger does not have that
+// were made before before, oldest first (of consumer, or of every consumer
+// of the database when consumer is empty), locked in tx until it ends, so
+// that two shipping steps never ship the same attempts.
+func Unshipped(ctx context.Context, tx postgres.DBTX, consumer string, before time.Time, limit int) ([]Attempt, error) {
+	rows, err := tx.Query(ctx, unshippedSQL, before, limit, consumer)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: unshipped attempts: %w", err)
+	}
+	defer rows.Close()
+	var out []Attempt
+	for rows.Next() {
+		var a Attempt
+		if err := rows.Scan(&a.ConsumerID, &a.EventID, &a.AttemptNo, &a.Outcome, &a.ErrorCode, &a.ErrorMessage,
+			&a.ConsumedAt, &a.Topic, &a.Subscription, &a.MessageID, &a.DeliveryAttempt); err != nil {
+			return nil, fmt.Errorf("inbox: unshipped attempts: %w", err)
+		}
+		a.ConsumedAt = a.ConsumedAt.UTC()
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// Shipped marks attempts as held by the ledger, in one statement.
+func Shipped(ctx context.Context, db postgres.DBTX, as []Attempt) error {
+	if len(as) == 0 {
+		return nil
+	}
+	cs, es, ns := make([]string, len(as)), make([]string, len(as)), make([]int32, len(as))
+	for i, a := range as {
+		cs[i], es[i], ns[i] = a.ConsumerID, a.EventID, int32(a.AttemptNo)
+	}
+	if _, err := db.Exec(ctx, shippedSQL, cs, es, ns); err != nil {
+		return fmt.Errorf("inbox: mark attempts shipped: %w", err)
+	}
+	return nil
+}
+
+// Purge deletes up to limit rows older than before from each of the inbox,
+// the attempt counters and the attempts the ledger has (keep them longer
+// than the subscription's message retention, so a redelivery still finds
+// its inbox row) and returns how many rows it deleted in all.
+func Purge(ctx context.Context, db postgres.DBTX, before time.Time, limit int) (int, error) {
+	var a, b, c int
+	if err := db.QueryRow(ctx, purgeSQL, before, limit).Scan(&a, &b, &c); err != nil {
+		return 0, fmt.Errorf("inbox: purge: %w", err)
+	}
+	return a + b + c, nil
+}
+
+// Next counts one more attempt of consumer at eventID, an event the
+// consumer already holds (a parked event its handler applies in another
+// event's transaction), in tx, and returns the attempt's number. Record the
+// attempt with Settle in the same transaction.
+func Next(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (int, error) {
+	var n int
+	if err := tx.QueryRow(ctx, nextSQL, consumer, eventID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("inbox: count attempt: %w", err)
+	}
+	return n, nil
+}
+
+// Settle records attempt a at an event the consumer already holds in its
+// inbox (claimed by an earlier attempt: a parked event) and brings the
+// inbox row in line: success makes it name a (the attempt that applied the
+// event); a final failure (failed, poison, dead_lettered) deletes it, so a
+// replay or a re-push can apply the event; other outcomes leave it.
+// AttemptNo 0 takes the event's next number. It returns the attempt's
+// number, or 0 when that attempt was recorded already.
+func Settle(ctx context.Context, tx postgres.DBTX, a Attempt) (int, error) {
+	var n int
+	err := tx.QueryRow(ctx, settleSQL, a.args()...).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("inbox: settle attempt: %w", err)
+	}
+	return n, nil
+}
+
+// Claim states.
+const (
+	// StateClaimed: a remote call is (or was) under way; see Claim.
+	StateClaimed = "claimed"
+	// StateApplied: the event's effect is done.
+	StateApplied = "applied"
+)
+
+// Claimed is what Claim found.
+type Claimed struct {
+	// Attempt is this attempt's number (when Claimed).
+	Attempt int
+	// Claimed: this attempt holds the claim and makes the call.
+	Claimed bool
+	// Abandoned is the number of the attempt whose expired claim this one
+	// took over (0 when the claim was new): that attempt's process stopped
+	// between its claim and its record, so whether its call reached the
+	// other side is unknown.
+	Abandoned int
+	// When not Claimed: State is StateApplied (a duplicate; Applied is the
+	// attempt that applied it) or StateClaimed (another attempt holds a
+	// live claim until LeaseUntil), or "" (a concurrent claim has not
+	// committed yet: treat it as busy).
+	State      string
+	Applied    int
+	LeaseUntil time.Time
+}
+
+// Claim claims eventID for consumer before a remote call, in a transaction
+// of its own that it commits (see the package documentation): the attempt
+// is counted and the row claimed for lease, or an expired claim taken over.
+// When the event is applied already or another attempt holds a live claim,
+// nothing is written and Claimed is false.
+func Claim(ctx context.Context, db migrate.Beginner, consumer, eventID string, lease time.Duration) (Claimed, error) {
+	var c Claimed
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var abandoned *int
+		if err := tx.QueryRow(ctx, claimSQL, consumer, eventID, lease.Milliseconds()).Scan(&c.Attempt, &c.Claimed, &abandoned); err != nil {
+			return err
+		}
+		if c.Claimed {
+			if abandoned != nil {
+				c.Abandoned = *abandoned
+			}
+			return nil
+		}
+		var lu *time.Time
+		err := tx.QueryRow(ctx, claimedSQL, consumer, eventID).Scan(&c.State, &c.Applied, &lu)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if lu != nil {
+			c.LeaseUntil = lu.UTC()
+		}
+		c.Attempt = 0
+		return errNotClaimed // roll back: the count goes with it
+	})
+	if errors.Is(err, errNotClaimed) {
+		return c, nil
+	}
+	if err != nil {
+		return Claimed{}, fmt.Errorf("inbox: claim: %w", err)
+	}
+	return c, nil
+}
+
+var errNotClaimed = errors.New("not claimed")
+
+// Delivered records the success of a claimed attempt: the claim becomes
+// applied and the attempt is recorded, in one statement, if a still holds
+// the claim. It reports false when it did not (the lease ran out and
+// another attempt took the claim over: that one records its outcome).
+func Delivered(ctx context.Context, db postgres.DBTX, a Attempt) (bool, error) {
+	var n int
+	err := db.QueryRow(ctx, deliveredSQL, a.args()...).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("inbox: record delivered attempt: %w", err)
+	}
+	return true, nil
+}
+
+// Lookup reports whether consumer's inbox holds eventID, and the attempt
+// that holds it. Readers outside the consume path (dlqreplay's dry runs)
+// go through it rather than reading the table.
+func Lookup(ctx context.Context, db postgres.DBTX, consumer, eventID string) (attempt int, ok bool, err error) {
+	err = db.QueryRow(ctx, lookupSQL, consumer, eventID).Scan(&attempt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("inbox: lookup: %w", err)
+	}
+	return attempt, true, nil
+}
