@@ -381,7 +381,7 @@ func TestDockerfile(t *testing.T) {
 	}
 	excluded := map[string]bool{}
 	for _, line := range strings.Split(string(ignore), "\n") {
-		if line == "infra/topology.yaml" || line == "infra" || line == "functions" || line == "shared" {
+		if line == "infra/topology.yaml" || line == "infra" || line == "functions" || line == "shared" || line == "internal" {
 			t.Errorf(".dockerignore excludes %s, which the image needs", line)
 		}
 		excluded[strings.TrimSuffix(strings.TrimSpace(line), "/")] = true

@@ -43,12 +43,12 @@ var hostOnly = []rule{
 	prefix("cloud.google.com/go/pubsub"),
 	prefix("github.com/nats-io"),
 	{"Firestore", func(path string) bool { return strings.Contains(path, "firestore") }},
-	{module + "/shared/ledger", func(path string) bool { return path == module+"/shared/ledger" }},
+	{module + "/internal/ledger", func(path string) bool { return path == module+"/internal/ledger" }},
 }
 
 func TestEnginesLinkNoHostDependency(t *testing.T) {
 	for _, pkg := range engines {
-		t.Run(strings.TrimPrefix(pkg, "./shared/"), func(t *testing.T) {
+		t.Run(filepath.Base(pkg), func(t *testing.T) {
 			g := load(t, pkg)
 			for _, r := range hostOnly {
 				if chain := g.find(func(p listed) bool { return r.match(p.ImportPath) }); chain != nil {
@@ -83,7 +83,7 @@ func TestClientLinksNoCloudEventsSDKZapGRPCOrProtobuf(t *testing.T) {
 // find nothing because the listing is empty or wrong proves nothing.
 func TestTheGraphHasTheImportsGoBuildLinks(t *testing.T) {
 	g := load(t, "./shared/outbox")
-	for _, want := range []string{"github.com/jackc/pgx/v5", module + "/shared/event", module + "/shared/telemetry", "go.opentelemetry.io/otel/trace"} {
+	for _, want := range []string{"github.com/jackc/pgx/v5", module + "/shared/event", module + "/internal/telemetry", "go.opentelemetry.io/otel/trace"} {
 		if g.find(func(p listed) bool { return p.ImportPath == want }) == nil {
 			t.Errorf("go list -deps ./shared/outbox does not list %s", want)
 		}

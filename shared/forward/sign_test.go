@@ -32,8 +32,8 @@ import (
 )
 
 // verify is the Standard Webhooks verification a target writes, with the
-// standard library only and nothing from package forward: the README's Go
-// example, verbatim (TestTheREADMEShowsTheReferenceVerifier).
+// standard library only and nothing from package forward: the Go example of
+// docs/forwarding.md, verbatim (TestTheDocsShowTheReferenceVerifier).
 func verify(secret string, r *http.Request, body []byte) error {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
 	if err != nil {
@@ -59,21 +59,21 @@ func verify(secret string, r *http.Request, body []byte) error {
 	return errors.New("no signature matches")
 }
 
-// The README's Go verifier is this file's verify, so the one the tests run
-// is the one users copy.
-func TestTheREADMEShowsTheReferenceVerifier(t *testing.T) {
+// The docs' Go verifier (docs/forwarding.md) is this file's verify, so the
+// one the tests run is the one users copy.
+func TestTheDocsShowTheReferenceVerifier(t *testing.T) {
 	src, err := os.ReadFile("sign_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, fn, _ := strings.Cut(string(src), "\nfunc verify(")
 	fn, _, _ = strings.Cut(fn, "\n}\n")
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	doc, err := os.ReadFile(forwardingDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fn == "" || !strings.Contains(string(readme), "```go\nfunc verify("+fn+"\n}\n```") {
-		t.Error("the README's Go verification example is not this test's verify")
+	if fn == "" || !strings.Contains(string(doc), "```go\nfunc verify("+fn+"\n}\n```") {
+		t.Errorf("the Go verification example of %s is not this test's verify", forwardingDoc)
 	}
 }
 
@@ -194,11 +194,15 @@ func TestHMACSignaturesVerifyAndOldOrForeignOnesAreRefused(t *testing.T) {
 	}
 }
 
-// readmeRecipe returns the README's shell verification recipe: the lines
-// of the sh block after "With the shell (curl + openssl)" up to the one
-// that sends a test request.
-func readmeRecipe(t *testing.T) string {
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// forwardingDoc is the user's page on the forward handler, which shows the
+// verifiers.
+var forwardingDoc = filepath.Join("..", "..", "docs", "forwarding.md")
+
+// docRecipe returns the docs' shell verification recipe: the lines of the
+// sh block after "With the shell (curl + openssl)" up to the one that sends
+// a test request.
+func docRecipe(t *testing.T) string {
+	b, err := os.ReadFile(forwardingDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,12 +210,12 @@ func readmeRecipe(t *testing.T) string {
 	_, block, ok2 := strings.Cut(after, "```sh\n")
 	recipe, _, ok3 := strings.Cut(block, "# and to send a signed test request")
 	if !ok || !ok2 || !ok3 {
-		t.Fatal("the README's curl + openssl recipe is not where this test looks for it")
+		t.Fatalf("the curl + openssl recipe of %s is not where this test looks for it", forwardingDoc)
 	}
 	return recipe
 }
 
-// The README's curl + openssl recipe, run as written, accepts the
+// The docs' curl + openssl recipe, run as written, accepts the
 // forwarder's signature, and refuses a wrong secret and an old timestamp.
 func TestOpenSSLRecipeVerifiesTheForwardersSignature(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
@@ -220,7 +224,7 @@ func TestOpenSSLRecipeVerifiesTheForwardersSignature(t *testing.T) {
 		}
 		t.Skip("openssl is not installed")
 	}
-	recipe := readmeRecipe(t)
+	recipe := docRecipe(t)
 	secret := forward.NewSecret()
 	tg := newTarget(t, func(*http.Request, []byte) error { return nil })
 	run := func(secret string, at time.Time) string {
