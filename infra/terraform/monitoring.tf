@@ -1,4 +1,4 @@
-# Log-based metrics and alert policies (pubsub-conventions.md §10).
+# Log-based metrics and alert policies (docs/telemetry.md "The dashboard and the alerts").
 #
 # The log-based metrics read the relay's JSON log lines (internal/logging:
 # jsonPayload.message, severity). The messages are the relay's own strings;
@@ -375,7 +375,7 @@ resource "google_monitoring_alert_policy" "strict_gaps" {
 }
 
 # The delivery dashboard: what Pub/Sub says of every consumer subscription
-# (the seeds' subscription panels). Built-in Pub/Sub metrics, read with
+# (a panel per subscription health signal). Built-in Pub/Sub metrics, read with
 # Monitoring filters (https://cloud.google.com/monitoring/api/metrics_gcp_p_z#gcp-pubsub):
 # undelivered messages and the oldest unacked message's age per consumer,
 # push responses by class (delivery health: ack, or the 4xx/5xx that will

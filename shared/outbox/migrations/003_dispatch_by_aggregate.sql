@@ -2,8 +2,8 @@
 --
 -- The relay's unit of work is an aggregate's run of unpublished versions.
 -- Its dispatch state lives in one small row per aggregate, and the outbox
--- itself becomes append-only (the seed's CDC mode: a Debezium reader sees
--- inserts only). A claim leases aggregates; a run is published as one
+-- itself becomes append-only (so a change-data-capture reader such as
+-- Debezium sees inserts only). A claim leases aggregates; a run is published as one
 -- ordered bundle; one statement marks a whole batch by moving each
 -- aggregate's published cursor.
 --
