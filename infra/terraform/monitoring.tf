@@ -367,7 +367,7 @@ resource "google_monitoring_alert_policy" "strict_gaps" {
 
   documentation {
     mime_type = "text/markdown"
-    content   = "A strict consumer holds events behind a version that has not arrived. Through dlqreplay (the consume services are internal-only, operators cannot reach them): `relaybus -url <dlqreplay URL> -gcloud-auth gaps ls <topic> <consumer>` (GET /consumers/<topic>/<consumer>/gaps) lists the gaps (aggregate, missing version). Deliver the missing version again (`relaybus dlq replay <id>`, or `relaybus repush --consumer <consumer> <eventId>`) or skip it with `relaybus gaps skip --aggregate <id> --version <n> <topic> <consumer>` (POST .../gaps:skip, audited); the consumer applies the parked events in order at its next /gaps:check. See the README, Strict handlers and the resequencer."
+    content   = "A strict consumer holds events behind a version that has not arrived. Through dlqreplay (the consume services are internal-only, operators cannot reach them): `relaybus -url <dlqreplay URL> -gcloud-auth gaps ls <topic> <consumer>` (GET /consumers/<topic>/<consumer>/gaps) lists the gaps (aggregate, missing version). Deliver the missing version again (`relaybus dlq replay <id>`, or `relaybus repush --consumer <consumer> <eventId>`) or skip it with `relaybus gaps skip --aggregate <id> --version <n> <topic> <consumer>` (POST .../gaps:skip, audited); the consumer applies the parked events in order at its next /gaps:check. See docs/strict-ordering.md (Releasing a gap) in the relaybus repository."
   }
 
   # The log-based metrics must be visible to Monitoring first (#11102).

@@ -284,7 +284,7 @@
 //
 // A topic's [Level] (infra/topology.yaml, ledger:) decides what the ledger
 // keeps of its events: [LevelFailures] (the default), [LevelFull],
-// [LevelOff]. The README's "Ledger levels and cost" has the arithmetic. (The Firestore emulator
+// [LevelOff]. docs/ledger.md's "Levels and cost" has the arithmetic. (The Firestore emulator
 // locks a whole collection for a query in a transaction; with attempts in
 // one top-level collection, every rollup would stall every attempt insert
 // in local runs. As subcollections, a rollup stalls only its own event's.) RecordSent,

@@ -127,7 +127,7 @@ END
 $$;
 
 -- What an operator looks at: every aggregate with something unpublished,
--- leased, retrying or FAILED, one row each (README, "Relay").
+-- leased, retrying or FAILED, one row each (docs/producing.md, "The relay").
 CREATE OR REPLACE VIEW relaybus_outbox_backlog AS
 SELECT d.aggregatetype,
        d.aggregateid,
