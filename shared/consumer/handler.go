@@ -347,8 +347,9 @@ func (m *Mux) Handle(ctx context.Context, c *Context) error {
 // Class is how a failure is treated.
 type Class int
 
-// Failure classes: each error a handler returns is one of these, and
-// the class alone decides whether the delivery is retried, parked or
+// Failure classes: each error a handler returns falls in one of these
+// (an unclassified error is transient), and its class decides whether the
+// delivery is redelivered, acknowledged and recorded as failed, or
 // dead-lettered (docs/consuming.md "Outcomes and answers").
 const (
 	// ClassTransient: answer non-2xx; Pub/Sub redelivers with backoff and
