@@ -23,6 +23,7 @@ func TestConfigReadsTheFunctionsVariables(t *testing.T) {
 		"NATS_URL":                "nats://127.0.0.1:4222",
 		"GOOGLE_CLOUD_PROJECT":    "other-project",
 		"LOG_LEVEL":               "debug",
+		"FORWARD_SIGNING_SECRET":  "whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0",
 	} {
 		t.Setenv(k, v)
 	}
@@ -31,8 +32,9 @@ func TestConfigReadsTheFunctionsVariables(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := cfg.options()
-	got := []string{o.DatabaseURL, o.PubSubHost, o.FirestoreHost, o.Topology, o.Transport, o.NATSURL, cfg.Env.ProjectID}
-	want := []string{"postgres://u@db.example:5432/main", "127.0.0.1:8085", "127.0.0.1:8086", "/tmp/topology.yaml", "nats", "nats://127.0.0.1:4222", "other-project"}
+	got := []string{o.DatabaseURL, o.PubSubHost, o.FirestoreHost, o.Topology, o.Transport, o.NATSURL, cfg.Env.ProjectID, o.ForwardSigningSecret}
+	want := []string{"postgres://u@db.example:5432/main", "127.0.0.1:8085", "127.0.0.1:8086", "/tmp/topology.yaml", "nats", "nats://127.0.0.1:4222", "other-project",
+		"whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("options from the environment:\n got %q\nwant %q", got, want)
 	}

@@ -14,8 +14,10 @@
 // TRANSPORT=nats); RELAYBUS_TOPOLOGY names another topology file than
 // infra/topology.yaml; LOG_LEVEL (info, as in production) sets how much the
 // functions log (to stderr, as JSON; LOG_LEVEL=warn for a quiet terminal
-// under make load); the OTEL_* variables and TELEMETRY_EXPORT export the
-// stack's telemetry. RELAYBUS_DEV_ADDR and RELAYBUS_DEV_PG_BUDGET are the
+// under make load); FORWARD_SIGNING_SECRET signs the forward consumers'
+// requests; DATABASE_URL_<NAME> names a topology database's own URL (read
+// by internal/instance.DatabaseURLs, as the relay reads it); the OTEL_*
+// variables and TELEMETRY_EXPORT export the stack's telemetry. RELAYBUS_DEV_ADDR and RELAYBUS_DEV_PG_BUDGET are the
 // command's own: -addr's and -pg-budget's defaults. A missing
 // prerequisite prints one line each saying what to install, and the
 // command exits 1.
@@ -34,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/devstack"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/logging"
@@ -62,6 +65,10 @@ type config struct {
 	PubSub instance.PubSub
 	// Ledger: FIRESTORE_EMULATOR_HOST.
 	Ledger instance.Ledger
+	// Consume: FORWARD_SIGNING_SECRET, the forward consumers' signing
+	// secret; the stack sets the rest of each consumer's configuration
+	// from the topology.
+	Consume consume.Config
 }
 
 // options is the part of the stack's options the environment sets: the
@@ -71,7 +78,8 @@ func (c config) options() devstack.Options {
 	return devstack.Options{
 		DatabaseURL: c.DB.URL, PubSubHost: c.PubSub.EmulatorHost, FirestoreHost: c.Ledger.EmulatorHost,
 		Topology: c.Env.Topology, Transport: c.PubSub.Transport, NATSURL: c.PubSub.NATSURL,
-		Logger: logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(c.Env.LogLevel)}),
+		ForwardSigningSecret: c.Consume.ForwardSigningSecret,
+		Logger:               logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(c.Env.LogLevel)}),
 	}
 }
 
