@@ -37,6 +37,7 @@ func TestEachDefaultIsWrittenOnce(t *testing.T) {
 	con := instance.Defaults[consume.Config]()
 	rol := instance.Defaults[rollup.Config]()
 	dlq := instance.Defaults[dlqreplay.Config]()
+	mig := instance.Defaults[consume.MigrateConfig]()
 	tied := []struct {
 		variable      string
 		tag, constant any
@@ -61,6 +62,7 @@ func TestEachDefaultIsWrittenOnce(t *testing.T) {
 		{"OUTBOX_RETENTION", rel.Relay.Retention, relay.DefaultRetention},
 		{"RELAY_HEAL_DELAY", rel.Relay.HealDelay, relay.DefaultHealDelay},
 		{"RELAY_DATABASES", strings.Join(rel.Databases, ","), topology.MainDatabase},
+		{"MIGRATE_DATABASE", mig.Database, topology.MainDatabase},
 
 		{"PUBLISH_MAX_PAYLOAD_BYTES", pub.MaxPayloadBytes, event.DefaultPayloadLimit},
 		{"PUBLISH_BUDGET", pub.Budget, publish.DefaultBudget},
@@ -110,7 +112,7 @@ func TestEachDefaultIsWrittenOnce(t *testing.T) {
 	for fn, typ := range map[string]reflect.Type{
 		"publish": reflect.TypeOf(publish.Config{}), "relay": reflect.TypeOf(relayfn.Config{}),
 		"consume": reflect.TypeOf(consume.Config{}), "rollup": reflect.TypeOf(rollup.Config{}),
-		"dlqreplay": reflect.TypeOf(dlqreplay.Config{}),
+		"dlqreplay": reflect.TypeOf(dlqreplay.Config{}), "migrate": reflect.TypeOf(consume.MigrateConfig{}),
 	} {
 		walk(typ, func(_ reflect.Type, f reflect.StructField, name string) {
 			if !strings.Contains(f.Tag.Get("env"), "default=") || covered[name] {
