@@ -35,7 +35,7 @@ load:
 ## race detector, which slows the stack several times, and run again after
 ## it, without.
 ## Then the suites of the hot paths again, through PgBouncer in transaction
-## mode (pgx's exec query mode), as behind Supabase's pooler (see the README).
+## mode (pgx's exec query mode), as behind Supabase's pooler (docs/postgres.md).
 UNRACED = ^(TestCrashRecovery|TestFirestoreOutageSlowsTheRecordNotTheEvents|TestStackKeepsToItsConnectionBudget)$$
 test: lint
 	$(TESTENV) $(GO) test -race -count=1 -p 1 -timeout 60m ./...
@@ -48,7 +48,7 @@ POOLED_PKGS = ./shared/outbox ./shared/relay ./functions/publish ./functions/con
 test-short:
 	$(TESTENV) $(GO) test -count=1 -short ./...
 
-## screenshots: the console's browser test, saving its screenshots to docs/console for the README,
+## screenshots: the console's browser test, saving its screenshots to docs/console for docs/operations.md,
 ## and the telemetry's pictures (a purchase's trace, the dashboard over a local run) to docs/telemetry.
 screenshots:
 	RELAYBUS_SCREENSHOTS=$(CURDIR)/docs/console $(TESTENV) $(GO) test -count=1 -run '^TestConsoleInABrowser$$' ./functions/dlqreplay/

@@ -64,7 +64,7 @@ const (
 	// application/cloudevents+json.
 	ModeStructured Mode = "structured"
 	// ModeEnvelope is relaybus's plain JSON envelope (application/json):
-	// the seeds' field names (eventId, eventType, aggregateId, ...).
+	// relaybus's field names (eventId, eventType, aggregateId, ...).
 	ModeEnvelope Mode = "envelope"
 )
 

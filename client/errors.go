@@ -98,7 +98,7 @@ type ConflictError struct {
 func (e *ConflictError) Unwrap() error { return &e.APIError }
 
 // SkippedError says that events were not written because their topic has
-// no enabled consumer (event-ledger-design §3.2): publish logged it at
+// no enabled consumer (an event nobody would consume is not sent): publish logged it at
 // ERROR and did not fail the request. It comes with the results; a caller
 // that does not care ignores it.
 type SkippedError struct {

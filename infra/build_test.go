@@ -23,7 +23,7 @@ func TestFunctionsBuildStatic(t *testing.T) {
 			pkg := filepath.Join(root, "functions", f, "cmd")
 			goFiles, _ := filepath.Glob(filepath.Join(pkg, "*.go"))
 			if len(goFiles) == 0 {
-				t.Fatalf("functions/%s/cmd has no Go files: every function ships a command (ARCHITECTURE.md)", f)
+				t.Fatalf("functions/%s/cmd has no Go files: every function ships a command", f)
 			}
 			out := filepath.Join(t.TempDir(), f)
 			cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, "./functions/"+f+"/cmd")

@@ -73,8 +73,7 @@ var notFromTerraform = map[string]bool{"K_SERVICE": true, "K_REVISION": true, "D
 	"OTEL_TRACES_EXPORTER": true, "OTEL_METRICS_EXPORTER": true, "OTEL_SDK_DISABLED": true, "OTEL_METRIC_EXPORT_TIMEOUT": true,
 	"OTEL_SERVICE_NAME": true, "TELEMETRY_SAMPLE_RATIO": true, "TELEMETRY_METRIC_INTERVAL": true,
 	// Terraform deploys the Pub/Sub transport (these variables' defaults);
-	// the NATS transport is chosen by hand (README, "Transports and
-	// consumer modes"). CONSUMER_MODE and PULL_MAX_IN_FLIGHT are set
+	// the NATS transport is chosen by hand (docs/transports.md). CONSUMER_MODE and PULL_MAX_IN_FLIGHT are set
 	// (pull.tf, var.pull_mode).
 	"TRANSPORT": true, "NATS_URL": true}
 

@@ -202,8 +202,7 @@ func TestDashboardConvergesInPlan(t *testing.T) {
 }
 
 // TestDeliveryDashboardShowsEverySubscription: a second dashboard charts
-// what Pub/Sub says of every consumer subscription, as the seeds'
-// dashboards do: undelivered messages and the oldest unacked message's age
+// what Pub/Sub says of every consumer subscription: undelivered messages and the oldest unacked message's age
 // per consumer, push responses by class, dead-lettered messages, and the
 // dead-letter monitors' backlog; each tile filters on every consumer's
 // real subscription id (the trigger's for an Eventarc consumer).

@@ -14,7 +14,7 @@
 //	}
 //
 // Events are delivered as Pub/Sub delivers them to the consume function:
-// encoded as a message (CloudEvents structured JSON, the seed's attributes,
+// encoded as a message (CloudEvents structured JSON, relaybus's attributes,
 // the aggregate id as ordering key), one delivery at a time, in the order
 // given, with Pub/Sub's delivery attempt counting each redelivery of an
 // event. Order, reordering and repeats are the test's to choose; the

@@ -1,4 +1,4 @@
-// Command loyalty is the README's example: a consume binary with its own
+// Command loyalty is docs/consuming.md's example: a consume binary with its own
 // handler in under 20 lines.
 package main
 

@@ -1,5 +1,5 @@
-// Package shop holds the demo's consumers (event-ledger-design §7, the
-// purchase scenario), registered with the consume function by name:
+// Package shop holds the demo's consumers (the purchase scenario: one
+// order.purchased event, two consumers; docs/local-stack.md "make demo"), registered with the consume function by name:
 //
 //   - example.points (member-service): an order.purchased adds its amount in
 //     points to the member's balance and emits points.added on

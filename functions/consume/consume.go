@@ -160,7 +160,8 @@ type Options struct {
 	Engine *consumer.Engine
 	// DB holds the inbox, for POST /inbox:purge (nil disables it).
 	DB consumer.DB
-	// InboxRetention is how old inbox rows must be for the purge (192h).
+	// InboxRetention is how old inbox rows must be for the purge
+	// (DefaultInboxRetention).
 	InboxRetention time.Duration
 	// ShipBudget bounds one POST /ledger:ship (45s).
 	ShipBudget time.Duration
@@ -199,6 +200,11 @@ func (h *Handler) Close(ctx context.Context) error {
 // purgeBatch bounds one purge statement.
 const purgeBatch = 5000
 
+// DefaultInboxRetention is how old inbox rows must be for the purge when
+// Options give no InboxRetention, and INBOX_RETENTION's default (Config's
+// tag; internal/instance's TestEachDefaultIsWrittenOnce ties the two).
+const DefaultInboxRetention = 192 * time.Hour
+
 // New returns the consume function's HTTP handler. It serves every path
 // (it works under http.StripPrefix); only POST is accepted.
 func New(o Options) (*Handler, error) {
@@ -209,7 +215,7 @@ func New(o Options) (*Handler, error) {
 		o.MaxBody = delivery.DefaultMaxBody
 	}
 	if o.InboxRetention <= 0 {
-		o.InboxRetention = 192 * time.Hour
+		o.InboxRetention = DefaultInboxRetention
 	}
 	if o.ShipBudget <= 0 {
 		o.ShipBudget = 45 * time.Second

@@ -20,7 +20,7 @@ import (
 
 // forwardTarget is a local service that verifies the forwarder's
 // signatures and applies each event once, deduplicating on webhook-id (as
-// the README tells targets to): calls counts the requests, effects the
+// docs/forwarding.md tells targets to): calls counts the requests, effects the
 // events applied. hold, when set, runs inside a call before it answers.
 type forwardTarget struct {
 	*httptest.Server

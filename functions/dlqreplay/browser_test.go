@@ -197,7 +197,7 @@ func publishOrder(t *testing.T, base, orderID string, extra map[string]any) stri
 // The console in headless Chromium against the real local stack (Postgres,
 // the Firestore emulator, pstest, every function and the delivery loop), as
 // an operator uses it. Each step asserts what the page shows; the
-// screenshots are the README's.
+// screenshots are docs/operations.md's (make screenshots).
 func TestConsoleInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the browser test starts the whole stack and Chromium")

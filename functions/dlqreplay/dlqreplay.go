@@ -1,5 +1,5 @@
 // Package dlqreplay is the operators' HTTP API (JSON) and, under /console/,
-// their web console (event-ledger-design.md's "man"), one handler:
+// their web console, one handler:
 //
 //	GET    /whoami                     the caller, and whether they may write
 //	GET    /overview                   ?window=: events by status, dead letters per topic and consumer,
@@ -7,7 +7,7 @@
 //	GET    /events                     ?status=&topic=&eventType=&service=&traceId=&aggregateId=&from=&to=&pageSize=&pageToken=
 //	GET    /events/{id}                the event (a JSON payload as JSON), every attempt by consumer, its
 //	                                   outbox state, parent, children, dead letters and whether a re-push is allowed
-//	POST   /events/{id}:repush         {"consumer", "dryRun"}: re-enqueue through the outbox (seed §5.2 rules)
+//	POST   /events/{id}:repush         {"consumer", "dryRun"}: re-enqueue through the outbox (docs/operations.md's re-push rules)
 //	GET    /traces/{eventId}           the event's trace as a tree
 //	POST   /deadletters:archive        a DLQ delivery (push or Eventarc, from <topic>.dlq-monitor) is archived
 //	GET    /deadletters                ?topic=&consumer=&reason=&eventId=&since=&until=&pageSize=&pageToken=&deleted=

@@ -148,8 +148,8 @@ func (a *api) getEvent(r *request, args []string) (any, error) {
 
 // eventJSON is the event as the API shows it: a JSON payload as JSON,
 // another as base64 with its type (payloadEncoding says which), and an
-// initiator filled from what is known when the producer gave none (seed
-// §6.1: the initiator can always be shown).
+// initiator filled from what is known when the producer gave none (the
+// initiator can always be shown).
 func eventJSON(e model.Event) (map[string]json.RawMessage, error) {
 	payload := e.Payload
 	e.Payload = nil
@@ -252,7 +252,8 @@ type repushRequest struct {
 	DryRun   bool   `json:"dryRun"`
 }
 
-// repushRule applies the re-push rules (seed §5.2) to an event.
+// repushRule applies the re-push rules (docs/operations.md "Replay and
+// re-push rules") to an event.
 func (a *api) repushRule(d model.Event, now time.Time) *apiError {
 	id := d.EventID
 	switch {

@@ -18,8 +18,8 @@ import (
 	"github.com/relaybus/relaybus/shared/projection"
 )
 
-// Rebuilding a consumer's projection (outbox-streamingpull.md §8, backfill
-// and rebuild by Seek), in one call:
+// Rebuilding a consumer's projection (a backfill by Seek, as
+// docs/operations.md "Rebuild a projection" tells), in one call:
 //
 //  1. pause the consumer (pause.go), so nothing is applied while its state
 //     is cleared;

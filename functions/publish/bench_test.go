@@ -209,7 +209,8 @@ func publishLoad(b *testing.B, primary bool, env map[string]string) loadResult {
 			lat = append(lat, o.latency)
 		case publish.StatusPending:
 			// A 202 pending is not the answer measured (the event is left to
-			// the relay): BENCH.md counts non-final answers apart.
+			// the relay): the benchmarks count non-final answers apart
+			// (docs/benchmarks.md).
 			pending++
 		default:
 			failed++

@@ -10,7 +10,7 @@
 //	                             its type (what the sdk-go client sends by default)
 //	CloudEvents structured mode  Content-Type: application/cloudevents+json (or +protobuf)
 //	CloudEvents batch mode       Content-Type: application/cloudevents-batch+json, a JSON array
-//	plain envelope               Content-Type: application/json, one JSON object with the seed's
+//	plain envelope               Content-Type: application/json, one JSON object with relaybus's
 //	                             field names (eventId, eventType, topic, aggregateId, version, ...)
 //	plain envelope batch         Content-Type: application/json, a JSON array of envelopes
 //

@@ -94,7 +94,7 @@ type Options struct {
 	// DB holds the outbox (migrated by outbox.Migrate).
 	DB DB
 	// Registry says which consumers expect a topic's events; a topic with
-	// none is skipped (event-ledger-design §3.2). Put registry.Cached in
+	// none is skipped: an event nobody would consume is not sent. Put registry.Cached in
 	// front of a remote registry.
 	Registry registry.Registry
 	// FastPath, when set, publishes each accepted event at once; nil leaves
@@ -269,7 +269,7 @@ const (
 	// publish attempts and waits for an operator.
 	StatusFailed = string(outbox.StateFailed)
 	// StatusSkipped: the topic has no enabled consumer, so nothing was
-	// recorded or published (event-ledger-design §3.2); the reason says so.
+	// recorded or published; the reason says so.
 	StatusSkipped = "SKIPPED"
 )
 
@@ -518,7 +518,8 @@ func (h *Handler) prepare(r *http.Request, d *decoded, caller *identity.Caller) 
 				e.TraceID = tp[3:35]
 			}
 		}
-		// The initiator can always be shown (event-ledger-design §6.1): the
+		// The initiator can always be shown (the ledger answers who caused
+		// every event): the
 		// service Cloud Run verified when it is known (not what the body
 		// claims), else what the request says of it, else the source
 		// service; and the request's id.

@@ -104,7 +104,7 @@ type Deps struct {
 	// batches.
 	SweepBudget time.Duration
 	// Window is the longest an event a notice names is held before its
-	// rollup, gathering the notices of its other consumers (default 5 s).
+	// rollup, gathering the notices of its other consumers (DefaultWindow).
 	// An event is rolled up as soon as the notices carry an attempt of
 	// every consumer its topic expects (Ledger.Expected), but not before
 	// WriteGap after its first notice (its write would wait for the gap
@@ -125,7 +125,7 @@ type Deps struct {
 	NotFoundWait time.Duration
 	// WriteGap is the least time between two writes of one event's
 	// document: a rollup due sooner after the event's last write (its
-	// send, normally) waits for it (default 1 s; Firestore sustains about
+	// send, normally) waits for it (DefaultWriteGap; Firestore sustains about
 	// one write per second per document,
 	// https://firebase.google.com/docs/firestore/best-practices). Negative
 	// waits for nothing.
@@ -137,6 +137,13 @@ type Deps struct {
 // error messages, about 2 MiB), base64 in its JSON wrapper; anything
 // larger is malformed.
 const maxNoticeBody = 12 << 20
+
+// Defaults of Deps, and of ROLLUP_WINDOW and ROLLUP_WRITE_GAP (Config's
+// tags; internal/instance's TestEachDefaultIsWrittenOnce ties the two).
+const (
+	DefaultWindow   = 5 * time.Second
+	DefaultWriteGap = time.Second
+)
 
 // Handler is the rollup function's HTTP handler.
 type Handler struct {
@@ -157,14 +164,14 @@ func New(_ context.Context, d Deps) (*Handler, error) {
 		d.SweepBudget = 45 * time.Second
 	}
 	if d.Window <= 0 {
-		d.Window = 5 * time.Second
+		d.Window = DefaultWindow
 	}
 	if d.NotFoundWait <= 0 {
 		d.NotFoundWait = 10 * time.Second
 	}
 	switch {
 	case d.WriteGap == 0:
-		d.WriteGap = time.Second
+		d.WriteGap = DefaultWriteGap
 	case d.WriteGap < 0:
 		d.WriteGap = 0
 	}

@@ -73,7 +73,7 @@
 #   main   5 × (20 + 2 + 3 + 3×10) = 275
 #   member 5 × (2 + 3 + 10)        =  75
 #   total 350 ≤ 400 − 20 = 380
-# (infra/firstapply_test.go checks these figures, and the README's, against
+# (infra/firstapply_test.go checks these figures, and infra/terraform/README.md's, against
 # the locals.) The bound is per revision: a deploy moves all traffic to the
 # new revision, and the old one's instances, no longer sent requests, close
 # their idle connections after pool_max_conn_idle_time (60s, in the URL; pgx

@@ -1,6 +1,6 @@
 # Identities and grants: one service account per function (one per consumer
 # for consume), each with only what it uses. The list is documented in
-# README.md ("Service accounts and roles") and infra/terraform_test.go checks
+# infra/terraform/README.md ("Service accounts and roles") and infra/terraform_test.go checks
 # that these grants are exactly that list. No service has a public invoker:
 # the invokers are these service accounts, var.publish_invokers and
 # var.operators (both refuse allUsers and allAuthenticatedUsers).

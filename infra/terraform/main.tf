@@ -7,8 +7,8 @@
 # inbox purge, reconcile, expiry), firestore.tf (ledger database, indexes,
 # TTL, topic_consumers), monitoring.tf (log-based metrics, alerts).
 #
-# Prerequisites that cannot be part of this configuration (README.md,
-# "Deploying to Google Cloud"): the Cloud Resource Manager and Service Usage
+# Prerequisites that cannot be part of this configuration (docs/deploying.md,
+# "1. What cannot be in the same terraform apply"): the Cloud Resource Manager and Service Usage
 # APIs must be enabled before the first plan, because the provider needs them
 # to read the project and to enable every other API below.
 

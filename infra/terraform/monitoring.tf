@@ -1,4 +1,4 @@
-# Log-based metrics and alert policies (pubsub-conventions.md §10).
+# Log-based metrics and alert policies (docs/telemetry.md "The dashboard and the alerts").
 #
 # The log-based metrics read the relay's JSON log lines (internal/logging:
 # jsonPayload.message, severity). The messages are the relay's own strings;
@@ -367,7 +367,7 @@ resource "google_monitoring_alert_policy" "strict_gaps" {
 
   documentation {
     mime_type = "text/markdown"
-    content   = "A strict consumer holds events behind a version that has not arrived. Through dlqreplay (the consume services are internal-only, operators cannot reach them): `relaybus -url <dlqreplay URL> -gcloud-auth gaps ls <topic> <consumer>` (GET /consumers/<topic>/<consumer>/gaps) lists the gaps (aggregate, missing version). Deliver the missing version again (`relaybus dlq replay <id>`, or `relaybus repush --consumer <consumer> <eventId>`) or skip it with `relaybus gaps skip --aggregate <id> --version <n> <topic> <consumer>` (POST .../gaps:skip, audited); the consumer applies the parked events in order at its next /gaps:check. See the README, Strict handlers and the resequencer."
+    content   = "A strict consumer holds events behind a version that has not arrived. Through dlqreplay (the consume services are internal-only, operators cannot reach them): `relaybus -url <dlqreplay URL> -gcloud-auth gaps ls <topic> <consumer>` (GET /consumers/<topic>/<consumer>/gaps) lists the gaps (aggregate, missing version). Deliver the missing version again (`relaybus dlq replay <id>`, or `relaybus repush --consumer <consumer> <eventId>`) or skip it with `relaybus gaps skip --aggregate <id> --version <n> <topic> <consumer>` (POST .../gaps:skip, audited); the consumer applies the parked events in order at its next /gaps:check. See docs/strict-ordering.md (Releasing a gap) in the relaybus repository."
   }
 
   # The log-based metrics must be visible to Monitoring first (#11102).
@@ -375,7 +375,7 @@ resource "google_monitoring_alert_policy" "strict_gaps" {
 }
 
 # The delivery dashboard: what Pub/Sub says of every consumer subscription
-# (the seeds' subscription panels). Built-in Pub/Sub metrics, read with
+# (a panel per subscription health signal). Built-in Pub/Sub metrics, read with
 # Monitoring filters (https://cloud.google.com/monitoring/api/metrics_gcp_p_z#gcp-pubsub):
 # undelivered messages and the oldest unacked message's age per consumer,
 # push responses by class (delivery health: ack, or the 4xx/5xx that will

@@ -143,7 +143,7 @@ locals {
     end_to_end_p99       = "histogram_quantile(0.99, sum by (le) (rate({\"relaybus.hop.duration_bucket\", \"relaybus.hop\"=\"end_to_end\"}[5m])))"
   }
 
-  # One chart per seed panel (pubsub-conventions.md §10.1, outbox-streamingpull.md §6).
+  # One chart per signal an operator watches (docs/telemetry.md "The dashboard and the alerts").
   telemetry_charts = [
     { title = "Publish requests/s by status", queries = ["publish_rate"] },
     { title = "Publish latency p50 / p99 (s)", queries = ["publish_p50", "publish_p99"] },
@@ -225,7 +225,7 @@ resource "google_monitoring_alert_policy" "end_to_end_latency" {
   depends_on = [time_sleep.api_propagation]
 }
 
-# The seeds' projection alert: a state projection's version lag above 10
+# The projection alert: a state projection's version lag above 10
 # (relaybus.projection.version_lag: the versions it jumped over when it
 # applied an event), as p99 over 5 minutes per consumer.
 resource "google_monitoring_alert_policy" "projection_version_lag" {

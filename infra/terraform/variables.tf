@@ -379,7 +379,7 @@ variable "alerts" {
     outbox_backlog              = optional(number, 1000)
     publish_failures_per_minute = optional(number, 10)
   })
-  description = "Alert thresholds (pubsub-conventions.md §10) and the notification channels (ids) they notify."
+  description = "Alert thresholds (docs/telemetry.md) and the notification channels (ids) they notify."
   default     = {}
 }
 

@@ -15,7 +15,7 @@ const (
 	// EnvChromium names a Chromium or Chrome binary to use.
 	EnvChromium = "RELAYBUS_CHROMIUM"
 	// EnvScreenshots names the directory the browser tests write their
-	// screenshots to (docs/console for the README: make screenshots).
+	// screenshots to (docs/console for docs/operations.md: make screenshots).
 	EnvScreenshots = "RELAYBUS_SCREENSHOTS"
 )
 

@@ -121,7 +121,7 @@ func ToEvent(ce cloudevents.Event) (event.Event, error) {
 }
 
 // Encode writes e as a Pub/Sub message: the CloudEvent in structured mode in
-// the data, the seed's attributes mirrored, and the aggregate id as ordering
+// the data, relaybus's attributes mirrored, and the aggregate id as ordering
 // key. It fails with a *event.FieldError matching event.ErrTooLarge if the data would
 // exceed Pub/Sub's limit. Encode does not validate; entry points validate
 // before they store an event.

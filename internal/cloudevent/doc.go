@@ -8,7 +8,7 @@
 // mode (the data is the payload, the context attributes travel as ce-*
 // attributes) for a topic with a Pub/Sub schema. The message's
 // content-type attribute names the format, as the CloudEvents Pub/Sub
-// binding says, and the seed's attributes are mirrored ([event.Attributes])
+// binding says, and relaybus's attributes are mirrored ([event.Attributes])
 // so that subscription filters, dashboards and legacy readers need not
 // parse the data. The ordering key is the aggregate id.
 //

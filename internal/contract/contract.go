@@ -1,9 +1,9 @@
 // Package contract is the event contract every send path checks before it
 // writes (publish, outbox.Producer, a handler's Emit): an event's payload
 // against its topic's schema for its schemaVersion (internal/schema), and
-// whether the topic is declared and has an enabled consumer (the seeds'
-// event-ledger-design.md §3.2: a topic nobody consumes is an ERROR and
-// nothing is written, the caller unharmed).
+// whether the topic is declared and has an enabled consumer (a topic
+// nobody consumes is an ERROR and nothing is written, the caller
+// unharmed: docs/producing.md).
 package contract
 
 import (

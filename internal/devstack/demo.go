@@ -21,7 +21,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 )
 
-// Demo runs the purchase scenario (event-ledger-design §7) against a
+// Demo runs the purchase scenario (docs/local-stack.md "make demo") against a
 // running stack and reports to out. It returns an error naming the first
 // thing that is not exactly as expected.
 //

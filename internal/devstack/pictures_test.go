@@ -32,11 +32,11 @@ import (
 )
 
 // EnvScreenshots names the directory the pictures go to (docs/telemetry
-// for the README: make screenshots); without it, the test's temporary
+// for docs/telemetry.md: make screenshots); without it, the test's temporary
 // directory.
 const EnvScreenshots = "RELAYBUS_SCREENSHOTS"
 
-// The README's pictures of the telemetry, from a scripted run on the local
+// docs/telemetry.md's pictures of the telemetry, from a scripted run on the local
 // stack with telemetry recording into memory: the waterfall of one
 // purchase's trace as the in-memory exporter received it, and the relaybus
 // dashboard as Terraform deploys it (infra/terraform/telemetry.tf), each
@@ -122,7 +122,7 @@ func TestTelemetryPictures(t *testing.T) {
 	// The pictured purchase: every delivery succeeds at once (a
 	// redelivery would come back after the subscription's backoff, 10 s,
 	// and squash the rest of the waterfall into its first pixels; the
-	// ASCII tree in the README shows one).
+	// tree in docs/telemetry.md, "The trace", shows one).
 	traced := purchase(0, false)
 	// Traffic for the dashboard: 24 purchases over 12 s (one in six
 	// redelivered once), five members' points piling up.

@@ -120,6 +120,10 @@ type Options struct {
 	// final within half a minute; production waits
 	// ledger.DefaultReconcileAfter, a minute, for its once-a-minute job).
 	ReconcileAfter time.Duration
+	// ForwardSigningSecret signs the forward consumers' requests (those
+	// whose topology entry names a forward_secret): consume's
+	// FORWARD_SIGNING_SECRET, which make dev loads with consume's Config.
+	ForwardSigningSecret string
 	// HealDelay is how long the relays' live ledger recorder has before
 	// their healing step records a send (relay.DefaultHealDelay).
 	HealDelay time.Duration
@@ -525,10 +529,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		cc.Env, cc.PubSub, cc.Ledger = env, pubsubCfg, recorderCfg.Recording
 		cc.DB.URL = fnURL(c.Database, roleConsumer)
 		// A forward consumer's signing secret (forward_secret names a Secret
-		// Manager secret in production) comes from FORWARD_SIGNING_SECRET
+		// Manager secret in production) is Options.ForwardSigningSecret
 		// locally.
 		if c.ForwardSecret != "" {
-			cc.ForwardSigningSecret = os.Getenv("FORWARD_SIGNING_SECRET")
+			cc.ForwardSigningSecret = o.ForwardSigningSecret
 		}
 		if onNATS {
 			// NATS has no push: the consumer pulls its durable consumer
@@ -672,7 +676,7 @@ type job struct {
 // mainURL: $DATABASE_URL_<NAME> when set, else the main database's name
 // followed by _<name>, created when missing.
 func databaseBeside(ctx context.Context, mainURL string, db topology.Database) (string, error) {
-	if u := os.Getenv(db.EnvVar()); u != "" {
+	if u := instance.DatabaseURLs([]string{db.Name})[db.Name]; u != "" {
 		return u, nil
 	}
 	cfg, err := pgx.ParseConfig(mainURL)

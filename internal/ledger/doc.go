@@ -57,7 +57,7 @@
 // transaction reads and locks one event's attempts and nothing else; an
 // attempt may be written before its event's document exists. There is no attempt-0
 // placeholder row: the expected consumers are on the event, so "expected vs
-// reported" (the seed's "1/2 consumed") is expectedConsumers against the
+// reported" (the console's "1/2 consumed") is expectedConsumers against the
 // consumers with attempts (query.Reader.Get, query.Detail.Summary).
 //
 // Every document id is deterministic, so every write can be repeated: a
@@ -275,8 +275,7 @@
 // topic_consumers only by sync. The ledger keeps no counters
 // or aggregates in documents; totals per status come from queries, and
 // rates from the logs (rollup logs every status change with the event's
-// fields and previous_status, for log-based metrics; pubsub-conventions
-// §10.1). Rollup writes only on change, so N consumers finishing at once
+// fields and previous_status, for log-based metrics). Rollup writes only on change, so N consumers finishing at once
 // cost one status write, and their concurrent transactions touch one
 // document for milliseconds. Attempt inserts that wait too long for a
 // rollup's locks are answered ABORTED and retried.
@@ -285,7 +284,7 @@
 //
 // A topic's [Level] (infra/topology.yaml, ledger:) decides what the ledger
 // keeps of its events: [LevelFailures] (the default), [LevelFull],
-// [LevelOff]. The README's "Ledger levels and cost" has the arithmetic. (The Firestore emulator
+// [LevelOff]. docs/ledger.md's "Levels and cost" has the arithmetic. (The Firestore emulator
 // locks a whole collection for a query in a transaction; with attempts in
 // one top-level collection, every rollup would stall every attempt insert
 // in local runs. As subcollections, a rollup stalls only its own event's.) RecordSent,

@@ -51,7 +51,7 @@ func (n *notices) next(t *testing.T) event.Message {
 	}
 }
 
-// The seed's §7 scenario: order.purchased with two consumers, member-service
+// The demo's purchase scenario: order.purchased with two consumers, member-service
 // and message-service; message-service fails once and then succeeds; each
 // emits a child event. Real parts: the Firestore emulator, Pub/Sub (pstest)
 // for the rollup notices, the repository's topology.

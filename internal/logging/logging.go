@@ -58,8 +58,8 @@ func New(w io.Writer, opts Options) *slog.Logger {
 // handler formats With's attributes at once, whether anything is logged
 // or not; the hot paths build a logger with a delivery's or an event's
 // fields for every request and mostly log nothing below WARNING, so
-// formatting them ahead was most of their logging cost (see the README's
-// cost per event). A line comes out the same: With's attributes first,
+// formatting them ahead was most of their logging cost (see
+// docs/records/2026-11-26-cpu-per-event.md). A line comes out the same: With's attributes first,
 // then the record's.
 type lazyHandler struct {
 	inner slog.Handler

@@ -1,5 +1,5 @@
 // Package percentile is the one rank rule every relaybus figure uses: the
-// nearest-rank percentile, as ../shared/BENCH.md asks of the benchmarks and
+// nearest-rank percentile, as docs/benchmarks.md states for the benchmarks and
 // as the console's overview reports.
 //
 // The nearest-rank p-th percentile of n samples is the sample at rank

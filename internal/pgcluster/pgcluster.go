@@ -329,7 +329,8 @@ func serverCredential() (*syscall.Credential, error) {
 // Durability reads how the server at url commits: its fsync,
 // synchronous_commit and full_page_writes settings, as "fsync=on
 // synchronous_commit=on full_page_writes=on", and whether all three are on,
-// as production runs (and as ../shared/BENCH.md requires of every figure).
+// as production runs (and as every benchmark figure requires:
+// docs/benchmarks.md).
 func Durability(ctx context.Context, url string) (settings string, durable bool, err error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {

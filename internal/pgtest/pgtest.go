@@ -286,7 +286,7 @@ func sanitize(name string) string {
 // RequireDurable fails the benchmark unless the test server commits as
 // production does (fsync, synchronous_commit and full_page_writes on), and
 // returns those settings for the benchmark's comment line: a figure taken
-// on a non-durable server does not count (../shared/BENCH.md), so it is not
+// on a non-durable server does not count (docs/benchmarks.md), so it is not
 // printed at all. make bench starts a durable server (testenv -durable).
 func RequireDurable(tb testing.TB) string {
 	tb.Helper()

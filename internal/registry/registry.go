@@ -1,6 +1,6 @@
 // Package registry answers "which consumers expect events on this topic?",
 // the question publish asks before it accepts an event (a topic nobody
-// consumes is refused, per the ledger design §3.2) and the relay asks when it
+// consumes is refused: an event nobody would consume is not sent) and the relay asks when it
 // records an event's expected consumers in the ledger.
 //
 // The production registry is the ledger's topic_consumers collection

@@ -13,9 +13,10 @@ import (
 	"github.com/relaybus/relaybus/internal/topology"
 )
 
-// Change kinds Compare reports: the changes the seeds forbid
-// (pubsub-conventions.md §6: add optional fields, enum values and messages;
-// never delete a field or change its type or number).
+// Change kinds Compare reports: the changes relaybus forbids within a
+// schema version (docs/schemas.md "Compatibility": add optional fields,
+// enum values and messages; never delete a field or change its type or
+// number).
 const (
 	// ChangeRemoved: a field (protobuf, Avro, a JSON Schema property) or an
 	// enum value is gone.
@@ -56,7 +57,7 @@ func (c Change) String() string {
 	return c.Field + ": " + c.Kind + ": " + c.Detail
 }
 
-// Compare returns the changes from old to new that the seeds forbid, so
+// Compare returns the changes from old to new that relaybus forbids, so
 // that a consumer reading either can read what a producer of the other
 // writes; none means the change is allowed. Protobuf and JSON Schema are
 // compared on their descriptors and schema trees by relaybus's own rules
@@ -318,7 +319,8 @@ func (f Finding) String() string { return f.Topic + " " + f.Version + ": " + f.C
 // both declare must have changed compatibly (Compare). A version new in the
 // head is not compared with the older ones: a new schemaVersion is how a
 // breaking change is made, its producers publishing both versions until
-// every consumer reads the new one (pubsub-conventions.md §6); a version
+// every consumer reads the new one (docs/schemas.md "Breaking changes: a
+// new schema version"); a version
 // the head no longer declares is retired. It returns the findings and the
 // number of versions compared.
 func Evolution(base, head *Set) ([]Finding, int) {

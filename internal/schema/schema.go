@@ -6,8 +6,8 @@
 // [outbox.Contract], a handler's Emit) calls [Set.Check] before it writes,
 // so Pub/Sub, which validates the message data of a topic with a schema
 // (https://cloud.google.com/pubsub/docs/schemas), never refuses what the
-// relay holds. [Compare] says whether a schema change is one the seeds allow
-// (pubsub-conventions.md §6: add optional fields, never remove, retype,
+// relay holds. [Compare] says whether a schema change is one relaybus allows
+// (docs/schemas.md "Compatibility": add optional fields, never remove, retype,
 // renumber or make required); `relaybus schemas check` runs it before a
 // deploy.
 //

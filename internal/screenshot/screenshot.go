@@ -1,5 +1,5 @@
 // Package screenshot renders an HTML page to a PNG with a headless
-// Chromium (chromedp): the README's pictures of the telemetry (a trace's
+// Chromium (chromedp): docs/telemetry.md's pictures of the telemetry (a trace's
 // waterfall, the dashboard) are pages the tests render from real data and
 // shoot with it.
 package screenshot

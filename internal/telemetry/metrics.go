@@ -68,7 +68,7 @@ const (
 	// MetricProjectionVersionLag: the versions a state projection jumped
 	// over when it applied an event (the event's version minus the version
 	// it held minus 1; 0 when the event was the next one), per topic and
-	// consumer. The seeds' projection version lag (event version −
+	// consumer. The projection version lag (event version −
 	// projection version) as the consumer can measure it: the aggregate's
 	// latest version lives in the producer's database, but the event being
 	// applied is the newest version the consumer knows of, and the version
@@ -104,7 +104,7 @@ const (
 )
 
 // versionBuckets are the version lag's bucket bounds: 0 (in order) apart,
-// then the seeds' alert threshold (10) among a few orders of magnitude.
+// then the version-lag alert's threshold (10) among a few orders of magnitude.
 var versionBuckets = []float64{0, 1, 2, 5, 10, 20, 50, 100, 1000}
 
 // durationBuckets are the semantic conventions' advice for messaging

@@ -3,7 +3,7 @@
 // the spans of other traces that link to one of them (the relay's publish
 // of a child event) drawn under the span they link to. It renders the
 // spans an OpenTelemetry exporter received (tracetest.SpanStubs) as a
-// self-contained HTML page; the README's picture of a purchase's trace is
+// self-contained HTML page; docs/telemetry.md's picture of a purchase's trace is
 // that page, shot by internal/screenshot.
 package waterfall
 

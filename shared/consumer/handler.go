@@ -332,7 +332,9 @@ func (m *Mux) Handle(ctx context.Context, c *Context) error {
 		}
 	}
 	if vs := m.versions(c.Event.Type); len(vs) > 0 {
-		// An unknown schema version (pubsub-conventions §6.3): poison, as
+		// An unknown schema version (a producer upgrading publishes the
+		// new version beside the old until every consumer reads it, see
+		// docs/consuming.md "Two schema versions side by side"): poison, as
 		// every ErrNoHandler (reason no_handler), dead-lettered for an
 		// operator to replay once the consumer reads it; the message
 		// names the versions it reads.
@@ -345,7 +347,10 @@ func (m *Mux) Handle(ctx context.Context, c *Context) error {
 // Class is how a failure is treated.
 type Class int
 
-// Failure classes (ARCHITECTURE.md's error taxonomy).
+// Failure classes: each error a handler returns falls in one of these
+// (an unclassified error is transient), and its class decides whether the
+// delivery is redelivered, acknowledged and recorded as failed, or
+// dead-lettered (docs/consuming.md "Outcomes and answers").
 const (
 	// ClassTransient: answer non-2xx; Pub/Sub redelivers with backoff and
 	// dead-letters after the subscription's maximum attempts.

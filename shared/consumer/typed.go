@@ -63,7 +63,7 @@ func (e *PayloadError) Unwrap() error { return e.Err }
 // protojson when the payload type is JSON; any other T is read from JSON
 // with encoding/json. Fields the T does not know are ignored (a reader of
 // v1 reads a payload a newer producer added optional fields to, as the
-// seeds' compatibility rules allow). A failure is poison ("bad_payload")
+// compatibility rules allow: docs/schemas.md). A failure is poison ("bad_payload")
 // wrapping a *PayloadError.
 func Decode[T any](e *event.Event) (T, error) {
 	var v T

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// envelope is the plain JSON form of an event, with the seeds' field names.
+// envelope is the plain JSON form of an event, with relaybus's field names.
 type envelope struct {
 	EventID       string          `json:"eventId,omitempty"`
 	EventType     string          `json:"eventType,omitempty"`
@@ -32,7 +32,7 @@ type envelope struct {
 	ExpireAt      string          `json:"expireAt,omitempty"`
 }
 
-// MarshalJSON writes the plain JSON envelope: the seeds' field names
+// MarshalJSON writes the plain JSON envelope: relaybus's field names
 // (eventId, eventType, topic, aggregateType, aggregateId, version, occurredAt,
 // schemaVersion, payloadType, payload, traceId, spanId, parentEventId,
 // correlationId, initiator, expireAt) plus source. A JSON payload is inlined;

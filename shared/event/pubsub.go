@@ -40,7 +40,8 @@ type Message struct {
 	Topic string
 }
 
-// Pub/Sub attribute names: the seed's required and optional set, plus the
+// Pub/Sub attribute names: relaybus's required and optional set
+// (docs/architecture.md "Attribute names"), plus the
 // CloudEvents Pub/Sub binding's content-type.
 const (
 	AttrContentType   = "content-type"
@@ -71,7 +72,7 @@ const (
 	EncodingProtobuf Encoding = "protobuf"
 	// EncodingBinary is CloudEvents binary mode: the message data is the
 	// payload alone, the context attributes travel as ce-* attributes and
-	// the payload type as content-type, beside the seed's attributes. The
+	// the payload type as content-type, beside relaybus's attributes. The
 	// relay writes it for a topic with a Pub/Sub schema, which validates the
 	// data (https://cloud.google.com/pubsub/docs/schemas); it is not a
 	// topology encoding.

@@ -20,9 +20,9 @@ type Encoded struct {
 }
 
 // SideBySide returns the events of one business change published in
-// several schema versions at once, the seeds' upgrade path
-// (pubsub-conventions §6.3: the producer publishes v1 and v2 side by side
-// until every consumer reads v2). Enqueue them together, in the order
+// several schema versions at once, relaybus's upgrade path for a breaking
+// change: the producer publishes v1 and v2 side by side until every
+// consumer reads v2 (docs/consuming.md "Two schema versions side by side"). Enqueue them together, in the order
 // returned, in one transaction (outbox.Enqueue).
 //
 // change holds what the versions share: type, topic, aggregate, source,

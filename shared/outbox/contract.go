@@ -14,7 +14,7 @@ import (
 
 // StateSkipped is the state a Producer reports for an event it did not
 // write because its topic is unknown or has no enabled consumer
-// (event-ledger-design.md §3.2): nothing was written, the caller was not
+// (an event nobody would consume is not sent; docs/producing.md): nothing was written, the caller was not
 // failed. It is the publish function's SKIPPED status.
 const StateSkipped State = "SKIPPED"
 

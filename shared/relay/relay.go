@@ -64,7 +64,9 @@ import (
 	"github.com/relaybus/relaybus/shared/outbox"
 )
 
-// Defaults of Options (outbox-streamingpull "OUTBOX配置" where it names one).
+// Defaults of Options, and of the RELAY_* and OUTBOX_RETENTION variables
+// (Config's tags; internal/instance's TestEachDefaultIsWrittenOnce ties
+// the two).
 const (
 	DefaultBatchSize    = 1000
 	DefaultAggregates   = 1000

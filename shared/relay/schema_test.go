@@ -15,7 +15,7 @@ import (
 // TestTopicWithSchemaIsPublishedInBinaryMode: on a topic with a schema
 // (the repository's member.points.events), the message Pub/Sub receives has
 // the payload alone as its data, which validates against the schema (what
-// Pub/Sub checks), the CloudEvents and seed attributes as attributes, and
+// Pub/Sub checks), the CloudEvents and relaybus attributes as attributes, and
 // reads back as the same event.
 func TestTopicWithSchemaIsPublishedInBinaryMode(t *testing.T) {
 	ctx := context.Background()

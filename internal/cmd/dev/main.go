@@ -4,15 +4,23 @@
 //
 //	go run ./internal/cmd/dev [-addr 127.0.0.1:8080] [-state .state] [-backoff-scale 0.05] [-project relaybus-local] [-pprof 127.0.0.1:6060]
 //
-// DATABASE_URL, PUBSUB_EMULATOR_HOST and FIRESTORE_EMULATOR_HOST use
-// services that already run instead of starting them (two stacks sharing
-// emulators need their own -project or GOOGLE_CLOUD_PROJECT); RELAYBUS_DEV_ADDR
-// sets the address when -addr is not given; TRANSPORT=nats runs the stack
-// on NATS JetStream (an embedded server, or NATS_URL's) instead of Pub/Sub
-// (make dev TRANSPORT=nats); RELAYBUS_TOPOLOGY names another
-// topology file than infra/topology.yaml; LOG_LEVEL (warn) sets how much
-// the functions log (to stderr, as JSON). A missing prerequisite prints one
-// line each saying what to install, and the command exits 1.
+// The functions' variables it honours are read through the functions' own
+// configuration structs (see config), so each means and defaults to what
+// it does in production: DATABASE_URL, PUBSUB_EMULATOR_HOST and
+// FIRESTORE_EMULATOR_HOST use services that already run instead of
+// starting them (two stacks sharing emulators need their own -project or
+// GOOGLE_CLOUD_PROJECT); TRANSPORT=nats runs the stack on NATS JetStream
+// (an embedded server, or NATS_URL's) instead of Pub/Sub (make dev
+// TRANSPORT=nats); RELAYBUS_TOPOLOGY names another topology file than
+// infra/topology.yaml; LOG_LEVEL (info, as in production) sets how much the
+// functions log (to stderr, as JSON; LOG_LEVEL=warn for a quiet terminal
+// under make load); FORWARD_SIGNING_SECRET signs the forward consumers'
+// requests; DATABASE_URL_<NAME> names a topology database's own URL (read
+// by internal/instance.DatabaseURLs, as the relay reads it); the OTEL_*
+// variables and TELEMETRY_EXPORT export the stack's telemetry. RELAYBUS_DEV_ADDR and RELAYBUS_DEV_PG_BUDGET are the
+// command's own: -addr's and -pg-budget's defaults. A missing
+// prerequisite prints one line each saying what to install, and the
+// command exits 1.
 package main
 
 import (
@@ -28,16 +36,61 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sethvargo/go-envconfig"
-
+	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/devstack"
+	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/relay"
 )
 
+// config is what make dev reads of the functions' environment: the
+// pieces of the functions' own configuration (internal/instance), loaded by
+// instance.Load as the functions load theirs, so a variable has one
+// default and an invalid value fails naming it. The stack sets everything
+// else itself (devstack.Start builds each function's configuration from
+// instance.Defaults); of what config reads, SHUTDOWN_TIMEOUT,
+// DATABASE_DIRECT_URL and the ledger's FIRESTORE_DATABASE,
+// LEDGER_RETENTION and LEDGER_RECONCILE_AFTER are not used: Ctrl-C waits
+// up to 30 s, migrations run on the stack's own database, and the ledger
+// keeps the functions' defaults (reconciling after 15 s).
+type config struct {
+	// Env: GOOGLE_CLOUD_PROJECT (-project's default), LOG_LEVEL,
+	// RELAYBUS_TOPOLOGY, and telemetry's OTEL_* and TELEMETRY_EXPORT.
+	Env instance.Env
+	// DB: DATABASE_URL.
+	DB instance.Database
+	// PubSub: PUBSUB_EMULATOR_HOST, TRANSPORT and NATS_URL.
+	PubSub instance.PubSub
+	// Ledger: FIRESTORE_EMULATOR_HOST.
+	Ledger instance.Ledger
+	// Consume: FORWARD_SIGNING_SECRET, the forward consumers' signing
+	// secret; the stack sets the rest of each consumer's configuration
+	// from the topology.
+	Consume consume.Config
+}
+
+// options is the part of the stack's options the environment sets: the
+// services to use instead of starting them, the topology, the broker and
+// the functions' logger at LOG_LEVEL.
+func (c config) options() devstack.Options {
+	return devstack.Options{
+		DatabaseURL: c.DB.URL, PubSubHost: c.PubSub.EmulatorHost, FirestoreHost: c.Ledger.EmulatorHost,
+		Topology: c.Env.Topology, Transport: c.PubSub.Transport, NATSURL: c.PubSub.NATSURL,
+		ForwardSigningSecret: c.Consume.ForwardSigningSecret,
+		Logger:               logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(c.Env.LogLevel)}),
+	}
+}
+
 func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := instance.Load[config](ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "make dev:", err)
+		os.Exit(2)
+	}
 	defAddr := os.Getenv("RELAYBUS_DEV_ADDR")
 	if defAddr == "" {
 		defAddr = "127.0.0.1:8080"
@@ -45,7 +98,7 @@ func main() {
 	addr := flag.String("addr", defAddr, "address the functions listen on ($RELAYBUS_DEV_ADDR)")
 	state := flag.String("state", ".state", "directory for the throwaway Postgres cluster and dev.json")
 	scale := flag.Float64("backoff-scale", 1, "multiplies the subscriptions' redelivery backoff (1 = the topology's retry policy, Pub/Sub's timing)")
-	defProject := os.Getenv("GOOGLE_CLOUD_PROJECT")
+	defProject := cfg.Env.ProjectID
 	if defProject == "" {
 		defProject = "relaybus-local"
 	}
@@ -70,21 +123,10 @@ func main() {
 			}
 		}()
 	}
-	level := os.Getenv("LOG_LEVEL")
-	if level == "" {
-		level = "warn"
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	// Telemetry from the standard OTEL_* variables (internal/otelsetup,
 	// docs/telemetry.md): exported when an OTEL_EXPORTER_OTLP_*ENDPOINT is
 	// set, else off and silent.
-	var tel otelsetup.Config
-	if err := envconfig.Process(ctx, &tel); err != nil {
-		fmt.Fprintln(os.Stderr, "make dev:", err)
-		os.Exit(1)
-	}
-	flush, err := otelsetup.Setup(ctx, otelsetup.Options{Config: tel, ServiceName: "relaybus-dev", ProjectID: *project})
+	flush, err := otelsetup.Setup(ctx, otelsetup.Options{Config: cfg.Env.Telemetry, ServiceName: "relaybus-dev", ProjectID: *project})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "make dev:", err)
 		os.Exit(1)
@@ -101,14 +143,10 @@ func main() {
 		}
 	}
 	start := time.Now()
-	s, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, StateDir: *state, BackoffScale: *scale, Project: *project, PostgresBudget: *pgBudget,
-		DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
-		FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"), Topology: os.Getenv("RELAYBUS_TOPOLOGY"),
-		Transport: os.Getenv("TRANSPORT"), NATSURL: os.Getenv("NATS_URL"),
-		Logger:  logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(level)}),
-		Drained: drained,
-	})
+	o := cfg.options()
+	o.Addr, o.StateDir, o.BackoffScale, o.Project, o.PostgresBudget = *addr, *state, *scale, *project, *pgBudget
+	o.Drained = drained
+	s, err := devstack.Start(ctx, o)
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			fmt.Fprintln(os.Stderr, "make dev:", line)

@@ -59,7 +59,7 @@ func run(args []string, durable bool) int {
 	if u := os.Getenv(pgtest.EnvURL); u != "" && durable {
 		// A server named by the environment is used as it is, so -durable
 		// must check it rather than trust it: figures on a non-durable
-		// server do not count (../shared/BENCH.md).
+		// server do not count (docs/benchmarks.md).
 		settings, ok, err := pgcluster.Durability(ctx, u)
 		if err != nil {
 			logf("%s: %v", pgtest.EnvURL, err)

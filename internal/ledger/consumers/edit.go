@@ -20,7 +20,7 @@ import (
 )
 
 // ConsumerEntry is one topic_consumers document as operators see it
-// (event-ledger-design.md §2.3).
+// (docs/ledger.md "Collections").
 type ConsumerEntry struct {
 	Topic       string    `firestore:"topic" json:"topic"`
 	ConsumerID  string    `firestore:"consumerId" json:"consumerId"`

@@ -8,8 +8,8 @@ import (
 )
 
 // Level is how much the ledger keeps of a topic's events, declared per
-// topic in the topology (ledger: full | failures | off). See the README's
-// "Ledger levels and cost" for what each costs.
+// topic in the topology (ledger: full | failures | off). See docs/ledger.md,
+// "Levels and cost", for what each costs.
 type Level string
 
 // The levels.

@@ -11,7 +11,7 @@ import (
 )
 
 // Event is an event's document in the events collection: the envelope as the
-// producer wrote it (event-ledger-design.md §1.2, §2.2), the send state, the
+// producer wrote it (docs/architecture.md "The event"), the send state, the
 // status, and the consumers the event was sent to.
 type Event struct {
 	EventID       string    `firestore:"eventId" json:"eventId"`
@@ -141,7 +141,8 @@ type Sent struct {
 	OmittedPayload int
 }
 
-// Initiator says who caused an event (event-ledger-design.md §1.2).
+// Initiator says who caused an event: a service, an operation, a user, a
+// request (docs/architecture.md "The event").
 type Initiator struct {
 	Service         string `firestore:"service,omitempty" json:"service,omitempty"`
 	Operation       string `firestore:"operation,omitempty" json:"operation,omitempty"`

@@ -10,7 +10,7 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 )
 
-// Status is an event's status in the ledger (event-ledger-design.md §2.4).
+// Status is an event's status in the ledger (docs/ledger.md "Statuses").
 type Status string
 
 // The statuses. See shared/ledger's package documentation for when each holds.

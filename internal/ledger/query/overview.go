@@ -164,7 +164,7 @@ func firstCommits(attempts []model.Attempt) []ConsumerCommit {
 }
 
 // ConsumedCounts says, for each event, how many of its expected consumers'
-// latest attempts succeeded (the "n" of the seed's "n/m consumed"). A
+// latest attempts succeeded (the "n" of the console's "n/m consumed"). A
 // CONSUMED event counts all of them without a read; the others read their
 // attempts, at most 8 events at a time.
 func (s *Reader) ConsumedCounts(ctx context.Context, events []model.Event) (map[string]int, error) {

@@ -243,7 +243,8 @@ type Detail struct {
 	Succeeded int `json:"succeeded"`
 }
 
-// Summary reads like the seed's "1/2 consumed".
+// Summary reads like "1/2 consumed": consumers that succeeded of those
+// expected.
 func (d Detail) Summary() string {
 	return strconv.Itoa(d.Succeeded) + "/" + strconv.Itoa(d.Expected) + " consumed"
 }

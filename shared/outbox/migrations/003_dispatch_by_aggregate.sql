@@ -2,8 +2,8 @@
 --
 -- The relay's unit of work is an aggregate's run of unpublished versions.
 -- Its dispatch state lives in one small row per aggregate, and the outbox
--- itself becomes append-only (the seed's CDC mode: a Debezium reader sees
--- inserts only). A claim leases aggregates; a run is published as one
+-- itself becomes append-only (so a change-data-capture reader such as
+-- Debezium sees inserts only). A claim leases aggregates; a run is published as one
 -- ordered bundle; one statement marks a whole batch by moving each
 -- aggregate's published cursor.
 --
@@ -127,7 +127,7 @@ END
 $$;
 
 -- What an operator looks at: every aggregate with something unpublished,
--- leased, retrying or FAILED, one row each (README, "Relay").
+-- leased, retrying or FAILED, one row each (docs/producing.md, "The relay").
 CREATE OR REPLACE VIEW relaybus_outbox_backlog AS
 SELECT d.aggregatetype,
        d.aggregateid,
