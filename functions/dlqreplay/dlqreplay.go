@@ -173,7 +173,7 @@ type Options struct {
 	// subscription admin client).
 	Seeker *Seeker
 	// TimeSeeker, when set and Seeker is not, serves seek to a time on
-	// another transport (NATS JetStream: natsjs.Client.SeekTime); seek to
+	// another transport (NATS JetStream: nats.Client.SeekTime); seek to
 	// a snapshot and snapshots stay Pub/Sub's (501).
 	TimeSeeker TimeSeeker
 	// PushTargets are the push consumers' endpoints and OIDC identities by

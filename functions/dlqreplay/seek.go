@@ -17,8 +17,8 @@ import (
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // Seeker rewinds subscriptions and keeps snapshots (Pub/Sub's subscription
@@ -32,7 +32,7 @@ type Seeker struct {
 
 // TimeSeeker rewinds a subscription to a time on a transport without
 // Pub/Sub's admin API: every message stored at or after t is delivered
-// again. *natsjs.Client implements it (by recreating the durable consumer
+// again. *nats.Client implements it (by recreating the durable consumer
 // with DeliverByStartTime: see its SeekTime).
 type TimeSeeker interface {
 	SeekTime(ctx context.Context, subscription string, t time.Time) error
@@ -42,7 +42,7 @@ type TimeSeeker interface {
 // another (NATS: seek to a time only; snapshots, rebuild and the
 // PushPauser are Pub/Sub's admin API and answer 501 "not configured").
 func seekersOf(b instance.Broker, project string) (*Seeker, TimeSeeker) {
-	if c, ok := b.(*transport.Client); ok {
+	if c, ok := b.(*pubsub.Client); ok {
 		return &Seeker{Admin: c.PubSub().SubscriptionAdminClient, Project: project}, nil
 	}
 	if ts, ok := b.(TimeSeeker); ok {

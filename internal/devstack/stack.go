@@ -54,8 +54,8 @@ import (
 	"github.com/relaybus/relaybus/internal/pstestserver"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport"
-	"github.com/relaybus/relaybus/shared/transport/natsjs"
+	"github.com/relaybus/relaybus/shared/broker/nats"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 
 	_ "github.com/relaybus/relaybus/examples/shop" // the demo topology's handlers
 )
@@ -160,10 +160,10 @@ type Stack struct {
 	Ledger   *ledger.Store
 	Pool     *pgxpool.Pool
 	Pools    map[string]*pgxpool.Pool
-	PubSub   *transport.Client
+	PubSub   *pubsub.Client
 	Topology *topology.Topology
 	// Broker is the stack's own client of its transport: PubSub, or a
-	// *natsjs.Client with Transport nats (PubSub is nil then).
+	// *nats.Client with Transport nats (PubSub is nil then).
 	Broker instance.Broker
 	// Delivery is what the delivery loop handed back to Pub/Sub when it
 	// stopped (set by Close once the loop stopped within its context).
@@ -449,16 +449,16 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	// The broker: the stack's own client, the topology's topics and
 	// subscriptions (streams and durable consumers on NATS).
 	var (
-		ps *transport.Client
-		nc *natsjs.Client
+		ps *pubsub.Client
+		nc *nats.Client
 	)
 	if onNATS {
-		if nc, err = natsjs.Connect(ctx, o.NATSURL, natsjs.Options{Name: "relaybus-dev"}); err != nil {
+		if nc, err = nats.Connect(ctx, o.NATSURL, nats.Options{Name: "relaybus-dev"}); err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, func(context.Context) { _ = nc.Close() })
 		s.Broker = nc
-		if err := natsjs.Provision(ctx, nc, top); err != nil {
+		if err := nats.Provision(ctx, nc, top); err != nil {
 			return nil, fmt.Errorf("provision: %w", err)
 		}
 	} else {
@@ -467,7 +467,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 		s.closers = append(s.closers, func(context.Context) { _ = ps.Close() })
 		s.PubSub, s.Broker = ps, ps
-		if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+		if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
 			return nil, fmt.Errorf("provision: %w", err)
 		}
 	}
@@ -578,10 +578,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		routes = append(routes, Route{Subscription: names.DeadLetterMonitor(t.Name), Topic: names.DeadLetter(t.Name),
 			URL: base + "/dlqreplay/deadletters:archive", Mode: topology.DeliveryPush})
 	}
-	routes = append(routes, Route{Subscription: transport.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
+	routes = append(routes, Route{Subscription: pubsub.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
 		Mode: topology.DeliveryPush, MaxInFlight: rollupMaxInFlight})
 	if onNATS {
-		// The Pub/Sub subscriptions' retry policies (transport.Provision),
+		// The Pub/Sub subscriptions' retry policies (pubsub.Provision),
 		// scaled as the loop scales them.
 		scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) * o.BackoffScale) }
 		for i := range routes {

@@ -38,8 +38,8 @@ import (
 )
 
 // Source is what the worker needs of a broker: pulling a subscription's
-// messages under a lease. *transport.Client (Pub/Sub unary Pull) and
-// *natsjs.Client (a JetStream pull consumer) implement it.
+// messages under a lease. *pubsub.Client (Pub/Sub unary Pull) and
+// *nats.Client (a JetStream pull consumer) implement it.
 type Source interface {
 	// Pull returns at most max messages of subscription, each leased to the
 	// caller until it acknowledges it, hands it back or lets its lease

@@ -1,4 +1,4 @@
-// Package transport is relaybus's Pub/Sub layer over
+// Package pubsub is relaybus's Pub/Sub broker driver over
 // cloud.google.com/go/pubsub/v2: one publisher per topic, message ordering
 // always on (the ordering key is the aggregate id), and the paused-key
 // handling that ordering requires.
@@ -9,7 +9,7 @@
 // caller (the relay resumes a key after it has recorded the failure, so that
 // nothing behind the failed head slips out of order); [Client.Publish] resumes
 // the key itself before it returns the error.
-package transport
+package pubsub
 
 import (
 	"context"
@@ -105,7 +105,7 @@ func (c *Client) PubSub() *pubsub.Client { return c.ps }
 func (c *Client) Project() string { return c.ps.Project() }
 
 // ErrClosed is returned by publishes after Close.
-var ErrClosed = errors.New("transport: client closed")
+var ErrClosed = errors.New("pubsub: client closed")
 
 func (c *Client) publisher(topic string) (*pubsub.Publisher, error) {
 	id := names.ResourceID(topic)

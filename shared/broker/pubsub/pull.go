@@ -1,4 +1,4 @@
-package transport
+package pubsub
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package natsjs
+package nats
 
 import (
 	"context"
@@ -6,10 +6,10 @@ import (
 
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 )
 
-// Provision creates on the server what transport.Provision creates on
+// Provision creates on the server what pubsub.Provision creates on
 // Pub/Sub for a topology: a stream per topic (its retention as MaxAge) and
 // per <topic>.dlq, a durable pull consumer per consumer subscription (its
 // ack deadline as AckWait), per <topic>.dlq-monitor and for the rollup.
@@ -21,7 +21,7 @@ func Provision(ctx context.Context, c *Client, t *topology.Topology) error {
 	if err := c.EnsureTopic(ctx, t.Rollup.Topic, 0); err != nil {
 		return err
 	}
-	if err := c.EnsureSubscription(ctx, t.Rollup.Topic, transport.RollupSubscription(t),
+	if err := c.EnsureSubscription(ctx, t.Rollup.Topic, pubsub.RollupSubscription(t),
 		SubscriptionConfig{AckWait: secs(t.Defaults.AckDeadlineSeconds)}); err != nil {
 		return err
 	}

@@ -1,7 +1,7 @@
-// Package transporttest is the conformance suite every relaybus transport
+// Package brokertest is the conformance suite every relaybus broker driver
 // passes (as River's driver suite and Watermill's tests.TestPubSub are for
-// theirs): Pub/Sub on pstest (shared/transport) and NATS JetStream on an
-// embedded server (shared/transport/natsjs) run the same tests through the
+// theirs): Pub/Sub on pstest (shared/broker/pubsub) and NATS JetStream on an
+// embedded server (shared/broker/nats) run the same tests through the
 // same contracts — event.Publisher, the relay's PublishBatch and
 // pull.Source — and through the pull worker (internal/pull) on top of them.
 //
@@ -9,7 +9,7 @@
 // then asserts the documented behaviour instead (a broker without
 // publish deduplication delivers a repeated publish twice), so a change
 // either way fails the suite rather than passing silently.
-package transporttest
+package brokertest
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package transport_test
+package pubsub_test
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport"
-	"github.com/relaybus/relaybus/shared/transport/transporttest"
+	"github.com/relaybus/relaybus/shared/broker/brokertest"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 )
 
 // TestMain stops the Pub/Sub emulator emutest started, if it started one.
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 func TestConformance(t *testing.T) {
 	srv := pstest.NewServer()
 	t.Cleanup(func() { _ = srv.Close() })
-	transporttest.Run(t, pubsubBackend("relaybus-conformance", srv.Addr, true))
+	brokertest.Run(t, pubsubBackend("relaybus-conformance", srv.Addr, true))
 }
 
 // TestConformanceOnTheEmulator runs the transport suite against the gcloud
@@ -44,24 +44,24 @@ func TestConformanceOnTheEmulator(t *testing.T) {
 	// one consumer reaches every subscription, as on NATS, and the other
 	// consumers' engines skip it. Pub/Sub and pstest apply it
 	// (https://cloud.google.com/pubsub/docs/subscription-message-filter).
-	transporttest.Run(t, pubsubBackend(emutest.UniqueProject(t), emutest.Host(t, emulator.PubSub), false))
+	brokertest.Run(t, pubsubBackend(emutest.UniqueProject(t), emutest.Host(t, emulator.PubSub), false))
 }
 
 // pubsubBackend is the suite's Pub/Sub backend on the server at addr;
 // filters says whether that server applies subscription filters.
-func pubsubBackend(project, addr string, filters bool) transporttest.Backend {
+func pubsubBackend(project, addr string, filters bool) brokertest.Backend {
 	const ackDeadline = 10 * time.Second // Pub/Sub's minimum
 	path := func(kind, id string) string { return "projects/" + project + "/" + kind + "/" + id }
-	return transporttest.Backend{
-		Open: func(t *testing.T) transporttest.Broker {
-			c, err := transport.Dial(context.Background(), project, addr, transport.Options{})
+	return brokertest.Backend{
+		Open: func(t *testing.T) brokertest.Broker {
+			c, err := pubsub.Dial(context.Background(), project, addr, pubsub.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return c
 		},
-		Setup: func(t *testing.T, b transporttest.Broker, topic, sub, dlqSub string) {
-			admin := b.(*transport.Client).PubSub()
+		Setup: func(t *testing.T, b brokertest.Broker, topic, sub, dlqSub string) {
+			admin := b.(*pubsub.Client).PubSub()
 			ctx := context.Background()
 			for _, tp := range []string{topic, names.DeadLetter(topic)} {
 				if _, err := admin.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: path("topics", tp)}); err != nil {
@@ -78,9 +78,9 @@ func pubsubBackend(project, addr string, filters bool) transporttest.Backend {
 				}
 			}
 		},
-		Subscribe: func(t *testing.T, b transporttest.Broker, topic, consumer string) string {
+		Subscribe: func(t *testing.T, b brokertest.Broker, topic, consumer string) string {
 			c := topology.Consumer{Topic: topic, Service: consumer, Role: "processor"}
-			_, err := b.(*transport.Client).PubSub().SubscriptionAdminClient.CreateSubscription(context.Background(), &pb.Subscription{
+			_, err := b.(*pubsub.Client).PubSub().SubscriptionAdminClient.CreateSubscription(context.Background(), &pb.Subscription{
 				Name: path("subscriptions", c.Subscription()), Topic: path("topics", topic),
 				EnableMessageOrdering: true, AckDeadlineSeconds: int32(ackDeadline / time.Second), Filter: c.Filter(),
 			})
@@ -95,6 +95,6 @@ func pubsubBackend(project, addr string, filters bool) transporttest.Backend {
 		// is about delivery, not publishing); the inbox absorbs it. Delivery
 		// attempts are counted only with a dead-letter policy, which pstest
 		// does not run.
-		Caps: transporttest.Capabilities{DedupOnEventID: false, DeliveryAttemptCount: false, FiltersByTarget: filters},
+		Caps: brokertest.Capabilities{DedupOnEventID: false, DeliveryAttemptCount: false, FiltersByTarget: filters},
 	}
 }
