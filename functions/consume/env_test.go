@@ -24,6 +24,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	brokerpubsub "github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
@@ -124,7 +125,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	// travels in the rollup notice, which the rollup folds into the event's
 	// document (the relay never recorded this test's send, so there is no
 	// document to fold it into here), and no attempt document is written.
-	got, sends := receiveNotice(t, ps, brokerpubsub.RollupSubscription(top), e.ID)
+	got, sends := receiveNotice(t, ps, broker.RollupSubscription(top), e.ID)
 	if len(got.Attempts) != 1 || got.Attempts[0].ConsumerID != "member-service" || !got.Attempts[0].Success {
 		t.Fatalf("the notice carries %+v, want member-service's success", got.Attempts)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	brokerpubsub "github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
@@ -134,7 +135,7 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 		t.Fatalf("POST /ledger:ship: %d %s", rec.Code, rec.Body.String())
 	}
 	// Its notice rolls the event up (the rollup function's store call).
-	n := rollupNotice(t, ps, brokerpubsub.RollupSubscription(top), e.ID)
+	n := rollupNotice(t, ps, broker.RollupSubscription(top), e.ID)
 	rs, err := store.Fold(ctx, []model.Notice{n}, 0)
 	if err != nil || rs[0].Err != nil || rs[0].Status != model.StatusConsumed {
 		t.Fatalf("rollup: %+v %v", rs, err)

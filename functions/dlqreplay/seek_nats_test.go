@@ -44,7 +44,7 @@ func TestSeekOnNATS(t *testing.T) {
 	}
 	defer store.Close()
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pgtest.Schema(t),
-		Publisher: nc, Auth: dlqreplay.AuthNone, Writers: []string{dlqreplay.Anonymous}, TimeSeeker: nc})
+		Publisher: nc, Auth: dlqreplay.AuthNone, Writers: []string{dlqreplay.Anonymous}, Broker: nc})
 	if err != nil {
 		t.Fatal(err)
 	}

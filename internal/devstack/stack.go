@@ -54,6 +54,7 @@ import (
 	"github.com/relaybus/relaybus/internal/pstestserver"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
 
@@ -164,7 +165,7 @@ type Stack struct {
 	Topology *topology.Topology
 	// Broker is the stack's own client of its transport: PubSub, or a
 	// *nats.Client with Transport nats (PubSub is nil then).
-	Broker instance.Broker
+	Broker broker.Broker
 	// Delivery is what the delivery loop handed back to Pub/Sub when it
 	// stopped (set by Close once the loop stopped within its context).
 	Delivery Stopped
@@ -578,7 +579,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		routes = append(routes, Route{Subscription: names.DeadLetterMonitor(t.Name), Topic: names.DeadLetter(t.Name),
 			URL: base + "/dlqreplay/deadletters:archive", Mode: topology.DeliveryPush})
 	}
-	routes = append(routes, Route{Subscription: pubsub.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
+	routes = append(routes, Route{Subscription: broker.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
 		Mode: topology.DeliveryPush, MaxInFlight: rollupMaxInFlight})
 	if onNATS {
 		// The Pub/Sub subscriptions' retry policies (pubsub.Provision),

@@ -17,11 +17,10 @@ import (
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/postgres"
-	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
-	"github.com/relaybus/relaybus/shared/event"
 )
 
 // Logger returns the function's logger: LogHandler's when set, else JSON
@@ -57,22 +56,9 @@ const (
 	TransportNATS   = "nats"
 )
 
-// Broker is the transport of the delivery paths (publish, relay, consume):
-// *pubsub.Client for Pub/Sub, *nats.Client for NATS JetStream.
-type Broker interface {
-	// Publish is event.Publisher: single publishes (dead letters, rollup
-	// notices).
-	event.Publisher
-	// PublishBatch is relay.Publisher: a key's run, in order.
-	PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error)
-	// Pull is pull.Source: consume's pull mode.
-	pull.Source
-	Close() error
-}
-
 // OpenBroker connects to the broker TRANSPORT names: Pub/Sub for project
 // (as Open does), or the NATS server at NATS_URL.
-func (p PubSub) OpenBroker(ctx context.Context, project string) (Broker, error) {
+func (p PubSub) OpenBroker(ctx context.Context, project string) (broker.Broker, error) {
 	switch p.Transport {
 	case TransportPubSub, "":
 		c, err := p.Open(ctx, project)

@@ -14,7 +14,7 @@ import (
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
-	brokerpubsub "github.com/relaybus/relaybus/shared/broker/pubsub"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -32,7 +32,7 @@ func receiveNotices(t *testing.T, f *pubsubtest.Fake, top *topology.Topology) *n
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
-		_ = f.Client.PubSub().Subscriber(brokerpubsub.RollupSubscription(top)).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+		_ = f.Client.PubSub().Subscriber(broker.RollupSubscription(top)).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
 			n.ch <- event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes, PublishTime: m.PublishTime, OrderingKey: m.OrderingKey}
 			m.Ack()
 		})

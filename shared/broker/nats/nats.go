@@ -46,15 +46,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
-// Client implements the publish contract and the pull source.
+// Client is a broker (shared/broker) that can also seek to a time.
 var (
-	_ event.Publisher = (*Client)(nil)
-	_ pull.Source     = (*Client)(nil)
+	_ broker.Broker     = (*Client)(nil)
+	_ broker.TimeSeeker = (*Client)(nil)
 )
 
 // HeaderOrderingKey carries a message's ordering key as given (the subject
@@ -387,7 +387,7 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []event.Me
 // holds, the server refuses a no-wait request at once (408 Requests
 // Pending); Pull then waits its turn with an ordinary request for one
 // message.
-func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]pull.Leased, error) {
+func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]broker.Lease, error) {
 	ci, err := c.consumer(ctx, subscription)
 	if err != nil {
 		return nil, err
@@ -420,7 +420,7 @@ type nextRequest struct {
 // next sends one pull request to subject and reads its messages until
 // the server ends it. pending reports the server's immediate refusal of a
 // no-wait request while other requests wait (408 Requests Pending).
-func (c *Client) next(subject, topic string, req nextRequest) (out []pull.Leased, pending bool, err error) {
+func (c *Client) next(subject, topic string, req nextRequest) (out []broker.Lease, pending bool, err error) {
 	inbox := c.nc.NewInbox()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {

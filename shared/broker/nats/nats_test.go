@@ -13,8 +13,6 @@ import (
 
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/broker/brokertest"
 	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
 	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/event"
@@ -23,46 +21,6 @@ import (
 
 // The relay publishes through it.
 var _ relay.Publisher = (*nats.Client)(nil)
-
-// TestConformance runs the transport suite against an embedded JetStream
-// server.
-func TestConformance(t *testing.T) {
-	url := natstest.Server(t)
-	const ackWait = 2 * time.Second
-	brokertest.Run(t, brokertest.Backend{
-		Open: func(t *testing.T) brokertest.Broker {
-			c, err := nats.Connect(context.Background(), url, nats.Options{PullWait: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c
-		},
-		Setup: func(t *testing.T, b brokertest.Broker, topic, sub, dlqSub string) {
-			c := b.(*nats.Client)
-			ctx := context.Background()
-			for _, tp := range []string{topic, names.DeadLetter(topic)} {
-				if err := c.EnsureTopic(ctx, tp, 0); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := c.EnsureSubscription(ctx, topic, sub, nats.SubscriptionConfig{AckWait: ackWait}); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.EnsureSubscription(ctx, names.DeadLetter(topic), dlqSub, nats.SubscriptionConfig{AckWait: ackWait}); err != nil {
-				t.Fatal(err)
-			}
-		},
-		Subscribe: func(t *testing.T, b brokertest.Broker, topic, consumer string) string {
-			sub := topology.Consumer{Topic: topic, Service: consumer, Role: "processor"}.Subscription()
-			if err := b.(*nats.Client).EnsureSubscription(context.Background(), topic, sub, nats.SubscriptionConfig{AckWait: ackWait}); err != nil {
-				t.Fatal(err)
-			}
-			return sub
-		},
-		AckDeadline: ackWait,
-		Caps:        brokertest.Capabilities{DedupOnEventID: true, DeliveryAttemptCount: true},
-	})
-}
 
 // orderTopic and orderSub are the topic and subscription of the tests
 // below.

@@ -6,8 +6,14 @@ import (
 
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/broker/pubsub"
+	"github.com/relaybus/relaybus/shared/broker"
 )
+
+// Provision is the broker contract's provisioning (broker.Provisioner):
+// Provision(ctx, c, t).
+func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
+	return Provision(ctx, c, t)
+}
 
 // Provision creates on the server what pubsub.Provision creates on
 // Pub/Sub for a topology: a stream per topic (its retention as MaxAge) and
@@ -21,7 +27,7 @@ func Provision(ctx context.Context, c *Client, t *topology.Topology) error {
 	if err := c.EnsureTopic(ctx, t.Rollup.Topic, 0); err != nil {
 		return err
 	}
-	if err := c.EnsureSubscription(ctx, t.Rollup.Topic, pubsub.RollupSubscription(t),
+	if err := c.EnsureSubscription(ctx, t.Rollup.Topic, broker.RollupSubscription(t),
 		SubscriptionConfig{AckWait: secs(t.Defaults.AckDeadlineSeconds)}); err != nil {
 		return err
 	}

@@ -25,11 +25,18 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
-// Client implements the publish contract of the engines.
-var _ event.Publisher = (*Client)(nil)
+// Client is a broker (shared/broker) that can also seek to a time, keep
+// snapshots and detach push endpoints.
+var (
+	_ broker.Broker         = (*Client)(nil)
+	_ broker.TimeSeeker     = (*Client)(nil)
+	_ broker.Snapshotter    = (*Client)(nil)
+	_ broker.PushConfigurer = (*Client)(nil)
+)
 
 // Options configure a Client.
 type Options struct {
@@ -38,6 +45,9 @@ type Options struct {
 	Settings *pubsub.PublishSettings
 	// ClientOptions are passed to pubsub.NewClient (credentials, endpoint).
 	ClientOptions []option.ClientOption
+	// Provision is what the Provision method passes to Provision: no
+	// dead-letter policy by default.
+	Provision ProvisionOptions
 }
 
 // DefaultSettings are the client's defaults with a 1 ms bundling delay instead
@@ -55,9 +65,10 @@ func DefaultSettings() pubsub.PublishSettings {
 
 // Client publishes to any number of topics of one project.
 type Client struct {
-	ps       *pubsub.Client
-	settings pubsub.PublishSettings
-	owned    bool
+	ps        *pubsub.Client
+	settings  pubsub.PublishSettings
+	provision ProvisionOptions
+	owned     bool
 
 	mu         sync.Mutex
 	publishers map[string]*pubsub.Publisher
@@ -95,7 +106,7 @@ func Wrap(ps *pubsub.Client, opts Options) *Client {
 	if opts.Settings != nil {
 		s = *opts.Settings
 	}
-	return &Client{ps: ps, settings: s, publishers: map[string]*pubsub.Publisher{}}
+	return &Client{ps: ps, settings: s, provision: opts.Provision, publishers: map[string]*pubsub.Publisher{}}
 }
 
 // PubSub returns the underlying client, for administration and subscribing.
