@@ -1,8 +1,9 @@
 // Package nats is relaybus's NATS JetStream broker driver, the second broker
 // beside Pub/Sub (shared/broker/pubsub), chosen by TRANSPORT=nats. It implements
-// the same contracts: event.Publisher (single publishes), the relay's
-// PublishBatch (a key's run, in order, with the acknowledged prefix) and
-// pull.Source (the pull consumer mode).
+// the broker contract (shared/broker's Broker: single publishes, the relay's
+// PublishBatch, Pull for the pull consumer mode, Provision) and one
+// capability, broker.TimeSeeker ([Client.SeekTime]); it keeps no snapshots
+// and has no push.
 //
 // Mapping (https://docs.nats.io/nats-concepts/jetstream):
 //

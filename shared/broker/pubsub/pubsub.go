@@ -9,6 +9,10 @@
 // caller (the relay resumes a key after it has recorded the failure, so that
 // nothing behind the failed head slips out of order); [Client.Publish] resumes
 // the key itself before it returns the error.
+//
+// Client is a broker (shared/broker's Broker) with the capabilities
+// broker.TimeSeeker, broker.Snapshotter and broker.PushConfigurer, over
+// Pub/Sub's subscription admin API (admin.go).
 package pubsub
 
 import (
