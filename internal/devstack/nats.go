@@ -15,7 +15,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/pull"
-	"github.com/relaybus/relaybus/shared/broker/nats"
+	"github.com/relaybus/relaybus/shared/broker"
 )
 
 // On TRANSPORT=nats the stack runs on NATS JetStream instead of Pub/Sub:
@@ -102,11 +102,12 @@ const (
 	bridgeGrace = 8 * time.Second
 )
 
-// runBridges runs a pull worker per route over nc until ctx ends, then
+// runBridges runs a pull worker per route over b (a broker without push)
+// until ctx ends, then
 // drains them (what is in flight finishes, the rest is handed back).
 // Routes never dead-letter (the rollup and DLQ monitor subscriptions have
 // no dead-letter topic); their backoff is the route's.
-func runBridges(ctx context.Context, nc *nats.Client, project string, routes []Route, log *slog.Logger) {
+func runBridges(ctx context.Context, b broker.Broker, project string, routes []Route, log *slog.Logger) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
 	cut, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -126,7 +127,7 @@ func runBridges(ctx context.Context, nc *nats.Client, project string, routes []R
 		if rt.MaxInFlight > 0 {
 			inFlight = rt.MaxInFlight
 		}
-		w, err := pull.New(pull.Options{Source: nc, Subscription: rt.Subscription, DeadLetters: nc, Project: project,
+		w, err := pull.New(pull.Options{Source: b, Subscription: rt.Subscription, DeadLetters: b, Project: project,
 			Engine:      bridge{http: client, url: rt.URL, sub: "projects/" + project + "/subscriptions/" + rt.Subscription, timeout: time.Minute, cut: cut},
 			MaxInFlight: inFlight, MaxOutstanding: max(loopMaxOutstanding, inFlight), MaxAttempts: 1 << 30,
 			MinBackoff: rt.MinBackoff, MaxBackoff: rt.MaxBackoff, Logger: log})
