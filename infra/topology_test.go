@@ -11,7 +11,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/broker"
 )
 
 // topologyCases are topologies beyond the repository's own: defaults
@@ -219,7 +219,7 @@ func assertTopologyAgrees(t *testing.T, ev *evaluator, top *topology.Topology) {
 	}
 
 	rollup := jsonValue(t, ev.local("rollup")).(map[string]any)
-	wantRollup := map[string]any{"topic": top.Rollup.Topic, "delivery": top.Rollup.Delivery, "subscription": transport.RollupSubscription(top)}
+	wantRollup := map[string]any{"topic": top.Rollup.Topic, "delivery": top.Rollup.Delivery, "subscription": broker.RollupSubscription(top)}
 	if !reflect.DeepEqual(rollup, wantRollup) {
 		t.Errorf("rollup: terraform %v, topology.Load %v", rollup, wantRollup)
 	}

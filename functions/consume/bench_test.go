@@ -23,7 +23,7 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 )
 
 // BenchmarkConsume pushes wrapped push deliveries over real HTTP into the
@@ -64,12 +64,12 @@ func consumeBench(b *testing.B, throughputOnly bool) float64 {
 	top, _ := topology.Load("")
 	project := emutest.FirestoreProject(b)
 	fake := pubsubtest.New(b)
-	ps, err := transport.Dial(ctx, project, fake.Server.Addr, transport.Options{})
+	ps, err := pubsub.Dial(ctx, project, fake.Server.Addr, pubsub.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ps.Close()
-	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+	if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	const poolSize = 32

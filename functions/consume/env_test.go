@@ -24,10 +24,11 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
+	brokerpubsub "github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/forward"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // The registered function builds itself from the environment (migrations
@@ -73,12 +74,12 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	_, schema := pgtest.SchemaConfig(t, nil)
 	project := emutest.FirestoreProject(t)
 	top, _ := topology.Load("")
-	ps, err := transport.New(ctx, project, transport.Options{})
+	ps, err := brokerpubsub.New(ctx, project, brokerpubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+	if err := brokerpubsub.Provision(ctx, ps, top, brokerpubsub.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})
@@ -124,7 +125,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	// travels in the rollup notice, which the rollup folds into the event's
 	// document (the relay never recorded this test's send, so there is no
 	// document to fold it into here), and no attempt document is written.
-	got, sends := receiveNotice(t, ps, transport.RollupSubscription(top), e.ID)
+	got, sends := receiveNotice(t, ps, broker.RollupSubscription(top), e.ID)
 	if len(got.Attempts) != 1 || got.Attempts[0].ConsumerID != "member-service" || !got.Attempts[0].Success {
 		t.Fatalf("the notice carries %+v, want member-service's success", got.Attempts)
 	}
@@ -140,7 +141,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 // sends notice (the child events consume kicked, recorded by the rollup:
 // consume writes nothing in Firestore), and returns what the first says
 // of eventID and the sends of the second.
-func receiveNotice(t *testing.T, ps *transport.Client, sub, eventID string) (model.Notice, []model.Sent) {
+func receiveNotice(t *testing.T, ps *brokerpubsub.Client, sub, eventID string) (model.Notice, []model.Sent) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

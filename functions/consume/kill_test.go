@@ -34,11 +34,12 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
+	brokerpubsub "github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // A consume process SIGKILLed after its commit and before its ledger write
@@ -52,12 +53,12 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 	pool, schema := pgtest.SchemaConfig(t, nil)
 	project := emutest.FirestoreProject(t)
 	top, _ := topology.Load("")
-	ps, err := transport.New(ctx, project, transport.Options{})
+	ps, err := brokerpubsub.New(ctx, project, brokerpubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+	if err := brokerpubsub.Provision(ctx, ps, top, brokerpubsub.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})
@@ -134,7 +135,7 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 		t.Fatalf("POST /ledger:ship: %d %s", rec.Code, rec.Body.String())
 	}
 	// Its notice rolls the event up (the rollup function's store call).
-	n := rollupNotice(t, ps, transport.RollupSubscription(top), e.ID)
+	n := rollupNotice(t, ps, broker.RollupSubscription(top), e.ID)
 	rs, err := store.Fold(ctx, []model.Notice{n}, 0)
 	if err != nil || rs[0].Err != nil || rs[0].Status != model.StatusConsumed {
 		t.Fatalf("rollup: %+v %v", rs, err)
@@ -322,7 +323,7 @@ func TestKilledAfterTheForwardCallBeforeItsRecord(t *testing.T) {
 }
 
 // rollupNotice waits for the rollup notice that names eventID on sub.
-func rollupNotice(t *testing.T, ps *transport.Client, sub, eventID string) model.Notice {
+func rollupNotice(t *testing.T, ps *brokerpubsub.Client, sub, eventID string) model.Notice {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -12,8 +12,8 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // BenchmarkConsumePull is BenchmarkConsume's throughput in pull mode
@@ -37,12 +37,12 @@ func consumePullBench(b *testing.B) {
 	top, _ := topology.Load("")
 	project := emutest.FirestoreProject(b)
 	fake := pubsubtest.New(b)
-	ps, err := transport.Dial(ctx, project, fake.Server.Addr, transport.Options{})
+	ps, err := pubsub.Dial(ctx, project, fake.Server.Addr, pubsub.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ps.Close()
-	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+	if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	const n, aggregates, poolSize, inFlight = 20000, 2000, 32, 16

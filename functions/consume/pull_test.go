@@ -12,9 +12,9 @@ import (
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
+	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport/natsjs"
-	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
 )
 
 // CONSUMER_MODE=pull on TRANSPORT=nats: consume, built by its one Build,
@@ -29,12 +29,12 @@ func TestPullModeOnNATS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := natsjs.Connect(ctx, url, natsjs.Options{})
+	nc, err := nats.Connect(ctx, url, nats.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if err := natsjs.Provision(ctx, nc, top); err != nil {
+	if err := nats.Provision(ctx, nc, top); err != nil {
 		t.Fatal(err)
 	}
 	const topic, sub = "member.points.events", "member.points.events.audit-service-recorder"
@@ -92,7 +92,7 @@ func TestPullModeOnNATS(t *testing.T) {
 	if err := fn.Close(cctx); err != nil {
 		t.Fatalf("Close (drain): %v", err)
 	}
-	cons, err := nc.JetStream().Consumer(ctx, natsjs.StreamName(topic), natsjs.ConsumerName(sub))
+	cons, err := nc.JetStream().Consumer(ctx, nats.StreamName(topic), nats.ConsumerName(sub))
 	if err != nil {
 		t.Fatal(err)
 	}

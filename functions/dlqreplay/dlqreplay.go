@@ -100,6 +100,7 @@ import (
 	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/ratelimit"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -169,13 +170,12 @@ type Options struct {
 	// RateLimit is negative): past them, 429 with Retry-After.
 	RateLimit float64
 	RateBurst int
-	// Seeker, when set, serves seek, snapshots, pause and resume (its
-	// subscription admin client).
-	Seeker *Seeker
-	// TimeSeeker, when set and Seeker is not, serves seek to a time on
-	// another transport (NATS JetStream: natsjs.Client.SeekTime); seek to
-	// a snapshot and snapshots stay Pub/Sub's (501).
-	TimeSeeker TimeSeeker
+	// Broker, when set, serves seek, snapshots, pause, resume and rebuild
+	// with the capabilities it has (shared/broker, asked with broker.As):
+	// a TimeSeeker seeks to a time, a Snapshotter keeps snapshots and
+	// seeks to them, a PushConfigurer pauses push consumers. What it
+	// lacks answers 501 (NATS JetStream seeks to a time only).
+	Broker broker.Broker
 	// PushTargets are the push consumers' endpoints and OIDC identities by
 	// logical subscription (DLQREPLAY_PUSH_TARGETS): what resume restores.
 	PushTargets map[string]PushTarget
@@ -184,8 +184,8 @@ type Options struct {
 	// pulled by a worker, so they have no push endpoint to pause.
 	PullConsumers []string
 	// Pauser pauses and resumes consumers (pause, resume, rebuild); nil
-	// with a Seeker means a PushPauser over the Seeker's client and
-	// PushTargets.
+	// with a Broker that is a PushConfigurer means a PushPauser over it
+	// and PushTargets.
 	Pauser Pauser
 	// MaxRepushes and SentTimeout are the re-push rules (defaults above).
 	MaxRepushes int
@@ -278,8 +278,8 @@ func New(o Options) (http.Handler, error) {
 	if a.o.Subscriptions == nil && a.o.Topology != nil {
 		a.o.Subscriptions, _ = topology.NewSubscriptionMap(a.o.Topology, nil)
 	}
-	if a.o.Pauser == nil && a.o.Seeker != nil {
-		a.o.Pauser = &PushPauser{Admin: a.o.Seeker.Admin, Project: a.o.Seeker.Project, Subscriptions: a.o.Subscriptions, Targets: a.o.PushTargets}
+	if pc, ok := broker.As[broker.PushConfigurer](a.o.Broker); ok && a.o.Pauser == nil {
+		a.o.Pauser = &PushPauser{Push: pc, Subscriptions: a.o.Subscriptions, Targets: a.o.PushTargets}
 	}
 	return a, nil
 }

@@ -195,7 +195,6 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		return fail(err)
 	}
 	f.close.Add(func(context.Context) error { return ps.Close() })
-	seeker, timeSeeker := seekersOf(ps, cfg.ProjectID)
 	roles, err := ParseRoles(cfg.Roles)
 	if err != nil {
 		return fail(err)
@@ -215,8 +214,8 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	h, err := New(Options{
 		Archive: archive.New(store.Client(), archive.WithRetention(cfg.Retention), archive.WithSubscriptions(subs)),
 		Ledger:  store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
-		Seeker: seeker, TimeSeeker: timeSeeker,
-		Auth: cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, OnCloudRun: cfg.OnCloudRun(),
+		Broker: ps,
+		Auth:   cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, OnCloudRun: cfg.OnCloudRun(),
 		Roles: roles, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers, Groups: groups,
 		RateLimit: rate, RateBurst: cfg.RateBurst,
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, PullConsumers: cfg.PullConsumers, Pauser: cfg.Pauser,

@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"net/http"
 
-	vkit "cloud.google.com/go/pubsub/v2/apiv1"
-	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/protobuf/types/known/fieldmaskpb"
-
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 )
 
 // Pausing a consumer detaches its push subscription's endpoint. Pub/Sub:
@@ -69,11 +66,11 @@ type Pauser interface {
 	Resume(ctx context.Context, subscription string) (changed bool, err error)
 }
 
-// PushPauser pauses push subscriptions through Pub/Sub's subscription
-// admin API (see the top of this file).
+// PushPauser pauses push subscriptions through the broker's
+// PushConfigurer capability (Pub/Sub's subscription admin API: see the top
+// of this file).
 type PushPauser struct {
-	Admin   *vkit.SubscriptionAdminClient
-	Project string
+	Push broker.PushConfigurer
 	// Subscriptions maps logical subscriptions to the real ones (nil: the
 	// same).
 	Subscriptions *topology.SubscriptionMap
@@ -81,26 +78,25 @@ type PushPauser struct {
 	Targets map[string]PushTarget
 }
 
-func (p *PushPauser) path(sub string) string {
-	real := sub
+func (p *PushPauser) real(sub string) string {
 	if p.Subscriptions != nil {
-		real = p.Subscriptions.Real(sub)
+		return p.Subscriptions.Real(sub)
 	}
-	return "projects/" + p.Project + "/subscriptions/" + real
+	return sub
 }
 
 // Paused reports whether the subscription has no push endpoint.
 func (p *PushPauser) Paused(ctx context.Context, sub string) (bool, error) {
-	cur, err := p.Admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: p.path(sub)})
+	cur, err := p.Push.PushEndpoint(ctx, p.real(sub))
 	if err != nil {
-		return false, pubsubErr(err, "subscription "+sub)
+		return false, brokerErr(err, "subscription "+sub)
 	}
-	return cur.GetPushConfig().GetPushEndpoint() == "", nil
+	return cur.URL == "", nil
 }
 
 // Pause detaches the push endpoint.
 func (p *PushPauser) Pause(ctx context.Context, sub string) (bool, error) {
-	return p.set(ctx, sub, nil)
+	return p.set(ctx, sub, broker.PushEndpoint{})
 }
 
 // Resume sets the push endpoint and OIDC identity of Targets back.
@@ -109,32 +105,16 @@ func (p *PushPauser) Resume(ctx context.Context, sub string) (bool, error) {
 	if !ok {
 		return false, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS, set by Terraform)", sub)
 	}
-	return p.set(ctx, sub, &t)
+	return p.set(ctx, sub, broker.PushEndpoint{URL: t.Endpoint, ServiceAccount: t.ServiceAccount, Audience: t.Audience})
 }
 
-// set reads the subscription and, when its push endpoint is not already as
-// wanted (t nil: none), updates it.
-func (p *PushPauser) set(ctx context.Context, sub string, t *PushTarget) (bool, error) {
-	cur, err := p.Admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: p.path(sub)})
+// set sets the push endpoint unless it is already as wanted.
+func (p *PushPauser) set(ctx context.Context, sub string, e broker.PushEndpoint) (bool, error) {
+	changed, err := p.Push.SetPushEndpoint(ctx, p.real(sub), e)
 	if err != nil {
-		return false, pubsubErr(err, "subscription "+sub)
+		return false, brokerErr(err, "subscription "+sub)
 	}
-	want := &pb.PushConfig{}
-	if t != nil {
-		want = &pb.PushConfig{PushEndpoint: t.Endpoint, AuthenticationMethod: &pb.PushConfig_OidcToken_{
-			OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: t.ServiceAccount, Audience: t.Audience}}}
-	}
-	pc := cur.GetPushConfig()
-	if pc.GetPushEndpoint() == want.GetPushEndpoint() && (t == nil || pc.GetOidcToken().GetServiceAccountEmail() == t.ServiceAccount) {
-		return false, nil
-	}
-	if _, err := p.Admin.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
-		Subscription: &pb.Subscription{Name: p.path(sub), PushConfig: want},
-		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"push_config"}},
-	}); err != nil {
-		return false, pubsubErr(err, "subscription "+sub)
-	}
-	return true, nil
+	return changed, nil
 }
 
 // deliveryState is a consumer's delivery state.

@@ -40,7 +40,7 @@ func TestPauseAndResumeAPushConsumer(t *testing.T) {
 	e = newHandler(t, e, func(o *dlqreplay.Options) {
 		behindCloudRun(o)
 		o.PushTargets = map[string]dlqreplay.PushTarget{sub: target}
-		o.Seeker = &dlqreplay.Seeker{Admin: admin, Project: pubsubtest.Project}
+		o.Broker = e.fake.Client
 	})
 	pushConfig := func() *pb.PushConfig {
 		s, err := admin.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: full})
@@ -112,7 +112,7 @@ func TestPauseAndResumeAPushConsumer(t *testing.T) {
 
 	ro := newHandler(t, e, func(o *dlqreplay.Options) {
 		o.ReadOnly = true
-		o.Seeker = &dlqreplay.Seeker{Admin: admin, Project: pubsubtest.Project}
+		o.Broker = e.fake.Client
 	})
 	runAuth(t, ro, []authCase{{name: "read-only", method: "POST", path: base + ":pause", want: 403, code: "read_only"}})
 	if got := pushConfig().GetPushEndpoint(); got != target.Endpoint {
@@ -131,11 +131,10 @@ func TestPullConsumersCannotBePausedAndSayWhy(t *testing.T) {
 		behindCloudRun(o)
 		o.PullConsumers = []string{sub}
 	})
-	admin := e.fake.Client.PubSub().SubscriptionAdminClient
 	e = newHandler(t, e, func(o *dlqreplay.Options) {
 		behindCloudRun(o)
 		o.PullConsumers = []string{sub}
-		o.Seeker = &dlqreplay.Seeker{Admin: admin, Project: pubsubtest.Project}
+		o.Broker = e.fake.Client
 	})
 	base := "/consumers/member.points.events/audit-service"
 	alice := bearerOf(person("alice@example.com"))

@@ -8,13 +8,12 @@ import (
 	"strings"
 	"time"
 
-	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/projection"
 )
 
@@ -175,8 +174,10 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			"clear the counts above in database " + c.Database, "resume: Pub/Sub delivers every message retained since then, in order"}
 		return plan, nil
 	}
-	if a.o.Seeker == nil || a.o.Pauser == nil {
-		return nil, fail(http.StatusNotImplemented, "unavailable", "Pub/Sub administration is not configured (seek and pause)")
+	seeker, canSeek := broker.As[broker.TimeSeeker](a.o.Broker)
+	snaps, canSnap := broker.As[broker.Snapshotter](a.o.Broker)
+	if a.o.Pauser == nil || (b.Snapshot != "" && !canSnap) || (b.Snapshot == "" && !canSeek) {
+		return nil, fail(http.StatusNotImplemented, "unavailable", "the broker's administration is not configured (seek and pause)")
 	}
 	if pp, ok := a.o.Pauser.(*PushPauser); ok {
 		for _, sub := range subs {
@@ -215,13 +216,13 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 		// was.
 		var seeked []string
 		for _, sub := range subs {
-			seek := &pb.SeekRequest{Subscription: "projects/" + a.o.Seeker.Project + "/subscriptions/" + a.o.Subscriptions.Real(sub)}
+			var err error
 			if b.Snapshot != "" {
-				seek.Target = &pb.SeekRequest_Snapshot{Snapshot: "projects/" + a.o.Seeker.Project + "/snapshots/" + b.Snapshot}
+				err = snaps.SeekSnapshot(r.Context(), a.o.Subscriptions.Real(sub), b.Snapshot)
 			} else {
-				seek.Target = &pb.SeekRequest_Time{Time: timestamppb.New(at)}
+				err = seeker.SeekTime(r.Context(), a.o.Subscriptions.Real(sub), at)
 			}
-			if _, err := a.o.Seeker.Admin.Seek(r.Context(), seek); err != nil {
+			if err != nil {
 				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild stopped: a seek failed; nothing was cleared",
 					"consumer", c.Service, "subscription", sub, "seeked", strings.Join(seeked, ","), "error", err.Error(), "request_id", r.id)
 				if rerr := resume(); rerr != nil {
@@ -232,7 +233,7 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 					note += fmt.Sprintf(" (%s was seeked: what it delivers again is answered as duplicates)", strings.Join(seeked, ", "))
 				}
 				var ae *apiError
-				if errors.As(pubsubErr(err, "subscription "+sub), &ae) {
+				if errors.As(brokerErr(err, "subscription "+sub), &ae) {
 					ae.Msg += note
 					return "", ae
 				}

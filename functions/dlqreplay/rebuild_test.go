@@ -60,7 +60,7 @@ func TestRebuildAProjection(t *testing.T) {
 	}
 	e = newHandler(t, e, func(o *dlqreplay.Options) {
 		behindCloudRun(o)
-		o.Seeker = &dlqreplay.Seeker{Admin: admin, Project: pubsubtest.Project}
+		o.Broker = fake.Client
 		o.PushTargets = map[string]dlqreplay.PushTarget{sub: target, sibling: target}
 	})
 	alice, bob := bearerOf(person("alice@example.com")), bearerOf(person("bob@example.com"))

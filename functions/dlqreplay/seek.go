@@ -1,55 +1,16 @@
 package dlqreplay
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
 	"time"
 
-	vkit "cloud.google.com/go/pubsub/v2/apiv1"
-	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/api/iterator"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport"
 )
-
-// Seeker rewinds subscriptions and keeps snapshots (Pub/Sub's subscription
-// admin client), for rebuilding a projection: take a snapshot (or pick a
-// time), drop the projection, seek, and the subscription delivers again
-// everything it retained since.
-type Seeker struct {
-	Admin   *vkit.SubscriptionAdminClient
-	Project string
-}
-
-// TimeSeeker rewinds a subscription to a time on a transport without
-// Pub/Sub's admin API: every message stored at or after t is delivered
-// again. *natsjs.Client implements it (by recreating the durable consumer
-// with DeliverByStartTime: see its SeekTime).
-type TimeSeeker interface {
-	SeekTime(ctx context.Context, subscription string, t time.Time) error
-}
-
-// seekersOf returns the Seeker of a Pub/Sub broker, or the TimeSeeker of
-// another (NATS: seek to a time only; snapshots, rebuild and the
-// PushPauser are Pub/Sub's admin API and answer 501 "not configured").
-func seekersOf(b instance.Broker, project string) (*Seeker, TimeSeeker) {
-	if c, ok := b.(*transport.Client); ok {
-		return &Seeker{Admin: c.PubSub().SubscriptionAdminClient, Project: project}, nil
-	}
-	if ts, ok := b.(TimeSeeker); ok {
-		return nil, ts
-	}
-	return nil, nil
-}
 
 type seekRequest struct {
 	Time     string `json:"time"`
@@ -134,54 +95,56 @@ func (a *api) seek(r *request, args []string) (any, error) {
 		return nil, err
 	}
 	entry := audit.Entry{Action: audit.Seek, Subscription: args[0], Topic: t.Topic, ConsumerID: t.Consumer, Detail: "seek " + real + " to " + req.Time + req.Snapshot}
-	if a.o.Seeker == nil && a.o.TimeSeeker != nil && req.Time != "" {
-		err := a.run(r, entry, func(*step) (string, error) {
-			return "seeked " + real + " to " + req.Time, a.o.TimeSeeker.SeekTime(r.Context(), real, at)
-		})
-		if err != nil {
-			return nil, err
-		}
-		return map[string]string{"subscription": args[0], "time": req.Time}, nil
-	}
-	if a.o.Seeker == nil {
-		if a.o.TimeSeeker != nil {
-			return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are Pub/Sub's; on this transport seek to a time")
-		}
+	// The broker's capabilities (shared/broker): a TimeSeeker seeks to a
+	// time, a Snapshotter to a snapshot.
+	seeker, canSeek := broker.As[broker.TimeSeeker](a.o.Broker)
+	snaps, canSnap := broker.As[broker.Snapshotter](a.o.Broker)
+	switch {
+	case req.Snapshot != "" && !canSnap && canSeek:
+		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are Pub/Sub's; on this transport seek to a time")
+	case req.Snapshot != "" && !canSnap, req.Time != "" && !canSeek:
 		return nil, fail(http.StatusNotImplemented, "unavailable", "seek is not configured")
 	}
-	s := a.o.Seeker
-	sr := &pb.SeekRequest{Subscription: "projects/" + s.Project + "/subscriptions/" + real}
-	if req.Snapshot != "" {
-		sr.Target = &pb.SeekRequest_Snapshot{Snapshot: "projects/" + s.Project + "/snapshots/" + req.Snapshot}
-	} else {
-		sr.Target = &pb.SeekRequest_Time{Time: timestamppb.New(at)}
-	}
 	err := a.run(r, entry, func(*step) (string, error) {
-		if _, err := s.Admin.Seek(r.Context(), sr); err != nil {
-			return "", pubsubErr(err, "subscription "+args[0])
+		var err error
+		if req.Snapshot != "" {
+			err = snaps.SeekSnapshot(r.Context(), real, req.Snapshot)
+		} else {
+			err = seeker.SeekTime(r.Context(), real, at)
+		}
+		if err != nil {
+			return "", brokerErr(err, "subscription "+args[0])
 		}
 		return "seeked " + real + " to " + req.Time + req.Snapshot, nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	if !canSnap {
+		return map[string]string{"subscription": args[0], "time": req.Time}, nil
+	}
 	return map[string]string{"subscription": args[0], "pubsubSubscription": real, "time": req.Time, "snapshot": req.Snapshot}, nil
 }
 
-// pubsubErr answers Pub/Sub's refusals that are the caller's (an unknown
-// subscription or snapshot, an existing snapshot) in the API's words; a
-// refused seek also carries Pub/Sub's reason, which says what to change
-// (the local stack's Pub/Sub names the time it would accept).
-func pubsubErr(err error, what string) error {
-	switch status.Code(err) {
-	case codes.NotFound:
+// brokerErr answers the broker's refusals that are the caller's (an
+// unknown subscription or snapshot, an existing snapshot: a
+// *broker.Error) in the API's words; a refused seek also carries the
+// broker's reason, which says what to change (the local stack's Pub/Sub
+// names the time it would accept).
+func brokerErr(err error, what string) error {
+	var be *broker.Error
+	if !errors.As(err, &be) {
+		return err
+	}
+	switch {
+	case errors.Is(err, broker.ErrNotFound):
 		return fail(http.StatusNotFound, "not_found", "Pub/Sub has no %s (or no snapshot of that name)", what)
-	case codes.AlreadyExists:
+	case errors.Is(err, broker.ErrExists):
 		return fail(http.StatusConflict, "exists", "a snapshot of that name exists")
-	case codes.FailedPrecondition, codes.InvalidArgument:
+	case errors.Is(err, broker.ErrRefused):
 		return fail(http.StatusConflict, "refused", "Pub/Sub refused it for %s: %s (Pub/Sub refuses a time its retention cannot reach and a snapshot of another topic)",
-			what, status.Convert(err).Message())
-	case codes.PermissionDenied:
+			what, be.Reason)
+	case errors.Is(err, broker.ErrPermissionDenied):
 		return fail(http.StatusForbidden, "permission_denied", "dlqreplay's service account may not do that on %s", what)
 	}
 	return err
@@ -211,24 +174,20 @@ func (a *api) createSnapshot(r *request, _ []string) (any, error) {
 	if len(bad) > 0 {
 		return nil, badRequest(bad)
 	}
-	if a.o.Seeker == nil {
+	snaps, ok := broker.As[broker.Snapshotter](a.o.Broker)
+	if !ok {
 		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are not configured")
 	}
 	t := a.subscriptionTarget(req.Subscription)
 	if err := a.authorize(r, audit.Snapshot, RoleOperator, t); err != nil {
 		return nil, err
 	}
-	s := a.o.Seeker
-	var snap *pb.Snapshot
+	var snap broker.Snapshot
 	err := a.run(r, audit.Entry{Action: audit.Snapshot, Subscription: req.Subscription, Topic: t.Topic, ConsumerID: t.Consumer,
 		Detail: "snapshot " + req.Name + " of " + real}, func(*step) (string, error) {
 		var err error
-		snap, err = s.Admin.CreateSnapshot(r.Context(), &pb.CreateSnapshotRequest{
-			Name:         "projects/" + s.Project + "/snapshots/" + req.Name,
-			Subscription: "projects/" + s.Project + "/subscriptions/" + real,
-		})
-		if err != nil {
-			return "", pubsubErr(err, "subscription "+req.Subscription)
+		if snap, err = snaps.CreateSnapshot(r.Context(), req.Name, real); err != nil {
+			return "", brokerErr(err, "subscription "+req.Subscription)
 		}
 		return "snapshot " + req.Name + " of " + real, nil
 	})
@@ -242,31 +201,25 @@ func (a *api) listSnapshots(r *request, _ []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
-	if a.o.Seeker == nil {
+	snaps, ok := broker.As[broker.Snapshotter](a.o.Broker)
+	if !ok {
 		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are not configured")
 	}
-	return a.snapshots(r.Context())
-}
-
-func (a *api) snapshots(ctx context.Context) (any, error) {
-	it := a.o.Seeker.Admin.ListSnapshots(ctx, &pb.ListSnapshotsRequest{Project: "projects/" + a.o.Seeker.Project})
+	list, err := snaps.Snapshots(r.Context())
+	if err != nil {
+		return nil, err
+	}
 	out := []map[string]string{}
-	for {
-		s, err := it.Next()
-		if errors.Is(err, iterator.Done) {
-			return map[string]any{"snapshots": out}, nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	for _, s := range list {
 		out = append(out, snapshotView(s))
 	}
+	return map[string]any{"snapshots": out}, nil
 }
 
-func snapshotView(s *pb.Snapshot) map[string]string {
-	v := map[string]string{"name": names.ResourceID(s.GetName()), "topic": names.ResourceID(s.GetTopic())}
-	if s.GetExpireTime() != nil {
-		v["expireTime"] = s.GetExpireTime().AsTime().Format(time.RFC3339)
+func snapshotView(s broker.Snapshot) map[string]string {
+	v := map[string]string{"name": s.Name, "topic": s.Topic}
+	if !s.Expires.IsZero() {
+		v["expireTime"] = s.Expires.Format(time.RFC3339)
 	}
 	return v
 }

@@ -18,24 +18,24 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport/natsjs"
-	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
+	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
+	"github.com/relaybus/relaybus/shared/broker/nats"
 )
 
 // On NATS JetStream, POST /subscriptions/{name}:seek {"time"} rewinds the
 // consumer's durable JetStream consumer to that time (recreated with
-// DeliverByStartTime: natsjs.Client.SeekTime); a snapshot is Pub/Sub's and
+// DeliverByStartTime: nats.Client.SeekTime); a snapshot is Pub/Sub's and
 // answers 501 saying to seek to a time.
 func TestSeekOnNATS(t *testing.T) {
 	ctx := context.Background()
 	emutest.Host(t, emulator.Firestore)
-	nc, err := natsjs.Connect(ctx, natstest.Server(t), natsjs.Options{})
+	nc, err := nats.Connect(ctx, natstest.Server(t), nats.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	top, _ := topology.Load("")
-	if err := natsjs.Provision(ctx, nc, top); err != nil {
+	if err := nats.Provision(ctx, nc, top); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)}, ledger.Options{})
@@ -44,7 +44,7 @@ func TestSeekOnNATS(t *testing.T) {
 	}
 	defer store.Close()
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pgtest.Schema(t),
-		Publisher: nc, Auth: dlqreplay.AuthNone, Writers: []string{dlqreplay.Anonymous}, TimeSeeker: nc})
+		Publisher: nc, Auth: dlqreplay.AuthNone, Writers: []string{dlqreplay.Anonymous}, Broker: nc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestSeekOnNATS(t *testing.T) {
 	if code, out := post("/subscriptions/"+sub+":seek", map[string]string{"time": at.Format(time.RFC3339)}); code != 200 {
 		t.Fatalf("seek to a time: %d %v", code, out)
 	}
-	cons, err := nc.JetStream().Consumer(ctx, natsjs.StreamName(topic), natsjs.ConsumerName(sub))
+	cons, err := nc.JetStream().Consumer(ctx, nats.StreamName(topic), nats.ConsumerName(sub))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func TestSeekSendsPubSubTheRewind(t *testing.T) {
 	defer store.Close()
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pgtest.Schema(t),
 		Publisher: fake.Client, Auth: dlqreplay.AuthNone, Writers: []string{dlqreplay.Anonymous},
-		Seeker: &dlqreplay.Seeker{Admin: fake.Client.PubSub().SubscriptionAdminClient, Project: pubsubtest.Project}})
+		Broker: fake.Client})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,8 +25,8 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // BenchmarkPublish measures the publish function from request to 202 with
@@ -80,12 +80,12 @@ func publishLoad(b *testing.B, primary bool, env map[string]string) loadResult {
 	}
 	project := emutest.FirestoreProject(b)
 	fake := pubsubtest.New(b)
-	ps, err := transport.Dial(ctx, project, fake.Server.Addr, transport.Options{})
+	ps, err := pubsub.Dial(ctx, project, fake.Server.Addr, pubsub.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ps.Close()
-	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+	if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})

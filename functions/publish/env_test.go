@@ -22,7 +22,7 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 )
 
 // The registered function builds itself from the environment: outbox,
@@ -35,12 +35,12 @@ func TestServeFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := transport.New(context.Background(), project, transport.Options{})
+	ps, err := pubsub.New(context.Background(), project, pubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if err := transport.Provision(context.Background(), ps, top, transport.ProvisionOptions{}); err != nil {
+	if err := pubsub.Provision(context.Background(), ps, top, pubsub.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
@@ -73,12 +73,12 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := transport.New(ctx, project, transport.Options{})
+	ps, err := pubsub.New(ctx, project, pubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+	if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})

@@ -24,10 +24,10 @@ import (
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -109,12 +109,12 @@ func TestServeFromEnvironment(t *testing.T) {
 	}
 	project := fmt.Sprintf("relay-env-%d", time.Now().UnixNano())
 	top, _ := topology.Load("")
-	ps, err := transport.New(context.Background(), project, transport.Options{})
+	ps, err := pubsub.New(context.Background(), project, pubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if err := transport.Provision(context.Background(), ps, top, transport.ProvisionOptions{}); err != nil {
+	if err := pubsub.Provision(context.Background(), ps, top, pubsub.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A second outbox database: member-service's own (the topology's
@@ -159,12 +159,12 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	}
 	project := emutest.FirestoreProject(t)
 	top, _ := topology.Load("")
-	ps, err := transport.New(ctx, project, transport.Options{})
+	ps, err := pubsub.New(ctx, project, pubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
+	if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})

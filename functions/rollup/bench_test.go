@@ -31,10 +31,10 @@ import (
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // timedRecorder is consume's ledger recorder, noting when each event's
@@ -116,7 +116,7 @@ func runLedger(b testing.TB, n, events, rate int, script ledgerScript) ledgerRun
 	}
 	fake := pubsubtest.New(b)
 	top, _ := topology.Load("")
-	rollupSub := transport.RollupSubscription(top)
+	rollupSub := broker.RollupSubscription(top)
 	if _, err := fake.Client.PubSub().TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/" + pubsubtest.Project + "/topics/" + top.Rollup.Topic}); err != nil {
 		b.Fatal(err)
 	}

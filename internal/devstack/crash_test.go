@@ -25,7 +25,7 @@ import (
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pstestserver"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
+	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
 )
 
 // The stack survives a crash under load. It runs as make dev does, as a

@@ -270,8 +270,8 @@ func Observe(ctx context.Context, info Info, top *topology.Topology) (*Observer,
 			continue
 		}
 		oc := ObservedConsumer{Service: c.Service, Delivery: c.Delivery, DB: main, DBName: c.Database, DBSource: "database main"}
-		if info.Transport == instance.TransportNATS {
-			oc.Delivery = "pull" // every consumer pulls its JetStream consumer
+		if info.ConsumersPull {
+			oc.Delivery = "pull" // a broker without push: every consumer pulls
 		}
 		if c.Database != "" && c.Database != topology.MainDatabase {
 			url, src := info.Databases[c.Database], "database "+c.Database

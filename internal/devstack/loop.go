@@ -21,8 +21,8 @@ import (
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/retry"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // Route is one subscription the delivery loop serves: where it POSTs and
@@ -101,7 +101,7 @@ var (
 // reading).
 type Loop struct {
 	// Client pulls the subscriptions and publishes dead letters.
-	Client *transport.Client
+	Client *pubsub.Client
 	// Project is the project named in subscription paths and dead-letter
 	// attributes.
 	Project string

@@ -23,8 +23,8 @@ import (
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // Every loop test runs against both Pub/Sub servers the local stack uses:
@@ -39,7 +39,7 @@ var backends = []string{"pstest", "emulator"}
 type loopFixture struct {
 	t       testing.TB
 	backend string
-	client  *transport.Client
+	client  *pubsub.Client
 	project string
 	wake    *Wakeup
 	topic   string
@@ -94,7 +94,7 @@ func newLoopFixture(t testing.TB, backend string) *loopFixture {
 		addr = emu.Host
 		f.project = emutest.UniqueProject(t)
 	}
-	c, err := transport.Dial(context.Background(), f.project, addr, transport.Options{})
+	c, err := pubsub.Dial(context.Background(), f.project, addr, pubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func (f *loopFixture) publishMany(n, keys int) {
 		go func() {
 			defer wg.Done()
 			key := "k" + strconv.Itoa(k)
-			var rs []transport.Result
+			var rs []pubsub.Result
 			for i := k; i < n; i += keys {
 				rs = append(rs, f.client.PublishAsync(context.Background(), f.topic, event.Message{
 					Data: []byte(`{}`), OrderingKey: key, Attributes: map[string]string{"key": key, "n": strconv.Itoa(i)}}))

@@ -15,12 +15,12 @@ import (
 
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/pull"
-	"github.com/relaybus/relaybus/shared/transport/natsjs"
+	"github.com/relaybus/relaybus/shared/broker"
 )
 
 // On TRANSPORT=nats the stack runs on NATS JetStream instead of Pub/Sub:
 // an embedded server (nats-server/v2) unless NATS_URL names a running one,
-// the topology's streams and durable consumers (natsjs.Provision), every
+// the topology's streams and durable consumers (nats.Provision), every
 // consumer built by consume.Build in pull mode (CONSUMER_MODE=pull, the
 // way a consumer reads NATS in production: JetStream has no HTTP push),
 // and, for the rollup and the DLQ monitors, whose functions take pushes,
@@ -102,11 +102,12 @@ const (
 	bridgeGrace = 8 * time.Second
 )
 
-// runBridges runs a pull worker per route over nc until ctx ends, then
+// runBridges runs a pull worker per route over b (a broker without push)
+// until ctx ends, then
 // drains them (what is in flight finishes, the rest is handed back).
 // Routes never dead-letter (the rollup and DLQ monitor subscriptions have
 // no dead-letter topic); their backoff is the route's.
-func runBridges(ctx context.Context, nc *natsjs.Client, project string, routes []Route, log *slog.Logger) {
+func runBridges(ctx context.Context, b broker.Broker, project string, routes []Route, log *slog.Logger) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
 	cut, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -126,7 +127,7 @@ func runBridges(ctx context.Context, nc *natsjs.Client, project string, routes [
 		if rt.MaxInFlight > 0 {
 			inFlight = rt.MaxInFlight
 		}
-		w, err := pull.New(pull.Options{Source: nc, Subscription: rt.Subscription, DeadLetters: nc, Project: project,
+		w, err := pull.New(pull.Options{Source: b, Subscription: rt.Subscription, DeadLetters: b, Project: project,
 			Engine:      bridge{http: client, url: rt.URL, sub: "projects/" + project + "/subscriptions/" + rt.Subscription, timeout: time.Minute, cut: cut},
 			MaxInFlight: inFlight, MaxOutstanding: max(loopMaxOutstanding, inFlight), MaxAttempts: 1 << 30,
 			MinBackoff: rt.MinBackoff, MaxBackoff: rt.MaxBackoff, Logger: log})

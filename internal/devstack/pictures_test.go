@@ -26,9 +26,9 @@ import (
 	"github.com/relaybus/relaybus/internal/screenshot"
 	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/internal/waterfall"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // EnvScreenshots names the directory the pictures go to (docs/telemetry
@@ -132,7 +132,7 @@ func TestTelemetryPictures(t *testing.T) {
 		purchase(n, n%6 == 0)
 	}
 	// A poison message: dead-lettered by both consumers, a missing id.
-	ps, err := transport.Dial(ctx, s.Info.Project, s.Info.PubSubHost, transport.Options{})
+	ps, err := pubsub.Dial(ctx, s.Info.Project, s.Info.PubSubHost, pubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,8 +54,9 @@ import (
 	"github.com/relaybus/relaybus/internal/pstestserver"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport"
-	"github.com/relaybus/relaybus/shared/transport/natsjs"
+	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/broker/nats"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 
 	_ "github.com/relaybus/relaybus/examples/shop" // the demo topology's handlers
 )
@@ -150,6 +151,9 @@ type Info struct {
 	// server's URL).
 	Transport string `json:"transport,omitempty"`
 	NATSURL   string `json:"natsUrl,omitempty"`
+	// ConsumersPull: the broker has no push (no broker.PushConfigurer:
+	// NATS JetStream), so every consumer pulls its own subscription.
+	ConsumersPull bool `json:"consumersPull,omitempty"`
 }
 
 // Stack is a running local stack.
@@ -164,11 +168,11 @@ type Stack struct {
 	Ledger   *ledger.Store
 	Pool     *pgxpool.Pool
 	Pools    map[string]*pgxpool.Pool
-	PubSub   *transport.Client
+	PubSub   *pubsub.Client
 	Topology *topology.Topology
 	// Broker is the stack's own client of its transport: PubSub, or a
-	// *natsjs.Client with Transport nats (PubSub is nil then).
-	Broker instance.Broker
+	// *nats.Client with Transport nats (PubSub is nil then).
+	Broker broker.Broker
 	// Delivery is what the delivery loop handed back to Pub/Sub when it
 	// stopped (set by Close once the loop stopped within its context).
 	Delivery Stopped
@@ -244,6 +248,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	// onNATS chooses the local server and the client the stack connects
+	// (an embedded JetStream server or pstest, below); what the stack does
+	// differently afterwards is asked of the broker (pushes).
 	onNATS := o.Transport == instance.TransportNATS
 	if o.Transport != "" && o.Transport != instance.TransportPubSub && !onNATS {
 		return nil, fmt.Errorf("TRANSPORT=%q: want %s or %s", o.Transport, instance.TransportPubSub, instance.TransportNATS)
@@ -450,31 +457,37 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, fmt.Errorf("topic_consumers: Firestore at %s did not answer in 30 s: %w", o.FirestoreHost, err)
 	}
 
-	// The broker: the stack's own client, the topology's topics and
-	// subscriptions (streams and durable consumers on NATS).
+	// The broker: the stack's own client (connecting is per driver: the
+	// Pub/Sub client is also the push stand-in's, the Loop below), and the
+	// topology's topics and subscriptions provisioned through the driver
+	// (streams and durable consumers on NATS).
 	var (
-		ps *transport.Client
-		nc *natsjs.Client
+		ps *pubsub.Client
+		nc *nats.Client
 	)
 	if onNATS {
-		if nc, err = natsjs.Connect(ctx, o.NATSURL, natsjs.Options{Name: "relaybus-dev"}); err != nil {
+		if nc, err = nats.Connect(ctx, o.NATSURL, nats.Options{Name: "relaybus-dev"}); err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, func(context.Context) { _ = nc.Close() })
 		s.Broker = nc
-		if err := natsjs.Provision(ctx, nc, top); err != nil {
-			return nil, fmt.Errorf("provision: %w", err)
-		}
 	} else {
 		if ps, err = pubsubCfg.Open(ctx, o.Project); err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, func(context.Context) { _ = ps.Close() })
 		s.PubSub, s.Broker = ps, ps
-		if err := transport.Provision(ctx, ps, top, transport.ProvisionOptions{}); err != nil {
-			return nil, fmt.Errorf("provision: %w", err)
-		}
 	}
+	if err := s.Broker.Provision(ctx, top); err != nil {
+		return nil, fmt.Errorf("provision: %w", err)
+	}
+	// pushes: the broker has push subscriptions (broker.PushConfigurer:
+	// Pub/Sub), which the Loop stands in for, pausing and resuming them
+	// for the operations API. A broker without push (NATS JetStream) has
+	// its consumers pull (CONSUMER_MODE=pull, as in production) and the
+	// rollup and DLQ-monitor subscriptions pulled by bridges that POST
+	// what they pull.
+	_, pushes := broker.As[broker.PushConfigurer](s.Broker)
 
 	// The functions, each under its own prefix, each closed (its ledger
 	// writes flushed) at Close after the server has finished its requests.
@@ -534,8 +547,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if c.ForwardSecret != "" {
 			cc.ForwardSigningSecret = o.ForwardSigningSecret
 		}
-		if onNATS {
-			// NATS has no push: the consumer pulls its durable consumer
+		if !pushes {
+			// No push: the consumer pulls its durable consumer
 			// itself, as in production, within its pool's share.
 			cc.Mode, cc.PullMaxInFlight = consume.ModePull, shares[roleConsumer]
 		}
@@ -549,7 +562,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if c.Handler == topology.HandlerStrict {
 			gapChecks = append(gapChecks, base+path)
 		}
-		if onNATS {
+		if !pushes {
 			continue
 		}
 		// Backoff: the subscription's retry policy, scaled by BackoffScale.
@@ -570,7 +583,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	dc.Writers = []string{dlqreplay.Anonymous}
 	dc.Archivers = []string{dlqreplay.Anonymous}
 	dc.RateLimit = 0
-	if !onNATS {
+	if pushes {
 		dc.Pauser = loop
 	}
 	ops, err := dlqreplay.Build(ctx, dc)
@@ -582,10 +595,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		routes = append(routes, Route{Subscription: names.DeadLetterMonitor(t.Name), Topic: names.DeadLetter(t.Name),
 			URL: base + "/dlqreplay/deadletters:archive", Mode: topology.DeliveryPush})
 	}
-	routes = append(routes, Route{Subscription: transport.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
+	routes = append(routes, Route{Subscription: broker.RollupSubscription(top), Topic: top.Rollup.Topic, URL: base + "/rollup/",
 		Mode: topology.DeliveryPush, MaxInFlight: rollupMaxInFlight})
-	if onNATS {
-		// The Pub/Sub subscriptions' retry policies (transport.Provision),
+	if !pushes {
+		// The Pub/Sub subscriptions' retry policies (pubsub.Provision),
 		// scaled as the loop scales them.
 		scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) * o.BackoffScale) }
 		for i := range routes {
@@ -621,8 +634,8 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			wg.Add(1)
 			go func() { defer wg.Done(); schedule(runCtx, o.Logger, j.url, j.every) }()
 		}
-		if onNATS {
-			runBridges(runCtx, nc, o.Project, routes, o.Logger)
+		if !pushes {
+			runBridges(runCtx, s.Broker, o.Project, routes, o.Logger)
 		} else {
 			s.delivery = loop.Run(runCtx, routes)
 		}
@@ -630,7 +643,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	}()
 
 	s.Info = Info{URL: base, DatabaseURL: o.DatabaseURL, Databases: urls, FirestoreHost: o.FirestoreHost, PubSubHost: o.PubSubHost, Project: o.Project,
-		Transport: pubsubCfg.Transport, NATSURL: o.NATSURL}
+		Transport: pubsubCfg.Transport, NATSURL: o.NATSURL, ConsumersPull: !pushes}
 	if err := os.MkdirAll(o.StateDir, 0o755); err == nil {
 		b, _ := json.MarshalIndent(s.Info, "", "  ")
 		s.infoAt = filepath.Join(o.StateDir, "dev.json")
@@ -643,7 +656,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			paths = append(paths, strings.TrimSuffix(rt.URL, "/")+"  ("+rt.Mode+")")
 		}
 	}
-	if onNATS {
+	if !pushes {
 		for _, p := range consumePaths {
 			paths = append(paths, p+"  (pull)")
 		}
@@ -651,7 +664,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	paths = append(paths, base+"/dlqreplay/deadletters, /dlqreplay/events/{id}, /dlqreplay/traces/{id}, ...")
 	s.Started = append(s.Started, "Functions   "+strings.Join(paths, "\n            "))
 	s.Started = append(s.Started, "Console     "+base+"/dlqreplay/console/")
-	if onNATS {
+	if !pushes {
 		s.Started = append(s.Started, fmt.Sprintf("Delivery    consumers pull their JetStream consumers (CONSUMER_MODE=pull; the topology's backoff, dead letters after max attempts); rollup and DLQ monitors: pull → POST as push would, backoff ×%g", o.BackoffScale))
 	} else {
 		s.Started = append(s.Started, fmt.Sprintf("Delivery    pull → POST as push/Eventarc would; redelivery after the subscription's backoff ×%g; dead letters after max attempts", o.BackoffScale))

@@ -21,9 +21,9 @@ import (
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // One purchase on the local stack, with telemetry recording into memory:
@@ -64,7 +64,7 @@ func TestOnePurchaseIsOneTraceAndItsMetricsCountEveryHop(t *testing.T) {
 
 	// A poison message (no aggregate id) straight onto the topic: both
 	// consumers dead-letter it and count the missing id.
-	ps, err := transport.Dial(ctx, s.Info.Project, s.Info.PubSubHost, transport.Options{})
+	ps, err := pubsub.Dial(ctx, s.Info.Project, s.Info.PubSubHost, pubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

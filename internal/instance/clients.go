@@ -17,11 +17,10 @@ import (
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/postgres"
-	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/internal/telemetry"
-	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport"
-	"github.com/relaybus/relaybus/shared/transport/natsjs"
+	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/broker/nats"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 )
 
 // Logger returns the function's logger: LogHandler's when set, else JSON
@@ -44,11 +43,11 @@ func (d Database) Open(ctx context.Context, lines ...migrate.Line) (*postgres.Po
 
 // Open connects to Pub/Sub for project: the emulator at EmulatorHost when
 // set, else Google's endpoint.
-func (p PubSub) Open(ctx context.Context, project string) (*transport.Client, error) {
+func (p PubSub) Open(ctx context.Context, project string) (*pubsub.Client, error) {
 	if p.EmulatorHost != "" {
-		return transport.Dial(ctx, project, p.EmulatorHost, transport.Options{})
+		return pubsub.Dial(ctx, project, p.EmulatorHost, pubsub.Options{})
 	}
-	return transport.New(ctx, project, transport.Options{})
+	return pubsub.New(ctx, project, pubsub.Options{})
 }
 
 // Transports TRANSPORT names.
@@ -57,22 +56,9 @@ const (
 	TransportNATS   = "nats"
 )
 
-// Broker is the transport of the delivery paths (publish, relay, consume):
-// *transport.Client for Pub/Sub, *natsjs.Client for NATS JetStream.
-type Broker interface {
-	// Publish is event.Publisher: single publishes (dead letters, rollup
-	// notices).
-	event.Publisher
-	// PublishBatch is relay.Publisher: a key's run, in order.
-	PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error)
-	// Pull is pull.Source: consume's pull mode.
-	pull.Source
-	Close() error
-}
-
 // OpenBroker connects to the broker TRANSPORT names: Pub/Sub for project
 // (as Open does), or the NATS server at NATS_URL.
-func (p PubSub) OpenBroker(ctx context.Context, project string) (Broker, error) {
+func (p PubSub) OpenBroker(ctx context.Context, project string) (broker.Broker, error) {
 	switch p.Transport {
 	case TransportPubSub, "":
 		c, err := p.Open(ctx, project)
@@ -84,7 +70,7 @@ func (p PubSub) OpenBroker(ctx context.Context, project string) (Broker, error) 
 		if p.NATSURL == "" {
 			return nil, errors.New("config: NATS_URL is required with TRANSPORT=nats: the NATS server's URL, e.g. nats://127.0.0.1:4222")
 		}
-		c, err := natsjs.Connect(ctx, p.NATSURL, natsjs.Options{Name: project})
+		c, err := nats.Connect(ctx, p.NATSURL, nats.Options{Name: project})
 		if err != nil {
 			return nil, err
 		}

@@ -14,8 +14,8 @@ import (
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // notices receives the rollup notices consume publishes, as the rollup
@@ -32,7 +32,7 @@ func receiveNotices(t *testing.T, f *pubsubtest.Fake, top *topology.Topology) *n
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
-		_ = f.Client.PubSub().Subscriber(transport.RollupSubscription(top)).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+		_ = f.Client.PubSub().Subscriber(broker.RollupSubscription(top)).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
 			n.ch <- event.Message{ID: m.ID, Data: m.Data, Attributes: m.Attributes, PublishTime: m.PublishTime, OrderingKey: m.OrderingKey}
 			m.Ack()
 		})

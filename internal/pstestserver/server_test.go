@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/relaybus/relaybus/internal/eventually"
-	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 )
 
 const (
@@ -23,14 +23,14 @@ const (
 )
 
 // serve starts a server with o and returns it with a client and the topic.
-func serve(t *testing.T, o Options) (*Server, *transport.Client) {
+func serve(t *testing.T, o Options) (*Server, *pubsub.Client) {
 	t.Helper()
 	srv, err := Start("127.0.0.1:0", o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	c, err := transport.Dial(context.Background(), "p", srv.Addr, transport.Options{})
+	c, err := pubsub.Dial(context.Background(), "p", srv.Addr, pubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func serve(t *testing.T, o Options) (*Server, *transport.Client) {
 }
 
 // subscribe creates the subscription with the given ack deadline.
-func subscribe(t *testing.T, c *transport.Client, ordered bool, ackDeadline int32) {
+func subscribe(t *testing.T, c *pubsub.Client, ordered bool, ackDeadline int32) {
 	t.Helper()
 	if _, err := c.PubSub().SubscriptionAdminClient.CreateSubscription(context.Background(), &pb.Subscription{Name: sub, Topic: topic,
 		EnableMessageOrdering: ordered, AckDeadlineSeconds: ackDeadline}); err != nil {
@@ -51,14 +51,14 @@ func subscribe(t *testing.T, c *transport.Client, ordered bool, ackDeadline int3
 }
 
 // setup serves a default server with an ordered subscription (10 s).
-func setup(t *testing.T) *transport.Client {
+func setup(t *testing.T) *pubsub.Client {
 	t.Helper()
 	_, c := serve(t, Options{})
 	subscribe(t, c, true, 10)
 	return c
 }
 
-func publish(t *testing.T, c *transport.Client, data, key string) {
+func publish(t *testing.T, c *pubsub.Client, data, key string) {
 	t.Helper()
 	if _, err := c.PubSub().TopicAdminClient.Publish(context.Background(), &pb.PublishRequest{Topic: topic,
 		Messages: []*pb.PubsubMessage{{Data: []byte(data), OrderingKey: key}}}); err != nil {
@@ -221,7 +221,7 @@ func TestPullLeaseBringsBackWhatACallerAbandoned(t *testing.T) {
 }
 
 // seekTo seeks sub to at through the server.
-func seekTo(c *transport.Client, at time.Time) error {
+func seekTo(c *pubsub.Client, at time.Time) error {
 	_, err := c.PubSub().SubscriptionAdminClient.Seek(context.Background(), &pb.SeekRequest{Subscription: sub,
 		Target: &pb.SeekRequest_Time{Time: timestamppb.New(at)}})
 	return err
@@ -229,7 +229,7 @@ func seekTo(c *transport.Client, at time.Time) error {
 
 // pullData pulls sub once (waiting up to 2 s) and returns the messages'
 // data, acknowledging them.
-func pullData(t *testing.T, c *transport.Client) []string {
+func pullData(t *testing.T, c *pubsub.Client) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

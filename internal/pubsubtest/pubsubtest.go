@@ -9,7 +9,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 )
 
 // Project is the project id the fake serves.
@@ -18,7 +18,7 @@ const Project = "relaybus-test"
 // Fake is a pstest server and a client of it.
 type Fake struct {
 	Server *pstest.Server
-	Client *transport.Client
+	Client *pubsub.Client
 }
 
 // New starts a pstest server (with optional reactors, e.g. for error
@@ -26,7 +26,7 @@ type Fake struct {
 func New(t testing.TB, reactors ...pstest.ServerReactorOption) *Fake {
 	t.Helper()
 	srv := pstest.NewServer(reactors...)
-	c, err := transport.Dial(context.Background(), Project, srv.Addr, transport.Options{})
+	c, err := pubsub.Dial(context.Background(), Project, srv.Addr, pubsub.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func New(t testing.TB, reactors ...pstest.ServerReactorOption) *Fake {
 // (without dead-letter policies: pstest's dead-lettering is broken).
 func (f *Fake) Provision(t testing.TB, top *topology.Topology) {
 	t.Helper()
-	if err := transport.Provision(context.Background(), f.Client, top, transport.ProvisionOptions{}); err != nil {
+	if err := pubsub.Provision(context.Background(), f.Client, top, pubsub.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -34,33 +34,17 @@ import (
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/retry"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
 // Source is what the worker needs of a broker: pulling a subscription's
-// messages under a lease. *transport.Client (Pub/Sub unary Pull) and
-// *natsjs.Client (a JetStream pull consumer) implement it.
-type Source interface {
-	// Pull returns at most max messages of subscription, each leased to the
-	// caller until it acknowledges it, hands it back or lets its lease
-	// lapse. It waits for messages at most until ctx ends or the source's
-	// own poll wait passes, then returns none and no error.
-	Pull(ctx context.Context, subscription string, max int) ([]Leased, error)
-}
+// messages under a lease. It is the broker contract's Puller
+// (shared/broker), which every driver implements.
+type Source = broker.Puller
 
-// Leased is one pulled message and its lease.
-type Leased interface {
-	// Message is the message as the engine reads it (Topic,
-	// DeliveryAttempt and PublishTime filled when the broker knows them).
-	Message() event.Message
-	// Ack acknowledges the message: it is not delivered again.
-	Ack(ctx context.Context) error
-	// Nack hands the message back for redelivery after delay (0: as soon
-	// as the broker will).
-	Nack(ctx context.Context, delay time.Duration) error
-	// Extend renews the lease for the subscription's ack deadline.
-	Extend(ctx context.Context) error
-}
+// Leased is one pulled message and its lease (broker.Lease).
+type Leased = broker.Lease
 
 // Engine handles one delivery: the consume engine (consume adapts a
 // *consumer.Engine's Result; this package does not import the engine, so

@@ -13,7 +13,7 @@ import (
 // message it carries (as Watermill's message.Publisher is), so the engines
 // and functions that publish (consume's dead letters, the ledger's rollup
 // notices, dlqreplay's replays) share it without importing a transport.
-// *transport.Client implements it for Pub/Sub.
+// *pubsub.Client (shared/broker/pubsub) and *nats.Client implement it.
 type Publisher interface {
 	// Publish sends m to topic (a topic id such as "shop.order.events") and
 	// waits for the broker's answer.

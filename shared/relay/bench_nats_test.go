@@ -7,9 +7,9 @@ import (
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
+	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/transport/natsjs"
-	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
 )
 
 // benchNATS starts an embedded JetStream server (file storage, in this
@@ -17,7 +17,7 @@ import (
 func benchNATS(b *testing.B, top *topology.Topology) (relay.Publisher, string) {
 	b.Helper()
 	ctx := context.Background()
-	c, err := natsjs.Connect(ctx, natstest.Server(b), natsjs.Options{})
+	c, err := nats.Connect(ctx, natstest.Server(b), nats.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

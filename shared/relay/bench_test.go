@@ -27,10 +27,10 @@ import (
 	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // benchPubSub connects to the Pub/Sub the benchmarks publish to: the gcloud
@@ -39,7 +39,7 @@ import (
 // store of every message is not part of the relay's heap. Only the topics
 // are created: Pub/Sub's fan-out to subscriptions is the service's work,
 // and pstest's grows with every message it stores.
-func benchPubSub(b *testing.B, top *topology.Topology) (*transport.Client, string) {
+func benchPubSub(b *testing.B, top *topology.Topology) (*pubsub.Client, string) {
 	b.Helper()
 	ctx := context.Background()
 	addr, what := "", "the gcloud Pub/Sub emulator"
@@ -65,7 +65,7 @@ func benchPubSub(b *testing.B, top *topology.Topology) (*transport.Client, strin
 		addr, what = strings.TrimSpace(line), "pstest in its own process"
 	}
 	project := fmt.Sprintf("relay-bench-%d", time.Now().UnixNano())
-	c, err := transport.Dial(ctx, project, addr, transport.Options{})
+	c, err := pubsub.Dial(ctx, project, addr, pubsub.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

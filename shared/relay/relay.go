@@ -90,7 +90,7 @@ const (
 // DB is what the relay needs of Postgres (a *pgxpool.Pool).
 type DB = postgres.DBTX
 
-// Publisher is what the relay needs of Pub/Sub (a *transport.Client).
+// Publisher is what the relay needs of Pub/Sub (a broker driver: shared/broker).
 type Publisher interface {
 	// PublishBatch publishes msgs to topic in order and returns how many
 	// Pub/Sub acknowledged (a prefix) and the error that stopped it.

@@ -1,4 +1,4 @@
-package transport_test
+package pubsub_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport"
 )
 
 // failKey fails every publish request that carries a given ordering key.
@@ -64,7 +64,7 @@ func TestPublishAsyncLeavesAFailedKeyPausedUntilResume(t *testing.T) {
 	}
 	react.key = ""
 	_, err := fake.Client.PublishAsync(ctx, "shop.order.events", m).Get(ctx)
-	if !transport.IsPaused(err) {
+	if !pubsub.IsPaused(err) {
 		t.Fatalf("key not paused after a failure: %v", err)
 	}
 	fake.Client.Resume("shop.order.events", "k")
@@ -74,7 +74,7 @@ func TestPublishAsyncLeavesAFailedKeyPausedUntilResume(t *testing.T) {
 	if err := fake.Client.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fake.Client.Publish(ctx, "shop.order.events", m); !errors.Is(err, transport.ErrClosed) {
+	if _, err := fake.Client.Publish(ctx, "shop.order.events", m); !errors.Is(err, pubsub.ErrClosed) {
 		t.Fatalf("publish after Close: %v", err)
 	}
 }
@@ -84,7 +84,7 @@ func TestProvisionIsIdempotentAndFollowsTheTopology(t *testing.T) {
 	fake := pubsubtest.New(t)
 	top, _ := topology.Load("")
 	for i := 0; i < 2; i++ {
-		if err := transport.Provision(ctx, fake.Client, top, transport.ProvisionOptions{DeadLetterPolicy: true}); err != nil {
+		if err := pubsub.Provision(ctx, fake.Client, top, pubsub.ProvisionOptions{DeadLetterPolicy: true}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package natsjs
+package nats
 
 import (
 	"context"
@@ -6,10 +6,16 @@ import (
 
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/topology"
-	"github.com/relaybus/relaybus/shared/transport"
+	"github.com/relaybus/relaybus/shared/broker"
 )
 
-// Provision creates on the server what transport.Provision creates on
+// Provision is the broker contract's provisioning (broker.Provisioner):
+// Provision(ctx, c, t).
+func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
+	return Provision(ctx, c, t)
+}
+
+// Provision creates on the server what pubsub.Provision creates on
 // Pub/Sub for a topology: a stream per topic (its retention as MaxAge) and
 // per <topic>.dlq, a durable pull consumer per consumer subscription (its
 // ack deadline as AckWait), per <topic>.dlq-monitor and for the rollup.
@@ -21,7 +27,7 @@ func Provision(ctx context.Context, c *Client, t *topology.Topology) error {
 	if err := c.EnsureTopic(ctx, t.Rollup.Topic, 0); err != nil {
 		return err
 	}
-	if err := c.EnsureSubscription(ctx, t.Rollup.Topic, transport.RollupSubscription(t),
+	if err := c.EnsureSubscription(ctx, t.Rollup.Topic, broker.RollupSubscription(t),
 		SubscriptionConfig{AckWait: secs(t.Defaults.AckDeadlineSeconds)}); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package natsjs_test
+package nats_test
 
 import (
 	"context"
@@ -13,56 +13,14 @@ import (
 
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
+	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/relay"
-	"github.com/relaybus/relaybus/shared/transport/natsjs"
-	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
-	"github.com/relaybus/relaybus/shared/transport/transporttest"
 )
 
 // The relay publishes through it.
-var _ relay.Publisher = (*natsjs.Client)(nil)
-
-// TestConformance runs the transport suite against an embedded JetStream
-// server.
-func TestConformance(t *testing.T) {
-	url := natstest.Server(t)
-	const ackWait = 2 * time.Second
-	transporttest.Run(t, transporttest.Backend{
-		Open: func(t *testing.T) transporttest.Broker {
-			c, err := natsjs.Connect(context.Background(), url, natsjs.Options{PullWait: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return c
-		},
-		Setup: func(t *testing.T, b transporttest.Broker, topic, sub, dlqSub string) {
-			c := b.(*natsjs.Client)
-			ctx := context.Background()
-			for _, tp := range []string{topic, names.DeadLetter(topic)} {
-				if err := c.EnsureTopic(ctx, tp, 0); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := c.EnsureSubscription(ctx, topic, sub, natsjs.SubscriptionConfig{AckWait: ackWait}); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.EnsureSubscription(ctx, names.DeadLetter(topic), dlqSub, natsjs.SubscriptionConfig{AckWait: ackWait}); err != nil {
-				t.Fatal(err)
-			}
-		},
-		Subscribe: func(t *testing.T, b transporttest.Broker, topic, consumer string) string {
-			sub := topology.Consumer{Topic: topic, Service: consumer, Role: "processor"}.Subscription()
-			if err := b.(*natsjs.Client).EnsureSubscription(context.Background(), topic, sub, natsjs.SubscriptionConfig{AckWait: ackWait}); err != nil {
-				t.Fatal(err)
-			}
-			return sub
-		},
-		AckDeadline: ackWait,
-		Caps:        transporttest.Capabilities{DedupOnEventID: true, DeliveryAttemptCount: true},
-	})
-}
+var _ relay.Publisher = (*nats.Client)(nil)
 
 // orderTopic and orderSub are the topic and subscription of the tests
 // below.
@@ -71,9 +29,9 @@ const orderTopic, orderSub = "shop.order.events", "shop.order.events.member-serv
 // connectWithTopic connects a client to the server at url, waiting
 // pullWait per pull, and creates orderTopic's stream; the client closes
 // when the test ends.
-func connectWithTopic(t *testing.T, url string, pullWait time.Duration) *natsjs.Client {
+func connectWithTopic(t *testing.T, url string, pullWait time.Duration) *nats.Client {
 	t.Helper()
-	c, err := natsjs.Connect(context.Background(), url, natsjs.Options{PullWait: pullWait})
+	c, err := nats.Connect(context.Background(), url, nats.Options{PullWait: pullWait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +51,7 @@ func TestKeyToken(t *testing.T) {
 		{"*", "~Kg"},
 		{"~x", "~fng"},
 	} {
-		if got := natsjs.KeyToken(tc.key); got != tc.want {
+		if got := nats.KeyToken(tc.key); got != tc.want {
 			t.Errorf("KeyToken(%q) = %q, want %q", tc.key, got, tc.want)
 		}
 	}
@@ -105,7 +63,7 @@ func TestKeyToken(t *testing.T) {
 // id its Publish returned.
 func TestMessageIDsAreUniqueAcrossStreams(t *testing.T) {
 	ctx := context.Background()
-	c, err := natsjs.Connect(ctx, natstest.Server(t), natsjs.Options{PullWait: 500 * time.Millisecond})
+	c, err := nats.Connect(ctx, natstest.Server(t), nats.Options{PullWait: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +74,7 @@ func TestMessageIDsAreUniqueAcrossStreams(t *testing.T) {
 		if err := c.EnsureTopic(ctx, topic, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.EnsureSubscription(ctx, topic, sub, natsjs.SubscriptionConfig{}); err != nil {
+		if err := c.EnsureSubscription(ctx, topic, sub, nats.SubscriptionConfig{}); err != nil {
 			t.Fatal(err)
 		}
 		id, err := c.Publish(ctx, topic, event.Message{Data: []byte("x"), Attributes: map[string]string{event.AttrEventID: "e-1"}})
@@ -171,7 +129,7 @@ func TestClientOutlivesAServerRestart(t *testing.T) {
 	port := srv.Addr().(*net.TCPAddr).Port
 	c := connectWithTopic(t, srv.ClientURL(), 200*time.Millisecond)
 	const topic, sub = orderTopic, orderSub
-	if err := c.EnsureSubscription(ctx, topic, sub, natsjs.SubscriptionConfig{AckWait: 2 * time.Second}); err != nil {
+	if err := c.EnsureSubscription(ctx, topic, sub, nats.SubscriptionConfig{AckWait: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	msg := func(v string) event.Message {
@@ -237,8 +195,8 @@ func TestPullAtMaxAckPendingLeavesNoRequestBehind(t *testing.T) {
 	ctx := context.Background()
 	c := connectWithTopic(t, natstest.Server(t), 300*time.Millisecond)
 	const topic, sub = orderTopic, orderSub
-	if _, err := c.JetStream().CreateOrUpdateConsumer(ctx, natsjs.StreamName(topic), jetstream.ConsumerConfig{
-		Durable: natsjs.ConsumerName(sub), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, MaxAckPending: 3,
+	if _, err := c.JetStream().CreateOrUpdateConsumer(ctx, nats.StreamName(topic), jetstream.ConsumerConfig{
+		Durable: nats.ConsumerName(sub), AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute, MaxAckPending: 3,
 	}); err != nil {
 		t.Fatal(err)
 	}

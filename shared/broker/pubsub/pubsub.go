@@ -1,4 +1,4 @@
-// Package transport is relaybus's Pub/Sub layer over
+// Package pubsub is relaybus's Pub/Sub broker driver over
 // cloud.google.com/go/pubsub/v2: one publisher per topic, message ordering
 // always on (the ordering key is the aggregate id), and the paused-key
 // handling that ordering requires.
@@ -9,7 +9,11 @@
 // caller (the relay resumes a key after it has recorded the failure, so that
 // nothing behind the failed head slips out of order); [Client.Publish] resumes
 // the key itself before it returns the error.
-package transport
+//
+// Client is a broker (shared/broker's Broker) with the capabilities
+// broker.TimeSeeker, broker.Snapshotter and broker.PushConfigurer, over
+// Pub/Sub's subscription admin API (admin.go).
+package pubsub
 
 import (
 	"context"
@@ -25,11 +29,18 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
-// Client implements the publish contract of the engines.
-var _ event.Publisher = (*Client)(nil)
+// Client is a broker (shared/broker) that can also seek to a time, keep
+// snapshots and detach push endpoints.
+var (
+	_ broker.Broker         = (*Client)(nil)
+	_ broker.TimeSeeker     = (*Client)(nil)
+	_ broker.Snapshotter    = (*Client)(nil)
+	_ broker.PushConfigurer = (*Client)(nil)
+)
 
 // Options configure a Client.
 type Options struct {
@@ -38,6 +49,9 @@ type Options struct {
 	Settings *pubsub.PublishSettings
 	// ClientOptions are passed to pubsub.NewClient (credentials, endpoint).
 	ClientOptions []option.ClientOption
+	// Provision is what the Provision method passes to Provision: no
+	// dead-letter policy by default.
+	Provision ProvisionOptions
 }
 
 // DefaultSettings are the client's defaults with a 1 ms bundling delay instead
@@ -55,9 +69,10 @@ func DefaultSettings() pubsub.PublishSettings {
 
 // Client publishes to any number of topics of one project.
 type Client struct {
-	ps       *pubsub.Client
-	settings pubsub.PublishSettings
-	owned    bool
+	ps        *pubsub.Client
+	settings  pubsub.PublishSettings
+	provision ProvisionOptions
+	owned     bool
 
 	mu         sync.Mutex
 	publishers map[string]*pubsub.Publisher
@@ -95,7 +110,7 @@ func Wrap(ps *pubsub.Client, opts Options) *Client {
 	if opts.Settings != nil {
 		s = *opts.Settings
 	}
-	return &Client{ps: ps, settings: s, publishers: map[string]*pubsub.Publisher{}}
+	return &Client{ps: ps, settings: s, provision: opts.Provision, publishers: map[string]*pubsub.Publisher{}}
 }
 
 // PubSub returns the underlying client, for administration and subscribing.
@@ -105,7 +120,7 @@ func (c *Client) PubSub() *pubsub.Client { return c.ps }
 func (c *Client) Project() string { return c.ps.Project() }
 
 // ErrClosed is returned by publishes after Close.
-var ErrClosed = errors.New("transport: client closed")
+var ErrClosed = errors.New("pubsub: client closed")
 
 func (c *Client) publisher(topic string) (*pubsub.Publisher, error) {
 	id := names.ResourceID(topic)

@@ -1,4 +1,4 @@
-package natsjs_test
+package nats_test
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
+	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/transport/natsjs"
-	"github.com/relaybus/relaybus/shared/transport/natsjs/natstest"
 )
 
 // SeekTime does what Pub/Sub's Seek to a time does: after every message
@@ -24,7 +24,7 @@ func TestSeekTimeRedeliversFromTheTime(t *testing.T) {
 	ctx := context.Background()
 	c := connectWithTopic(t, natstest.Server(t), 500*time.Millisecond)
 	const topic, sub = orderTopic, orderSub
-	sc := natsjs.SubscriptionConfig{AckWait: 7 * time.Second}
+	sc := nats.SubscriptionConfig{AckWait: 7 * time.Second}
 	if err := c.EnsureSubscription(ctx, topic, sub, sc); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestSeekTimeRedeliversFromTheTime(t *testing.T) {
 	if got := pullAll(); !slices.Equal(got, []string{"e1", "e2"}) {
 		t.Fatalf("first delivery %v, want [e1 e2]", got)
 	}
-	stream, err := c.JetStream().Stream(ctx, natsjs.StreamName(topic))
+	stream, err := c.JetStream().Stream(ctx, nats.StreamName(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestSeekTimeRedeliversFromTheTime(t *testing.T) {
 	if got := pullAll(); len(got) != 0 {
 		t.Errorf("after the redelivery: %v more", got)
 	}
-	cons, err := c.JetStream().Consumer(ctx, natsjs.StreamName(topic), natsjs.ConsumerName(sub))
+	cons, err := c.JetStream().Consumer(ctx, nats.StreamName(topic), nats.ConsumerName(sub))
 	if err != nil {
 		t.Fatal(err)
 	}

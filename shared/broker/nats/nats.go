@@ -1,8 +1,9 @@
-// Package natsjs is relaybus's NATS JetStream transport, the second broker
-// beside Pub/Sub (shared/transport), chosen by TRANSPORT=nats. It implements
-// the same contracts: event.Publisher (single publishes), the relay's
-// PublishBatch (a key's run, in order, with the acknowledged prefix) and
-// pull.Source (the pull consumer mode).
+// Package nats is relaybus's NATS JetStream broker driver, the second broker
+// beside Pub/Sub (shared/broker/pubsub), chosen by TRANSPORT=nats. It implements
+// the broker contract (shared/broker's Broker: single publishes, the relay's
+// PublishBatch, Pull for the pull consumer mode, Provision) and one
+// capability, broker.TimeSeeker ([Client.SeekTime]); it keeps no snapshots
+// and has no push.
 //
 // Mapping (https://docs.nats.io/nats-concepts/jetstream):
 //
@@ -29,7 +30,7 @@
 //     (MessageID: sequences restart in every stream, and the DLQ archive
 //     keys letters by message id), the delivery attempt the
 //     consumer's NumDelivered, the publish time the stream's timestamp.
-package natsjs
+package nats
 
 import (
 	"context"
@@ -46,15 +47,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
-// Client implements the publish contract and the pull source.
+// Client is a broker (shared/broker) that can also seek to a time.
 var (
-	_ event.Publisher = (*Client)(nil)
-	_ pull.Source     = (*Client)(nil)
+	_ broker.Broker     = (*Client)(nil)
+	_ broker.TimeSeeker = (*Client)(nil)
 )
 
 // HeaderOrderingKey carries a message's ordering key as given (the subject
@@ -98,7 +99,7 @@ type consumerInfo struct {
 // forever after a lost connection.
 func Connect(ctx context.Context, url string, o Options) (*Client, error) {
 	if url == "" {
-		return nil, errors.New("natsjs: NATS_URL is empty: want the server's URL, e.g. nats://127.0.0.1:4222")
+		return nil, errors.New("nats: NATS_URL is empty: want the server's URL, e.g. nats://127.0.0.1:4222")
 	}
 	if o.DuplicateWindow <= 0 {
 		o.DuplicateWindow = DefaultDuplicateWindow
@@ -111,12 +112,12 @@ func Connect(ctx context.Context, url string, o Options) (*Client, error) {
 	}
 	nc, err := nats.Connect(url, nats.Name(o.Name), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("natsjs: connect to %s: %w", url, err)
+		return nil, fmt.Errorf("nats: connect to %s: %w", url, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("natsjs: jetstream on %s: %w", url, err)
+		return nil, fmt.Errorf("nats: jetstream on %s: %w", url, err)
 	}
 	return &Client{nc: nc, js: js, o: o, consumers: map[string]consumerInfo{}}, nil
 }
@@ -127,7 +128,7 @@ func (c *Client) JetStream() jetstream.JetStream { return c.js }
 // Close drains the connection: what was published is flushed.
 func (c *Client) Close() error {
 	if err := c.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		return fmt.Errorf("natsjs: drain: %w", err)
+		return fmt.Errorf("nats: drain: %w", err)
 	}
 	return nil
 }
@@ -187,7 +188,7 @@ func (c *Client) EnsureTopic(ctx context.Context, topic string, retention time.D
 		Duplicates: c.o.DuplicateWindow, MaxAge: retention,
 	})
 	if err != nil {
-		return fmt.Errorf("natsjs: stream for topic %s: %w", id, err)
+		return fmt.Errorf("nats: stream for topic %s: %w", id, err)
 	}
 	return nil
 }
@@ -216,11 +217,11 @@ func (c *Client) EnsureSubscription(ctx context.Context, topic, subscription str
 			cfg.DeliverPolicy, cfg.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartTime
 		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("natsjs: consumer for subscription %s: %w", subscription, err)
+		return fmt.Errorf("nats: consumer for subscription %s: %w", subscription, err)
 	}
 	cons, err := c.js.CreateOrUpdateConsumer(ctx, StreamName(topic), cfg)
 	if err != nil {
-		return fmt.Errorf("natsjs: consumer for subscription %s: %w", subscription, err)
+		return fmt.Errorf("nats: consumer for subscription %s: %w", subscription, err)
 	}
 	c.mu.Lock()
 	c.consumers[names.ResourceID(subscription)] = consumerInfo{c: cons, topic: topic}
@@ -252,18 +253,18 @@ func (c *Client) SeekTime(ctx context.Context, subscription string, t time.Time)
 	}
 	info, err := ci.c.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("natsjs: seek %s: %w", subscription, err)
+		return fmt.Errorf("nats: seek %s: %w", subscription, err)
 	}
 	cfg := info.Config
 	t = t.UTC()
 	cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = jetstream.DeliverByStartTimePolicy, &t, 0
 	stream := StreamName(ci.topic)
 	if err := c.js.DeleteConsumer(ctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("natsjs: seek %s: delete the consumer: %w", subscription, err)
+		return fmt.Errorf("nats: seek %s: delete the consumer: %w", subscription, err)
 	}
 	cons, err := c.js.CreateConsumer(ctx, stream, cfg)
 	if err != nil {
-		return fmt.Errorf("natsjs: seek %s: create the consumer again (it is gone until provisioned again): %w", subscription, err)
+		return fmt.Errorf("nats: seek %s: create the consumer again (it is gone until provisioned again): %w", subscription, err)
 	}
 	c.mu.Lock()
 	c.consumers[names.ResourceID(subscription)] = consumerInfo{c: cons, topic: ci.topic}
@@ -281,11 +282,11 @@ func (c *Client) consumer(ctx context.Context, subscription string) (consumerInf
 	}
 	topic, _, _, err := names.ParseSubscription(id)
 	if err != nil {
-		return consumerInfo{}, fmt.Errorf("natsjs: subscription %s: not ensured by this client and not named <topic>.<consumer>-<role>: %w", id, err)
+		return consumerInfo{}, fmt.Errorf("nats: subscription %s: not ensured by this client and not named <topic>.<consumer>-<role>: %w", id, err)
 	}
 	cons, err := c.js.Consumer(ctx, StreamName(topic), ConsumerName(id))
 	if err != nil {
-		return consumerInfo{}, fmt.Errorf("natsjs: subscription %s: %w", id, err)
+		return consumerInfo{}, fmt.Errorf("nats: subscription %s: %w", id, err)
 	}
 	ci = consumerInfo{c: cons, topic: topic}
 	c.mu.Lock()
@@ -387,7 +388,7 @@ func (c *Client) PublishBatch(ctx context.Context, topic string, msgs []event.Me
 // holds, the server refuses a no-wait request at once (408 Requests
 // Pending); Pull then waits its turn with an ordinary request for one
 // message.
-func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]pull.Leased, error) {
+func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]broker.Lease, error) {
 	ci, err := c.consumer(ctx, subscription)
 	if err != nil {
 		return nil, err
@@ -405,7 +406,7 @@ func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]pull
 		out, _, err = c.next(subject, ci.topic, nextRequest{Batch: 1, Expires: wait})
 	}
 	if err != nil {
-		return out, fmt.Errorf("natsjs: pull %s: %w", subscription, err)
+		return out, fmt.Errorf("nats: pull %s: %w", subscription, err)
 	}
 	return out, nil
 }
@@ -420,7 +421,7 @@ type nextRequest struct {
 // next sends one pull request to subject and reads its messages until
 // the server ends it. pending reports the server's immediate refusal of a
 // no-wait request while other requests wait (408 Requests Pending).
-func (c *Client) next(subject, topic string, req nextRequest) (out []pull.Leased, pending bool, err error) {
+func (c *Client) next(subject, topic string, req nextRequest) (out []broker.Lease, pending bool, err error) {
 	inbox := c.nc.NewInbox()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {

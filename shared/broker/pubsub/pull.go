@@ -1,4 +1,4 @@
-package transport
+package pubsub
 
 import (
 	"context"
@@ -11,12 +11,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/pull"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
 )
-
-// Client is a source of the pull consumer mode.
-var _ pull.Source = (*Client)(nil)
 
 // PullWait is how long one Pull waits for messages before it returns none.
 const PullWait = 5 * time.Second
@@ -27,7 +24,7 @@ const PullWait = 5 * time.Second
 // ModifyAckDeadline and Nack sets it to the delay
 // (https://cloud.google.com/pubsub/docs/lease-management). With ordering
 // on, Pub/Sub hands out a key's messages in order.
-func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]pull.Leased, error) {
+func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]broker.Lease, error) {
 	sub, err := c.subscription(ctx, subscription)
 	if err != nil {
 		return nil, err
@@ -41,7 +38,7 @@ func (c *Client) Pull(ctx context.Context, subscription string, max int) ([]pull
 		}
 		return nil, fmt.Errorf("pull %s: %w", subscription, err)
 	}
-	out := make([]pull.Leased, 0, len(res.ReceivedMessages))
+	out := make([]broker.Lease, 0, len(res.ReceivedMessages))
 	for _, rm := range res.ReceivedMessages {
 		pm := rm.Message
 		m := event.Message{ID: pm.MessageId, Data: pm.Data, Attributes: pm.Attributes, OrderingKey: pm.OrderingKey,

@@ -1,21 +1,24 @@
-// Package transporttest is the conformance suite every relaybus transport
+// Package brokertest is the conformance suite every relaybus broker driver
 // passes (as River's driver suite and Watermill's tests.TestPubSub are for
-// theirs): Pub/Sub on pstest (shared/transport) and NATS JetStream on an
-// embedded server (shared/transport/natsjs) run the same tests through the
-// same contracts — event.Publisher, the relay's PublishBatch and
-// pull.Source — and through the pull worker (internal/pull) on top of them.
+// theirs): its own tests run it on Pub/Sub on pstest and on the gcloud
+// emulator (shared/broker/pubsub) and on NATS JetStream on an embedded
+// server (shared/broker/nats, the server from brokertest/natstest). Each
+// test provisions what it needs through the driver's own Provision and
+// drives the broker through the contract of shared/broker alone, and
+// through the pull worker (internal/pull) on top of it.
 //
 // What a backend cannot do is declared in its Capabilities, and the suite
 // then asserts the documented behaviour instead (a broker without
 // publish deduplication delivers a repeated publish twice), so a change
 // either way fails the suite rather than passing silently.
-package transporttest
+package brokertest
 
 import (
 	"context"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,17 +29,9 @@ import (
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
 )
-
-// Broker is a transport client as the suite drives it.
-type Broker interface {
-	event.Publisher
-	// PublishBatch is the relay's contract (relay.Publisher).
-	PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error)
-	pull.Source
-	Close() error
-}
 
 // Capabilities say what a backend does that not all do.
 type Capabilities struct {
@@ -56,18 +51,15 @@ type Capabilities struct {
 	FiltersByTarget bool
 }
 
-// Backend is one transport under test.
+// Backend is one driver under test. The suite provisions what each test
+// needs through the driver's own Provision (broker.Provisioner), from a
+// topology of one topic with AckDeadline as its consumers' ack deadline.
 type Backend struct {
 	// Open connects a new client to the same broker; the suite closes it.
-	Open func(t *testing.T) Broker
-	// Setup creates topic, its <topic>.dlq, subscription on topic (ordered,
-	// ack deadline AckDeadline) and <topic>.dlq's subscription dlqSub.
-	Setup func(t *testing.T, b Broker, topic, subscription, dlqSub string)
-	// Subscribe creates consumer's subscription on topic (which Setup
-	// created) as provisioning does, and returns its id.
-	Subscribe func(t *testing.T, b Broker, topic, consumer string) string
-	// AckDeadline is the lease Setup gives subscriptions: the suite waits
-	// it out to see an unacknowledged message come back.
+	Open func(t *testing.T) broker.Broker
+	// AckDeadline is the lease of the subscriptions the suite provisions
+	// (whole seconds): the suite waits it out to see an unacknowledged
+	// message come back.
 	AckDeadline time.Duration
 	Caps        Capabilities
 }
@@ -105,13 +97,33 @@ func Run(t *testing.T, b Backend) {
 	t.Run("WorkerKeepsKeyOrderWhenLeasesLapse", func(t *testing.T) { workerLapse(t, b) })
 }
 
-func setup(t *testing.T, b Backend) (Broker, string, string, string) {
+// setup connects a client and provisions a fresh topic with its
+// <topic>.dlq and a consumer "worker" (role projection), returning the
+// topic, the consumer's subscription and the DLQ monitor's.
+func setup(t *testing.T, b Backend) (broker.Broker, string, string, string) {
 	t.Helper()
 	c := b.Open(t)
 	t.Cleanup(func() { _ = c.Close() })
 	topic, sub, dlq := fresh()
-	b.Setup(t, c, topic, sub, dlq)
+	provision(t, b, c, topic, "worker")
 	return c, topic, sub, dlq
+}
+
+// provision provisions topic with a consumer (role projection) per
+// service, through the driver's Provision.
+func provision(t *testing.T, b Backend, c broker.Broker, topic string, services ...string) {
+	t.Helper()
+	ack := int(b.AckDeadline / time.Second)
+	tp := topology.Topic{Name: topic, MessageRetentionSeconds: 3600}
+	for _, s := range services {
+		tp.Consumers = append(tp.Consumers, topology.Consumer{Topic: topic, Service: s, Role: "projection",
+			AckDeadlineSeconds: ack, MinBackoffSeconds: 1, MaxBackoffSeconds: 600})
+	}
+	top := &topology.Topology{Defaults: topology.Settings{AckDeadlineSeconds: ack},
+		Rollup: topology.Rollup{Topic: strings.TrimSuffix(topic, ".events") + ".rollup"}, Topics: []topology.Topic{tp}}
+	if err := c.Provision(context.Background(), top); err != nil {
+		t.Fatalf("provision %s: %v", topic, err)
+	}
 }
 
 // pullN pulls until n messages arrived or d passed, acknowledging each
@@ -181,7 +193,8 @@ func publishAndReceive(t *testing.T, b Backend) {
 // broker cannot filter (then marked, so their engines skip it).
 func targeted(t *testing.T, b Backend) {
 	c, topic, _, _ := setup(t, b)
-	alpha, beta := b.Subscribe(t, c, topic, "alpha"), b.Subscribe(t, c, topic, "beta")
+	provision(t, b, c, topic, "alpha", "beta")
+	alpha, beta := topic+".alpha-projection", topic+".beta-projection"
 	replay := message("k", 1)
 	replay.Attributes[topology.TargetConsumerAttr] = "alpha"
 	// The replay, then an ordinary message of the same key: a subscription

@@ -1,4 +1,4 @@
-package transport
+package pubsub
 
 import (
 	"context"
@@ -12,13 +12,8 @@ import (
 
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
 )
-
-// RollupSubscription is the id of the subscription rollup reads the rollup
-// topic through.
-func RollupSubscription(t *topology.Topology) string {
-	return t.Rollup.Topic + ".rollup-processor"
-}
 
 // ProvisionOptions configure Provision.
 type ProvisionOptions struct {
@@ -26,6 +21,12 @@ type ProvisionOptions struct {
 	// subscriptions. Leave it off for pstest, whose dead-lettering is broken;
 	// the local delivery loop dead-letters itself.
 	DeadLetterPolicy bool
+}
+
+// Provision is the broker contract's provisioning (broker.Provisioner):
+// Provision(ctx, c, t, the client's Options.Provision).
+func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
+	return Provision(ctx, c, t, c.provision)
 }
 
 // Provision creates, in the client's project, what Terraform creates in
@@ -74,7 +75,7 @@ func Provision(ctx context.Context, c *Client, t *topology.Topology, opts Provis
 		return err
 	}
 	if err := mkSub(&pb.Subscription{
-		Name: subPath(RollupSubscription(t)), Topic: topicPath(t.Rollup.Topic),
+		Name: subPath(broker.RollupSubscription(t)), Topic: topicPath(t.Rollup.Topic),
 		AckDeadlineSeconds: int32(t.Defaults.AckDeadlineSeconds),
 		RetryPolicy:        &pb.RetryPolicy{MinimumBackoff: secs(1), MaximumBackoff: secs(60)},
 	}); err != nil {
