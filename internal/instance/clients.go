@@ -18,7 +18,6 @@ import (
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/pull"
-	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/transport"
 	"github.com/relaybus/relaybus/shared/transport/natsjs"
@@ -39,7 +38,7 @@ func (e Env) Logger() *slog.Logger {
 // traced when telemetry is on, and applies the migration lines (over
 // DirectURL when set).
 func (d Database) Open(ctx context.Context, lines ...migrate.Line) (*postgres.Pool, error) {
-	return postgres.Open(ctx, postgres.Config{URL: d.URL, DirectURL: d.DirectURL, Tracer: telemetry.QueryTracer()}, lines...)
+	return postgres.Open(ctx, postgres.Config{URL: d.URL, DirectURL: d.DirectURL, Tracer: postgres.QueryTracer()}, lines...)
 }
 
 // Open connects to Pub/Sub for project: the emulator at EmulatorHost when
