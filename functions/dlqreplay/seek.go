@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/brokeropen"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/shared/event"
@@ -41,7 +41,7 @@ type TimeSeeker interface {
 // seekersOf returns the Seeker of a Pub/Sub broker, or the TimeSeeker of
 // another (NATS: seek to a time only; snapshots, rebuild and the
 // PushPauser are Pub/Sub's admin API and answer 501 "not configured").
-func seekersOf(b instance.Broker, project string) (*Seeker, TimeSeeker) {
+func seekersOf(b brokeropen.Broker, project string) (*Seeker, TimeSeeker) {
 	if c, ok := b.(*transport.Client); ok {
 		return &Seeker{Admin: c.PubSub().SubscriptionAdminClient, Project: project}, nil
 	}

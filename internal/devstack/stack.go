@@ -47,6 +47,8 @@ import (
 	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/fsopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/pgcluster"
@@ -164,7 +166,7 @@ type Stack struct {
 	Topology *topology.Topology
 	// Broker is the stack's own client of its transport: PubSub, or a
 	// *natsjs.Client with Transport nats (PubSub is nil then).
-	Broker instance.Broker
+	Broker brokeropen.Broker
 	// Delivery is what the delivery loop handed back to Pub/Sub when it
 	// stopped (set by Close once the loop stopped within its context).
 	Delivery Stopped
@@ -430,7 +432,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// Firestore: the stack's own ledger client and the topic_consumers
 	// registry.
-	store, err := ledgerCfg.Open(ctx, o.Project, ledger.Options{Logger: o.Logger, Levels: model.LevelsOf(top)})
+	store, err := fsopen.Ledger(ctx, ledgerCfg, o.Project, ledger.Options{Logger: o.Logger, Levels: model.LevelsOf(top)})
 	if err != nil {
 		return nil, err
 	}
@@ -462,7 +464,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, fmt.Errorf("provision: %w", err)
 		}
 	} else {
-		if ps, err = pubsubCfg.Open(ctx, o.Project); err != nil {
+		if ps, err = brokeropen.PubSub(ctx, pubsubCfg, o.Project); err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, func(context.Context) { _ = ps.Close() })
