@@ -24,6 +24,14 @@ func TestBinariesLinkOnlyTheBackendsTheyUse(t *testing.T) {
 			prefix(module + "/internal/instance/pgopen"),
 			prefix(module + "/internal/instance/brokeropen"),
 		}},
+		// The consume binary that ships registers relaybus's own handlers
+		// only: a team links its handlers into a binary of its own
+		// (consume.RegisterHandler, examples/loyalty); the demo's
+		// handlers are the local stack's.
+		{"./functions/consume/cmd", []rule{
+			prefix(module + "/examples"),
+			prefix(module + "/internal/devstack"),
+		}},
 	} {
 		t.Run(strings.TrimPrefix(c.binary, "./functions/"), func(t *testing.T) {
 			g := load(t, c.binary)
