@@ -3,7 +3,10 @@
 // shared/projection, shared/outbox, internal/inbox) link no cloud client,
 // no OpenTelemetry SDK or exporter and not the ledger's write path; the
 // event model (shared/event) is a leaf with no third-party imports; the Go
-// client (client/) links no CloudEvents SDK, zap, gRPC or protobuf. The
+// client (client/) links no CloudEvents SDK, zap, gRPC or protobuf; the
+// rollup binary links no pgx, Pub/Sub or NATS client (the host opens each
+// backend through an opener of its own); the consume binary that ships
+// links no demo handler; internal/telemetry links no Postgres driver. The
 // tests read the graph with `go list -deps -json`, the graph go build
 // links, and a failure names the chain of imports that pulled the
 // offender in. The package has no code of its own.
