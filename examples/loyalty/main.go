@@ -6,7 +6,6 @@ import (
 	"context"
 
 	"github.com/relaybus/relaybus/functions/consume"
-	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 )
@@ -25,4 +24,4 @@ func init() {
 	})
 }
 
-func main() { instance.Main("consume") } // deploy with CONSUMER_HANDLER=loyalty
+func main() { consume.Main() } // deploy with CONSUMER_HANDLER=loyalty

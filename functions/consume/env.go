@@ -15,6 +15,8 @@ import (
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/pull"
@@ -135,7 +137,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := cfg.DB.Open(ctx, Migrations...)
+	pool, err := pgopen.Open(ctx, cfg.DB, Migrations...)
 	if err != nil {
 		_ = flush(ctx)
 		return nil, err
@@ -152,7 +154,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 			return fail(err)
 		}
 	}
-	ps, err := cfg.PubSub.OpenBroker(ctx, cfg.ProjectID)
+	ps, err := brokeropen.Open(ctx, cfg.PubSub, cfg.ProjectID)
 	if err != nil {
 		return fail(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/pgroles"
 	"github.com/relaybus/relaybus/internal/topology"
 )
@@ -93,7 +94,7 @@ func MigrateDatabase(ctx context.Context, cfg MigrateConfig) (MigrateReport, err
 	if db.DirectURL != "" {
 		db.URL = db.DirectURL
 	}
-	pool, err := db.Open(ctx, Migrations...)
+	pool, err := pgopen.Open(ctx, db, Migrations...)
 	if err != nil {
 		return rep, err
 	}

@@ -11,6 +11,9 @@ import (
 
 	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/fsopen"
+	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/postgres"
@@ -158,7 +161,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		return nil, err
 	}
 	f.close.Add(flush) // first, so it is flushed last
-	pool, err := cfg.DB.Open(ctx, outbox.Migrations)
+	pool, err := pgopen.Open(ctx, cfg.DB, outbox.Migrations)
 	if err != nil {
 		return fail(err)
 	}
@@ -169,7 +172,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		if d.Name == topology.MainDatabase || url == "" {
 			continue
 		}
-		p, err := instance.Database{URL: url}.Open(ctx)
+		p, err := pgopen.Open(ctx, instance.Database{URL: url})
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", d.EnvVar(), err))
 		}
@@ -178,19 +181,19 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	}
 	lo := ledger.Options{Logger: log}
 	if cfg.AuditDatabase != "" && cfg.AuditDatabase != cfg.Ledger.Database {
-		ac, err := cfg.Ledger.Client(ctx, cfg.ProjectID, cfg.AuditDatabase)
+		ac, err := fsopen.Client(ctx, cfg.Ledger, cfg.ProjectID, cfg.AuditDatabase)
 		if err != nil {
 			return fail(fmt.Errorf("FIRESTORE_AUDIT_DATABASE: %w", err))
 		}
 		f.close.Add(func(context.Context) error { return ac.Close() })
 		lo.Audit = audit.New(ac, nil)
 	}
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, lo)
+	store, err := fsopen.Ledger(ctx, cfg.Ledger, cfg.ProjectID, lo)
 	if err != nil {
 		return fail(err)
 	}
 	f.close.Add(func(context.Context) error { return store.Close() })
-	ps, err := cfg.PubSub.OpenBroker(ctx, cfg.ProjectID)
+	ps, err := brokeropen.Open(ctx, cfg.PubSub, cfg.ProjectID)
 	if err != nil {
 		return fail(err)
 	}

@@ -13,6 +13,9 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/fsopen"
+	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/registry"
@@ -138,7 +141,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		return nil, err
 	}
 	f.close.Add(flush) // closed last: flushes the spans of everything else's shutdown
-	pool, err := cfg.DB.Open(ctx, outbox.Migrations)
+	pool, err := pgopen.Open(ctx, cfg.DB, outbox.Migrations)
 	if err != nil {
 		return fail(err)
 	}
@@ -165,7 +168,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	if opts.RateLimit == 0 {
 		opts.RateLimit = -1 // PUBLISH_RATE_LIMIT=0: no limit
 	}
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
+	store, err := fsopen.Recorder(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}
@@ -186,7 +189,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		opts.Registry = registry.FromTopology(top)
 	}
 	if cfg.FastPath {
-		ps, err := cfg.PubSub.OpenBroker(ctx, cfg.ProjectID)
+		ps, err := brokeropen.Open(ctx, cfg.PubSub, cfg.ProjectID)
 		if err != nil {
 			return fail(err)
 		}

@@ -42,6 +42,9 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/fsopen"
+	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/telemetry"
@@ -230,12 +233,12 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	closers.Add(flush)
-	ps, err := cfg.PubSub.OpenBroker(ctx, cfg.ProjectID)
+	ps, err := brokeropen.Open(ctx, cfg.PubSub, cfg.ProjectID)
 	if err != nil {
 		return fail(err)
 	}
 	closers.Add(func(context.Context) error { return ps.Close() })
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
+	store, err := fsopen.Recorder(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
 	if err != nil {
 		return fail(err)
 	}
@@ -259,7 +262,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		if dbCfg.URL == "" {
 			return fail(fmt.Errorf("database %s: %s is not set", name, db.EnvVar()))
 		}
-		pool, err := dbCfg.Open(ctx, outbox.Migrations)
+		pool, err := pgopen.Open(ctx, dbCfg, outbox.Migrations)
 		if err != nil {
 			return fail(fmt.Errorf("database %s: %w", name, err))
 		}

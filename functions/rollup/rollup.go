@@ -59,6 +59,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/fsopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/telemetry"
@@ -466,7 +467,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
+	store, err := fsopen.Ledger(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
 	if err != nil {
 		_ = flush(ctx)
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/brokeropen"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/shared/event"
 )
@@ -59,7 +60,7 @@ func Demo(ctx context.Context, info Info, out io.Writer) error {
 		return err
 	}
 	defer memberPool.Close()
-	ps, err := instance.PubSub{EmulatorHost: info.PubSubHost, Transport: info.Transport, NATSURL: info.NATSURL}.OpenBroker(ctx, info.Project)
+	ps, err := brokeropen.Open(ctx, instance.PubSub{EmulatorHost: info.PubSubHost, Transport: info.Transport, NATSURL: info.NATSURL}, info.Project)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/fsopen"
 	"github.com/relaybus/relaybus/internal/ledger/model"
 	"github.com/relaybus/relaybus/internal/ledger/query"
 
@@ -757,5 +758,5 @@ func (r LoadReport) Print(w io.Writer) {
 func stackLedger(ctx context.Context, info Info) (*ledger.Store, error) {
 	cfg := instance.Defaults[instance.Ledger]()
 	cfg.EmulatorHost = info.FirestoreHost
-	return cfg.Open(ctx, info.Project, ledger.Options{})
+	return fsopen.Ledger(ctx, cfg, info.Project, ledger.Options{})
 }

@@ -47,6 +47,8 @@ import (
 	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/fsopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/pgcluster"
@@ -441,7 +443,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 
 	// Firestore: the stack's own ledger client and the topic_consumers
 	// registry.
-	store, err := ledgerCfg.Open(ctx, o.Project, ledger.Options{Logger: o.Logger, Levels: model.LevelsOf(top)})
+	store, err := fsopen.Ledger(ctx, ledgerCfg, o.Project, ledger.Options{Logger: o.Logger, Levels: model.LevelsOf(top)})
 	if err != nil {
 		return nil, err
 	}
@@ -472,7 +474,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		s.closers = append(s.closers, func(context.Context) { _ = nc.Close() })
 		s.Broker = nc
 	} else {
-		if ps, err = pubsubCfg.Open(ctx, o.Project); err != nil {
+		if ps, err = brokeropen.PubSub(ctx, pubsubCfg, o.Project); err != nil {
 			return nil, err
 		}
 		s.closers = append(s.closers, func(context.Context) { _ = ps.Close() })

@@ -74,7 +74,7 @@ type Database struct {
 }
 
 // PubSub is how a function reaches its broker: Pub/Sub, or NATS
-// JetStream with TRANSPORT=nats (see OpenBroker).
+// JetStream with TRANSPORT=nats (internal/instance/brokeropen opens it).
 type PubSub struct {
 	// EmulatorHost is a Pub/Sub emulator or pstest to talk to without
 	// credentials (PUBSUB_EMULATOR_HOST; empty in production: Google's

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/firestore"
-	"github.com/relaybus/relaybus/internal/emulator"
-	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/reexec"
@@ -86,54 +83,6 @@ func TestDatabaseURLsReadsTheOtherDatabasesVariables(t *testing.T) {
 	}
 }
 
-func TestRecorderRefusesAnUnknownMode(t *testing.T) {
-	_, err := Recorder{Recording: Recording{Mode: "bigtable"}}.Open(context.Background(), "p", ledger.Options{})
-	if err == nil || !strings.Contains(err.Error(), `LEDGER="bigtable": want firestore or off`) {
-		t.Fatalf("err = %v", err)
-	}
-	if s, err := (Recorder{Recording: Recording{Mode: ledger.ModeOff}}).Open(context.Background(), "p", ledger.Options{}); s != nil || err != nil {
-		t.Fatalf("LEDGER=off: %v, %v; want no store and no error", s, err)
-	}
-}
-
-// The emulator's host is a configuration value: whether the variable the
-// client library reads is cleared or names another emulator (the local
-// stack runs its own beside the one make test starts), the ledger reaches
-// the emulator it was given, and what it writes reads back there.
-func TestLedgerOpensTheConfiguredEmulator(t *testing.T) {
-	host := emutest.Host(t, emulator.Firestore)
-	for _, env := range []string{"", "127.0.0.1:1"} {
-		t.Run("FIRESTORE_EMULATOR_HOST="+env, func(t *testing.T) {
-			project := emutest.UniqueProject(t)
-			t.Setenv("FIRESTORE_EMULATOR_HOST", env)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			l := Defaults[Ledger]()
-			l.EmulatorHost = host
-			s, err := l.Open(ctx, project, ledger.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			if _, err := s.Client().Collection("config_test").Doc("d").Set(ctx, map[string]any{"v": 1}); err != nil {
-				t.Fatalf("write through the configured emulator: %v", err)
-			}
-			// Read it back with a client of the emulator's own, so the
-			// document is known to be there, not in another emulator.
-			t.Setenv("FIRESTORE_EMULATOR_HOST", host)
-			c, err := firestore.NewClient(ctx, project)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			doc, err := c.Collection("config_test").Doc("d").Get(ctx)
-			if err != nil || doc.Data()["v"] != int64(1) {
-				t.Fatalf("read back from %s: %v %v", host, doc, err)
-			}
-		})
-	}
-}
-
 // Main refuses a SHUTDOWN_TIMEOUT that is not a positive duration before
 // it serves, naming the variable.
 func TestMainRefusesABadShutdownTimeout(t *testing.T) {
@@ -144,21 +93,6 @@ func TestMainRefusesABadShutdownTimeout(t *testing.T) {
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "SHUTDOWN_TIMEOUT") {
 			t.Errorf("SHUTDOWN_TIMEOUT=%s: %v, output %q; want exit 1 naming SHUTDOWN_TIMEOUT", v, err, out)
-		}
-	}
-}
-
-func TestOpenBrokerNamesTheVariableOfABadTransport(t *testing.T) {
-	for _, tc := range []struct {
-		p    PubSub
-		want string
-	}{
-		{PubSub{Transport: "kafka"}, `config: TRANSPORT="kafka": want pubsub or nats`},
-		{PubSub{Transport: "nats"}, "config: NATS_URL is required with TRANSPORT=nats"},
-	} {
-		b, err := tc.p.OpenBroker(context.Background(), "p")
-		if err == nil || b != nil || !strings.HasPrefix(err.Error(), tc.want) {
-			t.Errorf("OpenBroker(%+v) = %v, %v; want no broker and an error starting %q", tc.p, b, err, tc.want)
 		}
 	}
 }

@@ -29,6 +29,14 @@
 // flushed, clients closed) and logs what it cut, if anything. The
 // registration with functions-framework-go stays, so the function also
 // runs under the framework's own main (without the graceful shutdown).
+//
+// The package opens no backend. Each backend has an opener package of its
+// own, and a function's Build imports only those its configuration names,
+// so its binary links only what it can use: pgopen (Postgres pools and
+// migrations), fsopen (the Firestore ledger, and clients on other
+// Firestore databases) and brokeropen (Pub/Sub or NATS JetStream, as
+// TRANSPORT names). rollup, which Pub/Sub pushes its notices to over HTTP
+// and which writes only Firestore, links neither pgx nor a broker client.
 package instance
 
 import (

@@ -3,8 +3,9 @@
 // histograms and the outbox and gap gauges) and the W3C trace context
 // stored with outbox rows and carried on Pub/Sub messages.
 //
-// The package imports the OpenTelemetry API only (and otelpgx, which
-// links no SDK): what engines and the programs that import them link.
+// The package imports the OpenTelemetry API only: what engines and the
+// programs that import them link (the pgx tracer that makes statements
+// spans is internal/postgres's QueryTracer, beside the pools).
 // With telemetry off each hook is one atomic load and a return. The SDK
 // (the OTLP exporters, the sampler, the resource, read from the OTEL_*
 // variables) is the host's: internal/otelsetup builds it and installs it
@@ -42,3 +43,13 @@ const scope = "github.com/relaybus/relaybus"
 
 // Enabled reports whether telemetry is installed.
 func Enabled() bool { return current.Load() != nil }
+
+// TracerProvider returns the installed tracer provider, or nil when
+// telemetry is off: for instrumentation built outside this package (the
+// pools' statement tracer, internal/postgres.QueryTracer).
+func TracerProvider() trace.TracerProvider {
+	if st := current.Load(); st != nil {
+		return st.provider
+	}
+	return nil
+}

@@ -1,7 +1,10 @@
 // Command consume serves the consume function (functions-framework-go) on
-// $PORT (8080) with the built-in handlers and the demo's (examples/shop);
-// the function is consume.Build over consume.Config read from the
-// environment, as the local stack and the tests build it with theirs.
+// $PORT (8080) with the built-in handlers only (projection, strict,
+// forward: CONSUMER_HANDLER); the function is consume.Build over
+// consume.Config read from the environment, as the local stack and the
+// tests build it with theirs. A consumer with handlers of its own is a
+// binary of its own that registers them and calls consume.Main
+// (examples/loyalty; the demo's is examples/shop/cmd).
 //
 // `consume migrate` is the deploy's migrate step for one database
 // (consume.MigrateDatabase over consume.MigrateConfig): the migrations,
@@ -9,44 +12,6 @@
 // every function and consumer that uses the database; then it exits.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"strings"
+import "github.com/relaybus/relaybus/functions/consume"
 
-	_ "github.com/relaybus/relaybus/examples/shop"
-	"github.com/relaybus/relaybus/functions/consume"
-	"github.com/relaybus/relaybus/internal/instance"
-)
-
-func main() {
-	if len(os.Args) > 1 && os.Args[1] == "migrate" {
-		if err := migrate(context.Background()); err != nil {
-			fmt.Fprintln(os.Stderr, "consume migrate:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	instance.Main("consume")
-}
-
-func migrate(ctx context.Context) error {
-	cfg, err := instance.Load[consume.MigrateConfig](ctx)
-	if err != nil {
-		return err
-	}
-	rep, err := consume.MigrateDatabase(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("database %s: migrated (handlers' tables: %s); roles: %s\n", rep.Database, orNone(rep.Handlers), orNone(rep.Roles))
-	return nil
-}
-
-func orNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
-}
+func main() { consume.Main() }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/fsopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/registry"
@@ -39,7 +40,7 @@ func syncConsumers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	store, err := cfg.Ledger.Open(ctx, cfg.ProjectID, ledger.Options{})
+	store, err := fsopen.Ledger(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package telemetry
+package postgres
 
 import (
 	"strings"
@@ -6,22 +6,28 @@ import (
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/relaybus/relaybus/internal/telemetry"
 )
 
 // QueryTracer returns the pgx tracer that makes each Postgres statement a
 // span under the caller's span (github.com/exaring/otelpgx), or nil when
-// telemetry is off: set it as a pool's ConnConfig.Tracer when the pool is
-// built, after the host installed telemetry (internal/otelsetup). A statement of a trace that is not sampled costs a
-// context value and no span. Spans are named by StatementName; the SQL text
-// is left out (relaybus's statements open with long comments, and Cloud
-// Trace keeps 256 bytes of an attribute), and otelpgx's own metrics are off
-// (the messaging metrics time the work that matters).
+// telemetry is off: set it as Config.Tracer when the pool is built, after
+// the host installed telemetry (internal/otelsetup). A statement of a
+// trace that is not sampled costs a context value and no span. Spans are
+// named by StatementName; the SQL text is left out (relaybus's statements
+// open with long comments, and Cloud Trace keeps 256 bytes of an
+// attribute), and otelpgx's own metrics are off (the messaging metrics
+// time the work that matters).
+//
+// It lives here, beside the pools, rather than in internal/telemetry, so
+// that what records through internal/telemetry links no Postgres driver.
 func QueryTracer() pgx.QueryTracer {
-	st := current.Load()
-	if st == nil {
+	tp := telemetry.TracerProvider()
+	if tp == nil {
 		return nil
 	}
-	return otelpgx.NewTracer(otelpgx.WithTracerProvider(st.provider), otelpgx.WithMeterProvider(noop.NewMeterProvider()),
+	return otelpgx.NewTracer(otelpgx.WithTracerProvider(tp), otelpgx.WithMeterProvider(noop.NewMeterProvider()),
 		otelpgx.WithSpanNameFunc(StatementName), otelpgx.WithDisableSQLStatementInAttributes(),
 		otelpgx.WithDisableConnectionDetailsInAttributes(), otelpgx.WithDisableAcquireTracer())
 }

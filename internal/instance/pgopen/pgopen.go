@@ -1,0 +1,23 @@
+// Package pgopen is the host's Postgres opener: a function whose
+// configuration names a database (instance.Database) opens its pool here.
+// It is a package of its own so that a binary whose function uses no
+// Postgres (rollup) links no pgx: the host opens only the backends a
+// function's configuration names (internal/instance/fsopen for Firestore,
+// internal/instance/brokeropen for the broker).
+package pgopen
+
+import (
+	"context"
+
+	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/migrate"
+	"github.com/relaybus/relaybus/internal/postgres"
+)
+
+// Open opens db's pool (internal/postgres: refused and lost connections
+// retried within the caller's deadline), with its statements traced when
+// telemetry is on (postgres.QueryTracer: start telemetry first), and
+// applies the migration lines (over db.DirectURL when set).
+func Open(ctx context.Context, db instance.Database, lines ...migrate.Line) (*postgres.Pool, error) {
+	return postgres.Open(ctx, postgres.Config{URL: db.URL, DirectURL: db.DirectURL, Tracer: postgres.QueryTracer()}, lines...)
+}
