@@ -3,6 +3,7 @@ package client
 import (
 	"encoding/base64"
 	"encoding/json"
+	"mime"
 	"net/http"
 
 	"github.com/relaybus/relaybus/shared/event"
@@ -17,22 +18,38 @@ const (
 // structured is one event in the CloudEvents JSON format
 // (https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/formats/json-format.md):
 // its context and extension attributes as strings, and the payload as
-// data (a JSON payload, inline) or data_base64 (any other payload type).
-// The client writes the format itself so that it links no CloudEvents SDK;
-// publish reads it with the SDK.
+// data (an application/json or text/json payload, inline) or data_base64
+// (any other payload type, a +json one included: the CloudEvents SDK that
+// publish reads the format with takes inline data as JSON for those two
+// types only, and data_base64 for every type). The client writes the
+// format itself so that it links no CloudEvents SDK.
 func structured(e *event.Event) map[string]any {
 	m := make(map[string]any, 24)
 	for k, v := range e.CloudEventAttributes() {
 		m[k] = v
 	}
 	if e.Payload != nil {
-		if event.IsJSONType(e.PayloadType) {
+		if inlineJSON(e.PayloadType) {
 			m["data"] = json.RawMessage(e.Payload)
 		} else {
 			m["data_base64"] = base64.StdEncoding.EncodeToString(e.Payload)
 		}
 	}
 	return m
+}
+
+// inlineJSON reports whether a payload of this media type goes inline as
+// data in the JSON format: application/json (the default) and text/json,
+// whatever their parameters.
+func inlineJSON(mediaType string) bool {
+	if mediaType == "" || mediaType == event.DefaultPayloadType {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(mediaType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || mt == "text/json"
 }
 
 // binaryHeaders are the headers of an event in CloudEvents binary mode
