@@ -248,6 +248,9 @@ func (c *Client) EnsureSubscription(ctx context.Context, topic, subscription str
 // stored at or after t, and the inbox absorbs what was applied already.
 func (c *Client) SeekTime(ctx context.Context, subscription string, t time.Time) error {
 	ci, err := c.consumer(ctx, subscription)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return &broker.Error{Kind: broker.ErrNotFound, Reason: "subscription " + names.ResourceID(subscription) + " does not exist (no durable consumer of that name)", Err: err}
+	}
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
 	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/event"
@@ -104,5 +106,20 @@ func TestSeekTimeRedeliversFromTheTime(t *testing.T) {
 	const none = "shop.order.events.nobody-processor"
 	if err := c.SeekTime(ctx, none, at); err == nil || !strings.Contains(err.Error(), none) {
 		t.Errorf("SeekTime of a subscription that does not exist: %v; want an error naming it", err)
+	}
+}
+
+// A seek of a subscription that does not exist is the broker contract's
+// ErrNotFound (dlqreplay answers it 404, as on Pub/Sub), not an error
+// only the NATS client can read.
+func TestSeekTimeOfAnUnknownSubscriptionIsNotFound(t *testing.T) {
+	ctx := context.Background()
+	c := connectWithTopic(t, natstest.Server(t), 500*time.Millisecond)
+	err := c.SeekTime(ctx, orderTopic+".nobody-processor", time.Now())
+	if !errors.Is(err, broker.ErrNotFound) {
+		t.Fatalf("SeekTime of an unknown subscription = %v, want broker.ErrNotFound", err)
+	}
+	if !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("the error %q does not say the subscription does not exist", err)
 	}
 }
