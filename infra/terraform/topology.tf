@@ -12,7 +12,7 @@ locals {
   topology      = yamldecode(file(local.topology_path))
   topology_hash = sha1(file(local.topology_path))
 
-  # shared/topology's built-in defaults (the company's Pub/Sub conventions); the
+  # internal/topology's built-in defaults (the company's Pub/Sub conventions); the
   # file's `defaults` section overrides them. As in internal/topology, 0 and ""
   # mean "not set".
   builtin_defaults = {

@@ -74,7 +74,7 @@ var (
 
 // Loop stands in for Eventarc and push subscriptions. For each route it
 // pulls the subscription with unary Pull calls and POSTs every message in
-// the route's exact request shape (shared/delivery's builders):
+// the route's exact request shape (internal/delivery's builders):
 //
 //   - push routes keep one message in flight per ordering key, in publish
 //     order; a refused message (any answer but 102, 200, 201, 202, 204, as

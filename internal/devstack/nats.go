@@ -24,7 +24,7 @@ import (
 // consumer built by consume.Build in pull mode (CONSUMER_MODE=pull, the
 // way a consumer reads NATS in production: JetStream has no HTTP push),
 // and, for the rollup and the DLQ monitors, whose functions take pushes,
-// a bridge: shared/pull's worker pulling their durable consumer and
+// a bridge: internal/pull's worker pulling their durable consumer and
 // POSTing each message in push's wrapped shape (bridge). Only
 // configuration differs from the Pub/Sub stack: every function is built by
 // its own Build.
@@ -53,7 +53,7 @@ func startNATS(dir string) (*server.Server, error) {
 // push subscription would: the wrapped push body, one message in flight
 // per ordering key, redelivery of a refused message after the backoff
 // with its key's later messages behind it, acknowledgement after a 2xx
-// (shared/pull's Worker does all of that; this is its engine).
+// (internal/pull's Worker does all of that; this is its engine).
 type bridge struct {
 	http *http.Client
 	// url receives the requests; sub names the subscription in them.

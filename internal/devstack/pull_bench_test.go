@@ -52,7 +52,7 @@ func BenchmarkPullThroughput(b *testing.B) {
 		took := time.Since(t0)
 		cancel()
 		<-done
-		fmt.Printf("# pull throughput: %d queued messages on %d keys, ordered subscription, pstest, shared/pull's worker (defaults: %d in flight, %d held), trivial in-process engine; %d delivered in %v\n",
+		fmt.Printf("# pull throughput: %d queued messages on %d keys, ordered subscription, pstest, internal/pull's worker (defaults: %d in flight, %d held), trivial in-process engine; %d delivered in %v\n",
 			n, keys, pull.DefaultMaxInFlight, pull.DefaultMaxOutstanding, got.Load(), took.Round(time.Millisecond))
 		if got.Load() < n {
 			b.Fatalf("%d of %d messages delivered in %v", got.Load(), n, took)

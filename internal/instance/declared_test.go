@@ -41,7 +41,7 @@ func TestEachVariableIsDeclaredOnce(t *testing.T) {
 	}
 	for _, shared := range []string{"GOOGLE_CLOUD_PROJECT", "FIRESTORE_DATABASE", "LEDGER_RETENTION", "LEDGER", "DATABASE_URL", "SHUTDOWN_TIMEOUT"} {
 		if !strings.HasPrefix(declaredIn[shared], "github.com/relaybus/relaybus/internal/instance.") {
-			t.Errorf("%s is declared in %q, want one of shared/instance's pieces", shared, declaredIn[shared])
+			t.Errorf("%s is declared in %q, want one of internal/instance's pieces", shared, declaredIn[shared])
 		}
 	}
 }

@@ -106,7 +106,7 @@ func TestIndexesDeclared(t *testing.T) {
 	for _, e := range f.Exemptions {
 		exempt[e.Collection+"/"+e.Field] = true
 		if e.Collection == model.CollectionDeadLetters {
-			continue // shared/archive's documents; its own test checks them
+			continue // internal/archive's documents; its own test checks them
 		}
 		if fieldType(docTypes[e.Collection], e.Field) == nil {
 			t.Errorf("exemption %s/%s: no such field in the %s documents", e.Collection, e.Field, e.Collection)

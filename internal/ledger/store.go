@@ -23,7 +23,7 @@ import (
 const DefaultDatabase = "(default)"
 
 // Config names the Firestore database of the ledger (the functions
-// declare its settings once, in shared/instance's Ledger).
+// declare its settings once, in internal/instance's Ledger).
 type Config struct {
 	// ProjectID is the Google Cloud project.
 	ProjectID string

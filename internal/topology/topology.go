@@ -221,7 +221,7 @@ type Topic struct {
 	// topic's aggregates.
 	AggregateTypes []string `yaml:"aggregate_types"`
 	// Ledger is how much the Firestore ledger keeps of the topic's events
-	// (shared/ledger's Level): full (every attempt a document), failures
+	// (internal/ledger's Level): full (every attempt a document), failures
 	// (the default when empty: the attempts of consumers that did not
 	// succeed at once; a status and each consumer's outcome for every
 	// event) or off (nothing).
@@ -326,7 +326,7 @@ func (t Topic) PublisherEmails() []string {
 	return out
 }
 
-// Ledger levels a topic may declare (shared/ledger's Level).
+// Ledger levels a topic may declare (internal/ledger's Level).
 const (
 	LedgerFull     = "full"
 	LedgerFailures = "failures"

@@ -33,7 +33,7 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Ledger records attempts in the ledger (shared/ledger's Recorder).
+// Ledger records attempts in the ledger (internal/ledger's Recorder).
 type Ledger interface {
 	// RecordAttempts records the attempts (idempotent on consumer, event
 	// and attempt number) and hands them to the rollup, which folds them

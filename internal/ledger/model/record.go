@@ -37,7 +37,7 @@ type Event struct {
 	Initiator      Initiator `firestore:"initiator" json:"initiator"`
 	ExpireAt       time.Time `firestore:"expireAt,omitempty" json:"expireAt,omitzero"`
 
-	// Status is the event's status; see shared/ledger's package documentation.
+	// Status is the event's status; see internal/ledger's package documentation.
 	Status Status `firestore:"status" json:"status"`
 	// StatusAt is when Status last changed.
 	StatusAt time.Time `firestore:"statusAt" json:"statusAt"`

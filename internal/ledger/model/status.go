@@ -24,7 +24,7 @@ type Facts struct {
 	Repush *Repush
 }
 
-// Derive applies the status truth table (see shared/ledger's package documentation) to
+// Derive applies the status truth table (see internal/ledger's package documentation) to
 // the facts. It is a pure function: the same facts give the same status.
 func Derive(f Facts) Status {
 	var succeeded, failed, parked int

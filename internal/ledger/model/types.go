@@ -13,7 +13,7 @@ import (
 // Status is an event's status in the ledger (docs/ledger.md "Statuses").
 type Status string
 
-// The statuses. See shared/ledger's package documentation for when each holds.
+// The statuses. See internal/ledger's package documentation for when each holds.
 const (
 	StatusPending  Status = "PENDING"
 	StatusSent     Status = "SENT"

@@ -7,7 +7,7 @@
 //
 // It reads the documents internal/ledger writes and writes none. Every query
 // is built from a shape of the ledger's QueryShapes, whose composite
-// indexes infra/firestore/indexes.yaml declares; shared/ledger's doc
+// indexes infra/firestore/indexes.yaml declares; internal/ledger's doc
 // comment describes the collections.
 package query
 
