@@ -23,6 +23,7 @@ type APIError struct {
 	Attempts int
 }
 
+// Error returns the status, the error code and publish's reason.
 func (e *APIError) Error() string {
 	s := "relaybus publish: " + strconv.Itoa(e.StatusCode) + " " + e.Code
 	if e.Message != "" {
@@ -47,6 +48,7 @@ type FieldProblem struct {
 	Rule string `json:"rule"`
 }
 
+// String returns the field and the rule it broke.
 func (p FieldProblem) String() string {
 	s := p.Field + ": " + p.Rule
 	if p.Index != nil {
@@ -73,6 +75,7 @@ func (e *InvalidError) Field(name string) (FieldProblem, bool) {
 	return FieldProblem{}, false
 }
 
+// Unwrap returns the answer as an *APIError.
 func (e *InvalidError) Unwrap() error { return &e.APIError }
 
 // AuthError is a caller publish did not admit: 401 (no verified identity)
@@ -84,6 +87,7 @@ type AuthError struct {
 	Topic, Caller string
 }
 
+// Unwrap returns the answer as an *APIError.
 func (e *AuthError) Unwrap() error { return &e.APIError }
 
 // ConflictError is a conflict (409), nothing written: Code
@@ -95,6 +99,7 @@ type ConflictError struct {
 	Fields []FieldProblem
 }
 
+// Unwrap returns the answer as an *APIError.
 func (e *ConflictError) Unwrap() error { return &e.APIError }
 
 // SkippedError says that events were not written because their topic has
@@ -105,6 +110,7 @@ type SkippedError struct {
 	Skipped []Result
 }
 
+// Error says how many events were skipped and names their topics.
 func (e *SkippedError) Error() string {
 	var topics []string
 	seen := map[string]bool{}
@@ -126,8 +132,10 @@ type NetworkError struct {
 	Err      error
 }
 
+// Error says the request got no answer, and why.
 func (e *NetworkError) Error() string {
 	return fmt.Sprintf("relaybus publish: no answer after %d attempt(s): %v", e.Attempts, e.Err)
 }
 
+// Unwrap returns the transport's error.
 func (e *NetworkError) Unwrap() error { return e.Err }

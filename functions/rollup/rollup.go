@@ -211,6 +211,8 @@ func (h *Handler) Close(ctx context.Context) error {
 	return err
 }
 
+// ServeHTTP serves POST /expire and /reconcile (the Scheduler's jobs) and
+// the rollup notices pushed to any other path.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)

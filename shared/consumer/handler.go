@@ -370,7 +370,10 @@ type Error struct {
 	Err   error
 }
 
+// Error returns the code and the handler's error.
 func (e *Error) Error() string { return e.Code + ": " + e.Err.Error() }
+
+// Unwrap returns the handler's error.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Permanent marks err as a permanent business error with a code.

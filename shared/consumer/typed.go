@@ -52,10 +52,12 @@ type PayloadError struct {
 	Err error
 }
 
+// Error names the event type, the schema version, the field and the rule.
 func (e *PayloadError) Error() string {
 	return fmt.Sprintf("%s %s: %s: %s", e.EventType, e.SchemaVersion, e.Field, e.Rule)
 }
 
+// Unwrap returns the decoder's error.
 func (e *PayloadError) Unwrap() error { return e.Err }
 
 // Decode decodes e's payload into a T. A T that is a protobuf message (a

@@ -245,6 +245,7 @@ type IDConflictError struct {
 	IDs []string
 }
 
+// Error says the id is taken by another event, without saying which.
 func (e *IDConflictError) Error() string {
 	return "outbox: eventId " + strings.Join(e.IDs, ", ") + ": the outbox already holds another event under this id (a repeated id must repeat the same topic, aggregate, version, event type and payload); nothing was written: " + ErrEventIDConflict.Error()
 }

@@ -481,6 +481,7 @@ type GapError struct {
 	Code, Message string
 }
 
+// Error returns the code and the message.
 func (e *GapError) Error() string { return e.Code + ": " + e.Message }
 
 // Skip releases a gap: it records versions Version..Through of the
