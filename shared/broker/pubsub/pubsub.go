@@ -100,7 +100,12 @@ func Dial(ctx context.Context, project, addr string, opts Options) (*Client, err
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	opts.ClientOptions = append(opts.ClientOptions, option.WithGRPCConn(conn))
-	return New(ctx, project, opts)
+	c, err := New(ctx, project, opts)
+	if err != nil {
+		_ = conn.Close() // the client that would have closed it was not made
+		return nil, err
+	}
+	return c, nil
 }
 
 // Wrap makes a Client of an existing pubsub client, which the caller keeps
