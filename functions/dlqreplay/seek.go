@@ -138,11 +138,11 @@ func brokerErr(err error, what string) error {
 	}
 	switch {
 	case errors.Is(err, broker.ErrNotFound):
-		return fail(http.StatusNotFound, "not_found", "Pub/Sub has no %s (or no snapshot of that name)", what)
+		return fail(http.StatusNotFound, "not_found", "the broker has no %s (or no snapshot of that name)", what)
 	case errors.Is(err, broker.ErrExists):
 		return fail(http.StatusConflict, "exists", "a snapshot of that name exists")
 	case errors.Is(err, broker.ErrRefused):
-		return fail(http.StatusConflict, "refused", "Pub/Sub refused it for %s: %s (Pub/Sub refuses a time its retention cannot reach and a snapshot of another topic)",
+		return fail(http.StatusConflict, "refused", "the broker refused it for %s: %s (a time its retention cannot reach, or a snapshot of another topic)",
 			what, be.Reason)
 	case errors.Is(err, broker.ErrPermissionDenied):
 		return fail(http.StatusForbidden, "permission_denied", "dlqreplay's service account may not do that on %s", what)
@@ -207,7 +207,7 @@ func (a *api) listSnapshots(r *request, _ []string) (any, error) {
 	}
 	list, err := snaps.Snapshots(r.Context())
 	if err != nil {
-		return nil, err
+		return nil, brokerErr(err, "the project's snapshots")
 	}
 	out := []map[string]string{}
 	for _, s := range list {
