@@ -12,7 +12,7 @@ import (
 )
 
 // The fuzz targets of the module are found where they are: those of
-// shared/event, internal/delivery and internal/ledger/query at least (the
+// internal/cloudevent, shared/event, internal/delivery and internal/ledger/query at least (the
 // Makefile named FuzzPageToken in internal/ledger after it moved, and go test
 // fuzzed nothing).
 func TestDiscoverFindsTheModulesTargets(t *testing.T) {
@@ -24,7 +24,7 @@ func TestDiscoverFindsTheModulesTargets(t *testing.T) {
 	for _, tg := range got {
 		names = append(names, strings.TrimPrefix(tg.String(), "./../../../"))
 	}
-	for _, want := range []string{"shared/event.FuzzDecode", "shared/event.FuzzEnvelopeJSON", "internal/delivery.FuzzRead", "internal/ledger/query.FuzzPageToken"} {
+	for _, want := range []string{"internal/cloudevent.FuzzDecode", "shared/event.FuzzEnvelopeJSON", "internal/delivery.FuzzRead", "internal/ledger/query.FuzzPageToken"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("discovered %v; %s is missing", names, want)
 		}
