@@ -198,15 +198,11 @@ func projectChecks(ctx context.Context, o Options) ([]Problem, error) {
 func loadVarFiles(paths []string) (map[string]cty.Value, error) {
 	out := map[string]cty.Value{}
 	for _, p := range paths {
-		src, err := os.ReadFile(p)
+		body, err := parseHCL(p)
 		if err != nil {
-			return nil, fmt.Errorf("deploy check: %w", err)
+			return nil, err
 		}
-		f, diags := hclsyntax.ParseConfig(src, p, hcl.InitialPos)
-		if diags.HasErrors() {
-			return nil, fmt.Errorf("deploy check: %s", diags.Error())
-		}
-		for name, a := range f.Body.(*hclsyntax.Body).Attributes {
+		for name, a := range body.Attributes {
 			v, diags := a.Expr.Value(nil)
 			if diags.HasErrors() {
 				return nil, fmt.Errorf("deploy check: %s: %s: a tfvars value must be a literal: %s", p, name, diags.Error())
@@ -217,6 +213,19 @@ func loadVarFiles(paths []string) (map[string]cty.Value, error) {
 	return out, nil
 }
 
+// parseHCL reads and parses one HCL file (a tfvars or a .tf file).
+func parseHCL(path string) (*hclsyntax.Body, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("deploy check: %w", err)
+	}
+	f, diags := hclsyntax.ParseConfig(src, path, hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("deploy check: %s", diags.Error())
+	}
+	return f.Body.(*hclsyntax.Body), nil
+}
+
 // declaredVariables are the variable blocks of the Terraform configuration.
 func declaredVariables(dir string) (map[string]bool, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.tf"))
@@ -225,15 +234,11 @@ func declaredVariables(dir string) (map[string]bool, error) {
 	}
 	out := map[string]bool{}
 	for _, p := range paths {
-		src, err := os.ReadFile(p)
+		body, err := parseHCL(p)
 		if err != nil {
-			return nil, fmt.Errorf("deploy check: %w", err)
+			return nil, err
 		}
-		f, diags := hclsyntax.ParseConfig(src, p, hcl.InitialPos)
-		if diags.HasErrors() {
-			return nil, fmt.Errorf("deploy check: %s", diags.Error())
-		}
-		for _, b := range f.Body.(*hclsyntax.Body).Blocks {
+		for _, b := range body.Blocks {
 			if b.Type == "variable" && len(b.Labels) == 1 {
 				out[b.Labels[0]] = true
 			}
