@@ -11,6 +11,7 @@ import (
 	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/ledger/model"
 	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
+	"github.com/relaybus/relaybus/internal/traceparent"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -304,7 +305,7 @@ func (a *api) publishReplay(ctx context.Context, l archive.Letter) (id string, e
 	ctx, span := forcedSpan(ctx, "replay "+l.Topic, m.Attributes[event.AttrTraceID], m.Attributes[event.AttrSpanID],
 		telemetry.KeyDestination.String(l.Topic), telemetry.KeyConsumer.String(l.Consumer), telemetry.KeyEventID.String(l.EventID))
 	defer func() { span.End(err) }()
-	if tp := telemetry.Traceparent(ctx); tp != "" {
+	if tp := traceparent.FromContext(ctx); tp != "" {
 		m.Attributes[telemetry.AttrTraceparent] = tp
 	}
 	return a.o.Publisher.Publish(ctx, l.Topic, m)

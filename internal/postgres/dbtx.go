@@ -1,5 +1,7 @@
 // Package postgres holds what relaybus's packages share about Postgres:
-// the handle their statements run on.
+// the handle their statements run on. It imports pgx and nothing else, so
+// the engines and a producer that enqueues link no pool, tracer or retry
+// policy by taking a DBTX (internal/pgpool builds the pools).
 package postgres
 
 import (
