@@ -29,15 +29,14 @@ var api = []string{"./shared/...", "./client/...", "./relaybustest/...", "./func
 // surface no longer names.
 var exposed = map[string][]string{
 	"functions/consume": {"internal/instance.Database", "internal/instance.Env", "internal/instance.PubSub", "internal/instance.Recording",
-		"internal/migrate.Beginner", "internal/migrate.Line", "internal/topology.Consumer"},
+		"internal/migrate.Line", "internal/topology.Consumer"},
 	"shared/broker":        {"internal/topology.Topology"},
 	"shared/broker/nats":   {"internal/topology.Topology"},
 	"shared/broker/pubsub": {"internal/topology.Topology"},
-	"shared/consumer": {"internal/delivery.Delivery", "internal/inbox.Attempt", "internal/ledger/model.Attempt", "internal/ledger/model.Outcome",
-		"internal/postgres.DBTX"},
-	"shared/outbox":     {"internal/migrate.Beginner", "internal/migrate.Line", "internal/postgres.DBTX"},
-	"shared/projection": {"internal/migrate.Beginner", "internal/migrate.Line", "internal/postgres.DBTX"},
-	"shared/relay":      {"internal/ledger/model.Sent", "internal/postgres.DBTX", "internal/telemetry.OutboxBacklog", "internal/topology.Topology"},
+	"shared/consumer":      {"internal/delivery.Delivery", "internal/inbox.Attempt", "internal/ledger/model.Attempt", "internal/ledger/model.Outcome"},
+	"shared/outbox":        {"internal/migrate.Line"},
+	"shared/projection":    {"internal/migrate.Line"},
+	"shared/relay":         {"internal/ledger/model.Sent", "internal/telemetry.OutboxBacklog", "internal/topology.Topology"},
 }
 
 // The public API's exported names (functions, types, their exported
