@@ -14,6 +14,15 @@
 // its /ledger:ship and /inbox:purge), /rollup (/reconcile, /expire),
 // /dlqreplay/... (the operations API, no auth locally; the DLQ monitor
 // subscriptions deliver to its archive).
+//
+// Start composes one step per concern, each taking the results of the
+// steps before it and pushing what it starts onto one teardown: the
+// services (services.go: postgres.go's cluster, firestore.go's emulator,
+// broker.go's pstest or embedded NATS), the databases and their
+// migrations (postgres.go), the ledger and its registry (firestore.go),
+// the broker's client and provisioning (broker.go), the functions
+// (functions.go), then the delivery stand-in (delivery.go) and the
+// scheduler (scheduler.go).
 package devstack
 
 import (
