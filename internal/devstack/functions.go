@@ -181,7 +181,7 @@ func consumerConfig(in functionsInput, c topology.Consumer) consume.Config {
 	if !in.Pushes {
 		// No push: the consumer pulls its durable consumer itself, as in
 		// production, within its pool's share.
-		cc.Mode, cc.PullMaxInFlight = consume.ModePull, in.DBs.shares[roleConsumer]
+		cc.Mode, cc.PullMaxInFlight = consume.ModePull, in.DBs.poolSize(roleConsumer)
 	}
 	return cc
 }

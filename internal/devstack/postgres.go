@@ -72,6 +72,9 @@ func (d databases) url(db string, role poolRole) string {
 	return u
 }
 
+// poolSize is the size of a function's pool of role.
+func (d databases) poolSize(role poolRole) int { return d.shares[role] }
+
 // others are the URLs of the databases other than main, for role.
 func (d databases) others(role poolRole) map[string]string {
 	m := map[string]string{}
