@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"os"
 	"strings"
 	"testing"
@@ -44,7 +45,7 @@ func TestConfigReadsTheFunctionsVariables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := parseFlags(nil).apply(cfg.Options())
+	o := parseFlags(flag.NewFlagSet("dev", flag.PanicOnError), nil).apply(cfg.Options())
 	got := []string{o.DatabaseURL, o.PubSubHost, o.FirestoreHost, o.Topology, o.Transport, o.NATSURL, o.Project, o.Functions.Consume.ForwardSigningSecret,
 		cfg.Functions.Publish.LogLevel}
 	want := []string{"postgres://u@db.example:5432/main", "127.0.0.1:8085", "127.0.0.1:8086", "/tmp/topology.yaml", "nats", "nats://127.0.0.1:4222", "other-project",
@@ -73,7 +74,7 @@ func TestConfigDefaultsAreWrittenOnce(t *testing.T) {
 	if cfg.Functions.Publish.MaxInFlight != publish.DefaultMaxInFlight {
 		t.Errorf("unset PUBLISH_MAX_IN_FLIGHT: %d, publish's default is %d", cfg.Functions.Publish.MaxInFlight, publish.DefaultMaxInFlight)
 	}
-	o := parseFlags(nil).apply(cfg.Options())
+	o := parseFlags(flag.NewFlagSet("dev", flag.PanicOnError), nil).apply(cfg.Options())
 	if o.Addr != devstack.DefaultAddr || o.Project != devstack.DefaultProject || o.PostgresBudget != devstack.DefaultPostgresBudget ||
 		o.StateDir != devstack.DefaultStateDir || o.BackoffScale != devstack.DefaultBackoffScale {
 		t.Errorf("nothing set: addr %q, project %q, budget %d, state %q, backoff ×%g; want the stack's defaults", o.Addr, o.Project, o.PostgresBudget, o.StateDir, o.BackoffScale)
@@ -89,11 +90,11 @@ func TestFlagsOverTheEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := parseFlags(nil).apply(cfg.Options())
+	o := parseFlags(flag.NewFlagSet("dev", flag.PanicOnError), nil).apply(cfg.Options())
 	if o.Addr != "127.0.0.1:9090" || o.PostgresBudget != 60 || o.Project != "env-project" {
 		t.Errorf("no flags: addr %q, budget %d, project %q; want the environment's", o.Addr, o.PostgresBudget, o.Project)
 	}
-	o = parseFlags([]string{"-addr", "127.0.0.1:7070", "-pg-budget", "30", "-project", "flag-project"}).apply(cfg.Options())
+	o = parseFlags(flag.NewFlagSet("dev", flag.PanicOnError), []string{"-addr", "127.0.0.1:7070", "-pg-budget", "30", "-project", "flag-project"}).apply(cfg.Options())
 	if o.Addr != "127.0.0.1:7070" || o.PostgresBudget != 30 || o.Project != "flag-project" {
 		t.Errorf("flags given: addr %q, budget %d, project %q; want the flags'", o.Addr, o.PostgresBudget, o.Project)
 	}

@@ -58,10 +58,10 @@ type flags struct {
 	given map[string]bool
 }
 
-// parseFlags reads make dev's command line (args without the program's
-// name); -h prints the flags and exits, a bad flag exits 2.
-func parseFlags(args []string) flags {
-	fs := flag.NewFlagSet("dev", flag.ExitOnError)
+// parseFlags defines make dev's flags on fs and parses args (without the
+// program's name); with flag.CommandLine, -h prints the flags and exits
+// and a bad flag exits 2.
+func parseFlags(fs *flag.FlagSet, args []string) flags {
 	var f flags
 	fs.StringVar(&f.addr, "addr", devstack.DefaultAddr, "address the functions listen on ($RELAYBUS_DEV_ADDR)")
 	fs.StringVar(&f.state, "state", devstack.DefaultStateDir, "directory for the throwaway Postgres cluster and dev.json")
@@ -69,7 +69,7 @@ func parseFlags(args []string) flags {
 	fs.StringVar(&f.project, "project", devstack.DefaultProject, "the Google Cloud project the emulators see ($GOOGLE_CLOUD_PROJECT)")
 	fs.IntVar(&f.pgBudget, "pg-budget", devstack.DefaultPostgresBudget, "the most Postgres connections the stack holds at once, all its pools together ($RELAYBUS_DEV_PG_BUDGET)")
 	fs.StringVar(&f.pprof, "pprof", "", "serve net/http/pprof on this address, to profile the stack under load (off when empty)")
-	_ = fs.Parse(args) // ExitOnError
+	_ = fs.Parse(args) // flag.CommandLine exits on an error
 	f.given = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })
 	return f
@@ -92,7 +92,7 @@ func (f flags) apply(o devstack.Options) devstack.Options {
 }
 
 func main() {
-	f := parseFlags(os.Args[1:])
+	f := parseFlags(flag.CommandLine, os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, err := devstack.LoadConfig(ctx)
