@@ -1,6 +1,7 @@
 // Command demo runs the purchase scenario (internal/devstack.Demo) against
 // the stack `make dev` runs; when none is running it starts one in this
-// process for the demo's length and says so. It exits 0 only if the
+// process for the demo's length, from the environment as make dev reads it,
+// and says so. It exits 0 only if the
 // ledger, projections and inboxes end exactly as expected.
 package main
 
@@ -29,9 +30,15 @@ func main() {
 	}
 	if err != nil {
 		fmt.Println("demo: no stack answers; starting one in this process for the demo (make dev runs one that stays)")
-		s, serr := devstack.Start(ctx, devstack.Options{Addr: "127.0.0.1:0", StateDir: *state + "/demo",
-			DatabaseURL: os.Getenv("DATABASE_URL"), PubSubHost: os.Getenv("PUBSUB_EMULATOR_HOST"),
-			FirestoreHost: os.Getenv("FIRESTORE_EMULATOR_HOST"), Transport: os.Getenv("TRANSPORT"), NATSURL: os.Getenv("NATS_URL")})
+		// The environment as make dev reads it (devstack.LoadConfig).
+		cfg, serr := devstack.LoadConfig(ctx)
+		if serr != nil {
+			fmt.Fprintln(os.Stderr, "demo:", serr)
+			os.Exit(2)
+		}
+		o := cfg.Options()
+		o.Addr, o.StateDir = "127.0.0.1:0", *state+"/demo"
+		s, serr := devstack.Start(ctx, o)
 		if serr != nil {
 			fmt.Fprintln(os.Stderr, "demo:", serr)
 			os.Exit(1)

@@ -4,9 +4,11 @@
 //
 //	go run ./internal/cmd/dev [-addr 127.0.0.1:8080] [-state .state] [-backoff-scale 0.05] [-project relaybus-local] [-pprof 127.0.0.1:6060]
 //
-// The functions' variables it honours are read through the functions' own
-// configuration structs (see config), so each means and defaults to what
-// it does in production: DATABASE_URL, PUBSUB_EMULATOR_HOST and
+// It parses its flags, then reads the environment once
+// (devstack.LoadConfig): every function's own configuration struct, loaded
+// as the function loads it, so each variable means and defaults to what it
+// does in production, and the stack sets over them only what is local
+// (docs/local-stack.md lists both): DATABASE_URL, PUBSUB_EMULATOR_HOST and
 // FIRESTORE_EMULATOR_HOST use services that already run instead of
 // starting them (two stacks sharing emulators need their own -project or
 // GOOGLE_CLOUD_PROJECT); TRANSPORT=nats runs the stack on NATS JetStream
@@ -17,8 +19,9 @@
 // under make load); FORWARD_SIGNING_SECRET signs the forward consumers'
 // requests; DATABASE_URL_<NAME> names a topology database's own URL (read
 // by internal/instance.DatabaseURLs, as the relay reads it); the OTEL_*
-// variables and TELEMETRY_EXPORT export the stack's telemetry. RELAYBUS_DEV_ADDR and RELAYBUS_DEV_PG_BUDGET are the
-// command's own: -addr's and -pg-budget's defaults. A missing
+// variables and TELEMETRY_EXPORT export the stack's telemetry.
+// RELAYBUS_DEV_ADDR and RELAYBUS_DEV_PG_BUDGET are the command's own: the
+// address and the budget when -addr and -pg-budget are not given. A missing
 // prerequisite prints one line each saying what to install, and the
 // command exits 1.
 package main
@@ -31,94 +34,79 @@ import (
 	_ "net/http/pprof"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/devstack"
-	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/relay"
 )
 
-// config is what make dev reads of the functions' environment: the
-// pieces of the functions' own configuration (internal/instance), loaded by
-// instance.Load as the functions load theirs, so a variable has one
-// default and an invalid value fails naming it. The stack sets everything
-// else itself (devstack.Start builds each function's configuration from
-// instance.Defaults); of what config reads, SHUTDOWN_TIMEOUT,
-// DATABASE_DIRECT_URL and the ledger's FIRESTORE_DATABASE,
-// LEDGER_RETENTION and LEDGER_RECONCILE_AFTER are not used: Ctrl-C waits
-// up to 30 s, migrations run on the stack's own database, and the ledger
-// keeps the functions' defaults (reconciling after 15 s).
-type config struct {
-	// Env: GOOGLE_CLOUD_PROJECT (-project's default), LOG_LEVEL,
-	// RELAYBUS_TOPOLOGY, and telemetry's OTEL_* and TELEMETRY_EXPORT.
-	Env instance.Env
-	// DB: DATABASE_URL.
-	DB instance.Database
-	// PubSub: PUBSUB_EMULATOR_HOST, TRANSPORT and NATS_URL.
-	PubSub instance.PubSub
-	// Ledger: FIRESTORE_EMULATOR_HOST.
-	Ledger instance.Ledger
-	// Consume: FORWARD_SIGNING_SECRET, the forward consumers' signing
-	// secret; the stack sets the rest of each consumer's configuration
-	// from the topology.
-	Consume consume.Config
+// flags is make dev's command line. Each flag's default is the stack's
+// own (devstack.Default*, DefaultPostgresBudget), written once there; a
+// flag given wins over the environment (RELAYBUS_DEV_ADDR,
+// GOOGLE_CLOUD_PROJECT, RELAYBUS_DEV_PG_BUDGET), which wins over the
+// default.
+type flags struct {
+	addr, state, project, pprof string
+	scale                       float64
+	pgBudget                    int
+	// given are the flags on the command line, by name.
+	given map[string]bool
 }
 
-// options is the part of the stack's options the environment sets: the
-// services to use instead of starting them, the topology, the broker and
-// the functions' logger at LOG_LEVEL.
-func (c config) options() devstack.Options {
-	return devstack.Options{
-		DatabaseURL: c.DB.URL, PubSubHost: c.PubSub.EmulatorHost, FirestoreHost: c.Ledger.EmulatorHost,
-		Topology: c.Env.Topology, Transport: c.PubSub.Transport, NATSURL: c.PubSub.NATSURL,
-		ForwardSigningSecret: c.Consume.ForwardSigningSecret,
-		Logger:               logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(c.Env.LogLevel)}),
+// parseFlags defines make dev's flags on fs and parses args (without the
+// program's name); with flag.CommandLine, -h prints the flags and exits
+// and a bad flag exits 2.
+func parseFlags(fs *flag.FlagSet, args []string) flags {
+	var f flags
+	fs.StringVar(&f.addr, "addr", devstack.DefaultAddr, "address the functions listen on ($RELAYBUS_DEV_ADDR)")
+	fs.StringVar(&f.state, "state", devstack.DefaultStateDir, "directory for the throwaway Postgres cluster and dev.json")
+	fs.Float64Var(&f.scale, "backoff-scale", devstack.DefaultBackoffScale, "multiplies the subscriptions' redelivery backoff (1 = the topology's retry policy, Pub/Sub's timing)")
+	fs.StringVar(&f.project, "project", devstack.DefaultProject, "the Google Cloud project the emulators see ($GOOGLE_CLOUD_PROJECT)")
+	fs.IntVar(&f.pgBudget, "pg-budget", devstack.DefaultPostgresBudget, "the most Postgres connections the stack holds at once, all its pools together ($RELAYBUS_DEV_PG_BUDGET)")
+	fs.StringVar(&f.pprof, "pprof", "", "serve net/http/pprof on this address, to profile the stack under load (off when empty)")
+	_ = fs.Parse(args) // flag.CommandLine exits on an error
+	f.given = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.given[fl.Name] = true })
+	return f
+}
+
+// apply sets the flags over o, the options the environment set
+// (devstack.Config.Options).
+func (f flags) apply(o devstack.Options) devstack.Options {
+	if f.given["addr"] || o.Addr == "" {
+		o.Addr = f.addr
 	}
+	if f.given["project"] || o.Project == "" {
+		o.Project = f.project
+	}
+	if f.given["pg-budget"] || o.PostgresBudget == 0 {
+		o.PostgresBudget = f.pgBudget
+	}
+	o.StateDir, o.BackoffScale = f.state, f.scale
+	return o
 }
 
 func main() {
+	f := parseFlags(flag.CommandLine, os.Args[1:])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg, err := instance.Load[config](ctx)
+	cfg, err := devstack.LoadConfig(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "make dev:", err)
 		os.Exit(2)
 	}
-	defAddr := os.Getenv("RELAYBUS_DEV_ADDR")
-	if defAddr == "" {
-		defAddr = "127.0.0.1:8080"
-	}
-	addr := flag.String("addr", defAddr, "address the functions listen on ($RELAYBUS_DEV_ADDR)")
-	state := flag.String("state", ".state", "directory for the throwaway Postgres cluster and dev.json")
-	scale := flag.Float64("backoff-scale", 1, "multiplies the subscriptions' redelivery backoff (1 = the topology's retry policy, Pub/Sub's timing)")
-	defProject := cfg.Env.ProjectID
-	if defProject == "" {
-		defProject = "relaybus-local"
-	}
-	project := flag.String("project", defProject, "the Google Cloud project the emulators see ($GOOGLE_CLOUD_PROJECT)")
-	defBudget := devstack.DefaultPostgresBudget
-	if v := os.Getenv("RELAYBUS_DEV_PG_BUDGET"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			fmt.Fprintf(os.Stderr, "make dev: RELAYBUS_DEV_PG_BUDGET=%q: want a positive number of connections\n", v)
-			os.Exit(2)
-		}
-		defBudget = n
-	}
-	pgBudget := flag.Int("pg-budget", defBudget, "the most Postgres connections the stack holds at once, all its pools together ($RELAYBUS_DEV_PG_BUDGET)")
-	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address, to profile the stack under load (off when empty)")
-	flag.Parse()
-	if *pprofAddr != "" {
+	o := f.apply(cfg.Options())
+	env := cfg.Functions.Publish.Env // every function reads these variables alike
+	o.Logger = logging.New(os.Stderr, logging.Options{Level: logging.ParseLevel(env.LogLevel)})
+	if f.pprof != "" {
 		go func() {
 			// The default mux carries net/http/pprof's handlers only.
-			if err := http.ListenAndServe(*pprofAddr, nil); err != nil {
+			if err := http.ListenAndServe(f.pprof, nil); err != nil {
 				fmt.Fprintln(os.Stderr, "make dev: pprof:", err)
 			}
 		}()
@@ -126,7 +114,7 @@ func main() {
 	// Telemetry from the standard OTEL_* variables (internal/otelsetup,
 	// docs/telemetry.md): exported when an OTEL_EXPORTER_OTLP_*ENDPOINT is
 	// set, else off and silent.
-	flush, err := otelsetup.Setup(ctx, otelsetup.Options{Config: cfg.Env.Telemetry, ServiceName: "relaybus-dev", ProjectID: *project})
+	flush, err := otelsetup.Setup(ctx, otelsetup.Options{Config: env.Telemetry, ServiceName: "relaybus-dev", ProjectID: o.Project})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "make dev:", err)
 		os.Exit(1)
@@ -143,8 +131,6 @@ func main() {
 		}
 	}
 	start := time.Now()
-	o := cfg.options()
-	o.Addr, o.StateDir, o.BackoffScale, o.Project, o.PostgresBudget = *addr, *state, *scale, *project, *pgBudget
 	o.Drained = drained
 	s, err := devstack.Start(ctx, o)
 	if err != nil {

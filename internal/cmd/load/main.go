@@ -45,7 +45,13 @@ func run(ctx context.Context, state string, o devstack.LoadOptions, drain time.D
 	if err != nil {
 		return err
 	}
-	top, err := topology.Load(os.Getenv(topology.EnvPath))
+	// The topology as make dev reads it (RELAYBUS_TOPOLOGY, through
+	// devstack.LoadConfig).
+	cfg, err := devstack.LoadConfig(ctx)
+	if err != nil {
+		return err
+	}
+	top, err := topology.Load(cfg.Options().Topology)
 	if err != nil {
 		return err
 	}
