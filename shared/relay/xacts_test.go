@@ -29,7 +29,7 @@ const (
 	// statement (the write and the lease) and the settle; BEGIN, Enqueue,
 	// Claim, COMMIT and the settle took five.
 	maxStatementsPerPublishedEvent = 2
-	maxXactsPerKickedEvent    = 2 // the kick's claim + settle, one event per kick (FlushKicks settles it)
+	maxXactsPerKickedEvent         = 2 // the kick's claim + settle, one event per kick (FlushKicks settles it)
 	// A child event claimed in the transaction that enqueued it (KickIn):
 	// nothing beyond that transaction but its share of a batched settle.
 	maxXactsPerKickedInEvent = 0
