@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/pgpool"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
@@ -102,7 +102,7 @@ func TestADeliveryContinuesItsProducersTrace(t *testing.T) {
 	tp := otelsetup.NewTracerProvider(0, nil, sdktrace.WithSyncer(spans))
 	restore := telemetry.Install(tp, sdkmetric.NewMeterProvider())
 	defer restore()
-	pool, _ := pgtest.SchemaConfig(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = postgres.QueryTracer() })
+	pool, _ := pgtest.SchemaConfig(t, func(c *pgxpool.Config) { c.ConnConfig.Tracer = pgpool.QueryTracer() })
 	emit := consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
 		return c.Emit(ctx, &event.Event{ID: "child-of-" + c.Event.ID, Type: "points.added", Topic: "member.points.events",
 			AggregateType: "member", AggregateID: "m-" + c.Event.AggregateID, Version: 1, Payload: []byte(`{"points":1}`)})

@@ -3,6 +3,7 @@ package dlqreplay
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -40,6 +41,16 @@ var actionText = map[string]string{
 	audit.Read:             "read the operations API",
 }
 
+// guard is what the front gives the resources of itself: the checks of a
+// caller's rights on what they act on (rights.go: authorize, refusals in
+// read-only mode) and the audit log's record-before-act (begin, run,
+// readPayload, refused). It serves no request and knows no resource.
+type guard struct {
+	log      AuditLog
+	readOnly bool
+	logger   *slog.Logger
+}
+
 // errAuditUnavailable refuses an action whose audit entry could not be
 // written: nothing is done unaudited.
 func errAuditUnavailable(r *request) *apiError {
@@ -57,7 +68,7 @@ func (r *request) entry(e audit.Entry) audit.Entry {
 
 // step is an action under way, its start recorded.
 type step struct {
-	a     *api
+	g     *guard
 	r     *request
 	entry audit.Entry
 }
@@ -65,16 +76,16 @@ type step struct {
 // begin records that the caller starts the action e describes, before it
 // is taken. When the entry cannot be written the action is refused (503
 // audit_unavailable): an action is never taken unaudited.
-func (a *api) begin(r *request, e audit.Entry) (*step, error) {
+func (g *guard) begin(r *request, e audit.Entry) (*step, error) {
 	e = r.entry(e)
 	e.Outcome = audit.OutcomeStarted
-	written, err := a.auditLog.Append(context.WithoutCancel(r.Context()), e)
+	written, err := g.log.Append(context.WithoutCancel(r.Context()), e)
 	if err != nil {
-		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: audit entry not written; the action is refused", "action", e.Action,
+		g.logger.ErrorContext(r.Context(), "dlqreplay: audit entry not written; the action is refused", "action", e.Action,
 			"caller", r.who.Name, "request_id", r.id, "error", err.Error())
 		return nil, errAuditUnavailable(r)
 	}
-	return &step{a: a, r: r, entry: written}, nil
+	return &step{g: g, r: r, entry: written}, nil
 }
 
 // end records how the action ended (err nil: succeeded, with detail) and
@@ -97,18 +108,18 @@ func (s *step) end(err error, detail string, attrs ...any) {
 		}
 	}
 	ctx := s.r.Context()
-	s.a.o.Logger.InfoContext(ctx, msg, append(attrs, "caller", s.r.who.Name, "auth", s.r.who.Method, "request_id", s.r.id,
+	s.g.logger.InfoContext(ctx, msg, append(attrs, "caller", s.r.who.Name, "auth", s.r.who.Method, "request_id", s.r.id,
 		"topic", e.Topic, "consumer", e.ConsumerID, "detail", e.Detail)...)
-	if _, werr := s.a.auditLog.Append(context.WithoutCancel(ctx), e); werr != nil {
-		s.a.o.Logger.ErrorContext(ctx, "dlqreplay: audit outcome not written; the started entry stands for the action", "action", e.Action,
+	if _, werr := s.g.log.Append(context.WithoutCancel(ctx), e); werr != nil {
+		s.g.logger.ErrorContext(ctx, "dlqreplay: audit outcome not written; the started entry stands for the action", "action", e.Action,
 			"started_entry", s.entry.ID, "outcome", e.Outcome, "caller", s.r.who.Name, "request_id", s.r.id, "error", werr.Error())
 	}
 }
 
 // run begins the action e describes, runs do, and ends it with do's
 // outcome; do returns the outcome's detail.
-func (a *api) run(r *request, e audit.Entry, do func(s *step) (string, error)) error {
-	s, err := a.begin(r, e)
+func (g *guard) run(r *request, e audit.Entry, do func(s *step) (string, error)) error {
+	s, err := g.begin(r, e)
 	if err != nil {
 		return err
 	}
@@ -119,23 +130,23 @@ func (a *api) run(r *request, e audit.Entry, do func(s *step) (string, error)) e
 
 // refused records a refusal with the verified caller (best effort: the
 // request is refused whether or not the entry is written).
-func (a *api) refused(r *request, action string, t target, why string) {
+func (g *guard) refused(r *request, action string, t target, why string) {
 	e := r.entry(audit.Entry{Action: action, Topic: t.Topic, ConsumerID: t.Consumer, Outcome: audit.OutcomeRefused, Detail: why})
-	a.o.Logger.WarnContext(r.Context(), "dlqreplay: request refused", "action", action, "caller", r.who.Name, "auth", r.who.Method,
+	g.logger.WarnContext(r.Context(), "dlqreplay: request refused", "action", action, "caller", r.who.Name, "auth", r.who.Method,
 		"request_id", r.id, "topic", t.Topic, "consumer", t.Consumer, "reason", why)
-	if _, err := a.auditLog.Append(context.WithoutCancel(r.Context()), e); err != nil {
-		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: audit entry of a refusal not written", "action", action, "caller", r.who.Name,
+	if _, err := g.log.Append(context.WithoutCancel(r.Context()), e); err != nil {
+		g.logger.ErrorContext(r.Context(), "dlqreplay: audit entry of a refusal not written", "action", action, "caller", r.who.Name,
 			"request_id", r.id, "error", err.Error())
 	}
 }
 
 // readPayload records that the caller reads a payload, before it is
 // answered; when the entry cannot be written the read is refused.
-func (a *api) readPayload(r *request, e audit.Entry) error {
+func (g *guard) readPayload(r *request, e audit.Entry) error {
 	e = r.entry(e)
 	e.Outcome = audit.OutcomeRead
-	if _, err := a.auditLog.Append(context.WithoutCancel(r.Context()), e); err != nil {
-		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: audit entry of a payload read not written; the read is refused", "action", e.Action,
+	if _, err := g.log.Append(context.WithoutCancel(r.Context()), e); err != nil {
+		g.logger.ErrorContext(r.Context(), "dlqreplay: audit entry of a payload read not written; the read is refused", "action", e.Action,
 			"caller", r.who.Name, "request_id", r.id, "error", err.Error())
 		return errAuditUnavailable(r)
 	}

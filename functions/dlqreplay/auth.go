@@ -160,8 +160,7 @@ func parseTokens(s string) (map[string]string, error) {
 }
 
 // authenticate names the caller of r, or says why it cannot.
-func (a *api) authenticate(r *http.Request) (Principal, error) {
-	au := a.auth
+func (au *authenticator) authenticate(r *http.Request) (Principal, error) {
 	switch au.mode {
 	case AuthNone:
 		return Principal{Name: Anonymous, Method: AuthNone}, nil
@@ -217,7 +216,7 @@ func tokenError(err error) error {
 // and audience checked again; anywhere else anyone could have written it.
 // Either way it must name a verified email; the route then admits only
 // Archivers (which New requires in token mode).
-func (a *api) pushIdentity(r *http.Request) (Principal, error) {
+func (au *authenticator) pushIdentity(r *http.Request) (Principal, error) {
 	tok := identity.Bearer(r)
 	if tok == "" {
 		return Principal{}, errors.New("POST /deadletters:archive takes the push subscription's OIDC token (Authorization: Bearer), not X-Relaybus-Token: Pub/Sub push cannot add headers")
@@ -228,9 +227,9 @@ func (a *api) pushIdentity(r *http.Request) (Principal, error) {
 	)
 	switch {
 	case !identity.Stripped(tok):
-		claims, err = a.auth.verifier.Verify(r.Context(), tok)
-	case a.auth.onRun:
-		claims, err = a.auth.cloudRun.Claims(tok)
+		claims, err = au.verifier.Verify(r.Context(), tok)
+	case au.onRun:
+		claims, err = au.cloudRun.Claims(tok)
 	default:
 		return Principal{}, fmt.Errorf("the push OIDC token's signature was removed (%s) and this service does not run on Cloud Run, whose IAM would have verified it: it cannot be trusted", identity.StrippedSignature)
 	}

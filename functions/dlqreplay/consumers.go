@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -14,6 +15,25 @@ import (
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
 )
+
+// consumerRegistry serves the topic_consumers registry: the consumers
+// each topic's events wait for, with what the topology says of each, and
+// the operators' edits of it (add, enable, disable, describe).
+type consumerRegistry struct {
+	registry *consumers.Registry
+	// topology and subs describe each entry (nil: the registry alone).
+	topology *topology.Topology
+	subs     *topology.SubscriptionMap
+	// pauser and pull tell whether a push consumer is paused.
+	pauser Pauser
+	pull   pullSet
+	// auditLog holds the registry's history: listed with it, and where a
+	// change's own entry is appended when the registry could not write
+	// it in its transaction.
+	auditLog AuditLog
+	g        *guard
+	logger   *slog.Logger
+}
 
 // consumerView is a registry entry with what the topology says of it.
 type consumerView struct {
@@ -38,13 +58,13 @@ type consumerView struct {
 	Paused *bool `json:"paused,omitempty"`
 }
 
-func (a *api) listConsumers(r *request, _ []string) (any, error) {
+func (co *consumerRegistry) list(r *request, _ []string) (any, error) {
 	q := newQuery(r.Request, "topic")
 	topic := q.topic("topic")
 	if err := q.err(); err != nil {
 		return nil, err
 	}
-	entries, err := a.consumers.Consumers(r.Context())
+	entries, err := co.registry.Consumers(r.Context())
 	if err != nil {
 		return nil, err
 	}
@@ -55,22 +75,22 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 			continue
 		}
 		v := consumerView{ConsumerEntry: e, InRegistry: true}
-		a.describe(&v)
+		co.describe(&v)
 		seen[e.Topic+"/"+e.ConsumerID] = true
 		out = append(out, v)
 	}
-	if a.o.Topology != nil {
-		for _, c := range registry.Consumers(a.o.Topology) {
+	if co.topology != nil {
+		for _, c := range registry.Consumers(co.topology) {
 			if seen[c.Topic+"/"+c.ConsumerID] || (topic != "" && c.Topic != topic) {
 				continue
 			}
 			v := consumerView{ConsumerEntry: consumers.ConsumerEntry{Topic: c.Topic, ConsumerID: c.ConsumerID, Enabled: c.Enabled, SortOrder: c.SortOrder, Description: c.Description}}
-			a.describe(&v)
+			co.describe(&v)
 			out = append(out, v)
 		}
 	}
-	a.pausedStates(r, out)
-	logged, err := a.auditLog.List(r.Context(), audit.Query{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
+	co.pausedStates(r, out)
+	logged, err := co.auditLog.List(r.Context(), audit.Query{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
 	if err != nil {
 		return nil, err
 	}
@@ -87,18 +107,18 @@ func (a *api) listConsumers(r *request, _ []string) (any, error) {
 }
 
 // describe adds the topology's facts to a registry entry.
-func (a *api) describe(v *consumerView) {
+func (co *consumerRegistry) describe(v *consumerView) {
 	v.Owner = "topology"
 	if v.UpdatedBy != "" {
 		v.Owner = "operator"
 	}
-	if a.o.Topology == nil {
+	if co.topology == nil {
 		return
 	}
-	for _, c := range a.o.Topology.Consumers() {
+	for _, c := range co.topology.Consumers() {
 		if c.Topic == v.Topic && c.Service == v.ConsumerID {
 			v.Declared, v.Subscription, v.Delivery, v.Handler, v.Database = true, c.Subscription(), c.Delivery, c.Handler, c.Database
-			if real := a.o.Subscriptions.Real(c.Subscription()); real != c.Subscription() {
+			if real := co.subs.Real(c.Subscription()); real != c.Subscription() {
 				v.PubSubSubscription = real
 			}
 			return
@@ -114,7 +134,7 @@ type consumerBody struct {
 	SortOrder   *int    `json:"sortOrder"`
 }
 
-func (a *api) addConsumer(r *request, _ []string) (any, error) {
+func (co *consumerRegistry) add(r *request, _ []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
@@ -122,7 +142,7 @@ func (a *api) addConsumer(r *request, _ []string) (any, error) {
 	if err := decodeBody(r.Request, &b, false); err != nil {
 		return nil, err
 	}
-	return a.applyConsumer(r, consumers.ConsumerChange{Topic: b.Topic, ConsumerID: b.ConsumerID, Add: true, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
+	return co.apply(r, consumers.ConsumerChange{Topic: b.Topic, ConsumerID: b.ConsumerID, Add: true, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
 }
 
 // consumerArgs validates the topic and consumer of a path.
@@ -145,7 +165,7 @@ func consumerPath(args []string) (string, string, error) {
 	return args[0], args[1], bad.err()
 }
 
-func (a *api) changeConsumer(r *request, args []string) (any, error) {
+func (co *consumerRegistry) change(r *request, args []string) (any, error) {
 	topic, id, err := consumerArgs(r, args)
 	if err != nil {
 		return nil, err
@@ -158,15 +178,17 @@ func (a *api) changeConsumer(r *request, args []string) (any, error) {
 	if err := decodeBody(r.Request, &b, false); err != nil {
 		return nil, err
 	}
-	return a.applyConsumer(r, consumers.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
+	return co.apply(r, consumers.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: b.Enabled, Description: b.Description, SortOrder: b.SortOrder})
 }
 
-func (a *api) enableConsumer(r *request, args []string) (any, error) { return a.toggle(r, args, true) }
-func (a *api) disableConsumer(r *request, args []string) (any, error) {
-	return a.toggle(r, args, false)
+func (co *consumerRegistry) enable(r *request, args []string) (any, error) {
+	return co.toggle(r, args, true)
+}
+func (co *consumerRegistry) disable(r *request, args []string) (any, error) {
+	return co.toggle(r, args, false)
 }
 
-func (a *api) toggle(r *request, args []string, on bool) (any, error) {
+func (co *consumerRegistry) toggle(r *request, args []string, on bool) (any, error) {
 	topic, id, err := consumerArgs(r, args)
 	if err != nil {
 		return nil, err
@@ -174,10 +196,10 @@ func (a *api) toggle(r *request, args []string, on bool) (any, error) {
 	if err := decodeBody(r.Request, &struct{}{}, true); err != nil {
 		return nil, err
 	}
-	return a.applyConsumer(r, consumers.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: &on})
+	return co.apply(r, consumers.ConsumerChange{Topic: topic, ConsumerID: id, Enabled: &on})
 }
 
-func (a *api) applyConsumer(r *request, ch consumers.ConsumerChange) (any, error) {
+func (co *consumerRegistry) apply(r *request, ch consumers.ConsumerChange) (any, error) {
 	if err := ch.Validate(); err != nil {
 		return nil, err
 	}
@@ -194,24 +216,24 @@ func (a *api) applyConsumer(r *request, ch consumers.ConsumerChange) (any, error
 	case ch.Enabled != nil:
 		action = audit.ConsumerDisable
 	}
-	if err := a.authorize(r, action, role, t); err != nil {
+	if err := co.g.authorize(r, action, role, t); err != nil {
 		return nil, err
 	}
-	topicAdmin := !a.o.ReadOnly && r.rights.grants(RoleAdmin, ch.Topic, "")
+	topicAdmin := co.g.grants(r, RoleAdmin, ch.Topic, "")
 	ch.KeepOneEnabled = !topicAdmin
-	st, err := a.begin(r, audit.Entry{Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: describeChange(ch)})
+	st, err := co.g.begin(r, audit.Entry{Action: action, Topic: ch.Topic, ConsumerID: ch.ConsumerID, Detail: describeChange(ch)})
 	if err != nil {
 		return nil, err
 	}
 	ch.Audit = audit.Entry{Method: r.who.Method, RequestID: r.id, Ref: st.entry.ID}
-	entry, logged, err := a.consumers.ChangeConsumer(r.Context(), ch, r.who.Name)
+	entry, logged, err := co.registry.ChangeConsumer(r.Context(), ch, r.who.Name)
 	switch {
 	case errors.Is(err, consumers.ErrLastConsumer):
 		e := fail(http.StatusForbidden, "forbidden", "%s is the last enabled consumer of %s: disabling it would drop every new event of the topic (SKIPPED, written nowhere), which needs the %s role on topic %s; %s has not (docs/security.md)",
 			ch.ConsumerID, ch.Topic, RoleAdmin, ch.Topic, r.who.Name)
 		e.Missing = &missingRight{Role: RoleAdmin, Topic: ch.Topic, Action: audit.ConsumerDisable}
 		st.end(e, "")
-		a.refused(r, action, target{Topic: ch.Topic}, e.Msg)
+		co.g.refused(r, action, target{Topic: ch.Topic}, e.Msg)
 		return nil, e
 	case errors.Is(err, consumers.ErrConsumerExists):
 		err = fail(http.StatusConflict, "exists", "%s already has consumer %s: change it instead", ch.Topic, ch.ConsumerID)
@@ -223,7 +245,7 @@ func (a *api) applyConsumer(r *request, ch consumers.ConsumerChange) (any, error
 		return nil, err
 	}
 	v := consumerView{ConsumerEntry: entry, InRegistry: true}
-	a.describe(&v)
+	co.describe(&v)
 	out := map[string]any{"consumer": v, "changed": logged != nil}
 	if logged == nil {
 		st.end(nil, "nothing changed")
@@ -232,21 +254,21 @@ func (a *api) applyConsumer(r *request, ch consumers.ConsumerChange) (any, error
 		// transaction when the audit log shares the ledger's database,
 		// else appended now that the change has committed.
 		if logged.ID == "" {
-			if written, werr := a.auditLog.Append(context.WithoutCancel(r.Context()), *logged); werr != nil {
-				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: audit outcome not written; the started entry stands for the action", "action", logged.Action,
+			if written, werr := co.auditLog.Append(context.WithoutCancel(r.Context()), *logged); werr != nil {
+				co.logger.ErrorContext(r.Context(), "dlqreplay: audit outcome not written; the started entry stands for the action", "action", logged.Action,
 					"started_entry", st.entry.ID, "caller", r.who.Name, "request_id", r.id, "error", werr.Error())
 			} else {
 				logged = &written
 			}
 		}
 		out["audit"] = logged
-		a.o.Logger.InfoContext(r.Context(), "dlqreplay: consumer registry changed", "topic", ch.Topic, "consumer", ch.ConsumerID,
+		co.logger.InfoContext(r.Context(), "dlqreplay: consumer registry changed", "topic", ch.Topic, "consumer", ch.ConsumerID,
 			"action", logged.Action, "detail", logged.Detail, "caller", r.who.Name, "auth", r.who.Method, "request_id", r.id)
 		if strings.Contains(logged.Detail, consumers.NoConsumerLeft) {
 			out["newEvents"] = ch.Topic + " has no enabled consumer now: its new events are SKIPPED (publish answers 200 SKIPPED, Go producers and handlers' Emit skip them; nothing is written or delivered) until a consumer is enabled again"
 		}
 	}
-	if a.o.Topology != nil && !v.Declared {
+	if co.topology != nil && !v.Declared {
 		out["warning"] = "the topology declares no subscription of " + ch.ConsumerID + " on " + ch.Topic + ": while it is enabled, new events wait for it (SENT) until it reports"
 	}
 	return out, nil
@@ -270,42 +292,23 @@ func describeChange(ch consumers.ConsumerChange) string {
 	return strings.Join(parts, "; ")
 }
 
-func (a *api) audit(r *request, _ []string) (any, error) {
-	q := newQuery(r.Request, "action", "topic", "consumer", "outcome", "limit")
-	aq := audit.Query{
-		ActionPrefix: q.str("action", func(s string) bool { return charset(s, 64, "._") }, "an action or its prefix: at most 64 characters of [a-z._] (consumer., deadletter.replay, ...)"),
-		Topic:        q.topic("topic"), ConsumerID: q.consumer("consumer"), Limit: q.integer("limit", 1, audit.MaxScan),
-		Outcome: q.str("outcome", func(s string) bool {
-			return s == audit.OutcomeStarted || s == audit.OutcomeSucceeded || s == audit.OutcomeFailed || s == audit.OutcomeRefused || s == audit.OutcomeRead
-		}, "started, succeeded, failed, refused or read"),
-	}
-	if err := q.err(); err != nil {
-		return nil, err
-	}
-	entries, err := a.auditLog.List(r.Context(), aq)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]any{"entries": entries}, nil
-}
-
 // ownershipRule is the registry's ownership rule, shown with every listing.
 const ownershipRule = "The topology owns the consumers it declares; operators own their edits. A deploy's sync (rollup sync-consumers) creates declared consumers and keeps the ones it wrote as infra/topology.yaml says, but never rewrites nor disables an entry an operator added or changed here (owner: operator)."
 
 // pausedStates fills Paused for the declared push consumers; one whose
 // state cannot be read is left without (and logged).
-func (a *api) pausedStates(r *request, vs []consumerView) {
-	if a.o.Pauser == nil {
+func (co *consumerRegistry) pausedStates(r *request, vs []consumerView) {
+	if co.pauser == nil {
 		return
 	}
 	for i := range vs {
 		v := &vs[i]
-		if !v.Declared || v.Delivery != topology.DeliveryPush || a.pulledSub(v.Subscription) {
+		if !v.Declared || v.Delivery != topology.DeliveryPush || co.pull.has(v.Subscription) {
 			continue
 		}
-		paused, err := a.o.Pauser.Paused(r.Context(), v.Subscription)
+		paused, err := co.pauser.Paused(r.Context(), v.Subscription)
 		if err != nil {
-			a.o.Logger.WarnContext(r.Context(), "dlqreplay: cannot read a consumer's delivery state", "subscription", v.Subscription, "error", err.Error(), "request_id", r.id)
+			co.logger.WarnContext(r.Context(), "dlqreplay: cannot read a consumer's delivery state", "subscription", v.Subscription, "error", err.Error(), "request_id", r.id)
 			continue
 		}
 		v.Paused = &paused

@@ -22,9 +22,11 @@
 //	GET    /consumers                  the topic_consumers registry, with each consumer's subscription
 //	POST   /consumers                  {"topic", "consumerId", "enabled", "description", "sortOrder"}: add one
 //	PATCH  /consumers/{topic}/{id}     {"enabled", "description", "sortOrder"}: change one
-//	POST   /consumers/{topic}/{id}:enable, :disable
-//	POST   /consumers/{topic}/{id}:pause, :resume  detach / restore a push consumer's push endpoint:
-//	                                   messages wait in its subscription meanwhile (pause.go)
+//	POST   /consumers/{topic}/{id}:enable
+//	POST   /consumers/{topic}/{id}:disable
+//	POST   /consumers/{topic}/{id}:pause   detach a push consumer's push endpoint: messages wait
+//	                                   in its subscription meanwhile (pause.go)
+//	POST   /consumers/{topic}/{id}:resume  restore it
 //	GET    /consumers/{topic}/{id}/delivery  whether it is paused
 //	POST   /consumers/{topic}/{id}:rebuild {"time" | "snapshot", "aggregateType", "dryRun"}: pause, clear
 //	                                   its projection (scope) and inbox in its database, seek, resume (rebuild.go)
@@ -35,7 +37,8 @@
 //	GET    /audit                      ?action=&topic=&consumer=&outcome=&limit=: who did (or was refused, or
 //	                                   read) what, newest first
 //	POST   /subscriptions/{name}:seek  {"time": RFC 3339} or {"snapshot": name}: redeliver from there
-//	POST   /snapshots                  {"name", "subscription"}; GET /snapshots lists them
+//	POST   /snapshots                  {"name", "subscription"}: snapshot a subscription
+//	GET    /snapshots                  the snapshots
 //
 // Subscriptions are named logically (<topic>.<service>-<role>); the
 // SubscriptionMap (DLQREPLAY_SUBSCRIPTIONS) turns an Eventarc consumer's
@@ -74,28 +77,17 @@
 package dlqreplay
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sort"
-	"strings"
 	"time"
 
-	"github.com/relaybus/relaybus/internal/ledger/consumers"
-	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/relaybus/relaybus/functions/dlqreplay/console"
 	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/ledger"
-	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
+	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/ratelimit"
@@ -197,22 +189,11 @@ type Options struct {
 	TraceProject string
 }
 
-type api struct {
-	o Options
-	// events and consumers read the ledger and edit its registry, on the
-	// ledger's client.
-	events    *ledgerquery.Reader
-	consumers *consumers.Registry
-	auth      *authenticator
-	bindings  []Binding
-	archivers principals
-	auditLog  AuditLog
-	limiter   *ratelimit.Limiter
-	csrf      *http.CrossOriginProtection
-	cache     overviewCache
-}
-
-// New returns the API's handler.
+// New returns the API's handler: the front (front.go: authentication,
+// rate limit, cross-origin protection, the role a route needs, error
+// answers, request ids) before one handler per resource, each given only
+// the stores it uses and the guard (the rights and audit checks), and the
+// console mounted under /console/.
 func New(o Options) (http.Handler, error) {
 	if o.Archive == nil || o.Ledger == nil || o.DB == nil || o.Publisher == nil {
 		return nil, errors.New("dlqreplay: Archive, Ledger, DB and Publisher are required")
@@ -224,24 +205,21 @@ func New(o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &api{o: o, csrf: http.NewCrossOriginProtection(), auth: au, auditLog: o.Audit,
-		events: ledgerquery.New(o.Ledger.Client()), consumers: consumers.New(o.Ledger.Client(), consumers.Options{Audit: o.Ledger.Audit()})}
-	if a.auditLog == nil {
-		a.auditLog = o.Ledger.Audit()
-	}
-	if a.archivers, err = parsePrincipals("DLQREPLAY_ARCHIVERS", o.Archivers); err != nil {
+	archivers, err := parsePrincipals("DLQREPLAY_ARCHIVERS", o.Archivers)
+	if err != nil {
 		return nil, fmt.Errorf("dlqreplay: %w", err)
 	}
 	writers, err := parsePrincipals("DLQREPLAY_WRITERS", o.Writers)
 	if err != nil {
 		return nil, fmt.Errorf("dlqreplay: %w", err)
 	}
+	var bindings []Binding
 	for _, w := range writers.list() {
-		a.bindings = append(a.bindings, Binding{Member: w, Role: RoleAdmin})
+		bindings = append(bindings, Binding{Member: w, Role: RoleAdmin})
 	}
-	a.bindings = append(a.bindings, o.Roles...)
+	bindings = append(bindings, o.Roles...)
 	if o.Topology != nil {
-		a.bindings = append(a.bindings, o.Topology.Operators...)
+		bindings = append(bindings, o.Topology.Operators...)
 	}
 	for i, b := range o.Roles {
 		if b.Member == Anonymous { // the local stack's one caller
@@ -251,321 +229,142 @@ func New(o Options) (http.Handler, error) {
 			return nil, fmt.Errorf("dlqreplay: %w", errs[0])
 		}
 	}
-	for _, b := range a.bindings {
+	for _, b := range bindings {
 		if parseMember(b.Member).group && o.Groups == nil {
 			return nil, fmt.Errorf("dlqreplay: the role of %s needs its members looked up: set Groups (DLQREPLAY_GROUPS=cloudidentity)", b.Member)
 		}
 	}
+	var limiter *ratelimit.Limiter
 	switch {
 	case o.RateLimit < 0:
 	case o.RateLimit == 0:
-		a.limiter = ratelimit.New(ratelimit.Options{Rate: DefaultRateLimit, Burst: DefaultRateBurst})
+		limiter = ratelimit.New(ratelimit.Options{Rate: DefaultRateLimit, Burst: DefaultRateBurst})
 	default:
-		a.limiter = ratelimit.New(ratelimit.Options{Rate: o.RateLimit, Burst: o.RateBurst})
+		limiter = ratelimit.New(ratelimit.Options{Rate: o.RateLimit, Burst: o.RateBurst})
 	}
-	if a.o.MaxRepushes <= 0 {
-		a.o.MaxRepushes = DefaultMaxRepushes
+	if o.MaxRepushes <= 0 {
+		o.MaxRepushes = DefaultMaxRepushes
 	}
-	if a.o.SentTimeout <= 0 {
-		a.o.SentTimeout = DefaultSentTimeout
+	if o.SentTimeout <= 0 {
+		o.SentTimeout = DefaultSentTimeout
 	}
-	if a.o.Logger == nil {
-		a.o.Logger = logging.Discard()
+	if o.Logger == nil {
+		o.Logger = logging.Discard()
 	}
-	if len(a.bindings) == 0 {
-		a.o.Logger.Warn("dlqreplay: no role is granted (infra/topology.yaml operators, DLQREPLAY_ROLES, DLQREPLAY_WRITERS): every request but GET /whoami is refused")
+	if len(bindings) == 0 {
+		o.Logger.Warn("dlqreplay: no role is granted (infra/topology.yaml operators, DLQREPLAY_ROLES, DLQREPLAY_WRITERS): every request but GET /whoami is refused")
 	}
-	if a.o.Subscriptions == nil && a.o.Topology != nil {
-		a.o.Subscriptions, _ = topology.NewSubscriptionMap(a.o.Topology, nil)
+	if o.Subscriptions == nil && o.Topology != nil {
+		o.Subscriptions, _ = topology.NewSubscriptionMap(o.Topology, nil)
 	}
-	if pc, ok := broker.As[broker.PushConfigurer](a.o.Broker); ok && a.o.Pauser == nil {
-		a.o.Pauser = &PushPauser{Push: pc, Subscriptions: a.o.Subscriptions, Targets: a.o.PushTargets}
+	if pc, ok := broker.As[broker.PushConfigurer](o.Broker); ok && o.Pauser == nil {
+		o.Pauser = &PushPauser{Push: pc, Subscriptions: o.Subscriptions, Targets: o.PushTargets}
 	}
-	return a, nil
+	if o.Audit == nil {
+		o.Audit = o.Ledger.Audit()
+	}
+
+	// The stores, each handed to the resources that use it.
+	reader := ledgerquery.New(o.Ledger.Client())
+	registry := consumers.New(o.Ledger.Client(), consumers.Options{Audit: o.Ledger.Audit()})
+	dbs := databases{main: o.DB, byName: o.Databases}
+	pull := pullSet(o.PullConsumers)
+	g := &guard{log: o.Audit, readOnly: o.ReadOnly, logger: o.Logger}
+
+	s := &server{auth: au, bindings: bindings, groups: o.Groups, limiter: limiter, csrf: http.NewCrossOriginProtection(),
+		guard: g, logger: o.Logger, readOnly: o.ReadOnly, traceProject: o.TraceProject}
+	var consoleAuth func(http.ResponseWriter, *http.Request) bool
+	if o.Auth != AuthToken {
+		consoleAuth = s.consoleCaller
+	}
+	s.console = console.New(console.Options{Mount: consoleMount, Authenticate: consoleAuth})
+	s.routes = routesOf(s,
+		&letters{store: o.Archive, publisher: o.Publisher, history: reader, registry: registry, topology: o.Topology,
+			subs: o.Subscriptions, dbs: dbs, archivers: archivers, g: g, logger: o.Logger},
+		&events{reader: reader, ledger: o.Ledger, deadLetters: o.Archive, outbox: o.DB, dbs: dbs,
+			maxRepushes: o.MaxRepushes, sentTimeout: o.SentTimeout, g: g, logger: o.Logger},
+		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull,
+			auditLog: o.Audit, g: g, logger: o.Logger},
+		&deliveryControl{broker: o.Broker, pauser: o.Pauser, topology: o.Topology, subs: o.Subscriptions, pull: pull,
+			dbs: dbs, g: g, logger: o.Logger},
+		&overview{reader: reader, deadLetters: o.Archive, dbs: dbs, logger: o.Logger},
+		&auditView{log: o.Audit},
+	)
+	return s, nil
 }
 
-// apiError is an answer other than 200.
-type apiError struct {
-	status int
-	Code   string      `json:"code"`
-	Msg    string      `json:"message"`
-	Fields []fieldRule `json:"fields,omitempty"`
-	// RequestID ties a 5xx answer to its log entry.
-	RequestID string `json:"requestId,omitempty"`
-	// Auth names the auth mode in a 401, so the console knows to ask for a
-	// token.
-	Auth string `json:"auth,omitempty"`
-	// Missing names, in a 403, the right the caller lacks.
-	Missing *missingRight `json:"missing,omitempty"`
+// routesOf is the API's one route table, over its resources' handlers.
+// Every route but whoami and the DLQ monitors' archive needs a role;
+// actions check the one they need on their target (a dry run is a
+// viewer's read). The package comment lists every route
+// (TestRoutesAreDocumented).
+func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deliveryControl, ov *overview, av *auditView) routeTable {
+	return routeTable{
+		{"GET", "whoami", "", s.whoami},
+		{"GET", "overview", RoleViewer, ov.get},
+		{"GET", "events", RoleViewer, ev.list},
+		{"GET", "events/{}", RoleViewer, ev.get},
+		{"POST", "events/{}:repush", RoleViewer, ev.repush},
+		{"GET", "traces/{}", RoleViewer, ev.trace},
+		{"POST", pushedRoute, "", lt.archive},
+		{"POST", "deadletters:replay", RoleViewer, lt.replayBatch},
+		{"GET", "deadletters", RoleViewer, lt.list},
+		{"GET", "deadletters/{}", RoleViewer, lt.get},
+		{"POST", "deadletters/{}:replay", RoleViewer, lt.replay},
+		{"DELETE", "deadletters/{}", RoleOperator, lt.delete},
+		{"GET", "consumers", RoleViewer, co.list},
+		{"POST", "consumers", RoleAdmin, co.add},
+		{"PATCH", "consumers/{}/{}", RoleOperator, co.change},
+		{"POST", "consumers/{}/{}:enable", RoleOperator, co.enable},
+		{"POST", "consumers/{}/{}:disable", RoleOperator, co.disable},
+		{"POST", "consumers/{}/{}:pause", RoleOperator, dl.pause},
+		{"POST", "consumers/{}/{}:resume", RoleOperator, dl.resume},
+		{"POST", "consumers/{}/{}:rebuild", RoleViewer, dl.rebuild},
+		{"GET", "consumers/{}/{}/delivery", RoleViewer, dl.deliveryState},
+		{"GET", "consumers/{}/{}/gaps", RoleViewer, dl.listGaps},
+		{"POST", "consumers/{}/{}/gaps:skip", RoleOperator, dl.skipGap},
+		{"GET", "audit", RoleViewer, av.list},
+		{"POST", "subscriptions/{}:seek", RoleOperator, dl.seek},
+		{"POST", "snapshots", RoleOperator, dl.createSnapshot},
+		{"GET", "snapshots", RoleViewer, dl.listSnapshots},
+	}
 }
 
-// unauthenticated is the 401 answer.
-func (a *api) unauthenticated(w http.ResponseWriter, err error) {
-	e := fail(http.StatusUnauthorized, "unauthenticated", "%v", err)
-	e.Auth = a.o.Auth
-	writeJSON(w, http.StatusUnauthorized, e)
+// databases are the topology's databases dlqreplay reaches, by name:
+// Options.Databases, or, when that is nil, Options.DB for every name (one
+// database, as the local stack runs).
+type databases struct {
+	main   postgres.DBTX
+	byName map[string]postgres.DBTX
 }
 
-func (e *apiError) Error() string { return e.Code + ": " + e.Msg }
-
-func fail(status int, code, format string, a ...any) *apiError {
-	return &apiError{status: status, Code: code, Msg: fmt.Sprintf(format, a...)}
+// all returns the databases by name ({"main": main} when there is one).
+func (d databases) all() map[string]postgres.DBTX {
+	if d.byName == nil {
+		return map[string]postgres.DBTX{"main": d.main}
+	}
+	return d.byName
 }
 
-// request is one call being served.
-type request struct {
-	*http.Request
-	who    Principal
-	rights rights
-	id     string
+// of returns the database of a name, and whether dlqreplay has it.
+func (d databases) of(name string) (postgres.DBTX, bool) {
+	if d.byName == nil {
+		return d.main, true
+	}
+	db, ok := d.byName[name]
+	return db, ok
 }
 
-func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rid := requestID(r)
-	w.Header().Set("X-Request-Id", rid)
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	path := strings.Trim(r.URL.Path, "/")
-	if path == "console" || strings.HasPrefix(path, "console/") {
-		a.serveConsole(w, r, rid)
-		return
-	}
-	if err := a.csrf.Check(r); err != nil {
-		writeJSON(w, http.StatusForbidden, fail(http.StatusForbidden, "cross_origin", "a browser request from another origin may not change anything here"))
-		return
-	}
-	rt, args, known := match(path, r.Method)
-	if rt == nil {
-		if known != nil {
-			w.Header().Set("Allow", strings.Join(known, ", "))
-			writeJSON(w, http.StatusMethodNotAllowed, fail(http.StatusMethodNotAllowed, "method_not_allowed", "%s /%s: this route takes %s", r.Method, clip(path, 200), strings.Join(known, ", ")))
-			return
-		}
-		writeJSON(w, http.StatusNotFound, fail(http.StatusNotFound, "not_found", "no route for %s /%s", r.Method, clip(path, 200)))
-		return
-	}
-	var who Principal
-	var err error
-	if rt.pattern == pushedRoute && a.o.Auth == AuthToken {
-		// The DLQ monitors push: they cannot send the static token.
-		who, err = a.pushIdentity(r)
-	} else {
-		who, err = a.authenticate(r)
-	}
-	if err != nil {
-		a.o.Logger.WarnContext(r.Context(), "dlqreplay: caller not authenticated", "request_id", rid, "path", clip(r.URL.Path, 300), "reason", err.Error())
-		a.unauthenticated(w, err)
-		return
-	}
-	// The DLQ monitors' pushes are Pub/Sub's flow, not a caller's: not
-	// limited here.
-	if ok, wait := a.limiter.Allow(who.Name); rt.pattern != pushedRoute && !ok {
-		ratelimit.RetryAfter(w.Header(), wait)
-		a.o.Logger.WarnContext(r.Context(), "dlqreplay: caller over the rate limit", "request_id", rid, "caller", who.Name)
-		writeJSON(w, http.StatusTooManyRequests, fail(http.StatusTooManyRequests, "rate_limited", "%s sends more than %g requests per second (DLQREPLAY_RATE_LIMIT); retry after %ss", who.Name, a.limiter.Rate(), w.Header().Get("Retry-After")))
-		return
-	}
-	req := &request{Request: r, who: who, id: rid}
-	if rt.pattern != pushedRoute {
-		req.rights = a.rightsOf(r.Context(), who)
-	}
-	v, err := rt.serve(a, req, args)
-	if err != nil {
-		a.writeError(w, req, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, v)
-}
+// pullSet is the logical subscriptions deployed in pull mode
+// (Options.PullConsumers).
+type pullSet []string
 
-// writeError answers err: an apiError as it is; anything else as 503 when
-// a store is unreachable, else 500, without its text (logged instead).
-func (a *api) writeError(w http.ResponseWriter, r *request, err error) {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		writeJSON(w, ae.status, ae)
-		return
-	}
-	if fe := event.FieldErrors(err); len(fe) > 0 && errors.Is(err, event.ErrInvalid) {
-		writeJSON(w, http.StatusBadRequest, badRequest(fe))
-		return
-	}
-	code, msg := http.StatusInternalServerError, "internal error"
-	if unavailable(err) {
-		code, msg = http.StatusServiceUnavailable, "a store the API depends on is unavailable; retry later"
-	}
-	a.o.Logger.ErrorContext(r.Context(), "dlqreplay: request failed", "request_id", r.id, "method", r.Method,
-		"path", clip(r.URL.Path, 300), "caller", r.who.Name, "error", err.Error())
-	e := fail(code, map[int]string{500: "internal", 503: "unavailable"}[code], "%s (request %s; the detail is in the service's log)", msg, r.id)
-	e.RequestID = r.id
-	writeJSON(w, code, e)
-}
-
-// unavailable reports whether err means a store could not be reached.
-func unavailable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return true
-	}
-	switch status.Code(err) { // status.Code sees a wrapped status too
-	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
-		return true
-	}
-	var ce *pgconn.ConnectError
-	return errors.As(err, &ce) || pgconn.Timeout(err)
-}
-
-func requestID(r *http.Request) string {
-	if tc := r.Header.Get("X-Cloud-Trace-Context"); tc != "" {
-		if t, _, _ := strings.Cut(tc, "/"); charset(t, 64, "") {
-			return t
+// has reports whether sub is pulled.
+func (p pullSet) has(sub string) bool {
+	for _, s := range p {
+		if s == sub {
+			return true
 		}
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
-
-// route is one operation.
-type route struct {
-	method string
-	// pattern is segments with {} for a path argument; a trailing :action
-	// is part of the last segment.
-	pattern string
-	// role is what the caller must hold on something to be served at all
-	// ("" for none); the handler then checks the role its action needs
-	// on what it acts on (a.authorize).
-	role string
-	h    func(a *api, r *request, args []string) (any, error)
-}
-
-// pushedRoute is the route Pub/Sub push calls (the DLQ monitors), with the
-// push subscription's OIDC token (pushIdentity under AuthToken).
-const pushedRoute = "deadletters:archive"
-
-func (rt *route) serve(a *api, r *request, args []string) (any, error) {
-	if rt.role != "" && !r.rights.holds(rt.role) {
-		err := fail(http.StatusForbidden, "forbidden", "%s holds no role here (%s needs at least %s): grant one in infra/topology.yaml operators or DLQREPLAY_ROLES (docs/security.md)",
-			r.who.Name, rt.method+" /"+rt.pattern, rt.role)
-		err.Missing = &missingRight{Role: rt.role, Action: audit.Read}
-		a.refused(r, rt.method+" /"+rt.pattern, target{}, err.Msg)
-		return nil, err
-	}
-	return rt.h(a, r, args)
-}
-
-// routes lists the API. Every route but whoami and the DLQ monitors'
-// archive needs a role; actions check the one they need on their target
-// (a dry run is a viewer's read).
-var routes = []*route{
-	{"GET", "whoami", "", (*api).whoami},
-	{"GET", "overview", RoleViewer, (*api).overview},
-	{"GET", "events", RoleViewer, (*api).listEvents},
-	{"GET", "events/{}", RoleViewer, (*api).getEvent},
-	{"POST", "events/{}:repush", RoleViewer, (*api).repush},
-	{"GET", "traces/{}", RoleViewer, (*api).trace},
-	{"POST", pushedRoute, "", (*api).archive},
-	{"POST", "deadletters:replay", RoleViewer, (*api).replayBatch},
-	{"GET", "deadletters", RoleViewer, (*api).listLetters},
-	{"GET", "deadletters/{}", RoleViewer, (*api).getLetter},
-	{"POST", "deadletters/{}:replay", RoleViewer, (*api).replay},
-	{"DELETE", "deadletters/{}", RoleOperator, (*api).deleteLetter},
-	{"GET", "consumers", RoleViewer, (*api).listConsumers},
-	{"POST", "consumers", RoleAdmin, (*api).addConsumer},
-	{"PATCH", "consumers/{}/{}", RoleOperator, (*api).changeConsumer},
-	{"POST", "consumers/{}/{}:enable", RoleOperator, (*api).enableConsumer},
-	{"POST", "consumers/{}/{}:disable", RoleOperator, (*api).disableConsumer},
-	{"POST", "consumers/{}/{}:pause", RoleOperator, (*api).pauseConsumer},
-	{"POST", "consumers/{}/{}:resume", RoleOperator, (*api).resumeConsumer},
-	{"POST", "consumers/{}/{}:rebuild", RoleViewer, (*api).rebuild},
-	{"GET", "consumers/{}/{}/delivery", RoleViewer, (*api).consumerDelivery},
-	{"GET", "consumers/{}/{}/gaps", RoleViewer, (*api).listGaps},
-	{"POST", "consumers/{}/{}/gaps:skip", RoleOperator, (*api).skipGap},
-	{"GET", "audit", RoleViewer, (*api).audit},
-	{"POST", "subscriptions/{}:seek", RoleOperator, (*api).seek},
-	{"POST", "snapshots", RoleOperator, (*api).createSnapshot},
-	{"GET", "snapshots", RoleViewer, (*api).listSnapshots},
-}
-
-// actions are the words a path may end in after a colon.
-var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true, "rebuild": true}
-
-// match finds the route of a path and method. It returns the path's
-// arguments, or, when the path is known but not for this method, the
-// methods it takes.
-func match(path, method string) (*route, []string, []string) {
-	body, action := path, ""
-	if i := strings.LastIndexByte(path, ':'); i >= 0 && actions[path[i+1:]] && !strings.Contains(path[i+1:], "/") {
-		body, action = path[:i], path[i+1:]
-	}
-	segs := strings.Split(body, "/")
-	var methods []string
-	for _, rt := range routes {
-		pbody, paction, _ := strings.Cut(rt.pattern, ":")
-		psegs := strings.Split(pbody, "/")
-		if paction != action || len(psegs) != len(segs) {
-			continue
-		}
-		var args []string
-		ok := true
-		for i, p := range psegs {
-			switch {
-			case p == "{}" && segs[i] != "":
-				args = append(args, segs[i])
-			case p != segs[i]:
-				ok = false
-			}
-		}
-		if !ok {
-			continue
-		}
-		if rt.method == method {
-			return rt, args, nil
-		}
-		methods = append(methods, rt.method)
-	}
-	sort.Strings(methods)
-	return nil, nil, methods
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// whoami tells the console who is calling and what they may do: the
-// caller's own roles, never anyone else's.
-func (a *api) whoami(r *request, _ []string) (any, error) {
-	if err := newQuery(r.Request).err(); err != nil {
-		return nil, err
-	}
-	roles := []Binding{}
-	for _, b := range r.rights {
-		roles = append(roles, Binding{Role: b.Role, Topics: b.Topics, Consumers: b.Consumers, Member: b.Member})
-	}
-	canWrite := !a.o.ReadOnly && r.rights.holds(RoleOperator)
-	out := map[string]any{"caller": r.who.Name, "auth": r.who.Method, "roles": roles, "canWrite": canWrite, "readOnly": a.o.ReadOnly}
-	if a.o.TraceProject != "" {
-		out["traceProject"] = a.o.TraceProject
-	}
-	switch {
-	case a.o.ReadOnly:
-		out["why"] = "this operations API is read-only (DLQREPLAY_READ_ONLY)"
-	case len(r.rights) == 0:
-		out["why"] = r.who.Name + " holds no role: ask an admin to grant one (infra/topology.yaml operators or DLQREPLAY_ROLES)"
-	case !canWrite:
-		out["why"] = r.who.Name + " is a viewer: an operator or admin role is needed to act"
-	}
-	return out, nil
-}
-
-func sortedStrings(s []string) []string {
-	sort.Strings(s)
-	return s
+	return false
 }

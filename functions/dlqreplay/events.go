@@ -5,11 +5,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
 	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
 
+	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/ledger/model"
 
@@ -21,6 +23,26 @@ import (
 	"github.com/relaybus/relaybus/shared/outbox"
 )
 
+// events serves the ledger's events: listing and reading them (with every
+// attempt, their outbox row, family and dead letters), their traces, and
+// re-pushing one through the producers' outbox under the re-push rules.
+type events struct {
+	reader *ledgerquery.Reader
+	// ledger marks the re-push (BeginRepush), outbox queues it: the
+	// producers' outbox in the main database.
+	ledger *ledger.Store
+	outbox postgres.DBTX
+	// deadLetters lists an event's dead letters.
+	deadLetters *archive.Store
+	// dbs are the outboxes an event's row is looked for in.
+	dbs databases
+	// maxRepushes and sentTimeout are the re-push rules.
+	maxRepushes int
+	sentTimeout time.Duration
+	g           *guard
+	logger      *slog.Logger
+}
+
 // eventRow is one event of a listing with its "n/m consumed".
 type eventRow struct {
 	model.Event
@@ -30,7 +52,7 @@ type eventRow struct {
 	Expected int `json:"expected"`
 }
 
-func (a *api) listEvents(r *request, _ []string) (any, error) {
+func (ev *events) list(r *request, _ []string) (any, error) {
 	q := newQuery(r.Request, "status", "topic", "eventType", "service", "traceId", "aggregateId", "from", "to", "pageSize", "pageToken")
 	sq := ledgerquery.SearchQuery{
 		ListQuery: ledgerquery.ListQuery{
@@ -47,11 +69,11 @@ func (a *api) listEvents(r *request, _ []string) (any, error) {
 	if err := q.err(); err != nil {
 		return nil, err
 	}
-	p, err := a.events.Search(r.Context(), sq)
+	p, err := ev.reader.Search(r.Context(), sq)
 	if err != nil {
 		return nil, err
 	}
-	consumed, err := a.events.ConsumedCounts(r.Context(), p.Events)
+	consumed, err := ev.reader.ConsumedCounts(r.Context(), p.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +84,7 @@ func (a *api) listEvents(r *request, _ []string) (any, error) {
 	return map[string]any{"events": rows, "nextPageToken": p.NextPageToken}, nil
 }
 
-func (a *api) eventID(r *request, raw string) (string, error) {
+func eventID(r *request, raw string) (string, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return "", err
 	}
@@ -103,38 +125,38 @@ type repushAnswer struct {
 	Message string `json:"message"`
 }
 
-func (a *api) getEvent(r *request, args []string) (any, error) {
-	id, err := a.eventID(r, args[0])
+func (ev *events) get(r *request, args []string) (any, error) {
+	id, err := eventID(r, args[0])
 	if err != nil {
 		return nil, err
 	}
-	d, err := a.events.Get(r.Context(), id)
+	d, err := ev.reader.Get(r.Context(), id)
 	if err != nil {
 		return nil, mapErr(err)
 	}
 	// The payload: a viewer of the event's topic (or of one of its
 	// consumers) reads it, and the read is recorded before the answer.
-	if err := a.authorizeAny(r, audit.EventRead, RoleViewer, d.Event.Topic, d.Event.ExpectedConsumers); err != nil {
+	if err := ev.g.authorizeAny(r, audit.EventRead, RoleViewer, d.Event.Topic, d.Event.ExpectedConsumers); err != nil {
 		return nil, err
 	}
-	if err := a.readPayload(r, audit.Entry{Action: audit.EventRead, EventID: id, Topic: d.Event.Topic}); err != nil {
+	if err := ev.g.readPayload(r, audit.Entry{Action: audit.EventRead, EventID: id, Topic: d.Event.Topic}); err != nil {
 		return nil, err
 	}
-	ev, err := eventJSON(d.Event)
+	view, err := eventJSON(d.Event)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]any{"event": ev, "consumers": d.Consumers, "expected": d.Expected, "reported": d.Reported,
+	out := map[string]any{"event": view, "consumers": d.Consumers, "expected": d.Expected, "reported": d.Reported,
 		"succeeded": d.Succeeded, "summary": d.Summary()}
 	if out["consumers"] == nil {
 		out["consumers"] = []ledgerquery.ConsumerReport{}
 	}
-	out["outbox"] = a.outboxState(r.Context(), id)
-	parent, children := a.family(r.Context(), d.Event)
+	out["outbox"] = ev.outboxState(r.Context(), id)
+	parent, children := ev.family(r.Context(), d.Event)
 	out["parent"], out["children"] = parent, children
-	letters, _, err := a.o.Archive.List(r.Context(), archive.Filter{EventID: id}, 50, "")
+	letters, _, err := ev.deadLetters.List(r.Context(), archive.Filter{EventID: id}, 50, "")
 	if err != nil {
-		a.o.Logger.WarnContext(r.Context(), "dlqreplay: dead letters of an event not read", "event_id", id, "error", err.Error())
+		ev.logger.WarnContext(r.Context(), "dlqreplay: dead letters of an event not read", "event_id", id, "error", err.Error())
 		letters = nil
 	}
 	ids := []map[string]string{}
@@ -142,7 +164,7 @@ func (a *api) getEvent(r *request, args []string) (any, error) {
 		ids = append(ids, map[string]string{"id": l.ID, "consumer": l.Consumer, "reason": l.Reason})
 	}
 	out["deadLetters"] = ids
-	out["repush"] = a.repushAnswer(d.Event, time.Now().UTC())
+	out["repush"] = ev.repushAnswer(d.Event, time.Now().UTC())
 	return out, nil
 }
 
@@ -184,15 +206,12 @@ func eventJSON(e model.Event) (map[string]json.RawMessage, error) {
 
 // outboxState finds the event's row in the outboxes dlqreplay reaches (nil
 // when none holds it: retention deleted it, or another database does).
-func (a *api) outboxState(ctx context.Context, id string) *outboxView {
-	dbs := map[string]postgres.DBTX{"main": a.o.DB}
-	if a.o.Databases != nil {
-		dbs = a.o.Databases
-	}
+func (ev *events) outboxState(ctx context.Context, id string) *outboxView {
+	dbs := ev.dbs.all()
 	for _, name := range sortedKeys(dbs) {
 		got, err := outbox.Lookup(ctx, dbs[name], id)
 		if err != nil {
-			a.o.Logger.WarnContext(ctx, "dlqreplay: outbox lookup failed", "database", name, "event_id", id, "error", err.Error())
+			ev.logger.WarnContext(ctx, "dlqreplay: outbox lookup failed", "database", name, "event_id", id, "error", err.Error())
 			continue
 		}
 		if e, ok := got[id]; ok {
@@ -211,11 +230,11 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // family returns an event's parent and children from its trace.
-func (a *api) family(ctx context.Context, e model.Event) (*eventSummary, []eventSummary) {
+func (ev *events) family(ctx context.Context, e model.Event) (*eventSummary, []eventSummary) {
 	children := []eventSummary{}
-	tr, err := a.events.Trace(ctx, e.EventID)
+	tr, err := ev.reader.Trace(ctx, e.EventID)
 	if err != nil {
-		a.o.Logger.WarnContext(ctx, "dlqreplay: trace of an event not read", "event_id", e.EventID, "error", err.Error())
+		ev.logger.WarnContext(ctx, "dlqreplay: trace of an event not read", "event_id", e.EventID, "error", err.Error())
 		return nil, children
 	}
 	var parent *eventSummary
@@ -238,12 +257,12 @@ func (a *api) family(ctx context.Context, e model.Event) (*eventSummary, []event
 	return parent, children
 }
 
-func (a *api) trace(r *request, args []string) (any, error) {
-	id, err := a.eventID(r, args[0])
+func (ev *events) trace(r *request, args []string) (any, error) {
+	id, err := eventID(r, args[0])
 	if err != nil {
 		return nil, err
 	}
-	t, err := a.events.Trace(r.Context(), id)
+	t, err := ev.reader.Trace(r.Context(), id)
 	return t, mapErr(err)
 }
 
@@ -254,32 +273,32 @@ type repushRequest struct {
 
 // repushRule applies the re-push rules (docs/operations.md "Replay and
 // re-push rules") to an event.
-func (a *api) repushRule(d model.Event, now time.Time) *apiError {
+func (ev *events) repushRule(d model.Event, now time.Time) *apiError {
 	id := d.EventID
 	switch {
 	case !d.ExpireAt.IsZero() && now.After(d.ExpireAt):
 		return fail(http.StatusConflict, "expired", "event %s expired at %s and is not re-pushed", id, d.ExpireAt.Format(time.RFC3339))
-	case d.RetryCount >= a.o.MaxRepushes:
+	case d.RetryCount >= ev.maxRepushes:
 		return fail(http.StatusConflict, "max_repushes", "event %s was re-pushed %d times, the most allowed", id, d.RetryCount)
 	case d.Status == model.StatusFailed || d.Status == model.StatusRetrying || d.Status == model.StatusPartial:
 		return nil
-	case d.Status == model.StatusSent && now.Sub(d.LastSentAt) >= a.o.SentTimeout:
+	case d.Status == model.StatusSent && now.Sub(d.LastSentAt) >= ev.sentTimeout:
 		return nil
 	case d.Status == model.StatusSent:
-		return fail(http.StatusConflict, "too_recent", "event %s was sent %s ago; SENT events are re-pushed after %s", id, now.Sub(d.LastSentAt).Round(time.Second), a.o.SentTimeout)
+		return fail(http.StatusConflict, "too_recent", "event %s was sent %s ago; SENT events are re-pushed after %s", id, now.Sub(d.LastSentAt).Round(time.Second), ev.sentTimeout)
 	}
 	return fail(http.StatusConflict, "status", "event %s is %s; only FAILED, RETRYING, PARTIAL or long-SENT events are re-pushed", id, d.Status)
 }
 
-func (a *api) repushAnswer(d model.Event, now time.Time) repushAnswer {
-	if err := a.repushRule(d, now); err != nil {
+func (ev *events) repushAnswer(d model.Event, now time.Time) repushAnswer {
+	if err := ev.repushRule(d, now); err != nil {
 		return repushAnswer{Code: err.Code, Message: err.Msg}
 	}
 	return repushAnswer{Allowed: true, Message: "the re-push rules allow it"}
 }
 
-func (a *api) repush(r *request, args []string) (any, error) {
-	id, err := a.eventID(r, args[0])
+func (ev *events) repush(r *request, args []string) (any, error) {
+	id, err := eventID(r, args[0])
 	if err != nil {
 		return nil, err
 	}
@@ -292,19 +311,19 @@ func (a *api) repush(r *request, args []string) (any, error) {
 	}
 	now := time.Now().UTC()
 	if req.DryRun {
-		d, err := a.events.Get(r.Context(), id)
+		d, err := ev.reader.Get(r.Context(), id)
 		if err != nil {
 			return nil, mapErr(err)
 		}
-		return map[string]any{"eventId": id, "consumer": req.Consumer, "dryRun": true, "rules": a.repushAnswer(d.Event, now)}, nil
+		return map[string]any{"eventId": id, "consumer": req.Consumer, "dryRun": true, "rules": ev.repushAnswer(d.Event, now)}, nil
 	}
 	// The right is on the event's topic (and the consumer it goes to;
 	// every consumer needs the topic's).
-	cur, err := a.events.Get(r.Context(), id)
+	cur, err := ev.reader.Get(r.Context(), id)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	if err := a.authorize(r, audit.EventRepush, RoleOperator, target{Topic: cur.Event.Topic, Consumer: req.Consumer}); err != nil {
+	if err := ev.g.authorize(r, audit.EventRepush, RoleOperator, target{Topic: cur.Event.Topic, Consumer: req.Consumer}); err != nil {
 		return nil, err
 	}
 	to := req.Consumer
@@ -312,16 +331,16 @@ func (a *api) repush(r *request, args []string) (any, error) {
 		to = "every consumer"
 	}
 	var d model.Event
-	err = a.run(r, audit.Entry{Action: audit.EventRepush, EventID: id, Topic: cur.Event.Topic, ConsumerID: req.Consumer,
+	err = ev.g.run(r, audit.Entry{Action: audit.EventRepush, EventID: id, Topic: cur.Event.Topic, ConsumerID: req.Consumer,
 		Detail: "re-push to " + to + " through the outbox"}, func(*step) (string, error) {
 		check := func(d model.Event) error {
-			if err := a.repushRule(d, now); err != nil {
+			if err := ev.repushRule(d, now); err != nil {
 				return err
 			}
 			return nil
 		}
 		var err error
-		d, err = a.o.Ledger.BeginRepush(r.Context(), id, req.Consumer, check, now)
+		d, err = ev.ledger.BeginRepush(r.Context(), id, req.Consumer, check, now)
 		if err != nil {
 			return "", mapErr(err)
 		}
@@ -334,7 +353,7 @@ func (a *api) repush(r *request, args []string) (any, error) {
 		// delivery of the re-push are recorded under it.
 		ctx, span := forcedSpan(r.Context(), "repush "+d.Topic, e.TraceID, e.SpanID,
 			telemetry.KeyDestination.String(d.Topic), telemetry.KeyConsumer.String(req.Consumer), telemetry.KeyEventID.String(id))
-		_, err = outbox.Repush(ctx, a.o.DB, &e, req.Consumer)
+		_, err = outbox.Repush(ctx, ev.outbox, &e, req.Consumer)
 		span.End(err)
 		if err != nil && !errors.Is(err, outbox.ErrPending) {
 			return "", err

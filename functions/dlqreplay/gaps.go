@@ -51,19 +51,19 @@ func (r txRunner) Do(ctx context.Context, f func(ctx context.Context, c *consume
 }
 
 // strictConsumer finds the strict consumer of a path and its database.
-func (a *api) strictConsumer(r *request, args []string) (topology.Consumer, txRunner, error) {
+func (dl *deliveryControl) strictConsumer(r *request, args []string) (topology.Consumer, txRunner, error) {
 	topic, id, err := consumerPath(args)
 	if err != nil {
 		return topology.Consumer{}, txRunner{}, err
 	}
-	c, err := a.declared(topic, id)
+	c, err := dl.declared(topic, id)
 	if err != nil {
 		return c, txRunner{}, err
 	}
 	if c.Handler != topology.HandlerStrict {
 		return c, txRunner{}, fail(http.StatusNotFound, "no_gaps", "%s on %s has handler %q, which keeps no gaps (handler strict does)", id, topic, c.Handler)
 	}
-	db, err := a.database(c)
+	db, err := dl.database(c)
 	if err != nil {
 		return c, txRunner{}, err
 	}
@@ -75,9 +75,9 @@ func (a *api) strictConsumer(r *request, args []string) (topology.Consumer, txRu
 }
 
 // declared returns the topology's consumer id on topic.
-func (a *api) declared(topic, id string) (topology.Consumer, error) {
-	if a.o.Topology != nil {
-		for _, c := range a.o.Topology.Consumers() {
+func (dl *deliveryControl) declared(topic, id string) (topology.Consumer, error) {
+	if dl.topology != nil {
+		for _, c := range dl.topology.Consumers() {
 			if c.Topic == topic && c.Service == id {
 				return c, nil
 			}
@@ -87,23 +87,20 @@ func (a *api) declared(topic, id string) (topology.Consumer, error) {
 }
 
 // database returns the consumer's database, or says that its URL is missing.
-func (a *api) database(c topology.Consumer) (postgres.DBTX, error) {
-	if a.o.Databases == nil {
-		return a.o.DB, nil
-	}
-	if db, ok := a.o.Databases[c.Database]; ok {
+func (dl *deliveryControl) database(c topology.Consumer) (postgres.DBTX, error) {
+	if db, ok := dl.dbs.of(c.Database); ok {
 		return db, nil
 	}
-	d, _ := a.o.Topology.Database(c.Database)
+	d, _ := dl.topology.Database(c.Database)
 	return nil, fail(http.StatusServiceUnavailable, "no_database", "%s's database %q is not configured here: set %s", c.Service, c.Database, d.EnvVar())
 }
 
-func (a *api) resequencer(c topology.Consumer) *projection.Resequencer {
-	return projection.NewStrict(nil, projection.StrictOptions{GapTimeout: time.Duration(c.GapTimeoutSeconds) * time.Second, Logger: a.o.Logger})
+func (dl *deliveryControl) resequencer(c topology.Consumer) *projection.Resequencer {
+	return projection.NewStrict(nil, projection.StrictOptions{GapTimeout: time.Duration(c.GapTimeoutSeconds) * time.Second, Logger: dl.logger})
 }
 
 // listGaps: GET /consumers/{topic}/{consumer}/gaps?aggregateType=&aggregateId=&limit=
-func (a *api) listGaps(r *request, args []string) (any, error) {
+func (dl *deliveryControl) listGaps(r *request, args []string) (any, error) {
 	q := newQuery(r.Request, "aggregateType", "aggregateId", "limit")
 	f := projection.GapFilter{
 		AggregateType: q.str("aggregateType", validAggregate, ruleAggregateID),
@@ -113,11 +110,11 @@ func (a *api) listGaps(r *request, args []string) (any, error) {
 	if err := q.err(); err != nil {
 		return nil, err
 	}
-	c, run, err := a.strictConsumer(r, args)
+	c, run, err := dl.strictConsumer(r, args)
 	if err != nil {
 		return nil, err
 	}
-	rs := a.resequencer(c)
+	rs := dl.resequencer(c)
 	gaps, err := rs.Gaps(r.Context(), run, f)
 	if isUndefinedTable(err) {
 		gaps, err = nil, nil // the consumer has not started yet: nothing parked
@@ -134,7 +131,7 @@ func (a *api) listGaps(r *request, args []string) (any, error) {
 
 // skipGap: POST /consumers/{topic}/{consumer}/gaps:skip
 // {"aggregateType", "aggregateId", "version", "through", "reason"}.
-func (a *api) skipGap(r *request, args []string) (any, error) {
+func (dl *deliveryControl) skipGap(r *request, args []string) (any, error) {
 	var b struct {
 		AggregateType string `json:"aggregateType"`
 		AggregateID   string `json:"aggregateId"`
@@ -168,18 +165,18 @@ func (a *api) skipGap(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := a.authorize(r, audit.GapsSkip, RoleOperator, target{Topic: topic, Consumer: id}); err != nil {
+	if err := dl.g.authorize(r, audit.GapsSkip, RoleOperator, target{Topic: topic, Consumer: id}); err != nil {
 		return nil, err
 	}
-	c, run, err := a.strictConsumer(r, args)
+	c, run, err := dl.strictConsumer(r, args)
 	if err != nil {
 		return nil, err
 	}
 	var res projection.SkipResult
-	err = a.run(r, audit.Entry{Action: audit.GapsSkip, Topic: c.Topic, ConsumerID: c.Service,
+	err = dl.g.run(r, audit.Entry{Action: audit.GapsSkip, Topic: c.Topic, ConsumerID: c.Service,
 		Detail: fmt.Sprintf("skip %s/%s versions %d through %d: %s", b.AggregateType, b.AggregateID, b.Version, max(b.Through, b.Version), b.Reason)}, func(*step) (string, error) {
 		var err error
-		res, err = a.resequencer(c).Skip(r.Context(), run, projection.SkipRequest{AggregateType: b.AggregateType, AggregateID: b.AggregateID,
+		res, err = dl.resequencer(c).Skip(r.Context(), run, projection.SkipRequest{AggregateType: b.AggregateType, AggregateID: b.AggregateID,
 			Version: b.Version, Through: b.Through, Reason: b.Reason, By: r.who.Name})
 		var ge *projection.GapError
 		switch {

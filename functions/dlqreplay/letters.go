@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/ledger/model"
 	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
+	"github.com/relaybus/relaybus/internal/traceparent"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/telemetry"
@@ -30,10 +33,32 @@ import (
 // answer says how many remain.
 const MaxBatchReplay = 500
 
-func (a *api) archive(r *request, _ []string) (any, error) {
-	if !a.archivers.allows(r.who) {
+// letters serves the dead letters: their archive (the DLQ monitors'
+// pushes), listing, reading, deleting, and replaying them to the consumer
+// that failed them, one or in bulk, with a dry run that predicts what the
+// consumer will do.
+type letters struct {
+	store     *archive.Store
+	publisher event.Publisher
+	// history is the ledger's events: a letter's event with its attempts.
+	history *ledgerquery.Reader
+	// registry tells whether the consumer is still expected (dry runs).
+	registry *consumers.Registry
+	// topology, subs and dbs find the consumer's delivery, handler and
+	// database for dry runs (topology nil: none known).
+	topology *topology.Topology
+	subs     *topology.SubscriptionMap
+	dbs      databases
+	// archivers may POST /deadletters:archive.
+	archivers principals
+	g         *guard
+	logger    *slog.Logger
+}
+
+func (lt *letters) archive(r *request, _ []string) (any, error) {
+	if !lt.archivers.allows(r.who) {
 		err := fail(http.StatusForbidden, "not_an_archiver", "%s may not archive dead letters: DLQREPLAY_ARCHIVERS lists who may (the DLQ monitors' push identity)", r.who.Name)
-		a.refused(r, audit.LetterArchive, target{}, err.Msg)
+		lt.g.refused(r, audit.LetterArchive, target{}, err.Msg)
 		return nil, err
 	}
 	if err := newQuery(r.Request).err(); err != nil {
@@ -42,7 +67,7 @@ func (a *api) archive(r *request, _ []string) (any, error) {
 	d, err := delivery.Read(r.Request, delivery.DefaultMaxBody)
 	if err != nil {
 		// Not a delivery: acknowledged (a 4xx would be redelivered forever).
-		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: archive request is not a Pub/Sub delivery", "error", err.Error(), "request_id", r.id)
+		lt.logger.ErrorContext(r.Context(), "dlqreplay: archive request is not a Pub/Sub delivery", "error", err.Error(), "request_id", r.id)
 		return map[string]string{"ignored": "not a Pub/Sub delivery: " + clip(err.Error(), 300)}, nil
 	}
 	// A DLQ monitor subscription names its topic (<topic>.dlq-monitor);
@@ -59,12 +84,12 @@ func (a *api) archive(r *request, _ []string) (any, error) {
 	if !names.IsDeadLetter(topic) {
 		return nil, fail(http.StatusBadRequest, "invalid_argument", "the delivery's topic %q is not a dead-letter topic", clip(topic, 260))
 	}
-	l, created, err := a.o.Archive.Archive(r.Context(), topic, d.Message)
+	l, created, err := lt.store.Archive(r.Context(), topic, d.Message)
 	if err != nil {
 		return nil, err
 	}
 	if created {
-		a.o.Logger.WarnContext(r.Context(), "dlqreplay: dead letter archived", "dead_letter_id", l.ID, "topic", l.Topic,
+		lt.logger.WarnContext(r.Context(), "dlqreplay: dead letter archived", "dead_letter_id", l.ID, "topic", l.Topic,
 			"consumer", l.Consumer, "reason", l.Reason, "event_id", l.EventID, "subscription", l.Subscription)
 	}
 	return map[string]any{"id": l.ID, "created": created}, nil
@@ -76,7 +101,7 @@ func letterFilter(q *query) archive.Filter {
 		EventID: q.str("eventId", validEventID, ruleEventID), Since: q.time("since"), Until: q.time("until"), Deleted: q.boolean("deleted")}
 }
 
-func (a *api) listLetters(r *request, _ []string) (any, error) {
+func (lt *letters) list(r *request, _ []string) (any, error) {
 	q := newQuery(r.Request, "topic", "consumer", "reason", "eventId", "since", "until", "deleted", "pageSize", "pageToken")
 	f := letterFilter(q)
 	size := q.integer("pageSize", 1, 500)
@@ -90,7 +115,7 @@ func (a *api) listLetters(r *request, _ []string) (any, error) {
 	if size == 0 {
 		size = 50
 	}
-	letters, next, err := a.o.Archive.List(r.Context(), f, size, token)
+	letters, next, err := lt.store.List(r.Context(), f, size, token)
 	if errors.Is(err, archive.ErrBadPageToken) {
 		return nil, badRequest([]*event.FieldError{{Field: "pageToken", Rule: rulePageToken}})
 	}
@@ -115,7 +140,7 @@ type letterDetail struct {
 	Event *ledgerquery.Detail `json:"ledger,omitempty"`
 }
 
-func (a *api) letterID(r *request, raw string) (string, error) {
+func letterID(r *request, raw string) (string, error) {
 	if err := newQuery(r.Request, "dryRun").err(); err != nil {
 		return "", err
 	}
@@ -125,53 +150,53 @@ func (a *api) letterID(r *request, raw string) (string, error) {
 	return raw, nil
 }
 
-func (a *api) getLetter(r *request, args []string) (any, error) {
+func (lt *letters) get(r *request, args []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
-	id, err := a.letterID(r, args[0])
+	id, err := letterID(r, args[0])
 	if err != nil {
 		return nil, err
 	}
-	l, err := a.o.Archive.Get(r.Context(), id)
+	l, err := lt.store.Get(r.Context(), id)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	if err := a.authorize(r, audit.LetterRead, RoleViewer, target{Topic: l.Topic, Consumer: l.Consumer}); err != nil {
+	if err := lt.g.authorize(r, audit.LetterRead, RoleViewer, target{Topic: l.Topic, Consumer: l.Consumer}); err != nil {
 		return nil, err
 	}
-	if err := a.readPayload(r, audit.Entry{Action: audit.LetterRead, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID}); err != nil {
+	if err := lt.g.readPayload(r, audit.Entry{Action: audit.LetterRead, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID}); err != nil {
 		return nil, err
 	}
 	out := letterDetail{Letter: l}
 	if l.EventID != "" && validEventID(l.EventID) {
-		if d, err := a.events.Get(r.Context(), l.EventID); err == nil {
+		if d, err := lt.history.Get(r.Context(), l.EventID); err == nil {
 			out.Event = &d
 		}
 	}
 	return out, nil
 }
 
-func (a *api) deleteLetter(r *request, args []string) (any, error) {
+func (lt *letters) delete(r *request, args []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
-	id, err := a.letterID(r, args[0])
+	id, err := letterID(r, args[0])
 	if err != nil {
 		return nil, err
 	}
-	cur, err := a.o.Archive.Get(r.Context(), id)
+	cur, err := lt.store.Get(r.Context(), id)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	if err := a.authorize(r, audit.LetterDelete, RoleOperator, target{Topic: cur.Topic, Consumer: cur.Consumer}); err != nil {
+	if err := lt.g.authorize(r, audit.LetterDelete, RoleOperator, target{Topic: cur.Topic, Consumer: cur.Consumer}); err != nil {
 		return nil, err
 	}
 	var l archive.Letter
-	err = a.run(r, audit.Entry{Action: audit.LetterDelete, DeadLetterID: id, Topic: cur.Topic, ConsumerID: cur.Consumer, EventID: cur.EventID,
+	err = lt.g.run(r, audit.Entry{Action: audit.LetterDelete, DeadLetterID: id, Topic: cur.Topic, ConsumerID: cur.Consumer, EventID: cur.EventID,
 		Detail: "delete (keep as a tombstone)"}, func(*step) (string, error) {
 		var err error
-		l, err = a.o.Archive.Delete(r.Context(), id, r.who.Name)
+		l, err = lt.store.Delete(r.Context(), id, r.who.Name)
 		return "deleted (kept as a tombstone)", mapErr(err)
 	})
 	if err != nil {
@@ -233,8 +258,8 @@ type planCheck struct {
 	Result string `json:"result"`
 }
 
-func (a *api) replay(r *request, args []string) (any, error) {
-	id, err := a.letterID(r, args[0])
+func (lt *letters) replay(r *request, args []string) (any, error) {
+	id, err := letterID(r, args[0])
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +272,7 @@ func (a *api) replay(r *request, args []string) (any, error) {
 	} else if v := r.URL.Query().Get("dryRun"); v != "" && v != "false" {
 		return nil, badRequest([]*event.FieldError{{Field: "dryRun", Rule: ruleBool}})
 	}
-	l, err := a.o.Archive.Get(r.Context(), id)
+	l, err := lt.store.Get(r.Context(), id)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -255,7 +280,7 @@ func (a *api) replay(r *request, args []string) (any, error) {
 	if req.DryRun {
 		role = RoleViewer
 	}
-	if err := a.authorize(r, audit.LetterReplay, role, target{Topic: l.Topic, Consumer: l.Consumer}); err != nil {
+	if err := lt.g.authorize(r, audit.LetterReplay, role, target{Topic: l.Topic, Consumer: l.Consumer}); err != nil {
 		return nil, err
 	}
 	if l.Deleted {
@@ -268,19 +293,19 @@ func (a *api) replay(r *request, args []string) (any, error) {
 		}
 		return nil, fail(http.StatusConflict, "no_consumer", "dead letter %s does not say which consumer failed it%s", id, hint)
 	}
-	plan := a.plan(r.Context(), l)
+	plan := lt.plan(r.Context(), l)
 	plan.DryRun = req.DryRun
 	if req.DryRun {
 		return plan, nil
 	}
-	err = a.run(r, audit.Entry{Action: audit.LetterReplay, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID,
+	err = lt.g.run(r, audit.Entry{Action: audit.LetterReplay, DeadLetterID: id, Topic: l.Topic, ConsumerID: l.Consumer, EventID: l.EventID,
 		Detail: "replay to " + l.Consumer}, func(*step) (string, error) {
-		msgID, err := a.publishReplay(r.Context(), l)
+		msgID, err := lt.publishReplay(r.Context(), l)
 		if err != nil {
 			return "", err
 		}
 		plan.MessageID = msgID
-		if err := a.o.Archive.AddReplay(r.Context(), id, archive.Replay{By: r.who.Name, At: time.Now().UTC(), MessageID: msgID, Consumer: l.Consumer}); err != nil {
+		if err := lt.store.AddReplay(r.Context(), id, archive.Replay{By: r.who.Name, At: time.Now().UTC(), MessageID: msgID, Consumer: l.Consumer}); err != nil {
 			return "", err
 		}
 		return "replayed to " + l.Consumer + " as message " + msgID, nil
@@ -298,16 +323,16 @@ func (a *api) replay(r *request, args []string) (any, error) {
 // is always worth its trace), in the event's trace when the letter names
 // it; the message carries that span's traceparent, so the consumer's
 // delivery of the replay is recorded under it.
-func (a *api) publishReplay(ctx context.Context, l archive.Letter) (id string, err error) {
+func (lt *letters) publishReplay(ctx context.Context, l archive.Letter) (id string, err error) {
 	m := l.Original()
 	m.Attributes[topology.TargetConsumerAttr] = l.Consumer
 	ctx, span := forcedSpan(ctx, "replay "+l.Topic, m.Attributes[event.AttrTraceID], m.Attributes[event.AttrSpanID],
 		telemetry.KeyDestination.String(l.Topic), telemetry.KeyConsumer.String(l.Consumer), telemetry.KeyEventID.String(l.EventID))
 	defer func() { span.End(err) }()
-	if tp := telemetry.Traceparent(ctx); tp != "" {
+	if tp := traceparent.FromContext(ctx); tp != "" {
 		m.Attributes[telemetry.AttrTraceparent] = tp
 	}
-	return a.o.Publisher.Publish(ctx, l.Topic, m)
+	return lt.publisher.Publish(ctx, l.Topic, m)
 }
 
 // forcedSpan starts the span of an operator's replay or re-push with
@@ -330,17 +355,17 @@ func forcedSpan(ctx context.Context, name, traceID, spanID string, attrs ...attr
 
 // plan predicts what replaying l to its consumer will do. Every check that
 // cannot be made says so; none fails the plan.
-func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
+func (lt *letters) plan(ctx context.Context, l archive.Letter) replayPlan {
 	p := replayPlan{DeadLetterID: l.ID, Topic: l.Topic, Consumer: l.Consumer, Subscription: l.Subscription, EventID: l.EventID, Outcome: PlanDeliver}
 	add := func(check, format string, args ...any) {
 		p.Checks = append(p.Checks, planCheck{Check: check, Result: fmt.Sprintf(format, args...)})
 	}
 	var c *topology.Consumer
-	if a.o.Topology != nil {
-		if tc, ok := a.o.Subscriptions.Consumer(l.Subscription); ok && tc.Service == l.Consumer {
+	if lt.topology != nil {
+		if tc, ok := lt.subs.Consumer(l.Subscription); ok && tc.Service == l.Consumer {
 			c = &tc
 		} else {
-			for _, tc := range a.o.Topology.Consumers() {
+			for _, tc := range lt.topology.Consumers() {
 				if tc.Topic == l.Topic && tc.Service == l.Consumer {
 					c = &tc
 					break
@@ -349,11 +374,11 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 		}
 	}
 	switch {
-	case c == nil && a.o.Topology != nil:
+	case c == nil && lt.topology != nil:
 		add("delivery", "published to %s with %s=%s; the topology declares no %s on %s, so no subscription may deliver it", l.Topic, topology.TargetConsumerAttr, l.Consumer, l.Consumer, l.Topic)
 	case c != nil && c.Delivery == topology.DeliveryEventarc:
 		add("delivery", "published to %s with %s=%s; %s's Eventarc trigger (%s) delivers it; other consumers' subscriptions filter it out, other Eventarc consumers acknowledge and skip it",
-			l.Topic, topology.TargetConsumerAttr, l.Consumer, l.Consumer, a.o.Subscriptions.Real(c.Subscription()))
+			l.Topic, topology.TargetConsumerAttr, l.Consumer, l.Consumer, lt.subs.Real(c.Subscription()))
 	case c != nil:
 		add("delivery", "published to %s with %s=%s; only %s delivers it (every other consumer's subscription filters it out)", l.Topic, topology.TargetConsumerAttr, l.Consumer, c.Subscription())
 	default:
@@ -372,7 +397,7 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 	} else {
 		add("decode", "a valid event: %s %s v%d of aggregate %s", e.Type, e.ID, e.Version, e.AggregateID)
 	}
-	if entries, err := a.consumers.ExpectedConsumers(ctx, l.Topic); err == nil {
+	if entries, err := lt.registry.ExpectedConsumers(ctx, l.Topic); err == nil {
 		enabled := false
 		for _, x := range entries {
 			enabled = enabled || x.ConsumerID == l.Consumer
@@ -385,7 +410,7 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 		p.Summary = fmt.Sprintf("%s will receive it again and dead-letter it again: the message is still poison.", l.Consumer)
 		return p
 	}
-	db, dbName := a.consumerDB(c)
+	db, dbName := lt.consumerDB(c)
 	switch {
 	case db == nil:
 		add("inbox", "dlqreplay has no connection to %s's database (%s): its inbox cannot be checked", l.Consumer, dbName)
@@ -393,7 +418,7 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 		attempt, done, err := applied(ctx, db, l.Consumer, e.ID)
 		switch {
 		case err != nil:
-			a.o.Logger.WarnContext(ctx, "dlqreplay: dry run could not read an inbox", "consumer", l.Consumer, "database", dbName, "error", err.Error())
+			lt.logger.WarnContext(ctx, "dlqreplay: dry run could not read an inbox", "consumer", l.Consumer, "database", dbName, "error", err.Error())
 			add("inbox", "%s's inbox could not be read", l.Consumer)
 		case done:
 			p.Outcome = PlanNoop
@@ -403,7 +428,7 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 		}
 	}
 	if p.Outcome == PlanDeliver && db != nil && c != nil {
-		a.orderCheck(ctx, db, c, &e, &p, add)
+		lt.orderCheck(ctx, db, c, &e, &p, add)
 	}
 	switch p.Outcome {
 	case PlanNoop:
@@ -418,14 +443,14 @@ func (a *api) plan(ctx context.Context, l archive.Letter) replayPlan {
 
 // orderCheck compares the event's version with what the consumer's
 // version gate holds for its aggregate.
-func (a *api) orderCheck(ctx context.Context, db postgres.DBTX, c *topology.Consumer, e *event.Event, p *replayPlan, add func(string, string, ...any)) {
+func (lt *letters) orderCheck(ctx context.Context, db postgres.DBTX, c *topology.Consumer, e *event.Event, p *replayPlan, add func(string, string, ...any)) {
 	held, err := projection.HeldVersion(ctx, db, c.Handler, c.Service, e.AggregateType, e.AggregateID)
 	if errors.Is(err, projection.ErrNoVersionGate) {
 		add("order", "handler %s keeps no version gate dlqreplay can read", c.Handler)
 		return
 	}
 	if err != nil {
-		a.o.Logger.WarnContext(ctx, "dlqreplay: dry run could not read a version gate", "consumer", c.Service, "handler", c.Handler, "error", err.Error())
+		lt.logger.WarnContext(ctx, "dlqreplay: dry run could not read a version gate", "consumer", c.Service, "handler", c.Handler, "error", err.Error())
 		add("order", "%s's version gate could not be read", c.Service)
 		return
 	}
@@ -444,15 +469,12 @@ func (a *api) orderCheck(ctx context.Context, db postgres.DBTX, c *topology.Cons
 
 // consumerDB returns the database of a consumer (nil when dlqreplay has no
 // connection to it) and its name.
-func (a *api) consumerDB(c *topology.Consumer) (postgres.DBTX, string) {
+func (lt *letters) consumerDB(c *topology.Consumer) (postgres.DBTX, string) {
 	name := topology.MainDatabase
 	if c != nil {
 		name = c.Database
 	}
-	if a.o.Databases == nil {
-		return a.o.DB, name
-	}
-	if db, ok := a.o.Databases[name]; ok && db != nil {
+	if db, ok := lt.dbs.of(name); ok && db != nil {
 		return db, name
 	}
 	return nil, name
@@ -474,7 +496,7 @@ type batchRequest struct {
 // replayBatch replays every letter matching the filter (at most
 // MaxBatchReplay per call; call again for more), each to the consumer that
 // failed it. Letters replayed before are skipped unless IncludeReplayed.
-func (a *api) replayBatch(r *request, _ []string) (any, error) {
+func (lt *letters) replayBatch(r *request, _ []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
@@ -505,10 +527,10 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 	if req.DryRun {
 		role = RoleViewer
 	}
-	if err := a.authorize(r, audit.LetterBatch, role, target{Topic: req.Topic, Consumer: req.Consumer}); err != nil {
+	if err := lt.g.authorize(r, audit.LetterBatch, role, target{Topic: req.Topic, Consumer: req.Consumer}); err != nil {
 		return nil, err
 	}
-	sum, err := a.o.Archive.Summarize(r.Context(), f)
+	sum, err := lt.store.Summarize(r.Context(), f)
 	if err != nil {
 		return nil, err
 	}
@@ -520,7 +542,7 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 		return nil, fail(http.StatusConflict, "count_changed", "you confirmed %d letters, the filter now matches %d: run the dry run again", *req.Expect, sum.Total)
 	}
 	filter := fmt.Sprintf("topic=%q consumer=%q reason=%q since=%q until=%q includeReplayed=%v", req.Topic, req.Consumer, req.Reason, req.Since, req.Until, req.IncludeReplayed)
-	st, err := a.begin(r, audit.Entry{Action: audit.LetterBatch, Topic: req.Topic, ConsumerID: req.Consumer,
+	st, err := lt.g.begin(r, audit.Entry{Action: audit.LetterBatch, Topic: req.Topic, ConsumerID: req.Consumer,
 		Detail: fmt.Sprintf("replay up to %d of %d letters matching %s", MaxBatchReplay, sum.Total, filter)})
 	if err != nil {
 		return nil, err
@@ -528,7 +550,7 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 	replayed, skipped, token := 0, 0, ""
 	var pubErr error
 	for replayed+skipped < MaxBatchReplay && pubErr == nil {
-		letters, next, err := a.o.Archive.List(r.Context(), f, min(100, MaxBatchReplay-replayed-skipped), token)
+		letters, next, err := lt.store.List(r.Context(), f, min(100, MaxBatchReplay-replayed-skipped), token)
 		if err != nil {
 			pubErr = err
 			break
@@ -538,12 +560,12 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 				skipped++
 				continue
 			}
-			msgID, err := a.publishReplay(r.Context(), l)
+			msgID, err := lt.publishReplay(r.Context(), l)
 			if err != nil {
 				pubErr = err
 				break
 			}
-			if err := a.o.Archive.AddReplay(r.Context(), l.ID, archive.Replay{By: r.who.Name, At: time.Now().UTC(), MessageID: msgID, Consumer: l.Consumer}); err != nil {
+			if err := lt.store.AddReplay(r.Context(), l.ID, archive.Replay{By: r.who.Name, At: time.Now().UTC(), MessageID: msgID, Consumer: l.Consumer}); err != nil {
 				pubErr = err
 				break
 			}
@@ -555,7 +577,7 @@ func (a *api) replayBatch(r *request, _ []string) (any, error) {
 		token = next
 	}
 	if pubErr != nil {
-		a.o.Logger.ErrorContext(r.Context(), "dlqreplay: bulk replay stopped", "request_id", r.id, "replayed", replayed, "error", pubErr.Error())
+		lt.logger.ErrorContext(r.Context(), "dlqreplay: bulk replay stopped", "request_id", r.id, "replayed", replayed, "error", pubErr.Error())
 		e := fail(http.StatusServiceUnavailable, "unavailable", "replayed %d of %d letters, then Pub/Sub or the archive failed (request %s): run the replay again for the rest", replayed, sum.Total, r.id)
 		e.RequestID = r.id
 		st.end(e, "", "filter", filter, "replayed", replayed, "matched", sum.Total)

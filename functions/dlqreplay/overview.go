@@ -2,6 +2,7 @@ package dlqreplay
 
 import (
 	"context"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/percentile"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/shared/outbox"
 )
 
@@ -81,7 +81,19 @@ type lagView struct {
 	MissingEnqueuedAt int `json:"missingEnqueuedAt"`
 }
 
-// overviewCache keeps the last overview of an api for overviewTTL.
+// overview serves GET /overview: events by status, dead letters per
+// topic and consumer, each outbox's backlog and the lag of each hop, read
+// at most once per overviewTTL (every open console polls it).
+type overview struct {
+	reader      *ledgerquery.Reader
+	deadLetters *archive.Store
+	// dbs are the outboxes whose backlog is counted.
+	dbs    databases
+	logger *slog.Logger
+	cache  overviewCache
+}
+
+// overviewCache keeps the last overview for overviewTTL.
 type overviewCache struct {
 	mu   sync.Mutex
 	at   time.Time
@@ -89,14 +101,14 @@ type overviewCache struct {
 	view *overviewView
 }
 
-func (a *api) overview(r *request, _ []string) (any, error) {
+func (ov *overview) get(r *request, _ []string) (any, error) {
 	q := newQuery(r.Request, "window")
 	window := q.duration("window", 24*time.Hour)
 	if err := q.err(); err != nil {
 		return nil, err
 	}
 	key := window.String()
-	cache := &a.cache
+	cache := &ov.cache
 	cache.mu.Lock()
 	if cache.view != nil && cache.key == key && time.Since(cache.at) < overviewTTL && cache.view.GeneratedAt.After(time.Now().Add(-overviewTTL)) {
 		v := cache.view
@@ -104,14 +116,14 @@ func (a *api) overview(r *request, _ []string) (any, error) {
 		return v, nil
 	}
 	cache.mu.Unlock()
-	v := a.buildOverview(r.Context(), window)
+	v := ov.build(r.Context(), window)
 	cache.mu.Lock()
 	cache.at, cache.key, cache.view = time.Now(), key, v
 	cache.mu.Unlock()
 	return v, nil
 }
 
-func (a *api) buildOverview(ctx context.Context, window time.Duration) *overviewView {
+func (ov *overview) build(ctx context.Context, window time.Duration) *overviewView {
 	now := time.Now().UTC()
 	v := &overviewView{GeneratedAt: now, Window: shortDuration(window), Outbox: map[string]outbox.Counts{}}
 	var (
@@ -119,7 +131,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 		mu sync.Mutex
 	)
 	down := func(section string, err error) {
-		a.o.Logger.WarnContext(ctx, "dlqreplay: overview section unavailable", "section", section, "error", err.Error())
+		ov.logger.WarnContext(ctx, "dlqreplay: overview section unavailable", "section", section, "error", err.Error())
 		mu.Lock()
 		v.Unavailable = append(v.Unavailable, section)
 		mu.Unlock()
@@ -127,7 +139,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 	wg.Add(4)
 	go func() {
 		defer wg.Done()
-		c, err := a.events.StatusCounts(ctx, now.Add(-window))
+		c, err := ov.reader.StatusCounts(ctx, now.Add(-window))
 		if err != nil {
 			down("counts", err)
 			return
@@ -136,7 +148,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 	}()
 	go func() {
 		defer wg.Done()
-		s, err := a.o.Archive.Summarize(ctx, archive.Filter{})
+		s, err := ov.deadLetters.Summarize(ctx, archive.Filter{})
 		if err != nil {
 			down("deadLetters", err)
 			return
@@ -145,10 +157,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 	}()
 	go func() {
 		defer wg.Done()
-		dbs := map[string]postgres.DBTX{"main": a.o.DB}
-		if a.o.Databases != nil {
-			dbs = a.o.Databases
-		}
+		dbs := ov.dbs.all()
 		for _, name := range sortedKeys(dbs) {
 			c, err := outbox.Count(ctx, dbs[name])
 			if err != nil {
@@ -162,7 +171,7 @@ func (a *api) buildOverview(ctx context.Context, window time.Duration) *overview
 	}()
 	go func() {
 		defer wg.Done()
-		hops, err := a.events.RecentHops(ctx, now.Add(-LagWindow), lagEvents, lagAttempts)
+		hops, err := ov.reader.RecentHops(ctx, now.Add(-LagWindow), lagEvents, lagAttempts)
 		if err != nil {
 			down("lag", err)
 			return

@@ -130,19 +130,10 @@ type deliveryState struct {
 }
 
 // pulled reports whether a consumer is deployed in pull mode.
-func (a *api) pulled(c topology.Consumer) bool { return a.pulledSub(c.Subscription()) }
-
-func (a *api) pulledSub(sub string) bool {
-	for _, s := range a.o.PullConsumers {
-		if s == sub {
-			return true
-		}
-	}
-	return false
-}
+func (dl *deliveryControl) pulled(c topology.Consumer) bool { return dl.pull.has(c.Subscription()) }
 
 // pushConsumer finds the push consumer of a path.
-func (a *api) pushConsumer(r *request, args []string, verb string) (topology.Consumer, error) {
+func (dl *deliveryControl) pushConsumer(r *request, args []string, verb string) (topology.Consumer, error) {
 	topic, id, err := consumerArgs(r, args)
 	if err != nil {
 		return topology.Consumer{}, err
@@ -150,39 +141,39 @@ func (a *api) pushConsumer(r *request, args []string, verb string) (topology.Con
 	if err := decodeBody(r.Request, &struct{}{}, true); err != nil {
 		return topology.Consumer{}, err
 	}
-	c, err := a.declared(topic, id)
+	c, err := dl.declared(topic, id)
 	if err != nil {
 		return c, err
 	}
-	if a.pulled(c) {
+	if dl.pulled(c) {
 		return c, fail(http.StatusConflict, "pull", "%s on %s is deployed in pull mode (pull_mode): a worker in its consume service pulls the subscription, so there is no push endpoint to %s. It stops when its consume service does; to rewind it, seek its subscription (relaybus seek)", id, topic, verb)
 	}
 	if c.Delivery != topology.DeliveryPush {
 		return c, fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which owns its subscription's push configuration: relaybus cannot %s it (declare the consumer with delivery: push to pause it)", id, topic, verb)
 	}
-	if a.o.Pauser == nil {
+	if dl.pauser == nil {
 		return c, fail(http.StatusNotImplemented, "unavailable", "pausing is not configured (no Pub/Sub administration)")
 	}
 	return c, nil
 }
 
-func (a *api) state(c topology.Consumer) deliveryState {
-	return deliveryState{Topic: c.Topic, Consumer: c.Service, Subscription: c.Subscription(), PubSubSubscription: a.o.Subscriptions.Real(c.Subscription()), Delivery: c.Delivery}
+func (dl *deliveryControl) stateOf(c topology.Consumer) deliveryState {
+	return deliveryState{Topic: c.Topic, Consumer: c.Service, Subscription: c.Subscription(), PubSubSubscription: dl.subs.Real(c.Subscription()), Delivery: c.Delivery}
 }
 
-func (a *api) pauseConsumer(r *request, args []string) (any, error) {
-	c, err := a.pushConsumer(r, args, "pause")
+func (dl *deliveryControl) pause(r *request, args []string) (any, error) {
+	c, err := dl.pushConsumer(r, args, "pause")
 	if err != nil {
 		return nil, err
 	}
-	if err := a.authorize(r, audit.ConsumerPause, RoleOperator, target{Topic: c.Topic, Consumer: c.Service}); err != nil {
+	if err := dl.g.authorize(r, audit.ConsumerPause, RoleOperator, target{Topic: c.Topic, Consumer: c.Service}); err != nil {
 		return nil, err
 	}
-	st := a.state(c)
-	err = a.run(r, audit.Entry{Action: audit.ConsumerPause, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+	st := dl.stateOf(c)
+	err = dl.g.run(r, audit.Entry{Action: audit.ConsumerPause, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
 		Detail: "pause delivery"}, func(*step) (string, error) {
 		var err error
-		if st.Changed, err = a.o.Pauser.Pause(r.Context(), c.Subscription()); err != nil {
+		if st.Changed, err = dl.pauser.Pause(r.Context(), c.Subscription()); err != nil {
 			return "", err
 		}
 		if !st.Changed {
@@ -197,19 +188,19 @@ func (a *api) pauseConsumer(r *request, args []string) (any, error) {
 	return st, nil
 }
 
-func (a *api) resumeConsumer(r *request, args []string) (any, error) {
-	c, err := a.pushConsumer(r, args, "resume")
+func (dl *deliveryControl) resume(r *request, args []string) (any, error) {
+	c, err := dl.pushConsumer(r, args, "resume")
 	if err != nil {
 		return nil, err
 	}
-	if err := a.authorize(r, audit.ConsumerResume, RoleOperator, target{Topic: c.Topic, Consumer: c.Service}); err != nil {
+	if err := dl.g.authorize(r, audit.ConsumerResume, RoleOperator, target{Topic: c.Topic, Consumer: c.Service}); err != nil {
 		return nil, err
 	}
-	st := a.state(c)
-	err = a.run(r, audit.Entry{Action: audit.ConsumerResume, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+	st := dl.stateOf(c)
+	err = dl.g.run(r, audit.Entry{Action: audit.ConsumerResume, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
 		Detail: "resume delivery"}, func(*step) (string, error) {
 		var err error
-		if st.Changed, err = a.o.Pauser.Resume(r.Context(), c.Subscription()); err != nil {
+		if st.Changed, err = dl.pauser.Resume(r.Context(), c.Subscription()); err != nil {
 			return "", err
 		}
 		if !st.Changed {
@@ -223,25 +214,25 @@ func (a *api) resumeConsumer(r *request, args []string) (any, error) {
 	return st, nil
 }
 
-// consumerDelivery: GET /consumers/{topic}/{id}/delivery, whether a push
+// deliveryState: GET /consumers/{topic}/{id}/delivery, whether a push
 // consumer is paused.
-func (a *api) consumerDelivery(r *request, args []string) (any, error) {
+func (dl *deliveryControl) deliveryState(r *request, args []string) (any, error) {
 	topic, id, err := consumerArgs(r, args)
 	if err != nil {
 		return nil, err
 	}
-	c, err := a.declared(topic, id)
+	c, err := dl.declared(topic, id)
 	if err != nil {
 		return nil, err
 	}
-	st := a.state(c)
-	if a.pulled(c) {
+	st := dl.stateOf(c)
+	if dl.pulled(c) {
 		st.Delivery = "pull"
 	}
-	if c.Delivery != topology.DeliveryPush || a.pulled(c) || a.o.Pauser == nil {
+	if c.Delivery != topology.DeliveryPush || dl.pulled(c) || dl.pauser == nil {
 		return st, nil
 	}
-	if st.Paused, err = a.o.Pauser.Paused(r.Context(), c.Subscription()); err != nil {
+	if st.Paused, err = dl.pauser.Paused(r.Context(), c.Subscription()); err != nil {
 		return nil, err
 	}
 	return st, nil

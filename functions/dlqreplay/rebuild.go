@@ -65,7 +65,7 @@ func (n rebuildCounts) String() string {
 	return fmt.Sprintf("%d projection rows, %d strict positions, %d parked, %d skipped, %d inbox rows", n.Projection, n.Positions, n.Parked, n.Skipped, n.Inbox)
 }
 
-func (a *api) rebuild(r *request, args []string) (any, error) {
+func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 	topic, id, err := consumerArgs(r, args)
 	if err != nil {
 		return nil, err
@@ -100,23 +100,23 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 	if b.DryRun {
 		role = RoleViewer
 	}
-	if err := a.authorize(r, audit.ConsumerRebuild, role, target{Topic: topic, Consumer: id}); err != nil {
+	if err := dl.g.authorize(r, audit.ConsumerRebuild, role, target{Topic: topic, Consumer: id}); err != nil {
 		return nil, err
 	}
-	c, err := a.declared(topic, id)
+	c, err := dl.declared(topic, id)
 	if err != nil {
 		return nil, err
 	}
 	// Every subscription of this service in this database shares its state
 	// (the tables are keyed by consumer id, the service): the rebuild
 	// clears it for all of them, so it pauses, seeks and resumes all.
-	group := a.stateSharers(c)
+	group := dl.stateSharers(c)
 	var subs []string
 	for _, g := range group {
 		if g.Handler != topology.HandlerProjection && g.Handler != topology.HandlerStrict {
 			return nil, fail(http.StatusConflict, "handler", "%s on %s runs handler %q, which keeps its state in its own tables: clear them yourself, then pause, seek and resume (only the projection and strict handlers' state is relaybus's)%s", g.Service, g.Topic, g.Handler, sharedNote(g, c))
 		}
-		if a.pulled(g) {
+		if dl.pulled(g) {
 			return nil, fail(http.StatusConflict, "pull", "%s on %s is deployed in pull mode (pull_mode), which relaybus cannot pause: a rebuild pauses delivery while it clears the state. Stop its consume service, clear its state, seek its subscription (relaybus seek) and start it again%s", g.Service, g.Topic, sharedNote(g, c))
 		}
 		if g.Delivery != topology.DeliveryPush {
@@ -128,9 +128,9 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 		return nil, fail(http.StatusConflict, "snapshot", "%s keeps one state for %s: a snapshot belongs to one subscription's topic, so rebuild them to a time", c.Service, strings.Join(subs, ", "))
 	}
 	// The shortest retention of the group bounds the seek.
-	retention, shortest := time.Duration(a.topicRetention(c.Topic))*time.Second, c.Subscription()
+	retention, shortest := time.Duration(dl.topicRetention(c.Topic))*time.Second, c.Subscription()
 	for _, g := range group {
-		if r := time.Duration(a.topicRetention(g.Topic)) * time.Second; r < retention {
+		if r := time.Duration(dl.topicRetention(g.Topic)) * time.Second; r < retention {
 			retention, shortest = r, g.Subscription()
 		}
 	}
@@ -142,7 +142,7 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			return nil, fail(http.StatusConflict, "future", "time %s is in the future: nothing would be replayed", b.Time)
 		}
 	}
-	_, run, err := a.strictOrProjection(c)
+	_, run, err := dl.strictOrProjection(c)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 		plan["warning"] = strings.Join(warnings, "; ")
 	}
 	if b.DryRun {
-		n, err := a.clearRebuild(r.Context(), run, c, b.AggregateType, false)
+		n, err := clearRebuild(r.Context(), run, c, b.AggregateType, false)
 		if err != nil {
 			return nil, err
 		}
@@ -174,35 +174,35 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			"clear the counts above in database " + c.Database, "resume: Pub/Sub delivers every message retained since then, in order"}
 		return plan, nil
 	}
-	seeker, canSeek := broker.As[broker.TimeSeeker](a.o.Broker)
-	snaps, canSnap := broker.As[broker.Snapshotter](a.o.Broker)
-	if a.o.Pauser == nil || (b.Snapshot != "" && !canSnap) || (b.Snapshot == "" && !canSeek) {
+	seeker, canSeek := broker.As[broker.TimeSeeker](dl.broker)
+	snaps, canSnap := broker.As[broker.Snapshotter](dl.broker)
+	if dl.pauser == nil || (b.Snapshot != "" && !canSnap) || (b.Snapshot == "" && !canSeek) {
 		return nil, fail(http.StatusNotImplemented, "unavailable", "the broker's administration is not configured (seek and pause)")
 	}
-	if pp, ok := a.o.Pauser.(*PushPauser); ok {
+	if pp, ok := dl.pauser.(*PushPauser); ok {
 		for _, sub := range subs {
 			if _, ok := pp.Targets[sub]; !ok {
 				return nil, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS), so it could not resume it after the rebuild", sub)
 			}
 		}
 	}
-	err = a.run(r, audit.Entry{Action: audit.ConsumerRebuild, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+	err = dl.g.run(r, audit.Entry{Action: audit.ConsumerRebuild, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
 		Detail: fmt.Sprintf("rebuild: scope %s, %s to be seeked to %s%s", scopeOf(b.AggregateType), strings.Join(subs, ", "), b.Time, b.Snapshot)}, func(*step) (string, error) {
 		var paused []string // the subscriptions this rebuild paused, to resume
 		resume := func() error {
 			var errs []error
 			for _, sub := range paused {
-				if _, err := a.o.Pauser.Resume(r.Context(), sub); err != nil {
+				if _, err := dl.pauser.Resume(r.Context(), sub); err != nil {
 					errs = append(errs, err)
 				}
 			}
 			return errors.Join(errs...)
 		}
 		for _, sub := range subs {
-			changed, err := a.o.Pauser.Pause(r.Context(), sub)
+			changed, err := dl.pauser.Pause(r.Context(), sub)
 			if err != nil {
 				if rerr := resume(); rerr != nil {
-					a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+					dl.logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
 				}
 				return "", err
 			}
@@ -218,15 +218,15 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 		for _, sub := range subs {
 			var err error
 			if b.Snapshot != "" {
-				err = snaps.SeekSnapshot(r.Context(), a.o.Subscriptions.Real(sub), b.Snapshot)
+				err = snaps.SeekSnapshot(r.Context(), dl.subs.Real(sub), b.Snapshot)
 			} else {
-				err = seeker.SeekTime(r.Context(), a.o.Subscriptions.Real(sub), at)
+				err = seeker.SeekTime(r.Context(), dl.subs.Real(sub), at)
 			}
 			if err != nil {
-				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild stopped: a seek failed; nothing was cleared",
+				dl.logger.ErrorContext(r.Context(), "dlqreplay: rebuild stopped: a seek failed; nothing was cleared",
 					"consumer", c.Service, "subscription", sub, "seeked", strings.Join(seeked, ","), "error", err.Error(), "request_id", r.id)
 				if rerr := resume(); rerr != nil {
-					a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+					dl.logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
 				}
 				note := "; nothing was cleared"
 				if len(seeked) > 0 {
@@ -241,12 +241,12 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 			}
 			seeked = append(seeked, sub)
 		}
-		n, err := a.clearRebuild(r.Context(), run, c, b.AggregateType, true)
+		n, err := clearRebuild(r.Context(), run, c, b.AggregateType, true)
 		if err != nil {
 			// The subscriptions were seeked and the state kept: what they
 			// deliver again is answered as duplicates.
 			if rerr := resume(); rerr != nil {
-				a.o.Logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+				dl.logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
 			}
 			return "", err
 		}
@@ -264,9 +264,9 @@ func (a *api) rebuild(r *request, args []string) (any, error) {
 
 // stateSharers returns the declared consumers whose state is c's: the
 // same service in the same database (c first).
-func (a *api) stateSharers(c topology.Consumer) []topology.Consumer {
+func (dl *deliveryControl) stateSharers(c topology.Consumer) []topology.Consumer {
 	out := []topology.Consumer{c}
-	for _, g := range a.o.Topology.Consumers() {
+	for _, g := range dl.topology.Consumers() {
 		if g.Service == c.Service && g.Database == c.Database && g.Subscription() != c.Subscription() {
 			out = append(out, g)
 		}
@@ -291,16 +291,16 @@ func scopeOf(aggType string) string {
 
 // topicRetention is the topic's message retention in seconds (the
 // consumer subscriptions' too).
-func (a *api) topicRetention(topic string) int {
-	if t := a.o.Topology.Topic(topic); t != nil {
+func (dl *deliveryControl) topicRetention(topic string) int {
+	if t := dl.topology.Topic(topic); t != nil {
 		return t.MessageRetentionSeconds
 	}
 	return 0
 }
 
 // strictOrProjection returns the consumer's database runner.
-func (a *api) strictOrProjection(c topology.Consumer) (topology.Consumer, txRunner, error) {
-	db, err := a.database(c)
+func (dl *deliveryControl) strictOrProjection(c topology.Consumer) (topology.Consumer, txRunner, error) {
+	db, err := dl.database(c)
 	if err != nil {
 		return c, txRunner{}, err
 	}
@@ -314,7 +314,7 @@ func (a *api) strictOrProjection(c topology.Consumer) (topology.Consumer, txRunn
 // clearRebuild counts (and, when clear, deletes) the consumer's state in
 // scope and its inbox rows, in one transaction, through the packages that
 // own the tables.
-func (a *api) clearRebuild(ctx context.Context, run txRunner, c topology.Consumer, aggType string, clear bool) (rebuildCounts, error) {
+func clearRebuild(ctx context.Context, run txRunner, c topology.Consumer, aggType string, clear bool) (rebuildCounts, error) {
 	var n rebuildCounts
 	err := pgx.BeginFunc(ctx, run.db, func(tx pgx.Tx) error {
 		var err error

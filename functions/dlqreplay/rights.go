@@ -116,18 +116,18 @@ func (rs rights) holds(role string) bool {
 // rightsOf returns the caller's bindings: those naming them, and those of
 // groups they belong to. A group that cannot be checked now is logged and
 // counted out (closed).
-func (a *api) rightsOf(ctx context.Context, who Principal) rights {
+func (s *server) rightsOf(ctx context.Context, who Principal) rights {
 	var out rights
 	name := strings.ToLower(who.Name)
-	for _, b := range a.bindings {
+	for _, b := range s.bindings {
 		m := parseMember(b.Member)
 		switch {
 		case !m.group && m.email == name:
 			out = append(out, b)
-		case m.group && a.o.Groups != nil && strings.Contains(name, "@"):
-			ok, err := a.o.Groups.IsMember(ctx, m.email, name)
+		case m.group && s.groups != nil && strings.Contains(name, "@"):
+			ok, err := s.groups.IsMember(ctx, m.email, name)
 			if err != nil {
-				a.o.Logger.ErrorContext(ctx, "dlqreplay: group membership not checked; the group's role is not granted", "group", m.email, "caller", name, "error", err.Error())
+				s.logger.ErrorContext(ctx, "dlqreplay: group membership not checked; the group's role is not granted", "group", m.email, "caller", name, "error", err.Error())
 				continue
 			}
 			if ok {
@@ -161,10 +161,10 @@ func (t target) String() string {
 // audit action), and refuses with 403 naming the missing right otherwise;
 // a refusal is recorded in the audit log. Roles above viewer are refused
 // in read-only mode.
-func (a *api) authorize(r *request, action, role string, t target) error {
-	if a.o.ReadOnly && rank[role] > rank[RoleViewer] {
+func (g *guard) authorize(r *request, action, role string, t target) error {
+	if g.readOnly && rank[role] > rank[RoleViewer] {
 		err := fail(http.StatusForbidden, "read_only", "this operations API is read-only (DLQREPLAY_READ_ONLY): nobody may replay, delete, re-push, seek or change consumers")
-		a.refused(r, action, t, err.Msg)
+		g.refused(r, action, t, err.Msg)
 		return err
 	}
 	if r.rights.grants(role, t.Topic, t.Consumer) {
@@ -173,7 +173,7 @@ func (a *api) authorize(r *request, action, role string, t target) error {
 	err := fail(http.StatusForbidden, "forbidden", "%s needs the %s role on %s to %s: grant it in infra/topology.yaml operators or DLQREPLAY_ROLES (docs/security.md)",
 		r.who.Name, role, t, actionWords(action))
 	err.Missing = &missingRight{Role: role, Topic: t.Topic, Consumer: t.Consumer, Action: action}
-	a.refused(r, action, t, err.Msg)
+	g.refused(r, action, t, err.Msg)
 	return err
 }
 
@@ -195,11 +195,18 @@ func actionWords(action string) string {
 
 // authorizeAny is authorize for something that belongs to a topic and is
 // expected by consumers: the role on the topic, or on one of them.
-func (a *api) authorizeAny(r *request, action, role, topic string, consumers []string) error {
+func (g *guard) authorizeAny(r *request, action, role, topic string, consumers []string) error {
 	for _, c := range consumers {
-		if (!a.o.ReadOnly || rank[role] <= rank[RoleViewer]) && r.rights.grants(role, topic, c) {
+		if (!g.readOnly || rank[role] <= rank[RoleViewer]) && r.rights.grants(role, topic, c) {
 			return nil
 		}
 	}
-	return a.authorize(r, action, role, target{Topic: topic})
+	return g.authorize(r, action, role, target{Topic: topic})
+}
+
+// grants reports whether the caller may take an action of role on topic
+// and consumer now: their rights grant it and, above a viewer's, the API
+// is not read-only. Unlike authorize it refuses nothing.
+func (g *guard) grants(r *request, role, topic, consumer string) bool {
+	return (!g.readOnly || rank[role] <= rank[RoleViewer]) && r.rights.grants(role, topic, consumer)
 }

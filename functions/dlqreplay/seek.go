@@ -21,35 +21,35 @@ type seekRequest struct {
 // logical subscription (<topic>.<service>-<role>), a DLQ monitor
 // (<topic>.dlq-monitor), or a real subscription the SubscriptionMap lists.
 // It returns the real id to send Pub/Sub.
-func (a *api) subscription(field, name string) (string, *event.FieldError) {
+func (dl *deliveryControl) subscription(field, name string) (string, *event.FieldError) {
 	bad := &event.FieldError{Field: field, Rule: names.SubscriptionRule + " (or <topic>.dlq-monitor)"}
 	if len(name) > 255 || strings.Contains(name, "/") {
 		return "", bad
 	}
 	if _, _, _, err := names.ParseSubscription(name); err == nil {
-		if a.o.Topology != nil {
-			if _, ok := a.o.Topology.Consumer(name); !ok {
+		if dl.topology != nil {
+			if _, ok := dl.topology.Consumer(name); !ok {
 				return "", &event.FieldError{Field: field, Rule: "a consumer subscription the topology declares (" + name + " is none)"}
 			}
 		}
-		return a.o.Subscriptions.Real(name), nil
+		return dl.subs.Real(name), nil
 	}
 	if topic, ok := strings.CutSuffix(name, names.DeadLetterSuffix+"-monitor"); ok && names.ValidateTopic(topic) == nil {
-		if a.o.Topology != nil && a.o.Topology.Topic(topic) == nil {
+		if dl.topology != nil && dl.topology.Topic(topic) == nil {
 			return "", &event.FieldError{Field: field, Rule: "the DLQ monitor of a topic the topology declares (" + topic + " is none)"}
 		}
 		return name, nil
 	}
-	if logical := a.o.Subscriptions.Logical(name); logical != name {
+	if logical := dl.subs.Logical(name); logical != name {
 		return name, nil
 	}
 	return "", bad
 }
 
-// subscriptionTarget is what a subscription (as a.subscription accepts
+// subscriptionTarget is what a subscription (as dl.subscription accepts
 // it) belongs to: its consumer on its topic, or a DLQ monitor's topic.
-func (a *api) subscriptionTarget(name string) target {
-	logical := a.o.Subscriptions.Logical(name)
+func (dl *deliveryControl) subscriptionTarget(name string) target {
+	logical := dl.subs.Logical(name)
 	if topic, consumer, _, err := names.ParseSubscription(logical); err == nil {
 		return target{Topic: topic, Consumer: consumer}
 	}
@@ -59,12 +59,12 @@ func (a *api) subscriptionTarget(name string) target {
 	return target{Topic: logical}
 }
 
-func (a *api) seek(r *request, args []string) (any, error) {
+func (dl *deliveryControl) seek(r *request, args []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
 	var bad []*event.FieldError
-	real, fe := a.subscription("subscription", args[0])
+	real, fe := dl.subscription("subscription", args[0])
 	if fe != nil {
 		bad = append(bad, fe)
 	}
@@ -90,22 +90,22 @@ func (a *api) seek(r *request, args []string) (any, error) {
 	if len(bad) > 0 {
 		return nil, badRequest(bad)
 	}
-	t := a.subscriptionTarget(args[0])
-	if err := a.authorize(r, audit.Seek, RoleOperator, t); err != nil {
+	t := dl.subscriptionTarget(args[0])
+	if err := dl.g.authorize(r, audit.Seek, RoleOperator, t); err != nil {
 		return nil, err
 	}
 	entry := audit.Entry{Action: audit.Seek, Subscription: args[0], Topic: t.Topic, ConsumerID: t.Consumer, Detail: "seek " + real + " to " + req.Time + req.Snapshot}
 	// The broker's capabilities (shared/broker): a TimeSeeker seeks to a
 	// time, a Snapshotter to a snapshot.
-	seeker, canSeek := broker.As[broker.TimeSeeker](a.o.Broker)
-	snaps, canSnap := broker.As[broker.Snapshotter](a.o.Broker)
+	seeker, canSeek := broker.As[broker.TimeSeeker](dl.broker)
+	snaps, canSnap := broker.As[broker.Snapshotter](dl.broker)
 	switch {
 	case req.Snapshot != "" && !canSnap && canSeek:
 		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are Pub/Sub's; on this transport seek to a time")
 	case req.Snapshot != "" && !canSnap, req.Time != "" && !canSeek:
 		return nil, fail(http.StatusNotImplemented, "unavailable", "seek is not configured")
 	}
-	err := a.run(r, entry, func(*step) (string, error) {
+	err := dl.g.run(r, entry, func(*step) (string, error) {
 		var err error
 		if req.Snapshot != "" {
 			err = snaps.SeekSnapshot(r.Context(), real, req.Snapshot)
@@ -155,7 +155,7 @@ type snapshotRequest struct {
 	Subscription string `json:"subscription"`
 }
 
-func (a *api) createSnapshot(r *request, _ []string) (any, error) {
+func (dl *deliveryControl) createSnapshot(r *request, _ []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
@@ -167,23 +167,23 @@ func (a *api) createSnapshot(r *request, _ []string) (any, error) {
 	if !validSnapshot(req.Name) {
 		bad = append(bad, &event.FieldError{Field: "name", Rule: ruleSnapshot})
 	}
-	real, fe := a.subscription("subscription", req.Subscription)
+	real, fe := dl.subscription("subscription", req.Subscription)
 	if fe != nil {
 		bad = append(bad, fe)
 	}
 	if len(bad) > 0 {
 		return nil, badRequest(bad)
 	}
-	snaps, ok := broker.As[broker.Snapshotter](a.o.Broker)
+	snaps, ok := broker.As[broker.Snapshotter](dl.broker)
 	if !ok {
 		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are not configured")
 	}
-	t := a.subscriptionTarget(req.Subscription)
-	if err := a.authorize(r, audit.Snapshot, RoleOperator, t); err != nil {
+	t := dl.subscriptionTarget(req.Subscription)
+	if err := dl.g.authorize(r, audit.Snapshot, RoleOperator, t); err != nil {
 		return nil, err
 	}
 	var snap broker.Snapshot
-	err := a.run(r, audit.Entry{Action: audit.Snapshot, Subscription: req.Subscription, Topic: t.Topic, ConsumerID: t.Consumer,
+	err := dl.g.run(r, audit.Entry{Action: audit.Snapshot, Subscription: req.Subscription, Topic: t.Topic, ConsumerID: t.Consumer,
 		Detail: "snapshot " + req.Name + " of " + real}, func(*step) (string, error) {
 		var err error
 		if snap, err = snaps.CreateSnapshot(r.Context(), req.Name, real); err != nil {
@@ -197,11 +197,11 @@ func (a *api) createSnapshot(r *request, _ []string) (any, error) {
 	return snapshotView(snap), nil
 }
 
-func (a *api) listSnapshots(r *request, _ []string) (any, error) {
+func (dl *deliveryControl) listSnapshots(r *request, _ []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
-	snaps, ok := broker.As[broker.Snapshotter](a.o.Broker)
+	snaps, ok := broker.As[broker.Snapshotter](dl.broker)
 	if !ok {
 		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are not configured")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/relaybus/relaybus/internal/deadletter"
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -44,7 +45,7 @@ func TestReplayAndRepushAreSampled(t *testing.T) {
 		t.Fatalf("%d messages published, want the replay", len(msgs))
 	}
 	sent := msgs[0].Attributes[telemetry.AttrTraceparent]
-	sc, ok := telemetry.ParseTraceparent(sent)
+	sc, ok := traceparent.Parse(sent)
 	if !ok || !sc.IsSampled() || sc.TraceID().String() != orig.Attributes[event.AttrTraceID] {
 		t.Fatalf("the replay carries traceparent %q, want a sampled one in the event's trace %s", sent, orig.Attributes[event.AttrTraceID])
 	}
@@ -66,7 +67,7 @@ func TestReplayAndRepushAreSampled(t *testing.T) {
 	if err := e.db.QueryRow(ctx, `SELECT traceparent FROM relaybus_outbox WHERE id = $1`, ev.ID).Scan(&row); err != nil {
 		t.Fatal(err)
 	}
-	sc, ok = telemetry.ParseTraceparent(row)
+	sc, ok = traceparent.Parse(row)
 	if !ok || !sc.IsSampled() || sc.TraceID().String() != ev.TraceID {
 		t.Fatalf("the re-push's outbox row keeps traceparent %q, want a sampled one in the event's trace %s", row, ev.TraceID)
 	}

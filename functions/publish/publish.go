@@ -29,6 +29,7 @@ import (
 	"github.com/relaybus/relaybus/internal/schema"
 	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
@@ -512,7 +513,7 @@ func (h *Handler) prepare(r *http.Request, d *decoded, caller *identity.Caller) 
 				if e.SpanID == "" {
 					e.SpanID = tc.spanID
 				}
-			} else if tp := telemetry.Traceparent(r.Context()); tp != "" {
+			} else if tp := traceparent.FromContext(r.Context()); tp != "" {
 				// The request span's trace: the event's trace id is the one
 				// Cloud Trace shows.
 				e.TraceID = tp[3:35]

@@ -52,7 +52,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/pgcluster"
-	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/pgpool"
 	"github.com/relaybus/relaybus/internal/pstestserver"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/topology"
@@ -397,11 +397,11 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("database %s: %w", db.Name, err)
 		}
-		cfg, err := postgres.ParseConfig(adminURL)
+		cfg, err := pgpool.ParseConfig(adminURL)
 		if err != nil {
 			return nil, fmt.Errorf("database %s: %w", db.Name, err)
 		}
-		pool, err := postgres.New(ctx, cfg, postgres.RetryPolicy{})
+		pool, err := pgpool.New(ctx, cfg, pgpool.RetryPolicy{})
 		if err != nil {
 			return nil, fmt.Errorf("database %s: %w", db.Name, err)
 		}

@@ -21,6 +21,7 @@ func TestBinariesLinkOnlyTheBackendsTheyUse(t *testing.T) {
 			prefix("github.com/nats-io"),
 			prefix("cloud.google.com/go/pubsub"),
 			prefix(module + "/internal/postgres"),
+			prefix(module + "/internal/pgpool"),
 			prefix(module + "/internal/instance/pgopen"),
 			prefix(module + "/internal/instance/brokeropen"),
 		}},
@@ -46,7 +47,7 @@ func TestBinariesLinkOnlyTheBackendsTheyUse(t *testing.T) {
 
 // internal/telemetry is the instrumentation every engine records
 // through: the OpenTelemetry API only. The pgx tracer lives beside the
-// pools (internal/postgres), so a package that records a span links no
+// pools (internal/pgpool), so a package that records a span links no
 // Postgres driver because of it.
 func TestTelemetryLinksNoPostgresDriver(t *testing.T) {
 	g := load(t, "./internal/telemetry")

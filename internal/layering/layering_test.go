@@ -83,7 +83,7 @@ func TestClientLinksNoCloudEventsSDKZapGRPCOrProtobuf(t *testing.T) {
 // find nothing because the listing is empty or wrong proves nothing.
 func TestTheGraphHasTheImportsGoBuildLinks(t *testing.T) {
 	g := load(t, "./shared/outbox")
-	for _, want := range []string{"github.com/jackc/pgx/v5", module + "/shared/event", module + "/internal/telemetry", "go.opentelemetry.io/otel/trace"} {
+	for _, want := range []string{"github.com/jackc/pgx/v5", module + "/shared/event", module + "/internal/traceparent", "go.opentelemetry.io/otel/trace"} {
 		if g.find(func(p listed) bool { return p.ImportPath == want }) == nil {
 			t.Errorf("go list -deps ./shared/outbox does not list %s", want)
 		}

@@ -33,18 +33,18 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 // ErrNotOwner means a migration is not applied and the connection's role
 // may not apply it (Postgres answered insufficient_privilege).
 var ErrNotOwner = errors.New("this role may not change the schema: apply the migrations as the database's owner first (the deploy's migrate step, `consume migrate`)")
 
-// Beginner starts transactions: *pgxpool.Pool and *pgx.Conn are Beginners.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+// Beginner starts transactions: *pgxpool.Pool and *pgx.Conn are Beginners
+// (shared/postgres.Beginner, which the public packages' Migrate take).
+type Beginner = postgres.Beginner
 
 // Migration is one numbered SQL script.
 type Migration struct {

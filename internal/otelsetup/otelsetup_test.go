@@ -16,6 +16,7 @@ import (
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/traceparent"
 )
 
 func TestSamplerDecidesAtTheRootAndDeliveriesFollowTheProducer(t *testing.T) {
@@ -96,11 +97,11 @@ func TestSetupWithNothingToExportInstallsNothing(t *testing.T) {
 		}
 	}
 	// A context with no span writes no traceparent.
-	if tp := telemetry.Traceparent(context.Background()); tp != "" {
+	if tp := traceparent.FromContext(context.Background()); tp != "" {
 		t.Errorf("traceparent %q", tp)
 	}
 	ctx, span := telemetry.Start(context.Background(), "x", telemetry.KindServer, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	if span.Recording() || telemetry.Traceparent(ctx) != "" {
+	if span.Recording() || traceparent.FromContext(ctx) != "" {
 		t.Error("a span started with telemetry off")
 	}
 }

@@ -1,7 +1,7 @@
 // Package pgbouncer starts a throwaway PgBouncer in front of a PostgreSQL
 // server, in pool_mode = transaction, as Supabase's pooler and most
 // serverless set-ups run it: the tests use it to show that relaybus's hot
-// paths keep no session state (see internal/postgres).
+// paths keep no session state (see internal/pgpool).
 //
 // Every database of the server is reachable through it under its own name
 // (a "*" fallback entry); authentication is trust, for the user of the
@@ -61,7 +61,7 @@ type Options struct {
 // Bouncer is a running PgBouncer.
 type Bouncer struct {
 	// URL connects through PgBouncer as the server URL's user to its
-	// database, with default_query_exec_mode=exec (see internal/postgres).
+	// database, with default_query_exec_mode=exec (see internal/pgpool).
 	URL string
 	// Port is where it listens, on 127.0.0.1.
 	Port int

@@ -21,8 +21,8 @@ import (
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/pgbouncer"
 	"github.com/relaybus/relaybus/internal/pgcluster"
+	"github.com/relaybus/relaybus/internal/pgpool"
 	"github.com/relaybus/relaybus/internal/pgroles"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
@@ -405,10 +405,10 @@ func TestRolesRunTheHotPathsThroughPgBouncer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Stop(context.Background()) })
-	pooled := func(r pgroles.Role, database string) *postgres.Pool {
+	pooled := func(r pgroles.Role, database string) *pgpool.Pool {
 		t.Helper()
 		url := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable&default_query_exec_mode=exec", r.Name, r.Password, b.Port, database)
-		p, err := postgres.Open(ctx, postgres.Config{URL: url}, lines...)
+		p, err := pgpool.Open(ctx, pgpool.Config{URL: url}, lines...)
 		if err != nil {
 			t.Fatalf("%s starts: %v", r.Name, err)
 		}
@@ -505,7 +505,7 @@ func TestRolesRunTheHotPathsThroughPgBouncer(t *testing.T) {
 	}()
 	url := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/relaybus_member?sslmode=disable&default_query_exec_mode=exec",
 		"relaybus_member_relay", role(memberRoles, "relaybus_member_relay").Password, b.Port)
-	if _, err := postgres.Open(ctx, postgres.Config{URL: url}, outbox.Migrations); !errors.Is(err, migrate.ErrNotOwner) {
+	if _, err := pgpool.Open(ctx, pgpool.Config{URL: url}, outbox.Migrations); !errors.Is(err, migrate.ErrNotOwner) {
 		t.Errorf("a role facing an unapplied migration: %v, want migrate.ErrNotOwner", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/traceparent"
 )
 
 // What the hot paths pay, in allocations (the hooks' share of the
@@ -26,7 +27,7 @@ func TestHooksCostNothingWhenOffAndMetricsAllocateNothing(t *testing.T) {
 		telemetry.RecordConsume(c, "shop.order.events", "sub", "member-service", "success", time.Millisecond)
 		telemetry.RecordHop(c, telemetry.HopEndToEnd, "shop.order.events", "member-service", time.Millisecond)
 		telemetry.RecordProjection(c, "member.points.events", "audit-service", 7, 6, true)
-		_ = telemetry.Traceparent(c)
+		_ = traceparent.FromContext(c)
 	})
 	if off != 0 {
 		t.Errorf("telemetry off: %v allocations per delivery, want 0", off)

@@ -6,6 +6,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relaybus/relaybus/internal/traceparent"
 )
 
 // Semantic-convention attribute keys and values relaybus uses
@@ -71,16 +73,16 @@ func (s Span) Fail(desc string) {
 }
 
 // Start starts a span of the given kind under ctx's span (or, with
-// traceparent set, under that remote parent: a request's header, a
-// message's attribute). With telemetry off it returns ctx unchanged and an
+// parent set, under that remote parent, a W3C traceparent: a request's
+// header, a message's attribute). With telemetry off it returns ctx unchanged and an
 // empty Span, allocating nothing.
-func Start(ctx context.Context, name string, kind trace.SpanKind, traceparent string, attrs ...attribute.KeyValue) (context.Context, Span) {
+func Start(ctx context.Context, name string, kind trace.SpanKind, parent string, attrs ...attribute.KeyValue) (context.Context, Span) {
 	st := current.Load()
 	if st == nil {
 		return ctx, Span{}
 	}
-	if traceparent != "" {
-		ctx = ContextWithTraceparent(ctx, traceparent)
+	if parent != "" {
+		ctx = traceparent.ContextWith(ctx, parent)
 	}
 	ctx, s := st.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 	return ctx, Span{s}
@@ -97,7 +99,7 @@ func StartLinked(ctx context.Context, name string, kind trace.SpanKind, tracepar
 	}
 	links := make([]trace.Link, 0, len(traceparents))
 	for _, tp := range traceparents {
-		if sc, ok := ParseTraceparent(tp); ok {
+		if sc, ok := traceparent.Parse(tp); ok {
 			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}

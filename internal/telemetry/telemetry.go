@@ -5,7 +5,7 @@
 //
 // The package imports the OpenTelemetry API only: what engines and the
 // programs that import them link (the pgx tracer that makes statements
-// spans is internal/postgres's QueryTracer, beside the pools).
+// spans is internal/pgpool's QueryTracer, beside the pools).
 // With telemetry off each hook is one atomic load and a return. The SDK
 // (the OTLP exporters, the sampler, the resource, read from the OTEL_*
 // variables) is the host's: internal/otelsetup builds it and installs it
@@ -46,7 +46,7 @@ func Enabled() bool { return current.Load() != nil }
 
 // TracerProvider returns the installed tracer provider, or nil when
 // telemetry is off: for instrumentation built outside this package (the
-// pools' statement tracer, internal/postgres.QueryTracer).
+// pools' statement tracer, internal/pgpool.QueryTracer).
 func TracerProvider() trace.TracerProvider {
 	if st := current.Load(); st != nil {
 		return st.provider

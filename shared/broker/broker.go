@@ -20,6 +20,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"reflect"
 	"time"
 
 	"github.com/relaybus/relaybus/internal/topology"
@@ -183,8 +184,16 @@ type Unwrapper interface {
 // PushConfigurer, or any other interface): it returns b as a T when b has
 // it, else the broker b wraps (Unwrapper) when that one has it, and false
 // when none has. It is the one way callers learn what a broker can do.
+//
+// A nil broker, or a nil pointer in a Broker interface, has no capability
+// (As never returns a T whose methods would dereference nil), and As looks
+// at most 16 wrappers deep (maxWraps), so a wrapper that unwraps to itself ends
+// the search instead of looping.
 func As[T any](b any) (T, bool) {
-	for b != nil {
+	for range maxWraps + 1 {
+		if isNil(b) {
+			break
+		}
 		if c, ok := b.(T); ok {
 			return c, true
 		}
@@ -196,4 +205,20 @@ func As[T any](b any) (T, bool) {
 	}
 	var zero T
 	return zero, false
+}
+
+// maxWraps is how many wrappers deep As looks for a capability.
+const maxWraps = 16
+
+// isNil says whether b is nil or holds a nil pointer, map, channel,
+// function or slice.
+func isNil(b any) bool {
+	if b == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(b); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }

@@ -35,6 +35,19 @@ type wrapped struct {
 
 func (w wrapped) Unwrap() broker.Broker { return w.inner }
 
+// pointerSeeking seeks through a pointer receiver: a nil one would panic.
+type pointerSeeking struct{ plain }
+
+func (p *pointerSeeking) SeekTime(context.Context, string, time.Time) error {
+	p.plain = plain{} // dereferences p
+	return nil
+}
+
+// loop unwraps to itself, as a careless decorator might.
+type loop struct{ plain }
+
+func (l *loop) Unwrap() broker.Broker { return l }
+
 func TestAsFindsACapabilityOrSaysItIsMissing(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -47,6 +60,10 @@ func TestAsFindsACapabilityOrSaysItIsMissing(t *testing.T) {
 		{"through two wrappers", wrapped{inner: wrapped{inner: seeking{}}}, true, false},
 		{"a wrapper of nothing", wrapped{}, false, false},
 		{"nil", nil, false, false},
+		{"a nil pointer", (*pointerSeeking)(nil), false, false},
+		{"a wrapper of a nil pointer", wrapped{inner: (*pointerSeeking)(nil)}, false, false},
+		{"a pointer", &pointerSeeking{}, true, false},
+		{"a wrapper of itself", &loop{}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts, ok := broker.As[broker.TimeSeeker](tc.b)

@@ -101,7 +101,7 @@ import (
 	"google.golang.org/api/idtoken"
 
 	"github.com/relaybus/relaybus/internal/cloudevent"
-	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 )
@@ -341,7 +341,7 @@ func (f *Forwarder) Request(ctx context.Context, c *consumer.Context) (*http.Req
 	req.Header.Set(HeaderIdempotencyKey, c.Event.ID)
 	// The consume span's context when telemetry records one (the endpoint's
 	// spans join the event's trace under it), else one built from the event.
-	if tp := telemetry.Traceparent(req.Context()); tp != "" {
+	if tp := traceparent.FromContext(req.Context()); tp != "" {
 		req.Header.Set(HeaderTraceparent, tp)
 	} else if tp := Traceparent(c.Event); tp != "" {
 		req.Header.Set(HeaderTraceparent, tp)

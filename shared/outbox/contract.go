@@ -8,7 +8,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/postgres"
-	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -54,7 +54,7 @@ func (p *Producer) Enqueue(ctx context.Context, db postgres.DBTX, events ...*eve
 		return nil, fmt.Errorf("outbox: Producer.Contract is required")
 	}
 	now := time.Now().UTC()
-	tp := telemetry.Traceparent(ctx)
+	tp := traceparent.FromContext(ctx)
 	out := make([]Enqueued, len(events))
 	var write []*event.Event
 	var writeAt []int

@@ -31,7 +31,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/postgres"
-	"github.com/relaybus/relaybus/internal/telemetry"
+	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -198,7 +198,7 @@ func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]E
 func prepareBatch(ctx context.Context, events []*event.Event) (*batch, error) {
 	now := time.Now().UTC()
 	b := &batch{}
-	tp := telemetry.Traceparent(ctx)
+	tp := traceparent.FromContext(ctx)
 	seen := make(map[string]bool, len(events))
 	for i, e := range events {
 		if e.TraceID == "" && tp != "" {
@@ -318,7 +318,7 @@ func Repush(ctx context.Context, db postgres.DBTX, e *event.Event, target string
 		case errors.Is(err, pgx.ErrNoRows):
 			// Deleted by retention: back in as published, then re-pushed.
 			b := &batch{}
-			b.add(e, telemetry.Traceparent(ctx))
+			b.add(e, traceparent.FromContext(ctx))
 			if _, err := tx.Exec(ctx, repushReinsertSQL, b.args()...); err != nil {
 				return mapErr(err)
 			}

@@ -25,11 +25,16 @@ import (
 func Ledger(ctx context.Context, l instance.Ledger, project string, opts ledger.Options) (*ledger.Store, error) {
 	opts.Retention = l.Retention
 	opts.ReconcileAfter = l.ReconcileAfter
-	client, err := clientOptions(l)
+	client, closeConn, err := clientOptions(l)
 	if err != nil {
 		return nil, err
 	}
-	return ledger.Open(ctx, ledger.Config{ProjectID: project, Database: l.Database}, opts, client...)
+	s, err := ledger.Open(ctx, ledger.Config{ProjectID: project, Database: l.Database}, opts, client...)
+	if err != nil {
+		closeConn()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Recorder opens the ledger unless r.Mode is off (then it returns nil and
@@ -48,21 +53,24 @@ func Recorder(ctx context.Context, r instance.Recorder, project string, opts led
 // (the emulator's when l.EmulatorHost is set), for the operators' audit
 // log's database of its own. The caller closes it.
 func Client(ctx context.Context, l instance.Ledger, project, database string) (*firestore.Client, error) {
-	client, err := clientOptions(l)
+	client, closeConn, err := clientOptions(l)
 	if err != nil {
 		return nil, err
 	}
 	c, err := firestore.NewClientWithDatabase(ctx, project, database, client...)
 	if err != nil {
+		closeConn()
 		return nil, fmt.Errorf("firestore client for %s/%s: %w", project, database, err)
 	}
 	return c, nil
 }
 
 // clientOptions are the Firestore client's options: none in production.
-func clientOptions(l instance.Ledger) ([]option.ClientOption, error) {
+// closeConn closes the emulator's connection they carry, for a caller
+// whose client could not be made; a client that was closes it itself.
+func clientOptions(l instance.Ledger) (_ []option.ClientOption, closeConn func(), _ error) {
 	if l.EmulatorHost == "" {
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	// What the Firestore client does with FIRESTORE_EMULATOR_HOST (no
 	// TLS, the emulator's admin credentials "Bearer owner"), on a
@@ -77,9 +85,9 @@ func clientOptions(l instance.Ledger) ([]option.ClientOption, error) {
 		grpc.WithPerRPCCredentials(emulatorOwner{}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)))
 	if err != nil {
-		return nil, fmt.Errorf("config: FIRESTORE_EMULATOR_HOST=%q: %w", l.EmulatorHost, err)
+		return nil, nil, fmt.Errorf("config: FIRESTORE_EMULATOR_HOST=%q: %w", l.EmulatorHost, err)
 	}
-	return []option.ClientOption{option.WithGRPCConn(conn)}, nil
+	return []option.ClientOption{option.WithGRPCConn(conn)}, func() { _ = conn.Close() }, nil
 }
 
 // emulatorOwner authenticates to the Firestore emulator as its admin.

@@ -2,6 +2,7 @@ package fsopen
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/ledger"
 )
@@ -69,5 +71,25 @@ func TestLedgerOpensTheConfiguredEmulator(t *testing.T) {
 				t.Fatalf("read back from %s: %v %v", host, doc, err)
 			}
 		})
+	}
+}
+
+// A ledger or client that cannot be opened (here: no project) leaves no
+// emulator connection behind: a host that retries its start-up would
+// otherwise gather one connection, and its goroutines, per attempt.
+func TestAFailedOpenClosesTheEmulatorConnection(t *testing.T) {
+	l := instance.Defaults[instance.Ledger]()
+	l.EmulatorHost = "127.0.0.1:1"
+	before := runtime.NumGoroutine()
+	for range 20 {
+		if _, err := Ledger(context.Background(), l, "", ledger.Options{}); err == nil {
+			t.Fatal("a ledger without a project opened")
+		}
+		if _, err := Client(context.Background(), l, "", "audit"); err == nil {
+			t.Fatal("a client without a project opened")
+		}
+	}
+	if !eventually.Within(10*time.Second, func() bool { return runtime.NumGoroutine() <= before+5 }) {
+		t.Errorf("%d goroutines after 40 failed opens, %d before: their emulator connections were left open", runtime.NumGoroutine(), before)
 	}
 }

@@ -11,13 +11,13 @@ import (
 
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/migrate"
-	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/internal/pgpool"
 )
 
-// Open opens db's pool (internal/postgres: refused and lost connections
+// Open opens db's pool (internal/pgpool: refused and lost connections
 // retried within the caller's deadline), with its statements traced when
-// telemetry is on (postgres.QueryTracer: start telemetry first), and
+// telemetry is on (pgpool.QueryTracer: start telemetry first), and
 // applies the migration lines (over db.DirectURL when set).
-func Open(ctx context.Context, db instance.Database, lines ...migrate.Line) (*postgres.Pool, error) {
-	return postgres.Open(ctx, postgres.Config{URL: db.URL, DirectURL: db.DirectURL, Tracer: postgres.QueryTracer()}, lines...)
+func Open(ctx context.Context, db instance.Database, lines ...migrate.Line) (*pgpool.Pool, error) {
+	return pgpool.Open(ctx, pgpool.Config{URL: db.URL, DirectURL: db.DirectURL, Tracer: pgpool.QueryTracer()}, lines...)
 }

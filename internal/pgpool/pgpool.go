@@ -1,4 +1,4 @@
-// Package postgres builds relaybus's Postgres connection pools, the one way
+// Package pgpool builds relaybus's Postgres connection pools, the one way
 // every function (and the local stack) opens its database, and retries what
 // a database that refuses or drops connections makes fail.
 //
@@ -43,7 +43,7 @@
 // Migrations take a direct connection (Config.DirectURL): a pooler in
 // transaction mode may not be where DDL should run, and the direct URL is
 // what Supabase documents for them.
-package postgres
+package pgpool
 
 import (
 	"context"

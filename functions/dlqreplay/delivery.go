@@ -1,0 +1,32 @@
+package dlqreplay
+
+import (
+	"log/slog"
+
+	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/broker"
+)
+
+// deliveryControl serves what changes how messages reach a consumer, each
+// in its own file: pausing and resuming a push consumer (pause.go),
+// seeking a subscription and its snapshots (seek.go), rebuilding a
+// projection (rebuild.go: pause, clear, seek, resume), and a strict
+// consumer's version gaps (gaps.go).
+type deliveryControl struct {
+	// broker is asked for its capabilities (broker.As): TimeSeeker,
+	// Snapshotter. Nil: seek and snapshots answer 501.
+	broker broker.Broker
+	// pauser pauses and resumes push consumers (nil: 501).
+	pauser Pauser
+	// topology declares the consumers (nil: none is known), subs maps
+	// their logical subscriptions to the real ones, pull lists those
+	// deployed in pull mode.
+	topology *topology.Topology
+	subs     *topology.SubscriptionMap
+	pull     pullSet
+	// dbs are the consumers' databases: a strict consumer's gaps and a
+	// rebuild's clearing are done in them.
+	dbs    databases
+	g      *guard
+	logger *slog.Logger
+}
