@@ -63,7 +63,7 @@
 // or nothing: if any event of a batch is invalid the whole batch is refused
 // (each problem carries the event's index) and nothing is written. Events
 // whose topic has no consumer are SKIPPED individually; the others are
-// written in one transaction, so they are all recorded or none is. Error
+// written in one statement, so they are all recorded or none is. Error
 // bodies are {"error": code, "message": "field: rule; ...", "fields":
 // [{"index", "eventId", "field", "rule"}]}.
 //
@@ -79,10 +79,12 @@
 //
 // # Fast path
 //
-// After the outbox transaction commits, the handler asks the relay to
-// publish the new rows at once ([FastPath], the relay's PublishNow, which
-// claims the aggregate's earlier pending rows too and never breaks
-// per-aggregate order). A fast path that cannot publish (another relay holds
+// The outbox write takes the fast path's lease on the aggregates whose new
+// rows are their only unpublished ones, in the same statement ([Enqueuer],
+// the relay's EnqueueNow); the handler then publishes those rows and
+// settles them ([Enqueuer]'s PublishClaimed), and claims the rest with
+// their aggregates' earlier pending rows (the relay's PublishNow), which
+// never breaks per-aggregate order. A fast path that cannot publish (another relay holds
 // the aggregate, an earlier version is blocked, Pub/Sub failed) is not an
 // error for the caller: the row is committed and the scheduled relay
 // publishes it; the answer says pending.

@@ -128,3 +128,52 @@ func TestBusyAnswers503WithRetryAfter(t *testing.T) {
 		t.Errorf("a refused event was written: %+v", st)
 	}
 }
+
+// With the relay as its fast path (the outbox write and the lease in one
+// statement), publish keeps its answers: a repeat of the same event is a
+// duplicate that writes and publishes nothing more, another event under a
+// taken eventId is 409 and writes nothing of its batch, and a Postgres that
+// is gone is 503 with Retry-After.
+func TestFastPathKeepsTheOutboxGuarantees(t *testing.T) {
+	var (
+		fake *pubsubtest.Fake
+		pool *pgxpool.Pool
+	)
+	h := newHarness(t, func(o *publish.Options) {
+		fake = pubsubtest.New(t)
+		fake.Provision(t, loadTopology(t))
+		pool = o.DB.(*pgxpool.Pool)
+		r, err := relay.New(relay.Options{DB: pool, Publisher: fake.Client, Topology: loadTopology(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.FastPath = r
+	})
+	env := envelope(map[string]any{"eventId": "evt-dup", "aggregateId": "order-9", "version": 1})
+	for i, want := range []bool{false, true} {
+		status, body, _ := post(t, h.url, mustJSON(t, env), "Content-Type", "application/json")
+		res := decodeJSON[publish.Result](t, body)
+		if status != http.StatusAccepted || res.Status != publish.StatusPublished || res.Duplicate != want {
+			t.Fatalf("request %d: %d %+v, want 202 published, duplicate %v", i, status, res, want)
+		}
+	}
+	if n := len(fake.Server.Messages()); n != 1 {
+		t.Fatalf("Pub/Sub holds %d messages after the event and its repeat, want 1", n)
+	}
+
+	clash := envelope(map[string]any{"eventId": "evt-dup", "aggregateId": "order-9", "version": 1, "payload": map[string]any{"other": true}})
+	batch := []map[string]any{envelope(map[string]any{"eventId": "evt-beside", "aggregateId": "order-10", "version": 1}), clash}
+	status, body, _ := post(t, h.url, mustJSON(t, batch), "Content-Type", "application/json")
+	if e := decodeJSON[publish.ErrorResponse](t, body); status != http.StatusConflict || e.Error != publish.CodeEventIDConflict {
+		t.Fatalf("another event under a taken eventId: %d %s, want 409 %s", status, body, publish.CodeEventIDConflict)
+	}
+	if n := h.rows(t); n != 1 {
+		t.Fatalf("%d rows after the refused batch, want 1: the event beside the clash was written", n)
+	}
+
+	pool.Close() // Postgres is gone
+	status, body, hdr := post(t, h.url, mustJSON(t, envelope(nil)), "Content-Type", "application/json")
+	if e := decodeJSON[publish.ErrorResponse](t, body); status != http.StatusServiceUnavailable || e.Error != publish.CodeUnavailable || hdr.Get("Retry-After") == "" {
+		t.Fatalf("Postgres gone: %d %s (Retry-After %q), want 503 %s with Retry-After", status, body, hdr.Get("Retry-After"), publish.CodeUnavailable)
+	}
+}

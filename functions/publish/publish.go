@@ -49,10 +49,10 @@ type FastPath interface {
 }
 
 // Enqueuer is a FastPath that also writes the outbox rows and takes the
-// fast path's lease on their aggregates in the same transaction
-// ((*relay.Relay).EnqueueNow), then publishes that claim once it committed
-// (PublishClaimed): one transaction for the write and the claim, where
-// outbox.Enqueue then PublishNow take two. The handler uses it when its
+// fast path's lease on their aggregates in the same statement
+// ((*relay.Relay).EnqueueNow), then publishes that claim (PublishClaimed):
+// one statement for the write and the lease, where a transaction around
+// outbox.Enqueue then PublishNow take four. The handler uses it when its
 // FastPath has it.
 type Enqueuer interface {
 	EnqueueNow(ctx context.Context, events ...*event.Event) ([]outbox.Enqueued, *relay.Claim, error)

@@ -158,22 +158,9 @@ func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]E
 	if len(events) == 0 {
 		return nil, nil
 	}
-	now := time.Now().UTC()
-	b := &batch{}
-	tp := traceparent.FromContext(ctx)
-	seen := make(map[string]bool, len(events))
-	for i, e := range events {
-		if e.TraceID == "" && tp != "" {
-			e.TraceID = tp[3:35]
-		}
-		if err := e.Prepare(now, event.Limits{MaxPayloadBytes: event.MaxPayloadLimit}); err != nil {
-			return nil, fmt.Errorf("outbox: event %d (%s): %w", i, e.ID, err)
-		}
-		if seen[e.ID] {
-			continue
-		}
-		seen[e.ID] = true
-		b.add(e, tp)
+	b, err := prepareBatch(ctx, events)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := db.Query(ctx, enqueueSQL, b.args()...)
 	if err != nil {
@@ -202,12 +189,44 @@ func Enqueue(ctx context.Context, db postgres.DBTX, events ...*event.Event) ([]E
 	if len(clashes) > 0 {
 		return nil, idConflict(clashes)
 	}
+	return enqueued(ctx, db, events, func(id string) bool { return inserted[id] })
+}
+
+// prepareBatch prepares events (event.Prepare under Pub/Sub's limits, the
+// trace id of ctx's span for one without) and gathers them, each id once,
+// as the enqueue statements' arguments.
+func prepareBatch(ctx context.Context, events []*event.Event) (*batch, error) {
+	now := time.Now().UTC()
+	b := &batch{}
+	tp := traceparent.FromContext(ctx)
+	seen := make(map[string]bool, len(events))
+	for i, e := range events {
+		if e.TraceID == "" && tp != "" {
+			e.TraceID = tp[3:35]
+		}
+		if err := e.Prepare(now, event.Limits{MaxPayloadBytes: event.MaxPayloadLimit}); err != nil {
+			return nil, fmt.Errorf("outbox: event %d (%s): %w", i, e.ID, err)
+		}
+		if seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
+		b.add(e, tp)
+	}
+	return b, nil
+}
+
+// enqueued answers an enqueue statement that clashed with nothing: each
+// event inserted is pending; the others were in the outbox already and are
+// looked up (their state, and a clash with a row another transaction
+// committed while the statement ran).
+func enqueued(ctx context.Context, db postgres.DBTX, events []*event.Event, inserted func(id string) bool) ([]Enqueued, error) {
 	out := make([]Enqueued, len(events))
 	var dups []string
 	for i, e := range events {
 		out[i] = Enqueued{ID: e.ID, State: StatePending, Aggregate: Aggregate{e.AggregateType, e.AggregateID},
 			Version: e.Version, Topic: e.Topic, TraceID: e.TraceID}
-		if !inserted[e.ID] {
+		if !inserted(e.ID) {
 			out[i].Duplicate = true
 			dups = append(dups, e.ID)
 		}
@@ -378,6 +397,7 @@ type batch struct {
 	topic, source, schema, payloadType []string
 	trace, span, parent, corr          []string
 	initiator                          []string // JSON: text, not []byte, so pgx's exec mode (behind a pooler) sends it as jsonb, not bytea
+	initiatorOf                        []event.Initiator
 	expire                             []*time.Time
 	target                             []string
 	traceparent                        []*string
@@ -406,6 +426,7 @@ func (b *batch) add(e *event.Event, tp string) {
 	b.corr = append(b.corr, e.CorrelationID)
 	in, _ := json.Marshal(e.Initiator)
 	b.initiator = append(b.initiator, string(in))
+	b.initiatorOf = append(b.initiatorOf, e.Initiator)
 	var exp *time.Time
 	if !e.ExpireAt.IsZero() {
 		t := e.ExpireAt

@@ -3,9 +3,6 @@ package relay
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 )
@@ -35,46 +32,48 @@ func fastClaim(ids []string) outbox.ClaimOptions {
 	return outbox.ClaimOptions{Events: ids, Aggregates: len(ids), RunLimit: fastRunLimit, Limit: len(ids) * fastRunLimit}
 }
 
-// Claim is a fast path's claim made in the transaction that enqueued its
-// events (EnqueueNow), published by PublishClaimed once that transaction
-// committed.
+// Claim is a fast path's claim made by the statement that enqueued its
+// events (EnqueueNow), published by PublishClaimed.
 type Claim struct {
 	c   claimed
 	ids []string
+	// rest are the pending events the statement did not lease: claimed
+	// by PublishClaimed as PublishNow claims.
+	rest []string
 }
 
-// EnqueueNow writes events into the outbox (outbox.Enqueue) and, in the
-// same transaction, claims the aggregates of the pending ones as PublishNow
-// would: the write and the fast path's lease commit together, one
-// transaction where Enqueue then PublishNow took two. Pass the claim to
-// PublishClaimed. The lease is the one every claim takes (the aggregate's
+// EnqueueNow writes events into the outbox and, in the same statement
+// (outbox.EnqueueClaim), leases the aggregates of the pending ones whose
+// new versions are their only unpublished ones, as PublishNow would: one
+// autocommit statement for the write and the fast path's lease, where
+// Enqueue then PublishNow took two transactions. Pass the claim to
+// PublishClaimed, which publishes what was leased and claims the rest
+// (events behind a backlog, an aggregate another relay holds) as
+// PublishNow does. The lease is the one every claim takes (the aggregate's
 // epoch bumped, due again when it expires), so a process that dies before
-// publishing leaves the events to the next drain, as PublishNow does.
-// Without a Postgres handle that can begin a transaction it enqueues only
-// and returns a claim PublishClaimed answers through PublishNow.
+// publishing leaves the events to the next drain.
 func (r *Relay) EnqueueNow(ctx context.Context, events ...*event.Event) ([]outbox.Enqueued, *Claim, error) {
-	b, ok := r.o.DB.(migrate.Beginner)
-	if !ok {
-		enq, err := outbox.Enqueue(ctx, r.o.DB, events...)
-		return enq, &Claim{ids: pendingIDs(enq)}, err
-	}
-	var (
-		enq []outbox.Enqueued
-		cl  = &Claim{}
-	)
-	err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
-		var err error
-		if enq, err = outbox.Enqueue(ctx, tx, events...); err != nil {
-			return err
-		}
-		if cl.ids = pendingIDs(enq); len(cl.ids) == 0 {
-			return nil
-		}
-		cl.c, err = r.claim(ctx, tx, fastClaim(cl.ids))
-		return err
-	})
+	claimedAt := r.now()
+	enq, runs, err := outbox.EnqueueClaim(ctx, r.o.DB, outbox.ClaimOptions{Owner: r.o.Owner, Lease: r.o.Lease,
+		RunLimit: fastRunLimit, Now: r.dbNow()}, events...)
 	if err != nil {
 		return nil, nil, err
+	}
+	cl := &Claim{ids: pendingIDs(enq)}
+	if len(cl.ids) == 0 {
+		return enq, cl, nil
+	}
+	cl.c = claimed{runs: runs, claimedAt: claimedAt, events: cl.ids}
+	leased := make(map[string]bool, len(cl.ids))
+	for _, run := range runs {
+		for _, row := range run.Rows {
+			leased[row.Event.ID] = true
+		}
+	}
+	for _, id := range cl.ids {
+		if !leased[id] {
+			cl.rest = append(cl.rest, id)
+		}
 	}
 	return enq, cl, nil
 }
@@ -89,17 +88,51 @@ func pendingIDs(enq []outbox.Enqueued) []string {
 	return ids
 }
 
-// PublishClaimed publishes and settles a claim EnqueueNow made, after its
-// transaction committed, within ctx's deadline, and answers as PublishNow
-// does for the claim's events.
+// PublishClaimed publishes and settles a claim EnqueueNow made, within
+// ctx's deadline, claims and publishes the claim's other pending events as
+// PublishNow does, and answers as PublishNow does for all of them.
 func (r *Relay) PublishClaimed(ctx context.Context, cl *Claim) (map[string]outbox.State, error) {
 	if cl == nil || len(cl.ids) == 0 {
 		return map[string]outbox.State{}, nil
 	}
-	if cl.c.events == nil { // enqueued without a transaction: claim now
+	if len(cl.c.runs) == 0 {
 		return r.PublishNow(ctx, cl.ids...)
 	}
-	return r.answer(ctx, cl.c)
+	if len(cl.rest) == 0 {
+		return r.answer(ctx, cl.c)
+	}
+	// Both at once: the leased runs, and a claim of the rest.
+	var (
+		rest    map[string]outbox.State
+		restErr error
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		rest, restErr = r.PublishNow(ctx, cl.rest...)
+	}()
+	out, err := r.answer(ctx, claimed{runs: cl.c.runs, claimedAt: cl.c.claimedAt, events: leasedIDs(cl.c.runs)})
+	<-done
+	if err != nil {
+		return nil, err
+	}
+	if restErr != nil {
+		return out, restErr
+	}
+	for id, st := range rest {
+		out[id] = st
+	}
+	return out, nil
+}
+
+func leasedIDs(runs []outbox.Run) []string {
+	var ids []string
+	for _, run := range runs {
+		for _, row := range run.Rows {
+			ids = append(ids, row.Event.ID)
+		}
+	}
+	return ids
 }
 
 // answer publishes a fast path's claim and returns each of its events'

@@ -25,7 +25,11 @@ import (
 // the run's 50 share one or two). A rise above these fails the test.
 const (
 	maxXactsPerPublishedEvent = 2 // EnqueueNow + settle
-	maxXactsPerKickedEvent    = 2 // the kick's claim + settle, one event per kick (FlushKicks settles it)
+	// maxStatementsPerPublishedEvent: EnqueueNow's one autocommit
+	// statement (the write and the lease) and the settle; BEGIN, Enqueue,
+	// Claim, COMMIT and the settle took five.
+	maxStatementsPerPublishedEvent = 2
+	maxXactsPerKickedEvent         = 2 // the kick's claim + settle, one event per kick (FlushKicks settles it)
 	// A child event claimed in the transaction that enqueued it (KickIn):
 	// nothing beyond that transaction but its share of a batched settle.
 	maxXactsPerKickedInEvent = 0
@@ -85,6 +89,10 @@ func TestPublishPathTransactionsPerEvent(t *testing.T) {
 	idle := run(func(*relay.Relay, *pgxpool.Pool) {})
 	const events = 50
 	var published []string
+	stmts0, err := cost.Statements(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
 	xacts := run(func(r *relay.Relay, _ *pgxpool.Pool) {
 		for i := range events {
 			enq, claim, err := r.EnqueueNow(ctx, ev(fmt.Sprintf("order-x%02d", i), 1))
@@ -101,6 +109,15 @@ func TestPublishPathTransactionsPerEvent(t *testing.T) {
 			}
 		}
 	}) - idle
+	stmts1, err := cost.Statements(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per := float64(stmts1-stmts0) / events; per > maxStatementsPerPublishedEvent {
+		t.Errorf("publish path: %.2f statements per event (%d for %d events), want at most %d", per, stmts1-stmts0, events, maxStatementsPerPublishedEvent)
+	} else {
+		t.Logf("publish path: %.2f statements per event", per)
+	}
 	if per := float64(xacts) / events; xacts > maxXactsPerPublishedEvent*events+describes {
 		t.Errorf("publish path: %.2f transactions per event (%d for %d events), want at most %d (+%d describes)", per, xacts, events, maxXactsPerPublishedEvent, describes)
 	} else {
