@@ -237,4 +237,3 @@ func TestMigrationUpgradesAnExistingInbox(t *testing.T) {
 		t.Fatalf("an attempt at e1 after the upgrade: %d, %v; want number 3", n, err)
 	}
 }
-
