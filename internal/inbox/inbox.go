@@ -180,11 +180,58 @@ func BeginApplied(ctx context.Context, tx postgres.DBTX, a Attempt) (Begun, erro
 	if err != nil {
 		return Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
 	}
+	return begun(b, attempt, applied, recorded, a.EventID)
+}
+
+// Beginner begins a transaction whose first statement goes out with its
+// BEGIN, in one round trip (a *postgres.Pool).
+type Beginner interface {
+	BeginWith(ctx context.Context, dest []any, sql string, args ...any) (pgx.Tx, error)
+}
+
+// BeginAppliedIn begins the attempt's transaction on db and runs
+// BeginApplied in it, the statement sent with the BEGIN in one round trip
+// when db is a Beginner. It returns the open transaction (nil with an
+// error); a failed BeginApplied rolls it back.
+func BeginAppliedIn(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}, a Attempt) (pgx.Tx, Begun, error) {
+	p, ok := db.(Beginner)
+	if !ok {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			return nil, Begun{}, fmt.Errorf("inbox: begin: %w", err)
+		}
+		b, err := BeginApplied(ctx, tx, a)
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, Begun{}, err
+		}
+		return tx, b, nil
+	}
+	var b Begun
+	var attempt, applied *int
+	var recorded bool
+	tx, err := p.BeginWith(ctx, []any{&attempt, &b.Claimed, &applied, &recorded}, appliedSQL, a.ConsumerID, a.EventID,
+		a.ConsumedAt, a.Topic, a.Subscription, a.MessageID, a.DeliveryAttempt)
+	if err != nil {
+		return nil, Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
+	}
+	b, err = begun(b, attempt, applied, recorded, a.EventID)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, Begun{}, err
+	}
+	return tx, b, nil
+}
+
+// begun completes what begin_applied.sql returned.
+func begun(b Begun, attempt, applied *int, recorded bool, eventID string) (Begun, error) {
 	if attempt != nil {
 		b.Attempt = *attempt
 	}
 	if b.Claimed && !recorded {
-		return Begun{}, fmt.Errorf("inbox: begin attempt %d at %s: %w", b.Attempt, a.EventID, ErrNumberTaken)
+		return Begun{}, fmt.Errorf("inbox: begin attempt %d at %s: %w", b.Attempt, eventID, ErrNumberTaken)
 	}
 	if !b.Claimed && applied != nil {
 		b.Applied = *applied
