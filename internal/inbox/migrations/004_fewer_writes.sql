@@ -11,8 +11,8 @@
 --    rewriting the attempt (a new heap tuple and a new entry in each of its
 --    indexes) to set shipped_at.
 -- 3. Retention by BRIN indexes: the inbox and the attempts are appended in
---    time order, so a block-range index finds the old rows for a purge, and
---    an insert into the newest, unsummarized range writes no index entry.
+--    time order, so a block-range index finds the old rows for a purge; an
+--    insert writes no entry, at most a summary update.
 
 CREATE TABLE IF NOT EXISTS relaybus_inbox_unshipped (
     consumer_id text    NOT NULL,
