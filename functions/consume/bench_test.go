@@ -192,7 +192,7 @@ func consumeBench(b *testing.B, throughputOnly bool) float64 {
 		b.Fatal(err)
 	}
 	var unshipped int
-	_ = pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`).Scan(&unshipped)
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_inbox_unshipped`).Scan(&unshipped)
 	fmt.Printf("# consume: %d attempts not in the ledger after the run (left to /ledger:ship)\n", unshipped)
 	fmt.Printf("# consume cost: the function process's user+system CPU (/proc, then its rusage at exit) and the statements Postgres executed (pg_stat_statements calls, transaction control included) over both runs to the end of its graceful shutdown, divided by the %d deliveries answered 200\n", answered)
 	// Every delivery was applied once: the inbox holds each event the

@@ -113,7 +113,7 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 	}
 	_ = cmd.Wait()
 	var unshipped int
-	_ = pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`).Scan(&unshipped)
+	_ = pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_inbox_unshipped`).Scan(&unshipped)
 	if unshipped != 1 {
 		t.Fatalf("%d unshipped attempts in Postgres after the kill, want 1", unshipped)
 	}

@@ -148,7 +148,7 @@ func TestConsumePathTransactionsPerDelivery(t *testing.T) {
 	}
 	defer check.Close()
 	var unshipped int
-	if err := check.QueryRow(ctx, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL AND event_id LIKE 'order-l%'`).Scan(&unshipped); err != nil {
+	if err := check.QueryRow(ctx, `SELECT count(*) FROM relaybus_inbox_unshipped WHERE event_id LIKE 'order-l%'`).Scan(&unshipped); err != nil {
 		t.Fatal(err)
 	}
 	if unshipped != 0 {

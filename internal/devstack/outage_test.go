@@ -151,8 +151,7 @@ func TestFirestoreOutageSlowsTheRecordNotTheEvents(t *testing.T) {
 				open++
 			}
 		}
-		unshipped = count(member, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`) +
-			count(main, `SELECT count(*) FROM relaybus_attempts WHERE shipped_at IS NULL`)
+		unshipped = count(member, `SELECT count(*) FROM relaybus_inbox_unshipped`) + count(main, `SELECT count(*) FROM relaybus_inbox_unshipped`)
 		return open == 0 && unshipped == 0
 	}) {
 		t.Fatalf("3 minutes after Firestore came back: %d of %d events not CONSUMED 2/2, %d attempts not in the ledger", open, len(ids), unshipped)

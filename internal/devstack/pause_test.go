@@ -58,7 +58,7 @@ func TestPauseAndResumeOnTheLocalStack(t *testing.T) {
 	}
 	attempts := func(consumer, id string) (n int) {
 		t.Helper()
-		_ = member.QueryRow(ctx, `SELECT attempts FROM relaybus_inbox_attempts WHERE consumer_id = $1 AND event_id = $2`, consumer, id).Scan(&n)
+		_ = member.QueryRow(ctx, `SELECT coalesce(max(attempt_no), 0) FROM relaybus_attempts WHERE consumer_id = $1 AND event_id = $2`, consumer, id).Scan(&n)
 		return n
 	}
 

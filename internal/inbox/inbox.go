@@ -1,38 +1,47 @@
 // Package inbox is the consumer side's deduplication and attempt log in
 // Postgres: a row per (consumer, event) written in the same transaction as
 // the handler's effect, so an event applied once is never applied again,
-// however often Pub/Sub, Eventarc, a replay or a re-push delivers it; a
-// counter that numbers each consumer's attempts at an event monotonically
-// across redeliveries; and every attempt (relaybus_attempts) committed with
-// its outcome, which makes Postgres the truth of what was consumed. The
-// ledger (Firestore) gets the attempts after the fact: Unshipped and
-// Shipped track which it has.
+// however often Pub/Sub, Eventarc, a replay or a re-push delivers it; each
+// consumer's attempts at an event numbered monotonically across
+// redeliveries; and every attempt (relaybus_attempts) committed with its
+// outcome, which makes Postgres the truth of what was consumed. The ledger
+// (Firestore) gets the attempts after the fact: each attempt is queued in
+// relaybus_inbox_unshipped when it is recorded, Unshipped reads the queue
+// and Shipped empties it.
+//
+// An attempt's number is the next after the highest the consumer has used
+// for the event: the inbox row's (a claim, an application) and the
+// recorded attempts' (every numbered attempt is recorded, a failed one
+// after its rollback). Both are read through primary keys, so numbering
+// writes nothing of its own.
 //
 // An attempt runs in one transaction:
 //
 //	BEGIN
-//	BeginApplied  count the attempt, claim the event (or find it applied)
-//	              and record the attempt as a success, one statement
+//	BeginApplied  number the attempt, claim the event (or find it applied)
+//	              and record and queue the attempt as a success, one
+//	              statement
 //	handler       the consumer's effect and child events
 //	(Outcome      a handler that parked the event: the outcome corrected)
 //	COMMIT
 //	  or, when the handler failed:
-//	ROLLBACK      the effect, the claim, the count and the record go
-//	Record        number 0: count again and record the failed attempt, one
-//	              statement (its own transaction)
+//	ROLLBACK      the effect, the claim and the record go
+//	Record        number 0: number again and record the failed attempt,
+//	              one statement (its own transaction)
 //
-// so the count, the claim, the effect and the attempt commit together, in
-// a single commit, with one statement of the inbox's and no savepoint (a
+// so the claim, the effect and the attempt commit together, in a single
+// commit, with one statement of the inbox's and no savepoint (a
 // subtransaction on every delivery to serve only the rare failure). A
 // failed attempt costs one more transaction, and a delivery of the same
-// event that waited on the count may take its number first: the failed
-// attempt then takes the next one. An attempt's consumed_at is when it
-// began.
+// event that waited on the inbox row may take its number first: the failed
+// attempt then takes the next one (Record tries again with a fresh
+// snapshot). An attempt's consumed_at is when it began.
 //
 // A handler may settle other events in that transaction (a strict
 // consumer's resequencer applies the parked events whose turn has come):
-// Next counts an attempt at such an event and Settle records it, with the
-// inbox row following its outcome (see settle.sql).
+// Next locks such an event's inbox row and numbers an attempt at it, and
+// Settle records it, with the inbox row following its outcome (see
+// settle.sql).
 //
 // # Claims: a remote call outside the transaction
 //
@@ -40,7 +49,7 @@
 // not hold a Postgres connection while the other service takes its time,
 // so its attempt has three steps and the inbox row has a state:
 //
-//	Claim       count the attempt; insert the row 'claimed' with a lease  -> COMMIT
+//	Claim       number the attempt; insert the row 'claimed' with a lease -> COMMIT
 //	            (an 'applied' row: a duplicate; a claim still leased: busy)
 //	call        the handler, no transaction open
 //	Delivered   success: 'claimed' -> 'applied' + the attempt, one statement
@@ -97,6 +106,7 @@ func query(name string) string {
 
 var (
 	beginSQL     = query("begin")
+	lockSQL      = query("lock")
 	appliedSQL   = query("begin_applied")
 	outcomeSQL   = query("outcome")
 	recordSQL    = query("record")
@@ -118,6 +128,12 @@ func Migrate(ctx context.Context, db migrate.Beginner) error {
 	return err
 }
 
+// ErrNumberTaken is BeginApplied's error when a concurrent attempt at the
+// same event that failed recorded itself under the number this one took
+// while it waited on the event's inbox row: the caller rolls back and asks
+// for a redelivery, which takes the next number.
+var ErrNumberTaken = errors.New("inbox: a concurrent attempt took this attempt's number")
+
 // Begun is what Begin found.
 type Begun struct {
 	// Attempt is this attempt's number.
@@ -129,14 +145,17 @@ type Begun struct {
 	Applied int
 }
 
-// Begin counts one more attempt of consumer at eventID and claims the
+// Begin numbers one more attempt of consumer at eventID and claims the
 // event in the inbox, in tx (the attempt's transaction), in one statement.
 // A concurrent delivery of the same event waits here until tx ends.
 func Begin(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (Begun, error) {
 	var b Begun
-	var applied *int
-	if err := tx.QueryRow(ctx, beginSQL, consumer, eventID).Scan(&b.Attempt, &b.Claimed, &applied); err != nil {
+	var attempt, applied *int
+	if err := tx.QueryRow(ctx, beginSQL, consumer, eventID).Scan(&attempt, &b.Claimed, &applied); err != nil {
 		return Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
+	}
+	if attempt != nil {
+		b.Attempt = *attempt
 	}
 	if !b.Claimed && applied != nil {
 		b.Applied = *applied
@@ -150,14 +169,69 @@ func Begin(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (Beg
 // commits with no statement of its own. A handler that parks the event
 // corrects the outcome with Outcome; a failure rolls the record back with
 // everything else. a's ConsumerID and EventID name the event; its number
-// and outcome are ignored.
+// and outcome are ignored. It returns ErrNumberTaken (wrapped) when a
+// concurrent failed attempt took the number first.
 func BeginApplied(ctx context.Context, tx postgres.DBTX, a Attempt) (Begun, error) {
 	var b Begun
-	var applied *int
+	var attempt, applied *int
+	var recorded bool
 	err := tx.QueryRow(ctx, appliedSQL, a.ConsumerID, a.EventID, a.ConsumedAt, a.Topic, a.Subscription,
-		a.MessageID, a.DeliveryAttempt).Scan(&b.Attempt, &b.Claimed, &applied)
+		a.MessageID, a.DeliveryAttempt).Scan(&attempt, &b.Claimed, &applied, &recorded)
 	if err != nil {
 		return Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
+	}
+	return begun(b, attempt, applied, recorded, a.EventID)
+}
+
+// Beginner begins a transaction whose first statement goes out with its
+// BEGIN, in one round trip (a *pgpool.Pool).
+type Beginner interface {
+	BeginWith(ctx context.Context, dest []any, sql string, args ...any) (pgx.Tx, error)
+}
+
+// BeginAppliedIn begins the attempt's transaction on db and runs
+// BeginApplied in it, the statement sent with the BEGIN in one round trip
+// when db is a Beginner. It returns the open transaction (nil with an
+// error); a failed BeginApplied rolls it back.
+func BeginAppliedIn(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}, a Attempt) (pgx.Tx, Begun, error) {
+	p, ok := db.(Beginner)
+	if !ok {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			return nil, Begun{}, fmt.Errorf("inbox: begin: %w", err)
+		}
+		b, err := BeginApplied(ctx, tx, a)
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, Begun{}, err
+		}
+		return tx, b, nil
+	}
+	var b Begun
+	var attempt, applied *int
+	var recorded bool
+	tx, err := p.BeginWith(ctx, []any{&attempt, &b.Claimed, &applied, &recorded}, appliedSQL, a.ConsumerID, a.EventID,
+		a.ConsumedAt, a.Topic, a.Subscription, a.MessageID, a.DeliveryAttempt)
+	if err != nil {
+		return nil, Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
+	}
+	b, err = begun(b, attempt, applied, recorded, a.EventID)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, Begun{}, err
+	}
+	return tx, b, nil
+}
+
+// begun completes what begin_applied.sql returned.
+func begun(b Begun, attempt, applied *int, recorded bool, eventID string) (Begun, error) {
+	if attempt != nil {
+		b.Attempt = *attempt
+	}
+	if b.Claimed && !recorded {
+		return Begun{}, fmt.Errorf("inbox: begin attempt %d at %s: %w", b.Attempt, eventID, ErrNumberTaken)
 	}
 	if !b.Claimed && applied != nil {
 		b.Applied = *applied
@@ -198,19 +272,31 @@ func (a *Attempt) args() []any {
 
 // Record writes an attempt through db (the attempt's transaction for a
 // success, or the pool for an attempt outside any: then AttemptNo 0 takes
-// the next number in the same statement). It returns the attempt's number,
-// or 0 when that attempt was recorded already.
+// the next number in the same statement) and queues it for the ledger. It
+// returns the attempt's number, or 0 when that attempt was recorded
+// already. A number 0 that a concurrent attempt took first is taken again,
+// in a statement with a fresh snapshot, up to recordTries times.
 func Record(ctx context.Context, db postgres.DBTX, a Attempt) (int, error) {
-	var n int
-	err := db.QueryRow(ctx, recordSQL, a.args()...).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
+	for range recordTries {
+		var n int
+		err := db.QueryRow(ctx, recordSQL, a.args()...).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if a.AttemptNo == 0 {
+				continue
+			}
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("inbox: record attempt: %w", err)
+		}
+		return n, nil
 	}
-	if err != nil {
-		return 0, fmt.Errorf("inbox: record attempt: %w", err)
-	}
-	return n, nil
+	return 0, fmt.Errorf("inbox: record attempt at %s: %w", a.EventID, ErrNumberTaken)
 }
+
+// recordTries bounds Record's tries at a number 0: each lost try means
+// another attempt at the same event recorded itself in between.
+const recordTries = 10
 
 // Failed releases the inbox claim of a failed attempt that claimed the
 // event with Claim and records it, in one statement (a claim another
@@ -222,10 +308,11 @@ func Failed(ctx context.Context, tx postgres.DBTX, a Attempt) error {
 	return nil
 }
 
-// Unshipped returns up to limit attempts the ledger does not have that
-// were made before before, oldest first (of consumer, or of every consumer
-// of the database when consumer is empty), locked in tx until it ends, so
-// that two shipping steps never ship the same attempts.
+// Unshipped returns up to limit attempts the ledger does not have (the
+// unshipped queue) that were made before before (of consumer, or of every
+// consumer of the database when consumer is empty), their queue rows
+// locked in tx until it ends, so that two shipping steps never ship the
+// same attempts.
 func Unshipped(ctx context.Context, tx postgres.DBTX, consumer string, before time.Time, limit int) ([]Attempt, error) {
 	rows, err := tx.Query(ctx, unshippedSQL, before, limit, consumer)
 	if err != nil {
@@ -245,7 +332,8 @@ func Unshipped(ctx context.Context, tx postgres.DBTX, consumer string, before ti
 	return out, rows.Err()
 }
 
-// Shipped marks attempts as held by the ledger, in one statement.
+// Shipped marks attempts as held by the ledger (they leave the unshipped
+// queue), in one statement.
 func Shipped(ctx context.Context, db postgres.DBTX, as []Attempt) error {
 	if len(as) == 0 {
 		return nil
@@ -260,26 +348,31 @@ func Shipped(ctx context.Context, db postgres.DBTX, as []Attempt) error {
 	return nil
 }
 
-// Purge deletes up to limit rows older than before from each of the inbox,
-// the attempt counters and the attempts the ledger has (keep them longer
-// than the subscription's message retention, so a redelivery still finds
-// its inbox row) and returns how many rows it deleted in all.
+// Purge deletes up to limit rows older than before from each of the inbox
+// and the attempts the ledger has (keep them longer than the
+// subscription's message retention, so a redelivery still finds its inbox
+// row) and returns how many rows it deleted in all.
 func Purge(ctx context.Context, db postgres.DBTX, before time.Time, limit int) (int, error) {
-	var a, b, c int
-	if err := db.QueryRow(ctx, purgeSQL, before, limit).Scan(&a, &b, &c); err != nil {
+	var a, b int
+	if err := db.QueryRow(ctx, purgeSQL, before, limit).Scan(&a, &b); err != nil {
 		return 0, fmt.Errorf("inbox: purge: %w", err)
 	}
-	return a + b + c, nil
+	return a + b, nil
 }
 
-// Next counts one more attempt of consumer at eventID, an event the
+// Next numbers one more attempt of consumer at eventID, an event the
 // consumer already holds (a parked event its handler applies in another
-// event's transaction), in tx, and returns the attempt's number. Record the
-// attempt with Settle in the same transaction.
+// event's transaction), in tx, and returns the attempt's number: it locks
+// the event's inbox row until tx ends, then reads the highest number used
+// (two statements, so the second sees what a transaction it waited on
+// committed). Record the attempt with Settle in the same transaction.
 func Next(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (int, error) {
+	if _, err := tx.Exec(ctx, lockSQL, consumer, eventID); err != nil {
+		return 0, fmt.Errorf("inbox: number attempt: %w", err)
+	}
 	var n int
 	if err := tx.QueryRow(ctx, nextSQL, consumer, eventID).Scan(&n); err != nil {
-		return 0, fmt.Errorf("inbox: count attempt: %w", err)
+		return 0, fmt.Errorf("inbox: number attempt: %w", err)
 	}
 	return n, nil
 }
@@ -289,9 +382,17 @@ func Next(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (int,
 // inbox row in line: success makes it name a (the attempt that applied the
 // event); a final failure (failed, poison, dead_lettered) deletes it, so a
 // replay or a re-push can apply the event; other outcomes leave it.
-// AttemptNo 0 takes the event's next number. It returns the attempt's
-// number, or 0 when that attempt was recorded already.
+// AttemptNo 0 takes the event's next number (Next). The attempt is queued
+// for the ledger with it. It returns the attempt's number, or 0 when that
+// attempt was recorded already.
 func Settle(ctx context.Context, tx postgres.DBTX, a Attempt) (int, error) {
+	if a.AttemptNo == 0 {
+		n, err := Next(ctx, tx, a.ConsumerID, a.EventID)
+		if err != nil {
+			return 0, err
+		}
+		a.AttemptNo = n
+	}
 	var n int
 	err := tx.QueryRow(ctx, settleSQL, a.args()...).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -333,17 +434,18 @@ type Claimed struct {
 
 // Claim claims eventID for consumer before a remote call, in a transaction
 // of its own that it commits (see the package documentation): the attempt
-// is counted and the row claimed for lease, or an expired claim taken over.
-// When the event is applied already or another attempt holds a live claim,
-// nothing is written and Claimed is false.
+// is numbered and the row claimed for lease, or an expired claim taken
+// over. When the event is applied already or another attempt holds a live
+// claim, nothing is written and Claimed is false.
 func Claim(ctx context.Context, db migrate.Beginner, consumer, eventID string, lease time.Duration) (Claimed, error) {
 	var c Claimed
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var abandoned *int
-		if err := tx.QueryRow(ctx, claimSQL, consumer, eventID, lease.Milliseconds()).Scan(&c.Attempt, &c.Claimed, &abandoned); err != nil {
+		var attempt, abandoned *int
+		if err := tx.QueryRow(ctx, claimSQL, consumer, eventID, lease.Milliseconds()).Scan(&attempt, &c.Claimed, &abandoned); err != nil {
 			return err
 		}
 		if c.Claimed {
+			c.Attempt = *attempt
 			if abandoned != nil {
 				c.Abandoned = *abandoned
 			}
@@ -358,7 +460,7 @@ func Claim(ctx context.Context, db migrate.Beginner, consumer, eventID string, l
 			c.LeaseUntil = lu.UTC()
 		}
 		c.Attempt = 0
-		return errNotClaimed // roll back: the count goes with it
+		return errNotClaimed // roll back (nothing was written)
 	})
 	if errors.Is(err, errNotClaimed) {
 		return c, nil

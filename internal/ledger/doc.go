@@ -83,7 +83,7 @@
 //     relay's healing step records the rest.
 //   - consume: nothing in Firestore. [Recorder.RecordAttempts] publishes
 //     rollup notices that carry every attempt of a batch ([FoldMessage]);
-//     the inbox's shipped_at says which attempts are shipped; POST
+//     the inbox's unshipped queue says which attempts are not; POST
 //     /ledger:ship ships the rest. The sends of the child events it
 //     kicks go to the rollup as sends notices too ([SendNotifier]), so a
 //     consumer's identity needs no grant on the ledger.

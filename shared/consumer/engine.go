@@ -315,24 +315,21 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 		log.WarnContext(ctx, "consume: the database is unavailable; redelivery requested", "step", what, "error", err.Error())
 		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: "database", Error: "the consumer's database is unavailable"}
 	}
-	tx, err := e.o.DB.Begin(ctx)
+	// The attempt is recorded as a success with the claim, in one
+	// statement sent with the transaction's BEGIN (one round trip); a
+	// parked event corrects it, a failure rolls it back.
+	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, Outcome: string(model.OutcomeSuccess),
+		ConsumedAt: now(), Topic: ev.Topic, Subscription: sub, MessageID: d.Message.ID,
+		DeliveryAttempt: d.Message.DeliveryAttempt}
+	tx, b, err := inbox.BeginAppliedIn(ctx, e.o.DB, a)
 	if err != nil {
-		return unavailable("begin", err)
+		return unavailable("inbox", err)
 	}
 	// The failure paths must finish even when ctx has ended (the handler's
 	// timeout): they record what happened.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer rcancel()
 	defer tx.Rollback(rctx) //nolint:errcheck // after Commit this is a no-op
-	// The attempt is recorded as a success with the claim, in one
-	// statement; a parked event corrects it, a failure rolls it back.
-	a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, Outcome: string(model.OutcomeSuccess),
-		ConsumedAt: now(), Topic: ev.Topic, Subscription: sub, MessageID: d.Message.ID,
-		DeliveryAttempt: d.Message.DeliveryAttempt}
-	b, err := inbox.BeginApplied(ctx, tx, a)
-	if err != nil {
-		return unavailable("inbox", err)
-	}
 	n := b.Attempt
 	if !b.Claimed {
 		log.InfoContext(ctx, "consume: duplicate; already applied", "applied_attempt", b.Applied)

@@ -1,26 +1,31 @@
 -- Begin an attempt that records itself: begin.sql, and in the same
--- statement the attempt's row with outcome success, for an attempt whose
--- handler runs in this transaction: a success commits it as it is (one
--- statement per delivery, not two), a parked event corrects it (outcome.sql),
--- a failure rolls it back with everything else. The attempt's number is
--- fresh (the counter's row is locked by this statement), so the insert
--- needs no conflict check.
+-- statement the attempt's row with outcome success and its place in the
+-- unshipped queue, for an attempt whose handler runs in this transaction: a
+-- success commits them as they are (one statement per delivery, not two), a
+-- parked event corrects the outcome (outcome.sql), a failure rolls them back
+-- with everything else. The number can be taken already only when a
+-- concurrent attempt that failed recorded itself under it while this
+-- statement waited on its inbox row: then nothing is recorded and the
+-- caller rolls back and asks for a redelivery.
 --
 -- $1 consumer, $2 event id, $3 consumed at, $4 topic, $5 subscription,
--- $6 message id, $7 delivery attempt. Returns what begin.sql returns.
-WITH counted AS (
-    INSERT INTO relaybus_inbox_attempts AS a (consumer_id, event_id, attempts) VALUES ($1, $2, 1)
-    ON CONFLICT (consumer_id, event_id) DO UPDATE SET attempts = a.attempts + 1, last_at = now()
-    RETURNING attempts
-), claimed AS (
+-- $6 message id, $7 delivery attempt. Returns what begin.sql returns, and
+-- whether the attempt was recorded.
+WITH claimed AS (
     INSERT INTO relaybus_inbox (consumer_id, event_id, attempt_no)
-    SELECT $1, $2, attempts FROM counted
+    SELECT $1, $2, coalesce((SELECT max(attempt_no) FROM relaybus_attempts WHERE consumer_id = $1 AND event_id = $2), 0) + 1
     ON CONFLICT (consumer_id, event_id) DO NOTHING
     RETURNING attempt_no
 ), recorded AS (
     INSERT INTO relaybus_attempts (consumer_id, event_id, attempt_no, outcome, consumed_at,
         topic, subscription, message_id, delivery_attempt)
     SELECT $1, $2, attempt_no, 'success', $3, $4, $5, $6, $7 FROM claimed
+    ON CONFLICT (consumer_id, event_id, attempt_no) DO NOTHING
+    RETURNING attempt_no
+), queued AS (
+    INSERT INTO relaybus_inbox_unshipped (consumer_id, event_id, attempt_no)
+    SELECT $1, $2, attempt_no FROM recorded
 )
-SELECT (SELECT attempts FROM counted), EXISTS (SELECT 1 FROM claimed),
-       (SELECT attempt_no FROM relaybus_inbox WHERE consumer_id = $1 AND event_id = $2)
+SELECT (SELECT attempt_no FROM claimed), EXISTS (SELECT 1 FROM claimed),
+       (SELECT attempt_no FROM relaybus_inbox WHERE consumer_id = $1 AND event_id = $2),
+       EXISTS (SELECT 1 FROM recorded)

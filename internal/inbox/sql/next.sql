@@ -1,10 +1,9 @@
--- Count one more attempt of the consumer at an event it already holds (a
--- parked event applied in another event's transaction), in that
--- transaction, and return the attempt's number. The counter's row is taken
--- before the inbox row is touched (settle.sql), the order every attempt
--- follows (begin.sql, claim.sql), so these never deadlock.
+-- The next attempt number of the consumer at an event it already holds (a
+-- parked event applied in another event's transaction): the next after the
+-- highest it has used (the inbox row's, the recorded attempts'). Run after
+-- lock.sql in the same transaction, so that it reads what a concurrent
+-- transaction settling the same event committed while this one waited.
 --
 -- $1 consumer, $2 event id.
-INSERT INTO relaybus_inbox_attempts AS a (consumer_id, event_id, attempts) VALUES ($1, $2, 1)
-ON CONFLICT (consumer_id, event_id) DO UPDATE SET attempts = a.attempts + 1, last_at = now()
-RETURNING attempts
+SELECT greatest((SELECT max(attempt_no) FROM relaybus_attempts WHERE consumer_id = $1 AND event_id = $2),
+                (SELECT attempt_no FROM relaybus_inbox WHERE consumer_id = $1 AND event_id = $2), 0) + 1

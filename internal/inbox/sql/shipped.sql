@@ -1,5 +1,5 @@
--- The ledger has these attempts. $1 consumers, $2 event ids, $3 numbers.
-UPDATE relaybus_attempts a SET shipped_at = now()
-FROM unnest($1::text[], $2::text[], $3::integer[]) AS m(consumer_id, event_id, attempt_no)
-WHERE a.consumer_id = m.consumer_id AND a.event_id = m.event_id AND a.attempt_no = m.attempt_no
-  AND a.shipped_at IS NULL
+-- The ledger has these attempts: they leave the unshipped queue.
+-- $1 consumers, $2 event ids, $3 numbers.
+DELETE FROM relaybus_inbox_unshipped q
+USING unnest($1::text[], $2::text[], $3::integer[]) AS m(consumer_id, event_id, attempt_no)
+WHERE q.consumer_id = m.consumer_id AND q.event_id = m.event_id AND q.attempt_no = m.attempt_no

@@ -1,6 +1,7 @@
 -- Purge: delete up to $2 outbox rows committed before $1 that are
 -- published, recorded by the ledger when $3, and wanted by no pending
--- re-push, oldest first.
+-- re-push, in the order the outbox's BRIN index finds them (block ranges
+-- in physical order, which is about the order of insertion).
 DELETE FROM relaybus_outbox WHERE id IN (
     SELECT o.id
     FROM relaybus_outbox o
@@ -9,6 +10,5 @@ DELETE FROM relaybus_outbox WHERE id IN (
       AND o.version <= d.published_version
       AND (NOT $3 OR o.version <= d.ledger_version)
       AND NOT EXISTS (SELECT 1 FROM relaybus_outbox_repush q WHERE q.event_id = o.id AND q.failed_at IS NULL)
-    ORDER BY o.created_at
     LIMIT $2
 )
