@@ -69,7 +69,7 @@ func consumeBench(b *testing.B, throughputOnly bool) float64 {
 		b.Fatal(err)
 	}
 	defer ps.Close()
-	if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
+	if err := ps.Provision(ctx, top); err != nil {
 		b.Fatal(err)
 	}
 	const poolSize = 32

@@ -58,7 +58,7 @@ func TestKilledBetweenCommitAndLedgerWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if err := brokerpubsub.Provision(ctx, ps, top, brokerpubsub.ProvisionOptions{}); err != nil {
+	if err := ps.Provision(ctx, top); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})

@@ -42,7 +42,7 @@ func consumePullBench(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ps.Close()
-	if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
+	if err := ps.Provision(ctx, top); err != nil {
 		b.Fatal(err)
 	}
 	const n, aggregates, poolSize, inFlight = 20000, 2000, 32, 16

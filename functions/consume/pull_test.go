@@ -34,7 +34,7 @@ func TestPullModeOnNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if err := nats.Provision(ctx, nc, top); err != nil {
+	if err := nc.Provision(ctx, top); err != nil {
 		t.Fatal(err)
 	}
 	const topic, sub = "member.points.events", "member.points.events.audit-service-recorder"

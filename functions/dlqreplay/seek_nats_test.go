@@ -35,7 +35,7 @@ func TestSeekOnNATS(t *testing.T) {
 	}
 	defer nc.Close()
 	top, _ := topology.Load("")
-	if err := nats.Provision(ctx, nc, top); err != nil {
+	if err := nc.Provision(ctx, top); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)}, ledger.Options{})

@@ -91,7 +91,7 @@ func publishLoad(b *testing.B, primary bool, env map[string]string) loadResult {
 		b.Fatal(err)
 	}
 	defer ps.Close()
-	if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
+	if err := ps.Provision(ctx, top); err != nil {
 		b.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})

@@ -40,7 +40,7 @@ func TestServeFromEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if err := pubsub.Provision(context.Background(), ps, top, pubsub.ProvisionOptions{}); err != nil {
+	if err := ps.Provision(context.Background(), top); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("GOOGLE_CLOUD_PROJECT", project)
@@ -78,7 +78,7 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ps.Close()
-	if err := pubsub.Provision(ctx, ps, top, pubsub.ProvisionOptions{}); err != nil {
+	if err := ps.Provision(ctx, top); err != nil {
 		t.Fatal(err)
 	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: project}, ledger.Options{})

@@ -55,7 +55,7 @@ func (d *standIn) route(base string, top *topology.Topology, consumers []mounted
 		Mode: topology.DeliveryPush, MaxInFlight: rollupMaxInFlight})
 	if d.loop == nil {
 		// The bridges' backoff: the Pub/Sub subscriptions' retry policies
-		// (pubsub.Provision), scaled as the loop scales them.
+		// (pubsub.Client.Provision), scaled as the loop scales them.
 		scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) * backoffScale) }
 		for i := range routes {
 			routes[i].MinBackoff, routes[i].MaxBackoff = scaled(NoPolicyBackoff), scaled(NoPolicyBackoff)

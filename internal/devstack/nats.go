@@ -20,7 +20,7 @@ import (
 
 // On TRANSPORT=nats the stack runs on NATS JetStream instead of Pub/Sub:
 // an embedded server (nats-server/v2) unless NATS_URL names a running one,
-// the topology's streams and durable consumers (nats.Provision), every
+// the topology's streams and durable consumers (nats.Client.Provision), every
 // consumer built by consume.Build in pull mode (CONSUMER_MODE=pull, the
 // way a consumer reads NATS in production: JetStream has no HTTP push),
 // and, for the rollup and the DLQ monitors, whose functions take pushes,

@@ -41,7 +41,7 @@ func New(t testing.TB, reactors ...pstest.ServerReactorOption) *Fake {
 // (without dead-letter policies: pstest's dead-lettering is broken).
 func (f *Fake) Provision(t testing.TB, top *topology.Topology) {
 	t.Helper()
-	if err := pubsub.Provision(context.Background(), f.Client, top, pubsub.ProvisionOptions{}); err != nil {
+	if err := f.Client.Provision(context.Background(), top); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,20 +9,15 @@ import (
 	"github.com/relaybus/relaybus/shared/broker"
 )
 
-// Provision is the broker contract's provisioning (broker.Provisioner):
-// Provision(ctx, c, t).
-func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
-	return Provision(ctx, c, t)
-}
-
-// Provision creates on the server what pubsub.Provision creates on
+// Provision is the broker contract's provisioning (broker.Provisioner): it
+// creates on the server what the Pub/Sub driver's Provision creates on
 // Pub/Sub for a topology: a stream per topic (its retention as MaxAge) and
 // per <topic>.dlq, a durable pull consumer per consumer subscription (its
 // ack deadline as AckWait), per <topic>.dlq-monitor and for the rollup.
 // Retry policies and dead-lettering are the pull worker's; replay filters
 // are the engine's (a message addressed to another consumer is ignored).
 // It is idempotent.
-func Provision(ctx context.Context, c *Client, t *topology.Topology) error {
+func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
 	secs := func(s int) time.Duration { return time.Duration(s) * time.Second }
 	if err := c.EnsureTopic(ctx, t.Rollup.Topic, 0); err != nil {
 		return err

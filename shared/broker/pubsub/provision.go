@@ -15,7 +15,7 @@ import (
 	"github.com/relaybus/relaybus/shared/broker"
 )
 
-// ProvisionOptions configure Provision.
+// ProvisionOptions configure Client.Provision (Options.Provision).
 type ProvisionOptions struct {
 	// DeadLetterPolicy sets Pub/Sub's dead-letter policy on consumer
 	// subscriptions. Leave it off for pstest, whose dead-lettering is broken;
@@ -23,14 +23,9 @@ type ProvisionOptions struct {
 	DeadLetterPolicy bool
 }
 
-// Provision is the broker contract's provisioning (broker.Provisioner):
-// Provision(ctx, c, t, the client's Options.Provision).
-func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
-	return Provision(ctx, c, t, c.provision)
-}
-
-// Provision creates, in the client's project, what Terraform creates in
-// production for a topology: every topic with its retention, its <topic>.dlq
+// Provision is the broker contract's provisioning (broker.Provisioner),
+// with the client's Options.Provision. It creates, in the client's
+// project, what Terraform creates in production for a topology: every topic with its retention, its <topic>.dlq
 // with a <topic>.dlq-monitor subscription, one ordered subscription per
 // consumer (ack deadline, retry policy, replay filter, retained acked
 // messages for seeks, and optionally the dead-letter policy), and the rollup
@@ -38,7 +33,8 @@ func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
 //
 // Subscriptions here are pull subscriptions; in the local stack a delivery
 // loop pulls them and posts to the functions the way push and Eventarc would.
-func Provision(ctx context.Context, c *Client, t *topology.Topology, opts ProvisionOptions) error {
+func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
+	opts := c.provision
 	project := c.Project()
 	topicPath := func(id string) string { return "projects/" + project + "/topics/" + id }
 	subPath := func(id string) string { return "projects/" + project + "/subscriptions/" + id }

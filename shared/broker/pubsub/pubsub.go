@@ -49,8 +49,8 @@ type Options struct {
 	Settings *pubsub.PublishSettings
 	// ClientOptions are passed to pubsub.NewClient (credentials, endpoint).
 	ClientOptions []option.ClientOption
-	// Provision is what the Provision method passes to Provision: no
-	// dead-letter policy by default.
+	// Provision configures the Provision method: no dead-letter policy by
+	// default.
 	Provision ProvisionOptions
 }
 

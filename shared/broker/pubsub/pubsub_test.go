@@ -83,8 +83,9 @@ func TestProvisionIsIdempotentAndFollowsTheTopology(t *testing.T) {
 	ctx := context.Background()
 	fake := pubsubtest.New(t)
 	top, _ := topology.Load("")
+	c := pubsub.Wrap(fake.Client.PubSub(), pubsub.Options{Provision: pubsub.ProvisionOptions{DeadLetterPolicy: true}})
 	for i := 0; i < 2; i++ {
-		if err := pubsub.Provision(ctx, fake.Client, top, pubsub.ProvisionOptions{DeadLetterPolicy: true}); err != nil {
+		if err := c.Provision(ctx, top); err != nil {
 			t.Fatal(err)
 		}
 	}
