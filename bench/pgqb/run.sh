@@ -38,6 +38,7 @@ if ((${#missing[@]})); then
 	$SUDO apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+PY=/usr/bin/python3 # Debian's, whose packages these are (not a pyenv or venv one first on PATH)
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 [ -x "$PGBIN/initdb" ] || die "no PostgreSQL server binaries under /usr/lib/postgresql (apt-get install postgresql)"
 
@@ -76,7 +77,7 @@ PGPASSWORD=bench "$PGBIN/psql" -q -h localhost -p $PORT -U bench -d postgres -v 
 
 # 4. One run: River, then relaybus, on that cluster.
 cd "$WORK/harness"
-BENCH_NO_DOCKER=1 RELAYBUS_SRC=$ROOT python3 bench.py run --systems river,relaybus \
+BENCH_NO_DOCKER=1 RELAYBUS_SRC=$ROOT $PY bench.py run --systems river,relaybus \
 	--producer-mode fixed --producer-rate "$RATE" --worker-count "$WORKERS" --replicas 1 \
 	--phase "warmup=warmup:$WARMUP" --phase "clean=clean:$CLEAN" >"$WORK/harness.log" 2>&1 ||
 	{ tail -40 "$WORK/harness.log" >&2; die "the harness failed; its log: $WORK/harness.log"; }
@@ -85,7 +86,7 @@ BENCH_NO_DOCKER=1 RELAYBUS_SRC=$ROOT python3 bench.py run --systems river,relayb
 summary=$(ls -td results/*/ | head -1)summary.json
 [ -f "$summary" ] || die "no summary.json under $WORK/harness/results"
 echo "# harness $COMMIT, $RATE jobs/s offered, $WORKERS workers, phases warmup:$WARMUP clean:$CLEAN; medians of the clean phase's 5 s samples; $summary"
-python3 - "$summary" <<'EOF'
+$PY - "$summary" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
 for system in ("relaybus", "river"):

@@ -329,7 +329,7 @@ type producer struct {
 }
 
 // fromTokens enqueues n events for every "ENQUEUE <n>" line on r, until ctx
-// ends or r does.
+// ends or r does, at most batchMax in one transaction.
 func (p *producer) fromTokens(ctx context.Context, r io.Reader, batchMax int) {
 	lines := make(chan int, 1024)
 	go func() {
@@ -356,6 +356,18 @@ func (p *producer) fromTokens(ctx context.Context, r io.Reader, batchMax int) {
 		case n, ok := <-lines:
 			if !ok {
 				return
+			}
+			// Tokens that arrived while the last transaction ran join
+			// this one, so a slow commit delays the offered load, never
+			// drops it (as the harness's own pacer carries its credit).
+			for more := true; more && n < batchMax; {
+				select {
+				case k, ok := <-lines:
+					n += k
+					more = ok
+				default:
+					more = false
+				}
 			}
 			for n > 0 && ctx.Err() == nil {
 				k := min(n, batchMax)
