@@ -2,7 +2,7 @@
 GO ?= go
 TESTENV = $(GO) run ./internal/cmd/testenv --
 
-.PHONY: dev demo load test test-short bench bench-compare fuzz lint golangci-lint fmt build screenshots tf-fmt terraform
+.PHONY: dev demo load test test-short bench bench-compare bench-harness fuzz lint golangci-lint fmt build screenshots tf-fmt terraform
 
 ## dev: run the whole stack on this machine until Ctrl-C (DEV_FLAGS: the
 ## command's flags, e.g. DEV_FLAGS="-addr 127.0.0.1:9090 -state /tmp/s").
@@ -70,6 +70,14 @@ BENCHES ?= './shared/relay=^BenchmarkDrain$$' './functions/consume=^BenchmarkCon
 bench-compare:
 	@test -n "$(BASE)" || { echo "make bench-compare: name the base commit: make bench-compare BASE=<commit>"; exit 2; }
 	$(GO) run ./internal/cmd/testenv -durable -- $(GO) run ./internal/cmd/benchcompare -base $(BASE) -rounds $(ROUNDS) $(BENCHES)
+
+## bench-harness: relaybus (bench/pgqb/relaybus) and River in the public
+## Postgres-queue harness, 200 jobs/s offered to 16 workers, on one throwaway
+## cluster; installs Debian's Python packages it needs and prints
+## BENCH harness_claim_p99_ms_<system> and harness_jobs_per_s_<system>.
+## The harness's git directory must be fetched first (PGQB_GIT; see bench/pgqb/run.sh).
+bench-harness:
+	bash bench/pgqb/run.sh
 
 ## fuzz: every fuzz target in the tree (found in the source, not listed
 ## here) for FUZZTIME each; the corpus is in each package's testdata/fuzz.
