@@ -17,9 +17,9 @@ import (
 	"github.com/relaybus/relaybus/functions/publish"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // testTopology has a consumed topic and one whose only consumer is

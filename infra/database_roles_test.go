@@ -11,7 +11,7 @@ import (
 	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/pgroles"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // TestEachServiceConnectsAsItsOwnRole: on Cloud SQL every service reads

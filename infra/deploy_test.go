@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/zclconf/go-cty/cty"
 
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // dependsOn lists the references in a resource's depends_on.
@@ -539,7 +539,7 @@ func TestEventarcSubscriptionMap(t *testing.T) {
 
 // TestTopologyNamingRulesAgreeWithGo: Terraform's plan-time naming check
 // (local.naming_errors, terraform_data.topology's precondition) refuses
-// exactly what internal/topology refuses, for names on either side of each
+// exactly what shared/topology refuses, for names on either side of each
 // rule.
 func TestTopologyNamingRulesAgreeWithGo(t *testing.T) {
 	c := loadTerraform(t, terraformDir(t))
@@ -597,10 +597,10 @@ func TestTopologyNamingRulesAgreeWithGo(t *testing.T) {
 			ev := c.newEvaluator(t, map[string]cty.Value{"topology_file": cty.StringVal(path)})
 			tfErrs := jsonValue(t, ev.local("naming_errors")).([]any)
 			if (goErr != nil) != (len(tfErrs) > 0) {
-				t.Errorf("internal/topology: %v; Terraform: %v", goErr, tfErrs)
+				t.Errorf("shared/topology: %v; Terraform: %v", goErr, tfErrs)
 			}
 			if n.valid != (goErr == nil) {
-				t.Errorf("case %q (valid: %v): internal/topology says %v", name, n.valid, goErr)
+				t.Errorf("case %q (valid: %v): shared/topology says %v", name, n.valid, goErr)
 			}
 		})
 	}

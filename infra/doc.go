@@ -18,7 +18,7 @@
 //     holds Cloud SQL Client, and the pools fit max_connections; the service
 //     agents exist and every wait for propagation stands before what needs
 //     it; every alert's aligner suits its metric's kind; the ledger's TTL
-//     policies; the naming rules refuse what internal/topology refuses; nothing
+//     policies; the naming rules refuse what shared/topology refuses; nothing
 //     is public; every service account has exactly the roles documented in
 //     infra/terraform/README.md; Cloud Run env matches each function's Config;
 //   - cloudbuild.yaml's step graph and test image, the build account's roles,

@@ -10,7 +10,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/relaybus/relaybus/internal/schema"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // schemaTopology declares a protobuf topic with three versions (v10 sorts

@@ -18,7 +18,7 @@ import (
 	"github.com/relaybus/relaybus/functions/publish"
 	relayfn "github.com/relaybus/relaybus/functions/relay"
 	"github.com/relaybus/relaybus/functions/rollup"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // envNames are the environment variables each function reads: the env

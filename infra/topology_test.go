@@ -10,8 +10,8 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // topologyCases are topologies beyond the repository's own: defaults

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/oauth2/google"
 
 	"github.com/relaybus/relaybus/internal/deploycheck"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // multi is a repeatable string flag.

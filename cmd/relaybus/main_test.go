@@ -26,9 +26,9 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/relaybus/relaybus/internal/schema"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func init() {

@@ -22,8 +22,8 @@ import (
 	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // BenchmarkConsume pushes wrapped push deliveries over real HTTP into the

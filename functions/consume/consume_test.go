@@ -25,10 +25,10 @@ import (
 	"github.com/relaybus/relaybus/internal/fnproc"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func TestMain(m *testing.M) {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/relaybus/relaybus/examples/shop"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // A consumer may emit child events only to the topics its topology entry

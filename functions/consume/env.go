@@ -20,11 +20,11 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/pull"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // The engines' interfaces, met by the ledger's notifying types (consume

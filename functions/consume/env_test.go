@@ -23,12 +23,12 @@ import (
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
 	brokerpubsub "github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/forward"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // The registered function builds itself from the environment (migrations

@@ -11,7 +11,7 @@ import (
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/pgroles"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // TableOwner is a Migrator that names the tables its handler reads and

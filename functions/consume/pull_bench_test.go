@@ -11,9 +11,9 @@ import (
 	"github.com/relaybus/relaybus/internal/fnproc"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // BenchmarkConsumePull is BenchmarkConsume's throughput in pull mode

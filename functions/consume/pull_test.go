@@ -11,10 +11,10 @@ import (
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
 	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // CONSUMER_MODE=pull on TRANSPORT=nats: consume, built by its one Build,

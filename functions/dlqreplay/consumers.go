@@ -13,7 +13,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // consumerRegistry serves the topic_consumers registry: the consumers

@@ -3,8 +3,8 @@ package dlqreplay
 import (
 	"log/slog"
 
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // deliveryControl serves what changes how messages reach a consumer, each

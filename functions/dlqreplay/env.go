@@ -17,8 +17,8 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/postgres"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Config is the dlqreplay function's configuration.

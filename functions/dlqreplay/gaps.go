@@ -12,9 +12,9 @@ import (
 
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/postgres"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // A strict consumer's gaps are listed and released here, in the consumer's

@@ -24,9 +24,9 @@ import (
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/telemetry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // MaxBatchReplay is how many letters one bulk replay republishes; the

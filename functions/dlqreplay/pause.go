@@ -7,8 +7,8 @@ import (
 	"net/http"
 
 	"github.com/relaybus/relaybus/internal/ledger/audit"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Pausing a consumer detaches its push subscription's endpoint. Pub/Sub:

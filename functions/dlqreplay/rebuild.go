@@ -12,9 +12,9 @@ import (
 
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Rebuilding a consumer's projection (a backfill by Seek, as

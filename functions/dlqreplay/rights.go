@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Roles (topology.Role*), each including the ones before it: a viewer

@@ -17,9 +17,9 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
 	"github.com/relaybus/relaybus/shared/broker/nats"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // On NATS JetStream, POST /subscriptions/{name}:seek {"time"} rewinds the

@@ -10,7 +10,7 @@ import (
 	"github.com/relaybus/relaybus/functions/publish"
 	"github.com/relaybus/relaybus/internal/idtokentest"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func registryOf(top *topology.Topology) registry.Registry { return registry.FromTopology(top) }

@@ -20,9 +20,9 @@ import (
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/schema"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // The relay's and the registry's interfaces, met by the ledger's store and

@@ -21,8 +21,8 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // The registered function builds itself from the environment: outbox,

@@ -28,11 +28,11 @@ import (
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/schema"
 	"github.com/relaybus/relaybus/internal/telemetry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // DB is what the handler needs of Postgres (a *pgxpool.Pool): the outbox

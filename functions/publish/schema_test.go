@@ -7,7 +7,7 @@ import (
 
 	"github.com/relaybus/relaybus/functions/publish"
 	"github.com/relaybus/relaybus/internal/schema"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // withOrderSchema gives shop.order.events a JSON Schema for v1: orderId a

@@ -23,11 +23,11 @@ import (
 	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -30,11 +30,11 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // timedRecorder is consume's ledger recorder, noting when each event's

@@ -176,7 +176,7 @@ locals {
   )
 
   # Which databases each Cloud Run service opens, as its environment
-  # variable => database name (contract: internal/topology Database.EnvVar);
+  # variable => database name (contract: shared/topology Database.EnvVar);
   # the secret of each is local.role_secret_ids["<database>/<function>"].
   # publish: main; the relay and dlqreplay: every database; each consume
   # service: its consumer's database, as DATABASE_URL.

@@ -85,7 +85,7 @@ resource "google_project_service_identity" "eventarc" {
 }
 
 # The topology's names, checked before anything is created (the rules are in
-# topology.tf, local.naming_errors; internal/names and internal/topology apply the
+# topology.tf, local.naming_errors; internal/names and shared/topology apply the
 # same rules to the local stack). Everything derived from the topology
 # depends on this resource.
 resource "terraform_data" "topology" {

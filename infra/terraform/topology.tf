@@ -1,5 +1,5 @@
 # The topology: infra/topology.yaml, read with yamldecode and given the same
-# defaults internal/topology.Load applies, so Terraform, the local stack and the
+# defaults shared/topology.Load applies, so Terraform, the local stack and the
 # ledger's topic_consumers seeding see the same topics and consumers.
 # infra/infra_test.go evaluates these locals and checks them against
 # topology.Load (subscriptions, filters, delivery settings, dead-letter topics).
@@ -12,8 +12,8 @@ locals {
   topology      = yamldecode(file(local.topology_path))
   topology_hash = sha1(file(local.topology_path))
 
-  # internal/topology's built-in defaults (the company's Pub/Sub conventions); the
-  # file's `defaults` section overrides them. As in internal/topology, 0 and ""
+  # shared/topology's built-in defaults (the company's Pub/Sub conventions); the
+  # file's `defaults` section overrides them. As in shared/topology, 0 and ""
   # mean "not set".
   builtin_defaults = {
     ack_deadline_seconds      = 60
@@ -185,7 +185,7 @@ locals {
     })
   }
 
-  # The naming rules of internal/names and internal/topology, checked again here
+  # The naming rules of internal/names and shared/topology, checked again here
   # so that a topology edited without running the Go tests is refused at plan
   # time (terraform_data.topology's precondition, main.tf) with the rule,
   # before anything is created:

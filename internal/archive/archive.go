@@ -41,8 +41,8 @@ import (
 
 	"github.com/relaybus/relaybus/internal/deadletter"
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Letter is one archived dead letter.

@@ -16,8 +16,8 @@ import (
 	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/deadletter"
 	"github.com/relaybus/relaybus/internal/emutest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func TestMain(m *testing.M) {

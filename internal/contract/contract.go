@@ -12,8 +12,8 @@ import (
 
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/schema"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Contract checks events against a topology's schemas and consumers. It

@@ -16,9 +16,9 @@ import (
 	"github.com/relaybus/relaybus/internal/contract"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/schema"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/internal/deploycheck"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func repo(t *testing.T) (string, *topology.Topology) {

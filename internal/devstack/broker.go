@@ -11,9 +11,9 @@ import (
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
 	"github.com/relaybus/relaybus/internal/pstestserver"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // localBroker is a transport as the local stack runs it: a server of its

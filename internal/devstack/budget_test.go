@@ -17,7 +17,7 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/race"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func TestPoolSharesFitTheBudget(t *testing.T) {

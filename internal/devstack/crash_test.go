@@ -24,8 +24,8 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pstestserver"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // The stack survives a crash under load. It runs as make dev does, as a

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // standIn stands in for push and Eventarc: on a broker with push

@@ -3,7 +3,7 @@ package devstack
 import (
 	"testing"
 
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func TestFilterMatchesAsPubSubDoes(t *testing.T) {

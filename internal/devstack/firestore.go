@@ -13,7 +13,7 @@ import (
 	ledgerconsumers "github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/ledger/model"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // firestoreServer is the Firestore the ledger lives in:

@@ -12,8 +12,8 @@ import (
 	relayfn "github.com/relaybus/relaybus/functions/relay"
 	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/internal/instance"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // functionsInput is what the functions step builds the five functions

@@ -28,8 +28,8 @@ import (
 
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/percentile"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // LoadTopic is the topic the load generator publishes to: the demo's

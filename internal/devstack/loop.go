@@ -20,9 +20,9 @@ import (
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/retry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Route is one subscription the delivery loop serves: where it POSTs and

@@ -16,8 +16,8 @@ import (
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
 	"github.com/relaybus/relaybus/internal/delivery"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // BenchmarkLoopThroughput measures how fast the delivery loop drains one

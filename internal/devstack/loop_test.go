@@ -22,9 +22,9 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Every loop test runs against both Pub/Sub servers the local stack uses:

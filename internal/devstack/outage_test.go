@@ -17,7 +17,7 @@ import (
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Firestore stops answering for 30 s (the emulator's processes are

@@ -17,7 +17,7 @@ import (
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/pgcluster"
 	"github.com/relaybus/relaybus/internal/pgpool"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // postgresServer is the Postgres the stack runs on: DATABASE_URL's, or a

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // job is one of the local scheduler's jobs.

@@ -46,9 +46,9 @@ import (
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgcluster"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
+	"github.com/relaybus/relaybus/shared/topology"
 
 	_ "github.com/relaybus/relaybus/examples/shop" // the demo topology's handlers
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/sethvargo/go-envconfig"
 
 	"github.com/relaybus/relaybus/internal/otelsetup"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // This file is the configuration loader: the one place relaybus reads its

@@ -18,12 +18,12 @@ import (
 	"github.com/relaybus/relaybus/internal/otelsetup"
 	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // A variable's default is written in its env tag; where the engine or a

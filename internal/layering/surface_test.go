@@ -29,14 +29,11 @@ var api = []string{"./shared/...", "./client/...", "./relaybustest/...", "./func
 // surface no longer names.
 var exposed = map[string][]string{
 	"functions/consume": {"internal/instance.Database", "internal/instance.Env", "internal/instance.PubSub", "internal/instance.Recording",
-		"internal/migrate.Line", "internal/topology.Consumer"},
-	"shared/broker":        {"internal/topology.Topology"},
-	"shared/broker/nats":   {"internal/topology.Topology"},
-	"shared/broker/pubsub": {"internal/topology.Topology"},
-	"shared/consumer":      {"internal/delivery.Delivery", "internal/inbox.Attempt", "internal/ledger/model.Attempt", "internal/ledger/model.Outcome"},
-	"shared/outbox":        {"internal/migrate.Line"},
-	"shared/projection":    {"internal/migrate.Line"},
-	"shared/relay":         {"internal/ledger/model.Sent", "internal/telemetry.OutboxBacklog", "internal/topology.Topology"},
+		"internal/migrate.Line"},
+	"shared/consumer":   {"internal/delivery.Delivery", "internal/inbox.Attempt", "internal/ledger/model.Attempt", "internal/ledger/model.Outcome"},
+	"shared/outbox":     {"internal/migrate.Line"},
+	"shared/projection": {"internal/migrate.Line"},
+	"shared/relay":      {"internal/ledger/model.Sent", "internal/telemetry.OutboxBacklog"},
 }
 
 // The public API's exported names (functions, types, their exported

@@ -14,7 +14,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/model"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Each topic's level decides what its events cost and keep, counted at

@@ -8,7 +8,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/ledger/model"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // TestConsumeRecordsThroughTheRollupOnly: consume's Recorder has no

@@ -13,9 +13,9 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/query"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // notices receives the rollup notices consume publishes, as the rollup

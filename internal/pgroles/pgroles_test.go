@@ -24,12 +24,12 @@ import (
 	"github.com/relaybus/relaybus/internal/pgpool"
 	"github.com/relaybus/relaybus/internal/pgroles"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // lines are the migrations the deploy's migrate step applies to every

@@ -8,8 +8,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/pstest"
 
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Project is the project id the fake serves.

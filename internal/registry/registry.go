@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Consumer is one consumer registered for a topic (a topic_consumers entry).

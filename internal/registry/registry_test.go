@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 type counting struct {

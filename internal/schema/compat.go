@@ -10,7 +10,7 @@ import (
 	"github.com/hamba/avro/v2"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Change kinds Compare reports: the changes relaybus forbids within a

@@ -28,8 +28,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Error reports a payload (or its schemaVersion or payloadType) that breaks

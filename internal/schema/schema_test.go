@@ -8,8 +8,8 @@ import (
 	"github.com/hamba/avro/v2"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // mustSchema compiles one schema as Load would.

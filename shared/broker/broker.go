@@ -23,8 +23,8 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Broker is what every driver does: what publish, relay and consume need.

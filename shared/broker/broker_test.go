@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // plain is a broker with no capability.

@@ -22,9 +22,9 @@ import (
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/telemetry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // DB is what the engine needs of Postgres (a *pgxpool.Pool).

@@ -28,9 +28,9 @@ import (
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/telemetry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 //go:embed migrations/*.sql

@@ -6,10 +6,10 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/internal/benchcheck"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
 	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // benchNATS starts an embedded JetStream server (file storage, in this

@@ -26,11 +26,11 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // benchPubSub connects to the Pub/Sub the benchmarks publish to: the gcloud

@@ -59,9 +59,9 @@ import (
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/retry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Defaults of Options, and of the RELAY_* and OUTBOX_RETENTION variables

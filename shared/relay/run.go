@@ -12,9 +12,9 @@ import (
 
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/telemetry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // publishers is how many runs of one claim are published at once.

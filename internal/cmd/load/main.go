@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/devstack"
-	"github.com/relaybus/relaybus/internal/topology"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func main() {

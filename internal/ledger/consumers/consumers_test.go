@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/relaybus/relaybus/internal/registry"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 func TestSyncConsumersFromTopology(t *testing.T) {

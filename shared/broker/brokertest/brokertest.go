@@ -28,9 +28,9 @@ import (
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/pull"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Capabilities say what a backend does that not all do.

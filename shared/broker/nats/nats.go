@@ -47,9 +47,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Client is a broker (shared/broker) that can also seek to a time.

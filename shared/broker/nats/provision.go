@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // Provision is the broker contract's provisioning (broker.Provisioner): it

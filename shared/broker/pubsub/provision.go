@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // ProvisionOptions configure Client.Provision (Options.Provision).

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/internal/topology"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // failKey fails every publish request that carries a given ordering key.
