@@ -18,6 +18,7 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/relaybus/relaybus/internal/cloudevent"
+	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -235,34 +236,13 @@ func mediaType(h http.Header) string {
 // traceContext is a parsed W3C traceparent.
 type traceContext struct{ traceID, spanID string }
 
-// parseTraceparent reads a W3C traceparent ("00-<32 hex>-<16 hex>-<2 hex>").
-// An invalid or all-zero value is ignored, as the W3C spec asks.
+// parseTraceparent reads a W3C traceparent ("00-<32 hex>-<16 hex>-<2 hex>",
+// around spaces) with internal/traceparent's rules. An invalid or all-zero
+// value is ignored, as the W3C spec asks.
 func parseTraceparent(s string) (traceContext, bool) {
-	s = strings.TrimSpace(s)
-	parts := strings.Split(s, "-")
-	if len(parts) < 4 || len(parts[0]) != 2 || parts[0] == "ff" || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
+	sc, ok := traceparent.Parse(strings.TrimSpace(s))
+	if !ok {
 		return traceContext{}, false
 	}
-	if parts[0] == "00" && len(parts) != 4 {
-		return traceContext{}, false
-	}
-	for _, p := range parts[:4] {
-		if !lowerHex(p) {
-			return traceContext{}, false
-		}
-	}
-	if strings.Trim(parts[1], "0") == "" || strings.Trim(parts[2], "0") == "" {
-		return traceContext{}, false
-	}
-	return traceContext{traceID: parts[1], spanID: parts[2]}, true
-}
-
-func lowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) {
-			return false
-		}
-	}
-	return true
+	return traceContext{traceID: sc.TraceID().String(), spanID: sc.SpanID().String()}, true
 }
