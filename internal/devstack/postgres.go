@@ -2,7 +2,6 @@ package devstack
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/functions/consume"
@@ -153,34 +151,19 @@ func databaseBeside(ctx context.Context, mainURL string, db topology.Database) (
 		return "", err
 	}
 	name := cfg.Database + "_" + strings.ReplaceAll(db.Name, "-", "_")
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-		return "", err
-	}
-	if !exists {
-		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-			var pg *pgconn.PgError
-			if !errors.As(err, &pg) || pg.Code != "42P04" { // created meanwhile
-				return "", fmt.Errorf("create database %s (or set %s): %w", name, db.EnvVar(), err)
-			}
-		}
-	}
-	u, err := url.Parse(mainURL)
-	if err != nil || u.Scheme == "" {
+	if u, err := url.Parse(mainURL); err != nil || u.Scheme == "" {
 		return "", fmt.Errorf("DATABASE_URL must be a postgres:// URL to derive %s from it (or set %s)", name, db.EnvVar())
 	}
-	u.Path = "/" + name
+	beside, err := pgcluster.CreateDatabase(ctx, mainURL, name)
+	if err != nil {
+		return "", fmt.Errorf("%w (or set %s)", err, db.EnvVar())
+	}
 	// The main URL's search_path (a schema of its own, as the tests use) is
 	// made in the new database too.
 	if schema := cfg.RuntimeParams["search_path"]; schema != "" {
-		c2, err := pgx.Connect(ctx, u.String())
+		c2, err := pgx.Connect(ctx, beside)
 		if err != nil {
-			cfg2, _ := pgx.ParseConfig(u.String())
+			cfg2, _ := pgx.ParseConfig(beside)
 			delete(cfg2.RuntimeParams, "search_path")
 			if c2, err = pgx.ConnectConfig(ctx, cfg2); err != nil {
 				return "", err
@@ -191,5 +174,5 @@ func databaseBeside(ctx context.Context, mainURL string, db topology.Database) (
 			return "", fmt.Errorf("schema %s in %s: %w", schema, name, err)
 		}
 	}
-	return u.String(), nil
+	return beside, nil
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrNoBinaries means no PostgreSQL server binaries were found.
@@ -287,7 +288,8 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, erro
 }
 
 // CreateDatabase creates database name on the server at url if it does not
-// exist, and returns url with the database replaced.
+// exist (another client creating it meanwhile included), and returns url
+// with the database replaced.
 func CreateDatabase(ctx context.Context, url, name string) (string, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -300,7 +302,10 @@ func CreateDatabase(ctx context.Context, url, name string) (string, error) {
 	}
 	if !exists {
 		if _, err := conn.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
-			return "", fmt.Errorf("create database %s: %w", name, err)
+			var pg *pgconn.PgError
+			if !errors.As(err, &pg) || pg.Code != "42P04" { // duplicate_database: created meanwhile
+				return "", fmt.Errorf("create database %s: %w", name, err)
+			}
 		}
 	}
 	u, err := neturl.Parse(url)
