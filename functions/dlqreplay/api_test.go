@@ -22,10 +22,10 @@ import (
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/deadletter"
 	"github.com/relaybus/relaybus/internal/inbox"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
 )
 

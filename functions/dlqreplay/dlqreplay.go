@@ -89,10 +89,10 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
 	"github.com/relaybus/relaybus/internal/logging"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/ratelimit"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 

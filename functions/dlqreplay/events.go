@@ -17,10 +17,10 @@ import (
 
 	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 // events serves the ledger's events: listing and reading them (with every

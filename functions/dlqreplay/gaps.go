@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/relaybus/relaybus/internal/ledger/audit"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/topology"
 )

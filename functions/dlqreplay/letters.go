@@ -22,9 +22,9 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/topology"
 )

@@ -23,7 +23,6 @@ import (
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/ratelimit"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/schema"
@@ -31,6 +30,7 @@ import (
 	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 )

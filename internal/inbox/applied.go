@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 var appliedEventsSQL = query("applied")

@@ -84,7 +84,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/relaybus/relaybus/internal/migrate"
-	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 //go:embed migrations/*.sql

@@ -20,7 +20,7 @@ func TestBinariesLinkOnlyTheBackendsTheyUse(t *testing.T) {
 			prefix("github.com/exaring/otelpgx"),
 			prefix("github.com/nats-io"),
 			prefix("cloud.google.com/go/pubsub"),
-			prefix(module + "/internal/postgres"),
+			prefix(module + "/shared/postgres"),
 			prefix(module + "/internal/pgpool"),
 			prefix(module + "/internal/instance/pgopen"),
 			prefix(module + "/internal/instance/brokeropen"),

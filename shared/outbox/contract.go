@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/logging"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 // StateSkipped is the state a Producer reports for an event it did not

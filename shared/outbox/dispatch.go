@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 var (

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 var enqueueClaimSQL = query("enqueue_claim")

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 var (

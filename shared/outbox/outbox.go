@@ -30,9 +30,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/relaybus/relaybus/internal/migrate"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 //go:embed migrations/*.sql

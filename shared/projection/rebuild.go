@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/relaybus/relaybus/internal/postgres"
+	"github.com/relaybus/relaybus/shared/postgres"
 )
 
 var (

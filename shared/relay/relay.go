@@ -57,10 +57,10 @@ import (
 
 	"github.com/relaybus/relaybus/internal/batch"
 	"github.com/relaybus/relaybus/internal/logging"
-	"github.com/relaybus/relaybus/internal/postgres"
 	"github.com/relaybus/relaybus/internal/retry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
