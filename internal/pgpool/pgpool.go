@@ -57,6 +57,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/internal/migrate"
@@ -130,9 +131,30 @@ type Pool struct {
 	retries atomic.Int64
 }
 
+// DefaultConnectTimeout bounds one connection attempt when the URL sets no
+// connect_timeout: pgx's own default is none, and a pool's connection
+// attempts do not end with the caller that started them.
+const DefaultConnectTimeout = 10 * time.Second
+
+// cancelGrace is how long a statement whose context ended may take to
+// answer the cancel request before its connection is closed.
+const cancelGrace = 2 * time.Second
+
 // ParseConfig parses url into a pgxpool configuration: pgx's own parsing,
-// plus default_query_exec_mode=exec for a Supabase pooler URL in transaction
-// mode (port 6543) that does not choose a mode itself.
+// plus
+//   - default_query_exec_mode=exec for a Supabase pooler URL in transaction
+//     mode (port 6543) that does not choose a mode itself;
+//   - DefaultConnectTimeout when the URL sets no connect_timeout;
+//   - a statement whose context ends is cancelled in the server (a cancel
+//     request) and its connection kept, once the server has answered
+//     (within cancelGrace; else closed, as pgx does by default). pgx's
+//     default closes the connection at once: after a timeout the pool opens
+//     a new one, whose first statements pay for a new backend, its catalog
+//     caches and their preparation, and the closed one keeps its pool slot
+//     until its own cancel and close finish. Under a burst of timeouts
+//     (the load that arrives as a database comes back) that churn made
+//     every later statement time out too, and the pool never recovered
+//     while the load lasted.
 func ParseConfig(url string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -141,6 +163,12 @@ func ParseConfig(url string) (*pgxpool.Config, error) {
 	if !strings.Contains(url, "default_query_exec_mode") && cfg.ConnConfig.Port == 6543 &&
 		strings.HasSuffix(cfg.ConnConfig.Host, ".pooler.supabase.com") {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
 	}
 	return cfg, nil
 }

@@ -398,7 +398,8 @@ var ErrGap = errors.New("version gap: an earlier version has not been applied ye
 
 // Classify returns err's class and code: *Error says so itself; ErrGap is
 // transient ("gap"); ErrNoHandler is poison ("no_handler"); a context
-// deadline is transient ("timeout"); anything else is transient ("error").
+// deadline, or a statement Postgres cancelled for it (SQLSTATE 57014), is
+// transient ("timeout"); anything else is transient ("error").
 func Classify(err error) (Class, string) {
 	var e *Error
 	switch {
@@ -408,10 +409,18 @@ func Classify(err error) (Class, string) {
 		return ClassTransient, "gap"
 	case errors.Is(err, ErrNoHandler):
 		return ClassPoison, "no_handler"
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded) || cancelledStatement(err):
 		return ClassTransient, "timeout"
 	}
 	return ClassTransient, "error"
+}
+
+// cancelledStatement reports whether err is Postgres's query_canceled
+// (SQLSTATE 57014): a statement cancelled because its context ended (the
+// pools cancel it in the server and keep the connection).
+func cancelledStatement(err error) bool {
+	var st interface{ SQLState() string }
+	return errors.As(err, &st) && st.SQLState() == "57014"
 }
 
 // now is the engine's clock.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -22,6 +24,8 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: v3 after v1", ErrGap), ClassTransient, "gap"},
 		{fmt.Errorf("%w: a.b v9", ErrNoHandler), ClassPoison, "no_handler"},
 		{context.DeadlineExceeded, ClassTransient, "timeout"},
+		{fmt.Errorf("projection: %w", &pgconn.PgError{Code: "57014", Message: "canceling statement due to user request"}), ClassTransient, "timeout"},
+		{&pgconn.PgError{Code: "23505"}, ClassTransient, "error"},
 		{errors.New("anything else"), ClassTransient, "error"},
 	} {
 		class, code := Classify(c.err)
