@@ -268,6 +268,10 @@ func crashScenario(t *testing.T, bin string, load crashLoad, crash func(*testing
 	t.Logf("load done: %d sent, %d accepted (%d of them sent after the crash was over), %d refused %v, %d skipped; crash took %v",
 		sent, accepted, after, refused, why, skipped, back.Sub(crashAt).Round(time.Millisecond))
 	if after == 0 {
+		// What held the stack: the sessions and locks Postgres sees, and
+		// where the stack's goroutines wait.
+		t.Logf("%s", strings.Join(pgActivity(ctx, ob), "\n"))
+		t.Logf("the stack's goroutines, by where they wait:\n%s", c.stack.goroutineSummary())
 		t.Fatalf("no request sent after the crash was accepted: the stack did not come back")
 	}
 
@@ -567,6 +571,56 @@ func (d *devProcess) stop(t *testing.T) {
 	}
 }
 
+// goroutineSummary makes the stack print its goroutines (SIGQUIT: the Go
+// runtime dumps them to the log and exits) and counts them by where they
+// wait: their innermost frames in relaybus, pgx and its pool, at most 12
+// places, most first (a pool starved of connections shows as hundreds of
+// requests in its Acquire).
+func (d *devProcess) goroutineSummary() string {
+	if d.cmd == nil || d.cmd.Process.Signal(syscall.SIGQUIT) != nil {
+		return "  (the stack is not running)"
+	}
+	err := <-d.done
+	d.done <- err
+	return summarizeGoroutines(lastStart(d.log))
+}
+
+// summarizeGoroutines counts a Go goroutine dump's goroutines by their
+// innermost frames in relaybus and pgx (see goroutineSummary).
+func summarizeGoroutines(dump string) string {
+	counts := map[string]int{}
+	for _, g := range strings.Split(dump, "\n\n") {
+		if !strings.HasPrefix(g, "goroutine ") {
+			continue
+		}
+		var frames []string
+		for _, line := range strings.Split(g, "\n")[1:] {
+			if strings.HasPrefix(line, "\t") || len(frames) == 3 {
+				continue
+			}
+			if strings.Contains(line, "relaybus") || strings.Contains(line, "jackc/") {
+				if i := strings.LastIndex(line, "("); i > 0 {
+					line = line[:i] // the arguments
+				}
+				frames = append(frames, line)
+			}
+		}
+		if len(frames) > 0 {
+			counts[strings.Join(frames, " < ")]++
+		}
+	}
+	keys := sortedKeys(counts)
+	sort.SliceStable(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
+	var sb strings.Builder
+	for i, k := range keys {
+		if i == 12 {
+			break
+		}
+		fmt.Fprintf(&sb, "  %5d × %s\n", counts[k], k)
+	}
+	return sb.String()
+}
+
 // lastStart returns the log since the latest start marker.
 func lastStart(path string) string {
 	b, _ := os.ReadFile(path)
@@ -599,22 +653,22 @@ func tail(path string, n int) string {
 // each runs or waits on, and for how long (a stuck relay or a held lock
 // shows here).
 func pgActivity(ctx context.Context, ob *Observer) []string {
-	rows, err := ob.Main.Query(ctx, `SELECT datname, coalesce(application_name, ''), state, coalesce(wait_event_type || ':' || wait_event, '-'),
+	rows, err := ob.Main.Query(ctx, `SELECT pid, pg_blocking_pids(pid)::text, datname, state, coalesce(wait_event_type || ':' || wait_event, '-'),
 		coalesce(extract(epoch FROM now() - xact_start)::int, 0), left(regexp_replace(query, '\s+', ' ', 'g'), 160)
 		FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND backend_type = 'client backend' AND state <> 'idle'
-		ORDER BY xact_start NULLS LAST LIMIT 15`)
+		ORDER BY xact_start NULLS LAST LIMIT 25`)
 	if err != nil {
 		return []string{"pg_stat_activity: " + err.Error()}
 	}
 	defer rows.Close()
 	out := []string{"Postgres sessions not idle (oldest transaction first):"}
 	for rows.Next() {
-		var db, app, state, wait, query string
-		var age int
-		if err := rows.Scan(&db, &app, &state, &wait, &age, &query); err != nil {
+		var blockers, db, state, wait, query string
+		var pid, age int
+		if err := rows.Scan(&pid, &blockers, &db, &state, &wait, &age, &query); err != nil {
 			return append(out, err.Error())
 		}
-		out = append(out, fmt.Sprintf("  %s %s, transaction %d s old, waiting %s: %s", db, state, age, wait, query))
+		out = append(out, fmt.Sprintf("  %d (blocked by %s) %s %s, transaction %d s old, waiting %s: %s", pid, blockers, db, state, age, wait, query))
 	}
 	if len(out) == 1 {
 		out = append(out, "  none")
