@@ -316,3 +316,41 @@ func TestUpgradeFromPerRowDispatch(t *testing.T) {
 		t.Errorf("claim after the upgrade: %+v", runs)
 	}
 }
+
+// A lease changes no indexed column of the dispatch row, so the claim's
+// update is a heap-only tuple: no new entry in the primary key or the due
+// index (docs/decisions/runs-not-rows.md, "Writes per event"). The backlog
+// still shows the aggregate leased, its next attempt when the lease expires.
+func TestClaimIsAHeapOnlyUpdate(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	if _, err := outbox.Enqueue(ctx, pool, ev("a1", "A", 1), ev("b1", "B", 1)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	runs, err := outbox.Claim(ctx, tx, outbox.ClaimOptions{Owner: "r1", Lease: time.Minute, Aggregates: 10, RunLimit: 10, Limit: 100})
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("claim: %+v %v", runs, err)
+	}
+	var updated, hot int64
+	if err := tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated('relaybus_outbox_dispatch'::regclass),
+		pg_stat_get_xact_tuples_hot_updated('relaybus_outbox_dispatch'::regclass)`).Scan(&updated, &hot); err != nil {
+		t.Fatal(err)
+	}
+	if updated != 2 || hot != 2 {
+		t.Errorf("the claim updated %d dispatch rows, %d of them heap-only; want 2, both heap-only", updated, hot)
+	}
+	var state string
+	var atExpiry bool
+	if err := tx.QueryRow(ctx, `SELECT state, next_attempt_at = lease_expires_at FROM relaybus_outbox_backlog
+		WHERE aggregateid = 'A'`).Scan(&state, &atExpiry); err != nil {
+		t.Fatal(err)
+	}
+	if state != "leased" || !atExpiry {
+		t.Errorf("backlog: state %s, next attempt at the lease's expiry %v; want leased, true", state, atExpiry)
+	}
+}

@@ -6,9 +6,12 @@
 -- deep backlog is shared out between concurrent claims a few aggregates
 -- each, and a shallow one goes many aggregates at a time (at most $4). A
 -- lease bumps the epoch (the fence a relay must hold to move the cursor)
--- and makes the aggregate due again when it expires, so a relay that dies
--- leaves nothing stuck. An aggregate whose rows are gone comes back with
--- its lease and no row, to be released.
+-- and holds the aggregate until it expires: a due aggregate is one whose
+-- due_at has passed and whose lease, if any, has expired, so a relay that
+-- dies leaves nothing stuck. The lease leaves due_at as it is: the update
+-- changes no indexed column, so it is a heap-only tuple (no new entry in
+-- the primary key or the due index). An aggregate whose rows are gone
+-- comes back with its lease and no row, to be released.
 --
 -- $1 now (NULL: the database's clock), $2 owner, $3 lease in seconds,
 -- $4 aggregates at most, $5 rows per aggregate, $6 rows in all (and $7,
@@ -20,8 +23,7 @@ WITH t AS (
 ), leased AS (
     UPDATE relaybus_outbox_dispatch d
     SET lease_owner = $2, epoch = d.epoch + 1,
-        lease_expires_at = t.now + make_interval(secs => $3),
-        due_at = t.now + make_interval(secs => $3)
+        lease_expires_at = t.now + make_interval(secs => $3)
     FROM due, t
     WHERE d.aggregatetype = due.aggregatetype AND d.aggregateid = due.aggregateid
     RETURNING d.aggregatetype, d.aggregateid, d.epoch, d.published_version, d.attempts, due.was_due
