@@ -11,6 +11,15 @@
 --    has expired, and the lease's update changes unindexed columns only.
 --    Nothing to migrate: a row leased by an older relay has its due_at at
 --    the lease's expiry, which the new claim also waits out.
+--
+-- 2. The retention index of idle aggregates leaves out those whose sends
+--    the ledger has still to record (ledger_due_at set), which the purge
+--    of dispatch rows skips anyway: a settle that moves the cursor with the
+--    ledger on writes no entry in it, only the ledger's cursor move does.
+CREATE INDEX IF NOT EXISTS relaybus_outbox_dispatch_idle_recorded
+    ON relaybus_outbox_dispatch (published_at)
+    WHERE due_at IS NULL AND failed_version IS NULL AND ledger_due_at IS NULL;
+DROP INDEX IF EXISTS relaybus_outbox_dispatch_idle;
 
 -- What an operator looks at (migration 003): a leased aggregate's next
 -- attempt is when its lease expires, now that the lease leaves due_at.
