@@ -21,12 +21,16 @@ WITH t AS (
 ), due AS (
     %s
 ), leased AS (
+    -- The rows "due" locked, found by their tuple ids (a lock does not
+    -- move a row, and no one else can while it holds), not joined on the
+    -- key: the planner cannot tell how few "due" returns and would hash
+    -- the whole table. due_at is as "due" read it: the lease leaves it.
     UPDATE relaybus_outbox_dispatch d
     SET lease_owner = $2, epoch = d.epoch + 1,
         lease_expires_at = t.now + make_interval(secs => $3)
-    FROM due, t
-    WHERE d.aggregatetype = due.aggregatetype AND d.aggregateid = due.aggregateid
-    RETURNING d.aggregatetype, d.aggregateid, d.epoch, d.published_version, d.attempts, due.was_due
+    FROM t
+    WHERE d.ctid = ANY(ARRAY(SELECT due.ctid FROM due))
+    RETURNING d.aggregatetype, d.aggregateid, d.epoch, d.published_version, d.attempts, d.due_at AS was_due
 )
 SELECT l.aggregatetype, l.aggregateid, l.epoch, l.published_version, l.attempts,
        r.id, r.event_type, r.version, r.payload, r.occurred_at, r.topic, r.source, r.schema_version,

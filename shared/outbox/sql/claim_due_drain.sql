@@ -1,4 +1,4 @@
-SELECT d.aggregatetype, d.aggregateid, d.due_at AS was_due
+SELECT d.ctid
     FROM relaybus_outbox_dispatch d, t
     WHERE d.due_at <= t.now AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= t.now)
     ORDER BY d.due_at

@@ -1,4 +1,4 @@
-SELECT d.aggregatetype, d.aggregateid, d.due_at AS was_due
+SELECT d.ctid
     FROM relaybus_outbox_dispatch d, t
     WHERE (d.aggregatetype, d.aggregateid) IN (
             SELECT o.aggregatetype, o.aggregateid FROM relaybus_outbox o WHERE o.id = ANY($7::text[]))
