@@ -409,3 +409,51 @@ func TestClaimReadsTheDueAggregatesNotTheTable(t *testing.T) {
 		t.Errorf("the claim fetched %d blocks of the dispatch table; want a few hundred at most (its index and due rows, not a scan)", blocks)
 	}
 }
+
+// The purge deletes the dispatch rows of aggregates idle since before its
+// cutoff whose rows are all gone, and keeps those with something left to
+// do: work due, a FAILED version, sends the ledger has still to record,
+// rows still in the outbox, or a publish after the cutoff.
+func TestPurgeDeletesOnlyIdleDispatchRows(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO relaybus_outbox_dispatch (aggregatetype, aggregateid, enqueued_version, published_version,
+			published_at, due_at, failed_version, failed_at, ledger_version, ledger_due_at)
+		VALUES ('order', 'idle', 2, 2, now() - interval '2 hours', NULL, NULL, NULL, 2, NULL),
+		       ('order', 'due', 3, 2, now() - interval '2 hours', now(), NULL, NULL, 2, NULL),
+		       ('order', 'failed', 3, 2, now() - interval '2 hours', NULL, 3, now(), 2, NULL),
+		       ('order', 'owed', 2, 2, now() - interval '2 hours', NULL, NULL, NULL, 1, now()),
+		       ('order', 'recent', 2, 2, now(), NULL, NULL, NULL, 2, NULL),
+		       ('order', 'rows', 1, 1, now() - interval '2 hours', NULL, NULL, NULL, 1, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Enqueue(ctx, pool, ev("rows-1", "rows", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE relaybus_outbox_dispatch SET due_at = NULL, published_version = 1, ledger_version = 1
+		WHERE aggregateid = 'rows'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Purge(ctx, pool, time.Now().Add(-time.Hour), 100, true); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := pool.Query(ctx, `SELECT aggregateid FROM relaybus_outbox_dispatch ORDER BY aggregateid`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(left), "[due failed owed recent rows]"; got != want {
+		t.Errorf("dispatch rows left %s, want %s (only idle's purged)", got, want)
+	}
+}
