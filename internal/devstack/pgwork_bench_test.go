@@ -3,9 +3,11 @@ package devstack
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -270,6 +272,7 @@ func BenchmarkPostgresWorkPerPurchase(b *testing.B) {
 		fmt.Printf("# wal: %.1f records and %.2f full-page images per purchase (pg_stat_wal, the whole cluster)\n",
 			float64(after.walRecords-before.walRecords)/float64(purchases), float64(after.walFPI-before.walFPI)/float64(purchases))
 		printWALStats(ctx, s.Info.DatabaseURL, before, after)
+		printWALByRelation(ctx, s.Info.DatabaseURL, slices.Sorted(maps.Values(s.Info.Databases)), before, after, purchases)
 		printStatements(stmts, purchases)
 		printE2E(b, 50, lat, missing)
 
@@ -350,4 +353,120 @@ func requireDurableURL(b *testing.B, url string) string {
 		b.Fatalf("the stack's Postgres is not durable (%s): its figures would not count", settings)
 	}
 	return settings
+}
+
+// walByRelation is the WAL of a window by relation and operation, the
+// largest first: the whole record (full-page images included) counts for
+// the relation of its first block reference.
+type walByRelation struct {
+	relation, op string
+	n, bytes     int64
+}
+
+// printWALByRelation prints, as comment lines, the window's WAL per
+// purchase by relation (table or index, named through the stack's
+// databases dbURLs) and operation (pg_waldump's rmgr and the first word of
+// its description: Heap/HOT_UPDATE, Btree/INSERT_LEAF, ...), the 40
+// largest: which table's or index's writes the WAL goes to.
+func printWALByRelation(ctx context.Context, url string, dbURLs []string, from, to pgCounters, purchases int) {
+	names := map[string]string{} // "dboid/filenode" -> "db.relation"
+	for _, u := range dbURLs {
+		conn, err := pgx.Connect(ctx, u)
+		if err != nil {
+			fmt.Printf("# wal by relation: %v\n", err)
+			return
+		}
+		rows, err := conn.Query(ctx, `SELECT (SELECT oid FROM pg_database WHERE datname = current_database())::text || '/' ||
+			pg_relation_filenode(c.oid)::text, current_database() || '.' || c.relname
+			FROM pg_class c WHERE pg_relation_filenode(c.oid) IS NOT NULL`)
+		if err == nil {
+			for rows.Next() {
+				var k, v string
+				if err = rows.Scan(&k, &v); err != nil {
+					break
+				}
+				names[k] = v
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		conn.Close(ctx)
+		if err != nil {
+			fmt.Printf("# wal by relation: %v\n", err)
+			return
+		}
+	}
+	var dir string
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		fmt.Printf("# wal by relation: %v\n", err)
+		return
+	}
+	err = conn.QueryRow(ctx, `SELECT current_setting('data_directory')`).Scan(&dir)
+	conn.Close(ctx)
+	if err != nil {
+		fmt.Printf("# wal by relation: %v\n", err)
+		return
+	}
+	bin, err := pgcluster.BinDir()
+	if err != nil {
+		fmt.Printf("# wal by relation: %v\n", err)
+		return
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "pg_waldump"), "-p", filepath.Join(dir, "pg_wal"),
+		"-s", from.lsn, "-e", to.lsn).Output()
+	if err != nil {
+		fmt.Printf("# wal by relation: pg_waldump: %v\n", err)
+		return
+	}
+	sums := map[[2]string]*walByRelation{}
+	for _, line := range strings.Split(string(out), "\n") {
+		rmgr, rest, ok := strings.Cut(strings.TrimPrefix(line, "rmgr: "), " ")
+		if !ok || !strings.HasPrefix(line, "rmgr: ") {
+			continue
+		}
+		var size int64
+		if _, tot, ok := strings.Cut(rest, "len (rec/tot):"); ok {
+			if _, t, ok := strings.Cut(tot, "/"); ok {
+				t, _, _ = strings.Cut(t, ",")
+				size, _ = strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+			}
+		}
+		op := rmgr
+		if _, d, ok := strings.Cut(rest, "desc: "); ok {
+			w, _, _ := strings.Cut(d, " ")
+			op = rmgr + "/" + strings.TrimSuffix(w, ",")
+		}
+		rel := "(no relation)"
+		if _, r, ok := strings.Cut(rest, "blkref #0: rel "); ok {
+			r, _, _ = strings.Cut(r, " ")
+			parts := strings.Split(r, "/")
+			rel = r
+			if len(parts) == 3 {
+				if n, ok := names[parts[1]+"/"+parts[2]]; ok {
+					rel = n
+				}
+			}
+		}
+		k := [2]string{rel, op}
+		if sums[k] == nil {
+			sums[k] = &walByRelation{relation: rel, op: op}
+		}
+		sums[k].n++
+		sums[k].bytes += size
+	}
+	list := make([]*walByRelation, 0, len(sums))
+	for _, s := range sums {
+		list = append(list, s)
+	}
+	slices.SortFunc(list, func(a, b *walByRelation) int { return int(b.bytes - a.bytes) })
+	fmt.Printf("# wal by relation and operation (pg_waldump over the window): records/purchase  bytes/purchase  relation  operation\n")
+	for i, s := range list {
+		if i == 40 {
+			break
+		}
+		fmt.Printf("#   %6.2f  %7.0f  %-48s %s\n", float64(s.n)/float64(purchases), float64(s.bytes)/float64(purchases), s.relation, s.op)
+	}
 }

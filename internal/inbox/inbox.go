@@ -82,6 +82,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/shared/postgres"
@@ -178,7 +179,7 @@ func BeginApplied(ctx context.Context, tx postgres.DBTX, a Attempt) (Begun, erro
 	err := tx.QueryRow(ctx, appliedSQL, a.ConsumerID, a.EventID, a.ConsumedAt, a.Topic, a.Subscription,
 		a.MessageID, a.DeliveryAttempt).Scan(&attempt, &b.Claimed, &applied, &recorded)
 	if err != nil {
-		return Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
+		return Begun{}, beginErr(err, a.EventID)
 	}
 	return begun(b, attempt, applied, recorded, a.EventID)
 }
@@ -215,7 +216,7 @@ func BeginAppliedIn(ctx context.Context, db interface {
 	tx, err := p.BeginWith(ctx, []any{&attempt, &b.Claimed, &applied, &recorded}, appliedSQL, a.ConsumerID, a.EventID,
 		a.ConsumedAt, a.Topic, a.Subscription, a.MessageID, a.DeliveryAttempt)
 	if err != nil {
-		return nil, Begun{}, fmt.Errorf("inbox: begin attempt: %w", err)
+		return nil, Begun{}, beginErr(err, a.EventID)
 	}
 	b, err = begun(b, attempt, applied, recorded, a.EventID)
 	if err != nil {
@@ -223,6 +224,18 @@ func BeginAppliedIn(ctx context.Context, db interface {
 		return nil, Begun{}, err
 	}
 	return tx, b, nil
+}
+
+// beginErr is begin_applied.sql's error: the attempts' primary key taken
+// under this attempt's number is a concurrent failed attempt that recorded
+// itself under it while the statement waited on the inbox row
+// (ErrNumberTaken).
+func beginErr(err error, eventID string) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "23505" && pg.ConstraintName == "relaybus_attempts_pkey" {
+		return fmt.Errorf("inbox: begin attempt at %s: %w", eventID, ErrNumberTaken)
+	}
+	return fmt.Errorf("inbox: begin attempt: %w", err)
 }
 
 // begun completes what begin_applied.sql returned.

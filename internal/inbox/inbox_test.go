@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -136,6 +137,52 @@ func TestRecordTakesTheNextNumberWhenAConcurrentAttemptTookIt(t *testing.T) {
 	}
 	if got := count(t, db, `SELECT count(*) FROM relaybus_attempts WHERE event_id = 'e2'`); got != 2 {
 		t.Fatalf("%d attempts recorded, want 2", got)
+	}
+}
+
+// An attempt that waited on another's inbox row while a failed attempt
+// recorded itself under the number it took (from its snapshot) records
+// nothing: BeginApplied answers ErrNumberTaken, and the caller rolls back
+// and asks for a redelivery, which takes the next number.
+func TestBeginAppliedWhoseNumberAFailedAttemptTookIsRefused(t *testing.T) {
+	ctx := context.Background()
+	db := migrated(t)
+	// An attempt in progress holds the event's inbox row.
+	holder, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx) //nolint:errcheck // rolled back below
+	if _, err := holder.Exec(ctx, `INSERT INTO relaybus_inbox (consumer_id, event_id, attempt_no) VALUES ('c', 'e5', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // never committed
+		_, err = inbox.BeginApplied(ctx, tx, attempt("e5", 0, ""))
+		done <- err
+	}()
+	eventually.True(t, 10*time.Second, "the attempt waits on the inbox row", func() bool {
+		return count(t, db, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%Begin an attempt that records itself%'`) == 1
+	})
+	// The holder fails: its attempt records itself as number 1, then its
+	// transaction ends without the inbox row.
+	if n, err := inbox.Record(ctx, db, attempt("e5", 1, "retry")); err != nil || n != 1 {
+		t.Fatalf("the failed attempt's record: %d, %v", n, err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, inbox.ErrNumberTaken) {
+		t.Fatalf("BeginApplied: %v, want ErrNumberTaken", err)
+	}
+	if got := count(t, db, `SELECT count(*) FROM relaybus_attempts WHERE event_id = 'e5'`); got != 1 {
+		t.Fatalf("%d attempts recorded, want the failed one only", got)
 	}
 }
 

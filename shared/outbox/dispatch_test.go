@@ -316,3 +316,144 @@ func TestUpgradeFromPerRowDispatch(t *testing.T) {
 		t.Errorf("claim after the upgrade: %+v", runs)
 	}
 }
+
+// A lease changes no indexed column of the dispatch row, so the claim's
+// update is a heap-only tuple: no new entry in the primary key or the due
+// index (docs/decisions/runs-not-rows.md, "Writes per event"). The backlog
+// still shows the aggregate leased, its next attempt when the lease expires.
+func TestClaimIsAHeapOnlyUpdate(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	if _, err := outbox.Enqueue(ctx, pool, ev("a1", "A", 1), ev("b1", "B", 1)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// The backend's counts not yet reported include its earlier
+	// transactions' (it reports them when idle): count from here.
+	counts := func() (updated, hot int64) {
+		if err := tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated('relaybus_outbox_dispatch'::regclass),
+			pg_stat_get_xact_tuples_hot_updated('relaybus_outbox_dispatch'::regclass)`).Scan(&updated, &hot); err != nil {
+			t.Fatal(err)
+		}
+		return updated, hot
+	}
+	updated0, hot0 := counts()
+	runs, err := outbox.Claim(ctx, tx, outbox.ClaimOptions{Owner: "r1", Lease: time.Minute, Aggregates: 10, RunLimit: 10, Limit: 100})
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("claim: %+v %v", runs, err)
+	}
+	updated, hot := counts()
+	updated, hot = updated-updated0, hot-hot0
+	if updated != 2 || hot != 2 {
+		t.Errorf("the claim updated %d dispatch rows, %d of them heap-only; want 2, both heap-only", updated, hot)
+	}
+	var state string
+	var atExpiry bool
+	if err := tx.QueryRow(ctx, `SELECT state, next_attempt_at = lease_expires_at FROM relaybus_outbox_backlog
+		WHERE aggregateid = 'A'`).Scan(&state, &atExpiry); err != nil {
+		t.Fatal(err)
+	}
+	if state != "leased" || !atExpiry {
+		t.Errorf("backlog: state %s, next attempt at the lease's expiry %v; want leased, true", state, atExpiry)
+	}
+}
+
+// A drain's claim on a database of many aggregates reads the due ones and
+// their rows through indexes, not the whole dispatch table: 100,000
+// aggregates, 500 due, and the claim of 64 fetches a few hundred blocks
+// (a scan of the table alone is over 1,700).
+func TestClaimReadsTheDueAggregatesNotTheTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 100,000 dispatch rows")
+	}
+	ctx := context.Background()
+	pool := newDB(t)
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO relaybus_outbox_dispatch (aggregatetype, aggregateid, enqueued_version, published_version,
+			published_at, due_at, ledger_version)
+		SELECT 'order', 'o' || g, CASE WHEN g <= 500 THEN 2 ELSE 1 END, 1, now(),
+		       CASE WHEN g <= 500 THEN now() - make_interval(secs => g) END, 1
+		FROM generate_series(1, 100000) g;
+		INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
+			topic, source, schema_version, payload_type)
+		SELECT 'e' || g, 'order', 'o' || g, 't', 2, '\x00', now(), 'orders', 's', '1', 'json'
+		FROM generate_series(1, 500) g;
+		ANALYZE relaybus_outbox_dispatch;
+		ANALYZE relaybus_outbox`); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	// The backend's counts not yet reported include its earlier
+	// transactions' (it reports them when idle): count from here.
+	fetched := func() (n int64) {
+		if err := tx.QueryRow(ctx, `SELECT pg_stat_get_xact_blocks_fetched('relaybus_outbox_dispatch'::regclass)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	blocks0 := fetched()
+	runs, err := outbox.Claim(ctx, tx, outbox.ClaimOptions{Owner: "r1", Lease: time.Minute, Aggregates: 64, RunLimit: 10, Limit: 500})
+	if err != nil || len(runs) != 64 {
+		t.Fatalf("claim: %d runs, %v; want 64", len(runs), err)
+	}
+	blocks := fetched() - blocks0
+	if blocks > 1000 {
+		t.Errorf("the claim fetched %d blocks of the dispatch table; want a few hundred at most (its index and due rows, not a scan)", blocks)
+	}
+}
+
+// The purge deletes the dispatch rows of aggregates idle since before its
+// cutoff whose rows are all gone, and keeps those with something left to
+// do: work due, a FAILED version, sends the ledger has still to record,
+// rows still in the outbox, or a publish after the cutoff.
+func TestPurgeDeletesOnlyIdleDispatchRows(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO relaybus_outbox_dispatch (aggregatetype, aggregateid, enqueued_version, published_version,
+			published_at, due_at, failed_version, failed_at, ledger_version, ledger_due_at)
+		VALUES ('order', 'idle', 2, 2, now() - interval '2 hours', NULL, NULL, NULL, 2, NULL),
+		       ('order', 'due', 3, 2, now() - interval '2 hours', now(), NULL, NULL, 2, NULL),
+		       ('order', 'failed', 3, 2, now() - interval '2 hours', NULL, 3, now(), 2, NULL),
+		       ('order', 'owed', 2, 2, now() - interval '2 hours', NULL, NULL, NULL, 1, now()),
+		       ('order', 'recent', 2, 2, now(), NULL, NULL, NULL, 2, NULL),
+		       ('order', 'rows', 1, 1, now() - interval '2 hours', NULL, NULL, NULL, 1, NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Enqueue(ctx, pool, ev("rows-1", "rows", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE relaybus_outbox_dispatch SET due_at = NULL, published_version = 1, ledger_version = 1
+		WHERE aggregateid = 'rows'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Purge(ctx, pool, time.Now().Add(-time.Hour), 100, true); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := pool.Query(ctx, `SELECT aggregateid FROM relaybus_outbox_dispatch ORDER BY aggregateid`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(left), "[due failed owed recent rows]"; got != want {
+		t.Errorf("dispatch rows left %s, want %s (only idle's purged)", got, want)
+	}
+}

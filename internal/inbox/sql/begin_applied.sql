@@ -5,8 +5,11 @@
 -- parked event corrects the outcome (outcome.sql), a failure rolls them back
 -- with everything else. The number can be taken already only when a
 -- concurrent attempt that failed recorded itself under it while this
--- statement waited on its inbox row: then nothing is recorded and the
--- caller rolls back and asks for a redelivery.
+-- statement waited on its inbox row: then the attempt's insert fails on
+-- the attempts' primary key and the caller rolls back and asks for a
+-- redelivery. (A plain insert, not ON CONFLICT DO NOTHING: a speculative
+-- insert writes a confirmation record to the WAL on every delivery, for a
+-- conflict that almost never happens.)
 --
 -- $1 consumer, $2 event id, $3 consumed at, $4 topic, $5 subscription,
 -- $6 message id, $7 delivery attempt. Returns what begin.sql returns, and
@@ -20,7 +23,6 @@ WITH claimed AS (
     INSERT INTO relaybus_attempts (consumer_id, event_id, attempt_no, outcome, consumed_at,
         topic, subscription, message_id, delivery_attempt)
     SELECT $1, $2, attempt_no, 'success', $3, $4, $5, $6, $7 FROM claimed
-    ON CONFLICT (consumer_id, event_id, attempt_no) DO NOTHING
     RETURNING attempt_no
 ), queued AS (
     INSERT INTO relaybus_inbox_unshipped (consumer_id, event_id, attempt_no)

@@ -6,9 +6,12 @@
 -- deep backlog is shared out between concurrent claims a few aggregates
 -- each, and a shallow one goes many aggregates at a time (at most $4). A
 -- lease bumps the epoch (the fence a relay must hold to move the cursor)
--- and makes the aggregate due again when it expires, so a relay that dies
--- leaves nothing stuck. An aggregate whose rows are gone comes back with
--- its lease and no row, to be released.
+-- and holds the aggregate until it expires: a due aggregate is one whose
+-- due_at has passed and whose lease, if any, has expired, so a relay that
+-- dies leaves nothing stuck. The lease leaves due_at as it is: the update
+-- changes no indexed column, so it is a heap-only tuple (no new entry in
+-- the primary key or the due index). An aggregate whose rows are gone
+-- comes back with its lease and no row, to be released.
 --
 -- $1 now (NULL: the database's clock), $2 owner, $3 lease in seconds,
 -- $4 aggregates at most, $5 rows per aggregate, $6 rows in all (and $7,
@@ -18,13 +21,16 @@ WITH t AS (
 ), due AS (
     %s
 ), leased AS (
+    -- The rows "due" locked, found by their tuple ids (a lock does not
+    -- move a row, and no one else can while it holds), not joined on the
+    -- key: the planner cannot tell how few "due" returns and would hash
+    -- the whole table. due_at is as "due" read it: the lease leaves it.
     UPDATE relaybus_outbox_dispatch d
     SET lease_owner = $2, epoch = d.epoch + 1,
-        lease_expires_at = t.now + make_interval(secs => $3),
-        due_at = t.now + make_interval(secs => $3)
-    FROM due, t
-    WHERE d.aggregatetype = due.aggregatetype AND d.aggregateid = due.aggregateid
-    RETURNING d.aggregatetype, d.aggregateid, d.epoch, d.published_version, d.attempts, due.was_due
+        lease_expires_at = t.now + make_interval(secs => $3)
+    FROM t
+    WHERE d.ctid = ANY(ARRAY(SELECT due.ctid FROM due))
+    RETURNING d.aggregatetype, d.aggregateid, d.epoch, d.published_version, d.attempts, d.due_at AS was_due
 )
 SELECT l.aggregatetype, l.aggregateid, l.epoch, l.published_version, l.attempts,
        r.id, r.event_type, r.version, r.payload, r.occurred_at, r.topic, r.source, r.schema_version,

@@ -4,8 +4,8 @@
 -- autocommit statement where BEGIN, Enqueue, Claim and COMMIT took four.
 --
 -- An aggregate is leased here when nothing else is in its way: it is not
--- FAILED, not leased by a relay nor waiting out a retry (due_at NULL or
--- past), everything enqueued before is published (enqueued_version <=
+-- FAILED, not leased by a relay (no lease, or an expired one) nor waiting
+-- out a retry (due_at NULL or past), everything enqueued before is published (enqueued_version <=
 -- published_version) and the new versions are above the cursor, at most
 -- $23 of them. Its run is then exactly the rows this statement inserted,
 -- which the caller holds, so no row is read back. The lease is every
@@ -65,6 +65,7 @@ WITH t AS (
 ), cur AS MATERIALIZED (
     SELECT d.aggregatetype, d.aggregateid,
            d.failed_version IS NULL AND (d.due_at IS NULL OR d.due_at <= t.now)
+           AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= t.now)
            AND d.enqueued_version <= d.published_version
            AND a.lo > d.published_version AND a.n <= $23 AS claim
     FROM relaybus_outbox_dispatch d

@@ -1,5 +1,6 @@
 -- Purge dispatch rows: delete up to $2 aggregates idle since before $1
--- (nothing due, nothing FAILED, nothing for the ledger to record) whose
+-- (nothing due, nothing FAILED, nothing for the ledger to record: the
+-- relaybus_outbox_dispatch_idle_recorded index, migration 006) whose
 -- rows are all gone. A producer that enqueues for one of them meanwhile
 -- waits for the delete and then starts the aggregate afresh, which is
 -- right: its cursor mattered only for rows that no longer exist.
