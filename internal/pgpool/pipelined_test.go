@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	neturl "net/url"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -106,6 +107,134 @@ func TestBeginWith(t *testing.T) {
 			}
 			if n := count(); n != 3 {
 				t.Fatalf("%d rows, want 3", n)
+			}
+		})
+	}
+}
+
+// roundTrips counts what a pool sends: each statement on its own, and each
+// batch (statements sent together) once.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// CommitWith, direct and through PgBouncer: the last statement and the
+// commit in one round trip (a transaction BeginWith began takes two in
+// all), the row given to scan, the connection given back outside any
+// transaction; a last statement that fails rolls the whole transaction
+// back and says so (ErrLastStatement), and the connection is reused.
+func TestCommitWith(t *testing.T) {
+	urls := map[string]string{"direct": pgtest.URL(t)}
+	if bouncer := pgtest.PgBouncerURL(t); bouncer != "" {
+		u, _ := neturl.Parse(bouncer)
+		q := u.Query()
+		q.Set("default_query_exec_mode", "exec")
+		u.RawQuery = q.Encode()
+		urls["pgbouncer"] = u.String()
+	}
+	for name, url := range urls {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg, err := ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 1
+			trips := &roundTrips{}
+			cfg.ConnConfig.Tracer = trips
+			p, err := New(ctx, cfg, RetryPolicy{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			var b [4]byte
+			_, _ = rand.Read(b[:])
+			table := "t_commit_with_" + hex.EncodeToString(b[:])
+			if _, err := p.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY)"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = p.Exec(context.Background(), "DROP TABLE "+table) })
+			count := func() (n int) {
+				t.Helper()
+				if err := p.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			insert := "INSERT INTO " + table + " (id) VALUES ($1) RETURNING id"
+
+			var id, last int
+			before := trips.n.Load()
+			tx, err := p.BeginWith(ctx, []any{&id}, insert, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tx.(*Tx).CommitWith(ctx, insert, []any{2}, func(row pgx.Row) error { return row.Scan(&last) })
+			if err != nil || last != 2 {
+				t.Fatalf("CommitWith: row %d, %v; want 2, nil", last, err)
+			}
+			if n := trips.n.Load() - before; n != 2 {
+				t.Errorf("BEGIN, a statement, a last statement and COMMIT took %d round trips; want 2", n)
+			}
+			if n := count(); n != 2 {
+				t.Fatalf("%d rows after CommitWith; want both statements' (2)", n)
+			}
+			if _, err := tx.Exec(ctx, "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Errorf("a statement on the committed transaction: %v; want pgx.ErrTxClosed", err)
+			}
+			if err := tx.Rollback(ctx); !errors.Is(err, pgx.ErrTxClosed) {
+				t.Errorf("Rollback after CommitWith: %v; want pgx.ErrTxClosed", err)
+			}
+
+			// A last statement with no row: scan sees pgx.ErrNoRows, the
+			// transaction commits.
+			tx, err = p.BeginWith(ctx, []any{&id}, insert, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var scanned error
+			err = tx.(*Tx).CommitWith(ctx, "SELECT id FROM "+table+" WHERE id = $1", []any{99},
+				func(row pgx.Row) error { scanned = row.Scan(&last); return scanned })
+			if err != nil || !errors.Is(scanned, pgx.ErrNoRows) {
+				t.Fatalf("a last statement with no row: %v, scan saw %v; want nil, pgx.ErrNoRows", err, scanned)
+			}
+			if n := count(); n != 3 {
+				t.Fatalf("%d rows; want 3", n)
+			}
+
+			// A last statement that fails: nothing of the transaction stays.
+			tx, err = p.BeginWith(ctx, []any{&id}, insert, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tx.(*Tx).CommitWith(ctx, insert, []any{1}, nil)
+			var pgErr *pgconn.PgError
+			if !errors.Is(err, ErrLastStatement) || !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+				t.Fatalf("a duplicate key as the last statement: %v; want ErrLastStatement with SQLSTATE 23505", err)
+			}
+			if n := count(); n != 3 {
+				t.Fatalf("%d rows after a failed last statement; want 3 (the transaction's first insert rolled back too)", n)
+			}
+			if n := p.Stat().AcquiredConns(); n != 0 {
+				t.Fatalf("%d connections held; want 0", n)
+			}
+			// The pool's one connection serves the next transaction.
+			tx, err = p.BeginWith(ctx, []any{&id}, insert, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil || count() != 4 {
+				t.Fatalf("the next transaction: %v, %d rows; want nil, 4", err, count())
 			}
 		})
 	}

@@ -344,7 +344,7 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	// failure. A failed attempt rolls everything back instead and records
 	// itself in a statement of its own (see below).
 	c := &Context{Event: ev, Tx: tx, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
-		Subscription: sub, MessageID: d.Message.ID, engine: e}
+		Subscription: sub, MessageID: d.Message.ID, engine: e, deferAtCommit: true}
 	herr := e.runHandler(ctx, c)
 	if herr == nil {
 		res := Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: model.OutcomeSuccess}
@@ -352,18 +352,29 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 			err    error
 			kicked func()
 		)
-		if c.parkCode != "" {
+		tk, kicks := e.o.Kicker.(TxKicker)
+		kicks = kicks && len(c.emittedIDs) > 0
+		if c.parkCode != "" || kicks {
+			// The engine has statements of its own to run: the
+			// handler's last one runs first, on its own.
+			err = c.flushAtCommit(ctx)
+		}
+		if c.parkCode != "" && err == nil {
 			res.Outcome, res.Code = model.OutcomeParked, c.parkCode
 			a.Outcome, a.ErrorCode, a.ErrorMessage = string(res.Outcome), c.parkCode, c.parkMessage
 			err = inbox.Outcome(ctx, tx, a)
 		}
-		if tk, ok := e.o.Kicker.(TxKicker); ok && err == nil && len(c.emittedIDs) > 0 {
+		if kicks && err == nil {
 			kicked, err = tk.KickIn(ctx, tx, c.emittedIDs...)
+		}
+		if err == nil {
+			err = e.commit(ctx, c)
+			if err != nil && !errors.Is(err, postgres.ErrLastStatement) {
+				return unavailable("commit", err)
+			}
 		}
 		if err != nil {
 			herr = Transient("database", err)
-		} else if err := tx.Commit(ctx); err != nil {
-			return unavailable("commit", err)
 		} else {
 			e.shipLater(ctx, log, a)
 			e.afterCommit(ctx, log, c, kicked)
@@ -382,7 +393,7 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	// 0), which commits. A delivery of the same event that was waiting on
 	// the count takes the number this attempt had; this one then takes the
 	// next: numbers stay unique and every attempt is recorded.
-	if err := tx.Rollback(rctx); err != nil {
+	if err := tx.Rollback(rctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) { // closed: CommitWith rolled back
 		return unavailable("rollback", err)
 	}
 	res := e.failure(rctx, log, d, sub, ev, n, herr)
@@ -397,6 +408,39 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 	e.shipLater(ctx, log, a)
 	e.logFailure(ctx, log, ev, res)
 	return res
+}
+
+// commit commits the attempt's transaction, with the handler's last
+// statement (Context.AtCommit) sent with the COMMIT when the transaction
+// can (a pool's BeginWith began it), else run just before. An error
+// wrapping postgres.ErrLastStatement means the statement failed and
+// nothing committed; any other is the commit's.
+func (e *Engine) commit(ctx context.Context, c *Context) error {
+	st := c.atCommit
+	c.atCommit = nil
+	if st == nil {
+		return c.Tx.Commit(ctx)
+	}
+	cw, ok := c.Tx.(interface {
+		CommitWith(ctx context.Context, sql string, args []any, scan func(pgx.Row) error) error
+	})
+	if !ok {
+		c.atCommit = st
+		if err := c.flushAtCommit(ctx); err != nil {
+			return fmt.Errorf("%w: %w", postgres.ErrLastStatement, err)
+		}
+		return c.Tx.Commit(ctx)
+	}
+	scan := st.scan
+	if scan != nil {
+		scan = func(row pgx.Row) error {
+			if err := st.scan(row); err != nil {
+				e.o.Logger.WarnContext(ctx, "consume: the last statement's scan failed; the attempt is unchanged", "error", err.Error())
+			}
+			return nil
+		}
+	}
+	return cw.CommitWith(ctx, st.sql, st.args, scan)
 }
 
 // runHandler runs the handler on c, in a span of its own when telemetry is

@@ -73,7 +73,92 @@ type Context struct {
 	recorded []inbox.Attempt
 	// parkCode and parkMessage, when set, make the attempt parked (Park).
 	parkCode, parkMessage string
+	// atCommit, when deferAtCommit, is the statement AtCommit queued.
+	atCommit      *lastStatement
+	deferAtCommit bool
 }
+
+// lastStatement is a statement AtCommit queued for the commit.
+type lastStatement struct {
+	sql  string
+	args []any
+	scan func(pgx.Row) error
+}
+
+// AtCommit runs sql (with args) as the handler's last statement: in a
+// delivery, the engine sends it with the transaction's COMMIT, in one round
+// trip where the statement and then the commit take two. scan, when not
+// nil, is given its first row (pgx.ErrNoRows from its Scan when it
+// returned none) as the answer arrives, before the commit's own: it may
+// only observe (a metric, a log); an error it returns is logged, and the
+// attempt's outcome does not change. The statement runs after everything
+// else the handler did; if it fails, the whole attempt rolls back and is
+// retried as if the handler had returned Transient("database", err), so
+// the handler does not see its error. A second call runs the first
+// statement at once, in c.Tx, and queues the new one.
+//
+// Outside a delivery (Engine.Do, ApplyOther's handler, a Context not made
+// by an engine) AtCommit runs the statement at once, calls scan, and
+// returns the statement's error.
+func (c *Context) AtCommit(ctx context.Context, sql string, args []any, scan func(pgx.Row) error) error {
+	if !c.deferAtCommit {
+		_, err := (&lastStatement{sql: sql, args: args, scan: scan}).run(ctx, c.Tx)
+		return err
+	}
+	if err := c.flushAtCommit(ctx); err != nil {
+		return err
+	}
+	c.atCommit = &lastStatement{sql: sql, args: args, scan: scan}
+	return nil
+}
+
+// flushAtCommit runs the queued last statement now, in c.Tx (its scan's
+// error, an observation's, is logged by the engine).
+func (c *Context) flushAtCommit(ctx context.Context) error {
+	st := c.atCommit
+	c.atCommit = nil
+	if st == nil {
+		return nil
+	}
+	scanErr, err := st.run(ctx, c.Tx)
+	if scanErr != nil && c.engine != nil {
+		c.engine.o.Logger.WarnContext(ctx, "consume: the last statement's scan failed; the attempt is unchanged", "error", scanErr.Error())
+	}
+	return err
+}
+
+// run runs the statement in tx and gives its row to scan. It returns
+// scan's error (an observation's), then the statement's.
+func (st *lastStatement) run(ctx context.Context, tx pgx.Tx) (scanErr, err error) {
+	if st.scan == nil {
+		_, err := tx.Exec(ctx, st.sql, st.args...)
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, st.sql, st.args...)
+	if err != nil {
+		return nil, err
+	}
+	collected := false
+	for rows.Next() {
+		if !collected {
+			scanErr = st.scan(rows)
+			collected = true
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if !collected {
+		scanErr = st.scan(noRow{})
+	}
+	return scanErr, nil
+}
+
+// noRow is the row of a statement that returned none.
+type noRow struct{}
+
+func (noRow) Scan(...any) error { return pgx.ErrNoRows }
 
 // Park tells the engine that the handler accepted the event without
 // applying it yet: it stored it in c.Tx to apply later (a strict

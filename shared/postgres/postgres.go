@@ -5,6 +5,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,3 +27,9 @@ type DBTX interface {
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
+
+// ErrLastStatement is wrapped in the error of a transaction's CommitWith
+// (the transactions relaybus's pools begin for a delivery) when the last
+// statement, sent with the COMMIT, failed: the transaction rolled back and
+// nothing of it committed. Any other error from CommitWith is the commit's.
+var ErrLastStatement = errors.New("the transaction's last statement failed; nothing was committed")

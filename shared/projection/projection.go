@@ -125,17 +125,26 @@ func State(e *event.Event) []byte {
 func Latest() consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
 		e := c.Event
-		var held int64
-		err := c.Tx.QueryRow(ctx, latestSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, e.Type,
-			string(State(e))).Scan(&held) // text, not []byte: pgx's exec mode (behind a pooler) would send bytea
-		applied := true
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			applied = false // the projection holds this version or a newer one
-		case err != nil:
+		// The upsert is the attempt's last statement: it goes out with the
+		// COMMIT (one round trip for both).
+		args := []any{c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID, e.Type,
+			string(State(e))} // text, not []byte: pgx's exec mode (behind a pooler) would send bytea
+		err := c.AtCommit(ctx, latestSQL, args, func(row pgx.Row) error {
+			var held int64
+			err := row.Scan(&held)
+			applied := true
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				applied = false // the projection holds this version or a newer one
+			case err != nil:
+				return err
+			}
+			telemetry.RecordProjection(ctx, e.Topic, c.ConsumerID, e.Version, held, applied)
+			return nil
+		})
+		if err != nil {
 			return consumer.Transient("database", fmt.Errorf("projection: %w", err))
 		}
-		telemetry.RecordProjection(ctx, e.Topic, c.ConsumerID, e.Version, held, applied)
 		return nil
 	})
 }
