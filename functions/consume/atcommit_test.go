@@ -18,22 +18,6 @@ import (
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-// tripCounter counts what a pool sends: each statement, and each batch
-// (statements sent together) once.
-type tripCounter struct{ n atomic.Int64 }
-
-func (c *tripCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (c *tripCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	c.n.Add(1)
-	return ctx
-}
-func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (c *tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // A handler's last statement (consumer.Context.AtCommit) on the pool the
 // functions run on: the last statement goes out with the COMMIT (a
 // delivery takes one round trip more than the handler's other
@@ -48,7 +32,7 @@ func TestLastStatementGoesOutWithTheCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trips := &tripCounter{}
+	trips := &pgtest.RoundTrips{}
 	cfg.ConnConfig.Tracer = trips
 	pool, err := pgpool.New(ctx, cfg, pgpool.RetryPolicy{})
 	if err != nil {
@@ -106,11 +90,11 @@ func TestLastStatementGoesOutWithTheCommit(t *testing.T) {
 		return n
 	}
 
-	before := trips.n.Load()
+	before := trips.Count()
 	if r := deliver("order-1", 7, 1); r.Status != http.StatusOK || r.Outcome != model.OutcomeSuccess {
 		t.Fatalf("delivery: %+v", r)
 	}
-	if n := trips.n.Load() - before; n != 3 {
+	if n := trips.Count() - before; n != 3 {
 		t.Errorf("a delivery took %d round trips; want 3 (BEGIN with the inbox statement, the handler's insert, the last statement with the COMMIT)", n)
 	}
 	if got := scanned.Load(); got != 7 {

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	neturl "net/url"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -15,12 +14,9 @@ import (
 	"github.com/relaybus/relaybus/internal/pgtest"
 )
 
-// BeginWith's transaction, direct and through PgBouncer in transaction
-// mode (exec query mode): its first statement's row is read, the rest of
-// the transaction runs on the same server connection, commit and rollback
-// do what they say, and a first statement that fails or returns no row
-// leaves no transaction open and no connection held.
-func TestBeginWith(t *testing.T) {
+// directAndPooled is the test server's URL and, when the suite has one,
+// PgBouncer's in transaction mode with pgx's exec query mode.
+func directAndPooled(t *testing.T) map[string]string {
 	urls := map[string]string{"direct": pgtest.URL(t)}
 	if bouncer := pgtest.PgBouncerURL(t); bouncer != "" {
 		u, _ := neturl.Parse(bouncer)
@@ -29,7 +25,16 @@ func TestBeginWith(t *testing.T) {
 		u.RawQuery = q.Encode()
 		urls["pgbouncer"] = u.String()
 	}
-	for name, url := range urls {
+	return urls
+}
+
+// BeginWith's transaction, direct and through PgBouncer in transaction
+// mode (exec query mode): its first statement's row is read, the rest of
+// the transaction runs on the same server connection, commit and rollback
+// do what they say, and a first statement that fails or returns no row
+// leaves no transaction open and no connection held.
+func TestBeginWith(t *testing.T) {
+	for name, url := range directAndPooled(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			p := open(t, url, 2)
@@ -112,37 +117,13 @@ func TestBeginWith(t *testing.T) {
 	}
 }
 
-// roundTrips counts what a pool sends: each statement on its own, and each
-// batch (statements sent together) once.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // CommitWith, direct and through PgBouncer: the last statement and the
 // commit in one round trip (a transaction BeginWith began takes two in
 // all), the row given to scan, the connection given back outside any
 // transaction; a last statement that fails rolls the whole transaction
 // back and says so (ErrLastStatement), and the connection is reused.
 func TestCommitWith(t *testing.T) {
-	urls := map[string]string{"direct": pgtest.URL(t)}
-	if bouncer := pgtest.PgBouncerURL(t); bouncer != "" {
-		u, _ := neturl.Parse(bouncer)
-		q := u.Query()
-		q.Set("default_query_exec_mode", "exec")
-		u.RawQuery = q.Encode()
-		urls["pgbouncer"] = u.String()
-	}
-	for name, url := range urls {
+	for name, url := range directAndPooled(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			cfg, err := ParseConfig(url)
@@ -150,7 +131,7 @@ func TestCommitWith(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.MaxConns = 1
-			trips := &roundTrips{}
+			trips := &pgtest.RoundTrips{}
 			cfg.ConnConfig.Tracer = trips
 			p, err := New(ctx, cfg, RetryPolicy{})
 			if err != nil {
@@ -174,7 +155,7 @@ func TestCommitWith(t *testing.T) {
 			insert := "INSERT INTO " + table + " (id) VALUES ($1) RETURNING id"
 
 			var id, last int
-			before := trips.n.Load()
+			before := trips.Count()
 			tx, err := p.BeginWith(ctx, []any{&id}, insert, 1)
 			if err != nil {
 				t.Fatal(err)
@@ -183,7 +164,7 @@ func TestCommitWith(t *testing.T) {
 			if err != nil || last != 2 {
 				t.Fatalf("CommitWith: row %d, %v; want 2, nil", last, err)
 			}
-			if n := trips.n.Load() - before; n != 2 {
+			if n := trips.Count() - before; n != 2 {
 				t.Errorf("BEGIN, a statement, a last statement and COMMIT took %d round trips; want 2", n)
 			}
 			if n := count(); n != 2 {
