@@ -99,11 +99,14 @@ type lastStatement struct {
 //
 // Outside a delivery (Engine.Do, ApplyOther's handler, a Context not made
 // by an engine) AtCommit runs the statement at once, calls scan, and
-// returns the statement's error.
+// returns the statement's error, else scan's.
 func (c *Context) AtCommit(ctx context.Context, sql string, args []any, scan func(pgx.Row) error) error {
 	if !c.deferAtCommit {
-		_, err := (&lastStatement{sql: sql, args: args, scan: scan}).run(ctx, c.Tx)
-		return err
+		scanErr, err := (&lastStatement{sql: sql, args: args, scan: scan}).run(ctx, c.Tx)
+		if err != nil {
+			return err
+		}
+		return scanErr
 	}
 	if err := c.flushAtCommit(ctx); err != nil {
 		return err
