@@ -48,7 +48,7 @@ func (p *Pool) BeginWith(ctx context.Context, dest []any, sql string, args ...an
 			// Ends what began and gives the connection back (a
 			// connection still inside a transaction is closed, not
 			// reused).
-			_ = t.Rollback(context.WithoutCancel(ctx))
+			t.rollbackAfter(ctx)
 			return err
 		}
 		tx = t
@@ -123,10 +123,7 @@ func (t *Tx) CommitWith(ctx context.Context, sql string, args []any, scan func(p
 	case !pc.IsClosed() && pc.TxStatus() == 'E':
 		// The statement failed: the server skipped the commit, and the
 		// transaction waits for its rollback.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = t.Tx.Rollback(rctx)
-		t.end()
+		t.rollbackAfter(ctx)
 		if err == nil {
 			err = scanErr
 		}
@@ -140,6 +137,18 @@ func (t *Tx) CommitWith(ctx context.Context, sql string, args []any, scan func(p
 	}
 	return err
 }
+
+// rollbackAfter rolls back a transaction whose statement failed, even when
+// ctx has ended, within rollbackTimeout (a connection that does not answer
+// is closed), and gives the connection back.
+func (t *Tx) rollbackAfter(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = t.Rollback(rctx)
+}
+
+// rollbackTimeout bounds rollbackAfter.
+const rollbackTimeout = 10 * time.Second
 
 // end gives the connection back (the pool closes one still inside a
 // transaction) and leaves the Tx closed.

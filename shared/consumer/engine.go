@@ -425,8 +425,9 @@ func (e *Engine) commit(ctx context.Context, c *Context) error {
 		CommitWith(ctx context.Context, sql string, args []any, scan func(pgx.Row) error) error
 	})
 	if !ok {
-		c.atCommit = st
-		if err := c.flushAtCommit(ctx); err != nil {
+		scanErr, err := st.run(ctx, c.Tx)
+		e.logScan(ctx, scanErr)
+		if err != nil {
 			return fmt.Errorf("%w: %w", postgres.ErrLastStatement, err)
 		}
 		return c.Tx.Commit(ctx)
@@ -434,13 +435,19 @@ func (e *Engine) commit(ctx context.Context, c *Context) error {
 	scan := st.scan
 	if scan != nil {
 		scan = func(row pgx.Row) error {
-			if err := st.scan(row); err != nil {
-				e.o.Logger.WarnContext(ctx, "consume: the last statement's scan failed; the attempt is unchanged", "error", err.Error())
-			}
+			e.logScan(ctx, st.scan(row))
 			return nil
 		}
 	}
 	return cw.CommitWith(ctx, st.sql, st.args, scan)
+}
+
+// logScan logs the error of a last statement's scan (Context.AtCommit),
+// an observation's: the attempt's outcome does not change.
+func (e *Engine) logScan(ctx context.Context, err error) {
+	if err != nil {
+		e.o.Logger.WarnContext(ctx, "consume: the last statement's scan failed; the attempt is unchanged", "error", err.Error())
+	}
 }
 
 // runHandler runs the handler on c, in a span of its own when telemetry is

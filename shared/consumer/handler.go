@@ -115,8 +115,7 @@ func (c *Context) AtCommit(ctx context.Context, sql string, args []any, scan fun
 	return nil
 }
 
-// flushAtCommit runs the queued last statement now, in c.Tx (its scan's
-// error, an observation's, is logged by the engine).
+// flushAtCommit runs the queued last statement now, in c.Tx.
 func (c *Context) flushAtCommit(ctx context.Context) error {
 	st := c.atCommit
 	c.atCommit = nil
@@ -124,9 +123,7 @@ func (c *Context) flushAtCommit(ctx context.Context) error {
 		return nil
 	}
 	scanErr, err := st.run(ctx, c.Tx)
-	if scanErr != nil && c.engine != nil {
-		c.engine.o.Logger.WarnContext(ctx, "consume: the last statement's scan failed; the attempt is unchanged", "error", scanErr.Error())
-	}
+	c.engine.logScan(ctx, scanErr)
 	return err
 }
 
