@@ -28,6 +28,27 @@ func directAndPooled(t *testing.T) map[string]string {
 	return urls
 }
 
+// scratchTable creates a table (id int PRIMARY KEY) of the test's own,
+// dropped when it ends, and returns its name and a counter of its rows.
+func scratchTable(t *testing.T, p *Pool, prefix string) (string, func() int) {
+	t.Helper()
+	ctx := context.Background()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	table := prefix + hex.EncodeToString(b[:])
+	if _, err := p.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.Exec(context.Background(), "DROP TABLE "+table) })
+	return table, func() (n int) {
+		t.Helper()
+		if err := p.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
 // BeginWith's transaction, direct and through PgBouncer in transaction
 // mode (exec query mode): its first statement's row is read, the rest of
 // the transaction runs on the same server connection, commit and rollback
@@ -38,20 +59,7 @@ func TestBeginWith(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			p := open(t, url, 2)
-			var b [4]byte
-			_, _ = rand.Read(b[:])
-			table := "t_begin_with_" + hex.EncodeToString(b[:])
-			if _, err := p.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY)"); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _, _ = p.Exec(context.Background(), "DROP TABLE "+table) })
-			count := func() (n int) {
-				t.Helper()
-				if err := p.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
+			table, count := scratchTable(t, p, "t_begin_with_")
 			insert := "INSERT INTO " + table + " (id) VALUES ($1) RETURNING id"
 
 			var id int
@@ -138,20 +146,7 @@ func TestCommitWith(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(p.Close)
-			var b [4]byte
-			_, _ = rand.Read(b[:])
-			table := "t_commit_with_" + hex.EncodeToString(b[:])
-			if _, err := p.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY)"); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _, _ = p.Exec(context.Background(), "DROP TABLE "+table) })
-			count := func() (n int) {
-				t.Helper()
-				if err := p.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
+			table, count := scratchTable(t, p, "t_commit_with_")
 			insert := "INSERT INTO " + table + " (id) VALUES ($1) RETURNING id"
 
 			var id, last int
