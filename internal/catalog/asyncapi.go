@@ -217,7 +217,7 @@ func (t Topic) message(s *Schema) Message {
 	}
 	m := Message{Name: t.Name + "." + version, Title: t.Name + " " + version,
 		Headers: t.headers(s), CorrelationID: map[string]any{"description": "the correlation id shared by an event and the events it caused", "location": "$message.header#/correlation_id"},
-		Bindings: map[string]any{"googlepubsub": map[string]any{"bindingVersion": GooglePubSubBindingVersion}},
+		Bindings:    map[string]any{"googlepubsub": map[string]any{"bindingVersion": GooglePubSubBindingVersion}},
 		OrderingKey: map[string]any{"header": event.AttrAggregateID, "description": "the ordering key is the event's aggregate id (the aggregate_id attribute, the CloudEvents subject): the relay publishes an aggregate's versions in order under it"}}
 	if s == nil {
 		m.Summary = "An event of " + t.Name + "; the topic declares no schema, so any payload is taken."
