@@ -171,6 +171,8 @@ func TestCloudRunAuth(t *testing.T) {
 		{name: "a viewer may read", path: "/deadletters", headers: bearerOf(bob), want: 200},
 		{name: "a caller with no role may not read", path: "/deadletters", headers: bearerOf(carol), want: 403, code: "forbidden"},
 		{name: "nor read the audit log", path: "/audit", headers: bearerOf(carol), want: 403, code: "forbidden"},
+		{name: "a viewer reads the catalog", path: "/catalog", headers: bearerOf(bob), want: 200},
+		{name: "a caller with no role may not", path: "/catalog", headers: bearerOf(carol), want: 403, code: "forbidden"},
 		{name: "a viewer may not delete", method: "DELETE", path: "/deadletters/dl-1", headers: bearerOf(bob), want: 403, code: "forbidden"},
 		{name: "a viewer may not change the registry", method: "POST", path: "/consumers/shop.order.events/member-service:disable", headers: bearerOf(bob), want: 403, code: "forbidden"},
 		{name: "a writer passes auth (then 404)", method: "DELETE", path: "/deadletters/dl-1", headers: bearerOf(alice), want: 404, code: "not_found"},
@@ -309,6 +311,7 @@ func TestReadOnly(t *testing.T) {
 	runAuth(t, e, []authCase{
 		{name: "whoami", headers: alice, want: 200, canW: no()},
 		{name: "list", path: "/events", headers: alice, want: 200},
+		{name: "catalog", path: "/catalog", headers: alice, want: 200},
 		{name: "delete", method: "DELETE", path: "/deadletters/dl-1", headers: alice, want: 404}, // the letter is read first
 		{name: "bulk replay", method: "POST", path: "/deadletters:replay", body: map[string]any{"reason": "x"}, headers: alice, want: 403, code: "read_only"},
 		{name: "bulk dry run", method: "POST", path: "/deadletters:replay", body: map[string]any{"reason": "x", "dryRun": true}, headers: alice, want: 200},

@@ -19,6 +19,9 @@
 //	                                   "dryRun", "expect"}: every matching letter, each to its consumer;
 //	                                   the dry run counts them, "expect" makes the replay refuse another count
 //	DELETE /deadletters/{id}           keep it as a tombstone with who and when
+//	GET    /catalog                    ?topic=: the event catalog: each topic's schema versions (their
+//	                                   definitions and JSON Schemas), publishers and consumers (delivery,
+//	                                   ordering, handler, emits, registry entry) (catalog.go)
 //	GET    /consumers                  the topic_consumers registry, with each consumer's subscription
 //	POST   /consumers                  {"topic", "consumerId", "enabled", "description", "sortOrder"}: add one
 //	PATCH  /consumers/{topic}/{id}     {"enabled", "description", "sortOrder"}: change one
@@ -289,6 +292,7 @@ func New(o Options) (http.Handler, error) {
 			dbs: dbs, g: g, logger: o.Logger},
 		&overview{reader: reader, deadLetters: o.Archive, dbs: dbs, logger: o.Logger},
 		&auditView{log: o.Audit},
+		&catalogView{topology: o.Topology, registry: registry, pull: pull, logger: o.Logger},
 	)
 	return s, nil
 }
@@ -298,7 +302,7 @@ func New(o Options) (http.Handler, error) {
 // actions check the one they need on their target (a dry run is a
 // viewer's read). The package comment lists every route
 // (TestRoutesAreDocumented).
-func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deliveryControl, ov *overview, av *auditView) routeTable {
+func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deliveryControl, ov *overview, av *auditView, ca *catalogView) routeTable {
 	return routeTable{
 		{"GET", "whoami", "", s.whoami},
 		{"GET", "overview", RoleViewer, ov.get},
@@ -312,6 +316,7 @@ func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deli
 		{"GET", "deadletters/{}", RoleViewer, lt.get},
 		{"POST", "deadletters/{}:replay", RoleViewer, lt.replay},
 		{"DELETE", "deadletters/{}", RoleOperator, lt.delete},
+		{"GET", "catalog", RoleViewer, ca.get},
 		{"GET", "consumers", RoleViewer, co.list},
 		{"POST", "consumers", RoleAdmin, co.add},
 		{"PATCH", "consumers/{}/{}", RoleOperator, co.change},
