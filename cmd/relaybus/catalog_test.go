@@ -25,7 +25,7 @@ func TestCatalogCommand(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	var doc struct {
-		AsyncAPI   string                    `yaml:"asyncapi"`
+		AsyncAPI   string `yaml:"asyncapi"`
 		Info       struct{ Title, Version string }
 		Channels   map[string]struct{ Address string }
 		Operations map[string]struct {
