@@ -233,6 +233,7 @@ const routes = [
   [/^#\/deadletters\/([^/?]+)$/, viewLetter, "deadletters"],
   [/^#\/deadletters$/, viewLetters, "deadletters"],
   [/^#\/consumers$/, viewConsumers, "consumers"],
+  [/^#\/catalog$/, viewCatalog, "catalog"],
   [/^#\/consumers\/([^/?]+)\/([^/?]+)\/gaps$/, viewGaps, "consumers"],
   [/^#\/consumers\/([^/?]+)\/([^/?]+)\/rebuild$/, viewRebuild, "consumers"],
 ];
@@ -952,6 +953,69 @@ function rebuildPlan(p) {
     p.warning ? h("p", { class: "warn", "data-testid": "rebuild-warning" }, p.warning) : "",
     h("ol", { class: "checks" }, ...(p.steps || []).map((s) => h("li", {}, s))),
     h("p", { class: "muted small" }, p.subscription + " retains messages for " + p.retention + "."));
+}
+
+// -------------------------------------------------------------- catalog
+
+// viewCatalog shows every topic's contract and its parties (GET /catalog):
+// its schema versions, who publishes, who consumes how and what each
+// consumer emits. ?topic= shows one topic.
+function viewCatalog() {
+  const p = params();
+  const box = h("div", { "data-testid": "catalog" }, h("p", { class: "muted" }, "Loading…"));
+  const pick = h("select", { "data-testid": "catalog-topic-filter", onchange: () => { location.hash = "#/catalog" + query({ topic: pick.value }); } },
+    h("option", { value: "" }, "every topic"));
+  render(h("div", { class: "head" }, h("h1", {}, "Catalog"), h("span", { class: "muted" }, "topics, schemas, publishers and consumers"),
+    h("span", { class: "spacer" }), h("label", { class: "muted small" }, "show ", pick)), box);
+  (async () => {
+    const v = state.view;
+    const [r, all] = await Promise.all([api("GET", "/catalog" + query({ topic: p.topic })), p.topic ? api("GET", "/catalog") : null]);
+    if (v !== state.view) return;
+    if (r.status !== 200) { box.replaceChildren(notice(errorText(r), "error")); return; }
+    for (const t of ((all && all.status === 200 ? all : r).data.catalog.topics)) pick.append(h("option", { value: t.name, selected: t.name === p.topic }, t.name));
+    box.replaceChildren(...catalogBody(r.data));
+  })();
+}
+
+function catalogBody(d) {
+  const c = d.catalog;
+  const out = [h("p", { class: "muted small" }, "From the topology (infra/topology.yaml), its compiled schemas and the live consumer registry" +
+    (c.registry ? "" : " (not read)") + ". Every message's ordering key is its aggregate id. ", h("code", {}, "relaybus catalog"), " writes the same as an AsyncAPI 3.0 document.")];
+  if (d.schemaError) out.push(notice(d.schemaError, "error"));
+  for (const t of c.topics) out.push(catalogTopic(t));
+  return out;
+}
+
+function catalogTopic(t) {
+  const mode = t.mode === "binary" ? "CloudEvents binary mode: the data is the payload, validated by the topic's Pub/Sub schema"
+    : "CloudEvents structured mode (" + t.contentType + ")";
+  const schemas = t.schemas.length ? h("table", {}, h("tr", {}, h("th", {}, "Version"), h("th", {}, "Schema"), h("th", {}, "Payload type"), h("th", {}, "File"), h("th", {}, "Shape")),
+    ...t.schemas.map((s) => h("tr", { "data-testid": "schema-row", "data-version": s.version },
+      h("td", {}, h("b", {}, s.version)), h("td", {}, s.type + " · " + s.encoding, s.message ? h("div", { class: "mono small" }, s.message) : ""),
+      h("td", { class: "mono small" }, s.payloadType), h("td", { class: "mono small" }, s.file),
+      h("td", { class: "shape" }, s.jsonSchema || s.definition ? h("details", {}, h("summary", {}, s.jsonSchema ? "JSON Schema" : "definition"),
+        h("pre", { "data-testid": "schema-shape" }, s.jsonSchema ? JSON.stringify(s.jsonSchema, null, 2) : s.definition)) : "–"))))
+    : h("p", { class: "muted", "data-testid": "no-schema" }, "No schema: the topic takes any payload.");
+  const pubs = t.publishers.length ? h("ul", {}, ...t.publishers.map((p) => h("li", { "data-testid": "publisher" },
+    p.kind === "http" ? [h("b", {}, p.name), " over HTTP (the publish function)"]
+      : [h("b", {}, p.name), " emits them handling ", h("a", { href: "#/catalog" + query({ topic: p.from }) }, p.from)])))
+    : h("p", { class: "muted", "data-testid": "no-publisher" }, "None declared: producers enqueue in their own transaction (the topology names HTTP callers and emitting consumers only).");
+  const cons = t.consumers.length ? h("table", {}, h("tr", {}, h("th", {}, "Consumer"), h("th", {}, "State"), h("th", {}, "Delivery"), h("th", {}, "Handler"), h("th", {}, "Emits"), h("th", {}, "Registry")),
+    ...t.consumers.map((c) => h("tr", { "data-testid": "catalog-consumer", "data-consumer": c.service },
+      h("td", {}, h("b", {}, c.service), c.role ? h("span", { class: "muted small" }, " (" + c.role + ")") : "", c.description ? h("div", { class: "small muted" }, c.description) : ""),
+      h("td", { "data-testid": "catalog-state" }, !c.declared ? badge("no subscription", "s-FAILED") : !c.inRegistry ? badge("not in registry", "s-PENDING")
+        : c.enabled ? badge("enabled", "s-CONSUMED") : badge("disabled", "s-EXPIRED")),
+      h("td", { "data-testid": "catalog-delivery" }, c.declared ? [c.delivery, h("span", { class: c.ordered ? "tag" : "tag warn" }, c.ordered ? "ordered" : "unordered"),
+        h("div", { class: "mono small muted" }, c.subscription)] : "–"),
+      h("td", { "data-testid": "catalog-handler" }, c.declared ? [c.handler, c.handlerKind !== c.handler ? h("span", { class: "muted small" }, " (" + c.handlerKind + ")") : "",
+        c.forwardUrl ? h("div", { class: "mono small" }, "→ " + c.forwardUrl) : "", h("div", { class: "small muted" }, "database " + c.database)] : "–"),
+      h("td", { "data-testid": "catalog-emits" }, c.emits.length ? c.emits.map((e) => h("div", {}, h("a", { href: "#/catalog" + query({ topic: e }) }, e))) : "–"),
+      h("td", { class: "small" }, c.registration ? (c.registration.updatedBy ? c.registration.updatedBy + ", " : "deploy, ") + fmtTime(c.registration.updatedAt) : "–"))))
+    : h("p", { class: "muted" }, "No consumer.");
+  return h("div", { class: "panel", "data-testid": "catalog-topic", "data-topic": t.name },
+    h("h2", {}, t.name, t.description ? h("span", { class: "muted small" }, " " + t.description) : ""),
+    h("p", { class: "small" }, mode, ". Aggregates: ", t.aggregateTypes.join(", "), ". Dead letters: ", h("span", { class: "mono" }, t.deadLetterTopic), ". Ledger: " + t.ledger + "."),
+    h("h3", {}, "Schemas"), schemas, h("h3", {}, "Publishers"), pubs, h("h3", {}, "Consumers"), cons);
 }
 
 // ------------------------------------------------------------------ boot
