@@ -199,11 +199,11 @@ type keyedMessage struct {
 // ("event") when it declares none.
 func (t Topic) messages() []keyedMessage {
 	if len(t.Schemas) == 0 {
-		return []keyedMessage{{key: "event", msg: t.message(nil)}}
+		return []keyedMessage{{key: messageKey(nil), msg: t.message(nil)}}
 	}
 	out := make([]keyedMessage, 0, len(t.Schemas))
 	for i := range t.Schemas {
-		out = append(out, keyedMessage{key: t.Schemas[i].Version, msg: t.message(&t.Schemas[i])})
+		out = append(out, keyedMessage{key: messageKey(&t.Schemas[i]), msg: t.message(&t.Schemas[i])})
 	}
 	return out
 }
@@ -240,7 +240,9 @@ func (t Topic) message(s *Schema) Message {
 		m.Description += " The envelope is written in the CloudEvents protobuf format (io.cloudevents.v1.CloudEvent); its attributes and data are those below."
 	}
 	if ms, ok := payload.(map[string]any); ok {
-		m.Payload = envelope(ms)
+		// A JSON Schema's local $refs point into its own document, which
+		// is now the envelope's data.
+		m.Payload = envelope(rebase(ms, "#/components/messages/"+t.Name+"."+messageKey(s)+"/payload/properties/data").(map[string]any))
 	} else {
 		// A binary payload's own schema format cannot sit inside a JSON
 		// envelope; structured mode never carries one (a schema that is not
@@ -248,6 +250,40 @@ func (t Topic) message(s *Schema) Message {
 		m.Payload = envelope(map[string]any{})
 	}
 	return m
+}
+
+// messageKey is a message's key in its channel: the schema version, or
+// "event" for a topic without schemas.
+func messageKey(s *Schema) string {
+	if s == nil {
+		return "event"
+	}
+	return s.Version
+}
+
+// rebase returns a copy of a JSON Schema with its local $refs ("#",
+// "#/$defs/x") pointing at the same places under at, where the schema is
+// embedded. Other $refs are left as they are.
+func rebase(v any, at string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, c := range x {
+			if r, ok := c.(string); ok && k == "$ref" && (r == "#" || strings.HasPrefix(r, "#/")) {
+				out[k] = at + strings.TrimPrefix(r, "#")
+				continue
+			}
+			out[k] = rebase(c, at)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, c := range x {
+			out[i] = rebase(c, at)
+		}
+		return out
+	}
+	return v
 }
 
 // payloadSchema is a schema version's payload as a schema object: its JSON

@@ -65,6 +65,7 @@ func TestAsyncAPI(t *testing.T) {
 				{[]string{"components", "messages", "member.points.events.v2", "payload", "properties", "orderId", "type"}, "string"},
 				{[]string{"components", "messages", "shop.refund.events.v1", "contentType"}, "application/cloudevents+json"},
 				{[]string{"components", "messages", "shop.refund.events.v1", "payload", "properties", "data", "required"}, []any{"orderId"}},
+				{[]string{"components", "messages", "shop.refund.events.v1", "payload", "properties", "data", "properties", "cents", "$ref"}, "#/components/messages/shop.refund.events.v1/payload/properties/data/$defs/cents"},
 				{[]string{"components", "messages", "message.notification.events.v1", "contentType"}, nil}, // no schema: one message, "event"
 				{[]string{"components", "messages", "message.notification.events.event", "contentType"}, "application/cloudevents+protobuf"},
 				{[]string{"components", "messages", "member.points.events.v1", "headers", "properties", "ce-subject", "description"}, "the aggregate id (the ordering key)"},

@@ -13,9 +13,9 @@ import (
 // catalogs (internal/catalog) and AsyncAPI: a jsonschema type's own
 // document; a protobuf message's JSON mapping (protojson, the payload of
 // encoding json) derived from its descriptor; nothing, false, for Avro,
-// whose own schema (Definition) is the description. The document is
-// self-contained: it holds no $ref, so it can be embedded in another
-// document as it is.
+// whose own schema (Definition) is the description. A protobuf message's
+// document holds no $ref; a JSON Schema's holds what its author wrote (an
+// embedder rebases its local $refs, as internal/catalog does).
 func (s *Schema) JSONSchema() (map[string]any, bool) {
 	switch v := s.v.(type) {
 	case *jsonSchema:
