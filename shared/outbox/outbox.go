@@ -319,11 +319,6 @@ func Repush(ctx context.Context, db postgres.DBTX, e *event.Event, target string
 			// Deleted by retention: back in as published, then re-pushed.
 			b := &batch{}
 			b.add(e, traceparent.FromContext(ctx))
-			// The outbox's insert trigger would make its aggregate due
-			// again (migrations/008_any_producer.sql): off for this insert.
-			if _, err := tx.Exec(ctx, `SELECT set_config('relaybus.outbox_dispatch', 'off', true)`); err != nil {
-				return fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
-			}
 			if _, err := tx.Exec(ctx, repushReinsertSQL, b.args()...); err != nil {
 				return mapErr(err)
 			}

@@ -34,108 +34,71 @@ $$;
 --    wrote them, and a version at or below the published cursor sends the
 --    cursor back below it.
 --
---    An aggregate whose dispatch row this transaction has already written
---    so that the upsert would change nothing (Enqueue's own statement,
---    just before) is left alone: the row is this transaction's (xmin), so
---    no other transaction can move it before the commit, and skipping it
---    writes no row lock. Inside a savepoint the row's xmin is the
---    subtransaction's and the upsert runs; it changes nothing then either.
---
---    The rows of the other aggregates are first checked against the rules
---    Enqueue checks in Go (shared/event's Validate): the first row that
---    breaks one fails the statement with check_violation, a message that
---    names the event, the column and the rule, and the column in the
---    error's column field.
+--    First every row is checked against the rules Enqueue checks in Go
+--    (shared/event's Validate): the first row that breaks one fails the
+--    statement with check_violation, a message that names the event, the
+--    column and the rule, and the column in the error's column field.
 --
 --    relaybus.outbox_dispatch = 'off' (set_config(..., true)) turns the
---    trigger off for the transaction's next INSERT statement only (the
---    trigger clears it): a re-push puts an event that retention deleted
---    back as already published, and writes its dispatch row itself.
+--    trigger off for the next INSERT statement only (the trigger clears
+--    it). relaybus's own statements set it: Enqueue's, which check the
+--    events and write the dispatch rows themselves, and a re-push's, which
+--    puts an event that retention deleted back as already published.
 CREATE OR REPLACE FUNCTION relaybus_outbox_enqueued() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     bad record;
+    cleared text;
 BEGIN
     IF current_setting('relaybus.outbox_dispatch', true) = 'off' THEN
-        PERFORM set_config('relaybus.outbox_dispatch', '', true);
+        -- An assignment, not PERFORM: a simple expression costs no query.
+        cleared := set_config('relaybus.outbox_dispatch', '', true);
         RETURN NULL;
     END IF;
 
-    WITH agg AS MATERIALIZED (
-        SELECT n.aggregatetype, n.aggregateid, max(n.version) AS hi, min(n.version) AS lo,
-               EXISTS (
-                   SELECT 1
-                   FROM relaybus_outbox_dispatch c
-                   WHERE c.aggregatetype = n.aggregatetype AND c.aggregateid = n.aggregateid
-                     AND c.xmin = pg_current_xact_id()::xid
-                     AND c.enqueued_version >= max(n.version)
-                     AND c.published_version < min(n.version)
-                     AND c.ledger_version < min(n.version)
-                     AND (c.due_at IS NULL) = (c.failed_version IS NOT NULL)) AS covered
-        FROM relaybus_inserted n
-        GROUP BY n.aggregatetype, n.aggregateid
-    ), bad AS MATERIALIZED (
-        SELECT n.id, f.field
-        FROM relaybus_inserted n
-        JOIN agg a ON a.aggregatetype = n.aggregatetype AND a.aggregateid = n.aggregateid AND NOT a.covered
-        CROSS JOIN LATERAL (
-            SELECT CASE
-                WHEN n.id !~ '^[A-Za-z0-9._:-]{1,128}$' OR n.id IN ('.', '..')
-                    THEN 'id'
-                WHEN n.aggregatetype !~ '^[a-z][a-z0-9_-]{0,63}$'
-                    THEN 'aggregatetype'
-                WHEN octet_length(n.aggregateid) NOT BETWEEN 1 AND 256 OR n.aggregateid !~ '^[A-Za-z0-9:_-]+$'
-                    THEN 'aggregateid'
-                WHEN octet_length(n.event_type) > 128 OR n.event_type !~ '^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$'
-                    THEN 'event_type'
-                WHEN octet_length(n.topic) > 200
-                     OR regexp_replace(n.topic, '\.dlq$', '') !~ '^[a-z][a-z0-9-]{0,62}(\.[a-z][a-z0-9-]{0,62}){1,2}$'
-                     OR 'dlq' = ANY (string_to_array(regexp_replace(n.topic, '\.dlq$', ''), '.'))
-                    THEN 'topic'
-                WHEN octet_length(n.source) NOT BETWEEN 1 AND 256 OR n.source ~ '[\x01-\x20\x7f]'
-                    THEN 'source'
-                WHEN n.schema_version !~ '^v[0-9]{1,15}$'
-                    THEN 'schema_version'
-                WHEN btrim(n.payload_type) = '' OR n.payload_type ~ '[\x01-\x1f\x7f]'
-                    THEN 'payload_type'
-                WHEN (n.trace_id <> '' AND n.trace_id !~ '^[A-Za-z0-9._:-]{1,128}$')
-                    THEN 'trace_id'
-                WHEN (n.span_id <> '' AND n.span_id !~ '^[A-Za-z0-9._:-]{1,128}$')
-                    THEN 'span_id'
-                WHEN (n.parent_event_id <> '' AND n.parent_event_id !~ '^[A-Za-z0-9._:-]{1,128}$')
-                    THEN 'parent_event_id'
-                WHEN (n.correlation_id <> '' AND n.correlation_id !~ '^[A-Za-z0-9._:-]{1,128}$')
-                    THEN 'correlation_id'
-                WHEN octet_length(n.payload) > 9934464
-                    THEN 'payload'
-                WHEN lower(split_part(n.payload_type, ';', 1)) ~ '^\s*(application/json|text/json|.*\+json)\s*$'
-                     AND NOT relaybus_outbox_is_json(n.payload)
-                    THEN 'payload'
-                WHEN lower(split_part(n.payload_type, ';', 1)) !~ '^\s*(application/json|text/json|.*\+json)\s*$'
-                     AND octet_length(n.payload) > 7450848
-                    THEN 'payload'
-            END AS field) f
-        WHERE f.field IS NOT NULL
-        LIMIT 1
-    ), up AS (
-        INSERT INTO relaybus_outbox_dispatch AS d (aggregatetype, aggregateid, enqueued_version, published_version, due_at)
-        SELECT a.aggregatetype, a.aggregateid, a.hi, a.lo - 1, now()
-        FROM agg a
-        WHERE NOT a.covered AND NOT EXISTS (SELECT 1 FROM bad)
-        ORDER BY 1, 2
-        ON CONFLICT (aggregatetype, aggregateid) DO UPDATE SET
-            enqueued_version  = greatest(d.enqueued_version, EXCLUDED.enqueued_version),
-            published_version = least(d.published_version, EXCLUDED.published_version),
-            ledger_version    = least(d.ledger_version, EXCLUDED.published_version),
-            due_at            = CASE WHEN d.failed_version IS NOT NULL THEN NULL
-                                     ELSE coalesce(d.due_at, now()) END
-    )
-    SELECT b.id, b.field, r.rule INTO bad
-    FROM bad b
+    SELECT n.id, f.field, r.rule INTO bad
+    FROM relaybus_inserted n
     CROSS JOIN LATERAL (
-        SELECT CASE b.field
+        SELECT CASE
+            WHEN n.id !~ '^[A-Za-z0-9._:-]{1,128}$' OR n.id IN ('.', '..')
+                THEN 'id'
+            WHEN n.aggregatetype !~ '^[a-z][a-z0-9_-]{0,63}$'
+                THEN 'aggregatetype'
+            WHEN octet_length(n.aggregateid) NOT BETWEEN 1 AND 256 OR n.aggregateid !~ '^[A-Za-z0-9:_-]+$'
+                THEN 'aggregateid'
+            WHEN octet_length(n.event_type) > 128 OR n.event_type !~ '^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$'
+                THEN 'event_type'
+            WHEN octet_length(n.topic) > 200
+                 OR regexp_replace(n.topic, '\.dlq$', '') !~ '^[a-z][a-z0-9-]{0,62}(\.[a-z][a-z0-9-]{0,62}){1,2}$'
+                 OR 'dlq' = ANY (string_to_array(regexp_replace(n.topic, '\.dlq$', ''), '.'))
+                THEN 'topic'
+            WHEN octet_length(n.source) NOT BETWEEN 1 AND 256 OR n.source ~ '[\x01-\x20\x7f]'
+                THEN 'source'
+            WHEN n.schema_version !~ '^v[0-9]{1,15}$'
+                THEN 'schema_version'
+            WHEN btrim(n.payload_type) = '' OR n.payload_type ~ '[\x01-\x1f\x7f]'
+                THEN 'payload_type'
+            WHEN (n.trace_id <> '' AND n.trace_id !~ '^[A-Za-z0-9._:-]{1,128}$')
+                THEN 'trace_id'
+            WHEN (n.span_id <> '' AND n.span_id !~ '^[A-Za-z0-9._:-]{1,128}$')
+                THEN 'span_id'
+            WHEN (n.parent_event_id <> '' AND n.parent_event_id !~ '^[A-Za-z0-9._:-]{1,128}$')
+                THEN 'parent_event_id'
+            WHEN (n.correlation_id <> '' AND n.correlation_id !~ '^[A-Za-z0-9._:-]{1,128}$')
+                THEN 'correlation_id'
+            WHEN octet_length(n.payload) > 9934464
+                THEN 'payload'
+            WHEN lower(split_part(n.payload_type, ';', 1)) ~ '^\s*(application/json|text/json|.*\+json)\s*$'
+                 AND NOT relaybus_outbox_is_json(n.payload)
+                THEN 'payload'
+            WHEN lower(split_part(n.payload_type, ';', 1)) !~ '^\s*(application/json|text/json|.*\+json)\s*$'
+                 AND octet_length(n.payload) > 7450848
+                THEN 'payload'
+        END AS field) f
+    CROSS JOIN LATERAL (
+        SELECT CASE f.field
             WHEN 'id' THEN '1 to 128 characters of [A-Za-z0-9._:-], not "." or ".."'
             WHEN 'aggregatetype' THEN '1 to 64 characters of [a-z0-9_-], starting with a letter'
             WHEN 'aggregateid' THEN '1 to 256 characters of [A-Za-z0-9:_-]'
@@ -146,11 +109,25 @@ BEGIN
             WHEN 'payload_type' THEN 'a media type such as application/json'
             WHEN 'payload' THEN 'valid JSON for a JSON payload type; at most 9,934,464 bytes (7,450,848 for a payload that is not JSON)'
             ELSE 'at most 128 characters of [A-Za-z0-9._:-]'
-        END AS rule) r;
+        END AS rule) r
+    WHERE f.field IS NOT NULL
+    LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'relaybus_outbox: event %: %: %', bad.id, bad.field, bad.rule
             USING ERRCODE = 'check_violation', COLUMN = bad.field, TABLE = 'relaybus_outbox';
     END IF;
+
+    INSERT INTO relaybus_outbox_dispatch AS d (aggregatetype, aggregateid, enqueued_version, published_version, due_at)
+    SELECT n.aggregatetype, n.aggregateid, max(n.version), min(n.version) - 1, now()
+    FROM relaybus_inserted n
+    GROUP BY n.aggregatetype, n.aggregateid
+    ORDER BY 1, 2
+    ON CONFLICT (aggregatetype, aggregateid) DO UPDATE SET
+        enqueued_version  = greatest(d.enqueued_version, EXCLUDED.enqueued_version),
+        published_version = least(d.published_version, EXCLUDED.published_version),
+        ledger_version    = least(d.ledger_version, EXCLUDED.published_version),
+        due_at            = CASE WHEN d.failed_version IS NOT NULL THEN NULL
+                                 ELSE coalesce(d.due_at, now()) END;
     RETURN NULL;
 END
 $$;
