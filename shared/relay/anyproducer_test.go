@@ -3,7 +3,10 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,4 +112,71 @@ func TestPlainSQLInsertsArePublishedInOrderBetweenGoEnqueues(t *testing.T) {
 	}
 	waitDrained(t, r, e.pool)
 	e.rec.checkExactlyInOrder(t, aggregates, versions)
+}
+
+// The Python example in docs/producing.md, run as written with psycopg 3
+// (Debian's python3-psycopg under /usr/bin/python3; .ci/run installs it), inside a loop that
+// writes three versions of one order: the relay publishes all three, in
+// order.
+func TestThePythonProducerExampleIsPublished(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/producing.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "Python (psycopg 3)")
+	if ok {
+		_, rest, ok = strings.Cut(rest, "```python\n")
+	}
+	example, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/producing.md has no Python example after \"Python (psycopg 3)\"")
+	}
+	var indented strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(example, "\n"), "\n") {
+		indented.WriteString("    " + line + "\n")
+	}
+	script := `import json, os, psycopg
+conn = psycopg.connect(os.environ["DATABASE_URL"], options="-c search_path=" + os.environ["SCHEMA"], autocommit=True)
+conn.execute("CREATE TABLE orders (id text PRIMARY KEY, status text NOT NULL DEFAULT 'new')")
+conn.execute("INSERT INTO orders (id) VALUES ('order-py')")
+for version in (1, 2, 3):
+    order_id, event_id, payload = "order-py", "py-%d" % version, {"amount": 42, "version": version}
+` + indented.String()
+
+	e := newEnv(t)
+	url := e.pool.Config().ConnString()
+	schema := e.pool.Config().ConnConfig.RuntimeParams["search_path"]
+	// Debian's interpreter, where Debian's psycopg is (a pyenv or venv
+	// python3 first on PATH would not have it).
+	const python = "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("%s is required, with psycopg 3 (Debian: python3-psycopg; .ci/run installs it): %v", python, err)
+	}
+	cmd := exec.Command(python, "-c", script)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+libpqURL(url), "SCHEMA="+schema)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the Python example failed: %v\n%s\nscript:\n%s", err, out, script)
+	}
+	r := e.relay(t, relay.Options{})
+	waitDrained(t, r, e.pool)
+	if got := e.rec.versions("order-py"); !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("order-py published versions %v, want [1 2 3]", got)
+	}
+}
+
+// libpqURL drops the pgx-only parameters of a pgx connection string, so
+// libpq (psycopg) accepts it.
+func libpqURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	q := u.Query()
+	for k := range q {
+		if k != "sslmode" {
+			q.Del(k)
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
 }
