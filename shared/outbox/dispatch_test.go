@@ -380,7 +380,7 @@ func TestClaimReadsTheDueAggregatesNotTheTable(t *testing.T) {
 		FROM generate_series(1, 100000) g;
 		INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
 			topic, source, schema_version, payload_type)
-		SELECT 'e' || g, 'order', 'o' || g, 't', 2, '\x00', now(), 'orders', 's', '1', 'json'
+		SELECT 'e' || g, 'order', 'o' || g, 't', 2, '\x00', now(), 'shop.order.events', 's', 'v1', 'application/octet-stream'
 		FROM generate_series(1, 500) g;
 		ANALYZE relaybus_outbox_dispatch;
 		ANALYZE relaybus_outbox`); err != nil {

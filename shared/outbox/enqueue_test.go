@@ -204,6 +204,20 @@ func TestRepush(t *testing.T) {
 	if st, _ := outbox.Lookup(ctx, pool, "e1"); st["e1"].State != outbox.StatePending {
 		t.Fatalf("re-pushed after retention: %+v", st["e1"])
 	}
+	// Back in as published: the re-push sends it, the aggregate's run does
+	// not (the outbox's insert trigger leaves it alone).
+	var published int64
+	var due bool
+	if err := pool.QueryRow(ctx, `SELECT published_version, due_at IS NOT NULL FROM relaybus_outbox_dispatch`).Scan(&published, &due); err != nil || published != 1 || due {
+		t.Fatalf("re-pushed after retention: dispatch published %d, due %v (%v); want 1, not due", published, due, err)
+	}
+	// The trigger is off for that one insert only: the next one is due.
+	if _, err := outbox.Enqueue(ctx, pool, ev("e2", "A", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT due_at IS NOT NULL FROM relaybus_outbox_dispatch`).Scan(&due); err != nil || !due {
+		t.Fatalf("enqueued after the re-push: due %v (%v)", due, err)
+	}
 }
 
 func TestRepushOfAFailedVersionUnblocksItsAggregate(t *testing.T) {

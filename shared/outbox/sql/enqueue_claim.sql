@@ -56,6 +56,9 @@ WITH t AS (
         $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
         $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[])
     WHERE NOT EXISTS (SELECT 1 FROM clash)
+      -- This statement writes the dispatch rows itself: the outbox's
+      -- insert trigger (migrations/008_any_producer.sql) is off for it.
+      AND set_config('relaybus.outbox_dispatch', 'off', true) = 'off'
     ON CONFLICT (id) DO NOTHING
     RETURNING id, aggregatetype, aggregateid, version, created_at
 ), agg AS (
