@@ -292,11 +292,12 @@ func newHandler(t *testing.T, e *env, opt func(*dlqreplay.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { dlqreplay.WaitJobs(h) })
 	mux := http.NewServeMux()
 	mux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", h))
 	srv := newServer(t, mux)
 	c := *e
-	c.url = srv + "/dlqreplay"
+	c.url, c.h = srv+"/dlqreplay", h
 	return &c
 }
 

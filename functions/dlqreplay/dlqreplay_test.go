@@ -42,6 +42,8 @@ type env struct {
 	db      *pgxpool.Pool
 	archive *archive.Store
 	top     *topology.Topology
+	// h is the API's handler (replay jobs' workers: WaitJobs).
+	h http.Handler
 }
 
 func newEnv(t *testing.T, auth, token string) *env {
@@ -81,11 +83,12 @@ func newEnvWith(t *testing.T, opt func(*dlqreplay.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { dlqreplay.WaitJobs(h) })
 	mux := http.NewServeMux()
 	mux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", h))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL + "/dlqreplay", fake: fake, store: store, db: pool, archive: arc, top: top}
+	return &env{url: srv.URL + "/dlqreplay", fake: fake, store: store, db: pool, archive: arc, top: top, h: h}
 }
 
 func (e *env) call(t *testing.T, method, path string, body any, out any) int {
