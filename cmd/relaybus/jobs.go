@@ -49,7 +49,20 @@ var jobCommands = []*command{
 					return err
 				}
 				body["dryRun"], body["expect"] = false, count.Matched
-				return c.do(ctx, "POST", "/replays", body, renderJob)
+				var j job
+				if err := c.call(ctx, "POST", "/replays", body, &j); err != nil {
+					return err
+				}
+				return drive(ctx, c, j.ID)
+			}
+		}},
+	{path: []string{"jobs", "run"}, args: "JOB_ID", short: "drive a replay job until it ends (a job advances while a caller drives it; Ctrl-C pauses it)",
+		setup: func(fs *flag.FlagSet) runner {
+			return func(ctx context.Context, c *cli, args []string) error {
+				if err := exactly(args, "JOB_ID"); err != nil {
+					return err
+				}
+				return drive(ctx, c, args[0])
 			}
 		}},
 	{path: []string{"jobs", "show"}, args: "JOB_ID", short: "one replay job's progress: matched, sent, failed, remaining, rate, ETA",
@@ -82,6 +95,25 @@ var jobCommands = []*command{
 		}},
 }
 
+// drive calls POST /jobs/{id}:run until the job ends (or another caller
+// drives it), printing its progress after each slice (tables only), then
+// the job.
+func drive(ctx context.Context, c *cli, id string) error {
+	for {
+		var j job
+		if err := c.call(ctx, "POST", "/jobs/"+seg(id)+":run", nil, &j); err != nil {
+			return err
+		}
+		if j.State != "running" || j.Busy {
+			return c.do(ctx, "GET", "/jobs/"+seg(id), nil, renderJob)
+		}
+		if c.output != "table" {
+			continue
+		}
+		fmt.Fprintf(c.out, "job %s: %d/%d sent, %d failed, %d remaining, eta %s\n", j.ID, j.Sent, j.Matched, j.Failed, j.Remaining, j.eta())
+	}
+}
+
 // job is a replay job as the API answers it.
 type job struct {
 	ID     string
@@ -93,6 +125,7 @@ type job struct {
 	Rate, MeasuredRate, ETASeconds            float64
 	Matched, Sent, Failed, Skipped, Remaining int
 	CreatedAt                                 time.Time
+	Busy                                      bool
 }
 
 func (j job) filter() string {

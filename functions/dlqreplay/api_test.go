@@ -292,7 +292,6 @@ func newHandler(t *testing.T, e *env, opt func(*dlqreplay.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dlqreplay.WaitJobs(h) })
 	mux := http.NewServeMux()
 	mux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", h))
 	srv := newServer(t, mux)

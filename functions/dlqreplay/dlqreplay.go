@@ -45,6 +45,8 @@
 //	                                   to it alone as a job at a bounded rate (jobs.go)
 //	GET    /jobs                       ?state=&limit=: the replay jobs, newest first, with their progress
 //	GET    /jobs/{id}                  one job's progress: matched, sent, failed, remaining, rate, ETA
+//	POST   /jobs/{id}:run              {"seconds"}: work on the job for a slice inside this request (a job
+//	                                   advances while its callers drive it), then answer its progress
 //	POST   /jobs/{id}:cancel           stop it before its next send
 //
 // Subscriptions are named logically (<topic>.<service>-<role>); the
@@ -290,7 +292,7 @@ func New(o Options) (http.Handler, error) {
 	ev := &events{reader: reader, ledger: o.Ledger, deadLetters: o.Archive, outbox: o.DB, dbs: dbs,
 		maxRepushes: o.MaxRepushes, sentTimeout: o.SentTimeout, g: g, logger: o.Logger}
 	jobs := &replayJobs{client: o.Ledger.Client(), reader: reader, letters: lt, events: ev, topology: o.Topology, audit: o.Audit,
-		g: g, logger: o.Logger, now: time.Now, running: map[string]bool{}}
+		g: g, logger: o.Logger, now: time.Now}
 	s.jobs = jobs
 	s.routes = routesOf(s, lt, ev,
 		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull,
@@ -341,6 +343,7 @@ func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deli
 		{"POST", "replays", RoleViewer, jb.create},
 		{"GET", "jobs", RoleViewer, jb.list},
 		{"GET", "jobs/{}", RoleViewer, jb.get},
+		{"POST", "jobs/{}:run", RoleOperator, jb.run},
 		{"POST", "jobs/{}:cancel", RoleOperator, jb.cancel},
 	}
 }

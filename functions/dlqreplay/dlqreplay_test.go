@@ -42,7 +42,7 @@ type env struct {
 	db      *pgxpool.Pool
 	archive *archive.Store
 	top     *topology.Topology
-	// h is the API's handler (replay jobs' workers: WaitJobs).
+	// h is the API's handler (StopJobsAfter, ShiftJobClock).
 	h http.Handler
 }
 
@@ -83,7 +83,6 @@ func newEnvWith(t *testing.T, opt func(*dlqreplay.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dlqreplay.WaitJobs(h) })
 	mux := http.NewServeMux()
 	mux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", h))
 	srv := httptest.NewServer(mux)

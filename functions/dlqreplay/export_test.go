@@ -5,9 +5,6 @@ import (
 	"time"
 )
 
-// WaitJobs waits for the replay jobs' workers h runs (h from New).
-func WaitJobs(h http.Handler) { h.(*server).jobs.wg.Wait() }
-
 // StopJobsAfter makes h's replay job workers stop dead after n sends,
 // lease kept and progress unwritten, as a worker whose instance vanished.
 // Call it before the job starts.

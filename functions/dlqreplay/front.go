@@ -41,7 +41,7 @@ type server struct {
 	traceProject string
 	routes       routeTable
 	console      http.Handler
-	// jobs runs the replay jobs' workers (jobs.go).
+	// jobs serves the replay jobs (jobs.go).
 	jobs *replayJobs
 }
 
@@ -252,7 +252,7 @@ type routeTable []*route
 const pushedRoute = "deadletters:archive"
 
 // actions are the words a path may end in after a colon.
-var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true, "rebuild": true, "cancel": true}
+var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true, "rebuild": true, "cancel": true, "run": true}
 
 // match finds the route of a path and method. It returns the path's
 // arguments, or, when the path is known but not for this method, the

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -42,14 +41,17 @@ import (
 // the job's cursor, so an event is sent at most once within the job
 // whatever instance crashes when.
 //
-// Who runs it: the instance that creates a job starts a worker for it; the
-// worker holds a lease on the job's document (JobLease), renewed at every
-// progress write (about once a second). A worker that vanished (Cloud Run
-// stopped the instance) lets its lease lapse, and the next GET /jobs or
-// GET /jobs/{id} on any instance starts a worker for each running job whose
-// lease lapsed: the console and `relaybus jobs` poll those while a job
-// runs, and a Cloud Scheduler job that GETs /jobs every minute keeps jobs
-// going with nobody watching.
+// Who runs it: its callers, inside their requests. dlqreplay does its
+// work inside requests (on Cloud Run it runs with request-based billing,
+// so an instance has CPU only while it serves one), so a job advances
+// while someone drives it: POST /jobs/{id}:run works on it for a slice
+// (DefaultJobSlice, at most MaxJobSlice) and answers its progress.
+// `relaybus replay` and `relaybus jobs run` call it until the job ends,
+// the console's jobs view while it is open. A slice holds a lease on the
+// job's document (JobLease, renewed at every progress write, about once a
+// second), so two callers never drive one job at once; a slice that ends
+// releases it, and one whose instance vanished lets it lapse, after which
+// the next :run, on any instance, resumes the job from its cursor.
 
 // Defaults and bounds of replay jobs.
 const (
@@ -65,6 +67,11 @@ const (
 	// JobLease is how long a worker's lease on a job lasts without being
 	// renewed; a job whose lease lapsed is picked up again.
 	JobLease = 30 * time.Second
+	// DefaultJobSlice is how long one POST /jobs/{id}:run works on the
+	// job, unless it asks for another slice (1 to MaxJobSlice seconds,
+	// under dlqreplay's request timeout).
+	DefaultJobSlice = 25 * time.Second
+	MaxJobSlice     = 240 * time.Second
 	// JobCollection holds the jobs, JobSendsCollection (a subcollection of
 	// each job) their sends.
 	JobCollection      = "replay_jobs"
@@ -76,7 +83,6 @@ const (
 	JobRunning   = "running"
 	JobDone      = "done"
 	JobCancelled = "cancelled"
-	JobFailed    = "failed"
 )
 
 // Outcomes a replay filter selects (the consumer's latest attempt).
@@ -287,8 +293,11 @@ type replayJob struct {
 	// Owner is the worker holding the lease until LeaseUntil.
 	Owner      string    `firestore:"owner" json:"-"`
 	LeaseUntil time.Time `firestore:"leaseUntil" json:"-"`
-	// Resumed counts the workers that picked the job up after another.
-	Resumed int `firestore:"resumed" json:"resumed"`
+	// Released says the last worker ended its slice and released the
+	// lease (its progress is written); Resumed counts the workers that
+	// took the job over from one that vanished.
+	Released bool `firestore:"released" json:"-"`
+	Resumed  int  `firestore:"resumed" json:"resumed"`
 	// StartedAt is the first send's time (the rate and ETA are measured
 	// from it), UpdatedAt the latest progress write.
 	StartedAt  time.Time `firestore:"startedAt,omitempty" json:"startedAt,omitzero"`
@@ -348,14 +357,10 @@ type replayJobs struct {
 	g        *guard
 	logger   *slog.Logger
 
-	// now is the clock of leases and progress; wg counts the workers
-	// running in this instance; stopAfter, when set, makes a worker stop
-	// dead (no progress written, lease kept) after that many sends: how
-	// the tests stand for an instance that vanished.
+	// now is the clock of leases and progress; stopAfter, when set, makes
+	// a worker stop dead (no progress written, lease kept) after that many
+	// sends: how the tests stand for an instance that vanished.
 	now       func() time.Time
-	wg        sync.WaitGroup
-	mu        sync.Mutex
-	running   map[string]bool
 	stopAfter int
 }
 
@@ -437,8 +442,7 @@ func (jb *replayJobs) create(r *request, _ []string) (any, error) {
 		st.end(err, "")
 		return nil, err
 	}
-	jb.logger.InfoContext(r.Context(), "dlqreplay: replay job started", "job", j.ID, "caller", r.who.Name, "filter", f.String(), "matched", matched)
-	jb.start(j.ID)
+	jb.logger.InfoContext(r.Context(), "dlqreplay: replay job created", "job", j.ID, "caller", r.who.Name, "filter", f.String(), "matched", matched)
 	return j.view(now), nil
 }
 
@@ -455,21 +459,19 @@ func jobID(s string) (string, error) {
 	return s, nil
 }
 
-// list is GET /jobs: the newest jobs first (limit, 20 by default), after
-// starting a worker for each running job whose lease lapsed.
+// list is GET /jobs: the newest jobs first (limit, 20 by default).
 func (jb *replayJobs) list(r *request, _ []string) (any, error) {
 	q := newQuery(r.Request, "limit", "state")
 	limit := q.integer("limit", 1, 200)
 	state := q.str("state", func(s string) bool {
-		return s == JobRunning || s == JobDone || s == JobCancelled || s == JobFailed
-	}, "running, done, cancelled or failed")
+		return s == JobRunning || s == JobDone || s == JobCancelled
+	}, "running, done or cancelled")
 	if err := q.err(); err != nil {
 		return nil, err
 	}
 	if limit == 0 {
 		limit = 20
 	}
-	jb.resumeLapsed(r.Context())
 	it := jb.col().OrderBy("createdAt", firestore.Desc).Limit(200).Documents(r.Context())
 	defer it.Stop()
 	now := jb.now()
@@ -494,8 +496,7 @@ func (jb *replayJobs) list(r *request, _ []string) (any, error) {
 	return map[string]any{"jobs": out}, nil
 }
 
-// get is GET /jobs/{id}: the job and its progress (a lapsed worker is
-// replaced first).
+// get is GET /jobs/{id}: the job and its progress.
 func (jb *replayJobs) get(r *request, args []string) (any, error) {
 	id, err := jobID(args[0])
 	if err != nil {
@@ -507,9 +508,6 @@ func (jb *replayJobs) get(r *request, args []string) (any, error) {
 	j, err := jb.load(r.Context(), id)
 	if err != nil {
 		return nil, err
-	}
-	if j.State == JobRunning && jb.now().After(j.LeaseUntil) {
-		jb.start(id)
 	}
 	return j.view(jb.now()), nil
 }
@@ -578,50 +576,63 @@ func (jb *replayJobs) cancel(r *request, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	jb.finished(j, nil)
+	jb.finished(j)
 	return j.view(jb.now()), nil
 }
 
-// resumeLapsed starts a worker for each running job whose lease lapsed.
-func (jb *replayJobs) resumeLapsed(ctx context.Context) {
-	it := jb.col().Where("state", "==", JobRunning).Limit(50).Documents(ctx)
-	defer it.Stop()
-	for {
-		snap, err := it.Next()
-		if err != nil {
-			if !errors.Is(err, iterator.Done) {
-				jb.logger.WarnContext(ctx, "dlqreplay: running replay jobs not listed", "error", err.Error())
-			}
-			return
-		}
-		var j replayJob
-		if snap.DataTo(&j) == nil && jb.now().After(j.LeaseUntil) {
-			jb.start(snap.Ref.ID)
-		}
-	}
+// jobRunRequest is POST /jobs/{id}:run's optional body.
+type jobRunRequest struct {
+	// Seconds is how long to work on the job (DefaultJobSlice when 0).
+	Seconds int `json:"seconds"`
 }
 
-// start runs a worker for the job in this instance unless one runs here
-// already; the worker goes on after the request that started it.
-func (jb *replayJobs) start(id string) {
-	jb.mu.Lock()
-	defer jb.mu.Unlock()
-	if jb.running[id] {
-		return
+// run is POST /jobs/{id}:run: work on the job for a slice, inside this
+// request, and answer its progress. A job another caller drives now is
+// answered as it is (busy: true); a job that ended, as it ended.
+func (jb *replayJobs) run(r *request, args []string) (any, error) {
+	id, err := jobID(args[0])
+	if err != nil {
+		return nil, err
 	}
-	jb.running[id] = true
-	jb.wg.Add(1)
-	go func() {
-		defer jb.wg.Done()
-		defer func() {
-			jb.mu.Lock()
-			delete(jb.running, id)
-			jb.mu.Unlock()
-		}()
-		if err := jb.work(context.Background(), id); err != nil && !errors.Is(err, errWorkerStopped) {
-			jb.logger.Error("dlqreplay: replay job worker stopped", "job", id, "error", err.Error())
+	if err := newQuery(r.Request).err(); err != nil {
+		return nil, err
+	}
+	var req jobRunRequest
+	if err := decodeBody(r.Request, &req, true); err != nil {
+		return nil, err
+	}
+	if req.Seconds < 0 || time.Duration(req.Seconds)*time.Second > MaxJobSlice {
+		return nil, badRequest([]*event.FieldError{{Field: "seconds", Rule: fmt.Sprintf("an integer from 1 to %d (default %d)", int(MaxJobSlice.Seconds()), int(DefaultJobSlice.Seconds()))}})
+	}
+	slice := DefaultJobSlice
+	if req.Seconds > 0 {
+		slice = time.Duration(req.Seconds) * time.Second
+	}
+	j, err := jb.load(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if err := jb.g.authorize(r, audit.ReplayJob, RoleOperator, target{Topic: j.Filter.Topic, Consumer: j.Filter.Consumer}); err != nil {
+		return nil, err
+	}
+	busy := false
+	if j.State == JobRunning {
+		err := jb.work(r.Context(), id, time.Now().Add(slice))
+		switch {
+		case errors.Is(err, errLeaseLost):
+			busy = true
+		case errors.Is(err, errWorkerStopped):
+		case err != nil:
+			return nil, err
 		}
-	}()
+		if j, err = jb.load(r.Context(), id); err != nil {
+			return nil, err
+		}
+	}
+	return struct {
+		jobView
+		Busy bool `json:"busy,omitempty"`
+	}{j.view(jb.now()), busy}, nil
 }
 
 // errLeaseLost means another worker holds the job; errWorkerStopped that
@@ -660,22 +671,24 @@ func (jb *replayJobs) lease(ctx context.Context, id, owner string, progress *rep
 			next = *progress
 		}
 		next.Owner, next.LeaseUntil, next.UpdatedAt = owner, now.Add(JobLease), now
+		if next.Released {
+			next.LeaseUntil = now
+		}
 		return tx.Set(ref, next)
 	})
 	return cur, err
 }
 
-// work runs the job until it is done, cancelled, or its lease is lost.
-func (jb *replayJobs) work(ctx context.Context, id string) error {
+// work runs the job until it is done or cancelled, its lease is lost
+// (errLeaseLost: another worker holds it), or until passes: then it
+// writes its progress and releases the lease.
+func (jb *replayJobs) work(ctx context.Context, id string, until time.Time) error {
 	owner := newJobID(jb.now())
 	j, err := jb.lease(ctx, id, owner, nil)
-	if errors.Is(err, errLeaseLost) || (err == nil && j.State != JobRunning) {
-		return nil
-	}
-	if err != nil {
+	if err != nil || j.State != JobRunning {
 		return err
 	}
-	if j.Owner != "" && j.Owner != owner {
+	if j.Owner != "" && !j.Released {
 		// Picked up after another worker: count what it sent from its
 		// sends, which may be ahead of its last progress write.
 		if err := jb.recount(ctx, &j); err != nil {
@@ -683,7 +696,7 @@ func (jb *replayJobs) work(ctx context.Context, id string) error {
 		}
 		j.Resumed++
 	}
-	j.Owner = owner
+	j.Owner, j.Released = owner, false
 	f := j.Filter
 	interval := time.Duration(float64(time.Second) / j.Rate)
 	next := time.Now()
@@ -707,7 +720,7 @@ func (jb *replayJobs) work(ctx context.Context, id string) error {
 	for {
 		page, err := jb.reader.List(ctx, ledgerquery.ListQuery{Topic: f.Topic, From: f.Since, To: f.Until, PageSize: 100, PageToken: j.PageToken})
 		if err != nil {
-			return jb.fail(ctx, &j, err)
+			return jb.pause(ctx, &j, err)
 		}
 		for i := range page.Events {
 			d := &page.Events[i]
@@ -719,6 +732,15 @@ func (jb *replayJobs) work(ctx context.Context, id string) error {
 					return err
 				}
 			}
+			if ctx.Err() != nil {
+				return jb.pause(ctx, &j, ctx.Err())
+			}
+			if !time.Now().Before(until) {
+				// The slice is over: progress written, lease released.
+				j.Released = true
+				_, err := jb.lease(ctx, id, owner, &j)
+				return err
+			}
 			if jb.stopAfter > 0 && sends >= jb.stopAfter {
 				return errWorkerStopped
 			}
@@ -729,7 +751,7 @@ func (jb *replayJobs) work(ctx context.Context, id string) error {
 				select {
 				case <-ctx.Done():
 					t.Stop()
-					return ctx.Err()
+					return jb.pause(ctx, &j, ctx.Err())
 				case <-t.C:
 				}
 			}
@@ -738,14 +760,15 @@ func (jb *replayJobs) work(ctx context.Context, id string) error {
 			if _, err := ref.Create(ctx, s); status.Code(err) == codes.AlreadyExists {
 				continue
 			} else if err != nil {
-				return jb.fail(ctx, &j, err)
+				return jb.pause(ctx, &j, err)
 			}
 			next = time.Now().Add(interval)
 			if j.StartedAt.IsZero() {
 				j.StartedAt = at
 			}
 			sends++
-			s.State, s.Detail = jb.send(ctx, &j, d.EventID)
+			// A send begun is finished even if the caller leaves.
+			s.State, s.Detail = jb.send(context.WithoutCancel(ctx), &j, d.EventID)
 			switch s.State {
 			case "sent":
 				j.Sent++
@@ -755,8 +778,8 @@ func (jb *replayJobs) work(ctx context.Context, id string) error {
 				j.Failed++
 				j.LastError = d.EventID + ": " + s.Detail
 			}
-			if _, err := ref.Set(ctx, s); err != nil {
-				return jb.fail(ctx, &j, err)
+			if _, err := ref.Set(context.WithoutCancel(ctx), s); err != nil {
+				return jb.pause(ctx, &j, err)
 			}
 		}
 		if page.NextPageToken == "" {
@@ -771,7 +794,7 @@ func (jb *replayJobs) work(ctx context.Context, id string) error {
 	if _, err := jb.lease(ctx, id, owner, &j); err != nil {
 		return err
 	}
-	jb.finished(j, nil)
+	jb.finished(j)
 	return nil
 }
 
@@ -857,28 +880,24 @@ func (jb *replayJobs) recount(ctx context.Context, j *replayJob) error {
 	}
 }
 
-// fail ends the job as failed on a store's error.
-func (jb *replayJobs) fail(ctx context.Context, j *replayJob, cause error) error {
-	j.State, j.FinishedAt = JobFailed, jb.now().UTC()
-	j.LastError = "a store failed; the detail is in the service's log"
+// pause stops a slice on a store's error or the caller's leaving: the
+// progress is written and the lease released (best effort: otherwise it
+// lapses), and the job stays running for the next POST /jobs/{id}:run.
+func (jb *replayJobs) pause(ctx context.Context, j *replayJob, cause error) error {
+	j.Released = true
 	if _, err := jb.lease(context.WithoutCancel(ctx), j.ID, j.Owner, j); err != nil {
-		jb.logger.Error("dlqreplay: replay job's failure not recorded", "job", j.ID, "error", err.Error())
+		jb.logger.Error("dlqreplay: replay job's progress not written", "job", j.ID, "error", err.Error())
 	}
-	jb.finished(*j, cause)
 	return cause
 }
 
 // finished writes the job's outcome to the audit log, under its started
 // entry (best effort: the started entry stands for the job).
-func (jb *replayJobs) finished(j replayJob, cause error) {
+func (jb *replayJobs) finished(j replayJob) {
 	e := audit.Entry{Action: audit.ReplayJob, By: j.CreatedBy, Topic: j.Filter.Topic, ConsumerID: j.Filter.Consumer, Ref: j.AuditRef,
 		Outcome: audit.OutcomeSucceeded, Detail: fmt.Sprintf("job %s %s: %d sent, %d failed, %d skipped of %d matched", j.ID, j.State, j.Sent, j.Failed, j.Skipped, j.Matched)}
 	if j.State == JobCancelled {
 		e.Detail += " (cancelled by " + j.CancelledBy + ")"
-	}
-	if cause != nil {
-		e.Outcome = audit.OutcomeFailed
-		jb.logger.Error("dlqreplay: replay job failed", "job", j.ID, "error", cause.Error())
 	}
 	if _, err := jb.audit.Append(context.Background(), e); err != nil {
 		jb.logger.Error("dlqreplay: replay job's audit outcome not written", "job", j.ID, "error", err.Error())

@@ -45,15 +45,21 @@ func failedEvent(t *testing.T, e *env, id string, at time.Time, consumer string,
 	}
 }
 
-// job waits for the job's workers in this instance, then reads it.
+// job drives the job as its caller does (POST /jobs/{id}:run) until it
+// ends or another worker holds it, and answers it as the last call did.
 func (e *env) job(t *testing.T, id string) map[string]any {
 	t.Helper()
-	dlqreplay.WaitJobs(e.h)
-	a := e.do(t, "GET", "/jobs/"+id, nil)
-	if a.status != 200 {
-		t.Fatalf("GET /jobs/%s: %s", id, a.raw)
+	for range 20 {
+		a := e.do(t, "POST", "/jobs/"+id+":run", nil)
+		if a.status != 200 {
+			t.Fatalf("POST /jobs/%s:run: %s", id, a.raw)
+		}
+		if a.body["state"] != "running" || a.body["busy"] == true {
+			return a.body
+		}
 	}
-	return a.body
+	t.Fatalf("job %s still runs after 20 slices", id)
+	return nil
 }
 
 // sends are the job's sends as its document records them, by time.
@@ -304,10 +310,16 @@ func TestReplayJobCancelStopsIt(t *testing.T) {
 		t.Fatalf("job: %s", a.raw)
 	}
 	id := a.body["id"].(string)
+	// Its caller drives it; the operator cancels once it has begun.
+	done := make(chan answer, 1)
+	go func() { done <- e.do(t, "POST", "/jobs/"+id+":run", nil) }()
+	for deadline := time.Now().Add(30 * time.Second); len(e.sends(t, id)) == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if a := e.do(t, "POST", "/jobs/"+id+":cancel", nil); a.status != 200 || a.body["state"] != "cancelled" || a.body["cancelledBy"] != "anonymous" {
 		t.Fatalf("cancel: %d %s", a.status, a.raw)
 	}
-	j := e.job(t, id)
+	j := (<-done).body
 	sent := int(j["sent"].(float64))
 	if j["state"] != "cancelled" || sent >= n/2 {
 		t.Fatalf("cancelled job: %v", j)
@@ -342,9 +354,9 @@ func TestReplayJobResumedAfterItsWorkerStopsSendsEachEventOnce(t *testing.T) {
 		t.Fatalf("job: %s", a.raw)
 	}
 	id := a.body["id"].(string)
-	// The worker stopped dead; its lease holds, so this instance does not
-	// start another.
-	if j := e.job(t, id); j["state"] != "running" {
+	// The worker stopped dead; its lease holds, so no other may drive
+	// the job yet.
+	if j := e.job(t, id); j["state"] != "running" || j["busy"] != true {
 		t.Fatalf("the stopped worker's job: %v", j)
 	}
 	if got := len(e.sends(t, id)); got != 5 {
@@ -353,9 +365,6 @@ func TestReplayJobResumedAfterItsWorkerStopsSendsEachEventOnce(t *testing.T) {
 	// Another instance, once the lease lapsed.
 	other := newHandler(t, e, func(*dlqreplay.Options) {})
 	dlqreplay.ShiftJobClock(other.h, dlqreplay.JobLease+time.Second)
-	if a := other.do(t, "GET", "/jobs", nil); a.status != 200 {
-		t.Fatalf("GET /jobs: %s", a.raw)
-	}
 	j := other.job(t, id)
 	if j["state"] != "done" || j["sent"] != float64(n) || j["resumed"] != float64(1) {
 		t.Fatalf("the resumed job ended %v", j)
@@ -395,7 +404,15 @@ func TestReplayJobRights(t *testing.T) {
 		t.Fatalf("a viewer lists jobs: %d %s", a.status, a.raw)
 	}
 	id := jobs[0].(map[string]any)["id"].(string)
-	if a := e.as(t, "bob@example.com", "POST", "/jobs/"+id+":cancel", nil); a.status != 403 {
-		t.Errorf("a viewer cancels: %d %s", a.status, a.raw)
+	for _, action := range []string{"cancel", "run"} {
+		if a := e.as(t, "bob@example.com", "POST", "/jobs/"+id+":"+action, nil); a.status != 403 {
+			t.Errorf("a viewer calls :%s: %d %s", action, a.status, a.raw)
+		}
+		if a := e.as(t, "carl@example.com", "POST", "/jobs/"+id+":"+action, nil); a.status != 403 {
+			t.Errorf("an operator of another consumer calls :%s: %d %s", action, a.status, a.raw)
+		}
+	}
+	if a := e.as(t, "olga@example.com", "POST", "/jobs/"+id+":run", nil); a.status != 200 || a.body["state"] != "done" || a.body["sent"] != float64(1) {
+		t.Errorf("olga drives her job: %d %s", a.status, a.raw)
 	}
 }
