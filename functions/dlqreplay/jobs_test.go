@@ -416,3 +416,50 @@ func TestReplayJobRights(t *testing.T) {
 		t.Errorf("olga drives her job: %d %s", a.status, a.raw)
 	}
 }
+
+// The console's replay jobs view in headless Chromium: the count with a
+// sample, a job started after a confirmation and driven to its end while
+// the view is open, and a running job cancelled.
+func TestReplayJobsInTheConsole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the browser test starts Chromium")
+	}
+	e := newEnv(t, dlqreplay.AuthNone, "")
+	for i := range 3 {
+		failedEvent(t, e, fmt.Sprintf("evt-dl-%d", i), incident.Add(time.Duration(i+1)*time.Minute), "member-service", model.OutcomeDeadLettered, "timeout")
+	}
+	failedEvent(t, e, "evt-other", incident.Add(time.Minute), "message-service", model.OutcomeDeadLettered, "timeout")
+	b := newBrowser(t, e.url+"/console/")
+	b.open("/jobs?topic=shop.order.events&consumer=member-service&since=2026-11-20T10:00:00Z&until=2026-11-20T10:40:00Z&outcome=dead_lettered")
+	b.waitFor("the count", `(document.querySelector("[data-testid=job-matched]")?.textContent || "").startsWith("3 event(s) match")`, 20*time.Second)
+	if n := b.count("[data-testid=job-sample]"); n != 3 {
+		t.Errorf("%d sample rows, want 3", n)
+	}
+	if n := b.count("[data-testid=job-row]"); n != 0 {
+		t.Errorf("the count made %d job(s)", n)
+	}
+	b.click("[data-testid=job-start]")
+	b.waitFor("the confirmation", `document.getElementById("confirm").open`, 10*time.Second)
+	b.click("#confirm-ok")
+	b.waitFor("the job done", `(() => { const r = document.querySelector("[data-testid=job-row]");
+		return !!r && r.querySelector("[data-testid=job-state]").textContent === "done" && r.querySelector("[data-testid=job-sent]").textContent === "3/3" })()`, 30*time.Second)
+	if r := e.replays(t); r["evt-dl-0"] != 1 || r["evt-dl-2"] != 1 || r["evt-other"] != 0 {
+		t.Errorf("replays %v: want each of member-service's letters once, message-service's none", r)
+	}
+	b.shot("replay-jobs")
+
+	// A slow job, cancelled from its row.
+	if status := b.fetch("POST", "/replays", window(map[string]any{"rate": 0.5})); status != 200 {
+		t.Fatalf("second job: %d", status)
+	}
+	b.waitFor("the running job's cancel button", `!!document.querySelector("[data-testid=job-cancel]")`, 20*time.Second)
+	b.click("[data-testid=job-cancel]")
+	b.waitFor("the confirmation", `document.getElementById("confirm").open`, 10*time.Second)
+	b.click("#confirm-ok")
+	b.waitFor("the job cancelled", `[...document.querySelectorAll("[data-testid=job-state]")].some((s) => s.textContent === "cancelled")`, 20*time.Second)
+	a := e.do(t, "GET", "/jobs?state=cancelled", nil)
+	jobs, _ := a.body["jobs"].([]any)
+	if len(jobs) != 1 || jobs[0].(map[string]any)["sent"].(float64) >= 3 {
+		t.Errorf("the cancelled job: %s", a.raw)
+	}
+}
