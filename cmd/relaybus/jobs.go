@@ -85,7 +85,7 @@ var jobCommands = []*command{
 		}},
 	{path: []string{"jobs"}, short: "the replay jobs, newest first, with their progress",
 		setup: func(fs *flag.FlagSet) runner {
-			state := fs.String("state", "", "running, done, cancelled or failed")
+			state := fs.String("state", "", "running, done or cancelled")
 			return func(ctx context.Context, c *cli, args []string) error {
 				if err := exactly(args); err != nil {
 					return err
