@@ -463,3 +463,32 @@ func TestReplayJobsInTheConsole(t *testing.T) {
 		t.Errorf("the cancelled job: %s", a.raw)
 	}
 }
+
+// A slice that ends releases the job: the next :run (any caller's) goes on
+// at once from where it stopped, without a takeover.
+func TestReplayJobSlicesHandOver(t *testing.T) {
+	e := newEnv(t, dlqreplay.AuthNone, "")
+	const n = 8
+	for i := range n {
+		failedEvent(t, e, fmt.Sprintf("evt-%02d", i), incident.Add(time.Duration(i)*time.Second), "member-service", model.OutcomeDeadLettered, "timeout")
+	}
+	a := e.do(t, "POST", "/replays", window(map[string]any{"rate": 4}))
+	if a.status != 200 {
+		t.Fatalf("job: %s", a.raw)
+	}
+	id := a.body["id"].(string)
+	a = e.do(t, "POST", "/jobs/"+id+":run", map[string]any{"seconds": 1})
+	if a.status != 200 || a.body["state"] != "running" || a.body["busy"] != nil || a.body["sent"].(float64) >= n {
+		t.Fatalf("a 1 s slice at 4/s: %d %s", a.status, a.raw)
+	}
+	if a := e.do(t, "POST", "/jobs/"+id+":run", map[string]any{"seconds": 241}); a.status != 400 || a.fields()[0] != "seconds" {
+		t.Errorf("a 241 s slice: %d %s", a.status, a.raw)
+	}
+	j := e.job(t, id)
+	if j["state"] != "done" || j["sent"] != float64(n) || j["resumed"] != float64(0) {
+		t.Fatalf("the job after its slices: %v", j)
+	}
+	if got := len(e.sends(t, id)); got != n {
+		t.Errorf("%d sends recorded, want %d", got, n)
+	}
+}
