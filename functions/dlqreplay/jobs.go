@@ -803,7 +803,7 @@ func (jb *replayJobs) work(ctx context.Context, id string, until time.Time) erro
 func (jb *replayJobs) send(ctx context.Context, j *replayJob, eventID string) (string, string) {
 	f := j.Filter
 	if f.Outcome == FilterDeadLettered {
-		letters, _, err := jb.letters.store.List(ctx, archive.Filter{Topic: f.Topic, Consumer: f.Consumer, EventID: eventID}, 10, "")
+		letters, err := jb.letters.store.ByEvent(ctx, eventID, archive.Filter{Topic: f.Topic, Consumer: f.Consumer})
 		if err != nil {
 			jb.logger.ErrorContext(ctx, "dlqreplay: replay job could not list dead letters", "job", j.ID, "event", eventID, "error", err.Error())
 			return "failed", "the dead-letter archive could not be read"
