@@ -296,7 +296,7 @@ func newHandler(t *testing.T, e *env, opt func(*dlqreplay.Options)) *env {
 	mux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", h))
 	srv := newServer(t, mux)
 	c := *e
-	c.url = srv + "/dlqreplay"
+	c.url, c.h = srv+"/dlqreplay", h
 	return &c
 }
 

@@ -36,6 +36,8 @@ var actionText = map[string]string{
 	audit.ConsumerResume:   "resume a consumer",
 	audit.ConsumerRebuild:  "rebuild a consumer's projection",
 	audit.GapsSkip:         "skip a strict consumer's missing versions",
+	audit.ReplayJob:        "run a replay job",
+	audit.ReplayJobCancel:  "cancel a replay job",
 	audit.EventRead:        "read an event's payload",
 	audit.LetterRead:       "read a dead letter's message",
 	audit.Read:             "read the operations API",

@@ -42,6 +42,15 @@
 //	POST   /subscriptions/{name}:seek  {"time": RFC 3339} or {"snapshot": name}: redeliver from there
 //	POST   /snapshots                  {"name", "subscription"}: snapshot a subscription
 //	GET    /snapshots                  the snapshots
+//	POST   /replays                    {"topic", "consumer", "since", "until", "outcome", "errorClass",
+//	                                   "errorCode", "rate", "dryRun", "expect"}: every event of the topic the
+//	                                   consumer failed or dead-lettered in the window, counted (dryRun), or sent
+//	                                   to it alone as a job at a bounded rate (jobs.go)
+//	GET    /jobs                       ?state=&limit=: the replay jobs, newest first, with their progress
+//	GET    /jobs/{id}                  one job's progress: matched, sent, failed, remaining, rate, ETA
+//	POST   /jobs/{id}:run              {"seconds"}: work on the job for a slice inside this request (a job
+//	                                   advances while its callers drive it), then answer its progress
+//	POST   /jobs/{id}:cancel           stop it before its next send
 //
 // Subscriptions are named logically (<topic>.<service>-<role>); the
 // SubscriptionMap (DLQREPLAY_SUBSCRIPTIONS) turns an Eventarc consumer's
@@ -281,11 +290,14 @@ func New(o Options) (http.Handler, error) {
 		consoleAuth = s.consoleCaller
 	}
 	s.console = console.New(console.Options{Mount: consoleMount, Authenticate: consoleAuth})
-	s.routes = routesOf(s,
-		&letters{store: o.Archive, publisher: o.Publisher, history: reader, registry: registry, topology: o.Topology,
-			subs: o.Subscriptions, dbs: dbs, archivers: archivers, g: g, logger: o.Logger},
-		&events{reader: reader, ledger: o.Ledger, deadLetters: o.Archive, outbox: o.DB, dbs: dbs,
-			maxRepushes: o.MaxRepushes, sentTimeout: o.SentTimeout, g: g, logger: o.Logger},
+	lt := &letters{store: o.Archive, publisher: o.Publisher, history: reader, registry: registry, topology: o.Topology,
+		subs: o.Subscriptions, dbs: dbs, archivers: archivers, g: g, logger: o.Logger}
+	ev := &events{reader: reader, ledger: o.Ledger, deadLetters: o.Archive, outbox: o.DB, dbs: dbs,
+		maxRepushes: o.MaxRepushes, sentTimeout: o.SentTimeout, g: g, logger: o.Logger}
+	jobs := &replayJobs{client: o.Ledger.Client(), reader: reader, letters: lt, events: ev, topology: o.Topology, audit: o.Audit,
+		g: g, logger: o.Logger, now: time.Now}
+	s.jobs = jobs
+	s.routes = routesOf(s, lt, ev,
 		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull,
 			auditLog: o.Audit, g: g, logger: o.Logger},
 		&deliveryControl{broker: o.Broker, pauser: o.Pauser, topology: o.Topology, subs: o.Subscriptions, pull: pull,
@@ -293,6 +305,7 @@ func New(o Options) (http.Handler, error) {
 		&overview{reader: reader, deadLetters: o.Archive, dbs: dbs, logger: o.Logger},
 		&auditView{log: o.Audit},
 		&catalogView{topology: o.Topology, registry: registry, pull: pull, logger: o.Logger},
+		jobs,
 	)
 	return s, nil
 }
@@ -302,7 +315,7 @@ func New(o Options) (http.Handler, error) {
 // actions check the one they need on their target (a dry run is a
 // viewer's read). The package comment lists every route
 // (TestRoutesAreDocumented).
-func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deliveryControl, ov *overview, av *auditView, ca *catalogView) routeTable {
+func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deliveryControl, ov *overview, av *auditView, ca *catalogView, jb *replayJobs) routeTable {
 	return routeTable{
 		{"GET", "whoami", "", s.whoami},
 		{"GET", "overview", RoleViewer, ov.get},
@@ -332,6 +345,11 @@ func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deli
 		{"POST", "subscriptions/{}:seek", RoleOperator, dl.seek},
 		{"POST", "snapshots", RoleOperator, dl.createSnapshot},
 		{"GET", "snapshots", RoleViewer, dl.listSnapshots},
+		{"POST", "replays", RoleViewer, jb.create},
+		{"GET", "jobs", RoleViewer, jb.list},
+		{"GET", "jobs/{}", RoleViewer, jb.get},
+		{"POST", "jobs/{}:run", RoleOperator, jb.run},
+		{"POST", "jobs/{}:cancel", RoleOperator, jb.cancel},
 	}
 }
 

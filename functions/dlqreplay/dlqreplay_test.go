@@ -42,6 +42,8 @@ type env struct {
 	db      *pgxpool.Pool
 	archive *archive.Store
 	top     *topology.Topology
+	// h is the API's handler (StopJobsAfter, ShiftJobClock).
+	h http.Handler
 }
 
 func newEnv(t *testing.T, auth, token string) *env {
@@ -85,7 +87,7 @@ func newEnvWith(t *testing.T, opt func(*dlqreplay.Options)) *env {
 	mux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", h))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL + "/dlqreplay", fake: fake, store: store, db: pool, archive: arc, top: top}
+	return &env{url: srv.URL + "/dlqreplay", fake: fake, store: store, db: pool, archive: arc, top: top, h: h}
 }
 
 func (e *env) call(t *testing.T, method, path string, body any, out any) int {

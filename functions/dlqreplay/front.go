@@ -41,6 +41,8 @@ type server struct {
 	traceProject string
 	routes       routeTable
 	console      http.Handler
+	// jobs serves the replay jobs (jobs.go).
+	jobs *replayJobs
 }
 
 // consoleMount is the path segment the console is served under.
@@ -250,7 +252,7 @@ type routeTable []*route
 const pushedRoute = "deadletters:archive"
 
 // actions are the words a path may end in after a colon.
-var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true, "rebuild": true}
+var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true, "rebuild": true, "cancel": true, "run": true}
 
 // match finds the route of a path and method. It returns the path's
 // arguments, or, when the path is known but not for this method, the

@@ -23,7 +23,7 @@ func TestRoutesAreDocumented(t *testing.T) {
 		documented = append(documented, m[1]+" "+arg.ReplaceAllString(m[2], "{}"))
 	}
 	var table []string
-	for _, rt := range routesOf(&server{}, &letters{}, &events{}, &consumerRegistry{}, &deliveryControl{}, &overview{}, &auditView{}, &catalogView{}) {
+	for _, rt := range routesOf(&server{}, &letters{}, &events{}, &consumerRegistry{}, &deliveryControl{}, &overview{}, &auditView{}, &catalogView{}, &replayJobs{}) {
 		table = append(table, rt.method+" "+rt.pattern)
 	}
 	if len(table) == 0 || len(documented) == 0 {

@@ -236,6 +236,7 @@ const routes = [
   [/^#\/catalog$/, viewCatalog, "catalog"],
   [/^#\/consumers\/([^/?]+)\/([^/?]+)\/gaps$/, viewGaps, "consumers"],
   [/^#\/consumers\/([^/?]+)\/([^/?]+)\/rebuild$/, viewRebuild, "consumers"],
+  [/^#\/jobs$/, viewJobs, "jobs"],
 ];
 
 function route() {
@@ -1016,6 +1017,122 @@ function catalogTopic(t) {
     h("h2", {}, t.name, t.description ? h("span", { class: "muted small" }, " " + t.description) : ""),
     h("p", { class: "small" }, mode, ". Aggregates: ", t.aggregateTypes.join(", "), ". Dead letters: ", h("span", { class: "mono" }, t.deadLetterTopic), ". Ledger: " + t.ledger + "."),
     h("h3", {}, "Schemas"), schemas, h("h3", {}, "Publishers"), pubs, h("h3", {}, "Consumers"), cons);
+}
+
+// ------------------------------------------------------------ replay jobs
+
+// viewJobs: count the events a consumer failed in a window, start a replay
+// job with the count confirmed, and follow every job's progress. A job
+// advances while a caller drives it (POST /jobs/{id}:run): this view drives
+// the running jobs the caller may operate while it is open.
+function viewJobs() {
+  const p = params();
+  const field = (name, label, attrs) => h("label", {}, label, h("input", Object.assign({ name, value: p[name] || "", "data-testid": "job-" + name }, attrs || {})));
+  const select = (name, label, options) => h("label", {}, label, h("select", { name, "data-testid": "job-" + name },
+    ...options.map(([v, t]) => h("option", { value: v, selected: (p[name] || "") === v }, t))));
+  const since = h("input", { type: "datetime-local", step: 1, name: "since", value: fromRFC3339(p.since), "data-testid": "job-since" });
+  const until = h("input", { type: "datetime-local", step: 1, name: "until", value: fromRFC3339(p.until), "data-testid": "job-until" });
+  const result = h("div", { "data-testid": "job-result" });
+  const filter = () => {
+    const f = Object.fromEntries(new FormData(form));
+    f.since = toRFC3339(f.since); f.until = toRFC3339(f.until);
+    for (const k of Object.keys(f)) if (f[k] === "") delete f[k];
+    if (f.rate) f.rate = Number(f.rate);
+    return f;
+  };
+  const count = async () => {
+    const f = filter();
+    location.hash = "#/jobs" + query(f);
+  };
+  const form = h("form", { class: "filters panel", "data-testid": "job-filters", onsubmit: (e) => { e.preventDefault(); count(); } },
+    field("topic", "Topic"), field("consumer", "Consumer"),
+    h("label", {}, "Published since (UTC)", since), h("label", {}, "Until (UTC)", until),
+    select("outcome", "Outcome", [["dead_lettered", "dead-lettered"], ["failed", "failed"]]),
+    select("errorClass", "Error class", [["", "any"], ["transient", "transient"], ["permanent", "permanent"], ["poison", "poison"]]),
+    field("errorCode", "Error code", { placeholder: "timeout" }), field("rate", "Events/s", { type: "number", min: "0.1", max: "100", step: "0.1", placeholder: "10" }),
+    h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", "data-testid": "job-count" }, "Count")));
+  const list = h("div", { class: "panel", "data-testid": "jobs" }, h("p", { class: "muted" }, "Loading…"));
+  const driving = new Set();
+  const load = async () => {
+    const v = state.view;
+    const r = await api("GET", "/jobs");
+    if (v !== state.view) return;
+    if (r.status !== 200) { list.replaceChildren(notice(errorText(r), "error")); return; }
+    list.replaceChildren(jobsTable(r.data.jobs, load));
+    for (const j of r.data.jobs) {
+      if (j.state === "running" && !driving.has(j.id) && can("operator", j.filter.topic, j.filter.consumer)) driveJob(j.id, v, driving, load);
+    }
+  };
+  render(h("div", { class: "head" }, h("h1", {}, "Replay jobs"), h("span", { class: "spacer" })), form, result, list);
+  if (p.topic && p.consumer && p.since && p.until) countJobs(p, form, filter, result, load);
+  poll(load);
+}
+
+// countJobs shows the dry run's count and sample, and offers the job.
+async function countJobs(p, form, filter, result, reload) {
+  const f = filter();
+  const dry = await api("POST", "/replays", Object.assign({}, f, { dryRun: true }));
+  if (dry.status !== 200) { result.replaceChildren(notice(errorText(dry), "error")); return; }
+  const n = dry.data.matched;
+  const sample = h("table", { class: "list" }, h("tr", {}, h("th", {}, "Event"), h("th", {}, "Occurred"), h("th", {}, "Outcome"), h("th", {}, "Code")),
+    ...dry.data.sample.map((x) => h("tr", { "data-testid": "job-sample" }, h("td", {}, eventLink(x.eventId)), h("td", {}, fmtTime(x.occurredAt)),
+      h("td", {}, outcomeBadge(x.outcome)), h("td", { class: "mono" }, x.errorCode || ""))));
+  const panel = h("div", { class: "panel" }, h("p", { "data-testid": "job-matched" }, n + " event(s) match (" + dry.data.scanned + " read); they go to " +
+    f.consumer + " alone by " + dry.data.via + " at " + dry.data.rate + "/s."), n ? sample : "");
+  if (n && can("operator", f.topic, f.consumer)) {
+    panel.append(h("button", {
+      type: "button", class: "primary", "data-testid": "job-start", onclick: async () => {
+        if (!(await confirmAction("Replay " + n + " event(s) to " + f.consumer + "?", h("p", {}, n + " event(s) of " + f.topic + " go to " + f.consumer +
+          " alone, at most " + dry.data.rate + " a second. The job stops if the count changed."), "Start the job"))) return;
+        const r = await api("POST", "/replays", Object.assign({}, f, { expect: n }));
+        result.replaceChildren(r.status === 200 ? notice("Job " + r.data.id + " started.") : notice(errorText(r), "error"));
+        reload();
+      },
+    }, "Start a job…"));
+  }
+  result.replaceChildren(panel);
+}
+
+// driveJob drives a running job in slices while the view is current.
+async function driveJob(id, view, driving, reload) {
+  driving.add(id);
+  try {
+    while (view === state.view) {
+      const r = await api("POST", "/jobs/" + encodeURIComponent(id) + ":run", { seconds: 5 });
+      if (r.status !== 200 || r.data.state !== "running" || r.data.busy) break;
+      if (view === state.view) reload();
+    }
+  } finally {
+    driving.delete(id);
+  }
+  if (view === state.view) reload();
+}
+
+function jobsTable(jobs, reload) {
+  if (!jobs.length) return h("p", { class: "muted" }, "No replay jobs yet.");
+  return h("table", { class: "list" },
+    h("tr", {}, h("th", {}, "Job"), h("th", {}, "State"), h("th", {}, "Filter"), h("th", { class: "num" }, "Sent"), h("th", { class: "num" }, "Failed"),
+      h("th", { class: "num" }, "Remaining"), h("th", { class: "num" }, "Rate"), h("th", {}, "ETA"), h("th", {}, "")),
+    ...jobs.map((j) => {
+      const f = j.filter;
+      const cancel = j.state === "running" && can("operator", f.topic, f.consumer) ? h("button", {
+        type: "button", "data-testid": "job-cancel", onclick: async (e) => {
+          const button = e.currentTarget;
+          if (!(await confirmAction("Cancel job " + j.id + "?", h("p", {}, "It sends nothing more; what it sent stays sent."), "Cancel the job"))) return;
+          const r = await api("POST", "/jobs/" + encodeURIComponent(j.id) + ":cancel");
+          if (r.status !== 200) { button.replaceWith(notice(errorText(r), "error")); return; }
+          reload();
+        },
+      }, "Cancel") : "";
+      return h("tr", { "data-testid": "job-row", "data-job-id": j.id },
+        h("td", { class: "mono small" }, j.id), h("td", {}, badge(j.state, "s-" + j.state, "job-state")),
+        h("td", { class: "small" }, f.outcome + " of " + f.consumer + ", " + f.topic + " " + fmtTime(f.since) + " – " + fmtTime(f.until) +
+          (f.errorClass ? ", " + f.errorClass : "") + (f.errorCode ? ", " + f.errorCode : "")),
+        h("td", { class: "num", "data-testid": "job-sent" }, j.sent + "/" + j.matched), h("td", { class: "num" }, String(j.failed)),
+        h("td", { class: "num", "data-testid": "job-remaining" }, String(j.remaining)), h("td", { class: "num" }, j.measuredRate.toFixed(1) + "/s"),
+        h("td", {}, j.state === "running" && j.measuredRate ? Math.round(j.etaSeconds) + " s" : ""),
+        h("td", {}, j.cancelledBy ? "cancelled by " + j.cancelledBy : cancel, j.lastError ? h("div", { class: "small warn" }, j.lastError) : ""));
+    }));
 }
 
 // ------------------------------------------------------------------ boot

@@ -48,7 +48,12 @@ const (
 	ConsumerResume   = "consumer.resume"
 	ConsumerRebuild  = "consumer.rebuild"
 	GapsSkip         = "gaps.skip"
-	LetterArchive    = "deadletter.archive"
+	// ReplayJob is a replay job (functions/dlqreplay's POST /replays):
+	// one started entry when it is created, one outcome when it ends;
+	// ReplayJobCancel an operator's cancel of one.
+	ReplayJob       = "replay.job"
+	ReplayJobCancel = "replay.job_cancel"
+	LetterArchive   = "deadletter.archive"
 	// Reads of payloads, and of the audit log itself.
 	EventRead  = "event.read"
 	LetterRead = "deadletter.read"
