@@ -59,8 +59,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -91,6 +93,10 @@ type HandlerConfig struct {
 	ForwardSecrets []string
 	// ForwardTimeout is FORWARD_TIMEOUT (forward.DefaultTimeout when 0).
 	ForwardTimeout time.Duration
+	// ForwardBreaker is the forward handler's circuit breaker
+	// (FORWARD_BREAKER_THRESHOLD, FORWARD_BREAKER_COOLDOWN,
+	// FORWARD_BREAKER_MAX_COOLDOWN; the defaults when zero).
+	ForwardBreaker forward.BreakerOptions
 	// GapTimeout is STRICT_GAP_TIMEOUT: how long a strict consumer's gap
 	// may stay open before it is reported (projection.DefaultGapTimeout
 	// when 0).
@@ -122,7 +128,7 @@ var (
 		},
 		"forward": func(c HandlerConfig) (consumer.Handler, error) {
 			return forward.New(forward.Options{URL: c.ForwardURL, Auth: c.ForwardAuth, Audience: c.ForwardAudience,
-				Secrets: c.ForwardSecrets, Timeout: c.ForwardTimeout})
+				Secrets: c.ForwardSecrets, Timeout: c.ForwardTimeout, Breaker: c.ForwardBreaker, Name: c.ConsumerID, Logger: c.Logger})
 		},
 	}
 )
@@ -240,6 +246,12 @@ func New(o Options) (*Handler, error) {
 		})
 		h.close = append(h.close, func(context.Context) error { return unobserve() })
 	}
+	if b, ok := o.Engine.Handler().(interface{ BreakerState() forward.State }); ok {
+		// A forward consumer's circuit breaker as a gauge (with telemetry
+		// on), read at each metric collection.
+		unobserve := telemetry.ObserveBreaker(o.Engine.ConsumerID(), func() int64 { return int64(b.BreakerState()) })
+		h.close = append(h.close, func(context.Context) error { return unobserve() })
+	}
 	h.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -290,6 +302,11 @@ func New(o Options) (*Handler, error) {
 			return
 		}
 		res := o.Engine.Handle(r.Context(), d)
+		if res.Held() {
+			// Pub/Sub's push ignores it (its retry policy spaces the
+			// redeliveries); it tells anyone else who posts deliveries.
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(res.RetryAfter.Seconds()))))
+		}
 		writeJSON(w, res.Status, res)
 	})
 	return h, nil

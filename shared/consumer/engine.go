@@ -197,7 +197,14 @@ type Result struct {
 	// Code and Error say what failed.
 	Code  string `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
+	// RetryAfter is set when a Gate held the delivery back (Code
+	// CodeHeld): how long until it may let one through. No attempt was
+	// made or counted.
+	RetryAfter time.Duration `json:"-"`
 }
+
+// Held reports whether a Gate held the delivery back without an attempt.
+func (r Result) Held() bool { return r.Code == CodeHeld && r.Outcome == "" }
 
 // Handle processes one delivery:
 //
@@ -254,6 +261,8 @@ func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
 		outcome = "duplicate"
 	case res.Ignored:
 		outcome = "ignored"
+	case res.Held():
+		outcome = CodeHeld
 	case outcome == "":
 		outcome = "unavailable"
 	}
@@ -551,6 +560,21 @@ func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delive
 		log.WarnContext(ctx, "consume: the database is unavailable; redelivery requested", "step", what, "error", err.Error())
 		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: "database", Error: "the consumer's database is unavailable"}
 	}
+	called := false
+	if g, ok := h.(Gate); ok {
+		done, err := g.Admit(ctx)
+		var held *HeldError
+		if errors.As(err, &held) {
+			log.DebugContext(ctx, "consume: held back; no attempt made", "reason", held.Reason, "retry_after", held.RetryAfter.String())
+			return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: CodeHeld, Error: held.Reason, RetryAfter: held.RetryAfter}
+		}
+		if err != nil {
+			return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: CodeHeld, Error: err.Error()}
+		}
+		if done != nil {
+			defer func() { done(called) }()
+		}
+	}
 	cl, err := inbox.Claim(ctx, e.o.DB, e.o.ConsumerID, ev.ID, h.Lease())
 	if err != nil {
 		return unavailable("claim", err)
@@ -586,6 +610,7 @@ func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delive
 	}
 	c := &Context{Event: ev, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
 		Subscription: sub, MessageID: d.Message.ID, engine: e}
+	called = true
 	herr := h.Handle(ctx, c)
 	if herr == nil {
 		a.Outcome, a.ConsumedAt = string(model.OutcomeSuccess), now()
