@@ -628,6 +628,16 @@ func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delive
 		log.InfoContext(ctx, "consume: delivered")
 		return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: model.OutcomeSuccess}
 	}
+	var held *HeldError
+	if errors.As(herr, &held) {
+		// The call found the target down and the gate is holding
+		// deliveries back: not an attempt. The claim goes unrecorded.
+		if err := inbox.Release(rctx, e.o.DB, e.o.ConsumerID, ev.ID, n); err != nil {
+			return unavailable("release", err)
+		}
+		log.InfoContext(ctx, "consume: held back after the call; not counted as an attempt", "reason", held.Reason)
+		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: CodeHeld, Error: held.Reason, RetryAfter: held.RetryAfter}
+	}
 	res := e.failure(rctx, log, d, sub, ev, n, herr)
 	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(res.Outcome), res.Code, herr.Error(), now()
 	if err := inbox.Failed(rctx, e.o.DB, a); err != nil {

@@ -377,7 +377,10 @@ type Remote interface {
 // own attempt count, and the dead-letter decision made from it, counts
 // only attempts that reached the handler. When Admit lets a delivery
 // through, the engine calls done once the delivery is over, with
-// whether the handler ran.
+// whether the handler ran. A Gate's Handle may return a *HeldError too
+// (the call found the other service down and the gate closed behind
+// it): the engine releases the claim without recording an attempt and
+// answers as for a refusal.
 type Gate interface {
 	Remote
 	Admit(ctx context.Context) (done func(called bool), err error)

@@ -162,6 +162,21 @@ func (b *Breaker) Allow(now time.Time) (ok, probe bool, wait time.Duration, tr *
 	return true, false, 0, nil
 }
 
+// Held reports whether the breaker is open at now, and for how long
+// still: a call that found the target down and left the breaker open is
+// held back rather than failed (Forwarder.Handle).
+func (b *Breaker) Held(now time.Time) (bool, time.Duration) {
+	if b == nil {
+		return false, 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == Open && now.Before(b.until) {
+		return true, b.until.Sub(now)
+	}
+	return false, 0
+}
+
 // Cancel gives back a probe that never reached the target (the delivery
 // was a duplicate, another delivery held the event's claim): the next
 // call probes instead.

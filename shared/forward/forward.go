@@ -293,7 +293,9 @@ func (f *Forwarder) Handle(ctx context.Context, c *consumer.Context) error {
 	resp, err := f.o.Client.Do(req)
 	if err != nil {
 		reason := f.reason(ctx, err)
-		f.done(ctx, true, 0, "no answer: "+reason)
+		if held := f.done(ctx, true, 0, "no answer: "+reason); held != nil {
+			return held
+		}
 		return consumer.Transient("forward_unreachable", errors.New("forward: the target did not answer: "+reason))
 	}
 	// Read a little of the body so the connection can be reused; what the
@@ -304,7 +306,9 @@ func (f *Forwarder) Handle(ctx context.Context, c *consumer.Context) error {
 	if down(resp.StatusCode) {
 		wait = RetryAfter(resp.Header.Get("Retry-After"), f.o.Now())
 	}
-	f.done(ctx, down(resp.StatusCode), wait, fmt.Sprintf("answered %d", resp.StatusCode))
+	if held := f.done(ctx, down(resp.StatusCode), wait, fmt.Sprintf("answered %d", resp.StatusCode)); held != nil {
+		return held
+	}
 	return classify(resp.StatusCode, resp.Header.Get("Location"))
 }
 
@@ -339,11 +343,24 @@ func (f *Forwarder) Admit(ctx context.Context) (func(called bool), error) {
 // BreakerState is the breaker's state now (Closed when it is off).
 func (f *Forwarder) BreakerState() State { return f.breaker.State(f.o.Now()) }
 
-// done reports a call's outcome to the breaker.
-func (f *Forwarder) done(ctx context.Context, down bool, retryAfter time.Duration, reason string) {
-	if tr := f.breaker.Done(f.o.Now(), down, retryAfter, reason); tr != nil {
+// done reports a call's outcome to the breaker. When the call found the
+// target down and the breaker is open after it (this call opened it, or
+// was the failed probe), it returns the *consumer.HeldError Handle
+// returns: the engine counts no attempt (the target is down, the event
+// is not at fault).
+func (f *Forwarder) done(ctx context.Context, down bool, retryAfter time.Duration, reason string) error {
+	now := f.o.Now()
+	if tr := f.breaker.Done(now, down, retryAfter, reason); tr != nil {
 		f.transition(ctx, tr)
 	}
+	if !down {
+		return nil
+	}
+	if held, wait := f.breaker.Held(now); held {
+		return &consumer.HeldError{RetryAfter: wait,
+			Reason: fmt.Sprintf("forward: the target is down (%s); circuit breaker open: not counted as an attempt; next probe within %s", reason, wait.Round(time.Millisecond))}
+	}
+	return nil
 }
 
 // transition logs and counts a change of the breaker's state.
