@@ -113,7 +113,10 @@ func HandlerConfigFor(c topology.Consumer, secrets []string, log *slog.Logger) H
 	return HandlerConfig{ConsumerID: c.Service, ForwardURL: c.ForwardURL, ForwardAuth: c.ForwardAuth,
 		ForwardAudience: c.ForwardAudience, ForwardSecrets: secrets,
 		ForwardTimeout: time.Duration(c.ForwardTimeoutSeconds) * time.Second,
-		GapTimeout:     time.Duration(c.GapTimeoutSeconds) * time.Second, Logger: log}
+		ForwardBreaker: forward.BreakerOptions{Threshold: c.ForwardBreakerThreshold,
+			CoolDown:    time.Duration(c.ForwardBreakerCoolDownSeconds) * time.Second,
+			MaxCoolDown: time.Duration(c.ForwardBreakerMaxCoolDownSeconds) * time.Second},
+		GapTimeout: time.Duration(c.GapTimeoutSeconds) * time.Second, Logger: log}
 }
 
 // HandlerFactory builds a named handler.
