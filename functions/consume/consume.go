@@ -10,7 +10,9 @@
 // duplicate, permanent error recorded, poison dead-lettered, addressed to
 // another consumer); 503 asks Pub/Sub to redeliver (transient error,
 // dead-lettered after the subscription's maximum attempts; or, for a
-// forward consumer, another delivery of the event holds its claim). It never answers 400: push would redeliver a 400
+// forward consumer, another delivery of the event holds its claim, or its
+// circuit breaker holds deliveries back while the target is down: code
+// held, a Retry-After header, no attempt counted; see docs/forwarding.md). It never answers 400: push would redeliver a 400
 // forever. The ledger never changes an answer: attempts are committed in
 // Postgres with the delivery and recorded afterwards, through rollup
 // notices (consume holds no Firestore client nor grant: the rollup writes

@@ -54,6 +54,8 @@
 //	call        the handler, no transaction open
 //	Delivered   success: 'claimed' -> 'applied' + the attempt, one statement
 //	  or Failed failure: the row deleted + the attempt, one statement
+//	  or Release held back (the target down, its breaker open): the row
+//	            deleted, nothing recorded; the next claim takes the number
 //
 //	            claimed --success--> applied
 //	               |  \--failure--> (no row: a redelivery claims again)

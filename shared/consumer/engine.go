@@ -229,6 +229,10 @@ func (r Result) Held() bool { return r.Code == CodeHeld && r.Outcome == "" }
 //     → applied, 200; failure → the claim released, the failed attempt
 //     recorded, answered as above). See the inbox's package documentation
 //     for the states.
+//   - with a Remote handler that is a Gate (shared/forward's circuit
+//     breaker), a delivery the gate holds back, before the call or after
+//     it, answers 503 with Code CodeHeld and RetryAfter, and no attempt
+//     is claimed or recorded.
 //
 // The ledger never changes the answer: committed attempts are shipped to
 // it afterwards (see Ship). Emitted child events are kicked (Kicker) once
