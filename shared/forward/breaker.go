@@ -36,6 +36,11 @@ type BreakerOptions struct {
 	CoolDown time.Duration
 	// MaxCoolDown bounds the cool-down (DefaultBreakerMaxCoolDown).
 	MaxCoolDown time.Duration
+	// ProbeTimeout is how long a probe may be out without an outcome
+	// before another delivery probes instead (a probe whose request could
+	// not even be built reports none): CoolDown when zero; New sets the
+	// forwarder's Timeout + LeaseMargin.
+	ProbeTimeout time.Duration
 }
 
 // withDefaults fills the zero fields.
@@ -51,6 +56,9 @@ func (o BreakerOptions) withDefaults() BreakerOptions {
 	}
 	if o.MaxCoolDown < o.CoolDown {
 		o.MaxCoolDown = o.CoolDown
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = o.CoolDown
 	}
 	return o
 }
@@ -106,6 +114,7 @@ type Breaker struct {
 	opens    int           // failed probes since the breaker last closed
 	until    time.Time     // Open: when the cool-down ends
 	probe    bool          // HalfOpen: a probe is out
+	probeEnd time.Time     // HalfOpen: when the probe out counts as lost
 	cool     time.Duration // the current cool-down
 }
 
@@ -148,15 +157,15 @@ func (b *Breaker) Allow(now time.Time) (ok, probe bool, wait time.Duration, tr *
 		if now.Before(b.until) {
 			return false, false, b.until.Sub(now), nil
 		}
-		b.state, b.probe = HalfOpen, true
+		b.state, b.probe, b.probeEnd = HalfOpen, true, now.Add(b.o.ProbeTimeout)
 		return true, true, 0, &Transition{From: Open, To: HalfOpen, Failures: b.failures}
 	case HalfOpen:
-		if b.probe {
-			// The probe is out: try again in a cool-down at the latest
-			// (its outcome changes the state before then).
-			return false, false, b.o.CoolDown, nil
+		if b.probe && now.Before(b.probeEnd) {
+			// The probe is out: try again when it counts as lost at the
+			// latest (its outcome changes the state before then).
+			return false, false, b.probeEnd.Sub(now), nil
 		}
-		b.probe = true
+		b.probe, b.probeEnd = true, now.Add(b.o.ProbeTimeout)
 		return true, true, 0, nil
 	}
 	return true, false, 0, nil

@@ -43,6 +43,10 @@ func TestBreakerStateMachine(t *testing.T) {
 			{at: 400 * ms, op: "allow", wait: 600 * ms, state: Open},
 			{at: s, op: "allow", wantOK: true, probe: true, state: HalfOpen},
 			{at: s, op: "allow", wait: s, state: HalfOpen}, // the probe is out
+			{at: s + 400*ms, op: "allow", wait: 600 * ms, state: HalfOpen},
+			// A probe out for ProbeTimeout (CoolDown here) with no outcome
+			// is lost: another delivery probes.
+			{at: 2 * s, op: "allow", wantOK: true, probe: true, state: HalfOpen},
 		}},
 		{"a successful probe closes it", []step{
 			{op: "done", down: true}, {op: "done", down: true}, {op: "done", down: true, state: Open},

@@ -207,6 +207,9 @@ func New(o Options) (*Forwarder, error) {
 	if o.Logger == nil {
 		o.Logger = logging.Discard()
 	}
+	if o.Breaker.ProbeTimeout <= 0 {
+		o.Breaker.ProbeTimeout = o.Timeout + LeaseMargin
+	}
 	f := &Forwarder{o: o, breaker: NewBreaker(o.Breaker), secrets: []string{o.URL}}
 	if u.User != nil {
 		f.secrets = append(f.secrets, u.User.String())
