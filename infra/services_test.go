@@ -253,6 +253,9 @@ func TestCloudRunServices(t *testing.T) {
 				"FORWARD_URL":  cs.ForwardURL,
 				"FORWARD_AUTH": cs.ForwardAuth, "FORWARD_AUDIENCE": cs.ForwardAudience,
 				"FORWARD_TIMEOUT": itoa(cs.ForwardTimeoutSeconds) + "s", "STRICT_GAP_TIMEOUT": itoa(cs.GapTimeoutSeconds) + "s",
+				"FORWARD_BREAKER_THRESHOLD":    itoa(cs.ForwardBreakerThreshold),
+				"FORWARD_BREAKER_COOLDOWN":     itoa(cs.ForwardBreakerCoolDownSeconds) + "s",
+				"FORWARD_BREAKER_MAX_COOLDOWN": itoa(cs.ForwardBreakerMaxCoolDownSeconds) + "s",
 				// Pull mode is off by default (pull_test.go turns it on).
 				"CONSUMER_MODE": "push", "PULL_MAX_IN_FLIGHT": "5",
 			}

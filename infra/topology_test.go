@@ -71,6 +71,9 @@ topics:
         forward_auth: hmac
         forward_secret: partner-signing-secret
         forward_timeout_seconds: 30
+        forward_breaker_threshold: 3
+        forward_breaker_cooldown_seconds: 10
+        forward_breaker_max_cooldown_seconds: 600
       - service: ledger
         gap_timeout_seconds: 1800
         emits: [shop.refund.events, shop.cart.events]
@@ -171,9 +174,12 @@ func assertTopologyAgrees(t *testing.T, ev *evaluator, top *topology.Topology) {
 			"topic": cs.Topic, "service": cs.Service, "role": cs.Role, "description": cs.Description,
 			"delivery": cs.Delivery, "handler": cs.Handler, "forward_url": cs.ForwardURL,
 			"forward_auth": cs.ForwardAuth, "forward_audience": cs.ForwardAudience, "forward_secret": cs.ForwardSecret,
-			"forward_timeout_seconds": json.Number(itoa(cs.ForwardTimeoutSeconds)),
-			"gap_timeout_seconds":     json.Number(itoa(cs.GapTimeoutSeconds)),
-			"extra_filter":            cs.ExtraFilter, "enabled": cs.IsEnabled(),
+			"forward_timeout_seconds":              json.Number(itoa(cs.ForwardTimeoutSeconds)),
+			"forward_breaker_threshold":            json.Number(itoa(cs.ForwardBreakerThreshold)),
+			"forward_breaker_cooldown_seconds":     json.Number(itoa(cs.ForwardBreakerCoolDownSeconds)),
+			"forward_breaker_max_cooldown_seconds": json.Number(itoa(cs.ForwardBreakerMaxCoolDownSeconds)),
+			"gap_timeout_seconds":                  json.Number(itoa(cs.GapTimeoutSeconds)),
+			"extra_filter":                         cs.ExtraFilter, "enabled": cs.IsEnabled(),
 			"ack_deadline_seconds":      json.Number(itoa(cs.AckDeadlineSeconds)),
 			"min_backoff_seconds":       json.Number(itoa(cs.MinBackoffSeconds)),
 			"max_backoff_seconds":       json.Number(itoa(cs.MaxBackoffSeconds)),

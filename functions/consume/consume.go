@@ -10,7 +10,9 @@
 // duplicate, permanent error recorded, poison dead-lettered, addressed to
 // another consumer); 503 asks Pub/Sub to redeliver (transient error,
 // dead-lettered after the subscription's maximum attempts; or, for a
-// forward consumer, another delivery of the event holds its claim). It never answers 400: push would redeliver a 400
+// forward consumer, another delivery of the event holds its claim, or its
+// circuit breaker holds deliveries back while the target is down: code
+// held, a Retry-After header, no attempt counted; see docs/forwarding.md). It never answers 400: push would redeliver a 400
 // forever. The ledger never changes an answer: attempts are committed in
 // Postgres with the delivery and recorded afterwards, through rollup
 // notices (consume holds no Firestore client nor grant: the rollup writes
@@ -59,8 +61,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -91,6 +95,10 @@ type HandlerConfig struct {
 	ForwardSecrets []string
 	// ForwardTimeout is FORWARD_TIMEOUT (forward.DefaultTimeout when 0).
 	ForwardTimeout time.Duration
+	// ForwardBreaker is the forward handler's circuit breaker
+	// (FORWARD_BREAKER_THRESHOLD, FORWARD_BREAKER_COOLDOWN,
+	// FORWARD_BREAKER_MAX_COOLDOWN; the defaults when zero).
+	ForwardBreaker forward.BreakerOptions
 	// GapTimeout is STRICT_GAP_TIMEOUT: how long a strict consumer's gap
 	// may stay open before it is reported (projection.DefaultGapTimeout
 	// when 0).
@@ -107,7 +115,10 @@ func HandlerConfigFor(c topology.Consumer, secrets []string, log *slog.Logger) H
 	return HandlerConfig{ConsumerID: c.Service, ForwardURL: c.ForwardURL, ForwardAuth: c.ForwardAuth,
 		ForwardAudience: c.ForwardAudience, ForwardSecrets: secrets,
 		ForwardTimeout: time.Duration(c.ForwardTimeoutSeconds) * time.Second,
-		GapTimeout:     time.Duration(c.GapTimeoutSeconds) * time.Second, Logger: log}
+		ForwardBreaker: forward.BreakerOptions{Threshold: c.ForwardBreakerThreshold,
+			CoolDown:    time.Duration(c.ForwardBreakerCoolDownSeconds) * time.Second,
+			MaxCoolDown: time.Duration(c.ForwardBreakerMaxCoolDownSeconds) * time.Second},
+		GapTimeout: time.Duration(c.GapTimeoutSeconds) * time.Second, Logger: log}
 }
 
 // HandlerFactory builds a named handler.
@@ -122,7 +133,7 @@ var (
 		},
 		"forward": func(c HandlerConfig) (consumer.Handler, error) {
 			return forward.New(forward.Options{URL: c.ForwardURL, Auth: c.ForwardAuth, Audience: c.ForwardAudience,
-				Secrets: c.ForwardSecrets, Timeout: c.ForwardTimeout})
+				Secrets: c.ForwardSecrets, Timeout: c.ForwardTimeout, Breaker: c.ForwardBreaker, Name: c.ConsumerID, Logger: c.Logger})
 		},
 	}
 )
@@ -240,6 +251,12 @@ func New(o Options) (*Handler, error) {
 		})
 		h.close = append(h.close, func(context.Context) error { return unobserve() })
 	}
+	if b, ok := o.Engine.Handler().(interface{ BreakerState() forward.State }); ok {
+		// A forward consumer's circuit breaker as a gauge (with telemetry
+		// on), read at each metric collection.
+		unobserve := telemetry.ObserveBreaker(o.Engine.ConsumerID(), func() int64 { return int64(b.BreakerState()) })
+		h.close = append(h.close, func(context.Context) error { return unobserve() })
+	}
 	h.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -290,6 +307,11 @@ func New(o Options) (*Handler, error) {
 			return
 		}
 		res := o.Engine.Handle(r.Context(), d)
+		if res.Held() {
+			// Pub/Sub's push ignores it (its retry policy spaces the
+			// redeliveries); it tells anyone else who posts deliveries.
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(res.RetryAfter.Seconds()))))
+		}
 		writeJSON(w, res.Status, res)
 	})
 	return h, nil

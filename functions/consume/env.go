@@ -21,6 +21,7 @@ import (
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/shared/consumer"
+	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/relay"
@@ -68,6 +69,17 @@ type Config struct {
 	ForwardSigningSecret string `env:"FORWARD_SIGNING_SECRET"`
 	// ForwardTimeout bounds one forward (FORWARD_TIMEOUT, default 10s).
 	ForwardTimeout time.Duration `env:"FORWARD_TIMEOUT, default=10s"`
+	// ForwardBreakerThreshold is how many forwards in a row must find the
+	// target down before the forward handler's circuit breaker opens
+	// (FORWARD_BREAKER_THRESHOLD, default 5; -1 turns the breaker off).
+	ForwardBreakerThreshold int `env:"FORWARD_BREAKER_THRESHOLD, default=5"`
+	// ForwardBreakerCoolDown is how long the breaker first stays open
+	// before one delivery probes the target (FORWARD_BREAKER_COOLDOWN,
+	// default 5s); it doubles at each failed probe.
+	ForwardBreakerCoolDown time.Duration `env:"FORWARD_BREAKER_COOLDOWN, default=5s"`
+	// ForwardBreakerMaxCoolDown bounds the cool-down
+	// (FORWARD_BREAKER_MAX_COOLDOWN, default 5m).
+	ForwardBreakerMaxCoolDown time.Duration `env:"FORWARD_BREAKER_MAX_COOLDOWN, default=5m"`
 	// GapTimeout is how long a strict consumer's version gap may stay open
 	// before it is reported (STRICT_GAP_TIMEOUT, default 10m).
 	GapTimeout time.Duration `env:"STRICT_GAP_TIMEOUT, default=10m"`
@@ -120,7 +132,9 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	log := cfg.Logger()
 	h, err := BuildHandler(cfg.Handler, HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
 		ForwardAuth: cfg.ForwardAuth, ForwardAudience: cfg.ForwardAudience, ForwardSecrets: strings.Fields(cfg.ForwardSigningSecret),
-		ForwardTimeout: cfg.ForwardTimeout, GapTimeout: cfg.GapTimeout, Logger: log})
+		ForwardTimeout: cfg.ForwardTimeout, GapTimeout: cfg.GapTimeout, Logger: log,
+		ForwardBreaker: forward.BreakerOptions{Threshold: cfg.ForwardBreakerThreshold,
+			CoolDown: cfg.ForwardBreakerCoolDown, MaxCoolDown: cfg.ForwardBreakerMaxCoolDown}})
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +241,8 @@ type pullEngine struct{ e *consumer.Engine }
 
 func (p pullEngine) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
 	r := p.e.Handle(ctx, d)
-	return pull.Answer{Status: r.Status, Attempt: r.Attempt, EventID: r.EventID, Code: r.Code, Error: r.Error}
+	return pull.Answer{Status: r.Status, Attempt: r.Attempt, EventID: r.EventID, Code: r.Code, Error: r.Error,
+		Held: r.Held(), RetryAfter: r.RetryAfter}
 }
 
 // Consumer modes CONSUMER_MODE names.

@@ -38,6 +38,9 @@ variable "telemetry" {
     # The projection alert: p99 of relaybus.projection.version_lag (the
     # conventions' threshold: more than 10 versions).
     projection_lag_versions = optional(number, 10)
+    # The forward breaker alert: how long a forward consumer's circuit
+    # breaker may stay open or half-open (its target down) before it opens.
+    breaker_open_duration = optional(string, "300s")
   })
   description = "OpenTelemetry: export (auto or off), the sampler and its ratio, the metric export interval in seconds, and the alerts' thresholds (end-to-end p99 in seconds, projection version lag)."
   default     = {}
@@ -140,6 +143,7 @@ locals {
     strict_open_gaps     = "max by (\"relaybus.consumer\") ({\"relaybus.strict.open_gaps\"})"
     projection_lag_p99   = "histogram_quantile(0.99, sum by (le, \"relaybus.consumer\") (rate({\"relaybus.projection.version_lag_bucket\"}[5m])))"
     projection_stale     = "sum by (\"relaybus.consumer\") (rate({\"relaybus.projection.stale\"}[5m]))"
+    breaker_state        = "max by (\"relaybus.consumer\") ({\"relaybus.forward.breaker.state\"})"
     end_to_end_p99       = "histogram_quantile(0.99, sum by (le) (rate({\"relaybus.hop.duration_bucket\", \"relaybus.hop\"=\"end_to_end\"}[5m])))"
   }
 
@@ -245,6 +249,32 @@ resource "google_monitoring_alert_policy" "projection_version_lag" {
   documentation {
     mime_type = "text/markdown"
     content   = "A state projection applies events that skip versions: deliveries reordered (Eventarc, a re-push), versions dead-lettered or failed at that consumer. `relaybus -url <dlqreplay URL> -gcloud-auth dlq ls --consumer <consumer>` lists what it missed; replay it to that consumer only."
+  }
+
+  depends_on = [time_sleep.api_propagation]
+}
+
+# The forward breaker alert: a forward consumer's circuit breaker open or
+# half-open (relaybus.forward.breaker.state at 1 or more: its target down,
+# deliveries held without spending their attempts) for
+# var.telemetry.breaker_open_duration.
+resource "google_monitoring_alert_policy" "forward_breaker_open" {
+  display_name          = "relaybus: forward target down (circuit breaker open)"
+  combiner              = "OR"
+  notification_channels = var.alerts.notification_channels
+
+  conditions {
+    display_name = "a forward consumer's breaker open or half-open for ${var.telemetry.breaker_open_duration}"
+    condition_prometheus_query_language {
+      query                     = "${local.telemetry_promql.breaker_state} >= 1"
+      duration                  = var.telemetry.breaker_open_duration
+      disable_metric_validation = true
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "A forward consumer's target has been down for a while: its circuit breaker holds the deliveries back (nothing is dead-lettered for it in pull mode; in push mode Pub/Sub still counts each held answer toward the subscription's max_delivery_attempts, see docs/forwarding.md). The consume service's logs say why (\"forward: circuit breaker open\", with the reason); fix the target, and the next probe closes the breaker."
   }
 
   depends_on = [time_sleep.api_propagation]

@@ -79,27 +79,30 @@ locals {
   consumer_list = flatten([
     for t in local.topology.topics : [
       for c in flatten([try(t.consumers, [])]) : {
-        topic                     = t.name
-        service                   = c.service
-        role                      = coalesce(try(c.role, null), local.defaults.role)
-        description               = try(c.description, null) != null ? c.description : ""
-        delivery                  = coalesce(try(c.delivery, null), local.defaults.delivery)
-        handler                   = coalesce(try(c.handler, null), local.defaults.handler)
-        forward_url               = try(c.forward_url, null) != null ? c.forward_url : ""
-        forward_auth              = coalesce(try(c.forward_auth, null), "none")
-        forward_audience          = try(c.forward_audience, null) != null ? c.forward_audience : ""
-        forward_secret            = try(c.forward_secret, null) != null ? c.forward_secret : ""
-        forward_timeout_seconds   = try(c.forward_timeout_seconds > 0 ? c.forward_timeout_seconds : 10, 10)
-        gap_timeout_seconds       = try(c.gap_timeout_seconds > 0 ? c.gap_timeout_seconds : 600, 600)
-        extra_filter              = try(c.filter, null) != null ? c.filter : ""
-        enabled                   = try(c.enabled, null) != null ? c.enabled : true
-        ack_deadline_seconds      = try(c.ack_deadline_seconds > 0 ? c.ack_deadline_seconds : local.defaults.ack_deadline_seconds, local.defaults.ack_deadline_seconds)
-        min_backoff_seconds       = try(c.min_backoff_seconds > 0 ? c.min_backoff_seconds : local.defaults.min_backoff_seconds, local.defaults.min_backoff_seconds)
-        max_backoff_seconds       = try(c.max_backoff_seconds > 0 ? c.max_backoff_seconds : local.defaults.max_backoff_seconds, local.defaults.max_backoff_seconds)
-        max_delivery_attempts     = try(c.max_delivery_attempts > 0 ? c.max_delivery_attempts : local.defaults.max_delivery_attempts, local.defaults.max_delivery_attempts)
-        message_retention_seconds = local.topics[t.name].message_retention_seconds
-        database                  = coalesce(try(c.database, null), "main")
-        emits                     = [for e in flatten([try(c.emits, [])]) : e if e != null]
+        topic                                = t.name
+        service                              = c.service
+        role                                 = coalesce(try(c.role, null), local.defaults.role)
+        description                          = try(c.description, null) != null ? c.description : ""
+        delivery                             = coalesce(try(c.delivery, null), local.defaults.delivery)
+        handler                              = coalesce(try(c.handler, null), local.defaults.handler)
+        forward_url                          = try(c.forward_url, null) != null ? c.forward_url : ""
+        forward_auth                         = coalesce(try(c.forward_auth, null), "none")
+        forward_audience                     = try(c.forward_audience, null) != null ? c.forward_audience : ""
+        forward_secret                       = try(c.forward_secret, null) != null ? c.forward_secret : ""
+        forward_timeout_seconds              = try(c.forward_timeout_seconds > 0 ? c.forward_timeout_seconds : 10, 10)
+        forward_breaker_threshold            = try(c.forward_breaker_threshold != 0 ? c.forward_breaker_threshold : 5, 5)
+        forward_breaker_cooldown_seconds     = try(c.forward_breaker_cooldown_seconds > 0 ? c.forward_breaker_cooldown_seconds : 5, 5)
+        forward_breaker_max_cooldown_seconds = try(c.forward_breaker_max_cooldown_seconds > 0 ? c.forward_breaker_max_cooldown_seconds : 300, 300)
+        gap_timeout_seconds                  = try(c.gap_timeout_seconds > 0 ? c.gap_timeout_seconds : 600, 600)
+        extra_filter                         = try(c.filter, null) != null ? c.filter : ""
+        enabled                              = try(c.enabled, null) != null ? c.enabled : true
+        ack_deadline_seconds                 = try(c.ack_deadline_seconds > 0 ? c.ack_deadline_seconds : local.defaults.ack_deadline_seconds, local.defaults.ack_deadline_seconds)
+        min_backoff_seconds                  = try(c.min_backoff_seconds > 0 ? c.min_backoff_seconds : local.defaults.min_backoff_seconds, local.defaults.min_backoff_seconds)
+        max_backoff_seconds                  = try(c.max_backoff_seconds > 0 ? c.max_backoff_seconds : local.defaults.max_backoff_seconds, local.defaults.max_backoff_seconds)
+        max_delivery_attempts                = try(c.max_delivery_attempts > 0 ? c.max_delivery_attempts : local.defaults.max_delivery_attempts, local.defaults.max_delivery_attempts)
+        message_retention_seconds            = local.topics[t.name].message_retention_seconds
+        database                             = coalesce(try(c.database, null), "main")
+        emits                                = [for e in flatten([try(c.emits, [])]) : e if e != null]
       } if c != null
     ]
   ])

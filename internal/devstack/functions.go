@@ -170,6 +170,15 @@ func consumerConfig(in functionsInput, c topology.Consumer) consume.Config {
 	if c.ForwardTimeoutSeconds > 0 {
 		cc.ForwardTimeout = time.Duration(c.ForwardTimeoutSeconds) * time.Second
 	}
+	if c.ForwardBreakerThreshold != 0 {
+		cc.ForwardBreakerThreshold = c.ForwardBreakerThreshold
+	}
+	if c.ForwardBreakerCoolDownSeconds > 0 {
+		cc.ForwardBreakerCoolDown = time.Duration(c.ForwardBreakerCoolDownSeconds) * time.Second
+	}
+	if c.ForwardBreakerMaxCoolDownSeconds > 0 {
+		cc.ForwardBreakerMaxCoolDown = time.Duration(c.ForwardBreakerMaxCoolDownSeconds) * time.Second
+	}
 	if c.GapTimeoutSeconds > 0 {
 		cc.GapTimeout = time.Duration(c.GapTimeoutSeconds) * time.Second
 	}

@@ -54,6 +54,8 @@
 //	call        the handler, no transaction open
 //	Delivered   success: 'claimed' -> 'applied' + the attempt, one statement
 //	  or Failed failure: the row deleted + the attempt, one statement
+//	  or Release held back (the target down, its breaker open): the row
+//	            deleted, nothing recorded; the next claim takes the number
 //
 //	            claimed --success--> applied
 //	               |  \--failure--> (no row: a redelivery claims again)
@@ -121,6 +123,7 @@ var (
 	claimedSQL   = query("claimstate")
 	deliveredSQL = query("delivered")
 	lookupSQL    = query("lookup")
+	releaseSQL   = query("release")
 )
 
 // Migrate creates or upgrades the inbox tables in db's search_path.
@@ -317,6 +320,18 @@ const recordTries = 10
 func Failed(ctx context.Context, tx postgres.DBTX, a Attempt) error {
 	if _, err := tx.Exec(ctx, failedSQL, a.args()...); err != nil {
 		return fmt.Errorf("inbox: record failed attempt: %w", err)
+	}
+	return nil
+}
+
+// Release gives up a claim whose call was not an attempt (a Gate held it
+// back after the call: shared/forward's breaker found the target down):
+// the claim goes and nothing is recorded, so the next claim of the event
+// takes the same attempt number. A claim another attempt has taken over
+// stays.
+func Release(ctx context.Context, db postgres.DBTX, consumer, eventID string, attempt int) error {
+	if _, err := db.Exec(ctx, releaseSQL, consumer, eventID, attempt); err != nil {
+		return fmt.Errorf("inbox: release claim: %w", err)
 	}
 	return nil
 }

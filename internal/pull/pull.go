@@ -9,7 +9,10 @@
 // engine refuses (a transient failure) stays with the worker, under its
 // lease, and is retried after a backoff with every later message of its key
 // queued behind it, so a redelivery never overtakes the key's next message;
-// at the last attempt it is published to <topic>.dlq with Pub/Sub's own
+// a delivery the engine held back without an attempt (Answer.Held: a
+// forward consumer's circuit breaker is open) waits as long as the engine
+// asks, under its lease, and counts nothing; at the last attempt a
+// refused message is published to <topic>.dlq with Pub/Sub's own
 // dead-letter attributes (deadletter.PubSub) and acknowledged, whatever the
 // broker (pstest and JetStream have no dead-letter topic of their own). A
 // message is acknowledged only after the engine has answered, that is after
@@ -62,7 +65,17 @@ type Answer struct {
 	Attempt int
 	// EventID, Code and Error describe a refusal in the logs.
 	EventID, Code, Error string
+	// Held: the engine held the delivery back without an attempt (a
+	// forward consumer's circuit breaker is open). The worker keeps the
+	// message under its lease and delivers it again after RetryAfter,
+	// without counting an attempt: a held message never reaches
+	// MaxAttempts, however long it is held.
+	Held       bool
+	RetryAfter time.Duration
 }
+
+// minHeld is the least a held message waits before it is delivered again.
+const minHeld = 10 * time.Millisecond
 
 // Defaults of Options.
 const (
@@ -342,6 +355,15 @@ func (w *Worker) deliver(ctx context.Context, it *item) bool {
 		if accepted(res.Status) {
 			w.settle(dctx, it, func() error { return it.l.Ack(dctx) }, "ack")
 			return true
+		}
+		if res.Held {
+			// Not an attempt: the message stays leased here, its key's
+			// later messages behind it, and nothing is counted.
+			it.attempts--
+			if !wait(ctx, max(res.RetryAfter, minHeld)) {
+				return false
+			}
+			continue
 		}
 		n := max(m.DeliveryAttempt, res.Attempt, it.attempts)
 		log := w.o.Logger.With("subscription", w.o.Subscription, "message_id", m.ID, "ordering_key", m.OrderingKey,

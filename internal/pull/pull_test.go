@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -348,6 +349,75 @@ func TestARedeliveryOfAHeldMessageTakesItsPlace(t *testing.T) {
 		<-stopped
 		if got := fmt.Sprint(src2.logOf("")); got != "[ack k-1#1 nack k-2#2 nack k-3#1]" {
 			t.Errorf("at shutdown settled %s; want k-2 handed back once, under its new lease, before k-3", got)
+		}
+	})
+}
+
+// countingDL counts dead letters.
+type countingDL struct{ n atomic.Int64 }
+
+func (c *countingDL) Publish(context.Context, string, event.Message) (string, error) {
+	c.n.Add(1)
+	return "", nil
+}
+
+// heldEngine holds the first holds deliveries back (Answer.Held, as a
+// forward consumer's open breaker does), then accepts; it records the
+// delivery attempt each delivery was handed and when.
+type heldEngine struct {
+	mu       sync.Mutex
+	holds    int
+	seen     []int
+	at       []time.Duration
+	start    time.Time
+	accepted []string
+}
+
+func (e *heldEngine) Handle(_ context.Context, d delivery.Delivery) Answer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if d.Message.OrderingKey == "a" && len(e.seen) < e.holds {
+		e.seen = append(e.seen, d.Message.DeliveryAttempt)
+		e.at = append(e.at, time.Since(e.start))
+		return Answer{Status: http.StatusServiceUnavailable, Code: "held", Held: true, RetryAfter: 250 * time.Millisecond}
+	}
+	e.accepted = append(e.accepted, d.Message.ID)
+	return Answer{Status: http.StatusOK, Attempt: 1}
+}
+
+// A delivery the engine holds back is not an attempt: the worker keeps
+// the message under its lease, retries it after the engine's RetryAfter
+// with the broker's delivery count unchanged, however many times it is
+// held (far past MaxAttempts), never dead-letters nor hands it back, and
+// delivers its key's later messages after it.
+func TestHeldDeliveriesAreNotAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := newSource()
+		eng := &heldEngine{holds: 20, start: time.Now()}
+		dl := &countingDL{}
+		src.offer("a", 1, 1)
+		src.offer("a", 2, 1)
+		run(t, Options{Source: src, Engine: eng, DeadLetters: dl, MaxAttempts: 3, MinBackoff: 10 * time.Millisecond})
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		eng.mu.Lock()
+		defer eng.mu.Unlock()
+		if n := dl.n.Load(); n != 0 {
+			t.Fatalf("%d dead letters after %d held deliveries; want none", n, eng.holds)
+		}
+		if got := src.logOf("nack"); len(got) != 0 {
+			t.Errorf("handed back %v; want the held message kept under its lease", got)
+		}
+		if !slices.Equal(eng.accepted, []string{"a-1", "a-2"}) {
+			t.Errorf("accepted %v, want a-1 then a-2", eng.accepted)
+		}
+		for i, a := range eng.seen {
+			if a != 1 {
+				t.Fatalf("held delivery %d was handed delivery attempt %d; want 1 each time", i+1, a)
+			}
+			if i > 0 && eng.at[i]-eng.at[i-1] < 250*time.Millisecond {
+				t.Fatalf("held delivery %d came %s after the previous one; want the RetryAfter, 250ms", i+1, eng.at[i]-eng.at[i-1])
+			}
 		}
 	})
 }

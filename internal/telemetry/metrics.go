@@ -83,6 +83,13 @@ const (
 	// consumer; a redelivery of the same event is counted by consume as a
 	// duplicate instead and never reaches the projection.
 	MetricProjectionStale = "relaybus.projection.stale"
+	// MetricBreakerTransitions: changes of a forward consumer's circuit
+	// breaker (relaybus.consumer), by the state entered (relaybus.state:
+	// open, half_open, closed).
+	MetricBreakerTransitions = "relaybus.forward.breaker.transitions"
+	// MetricBreakerState: a forward consumer's circuit breaker now, per
+	// consumer: 0 closed, 1 half-open, 2 open.
+	MetricBreakerState = "relaybus.forward.breaker.state"
 )
 
 // Attribute keys of relaybus's metrics.
@@ -119,6 +126,7 @@ type instruments struct {
 	aggSource, aggInvalid metric.Int64Counter
 	versionLag            metric.Int64Histogram
 	stale                 metric.Int64Counter
+	breaker               metric.Int64Counter
 
 	mu   sync.RWMutex
 	sets map[setKey]*opts
@@ -146,8 +154,11 @@ func newInstruments(m metric.Meter) *instruments {
 		metric.WithExplicitBucketBoundaries(versionBuckets...))
 	stale, _ := m.Int64Counter(MetricProjectionStale, metric.WithUnit("{event}"),
 		metric.WithDescription("Events a state projection did not apply: it held their version or a newer one."))
+	breaker, _ := m.Int64Counter(MetricBreakerTransitions, metric.WithUnit("{transition}"),
+		metric.WithDescription("Changes of a forward consumer's circuit breaker, by the state entered."))
 	return &instruments{
 		meter:          m,
+		breaker:        breaker,
 		versionLag:     versionLag,
 		stale:          stale,
 		sets:           map[setKey]*opts{},
@@ -407,6 +418,45 @@ func ObserveGaps(consumer string, read func(ctx context.Context) (oldest time.Du
 		o.ObserveInt64(gaps, int64(open), at)
 		return nil
 	}, age, gaps)
+	if err != nil {
+		return func() error { return nil }
+	}
+	return reg.Unregister
+}
+
+// RecordBreaker counts a change of consumer's circuit breaker from one
+// state to another (the forward handler's breaker: closed, half_open,
+// open).
+func RecordBreaker(ctx context.Context, consumer, from, to string) {
+	st := current.Load()
+	if st == nil {
+		return
+	}
+	o := st.inst.set(setKey{kind: 10, a: consumer, b: to}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{KeyConsumer.String(consumer), KeyState.String(to)}
+	})
+	st.inst.breaker.Add(ctx, 1, o.add...)
+}
+
+// ObserveBreaker registers consumer's breaker-state gauge: read returns 0
+// (closed), 1 (half-open) or 2 (open) at each collection. It returns the
+// function that unregisters it; with telemetry off it does nothing.
+func ObserveBreaker(consumer string, read func() int64) (unregister func() error) {
+	st := current.Load()
+	if st == nil {
+		return func() error { return nil }
+	}
+	m := st.inst.meter
+	g, err := m.Int64ObservableGauge(MetricBreakerState, metric.WithUnit("{state}"),
+		metric.WithDescription("A forward consumer's circuit breaker: 0 closed, 1 half-open, 2 open."))
+	if err != nil {
+		return func() error { return nil }
+	}
+	at := metric.WithAttributes(KeyConsumer.String(consumer))
+	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(g, read(), at)
+		return nil
+	}, g)
 	if err != nil {
 		return func() error { return nil }
 	}

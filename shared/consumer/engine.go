@@ -197,7 +197,14 @@ type Result struct {
 	// Code and Error say what failed.
 	Code  string `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
+	// RetryAfter is set when a Gate held the delivery back (Code
+	// CodeHeld): how long until it may let one through. No attempt was
+	// made or counted.
+	RetryAfter time.Duration `json:"-"`
 }
+
+// Held reports whether a Gate held the delivery back without an attempt.
+func (r Result) Held() bool { return r.Code == CodeHeld && r.Outcome == "" }
 
 // Handle processes one delivery:
 //
@@ -222,6 +229,10 @@ type Result struct {
 //     → applied, 200; failure → the claim released, the failed attempt
 //     recorded, answered as above). See the inbox's package documentation
 //     for the states.
+//   - with a Remote handler that is a Gate (shared/forward's circuit
+//     breaker), a delivery the gate holds back, before the call or after
+//     it, answers 503 with Code CodeHeld and RetryAfter, and no attempt
+//     is claimed or recorded.
 //
 // The ledger never changes the answer: committed attempts are shipped to
 // it afterwards (see Ship). Emitted child events are kicked (Kicker) once
@@ -254,6 +265,8 @@ func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
 		outcome = "duplicate"
 	case res.Ignored:
 		outcome = "ignored"
+	case res.Held():
+		outcome = CodeHeld
 	case outcome == "":
 		outcome = "unavailable"
 	}
@@ -551,6 +564,21 @@ func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delive
 		log.WarnContext(ctx, "consume: the database is unavailable; redelivery requested", "step", what, "error", err.Error())
 		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: "database", Error: "the consumer's database is unavailable"}
 	}
+	called := false
+	if g, ok := h.(Gate); ok {
+		done, err := g.Admit(ctx)
+		var held *HeldError
+		if errors.As(err, &held) {
+			log.DebugContext(ctx, "consume: held back; no attempt made", "reason", held.Reason, "retry_after", held.RetryAfter.String())
+			return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: CodeHeld, Error: held.Reason, RetryAfter: held.RetryAfter}
+		}
+		if err != nil {
+			return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: CodeHeld, Error: err.Error()}
+		}
+		if done != nil {
+			defer func() { done(called) }()
+		}
+	}
 	cl, err := inbox.Claim(ctx, e.o.DB, e.o.ConsumerID, ev.ID, h.Lease())
 	if err != nil {
 		return unavailable("claim", err)
@@ -586,6 +614,7 @@ func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delive
 	}
 	c := &Context{Event: ev, ConsumerID: e.o.ConsumerID, Attempt: n, DeliveryAttempt: d.Message.DeliveryAttempt,
 		Subscription: sub, MessageID: d.Message.ID, engine: e}
+	called = true
 	herr := h.Handle(ctx, c)
 	if herr == nil {
 		a.Outcome, a.ConsumedAt = string(model.OutcomeSuccess), now()
@@ -602,6 +631,16 @@ func (e *Engine) remote(ctx context.Context, log *slog.Logger, d delivery.Delive
 		e.shipLater(ctx, log, a)
 		log.InfoContext(ctx, "consume: delivered")
 		return Result{Status: http.StatusOK, EventID: ev.ID, Attempt: n, Outcome: model.OutcomeSuccess}
+	}
+	var held *HeldError
+	if errors.As(herr, &held) {
+		// The call found the target down and the gate is holding
+		// deliveries back: not an attempt. The claim goes unrecorded.
+		if err := inbox.Release(rctx, e.o.DB, e.o.ConsumerID, ev.ID, n); err != nil {
+			return unavailable("release", err)
+		}
+		log.InfoContext(ctx, "consume: held back after the call; not counted as an attempt", "reason", held.Reason)
+		return Result{Status: http.StatusServiceUnavailable, EventID: ev.ID, Code: CodeHeld, Error: held.Reason, RetryAfter: held.RetryAfter}
 	}
 	res := e.failure(rctx, log, d, sub, ev, n, herr)
 	a.Outcome, a.ErrorCode, a.ErrorMessage, a.ConsumedAt = string(res.Outcome), res.Code, herr.Error(), now()

@@ -369,6 +369,37 @@ type Remote interface {
 	Lease() time.Duration
 }
 
+// Gate is a Remote handler that may hold deliveries back before any
+// attempt is made: shared/forward's circuit breaker, while its target is
+// down. The engine asks Admit before it claims the event; a refusal
+// (*HeldError) answers 503 with Result.Code CodeHeld and RetryAfter, and
+// counts no attempt: nothing is claimed or recorded, so the consumer's
+// own attempt count, and the dead-letter decision made from it, counts
+// only attempts that reached the handler. When Admit lets a delivery
+// through, the engine calls done once the delivery is over, with
+// whether the handler ran. A Gate's Handle may return a *HeldError too
+// (the call found the other service down and the gate closed behind
+// it): the engine releases the claim without recording an attempt and
+// answers as for a refusal.
+type Gate interface {
+	Remote
+	Admit(ctx context.Context) (done func(called bool), err error)
+}
+
+// CodeHeld is Result.Code of a delivery a Gate held back.
+const CodeHeld = "held"
+
+// HeldError is a Gate's refusal: the delivery was not attempted; try
+// again after RetryAfter.
+type HeldError struct {
+	// RetryAfter is how long until the gate may let a delivery through.
+	RetryAfter time.Duration
+	// Reason says why, for the logs and the answer.
+	Reason string
+}
+
+func (e *HeldError) Error() string { return e.Reason }
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, c *Context) error
 

@@ -88,6 +88,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -101,6 +102,8 @@ import (
 	"google.golang.org/api/idtoken"
 
 	"github.com/relaybus/relaybus/internal/cloudevent"
+	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/internal/traceparent"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
@@ -153,14 +156,26 @@ type Options struct {
 	// Secrets sign the requests with AuthHMAC: each "whsec_" + base64 of
 	// 24 to 64 bytes; every one signs (rotation).
 	Secrets []string
-	// Now is the clock of webhook-timestamp (time.Now).
+	// Now is the clock of webhook-timestamp and of the breaker
+	// (time.Now).
 	Now func() time.Time
+	// Breaker configures the circuit breaker that holds deliveries back
+	// while the target is down (see "The circuit breaker"; the defaults
+	// when zero, off with a negative Threshold).
+	Breaker BreakerOptions
+	// Name names the consumer in the breaker's logs and metrics.
+	Name string
+	// Logger receives a line at each change of the breaker's state
+	// (logging.Discard when nil).
+	Logger *slog.Logger
 }
 
-// Forwarder is the forwarding handler; it is a consumer.Remote.
+// Forwarder is the forwarding handler; it is a consumer.Remote and a
+// consumer.Gate (its circuit breaker).
 type Forwarder struct {
-	o    Options
-	keys [][]byte
+	o       Options
+	breaker *Breaker
+	keys    [][]byte
 	// secrets are the parts of the URL an error must not show.
 	secrets []string
 }
@@ -189,7 +204,13 @@ func New(o Options) (*Forwarder, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	f := &Forwarder{o: o, secrets: []string{o.URL}}
+	if o.Logger == nil {
+		o.Logger = logging.Discard()
+	}
+	if o.Breaker.ProbeTimeout <= 0 {
+		o.Breaker.ProbeTimeout = o.Timeout + LeaseMargin
+	}
+	f := &Forwarder{o: o, breaker: NewBreaker(o.Breaker), secrets: []string{o.URL}}
 	if u.User != nil {
 		f.secrets = append(f.secrets, u.User.String())
 	}
@@ -274,13 +295,90 @@ func (f *Forwarder) Handle(ctx context.Context, c *consumer.Context) error {
 	}
 	resp, err := f.o.Client.Do(req)
 	if err != nil {
-		return consumer.Transient("forward_unreachable", errors.New("forward: the target did not answer: "+f.reason(ctx, err)))
+		reason := f.reason(ctx, err)
+		if held := f.done(ctx, true, 0, "no answer: "+reason); held != nil {
+			return held
+		}
+		return consumer.Transient("forward_unreachable", errors.New("forward: the target did not answer: "+reason))
 	}
 	// Read a little of the body so the connection can be reused; what the
 	// target says in it is not kept.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
+	var wait time.Duration
+	if down(resp.StatusCode) {
+		wait = RetryAfter(resp.Header.Get("Retry-After"), f.o.Now())
+	}
+	if held := f.done(ctx, down(resp.StatusCode), wait, fmt.Sprintf("answered %d", resp.StatusCode)); held != nil {
+		return held
+	}
 	return classify(resp.StatusCode, resp.Header.Get("Location"))
+}
+
+// down reports whether a status says the target is down or overloaded,
+// rather than judging the one event: 5xx, 408 and 429.
+func down(status int) bool {
+	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
+}
+
+// Admit lets a delivery through unless the breaker is open
+// (consumer.Gate): then it returns a *consumer.HeldError saying how long
+// until the next probe, and the engine answers without an attempt.
+func (f *Forwarder) Admit(ctx context.Context) (func(called bool), error) {
+	ok, probe, wait, tr := f.breaker.Allow(f.o.Now())
+	if tr != nil {
+		f.transition(ctx, tr)
+	}
+	if !ok {
+		return nil, &consumer.HeldError{RetryAfter: wait,
+			Reason: fmt.Sprintf("forward: the target is down (circuit breaker open); delivery held, no attempt made; next probe within %s", wait.Round(time.Millisecond))}
+	}
+	if !probe {
+		return nil, nil
+	}
+	return func(called bool) {
+		if !called {
+			f.breaker.Cancel(true)
+		}
+	}, nil
+}
+
+// BreakerState is the breaker's state now (Closed when it is off).
+func (f *Forwarder) BreakerState() State { return f.breaker.State(f.o.Now()) }
+
+// done reports a call's outcome to the breaker. When the call found the
+// target down and the breaker is open after it (this call opened it, or
+// was the failed probe), it returns the *consumer.HeldError Handle
+// returns: the engine counts no attempt (the target is down, the event
+// is not at fault).
+func (f *Forwarder) done(ctx context.Context, down bool, retryAfter time.Duration, reason string) error {
+	now := f.o.Now()
+	if tr := f.breaker.Done(now, down, retryAfter, reason); tr != nil {
+		f.transition(ctx, tr)
+	}
+	if !down {
+		return nil
+	}
+	if held, wait := f.breaker.Held(now); held {
+		return &consumer.HeldError{RetryAfter: wait,
+			Reason: fmt.Sprintf("forward: the target is down (%s); circuit breaker open: not counted as an attempt; next probe within %s", reason, wait.Round(time.Millisecond))}
+	}
+	return nil
+}
+
+// transition logs and counts a change of the breaker's state.
+func (f *Forwarder) transition(ctx context.Context, tr *Transition) {
+	telemetry.RecordBreaker(ctx, f.o.Name, tr.From.String(), tr.To.String())
+	attrs := []any{"consumer_id", f.o.Name, "from", tr.From.String(), "to", tr.To.String(), "failures", tr.Failures}
+	switch tr.To {
+	case Open:
+		f.o.Logger.WarnContext(ctx, "forward: circuit breaker open; deliveries held without spending their attempts",
+			append(attrs, "cool_down", tr.CoolDown.String(), "reason", tr.Reason)...)
+	case HalfOpen:
+		f.o.Logger.InfoContext(ctx, "forward: circuit breaker half-open; one delivery probes the target", attrs...)
+	default:
+		f.o.Logger.InfoContext(ctx, "forward: circuit breaker closed; the target answers again", append(attrs, "reason", tr.Reason)...)
+	}
 }
 
 // maxReason bounds the reason an unreachable target's error gives.

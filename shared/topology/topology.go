@@ -51,6 +51,10 @@ const (
 const (
 	DefaultForwardTimeoutSeconds = 10
 	DefaultGapTimeoutSeconds     = 600
+	// The forward handler's circuit breaker (forward.Default*).
+	DefaultForwardBreakerThreshold          = 5
+	DefaultForwardBreakerCoolDownSeconds    = 5
+	DefaultForwardBreakerMaxCoolDownSeconds = 300
 )
 
 // Built-in handler names; the consume binary may register more.
@@ -356,6 +360,16 @@ type Consumer struct {
 	// ForwardTimeoutSeconds bounds one forward (FORWARD_TIMEOUT, 10); for a
 	// forward consumer it must be below the ack deadline.
 	ForwardTimeoutSeconds int `yaml:"forward_timeout_seconds"`
+	// ForwardBreakerThreshold is how many forwards in a row must find the
+	// target down before the circuit breaker opens
+	// (FORWARD_BREAKER_THRESHOLD, 5; -1 turns it off).
+	ForwardBreakerThreshold int `yaml:"forward_breaker_threshold"`
+	// ForwardBreakerCoolDownSeconds is how long the breaker first stays
+	// open before a probe (FORWARD_BREAKER_COOLDOWN, 5).
+	ForwardBreakerCoolDownSeconds int `yaml:"forward_breaker_cooldown_seconds"`
+	// ForwardBreakerMaxCoolDownSeconds bounds the cool-down, which doubles
+	// at each failed probe (FORWARD_BREAKER_MAX_COOLDOWN, 300).
+	ForwardBreakerMaxCoolDownSeconds int `yaml:"forward_breaker_max_cooldown_seconds"`
 	// GapTimeoutSeconds is how long a strict consumer's version gap may
 	// stay open before it is reported (STRICT_GAP_TIMEOUT, 600).
 	GapTimeoutSeconds int `yaml:"gap_timeout_seconds"`
@@ -536,6 +550,9 @@ func (t *Topology) applyDefaults() {
 			c.MaxDeliveryAttempts = orInt(c.MaxDeliveryAttempts, d.MaxDeliveryAttempts)
 			c.ForwardAuth = orStr(c.ForwardAuth, ForwardAuthNone)
 			c.ForwardTimeoutSeconds = orInt(c.ForwardTimeoutSeconds, DefaultForwardTimeoutSeconds)
+			c.ForwardBreakerThreshold = orInt(c.ForwardBreakerThreshold, DefaultForwardBreakerThreshold)
+			c.ForwardBreakerCoolDownSeconds = orInt(c.ForwardBreakerCoolDownSeconds, DefaultForwardBreakerCoolDownSeconds)
+			c.ForwardBreakerMaxCoolDownSeconds = orInt(c.ForwardBreakerMaxCoolDownSeconds, DefaultForwardBreakerMaxCoolDownSeconds)
 			c.GapTimeoutSeconds = orInt(c.GapTimeoutSeconds, DefaultGapTimeoutSeconds)
 		}
 	}
@@ -681,6 +698,15 @@ func (t *Topology) validate() error {
 			}
 			if f := c.ForwardTimeoutSeconds; f < 1 || (c.Handler == HandlerForward && f >= c.AckDeadlineSeconds) {
 				bad(cw+".forward_timeout_seconds", "must be at least 1 and below ack_deadline_seconds (%d), not %d: a forward still calling when the ack deadline passes is redelivered", c.AckDeadlineSeconds, f)
+			}
+			if b := c.ForwardBreakerThreshold; b != -1 && (b < 1 || b > 1000) {
+				bad(cw+".forward_breaker_threshold", "must be 1 to 1000, or -1 to turn the breaker off, not %d", b)
+			}
+			if cd := c.ForwardBreakerCoolDownSeconds; cd < 1 || cd > 3600 {
+				bad(cw+".forward_breaker_cooldown_seconds", "must be 1 to 3600, not %d", cd)
+			}
+			if m := c.ForwardBreakerMaxCoolDownSeconds; m < c.ForwardBreakerCoolDownSeconds || m > 3600 {
+				bad(cw+".forward_breaker_max_cooldown_seconds", "must be forward_breaker_cooldown_seconds (%d) to 3600, not %d", c.ForwardBreakerCoolDownSeconds, m)
 			}
 			if g := c.GapTimeoutSeconds; g < 60 || g > 7*24*3600 {
 				bad(cw+".gap_timeout_seconds", "must be 60 to 604800 (7 days), not %d", g)
