@@ -9,6 +9,8 @@
 //	                                   outbox state, parent, children, dead letters and whether a re-push is allowed
 //	POST   /events/{id}:repush         {"consumer", "dryRun"}: re-enqueue through the outbox (docs/operations.md's re-push rules)
 //	GET    /traces/{eventId}           the event's trace as a tree
+//	GET    /scheduled                  ?limit=: the outboxes' scheduled events not yet published, by deliverAt
+//	POST   /scheduled/{id}:cancel      {"reason"}: cancel a scheduled event before it is due (scheduled.go)
 //	POST   /deadletters:archive        a DLQ delivery (push or Eventarc, from <topic>.dlq-monitor) is archived
 //	GET    /deadletters                ?topic=&consumer=&reason=&eventId=&since=&until=&pageSize=&pageToken=&deleted=
 //	                                   (without the messages' data: GET /deadletters/{id} has it)
@@ -282,7 +284,8 @@ func New(o Options) (http.Handler, error) {
 		&letters{store: o.Archive, publisher: o.Publisher, history: reader, registry: registry, topology: o.Topology,
 			subs: o.Subscriptions, dbs: dbs, archivers: archivers, g: g, logger: o.Logger},
 		&events{reader: reader, ledger: o.Ledger, deadLetters: o.Archive, outbox: o.DB, dbs: dbs,
-			maxRepushes: o.MaxRepushes, sentTimeout: o.SentTimeout, g: g, logger: o.Logger},
+			maxRepushes: o.MaxRepushes, sentTimeout: o.SentTimeout, g: g, logger: o.Logger,
+			scheduled: &scheduled{dbs: dbs, g: g, logger: o.Logger}},
 		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull,
 			auditLog: o.Audit, g: g, logger: o.Logger},
 		&deliveryControl{broker: o.Broker, pauser: o.Pauser, topology: o.Topology, subs: o.Subscriptions, pull: pull,
@@ -306,6 +309,8 @@ func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deli
 		{"GET", "events/{}", RoleViewer, ev.get},
 		{"POST", "events/{}:repush", RoleViewer, ev.repush},
 		{"GET", "traces/{}", RoleViewer, ev.trace},
+		{"GET", "scheduled", RoleViewer, ev.scheduled.list},
+		{"POST", "scheduled/{}:cancel", RoleViewer, ev.scheduled.cancel},
 		{"POST", pushedRoute, "", lt.archive},
 		{"POST", "deadletters:replay", RoleViewer, lt.replayBatch},
 		{"GET", "deadletters", RoleViewer, lt.list},
@@ -344,6 +349,12 @@ func (d databases) all() map[string]postgres.DBTX {
 		return map[string]postgres.DBTX{"main": d.main}
 	}
 	return d.byName
+}
+
+// mustOf returns the database of a name all() listed.
+func (d databases) mustOf(name string) postgres.DBTX {
+	db, _ := d.of(name)
+	return db
 }
 
 // of returns the database of a name, and whether dlqreplay has it.

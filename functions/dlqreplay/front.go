@@ -250,7 +250,7 @@ type routeTable []*route
 const pushedRoute = "deadletters:archive"
 
 // actions are the words a path may end in after a colon.
-var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true, "rebuild": true}
+var actions = map[string]bool{"repush": true, "replay": true, "archive": true, "seek": true, "enable": true, "disable": true, "skip": true, "pause": true, "resume": true, "rebuild": true, "cancel": true}
 
 // match finds the route of a path and method. It returns the path's
 // arguments, or, when the path is known but not for this method, the
