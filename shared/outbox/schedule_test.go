@@ -77,6 +77,10 @@ func TestScheduledVersionHoldsItsAggregateOnly(t *testing.T) {
 	if !dueAt.Equal(due.Truncate(time.Microsecond)) {
 		t.Fatalf("A due at %v, want %v", dueAt, due)
 	}
+	var state string
+	if err := pool.QueryRow(ctx, `SELECT state FROM relaybus_outbox_backlog WHERE aggregateid = 'A'`).Scan(&state); err != nil || state != "scheduled" {
+		t.Fatalf("the backlog view says A is %q (%v), want scheduled", state, err)
+	}
 	if runs := claim(t, pool, due.Add(-time.Second), "r1"); len(runs) != 0 {
 		t.Fatalf("claimed a second before v2 is due: %+v", runs)
 	}

@@ -26,3 +26,37 @@ CREATE TABLE IF NOT EXISTS relaybus_outbox_cancelled (
     cancelled_by   text        NOT NULL DEFAULT '',
     reason         text        NOT NULL DEFAULT ''
 );
+
+-- What an operator looks at (migrations 003, 006): an aggregate whose
+-- first unpublished version is scheduled is "scheduled" until then, not
+-- "retrying" (it has no failed attempt).
+CREATE OR REPLACE VIEW relaybus_outbox_backlog AS
+SELECT d.aggregatetype,
+       d.aggregateid,
+       CASE WHEN d.failed_version IS NOT NULL THEN 'failed'
+            WHEN d.lease_expires_at > now() THEN 'leased'
+            WHEN d.due_at > now() AND d.attempts = 0 THEN 'scheduled'
+            WHEN d.due_at > now() THEN 'retrying'
+            ELSE 'due' END AS state,
+       u.unpublished,
+       u.head_event_id,
+       u.head_version,
+       d.published_version,
+       d.enqueued_version,
+       d.failed_version,
+       d.attempts,
+       d.last_error,
+       CASE WHEN d.due_at IS NOT NULL THEN greatest(d.due_at, d.lease_expires_at) END AS next_attempt_at,
+       d.lease_owner,
+       d.lease_expires_at,
+       d.published_at AS last_published_at
+FROM relaybus_outbox_dispatch d
+CROSS JOIN LATERAL (
+    SELECT count(*) AS unpublished,
+           (array_agg(o.id ORDER BY o.version))[1] AS head_event_id,
+           min(o.version) AS head_version
+    FROM relaybus_outbox o
+    WHERE o.aggregatetype = d.aggregatetype AND o.aggregateid = d.aggregateid
+      AND o.version > d.published_version
+) u
+WHERE d.due_at IS NOT NULL OR d.failed_version IS NOT NULL OR d.enqueued_version > d.published_version;
