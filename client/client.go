@@ -168,6 +168,10 @@ type Result struct {
 	Reason string `json:"reason,omitempty"`
 	// LastError is the last publish error of an event not yet published.
 	LastError string `json:"lastError,omitempty"`
+	// DeliverAt is when a scheduled event (event.Event.DeliverAt) is due;
+	// zero for an event that is not scheduled. A scheduled event is
+	// StatusPending until the relay publishes it then.
+	DeliverAt time.Time `json:"deliverAt,omitzero"`
 }
 
 // Publish publishes one event and returns publish's result. An event

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"mime"
 	"net/http"
+	"time"
 
 	"github.com/relaybus/relaybus/shared/event"
 )
@@ -25,7 +26,7 @@ const (
 // format itself so that it links no CloudEvents SDK.
 func structured(e *event.Event) map[string]any {
 	m := make(map[string]any, 24)
-	for k, v := range e.CloudEventAttributes() {
+	for k, v := range attributes(e) {
 		m[k] = v
 	}
 	if e.Payload != nil {
@@ -59,7 +60,7 @@ func inlineJSON(mediaType string) bool {
 // the body is the payload as it is.
 func binaryHeaders(e *event.Event) http.Header {
 	h := http.Header{}
-	for k, v := range e.CloudEventAttributes() {
+	for k, v := range attributes(e) {
 		if k == "datacontenttype" {
 			h.Set("Content-Type", v)
 			continue
@@ -67,4 +68,15 @@ func binaryHeaders(e *event.Event) http.Header {
 		h.Set("ce-"+k, v)
 	}
 	return h
+}
+
+// attributes are the event's CloudEvents attributes as publish reads them:
+// the event's own, and deliverat when it is scheduled (an instruction to
+// the outbox, which the event does not carry on Pub/Sub).
+func attributes(e *event.Event) map[string]string {
+	a := e.CloudEventAttributes()
+	if !e.DeliverAt.IsZero() {
+		a[event.ExtDeliverAt] = e.DeliverAt.UTC().Format(time.RFC3339Nano)
+	}
+	return a
 }

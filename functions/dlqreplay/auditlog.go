@@ -30,6 +30,7 @@ var actionText = map[string]string{
 	audit.LetterDelete:     "delete a dead letter",
 	audit.LetterArchive:    "archive dead letters",
 	audit.EventRepush:      "re-push an event",
+	audit.EventCancel:      "cancel a scheduled event",
 	audit.Seek:             "seek a subscription",
 	audit.Snapshot:         "create a snapshot",
 	audit.ConsumerPause:    "pause a consumer",

@@ -9,6 +9,8 @@
 //	                                   outbox state, parent, children, dead letters and whether a re-push is allowed
 //	POST   /events/{id}:repush         {"consumer", "dryRun"}: re-enqueue through the outbox (docs/operations.md's re-push rules)
 //	GET    /traces/{eventId}           the event's trace as a tree
+//	GET    /scheduled                  ?limit=: the outboxes' scheduled events not yet published, by deliverAt
+//	POST   /scheduled/{id}:cancel      {"reason"}: cancel a scheduled event before it is due (scheduled.go)
 //	POST   /deadletters:archive        a DLQ delivery (push or Eventarc, from <topic>.dlq-monitor) is archived
 //	GET    /deadletters                ?topic=&consumer=&reason=&eventId=&since=&until=&pageSize=&pageToken=&deleted=
 //	                                   (without the messages' data: GET /deadletters/{id} has it)
@@ -293,7 +295,8 @@ func New(o Options) (http.Handler, error) {
 	lt := &letters{store: o.Archive, publisher: o.Publisher, history: reader, registry: registry, topology: o.Topology,
 		subs: o.Subscriptions, dbs: dbs, archivers: archivers, g: g, logger: o.Logger}
 	ev := &events{reader: reader, ledger: o.Ledger, deadLetters: o.Archive, outbox: o.DB, dbs: dbs,
-		maxRepushes: o.MaxRepushes, sentTimeout: o.SentTimeout, g: g, logger: o.Logger}
+		maxRepushes: o.MaxRepushes, sentTimeout: o.SentTimeout, g: g, logger: o.Logger,
+		scheduled: &scheduled{dbs: dbs, g: g, logger: o.Logger}}
 	jobs := &replayJobs{client: o.Ledger.Client(), reader: reader, letters: lt, events: ev, topology: o.Topology, audit: o.Audit,
 		g: g, logger: o.Logger, now: time.Now}
 	s.jobs = jobs
@@ -323,6 +326,8 @@ func routesOf(s *server, lt *letters, ev *events, co *consumerRegistry, dl *deli
 		{"GET", "events/{}", RoleViewer, ev.get},
 		{"POST", "events/{}:repush", RoleViewer, ev.repush},
 		{"GET", "traces/{}", RoleViewer, ev.trace},
+		{"GET", "scheduled", RoleViewer, ev.scheduled.list},
+		{"POST", "scheduled/{}:cancel", RoleViewer, ev.scheduled.cancel},
 		{"POST", pushedRoute, "", lt.archive},
 		{"POST", "deadletters:replay", RoleViewer, lt.replayBatch},
 		{"GET", "deadletters", RoleViewer, lt.list},
@@ -367,6 +372,12 @@ func (d databases) all() map[string]postgres.DBTX {
 		return map[string]postgres.DBTX{"main": d.main}
 	}
 	return d.byName
+}
+
+// mustOf returns the database of a name all() listed.
+func (d databases) mustOf(name string) postgres.DBTX {
+	db, _ := d.of(name)
+	return db
 }
 
 // of returns the database of a name, and whether dlqreplay has it.

@@ -41,6 +41,8 @@ type events struct {
 	sentTimeout time.Duration
 	g           *guard
 	logger      *slog.Logger
+	// scheduled serves the outboxes' scheduled events (scheduled.go).
+	scheduled *scheduled
 }
 
 // eventRow is one event of a listing with its "n/m consumed".

@@ -18,7 +18,9 @@
 // the modes are told apart exactly as the SDK's own receivers do. The
 // extension attributes are shared/event's (topic, aggregatetype, version,
 // schemaversion, traceid, spanid, causationid, correlationid, initiator*,
-// expireat); subject is the aggregate id.
+// expireat), and deliverat (RFC 3339) schedules the event (the envelope's
+// deliverAt; docs/producing.md, "Scheduled events"); subject is the
+// aggregate id.
 //
 // What a caller may leave out is filled by event.Prepare: the event id (a
 // UUID; callers that may retry should send their own, since idempotency is

@@ -291,6 +291,8 @@ type Result struct {
 	Reason string `json:"reason,omitempty"`
 	// LastError is the last publish error of a row that is not published.
 	LastError string `json:"lastError,omitempty"`
+	// DeliverAt is when a scheduled event is due (absent: not scheduled).
+	DeliverAt time.Time `json:"deliverAt,omitzero"`
 }
 
 // BatchResponse answers a batch request: one result per event, in order.
@@ -716,13 +718,14 @@ func (h *Handler) accept(ctx context.Context, deadline time.Time, mode string, e
 		results[i].Status = string(q.State)
 		results[i].Duplicate = q.Duplicate
 		results[i].LastError = q.LastError
+		results[i].DeliverAt = q.DeliverAt
 		if q.Duplicate {
 			// A repeat answers what was recorded the first time (its
 			// trace id in particular, which may have been generated then).
 			results[i].Topic, results[i].AggregateID, results[i].Version, results[i].TraceID = q.Topic, q.Aggregate.ID, q.Version, q.TraceID
 		}
-		if q.State == outbox.StatePending {
-			now = append(now, q.ID)
+		if q.State == outbox.StatePending && !q.DeliverAt.After(time.Now()) {
+			now = append(now, q.ID) // a scheduled one waits for the relay
 		}
 	}
 	if h.fast != nil && len(now) > 0 {

@@ -117,6 +117,13 @@ func ToEvent(ce cloudevents.Event) (event.Event, error) {
 		}
 		e.ExpireAt = t
 	}
+	if v, ok := ext[event.ExtDeliverAt]; ok {
+		t, err := types.ToTime(v)
+		if err != nil {
+			errs = append(errs, &event.FieldError{Field: "deliverAt", Rule: "must be an RFC 3339 timestamp (CloudEvents extension deliverat)"})
+		}
+		e.DeliverAt = t
+	}
 	return e, errors.Join(errs...)
 }
 

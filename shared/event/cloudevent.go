@@ -21,6 +21,10 @@ const (
 	ExtInitiatorUserID    = "initiatoruserid"
 	ExtInitiatorRequestID = "initiatorrequestid"
 	ExtExpireAt           = "expireat"
+	// ExtDeliverAt schedules an event sent to the publish function (RFC
+	// 3339, see Event.DeliverAt). It is read on the way in and not
+	// written on Pub/Sub: the outbox acts on it.
+	ExtDeliverAt = "deliverat"
 )
 
 // SpecVersion is the CloudEvents version relaybus writes and reads.

@@ -27,7 +27,11 @@
 //	                initiatoruserid,
 //	                initiatorrequestid
 //	ExpireAt        expireat                   expire_at
+//	DeliverAt       deliverat (read only)      -
 //
+// DeliverAt schedules the event in the outbox: the envelope's deliverAt
+// and the extension deliverat are read on the way in, and the published
+// message does not carry it.
 // Extension names are the Pub/Sub attribute names without underscores, so a
 // reader who knows one knows the other. They are part of relaybus's public
 // contract and do not change. [Event.CloudEventAttributes] returns the

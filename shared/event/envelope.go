@@ -30,12 +30,13 @@ type envelope struct {
 	CorrelationID string          `json:"correlationId,omitempty"`
 	Initiator     *Initiator      `json:"initiator,omitempty"`
 	ExpireAt      string          `json:"expireAt,omitempty"`
+	DeliverAt     string          `json:"deliverAt,omitempty"`
 }
 
 // MarshalJSON writes the plain JSON envelope: relaybus's field names
 // (eventId, eventType, topic, aggregateType, aggregateId, version, occurredAt,
 // schemaVersion, payloadType, payload, traceId, spanId, parentEventId,
-// correlationId, initiator, expireAt) plus source. A JSON payload is inlined;
+// correlationId, initiator, expireAt, deliverAt) plus source. A JSON payload is inlined;
 // any other payload is a base64 string.
 func (e Event) MarshalJSON() ([]byte, error) {
 	env := envelope{
@@ -53,6 +54,9 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	}
 	if !e.ExpireAt.IsZero() {
 		env.ExpireAt = e.ExpireAt.UTC().Format(time.RFC3339Nano)
+	}
+	if !e.DeliverAt.IsZero() {
+		env.DeliverAt = e.DeliverAt.UTC().Format(time.RFC3339Nano)
 	}
 	if e.Initiator != (Initiator{}) {
 		in := e.Initiator
@@ -119,6 +123,13 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 			errs = append(errs, fieldErr("expireAt", "must be an RFC 3339 timestamp"))
 		}
 		e.ExpireAt = t
+	}
+	if env.DeliverAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, env.DeliverAt)
+		if err != nil {
+			errs = append(errs, fieldErr("deliverAt", "must be an RFC 3339 timestamp"))
+		}
+		e.DeliverAt = t
 	}
 	if len(env.Payload) > 0 && string(env.Payload) != "null" {
 		if e.PayloadType == "" || IsJSONType(e.PayloadType) {

@@ -58,7 +58,18 @@ type Event struct {
 	// ExpireAt, when set, is when the event stops mattering: it is not
 	// re-pushed after that and its ledger status becomes EXPIRED.
 	ExpireAt time.Time
+	// DeliverAt, when set, schedules the event: the outbox holds it, and
+	// the versions of its aggregate after it, until then (see
+	// docs/producing.md, "Scheduled events"). It is an instruction to the
+	// outbox, not part of the published message. A time at or before now
+	// is due at once; one more than MaxDeliverDelay ahead is refused.
+	DeliverAt time.Time
 }
+
+// MaxDeliverDelay is how far ahead an event may be scheduled (DeliverAt):
+// a scheduled version holds its aggregate's later versions, so the bound
+// also bounds how long an aggregate can be held.
+const MaxDeliverDelay = 30 * 24 * time.Hour
 
 // Initiator says who caused an event.
 type Initiator struct {
@@ -148,6 +159,9 @@ func (e *Event) Normalize() {
 	if !e.ExpireAt.IsZero() {
 		e.ExpireAt = e.ExpireAt.UTC()
 	}
+	if !e.DeliverAt.IsZero() {
+		e.DeliverAt = e.DeliverAt.UTC()
+	}
 }
 
 // Prepare is what every entry point does to an event it accepts: fill what the
@@ -164,7 +178,23 @@ func (e *Event) Prepare(now time.Time, lim Limits) error {
 		e.TraceID = NewTraceID()
 	}
 	e.Normalize()
-	return e.Validate(lim)
+	err := e.Validate(lim)
+	if fe := e.checkDeliverAt(now); fe != nil {
+		err = errors.Join(err, fe)
+	}
+	return err
+}
+
+// ruleDeliverAt is deliverAt's rule, quoted in errors.
+const ruleDeliverAt = "an RFC 3339 timestamp at most 720h0m0s (30 days) after now"
+
+// checkDeliverAt refuses a DeliverAt more than MaxDeliverDelay after now.
+func (e *Event) checkDeliverAt(now time.Time) *FieldError {
+	if e.DeliverAt.IsZero() || !e.DeliverAt.After(now.Add(MaxDeliverDelay)) {
+		return nil
+	}
+	return fieldErr("deliverAt", "%s (got %s, %s ahead)", ruleDeliverAt,
+		e.DeliverAt.Format(time.RFC3339), e.DeliverAt.Sub(now).Round(time.Second))
 }
 
 // Validate checks every field against its rule and returns all violations

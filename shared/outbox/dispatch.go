@@ -45,9 +45,14 @@ type Run struct {
 	// Attempts is how many times publishing the first unpublished version
 	// has failed so far.
 	Attempts int
-	// Rows may be empty (the claim's row cap ran out); settle such a run
-	// with nothing published, which releases it.
+	// Rows may be empty (the claim's row cap ran out, or the first
+	// unpublished version is scheduled after now); settle such a run with
+	// nothing published, which releases it.
 	Rows []Row
+	// HeldAt, when not zero, is the deliver_at of the version after Rows:
+	// it is scheduled after the claim's time, so the run stops before it,
+	// and the settle makes the aggregate due then.
+	HeldAt time.Time
 }
 
 // ClaimOptions say what Claim takes and for how long.
@@ -73,7 +78,9 @@ type ClaimOptions struct {
 // Claim leases due aggregates for one relay and returns each one's run: the
 // rows above its published cursor, in version order. A due aggregate is
 // one with unpublished work whose lease (if any) has expired and whose
-// retry (if any) is due; FAILED aggregates are never due. Aggregates are
+// retry (if any) is due; FAILED aggregates are never due. A run ends
+// before its first version scheduled after the claim's time (Run.HeldAt):
+// a scheduled version holds the versions after it. Aggregates are
 // locked FOR UPDATE SKIP LOCKED, so concurrent claims never take the same
 // one, and a lease bumps the aggregate's epoch, so a relay whose lease
 // expired cannot move the cursor after another relay took over. One
@@ -99,18 +106,22 @@ func Claim(ctx context.Context, db postgres.DBTX, o ClaimOptions) ([]Run, error)
 			run Run
 			r   rowScan
 		)
-		if err := rows.Scan(append([]any{&run.Type, &run.ID, &run.Epoch, &run.From, &run.Attempts}, r.dest()...)...); err != nil {
+		if err := rows.Scan(append(append([]any{&run.Type, &run.ID, &run.Epoch, &run.From, &run.Attempts}, r.dest()...), &r.deliverAt, &r.held)...); err != nil {
 			return nil, fmt.Errorf("outbox: claim: %w", err)
 		}
 		if n := len(out); n == 0 || out[n-1].Aggregate != run.Aggregate {
 			out = append(out, run)
 		}
-		if r.id != nil {
+		last := &out[len(out)-1]
+		if r.id != nil && last.HeldAt.IsZero() {
+			if r.held != nil && *r.held {
+				last.HeldAt = r.deliverAt.UTC()
+				continue
+			}
 			row, err := r.row(run.Aggregate)
 			if err != nil {
 				return nil, err
 			}
-			last := &out[len(out)-1]
 			last.Rows = append(last.Rows, row)
 		}
 	}
@@ -127,7 +138,8 @@ type rowScan struct {
 	traceparent                                 *string
 	version                                     *int64
 	payload, initiator                          []byte
-	occurred, expire, created                   *time.Time
+	occurred, expire, created, deliverAt        *time.Time
+	held                                        *bool
 }
 
 func (r *rowScan) dest() []any {
@@ -153,6 +165,9 @@ func (r *rowScan) row(a Aggregate) (Row, error) {
 	}
 	if r.expire != nil {
 		e.ExpireAt = r.expire.UTC()
+	}
+	if r.deliverAt != nil {
+		e.DeliverAt = r.deliverAt.UTC()
 	}
 	if len(r.initiator) > 0 {
 		if err := json.Unmarshal(r.initiator, &e.Initiator); err != nil {

@@ -77,6 +77,9 @@ const (
 	// StateFailed: publishing failed the maximum number of times; the event
 	// is kept for an operator and blocks its aggregate until re-pushed.
 	StateFailed State = "failed"
+	// StateCancelled: a scheduled event cancelled before it was due
+	// ([Cancel]); it is never published.
+	StateCancelled State = "cancelled"
 )
 
 // Enqueued reports what Enqueue did with one event, or (Lookup) where an
@@ -103,6 +106,8 @@ type Enqueued struct {
 	Target string
 	// Reason says why a Producer skipped the event (State StateSkipped).
 	Reason string
+	// DeliverAt is when a scheduled event is due (zero: not scheduled).
+	DeliverAt time.Time
 }
 
 // Aggregate names one aggregate: its type and id. An aggregate's events
@@ -225,7 +230,7 @@ func enqueued(ctx context.Context, db postgres.DBTX, events []*event.Event, inse
 	var dups []string
 	for i, e := range events {
 		out[i] = Enqueued{ID: e.ID, State: StatePending, Aggregate: Aggregate{e.AggregateType, e.AggregateID},
-			Version: e.Version, Topic: e.Topic, TraceID: e.TraceID}
+			Version: e.Version, Topic: e.Topic, TraceID: e.TraceID, DeliverAt: e.DeliverAt}
 		if !inserted(e.ID) {
 			out[i].Duplicate = true
 			dups = append(dups, e.ID)
@@ -364,15 +369,20 @@ func Lookup(ctx context.Context, db postgres.DBTX, ids ...string) (map[string]En
 	out := make(map[string]Enqueued, len(ids))
 	for rows.Next() {
 		var (
-			e                 Enqueued
-			published, failed bool
-			publishedAt       *time.Time
+			e                            Enqueued
+			published, failed, cancelled bool
+			publishedAt, deliverAt       *time.Time
 		)
 		if err := rows.Scan(&e.ID, &e.Aggregate.Type, &e.Aggregate.ID, &e.Version, &e.Topic, &e.TraceID,
-			&published, &failed, &publishedAt, &e.Attempts, &e.LastError, &e.Target); err != nil {
+			&published, &failed, &publishedAt, &e.Attempts, &e.LastError, &e.Target, &deliverAt, &cancelled); err != nil {
 			return nil, fmt.Errorf("outbox: lookup: %w", err)
 		}
+		if deliverAt != nil {
+			e.DeliverAt = deliverAt.UTC()
+		}
 		switch {
+		case cancelled:
+			e.State = StateCancelled
 		case published:
 			e.State = StatePublished
 			if publishedAt != nil {
@@ -401,6 +411,7 @@ type batch struct {
 	expire                             []*time.Time
 	target                             []string
 	traceparent                        []*string
+	deliverAt                          []*time.Time
 }
 
 // add adds e, enqueued under the traceparent tp ("" for none).
@@ -439,6 +450,12 @@ func (b *batch) add(e *event.Event, tp string) {
 		t = &tp
 	}
 	b.traceparent = append(b.traceparent, t)
+	var d *time.Time
+	if !e.DeliverAt.IsZero() {
+		t := e.DeliverAt
+		d = &t
+	}
+	b.deliverAt = append(b.deliverAt, d)
 }
 
 func (b *batch) args() []any {
@@ -449,7 +466,7 @@ func (b *batch) args() []any {
 		}
 	}
 	return []any{b.id, b.aggType, b.aggID, b.typ, b.version, b.payload, b.occurred,
-		b.topic, b.source, b.schema, b.payloadType, b.trace, b.span, b.parent, b.corr, b.initiator, b.expire, targets, b.traceparent}
+		b.topic, b.source, b.schema, b.payloadType, b.trace, b.span, b.parent, b.corr, b.initiator, b.expire, targets, b.traceparent, b.deliverAt}
 }
 
 func mapErr(err error) error {

@@ -50,7 +50,18 @@ const (
 // sends to the ledger's recorder. A publish under way and the settle
 // finish even when ctx ends, so that what Pub/Sub has is recorded.
 func (r *Relay) claimAndPublish(ctx context.Context, co outbox.ClaimOptions, h how) (batchResult, error) {
-	c, err := r.claim(ctx, r.o.DB, co)
+	cctx := ctx
+	if h != answered {
+		// A claim that has started finishes even when ctx ends (a drain's
+		// deadline): its statement may commit the leases whatever the
+		// client sees, and a claim cut short would leave them to expire
+		// (RELAY_LEASE) with their aggregates waiting; finished, its runs
+		// are settled (released unpublished when ctx has ended).
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.o.Lease)
+		defer cancel()
+	}
+	c, err := r.claim(cctx, r.o.DB, co)
 	if err != nil {
 		return batchResult{}, err
 	}

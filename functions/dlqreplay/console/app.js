@@ -237,6 +237,7 @@ const routes = [
   [/^#\/consumers\/([^/?]+)\/([^/?]+)\/gaps$/, viewGaps, "consumers"],
   [/^#\/consumers\/([^/?]+)\/([^/?]+)\/rebuild$/, viewRebuild, "consumers"],
   [/^#\/jobs$/, viewJobs, "jobs"],
+  [/^#\/scheduled$/, viewScheduled, "scheduled"],
 ];
 
 function route() {
@@ -1133,6 +1134,50 @@ function jobsTable(jobs, reload) {
         h("td", {}, j.state === "running" && j.measuredRate ? Math.round(j.etaSeconds) + " s" : ""),
         h("td", {}, j.cancelledBy ? "cancelled by " + j.cancelledBy : cancel, j.lastError ? h("div", { class: "small warn" }, j.lastError) : ""));
     }));
+}
+
+// ------------------------------------------------------------ scheduled
+
+// viewScheduled lists the outboxes' scheduled events not yet published
+// and cancels one before it is due (an operator on its topic).
+function viewScheduled() {
+  const box = h("div", { "data-testid": "scheduled" }, h("p", { class: "muted" }, "Loading…"));
+  const result = h("div", { "data-testid": "scheduled-result" });
+  const load = async () => {
+    const v = state.view;
+    const r = await api("GET", "/scheduled");
+    if (v !== state.view) return;
+    if (r.status !== 200) { box.replaceChildren(notice(errorText(r), "error")); return; }
+    box.replaceChildren(...scheduledBody(r.data, result, load));
+  };
+  render(h("div", { class: "head" }, h("h1", {}, "Scheduled"), h("span", { class: "spacer" }), liveToggle(load)), result, box);
+  poll(load);
+}
+
+function scheduledBody(d, result, reload) {
+  const out = [h("p", { class: "muted small" }, "Events with a deliverAt, held in the outbox until then; a scheduled version holds its aggregate's later versions. " +
+    "Cancelling one (its aggregate's first unpublished version, before its time) means it is never published and the versions after it flow; a strict consumer sees the version missing.")];
+  if (!d.scheduled.length) { out.push(h("p", { class: "empty", "data-testid": "no-scheduled" }, "Nothing scheduled.")); return out; }
+  out.push(h("div", { class: "panel" }, h("table", {},
+    h("tr", {}, h("th", {}, "Deliver at (UTC)"), h("th", {}, "Event"), h("th", {}, "Topic"), h("th", {}, "Aggregate"), h("th", { class: "num" }, "Version"), h("th", {}, "State"), h("th", {}, "")),
+    ...d.scheduled.map((e) => {
+      const row = h("tr", { "data-testid": "scheduled-row", "data-event-id": e.eventId },
+        h("td", { class: "small" }, fmtTime(e.deliverAt)), h("td", {}, h("span", { class: "mono" }, e.eventId)), h("td", {}, e.topic),
+        h("td", {}, e.aggregateType + " ", h("b", { class: "mono" }, e.aggregateId)), h("td", { class: "num" }, String(e.version)),
+        h("td", { "data-testid": "scheduled-state" }, e.due ? h("span", { class: "tag warn" }, "due") : "waiting"), h("td", {}));
+      if (!e.due && can("operator", e.topic)) {
+        row.lastChild.append(h("button", { type: "button", class: "danger", "data-testid": "cancel-scheduled", onclick: async () => {
+          const reason = h("input", { maxlength: 500, size: 48, placeholder: "why (kept in the audit log)", "data-testid": "cancel-reason" });
+          if (!(await confirmAction("Cancel " + e.eventId + "?", [h("p", {}, e.aggregateType + " " + e.aggregateId + " version " + e.version +
+            " is never published; the versions after it flow at once (or at their own time)."), h("p", {}, "Reason: ", reason)], "Cancel event"))) return;
+          const r = await api("POST", "/scheduled/" + encodeURIComponent(e.eventId) + ":cancel", { reason: reason.value });
+          result.replaceChildren(r.status === 200 ? notice("Cancelled " + r.data.eventId + ": it will never be published.") : notice(errorText(r), "error"));
+          reload();
+        } }, "Cancel…"));
+      }
+      return row;
+    }))));
+  return out;
 }
 
 // ------------------------------------------------------------------ boot

@@ -42,6 +42,7 @@ const (
 	LetterBatch      = "deadletter.replay_batch"
 	LetterDelete     = "deadletter.delete"
 	EventRepush      = "event.repush"
+	EventCancel      = "event.cancel"
 	Seek             = "subscription.seek"
 	Snapshot         = "snapshot.create"
 	ConsumerPause    = "consumer.pause"

@@ -30,7 +30,8 @@ $$;
 --    outbox: Enqueue writes the dispatch row in its own statement
 --    (sql/enqueue.sql). This trigger does the same for every other INSERT,
 --    once per statement, from the rows the statement inserted: the same
---    upsert, so an aggregate's versions are published in order whoever
+--    upsert (a scheduled head makes its aggregate due at its deliver_at,
+--    migration 007), so an aggregate's versions are published in order whoever
 --    wrote them, and a version at or below the published cursor sends the
 --    cursor back below it.
 --
@@ -88,6 +89,8 @@ BEGIN
                 THEN 'parent_event_id'
             WHEN (n.correlation_id <> '' AND n.correlation_id !~ '^[A-Za-z0-9._:-]{1,128}$')
                 THEN 'correlation_id'
+            WHEN n.deliver_at > now() + interval '30 days'
+                THEN 'deliver_at'
             WHEN octet_length(n.payload) > 9934464
                 THEN 'payload'
             WHEN lower(split_part(n.payload_type, ';', 1)) ~ '^\s*(application/json|text/json|.*\+json)\s*$'
@@ -107,6 +110,7 @@ BEGIN
             WHEN 'source' THEN '1 to 256 bytes, no spaces or control characters'
             WHEN 'schema_version' THEN 'v followed by 1 to 15 digits (v1)'
             WHEN 'payload_type' THEN 'a media type such as application/json'
+            WHEN 'deliver_at' THEN 'at most 30 days after now'
             WHEN 'payload' THEN 'valid JSON for a JSON payload type; at most 9,934,464 bytes (7,450,848 for a payload that is not JSON)'
             ELSE 'at most 128 characters of [A-Za-z0-9._:-]'
         END AS rule) r
@@ -118,7 +122,8 @@ BEGIN
     END IF;
 
     INSERT INTO relaybus_outbox_dispatch AS d (aggregatetype, aggregateid, enqueued_version, published_version, due_at)
-    SELECT n.aggregatetype, n.aggregateid, max(n.version), min(n.version) - 1, now()
+    SELECT n.aggregatetype, n.aggregateid, max(n.version), min(n.version) - 1,
+           coalesce((array_agg(n.deliver_at ORDER BY n.version))[1], now())
     FROM relaybus_inserted n
     GROUP BY n.aggregatetype, n.aggregateid
     ORDER BY 1, 2
@@ -127,7 +132,7 @@ BEGIN
         published_version = least(d.published_version, EXCLUDED.published_version),
         ledger_version    = least(d.ledger_version, EXCLUDED.published_version),
         due_at            = CASE WHEN d.failed_version IS NOT NULL THEN NULL
-                                 ELSE coalesce(d.due_at, now()) END;
+                                 ELSE coalesce(d.due_at, EXCLUDED.due_at) END;
     RETURN NULL;
 END
 $$;

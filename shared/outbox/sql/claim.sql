@@ -11,7 +11,10 @@
 -- dies leaves nothing stuck. The lease leaves due_at as it is: the update
 -- changes no indexed column, so it is a heap-only tuple (no new entry in
 -- the primary key or the due index). An aggregate whose rows are gone
--- comes back with its lease and no row, to be released.
+-- comes back with its lease and no row, to be released. Each row says
+-- whether it is held (scheduled after now): the run ends before the first
+-- held row (Claim cuts it there), and the settle makes the aggregate due
+-- at that row's deliver_at.
 --
 -- $1 now (NULL: the database's clock), $2 owner, $3 lease in seconds,
 -- $4 aggregates at most, $5 rows per aggregate, $6 rows in all (and $7,
@@ -35,12 +38,14 @@ WITH t AS (
 SELECT l.aggregatetype, l.aggregateid, l.epoch, l.published_version, l.attempts,
        r.id, r.event_type, r.version, r.payload, r.occurred_at, r.topic, r.source, r.schema_version,
        r.payload_type, r.trace_id, r.span_id, r.parent_event_id, r.correlation_id, r.initiator,
-       r.expire_at, r.target_consumer, r.created_at, r.traceparent
+       r.expire_at, r.target_consumer, r.created_at, r.traceparent, r.deliver_at,
+       r.deliver_at > (SELECT t.now FROM t) AS held
 FROM leased l
 LEFT JOIN LATERAL (
     SELECT o.id, o.event_type, o.version, o.payload, o.occurred_at, o.topic, o.source,
            o.schema_version, o.payload_type, o.trace_id, o.span_id, o.parent_event_id,
-           o.correlation_id, o.initiator, o.expire_at, o.target_consumer, o.created_at, o.traceparent
+           o.correlation_id, o.initiator, o.expire_at, o.target_consumer, o.created_at, o.traceparent,
+           o.deliver_at
     FROM relaybus_outbox o
     WHERE o.aggregatetype = l.aggregatetype AND o.aggregateid = l.aggregateid
       AND o.version > l.published_version

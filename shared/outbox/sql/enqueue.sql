@@ -16,7 +16,13 @@
 -- the payload array is indexed, not unnested, so large payloads are not
 -- copied twice.
 --
--- $1..$19: the columns as arrays (see batch.args).
+-- A scheduled event (deliver_at set) makes its aggregate due at its
+-- deliver_at when it is the aggregate's new head (the aggregate had
+-- nothing pending); behind a pending head the aggregate keeps its due_at,
+-- and the relay, which stops at the first version not yet due, sets it
+-- (sql/settle.sql).
+--
+-- $1..$20: the columns as arrays (see batch.args).
 WITH clash AS (
     SELECT x.id
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $8::text[])
@@ -28,19 +34,20 @@ WITH clash AS (
 ), ins AS (
     INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
         topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id,
-        initiator, expire_at, target_consumer, traceparent)
+        initiator, expire_at, target_consumer, traceparent, deliver_at)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],
         $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[])
+        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[], $20::timestamptz[])
     WHERE NOT EXISTS (SELECT 1 FROM clash)
       -- This statement writes the dispatch rows itself: the outbox's
       -- insert trigger (migrations/008_any_producer.sql) is off for it.
       AND set_config('relaybus.outbox_dispatch', 'off', true) = 'off'
     ON CONFLICT (id) DO NOTHING
-    RETURNING id, aggregatetype, aggregateid, version
+    RETURNING id, aggregatetype, aggregateid, version, deliver_at
 ), work AS (
     INSERT INTO relaybus_outbox_dispatch AS d (aggregatetype, aggregateid, enqueued_version, published_version, due_at)
-    SELECT aggregatetype, aggregateid, max(version), min(version) - 1, now()
+    SELECT aggregatetype, aggregateid, max(version), min(version) - 1,
+           coalesce((array_agg(deliver_at ORDER BY version))[1], now())
     FROM ins
     GROUP BY aggregatetype, aggregateid
     ORDER BY aggregatetype, aggregateid
@@ -49,7 +56,7 @@ WITH clash AS (
         published_version = least(d.published_version, EXCLUDED.published_version),
         ledger_version    = least(d.ledger_version, EXCLUDED.published_version),
         due_at            = CASE WHEN d.failed_version IS NOT NULL THEN NULL
-                                 ELSE coalesce(d.due_at, now()) END
+                                 ELSE coalesce(d.due_at, EXCLUDED.due_at) END
     RETURNING 1
 )
 SELECT id, false FROM ins

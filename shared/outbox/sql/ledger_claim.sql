@@ -2,7 +2,8 @@
 -- may not have recorded (ledger_due_at passed: the live recorder had its
 -- chance), leased to this healing step for $3 seconds, with the rows
 -- between the ledger's cursor and the published one (at most $4 each).
--- An aggregate with nothing left to record comes back with no row.
+-- An aggregate with nothing left to record comes back with no row. A
+-- cancelled version (outbox.Cancel) was never sent: it is not recorded.
 --
 -- $1 now (NULL: the database's clock), $2 aggregates, $3 lease in
 -- seconds, $4 rows per aggregate.
@@ -29,6 +30,7 @@ LEFT JOIN LATERAL (
     SELECT * FROM relaybus_outbox o
     WHERE o.aggregatetype = l.aggregatetype AND o.aggregateid = l.aggregateid
       AND o.version > l.ledger_version AND o.version <= l.published_version
+      AND NOT EXISTS (SELECT 1 FROM relaybus_outbox_cancelled c WHERE c.event_id = o.id)
     ORDER BY o.version
     LIMIT $4
 ) o ON true

@@ -2,7 +2,9 @@
 -- aggregate what Pub/Sub acknowledged (its cursor moves from the run's
 -- from_version to to_version) and, when a publish failed, the failure of
 -- the version after to_version: a retry at retry_at, or FAILED when final
--- (the aggregate is blocked until an operator re-pushes).
+-- (the aggregate is blocked until an operator re-pushes). An aggregate
+-- with more to publish is due again at once, or at its next version's
+-- deliver_at when that version is scheduled (the claim stopped before it).
 --
 -- Only a relay that still holds the lease it claimed (same epoch) and
 -- whose run started at the current cursor may settle, so a relay whose
@@ -63,7 +65,13 @@ UPDATE relaybus_outbox_dispatch d SET
     lease_expires_at  = NULL,
     due_at            = CASE WHEN s.failed AND s.final THEN NULL
                              WHEN s.failed THEN s.retry_at
-                             WHEN d.enqueued_version > s.cursor THEN t.now
+                             -- more to publish: due now, or when its first
+                             -- version is scheduled (deliver_at), then
+                             WHEN d.enqueued_version > s.cursor THEN greatest(t.now, coalesce(
+                                 (SELECT o.deliver_at FROM relaybus_outbox o
+                                   WHERE o.aggregatetype = d.aggregatetype AND o.aggregateid = d.aggregateid
+                                     AND o.version > s.cursor
+                                   ORDER BY o.version LIMIT 1), t.now))
                              ELSE NULL END,
     ledger_due_at     = CASE WHEN $12 AND s.moved
                              THEN coalesce(d.ledger_due_at, t.now + make_interval(secs => $13))
