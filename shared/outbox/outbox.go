@@ -401,6 +401,7 @@ type batch struct {
 	expire                             []*time.Time
 	target                             []string
 	traceparent                        []*string
+	sourceVersion                      []*string
 }
 
 // add adds e, enqueued under the traceparent tp ("" for none).
@@ -439,6 +440,12 @@ func (b *batch) add(e *event.Event, tp string) {
 		t = &tp
 	}
 	b.traceparent = append(b.traceparent, t)
+	var sv *string
+	if e.SourceVersion != "" {
+		v := e.SourceVersion
+		sv = &v
+	}
+	b.sourceVersion = append(b.sourceVersion, sv)
 }
 
 func (b *batch) args() []any {
@@ -449,7 +456,8 @@ func (b *batch) args() []any {
 		}
 	}
 	return []any{b.id, b.aggType, b.aggID, b.typ, b.version, b.payload, b.occurred,
-		b.topic, b.source, b.schema, b.payloadType, b.trace, b.span, b.parent, b.corr, b.initiator, b.expire, targets, b.traceparent}
+		b.topic, b.source, b.schema, b.payloadType, b.trace, b.span, b.parent, b.corr, b.initiator, b.expire, targets, b.traceparent,
+		b.sourceVersion}
 }
 
 func mapErr(err error) error {

@@ -16,7 +16,7 @@
 -- the payload array is indexed, not unnested, so large payloads are not
 -- copied twice.
 --
--- $1..$19: the columns as arrays (see batch.args).
+-- $1..$20: the columns as arrays (see batch.args).
 WITH clash AS (
     SELECT x.id
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $8::text[])
@@ -28,10 +28,10 @@ WITH clash AS (
 ), ins AS (
     INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
         topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id,
-        initiator, expire_at, target_consumer, traceparent)
+        initiator, expire_at, target_consumer, traceparent, source_version)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],
         $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[])
+        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[], $20::text[])
     WHERE NOT EXISTS (SELECT 1 FROM clash)
       -- This statement writes the dispatch rows itself: the outbox's
       -- insert trigger (migrations/008_any_producer.sql) is off for it.
