@@ -88,6 +88,9 @@ type Options struct {
 	// Source is the producing service, set on events that name none
 	// (CloudEvents requires a source).
 	Source string
+	// SourceVersion is the producing service's own version (its release,
+	// build or revision), set on events that name none; empty sets none.
+	SourceVersion string
 	// MaxAttempts bounds the attempts of one call, the first included
 	// (DefaultMaxAttempts); 1 disables retries.
 	MaxAttempts int
@@ -210,6 +213,9 @@ func (c *Client) send(ctx context.Context, events []*event.Event, batch bool) ([
 		}
 		if e.Source == "" && e.Initiator.Service == "" {
 			e.Source = c.o.Source
+		}
+		if e.SourceVersion == "" {
+			e.SourceVersion = c.o.SourceVersion
 		}
 		// The defaults publish would fill (payload type, schema version,
 		// aggregate type), so every mode writes the same event.

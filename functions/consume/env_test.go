@@ -91,6 +91,8 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	t.Setenv("DATABASE_URL", pgtest.SchemaURL(t, schema))
 	t.Setenv("CONSUMER_ID", "member-service")
 	t.Setenv("CONSUMER_HANDLER", "example.points")
+	// Cloud Run names the revision; the child events carry it.
+	t.Setenv("K_REVISION", "member-service-00007-abc")
 	srv := httptest.NewServer(instance.Lazy("consume", instance.FromEnv(instance.Load[Config], Build)))
 	defer srv.Close()
 	e := &event.Event{Type: "order.purchased", Source: "order-service", Topic: "shop.order.events", AggregateID: "order-1",
@@ -112,14 +114,14 @@ func TestServeFromEnvironmentWithTheLedger(t *testing.T) {
 	sub := ps.PubSub().Subscriber("member.points.events.audit-service-recorder")
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	var child string
+	var child, childVersion string
 	_ = sub.Receive(cctx, func(_ context.Context, m *pubsub.Message) {
-		child = m.Attributes[event.AttrEventType]
+		child, childVersion = m.Attributes[event.AttrEventType], m.Attributes[event.AttrSourceVersion]
 		m.Ack()
 		cancel()
 	})
-	if child != "points.added" {
-		t.Errorf("the child event did not reach Pub/Sub (got %q)", child)
+	if child != "points.added" || childVersion != "member-service-00007-abc" {
+		t.Errorf("the child event did not reach Pub/Sub with the revision as its source version (got %q, %q)", child, childVersion)
 	}
 	// The attempt is shipped to the ledger: a first attempt that succeeded
 	// travels in the rollup notice, which the rollup folds into the event's

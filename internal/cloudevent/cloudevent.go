@@ -53,6 +53,7 @@ func FromEvent(e *event.Event) cloudevents.Event {
 	set(event.ExtSpanID, e.SpanID)
 	set(event.ExtCausationID, e.ParentEventID)
 	set(event.ExtCorrelationID, e.CorrelationID)
+	set(event.ExtSourceVersion, e.SourceVersion)
 	set(event.ExtInitiatorService, e.Initiator.Service)
 	set(event.ExtInitiatorOperation, e.Initiator.Operation)
 	set(event.ExtInitiatorUserID, e.Initiator.UserID)
@@ -104,6 +105,7 @@ func ToEvent(ce cloudevents.Event) (event.Event, error) {
 	e.SpanID = str(event.ExtSpanID)
 	e.ParentEventID = str(event.ExtCausationID)
 	e.CorrelationID = str(event.ExtCorrelationID)
+	e.SourceVersion = str(event.ExtSourceVersion)
 	e.Initiator = event.Initiator{
 		Service:         str(event.ExtInitiatorService),
 		Operation:       str(event.ExtInitiatorOperation),
@@ -353,6 +355,7 @@ func fillFromAttributes(e *event.Event, a map[string]string) {
 	fill(&e.TraceID, event.AttrTraceID)
 	fill(&e.SpanID, event.AttrSpanID)
 	fill(&e.CorrelationID, event.AttrCorrelationID)
+	fill(&e.SourceVersion, event.AttrSourceVersion)
 	fill(&e.ParentEventID, event.AttrCausationID)
 	fill(&e.Initiator.UserID, event.AttrUserID)
 	fill(&e.Source, event.AttrSourceService)

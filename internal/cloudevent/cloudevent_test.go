@@ -28,6 +28,7 @@ func sample() event.Event {
 		SpanID:        "00f067aa0ba902b7",
 		ParentEventID: "evt-0000",
 		CorrelationID: "corr-1",
+		SourceVersion: "order-service-00042-kiq",
 		Initiator:     event.Initiator{Service: "order-service", Operation: "confirmOrder", UserID: "user-A", ClientRequestID: "req-1"},
 		ExpireAt:      time.Date(2024, 3, 28, 0, 0, 0, 0, time.UTC),
 	}
@@ -50,6 +51,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 				event.AttrSchemaVersion: "v1", event.AttrTraceID: in.TraceID, event.AttrSpanID: in.SpanID,
 				event.AttrCorrelationID: "corr-1", event.AttrCausationID: "evt-0000", event.AttrUserID: "user-A",
 				event.AttrSourceService: "order-service", event.AttrExpireAt: "2024-03-28T00:00:00Z",
+				event.AttrSourceVersion: "order-service-00042-kiq",
 			}
 			for k, v := range wantAttrs {
 				if msg.Attributes[k] != v {
@@ -125,7 +127,7 @@ func TestDecodeBinaryMode(t *testing.T) {
 			"ce-topic": in.Topic, "ce-aggregatetype": "order", "ce-version": "3", "ce-schemaversion": "v1",
 			"ce-traceid": in.TraceID, "ce-spanid": in.SpanID, "ce-causationid": "evt-0000", "ce-correlationid": "corr-1",
 			"ce-initiatorservice": "order-service", "ce-initiatoroperation": "confirmOrder", "ce-initiatoruserid": "user-A",
-			"ce-initiatorrequestid": "req-1", "ce-expireat": "2024-03-28T00:00:00Z",
+			"ce-initiatorrequestid": "req-1", "ce-expireat": "2024-03-28T00:00:00Z", "ce-sourceversion": "order-service-00042-kiq",
 		},
 	}
 	out, info, err := Decode(msg, event.Limits{})

@@ -70,6 +70,10 @@ const (
 // required.
 type Options struct {
 	DB DB
+	// SourceVersion is this consumer's own version (its release, build or
+	// revision): the SourceVersion of the child events it emits that name
+	// none; empty sets none.
+	SourceVersion string
 	// ConsumerID names the consumer: the ledger's consumerId and the inbox's
 	// scope.
 	ConsumerID string

@@ -314,6 +314,9 @@ func (c *Context) EmitResults(ctx context.Context, children ...*event.Event) ([]
 		if e.CorrelationID == "" {
 			e.CorrelationID = c.Event.CorrelationID
 		}
+		if e.SourceVersion == "" && c.engine != nil {
+			e.SourceVersion = c.engine.o.SourceVersion
+		}
 		if e.Source == "" && e.Initiator.Service == "" {
 			e.Source = c.ConsumerID
 		}

@@ -16,6 +16,7 @@ const (
 	ExtSpanID             = "spanid"
 	ExtCausationID        = "causationid"
 	ExtCorrelationID      = "correlationid"
+	ExtSourceVersion      = "sourceversion"
 	ExtInitiatorService   = "initiatorservice"
 	ExtInitiatorOperation = "initiatoroperation"
 	ExtInitiatorUserID    = "initiatoruserid"
@@ -64,6 +65,7 @@ func (e *Event) CloudEventAttributes() map[string]string {
 	set(ExtSpanID, e.SpanID)
 	set(ExtCausationID, e.ParentEventID)
 	set(ExtCorrelationID, e.CorrelationID)
+	set(ExtSourceVersion, e.SourceVersion)
 	set(ExtInitiatorService, e.Initiator.Service)
 	set(ExtInitiatorOperation, e.Initiator.Operation)
 	set(ExtInitiatorUserID, e.Initiator.UserID)

@@ -22,6 +22,7 @@
 //	SpanID          spanid                     span_id
 //	ParentEventID   causationid                causation_id
 //	CorrelationID   correlationid              correlation_id
+//	SourceVersion   sourceversion              source_version
 //	Initiator.*     initiatorservice,          user_id (= Initiator.UserID)
 //	                initiatoroperation,
 //	                initiatoruserid,

@@ -28,6 +28,7 @@ type envelope struct {
 	ParentEventID string          `json:"parentEventId,omitempty"`
 	CausationID   string          `json:"causationId,omitempty"`
 	CorrelationID string          `json:"correlationId,omitempty"`
+	SourceVersion string          `json:"sourceVersion,omitempty"`
 	Initiator     *Initiator      `json:"initiator,omitempty"`
 	ExpireAt      string          `json:"expireAt,omitempty"`
 	DeliverAt     string          `json:"deliverAt,omitempty"`
@@ -45,6 +46,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 		SchemaVersion: e.SchemaVersion, PayloadType: e.PayloadType,
 		TraceID: e.TraceID, SpanID: e.SpanID, ParentEventID: e.ParentEventID,
 		CorrelationID: e.CorrelationID,
+		SourceVersion: e.SourceVersion,
 	}
 	if e.Version != 0 {
 		env.Version = json.RawMessage(strconv.FormatInt(e.Version, 10))
@@ -96,6 +98,7 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		SchemaVersion: env.SchemaVersion, PayloadType: env.PayloadType,
 		TraceID: env.TraceID, SpanID: env.SpanID, ParentEventID: env.ParentEventID,
 		CorrelationID: env.CorrelationID,
+		SourceVersion: env.SourceVersion,
 	}
 	if e.ParentEventID == "" {
 		e.ParentEventID = env.CausationID

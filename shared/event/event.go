@@ -53,6 +53,9 @@ type Event struct {
 	ParentEventID string
 	// CorrelationID ties the event to a request or conversation.
 	CorrelationID string
+	// SourceVersion is the producer's own version (its release, build or
+	// Cloud Run revision) when it wrote the event, from its configuration.
+	SourceVersion string
 	// Initiator says who caused the event.
 	Initiator Initiator
 	// ExpireAt, when set, is when the event stops mattering: it is not
@@ -245,6 +248,7 @@ func (e *Event) Validate(lim Limits) error {
 	}
 	for _, f := range []struct{ name, value string }{
 		{"traceId", e.TraceID}, {"spanId", e.SpanID}, {"parentEventId", e.ParentEventID}, {"correlationId", e.CorrelationID},
+		{"sourceVersion", e.SourceVersion},
 	} {
 		if f.value != "" && !validToken(f.value, 128) {
 			add(fieldErr(f.name, ruleTrace))

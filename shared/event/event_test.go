@@ -26,6 +26,7 @@ func sample() Event {
 		SpanID:        "00f067aa0ba902b7",
 		ParentEventID: "evt-0000",
 		CorrelationID: "corr-1",
+		SourceVersion: "1.4.2",
 		Initiator:     Initiator{Service: "order-service", Operation: "confirmOrder", UserID: "user-A", ClientRequestID: "req-1"},
 		ExpireAt:      time.Date(2024, 3, 28, 0, 0, 0, 0, time.UTC),
 	}
@@ -38,6 +39,7 @@ func TestValidateNamesFieldAndRule(t *testing.T) {
 	}{
 		{"eventId", func(e *Event) { e.ID = "" }},
 		{"eventId", func(e *Event) { e.ID = "has space" }},
+		{"sourceVersion", func(e *Event) { e.SourceVersion = "1.4 beta" }},
 		{"eventId", func(e *Event) { e.ID = ".." }},
 		{"eventType", func(e *Event) { e.Type = "" }},
 		{"eventType", func(e *Event) { e.Type = "order..purchased" }},

@@ -55,6 +55,7 @@ const (
 	AttrTraceID       = "trace_id"
 	AttrSpanID        = "span_id"
 	AttrCorrelationID = "correlation_id"
+	AttrSourceVersion = "source_version"
 	AttrCausationID   = "causation_id"
 	AttrUserID        = "user_id"
 	AttrSourceService = "source_service"
@@ -120,6 +121,7 @@ func Attributes(e *Event, contentType string) map[string]string {
 	put(AttrTraceID, e.TraceID)
 	put(AttrSpanID, e.SpanID)
 	put(AttrCorrelationID, e.CorrelationID)
+	put(AttrSourceVersion, e.SourceVersion)
 	put(AttrCausationID, e.ParentEventID)
 	put(AttrUserID, e.Initiator.UserID)
 	put(AttrSourceService, e.Source)

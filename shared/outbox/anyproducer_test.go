@@ -23,10 +23,11 @@ func plainInsert(ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, e *event.Event) error {
 	_, err := db.Exec(ctx, `INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload,
-		occurred_at, topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id)
-		VALUES ($1, $2, $3, $4, $5, $6, now(), $7, $8, $9, $10, $11, $12, $13, $14)`,
+		occurred_at, topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id,
+		source_version)
+		VALUES ($1, $2, $3, $4, $5, $6, now(), $7, $8, $9, $10, $11, $12, $13, $14, nullif($15, ''))`,
 		e.ID, e.AggregateType, e.AggregateID, e.Type, e.Version, e.Payload, e.Topic, e.Source, e.SchemaVersion,
-		e.PayloadType, e.TraceID, e.SpanID, e.ParentEventID, e.CorrelationID)
+		e.PayloadType, e.TraceID, e.SpanID, e.ParentEventID, e.CorrelationID, e.SourceVersion)
 	return err
 }
 
@@ -35,6 +36,7 @@ var goField = map[string]string{
 	"eventId": "id", "eventType": "event_type", "source": "source", "topic": "topic", "aggregateType": "aggregatetype",
 	"aggregateId": "aggregateid", "schemaVersion": "schema_version", "payloadType": "payload_type", "payload": "payload",
 	"traceId": "trace_id", "spanId": "span_id", "parentEventId": "parent_event_id", "correlationId": "correlation_id",
+	"sourceVersion": "source_version",
 }
 
 // A row written by plain SQL is checked against the rules Enqueue checks
@@ -86,6 +88,8 @@ func TestPlainSQLInsertIsCheckedByEnqueuesRules(t *testing.T) {
 		{"trace id with a slash", func(e *event.Event) { e.TraceID = "a/b" }},
 		{"correlation id with a space", func(e *event.Event) { e.CorrelationID = "a b" }},
 		{"parent event id", func(e *event.Event) { e.ParentEventID = "parent-1" }},
+		{"source version", func(e *event.Event) { e.SourceVersion = "order-service-00042-kiq" }},
+		{"source version with a plus", func(e *event.Event) { e.SourceVersion = "1.4.2+build5" }},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -221,5 +225,34 @@ func TestPlainSQLInsertMovesDispatchAsEnqueueDoes(t *testing.T) {
 				t.Fatalf("behind a FAILED version: due %v enqueued %d (%v)", due, enq, err)
 			}
 		})
+	}
+}
+
+// The producer's version is kept with the event, whoever wrote it, and
+// the relay's claim reads it back.
+func TestSourceVersionIsKeptAndClaimed(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	e := ev("go-1", "A", 1)
+	e.SourceVersion = "order-service-00042-kiq"
+	if _, err := outbox.Enqueue(ctx, pool, e); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO relaybus_outbox (aggregatetype, aggregateid, event_type, version, payload, topic, source, source_version)
+		VALUES ('order', 'B', 'order.purchased', 1, convert_to('{}', 'UTF8'), 'shop.order.events', 'billing', '2.0.1')`); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := outbox.Claim(ctx, pool, outbox.ClaimOptions{Owner: "t", Lease: time.Minute, Aggregates: 10, RunLimit: 10, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range runs {
+		for _, row := range r.Rows {
+			got[row.Event.AggregateID] = row.Event.SourceVersion
+		}
+	}
+	if got["A"] != "order-service-00042-kiq" || got["B"] != "2.0.1" {
+		t.Fatalf("claimed source versions %v", got)
 	}
 }

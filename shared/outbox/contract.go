@@ -39,6 +39,9 @@ type Producer struct {
 	// Logger receives an ERROR for each skipped event (logging.Discard when
 	// nil).
 	Logger *slog.Logger
+	// SourceVersion is the producer's own version (its release, build or
+	// revision), set on events that name none; empty sets none.
+	SourceVersion string
 }
 
 // Enqueue checks every event against the contract, then writes the ones to
@@ -59,6 +62,9 @@ func (p *Producer) Enqueue(ctx context.Context, db postgres.DBTX, events ...*eve
 	var write []*event.Event
 	var writeAt []int
 	for i, e := range events {
+		if e.SourceVersion == "" {
+			e.SourceVersion = p.SourceVersion
+		}
 		// As Enqueue does: the span's trace first, then ids and defaults.
 		if e.TraceID == "" && tp != "" {
 			e.TraceID = tp[3:35]

@@ -135,7 +135,7 @@ func Claim(ctx context.Context, db postgres.DBTX, o ClaimOptions) ([]Run, error)
 type rowScan struct {
 	id, typ, topic, source, schema, payloadType *string
 	trace, span, parent, corr, target           *string
-	traceparent                                 *string
+	traceparent, sourceVersion                  *string
 	version                                     *int64
 	payload, initiator                          []byte
 	occurred, expire, created, deliverAt        *time.Time
@@ -144,7 +144,7 @@ type rowScan struct {
 
 func (r *rowScan) dest() []any {
 	return []any{&r.id, &r.typ, &r.version, &r.payload, &r.occurred, &r.topic, &r.source, &r.schema,
-		&r.payloadType, &r.trace, &r.span, &r.parent, &r.corr, &r.initiator, &r.expire, &r.target, &r.created, &r.traceparent}
+		&r.payloadType, &r.trace, &r.span, &r.parent, &r.corr, &r.initiator, &r.expire, &r.target, &r.created, &r.traceparent, &r.sourceVersion}
 }
 
 func (r *rowScan) row(a Aggregate) (Row, error) {
@@ -156,7 +156,8 @@ func (r *rowScan) row(a Aggregate) (Row, error) {
 	}
 	e := event.Event{ID: *r.id, AggregateType: a.Type, AggregateID: a.ID, Type: str(r.typ), Payload: r.payload,
 		Topic: str(r.topic), Source: str(r.source), SchemaVersion: str(r.schema), PayloadType: str(r.payloadType),
-		TraceID: str(r.trace), SpanID: str(r.span), ParentEventID: str(r.parent), CorrelationID: str(r.corr)}
+		TraceID: str(r.trace), SpanID: str(r.span), ParentEventID: str(r.parent), CorrelationID: str(r.corr),
+		SourceVersion: str(r.sourceVersion)}
 	if r.version != nil {
 		e.Version = *r.version
 	}

@@ -155,6 +155,9 @@ func (b *batch) row(i int, created time.Time) Row {
 		Topic: b.topic[i], Source: b.source[i], SchemaVersion: b.schema[i], PayloadType: b.payloadType[i],
 		TraceID: b.trace[i], SpanID: b.span[i], ParentEventID: b.parent[i], CorrelationID: b.corr[i],
 		Initiator: b.initiatorOf[i]}
+	if v := b.sourceVersion[i]; v != nil {
+		e.SourceVersion = *v
+	}
 	if x := b.expire[i]; x != nil {
 		e.ExpireAt = x.Truncate(time.Microsecond).UTC()
 	}

@@ -412,6 +412,7 @@ type batch struct {
 	target                             []string
 	traceparent                        []*string
 	deliverAt                          []*time.Time
+	sourceVersion                      []*string
 }
 
 // add adds e, enqueued under the traceparent tp ("" for none).
@@ -456,6 +457,12 @@ func (b *batch) add(e *event.Event, tp string) {
 		d = &t
 	}
 	b.deliverAt = append(b.deliverAt, d)
+	var sv *string
+	if e.SourceVersion != "" {
+		v := e.SourceVersion
+		sv = &v
+	}
+	b.sourceVersion = append(b.sourceVersion, sv)
 }
 
 func (b *batch) args() []any {
@@ -466,7 +473,8 @@ func (b *batch) args() []any {
 		}
 	}
 	return []any{b.id, b.aggType, b.aggID, b.typ, b.version, b.payload, b.occurred,
-		b.topic, b.source, b.schema, b.payloadType, b.trace, b.span, b.parent, b.corr, b.initiator, b.expire, targets, b.traceparent, b.deliverAt}
+		b.topic, b.source, b.schema, b.payloadType, b.trace, b.span, b.parent, b.corr, b.initiator, b.expire, targets, b.traceparent, b.deliverAt,
+		b.sourceVersion}
 }
 
 func mapErr(err error) error {

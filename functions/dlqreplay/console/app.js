@@ -428,7 +428,7 @@ function eventBody(d, refresh, flash) {
   const initText = [initiator.service, initiator.operation, initiator.userId && "user " + initiator.userId, initiator.clientRequestId && "request " + initiator.clientRequestId]
     .filter(Boolean).join(" · ");
   const kv = [
-    ["Event id", e.eventId], ["Type", e.eventType], ["Topic", e.topic], ["Source", e.source], ["Aggregate", (e.aggregateType || "") + " " + e.aggregateId + " v" + e.version],
+    ["Event id", e.eventId], ["Type", e.eventType], ["Topic", e.topic], ["Source", e.source + (e.sourceVersion ? " " + e.sourceVersion : "")], ["Aggregate", (e.aggregateType || "") + " " + e.aggregateId + " v" + e.version],
     ["Occurred", fmtTime(e.occurredAt)], ["Schema", e.schemaVersion],
     ["Change", changeOf(e) ? h("span", {}, h("span", { class: "mono" }, changeOf(e)), " · published side by side in several schema versions; ",
       h("a", { href: "#/traces/" + encodeURIComponent(e.eventId) }, "the trace"), " lists them all") : undefined], ["Payload type", e.payloadType + " (" + e.payloadSize + " bytes)"],

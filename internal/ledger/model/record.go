@@ -34,6 +34,7 @@ type Event struct {
 	SpanID         string    `firestore:"spanId,omitempty" json:"spanId,omitempty"`
 	ParentEventID  string    `firestore:"parentEventId,omitempty" json:"parentEventId,omitempty"`
 	CorrelationID  string    `firestore:"correlationId,omitempty" json:"correlationId,omitempty"`
+	SourceVersion  string    `firestore:"sourceVersion,omitempty" json:"sourceVersion,omitempty"`
 	Initiator      Initiator `firestore:"initiator" json:"initiator"`
 	ExpireAt       time.Time `firestore:"expireAt,omitempty" json:"expireAt,omitzero"`
 
@@ -208,6 +209,7 @@ func NewEvent(e *event.Event, maxPayload, shards int) Event {
 		SpanID:        e.SpanID,
 		ParentEventID: e.ParentEventID,
 		CorrelationID: e.CorrelationID,
+		SourceVersion: e.SourceVersion,
 		Initiator: Initiator{
 			Service:         e.Initiator.Service,
 			Operation:       e.Initiator.Operation,
@@ -270,6 +272,7 @@ func (d *Event) Envelope() (event.Event, error) {
 		SpanID:        d.SpanID,
 		ParentEventID: d.ParentEventID,
 		CorrelationID: d.CorrelationID,
+		SourceVersion: d.SourceVersion,
 		Initiator: event.Initiator{
 			Service:         d.Initiator.Service,
 			Operation:       d.Initiator.Operation,

@@ -2,6 +2,10 @@
 -- any driver, no relaybus code) is published like one enqueued through Go
 -- (docs/producing.md, "Producing from any language").
 --
+-- 0. The producer's own version (its release, build or revision), an
+--    envelope field (shared/event's SourceVersion), NULL when it gave none.
+ALTER TABLE relaybus_outbox ADD COLUMN IF NOT EXISTS source_version text;
+
 -- 1. Defaults for what Go's Enqueue fills in when the producer leaves it
 --    out: an id, the occurrence time, a trace id, the schema version and
 --    the payload type. Enqueue always sends them; a default only changes
@@ -91,6 +95,8 @@ BEGIN
                 THEN 'correlation_id'
             WHEN n.deliver_at > now() + interval '30 days'
                 THEN 'deliver_at'
+            WHEN (n.source_version <> '' AND n.source_version !~ '^[A-Za-z0-9._:-]{1,128}$')
+                THEN 'source_version'
             WHEN octet_length(n.payload) > 9934464
                 THEN 'payload'
             WHEN lower(split_part(n.payload_type, ';', 1)) ~ '^\s*(application/json|text/json|.*\+json)\s*$'

@@ -38,14 +38,14 @@ WITH t AS (
 SELECT l.aggregatetype, l.aggregateid, l.epoch, l.published_version, l.attempts,
        r.id, r.event_type, r.version, r.payload, r.occurred_at, r.topic, r.source, r.schema_version,
        r.payload_type, r.trace_id, r.span_id, r.parent_event_id, r.correlation_id, r.initiator,
-       r.expire_at, r.target_consumer, r.created_at, r.traceparent, r.deliver_at,
+       r.expire_at, r.target_consumer, r.created_at, r.traceparent, r.source_version, r.deliver_at,
        r.deliver_at > (SELECT t.now FROM t) AS held
 FROM leased l
 LEFT JOIN LATERAL (
     SELECT o.id, o.event_type, o.version, o.payload, o.occurred_at, o.topic, o.source,
            o.schema_version, o.payload_type, o.trace_id, o.span_id, o.parent_event_id,
            o.correlation_id, o.initiator, o.expire_at, o.target_consumer, o.created_at, o.traceparent,
-           o.deliver_at
+           o.deliver_at, o.source_version
     FROM relaybus_outbox o
     WHERE o.aggregatetype = l.aggregatetype AND o.aggregateid = l.aggregateid
       AND o.version > l.published_version

@@ -22,7 +22,7 @@
 -- and the relay, which stops at the first version not yet due, sets it
 -- (sql/settle.sql).
 --
--- $1..$20: the columns as arrays (see batch.args).
+-- $1..$21: the columns as arrays (see batch.args).
 WITH clash AS (
     SELECT x.id
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $8::text[])
@@ -34,10 +34,10 @@ WITH clash AS (
 ), ins AS (
     INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
         topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id,
-        initiator, expire_at, target_consumer, traceparent, deliver_at)
+        initiator, expire_at, target_consumer, traceparent, deliver_at, source_version)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],
         $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[], $20::timestamptz[])
+        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[], $20::timestamptz[], $21::text[])
     WHERE NOT EXISTS (SELECT 1 FROM clash)
       -- This statement writes the dispatch rows itself: the outbox's
       -- insert trigger (migrations/008_any_producer.sql) is off for it.

@@ -7,7 +7,7 @@
 -- FAILED, not leased by a relay (no lease, or an expired one) nor waiting
 -- out a retry (due_at NULL or past), everything enqueued before is published (enqueued_version <=
 -- published_version) and the new versions are above the cursor, at most
--- $24 of them. Its run is then exactly the rows this statement inserted,
+-- $25 of them. Its run is then exactly the rows this statement inserted,
 -- which the caller holds, so no row is read back. The lease is every
 -- claim's (sql/claim.sql): the epoch bumped, due again when it expires, so
 -- a process that dies before publishing leaves the run to the drain.
@@ -32,13 +32,13 @@
 -- here: its aggregate is left due at the head's deliver_at, as Enqueue
 -- leaves it, and the relay publishes it when it is due.
 --
--- $1..$20: Enqueue's columns as arrays (see batch.args); $21 now (NULL:
--- the database's clock), $22 owner, $23 lease in seconds, $24 rows per
+-- $1..$21: Enqueue's columns as arrays (see batch.args); $22 now (NULL:
+-- the database's clock), $23 owner, $24 lease in seconds, $25 rows per
 -- aggregate at most. Rows: kind 'i' (an inserted id, its created_at), 'c'
 -- (a clashing id), 'l' (a leased aggregate: type, id, epoch, published
 -- cursor, attempts).
 WITH t AS (
-    SELECT coalesce($21::timestamptz, now()) AS now
+    SELECT coalesce($22::timestamptz, now()) AS now
 ), x AS (
     SELECT *
     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $8::text[])
@@ -55,10 +55,10 @@ WITH t AS (
 ), ins AS (
     INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
         topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id,
-        initiator, expire_at, target_consumer, traceparent, deliver_at)
+        initiator, expire_at, target_consumer, traceparent, deliver_at, source_version)
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],
         $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[], $20::timestamptz[])
+        $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[], $20::timestamptz[], $21::text[])
     WHERE NOT EXISTS (SELECT 1 FROM clash)
       -- This statement writes the dispatch rows itself: the outbox's
       -- insert trigger (migrations/008_any_producer.sql) is off for it.
@@ -78,7 +78,7 @@ WITH t AS (
            d.failed_version IS NULL AND (d.due_at IS NULL OR d.due_at <= t.now)
            AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= t.now)
            AND d.enqueued_version <= d.published_version
-           AND a.lo > d.published_version AND a.n <= $24 AND a.ready AS claim
+           AND a.lo > d.published_version AND a.n <= $25 AND a.ready AS claim
     FROM relaybus_outbox_dispatch d
     JOIN agg a ON a.aggregatetype = d.aggregatetype AND a.aggregateid = d.aggregateid
     CROSS JOIN t
@@ -90,11 +90,11 @@ WITH t AS (
     SELECT a.aggregatetype, a.aggregateid, a.hi, a.lo - 1,
            -- A new aggregate is leased at once (due when the lease
            -- expires); EXCLUDED carries the judgement to the update.
-           CASE WHEN c.aggregateid IS NULL AND a.n <= $24 AND a.ready THEN t.now + make_interval(secs => $23)
+           CASE WHEN c.aggregateid IS NULL AND a.n <= $25 AND a.ready THEN t.now + make_interval(secs => $24)
                 ELSE a.head_at END,
            CASE WHEN c.aggregateid IS NULL THEN 1 ELSE 0 END,
-           CASE WHEN coalesce(c.claim, a.n <= $24 AND a.ready) THEN $22::text END,
-           CASE WHEN coalesce(c.claim, a.n <= $24 AND a.ready) THEN t.now + make_interval(secs => $23) END
+           CASE WHEN coalesce(c.claim, a.n <= $25 AND a.ready) THEN $23::text END,
+           CASE WHEN coalesce(c.claim, a.n <= $25 AND a.ready) THEN t.now + make_interval(secs => $24) END
     FROM agg a
     LEFT JOIN cur c ON c.aggregatetype = a.aggregatetype AND c.aggregateid = a.aggregateid
     CROSS JOIN t
@@ -114,7 +114,7 @@ WITH t AS (
                                  WHEN d.failed_version IS NOT NULL THEN NULL
                                  -- a row the lock did not see: due now (a scheduled
                                  -- head then holds it back at the claim, sql/settle.sql)
-                                 WHEN EXCLUDED.epoch = 1 THEN coalesce(d.due_at, coalesce($21::timestamptz, now()))
+                                 WHEN EXCLUDED.epoch = 1 THEN coalesce(d.due_at, coalesce($22::timestamptz, now()))
                                  ELSE coalesce(d.due_at, EXCLUDED.due_at) END
     RETURNING d.aggregatetype, d.aggregateid, d.epoch, d.published_version, d.attempts,
               d.lease_owner IS NOT NULL AS has_lease, d.xmax = 0 AS inserted

@@ -24,7 +24,7 @@ WITH t AS (
 SELECT l.aggregatetype, l.aggregateid, l.ledger_version, l.published_version,
        o.id, o.event_type, o.version, o.payload, o.occurred_at, o.topic, o.source, o.schema_version,
        o.payload_type, o.trace_id, o.span_id, o.parent_event_id, o.correlation_id, o.initiator,
-       o.expire_at, o.target_consumer, o.created_at, o.traceparent
+       o.expire_at, o.target_consumer, o.created_at, o.traceparent, o.source_version
 FROM leased l
 LEFT JOIN LATERAL (
     SELECT * FROM relaybus_outbox o

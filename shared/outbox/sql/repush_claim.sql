@@ -19,7 +19,8 @@ WITH t AS (
 SELECT l.id, l.event_id, coalesce(l.target_consumer, ''), l.attempts,
        o.id IS NOT NULL, o.aggregatetype, o.aggregateid, o.event_type, o.version, o.payload, o.occurred_at,
        o.topic, o.source, o.schema_version, o.payload_type, o.trace_id, o.span_id, o.parent_event_id,
-       o.correlation_id, o.initiator, o.expire_at, o.target_consumer, o.created_at, o.traceparent
+       o.correlation_id, o.initiator, o.expire_at, o.target_consumer, o.created_at, o.traceparent,
+       o.source_version
 FROM leased l
 LEFT JOIN relaybus_outbox o ON o.id = l.event_id
 ORDER BY l.id
