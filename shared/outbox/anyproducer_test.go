@@ -256,3 +256,27 @@ func TestSourceVersionIsKeptAndClaimed(t *testing.T) {
 		t.Fatalf("claimed source versions %v", got)
 	}
 }
+
+// A plain insert may schedule its event as Enqueue does: deliver_at at
+// most 30 days ahead makes its aggregate due then; further ahead is
+// refused naming the column.
+func TestPlainSQLInsertSchedulesWithDeliverAt(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	insert := func(agg string, ahead string) error {
+		_, err := pool.Exec(ctx, `INSERT INTO relaybus_outbox (aggregatetype, aggregateid, event_type, version, payload, topic, source, deliver_at)
+			VALUES ('order', $1, 'order.purchased', 1, convert_to('{}', 'UTF8'), 'shop.order.events', 'billing', now() + $2::interval)`, agg, ahead)
+		return err
+	}
+	if err := insert("soon", "29 days"); err != nil {
+		t.Fatal(err)
+	}
+	var dueInDays float64
+	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM due_at - now()) / 86400 FROM relaybus_outbox_dispatch WHERE aggregateid = 'soon'`).Scan(&dueInDays); err != nil || dueInDays < 28.9 || dueInDays > 29.1 {
+		t.Fatalf("scheduled 29 days ahead: due in %.2f days (%v)", dueInDays, err)
+	}
+	var pe *pgconn.PgError
+	if err := insert("late", "31 days"); !errors.As(err, &pe) || pe.Code != "23514" || pe.ColumnName != "deliver_at" {
+		t.Fatalf("scheduled 31 days ahead: %v", err)
+	}
+}
