@@ -14,16 +14,8 @@ import (
 	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/deadletter"
-	"github.com/relaybus/relaybus/internal/emulator"
-	"github.com/relaybus/relaybus/internal/emutest"
-	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/model"
-	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/shared/event"
-	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // relaybus replay counts, then runs a job; relaybus jobs shows it, and
@@ -31,19 +23,7 @@ import (
 // emulator, Postgres and pstest.
 func TestReplayJobCommands(t *testing.T) {
 	ctx := context.Background()
-	emutest.Host(t, emulator.Firestore)
-	top, _ := topology.Load("")
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)}, ledger.Options{Registry: registry.FromTopology(top)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	pool := pgtest.Schema(t)
-	if err := outbox.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	fake := pubsubtest.New(t)
-	fake.Provision(t, top)
+	top, store, pool, fake := cliBackends(t)
 	arc := archive.New(store.Client())
 	at := time.Date(2026, 11, 22, 10, 5, 0, 0, time.UTC)
 	for _, id := range []string{"evt-a", "evt-b"} {

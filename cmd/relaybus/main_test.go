@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/ledger/model"
 
@@ -35,24 +36,37 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// The CLI against the real dlqreplay API over the Firestore emulator,
-// Postgres and pstest: a purchase with one child event, one consumer's
-// attempts, and a dead letter. Output is compared with testdata/*.golden.
-func TestGoldenOutput(t *testing.T) {
+// cliBackends starts what the CLI's API runs on in a test: the topology,
+// the ledger on the Firestore emulator, an outbox schema in Postgres and
+// pstest with every topic and subscription.
+func cliBackends(t *testing.T) (*topology.Topology, *ledger.Store, *pgxpool.Pool, *pubsubtest.Fake) {
+	t.Helper()
 	ctx := context.Background()
 	emutest.Host(t, emulator.Firestore)
-	top, _ := topology.Load("")
+	top, err := topology.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)}, ledger.Options{Registry: registry.FromTopology(top)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	t.Cleanup(func() { store.Close() })
 	pool := pgtest.Schema(t)
 	if err := outbox.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	fake := pubsubtest.New(t)
 	fake.Provision(t, top)
+	return top, store, pool, fake
+}
+
+// The CLI against the real dlqreplay API over the Firestore emulator,
+// Postgres and pstest: a purchase with one child event, one consumer's
+// attempts, and a dead letter. Output is compared with testdata/*.golden.
+func TestGoldenOutput(t *testing.T) {
+	ctx := context.Background()
+	top, store, pool, fake := cliBackends(t)
 	at := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
 	order := &event.Event{ID: "evt-order-1", Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
 		AggregateID: "order-1", Version: 1, Payload: []byte(`{}`), TraceID: "trace-1", OccurredAt: at}

@@ -11,15 +11,8 @@ import (
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/archive"
-	"github.com/relaybus/relaybus/internal/emulator"
-	"github.com/relaybus/relaybus/internal/emutest"
-	"github.com/relaybus/relaybus/internal/ledger"
-	"github.com/relaybus/relaybus/internal/pgtest"
-	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // relaybus scheduled ls lists a scheduled event; scheduled cancel cancels
@@ -27,19 +20,7 @@ import (
 // is refused with the rule.
 func TestScheduledCommands(t *testing.T) {
 	ctx := context.Background()
-	emutest.Host(t, emulator.Firestore)
-	top, _ := topology.Load("")
-	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)}, ledger.Options{Registry: registry.FromTopology(top)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	pool := pgtest.Schema(t)
-	if err := outbox.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	fake := pubsubtest.New(t)
-	fake.Provision(t, top)
+	top, store, pool, fake := cliBackends(t)
 	due := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	mk := func(id string, v int64) *event.Event {
 		return &event.Event{ID: id, Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
