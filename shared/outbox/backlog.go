@@ -64,12 +64,12 @@ func Count(ctx context.Context, db postgres.DBTX) (Counts, error) {
 // idle since before. It returns how many outbox rows it deleted; call it
 // until that is less than limit.
 func Purge(ctx context.Context, db postgres.DBTX, before time.Time, limit int, ledger bool) (int, error) {
-	tag, err := db.Exec(ctx, purgeSQL, before, limit, ledger)
-	if err != nil {
+	var n int
+	if err := db.QueryRow(ctx, purgeSQL, before, limit, ledger).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox: purge: %w", err)
 	}
 	if _, err := db.Exec(ctx, purgeDispatchSQL, before, limit); err != nil {
-		return int(tag.RowsAffected()), fmt.Errorf("outbox: purge dispatch: %w", err)
+		return n, fmt.Errorf("outbox: purge dispatch: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }

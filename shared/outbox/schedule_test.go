@@ -217,6 +217,39 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// A cancelled version stays unpublished when a late version below it
+// sends its aggregate's cursor back: the run is the late version and
+// those after the cancelled one.
+func TestACancelledVersionIsNotPublishedWhenTheCursorGoesBack(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	later := time.Now().UTC().Add(time.Hour)
+	if _, err := outbox.Enqueue(ctx, pool, at(ev("l2", "L", 2), later), ev("l3", "L", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Cancel(ctx, pool, "l2", outbox.CancelOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The late first version: the cursor goes back below it.
+	if _, err := outbox.Enqueue(ctx, pool, ev("l1", "L", 1)); err != nil {
+		t.Fatal(err)
+	}
+	runs := claim(t, pool, time.Now(), "r1")
+	if c := runOf(runs, "L"); c == nil || versions(*c) != "[1 3]" {
+		t.Fatalf("L's run after the late version: %+v, want versions [1 3]", runs)
+	}
+	// Published, then past retention: the rows and the cancel record go.
+	settleAll(t, pool, time.Now(), runs)
+	n, err := outbox.Purge(ctx, pool, time.Now().Add(time.Minute), 100, false)
+	if err != nil || n != 3 {
+		t.Fatalf("purge deleted %d rows (%v), want 3", n, err)
+	}
+	var cancels int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_outbox_cancelled`).Scan(&cancels); err != nil || cancels != 0 {
+		t.Fatalf("%d cancel records left after their rows were purged (%v)", cancels, err)
+	}
+}
+
 // Scheduled lists unpublished scheduled events by time, a page at a time.
 func TestScheduledLists(t *testing.T) {
 	ctx := context.Background()

@@ -11,7 +11,8 @@
 -- dies leaves nothing stuck. The lease leaves due_at as it is: the update
 -- changes no indexed column, so it is a heap-only tuple (no new entry in
 -- the primary key or the due index). An aggregate whose rows are gone
--- comes back with its lease and no row, to be released. Each row says
+-- comes back with its lease and no row, to be released. Cancelled rows
+-- are left out. Each row says
 -- whether it is held (scheduled after now): the run ends before the first
 -- held row (Claim cuts it there), and the settle makes the aggregate due
 -- at that row's deliver_at.
@@ -49,6 +50,9 @@ LEFT JOIN LATERAL (
     FROM relaybus_outbox o
     WHERE o.aggregatetype = l.aggregatetype AND o.aggregateid = l.aggregateid
       AND o.version > l.published_version
+      -- A cancelled version is never published, also when a late version
+      -- below it sent the cursor back.
+      AND NOT EXISTS (SELECT 1 FROM relaybus_outbox_cancelled c WHERE c.event_id = o.id)
     ORDER BY o.version
     LIMIT $5
 ) r ON true

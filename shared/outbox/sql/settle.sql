@@ -10,7 +10,8 @@
 -- whose run started at the current cursor may settle, so a relay whose
 -- lease expired and was taken over changes nothing. The cursor moves only
 -- when every row between from_version and to_version is one the relay
--- published ("whole"); a row that committed inside that range after the
+-- published ("whole"; a cancelled row is in no run, and counts for
+-- none); a row that committed inside that range after the
 -- run was read (a producer that wrote an older version late) keeps the
 -- cursor where it was, and the run is published again.
 --
@@ -41,7 +42,8 @@ WITH t AS (
     SELECT m.*,
            (SELECT count(*) FROM relaybus_outbox o
              WHERE o.aggregatetype = m.aggregatetype AND o.aggregateid = m.aggregateid
-               AND o.version > m.from_version AND o.version <= m.to_version) = m.rows AS whole
+               AND o.version > m.from_version AND o.version <= m.to_version
+               AND NOT EXISTS (SELECT 1 FROM relaybus_outbox_cancelled x WHERE x.event_id = o.id)) = m.rows AS whole
     FROM m
     JOIN locked l ON l.aggregatetype = m.aggregatetype AND l.aggregateid = m.aggregateid
 ), settled AS (
