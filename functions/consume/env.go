@@ -100,10 +100,6 @@ type Config struct {
 	// RollupTopic receives attempt notices (ROLLUP_TOPIC, default
 	// relaybus.ledger.rollup).
 	RollupTopic string `env:"ROLLUP_TOPIC, default=relaybus.ledger.rollup"`
-	// Revision is the Cloud Run revision serving (K_REVISION, which Cloud
-	// Run sets): the source version of the child events this consumer
-	// emits that name none.
-	Revision string `env:"K_REVISION"`
 }
 
 func init() {
@@ -186,7 +182,10 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		o.Emits = append([]string{}, c.Emits...) // where its account may publish the kick
 	}
 	o.Contract = ctr
-	o.SourceVersion = cfg.Revision
+	// The child events this consumer emits carry its Cloud Run revision
+	// (K_REVISION, read with the telemetry's resource) as their source
+	// version, unless they name one.
+	o.SourceVersion = cfg.Telemetry.CloudRunRevision
 	ro := relay.Options{DB: pool, Publisher: ps, Topology: top, LedgerBudget: cfg.Ledger.Budget, Logger: log}
 	if cfg.Ledger.On() {
 		o.Ledger = ledger.NewRecorder(ps, ledger.RecorderOptions{Topic: cfg.RollupTopic, Levels: model.LevelsOf(top)})
