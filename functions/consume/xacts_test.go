@@ -54,21 +54,8 @@ func TestConsumePathTransactionsPerDelivery(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The count is the database's (pg_stat_database): an autovacuum
-	// worker that visits it mid-run (an ANALYZE of each table the
-	// deliveries filled) would add transactions of its own.
-	if _, err := setup.Exec(ctx, `DO $$
-		DECLARE r record;
-		BEGIN
-			FOR r IN SELECT c.oid::regclass AS t FROM pg_class c
-			         WHERE c.relkind = 'r' AND c.relpersistence = 'p'
-			           AND c.relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace) LOOP
-				EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', r.t);
-			END LOOP;
-		END $$`); err != nil {
-		t.Fatal(err)
-	}
 	setup.Close()
+	pgtest.NoAutovacuum(t, url)
 	fake := pubsubtest.New(t)
 	top, _ := topology.Load("")
 	fake.Provision(t, top)

@@ -336,3 +336,29 @@ func Database(t testing.TB) string {
 	u.Path = "/" + name
 	return u.String()
 }
+
+// NoAutovacuum turns autovacuum off for every table now in the database
+// at url (a Database's), for tests that count its transactions in
+// pg_stat_database: an autovacuum worker that visits the database mid-run
+// (an ANALYZE of each table the test filled) commits transactions of its
+// own there. Call it after the tables are created.
+func NoAutovacuum(t testing.TB, url string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `DO $$
+		DECLARE r record;
+		BEGIN
+			FOR r IN SELECT c.oid::regclass AS t FROM pg_class c
+			         WHERE c.relkind = 'r' AND c.relpersistence = 'p'
+			           AND c.relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace) LOOP
+				EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', r.t);
+			END LOOP;
+		END $$`); err != nil {
+		t.Fatalf("pgtest: autovacuum off: %v", err)
+	}
+}

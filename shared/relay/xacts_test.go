@@ -53,6 +53,7 @@ func TestPublishPathTransactionsPerEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	setup.Close()
+	pgtest.NoAutovacuum(t, url)
 	e := newEnv(t)
 
 	// run counts the transactions f commits or rolls back through a relay
