@@ -300,6 +300,7 @@ func New(o Options) (http.Handler, error) {
 	jobs := &replayJobs{client: o.Ledger.Client(), reader: reader, letters: lt, events: ev, topology: o.Topology, audit: o.Audit,
 		g: g, logger: o.Logger, now: time.Now}
 	s.jobs = jobs
+	s.archiveFeed = archiveFeed{lt}
 	s.routes = routesOf(s, lt, ev,
 		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull,
 			auditLog: o.Audit, g: g, logger: o.Logger},

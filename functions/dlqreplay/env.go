@@ -98,6 +98,12 @@ type Config struct {
 	// default 720h): each gets deleteAt = archived + retention for
 	// Firestore's TTL policy.
 	Retention time.Duration `env:"ARCHIVE_RETENTION, default=720h"`
+	// ArchiveMode is how the DLQ monitors' deliveries reach the archive
+	// (ARCHIVE_MODE): push (each <topic>.dlq-monitor pushes to POST
+	// /deadletters:archive, the default) or pull (the function pulls them
+	// on the broker TRANSPORT names, which must be NATS, and provisions
+	// the topology there at its start; Terraform's nats transport sets it).
+	ArchiveMode string `env:"ARCHIVE_MODE, default=push"`
 	// MaxRepushes and SentTimeout are the re-push rules
 	// (DLQREPLAY_MAX_REPUSHES, default 3; DLQREPLAY_SENT_TIMEOUT, default
 	// 10m).
@@ -126,6 +132,9 @@ func LoadConfig(ctx context.Context) (Config, error) {
 
 func init() {
 	functions.HTTP("dlqreplay", instance.Lazy("dlqreplay", instance.FromEnv(LoadConfig, Build)))
+	// Built at start, not on the first request: with ARCHIVE_MODE=pull
+	// the archive's feed runs whether or not an operator calls.
+	instance.Warm("dlqreplay")
 }
 
 // Build is the dlqreplay function's one constructor, in production (from
@@ -135,6 +144,15 @@ func init() {
 func Build(ctx context.Context, cfg Config) (*Function, error) {
 	if cfg.Retention <= 0 {
 		return nil, fmt.Errorf("ARCHIVE_RETENTION=%s: want a positive duration such as 720h", cfg.Retention)
+	}
+	switch cfg.ArchiveMode {
+	case ArchiveModePush, "":
+	case ArchiveModePull:
+		if cfg.PubSub.Transport != instance.TransportNATS {
+			return nil, fmt.Errorf("config: ARCHIVE_MODE=pull needs TRANSPORT=nats (got %q): on Pub/Sub the DLQ monitors push", cfg.PubSub.Transport)
+		}
+	default:
+		return nil, fmt.Errorf("config: ARCHIVE_MODE=%q: want %s or %s", cfg.ArchiveMode, ArchiveModePush, ArchiveModePull)
 	}
 	log := cfg.Logger()
 	top, err := topology.Load(cfg.Topology)
@@ -228,6 +246,13 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		return fail(err)
 	}
 	f.Handler = h
+	if cfg.ArchiveMode == ArchiveModePull {
+		stop, err := startArchiveFeed(ctx, ps, cfg.ProjectID, top, h, log)
+		if err != nil {
+			return fail(err)
+		}
+		f.close.Add(stop) // last, so it stops first
+	}
 	return f, nil
 }
 

@@ -43,6 +43,9 @@ type server struct {
 	console      http.Handler
 	// jobs serves the replay jobs (jobs.go).
 	jobs *replayJobs
+	// archiveFeed archives what the DLQ monitors' pull feeds it
+	// (archivefeed.go).
+	archiveFeed http.Handler
 }
 
 // consoleMount is the path segment the console is served under.

@@ -64,10 +64,16 @@ func (lt *letters) archive(r *request, _ []string) (any, error) {
 	if err := newQuery(r.Request).err(); err != nil {
 		return nil, err
 	}
-	d, err := delivery.Read(r.Request, delivery.DefaultMaxBody)
+	return lt.archiveDelivery(r.Request, r.id)
+}
+
+// archiveDelivery archives the dead letter r delivers, pushed by a DLQ
+// monitor or fed by the archive's own pull (archivefeed.go).
+func (lt *letters) archiveDelivery(r *http.Request, rid string) (any, error) {
+	d, err := delivery.Read(r, delivery.DefaultMaxBody)
 	if err != nil {
 		// Not a delivery: acknowledged (a 4xx would be redelivered forever).
-		lt.logger.ErrorContext(r.Context(), "dlqreplay: archive request is not a Pub/Sub delivery", "error", err.Error(), "request_id", r.id)
+		lt.logger.ErrorContext(r.Context(), "dlqreplay: archive request is not a Pub/Sub delivery", "error", err.Error(), "request_id", rid)
 		return map[string]string{"ignored": "not a Pub/Sub delivery: " + clip(err.Error(), 300)}, nil
 	}
 	// A DLQ monitor subscription names its topic (<topic>.dlq-monitor);

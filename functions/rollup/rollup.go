@@ -47,6 +47,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -75,6 +76,14 @@ type Config struct {
 	// Ledger is the Firestore ledger (FIRESTORE_DATABASE, LEDGER_RETENTION,
 	// LEDGER_RECONCILE_AFTER).
 	Ledger instance.Ledger
+	// Mode is how notices arrive (ROLLUP_MODE): push (Pub/Sub push or
+	// Eventarc, the default) or pull (the function pulls the rollup's
+	// durable consumer on the broker PubSub names, which must be NATS:
+	// feed.go). Terraform's nats transport sets pull.
+	Mode string `env:"ROLLUP_MODE, default=push"`
+	// PubSub is the broker pull mode pulls (TRANSPORT=nats, NATS_URL,
+	// NATS_CREDS); push mode reads none of it.
+	PubSub instance.PubSub
 	// Window is the longest an event is held to gather its consumers'
 	// notices into one rollup (ROLLUP_WINDOW, default 5s); it is rolled up
 	// as soon as every expected consumer has reported.
@@ -151,6 +160,8 @@ type Handler struct {
 	Deps
 	rollups *coalescer
 	closer  func(ctx context.Context) error
+	// stopFeed stops the NATS feed (nil on Pub/Sub): first at Close.
+	stopFeed func(ctx context.Context) error
 }
 
 // New returns the rollup handler.
@@ -204,7 +215,11 @@ func recordSettled(ctx context.Context, results []ledger.RollupResult) {
 
 // Close waits for the rollups under way, within ctx.
 func (h *Handler) Close(ctx context.Context) error {
-	err := h.rollups.close(ctx)
+	var err error
+	if h.stopFeed != nil {
+		err = h.stopFeed(ctx)
+	}
+	err = errors.Join(err, h.rollups.close(ctx))
 	if h.closer != nil {
 		err = errors.Join(err, h.closer(ctx))
 	}
@@ -452,6 +467,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func init() {
 	functions.HTTP("rollup", instance.Lazy("rollup", instance.FromEnv(instance.Load[Config], Build)))
+	// Built at start, not on the first request: on NATS no request
+	// comes, the feed is the function's work.
+	instance.Warm("rollup")
 }
 
 // Build is the rollup function's one constructor, in production (from
@@ -482,5 +500,26 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	}
 	// The ledger closes first; then what telemetry buffered is flushed.
 	h.closer = func(ctx context.Context) error { return errors.Join(store.Close(), flush(ctx)) }
+	switch cfg.Mode {
+	case ModePush, "":
+	case ModePull:
+		if cfg.PubSub.Transport != instance.TransportNATS {
+			_ = h.Close(ctx)
+			return nil, fmt.Errorf("config: ROLLUP_MODE=pull needs TRANSPORT=nats (got %q): on Pub/Sub the rollup subscription pushes", cfg.PubSub.Transport)
+		}
+		if h.stopFeed, err = feed(ctx, cfg.PubSub, cfg.ProjectID, top, h, log); err != nil {
+			_ = h.Close(ctx)
+			return nil, err
+		}
+	default:
+		_ = h.Close(ctx)
+		return nil, fmt.Errorf("config: ROLLUP_MODE=%q: want %s or %s", cfg.Mode, ModePush, ModePull)
+	}
 	return h, nil
 }
+
+// Rollup modes ROLLUP_MODE names.
+const (
+	ModePush = "push"
+	ModePull = "pull"
+)

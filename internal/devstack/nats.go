@@ -1,20 +1,17 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/relaybus/relaybus/internal/delivery"
-	"github.com/relaybus/relaybus/internal/pull"
+	"github.com/relaybus/relaybus/internal/bridge"
 	"github.com/relaybus/relaybus/shared/broker"
 )
 
@@ -49,43 +46,6 @@ func startNATS(dir string) (*server.Server, error) {
 	return s, nil
 }
 
-// bridge delivers one JetStream durable consumer to an HTTP endpoint as a
-// push subscription would: the wrapped push body, one message in flight
-// per ordering key, redelivery of a refused message after the backoff
-// with its key's later messages behind it, acknowledgement after a 2xx
-// (internal/pull's Worker does all of that; this is its engine).
-type bridge struct {
-	http *http.Client
-	// url receives the requests; sub names the subscription in them.
-	url, sub string
-	// timeout bounds one request (the subscription's ack deadline).
-	timeout time.Duration
-	// cut ends the requests still in flight a little after shutdown
-	// began (rollup holds a request up to its coalescing window, longer
-	// for an event not in the ledger yet): the worker hands their
-	// messages back, as the loop does at its shutdown timeout.
-	cut context.Context
-}
-
-// Handle POSTs the delivery and answers with the endpoint's status (0
-// when no answer came: refused, as push counts it).
-func (b bridge) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
-	ctx, cancel := context.WithTimeout(ctx, b.timeout)
-	defer cancel()
-	defer context.AfterFunc(b.cut, cancel)()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(delivery.WrappedBody(d.Message, b.sub, d.Message.DeliveryAttempt)))
-	if err != nil {
-		return pull.Answer{Error: err.Error()}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.http.Do(req)
-	if err != nil {
-		return pull.Answer{Error: err.Error()}
-	}
-	resp.Body.Close()
-	return pull.Answer{Status: resp.StatusCode}
-}
-
 // The bridges' bounds are the delivery loop's (Loop.MaxInFlight,
 // Loop.MaxOutstanding, and a route's own MaxInFlight: rollupMaxInFlight
 // for the rollup): rollup holds a request until its event is rolled up
@@ -93,55 +53,25 @@ func (b bridge) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
 // flight than a consumer's; with the pull worker's own default of 16 the
 // ledger lagged the consumers by a minute in the crash test (lag p50
 // 66-76 s).
-const (
-	loopMaxInFlight    = 64
-	loopMaxOutstanding = 1000
-	// bridgeGrace is how long the deliveries in flight at shutdown may
-	// finish before they are cut (the loop's ShutdownTimeout less its
-	// reserve: 8 s).
-	bridgeGrace = 8 * time.Second
-)
+const loopMaxInFlight = 64
 
-// runBridges runs a pull worker per route over b (a broker without push)
-// until ctx ends, then
-// drains them (what is in flight finishes, the rest is handed back).
-// Routes never dead-letter (the rollup and DLQ monitor subscriptions have
-// no dead-letter topic); their backoff is the route's.
+// runBridges feeds each route over b (a broker without push) to its
+// function's URL with internal/bridge until ctx ends, then drains them
+// (what is in flight finishes, the rest is handed back). Routes never
+// dead-letter (the rollup and DLQ monitor subscriptions have no
+// dead-letter topic); their backoff is the route's.
 func runBridges(ctx context.Context, b broker.Broker, project string, routes []Route, log *slog.Logger) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}
-	cut, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	stop := context.AfterFunc(ctx, func() {
-		t := time.NewTimer(bridgeGrace)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			cancel()
-		case <-cut.Done():
-		}
-	})
-	defer stop()
-	var wg sync.WaitGroup
+	brs := make([]bridge.Route, 0, len(routes))
 	for _, rt := range routes {
 		inFlight := loopMaxInFlight
 		if rt.MaxInFlight > 0 {
 			inFlight = rt.MaxInFlight
 		}
-		w, err := pull.New(pull.Options{Source: b, Subscription: rt.Subscription, DeadLetters: b, Project: project,
-			Engine:      bridge{http: client, url: rt.URL, sub: "projects/" + project + "/subscriptions/" + rt.Subscription, timeout: time.Minute, cut: cut},
-			MaxInFlight: inFlight, MaxOutstanding: max(loopMaxOutstanding, inFlight), MaxAttempts: 1 << 30,
-			MinBackoff: rt.MinBackoff, MaxBackoff: rt.MaxBackoff, Logger: log})
-		if err != nil { // only a missing option gets here
-			log.Error("local delivery (nats): "+err.Error(), "subscription", rt.Subscription)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := w.Run(ctx); err != nil {
-				log.Error("local delivery (nats): worker stopped", "subscription", rt.Subscription, "error", err.Error())
-			}
-		}()
+		brs = append(brs, bridge.Route{Subscription: rt.Subscription, Handler: bridge.Remote(client, rt.URL),
+			MaxInFlight: inFlight, MinBackoff: rt.MinBackoff, MaxBackoff: rt.MaxBackoff})
 	}
-	wg.Wait()
+	if err := bridge.Run(ctx, bridge.Options{Source: b, Project: project, Routes: brs, Logger: log}); err != nil {
+		log.Error("local delivery (nats): " + err.Error())
+	}
 }

@@ -86,6 +86,10 @@ type PubSub struct {
 	// NATSURL is the NATS server with TRANSPORT=nats (NATS_URL, e.g.
 	// nats://nats.internal:4222).
 	NATSURL string `env:"NATS_URL"`
+	// NATSCreds is a NATS credentials file to connect with, with
+	// TRANSPORT=nats (NATS_CREDS; on Cloud Run a Secret Manager secret
+	// mounted as a file); empty: no credentials.
+	NATSCreds string `env:"NATS_CREDS"`
 }
 
 // Ledger is where the Firestore ledger lives and how it keeps documents:

@@ -73,6 +73,8 @@ func TestEachDefaultIsWrittenOnce(t *testing.T) {
 
 		{"CONSUMER_HANDLER", con.Handler, topology.HandlerProjection},
 		{"CONSUMER_MODE", con.Mode, consume.ModePush},
+		{"ROLLUP_MODE", rol.Mode, rollup.ModePush},
+		{"ARCHIVE_MODE", dlq.ArchiveMode, dlqreplay.ArchiveModePush},
 		{"FORWARD_AUTH", con.ForwardAuth, forward.AuthNone},
 		{"FORWARD_TIMEOUT", con.ForwardTimeout, forward.DefaultTimeout},
 		{"FORWARD_BREAKER_THRESHOLD", con.ForwardBreakerThreshold, forward.DefaultBreakerThreshold},

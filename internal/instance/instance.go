@@ -35,8 +35,9 @@
 // so its binary links only what it can use: pgopen (Postgres pools and
 // migrations), fsopen (the Firestore ledger, and clients on other
 // Firestore databases) and brokeropen (Pub/Sub or NATS JetStream, as
-// TRANSPORT names). rollup, which Pub/Sub pushes its notices to over HTTP
-// and which writes only Firestore, links neither pgx nor a broker client.
+// TRANSPORT names; natsopen for NATS alone). rollup, which Pub/Sub pushes
+// its notices to over HTTP, which pulls them on NATS, and which writes only
+// Firestore, links neither pgx nor a Pub/Sub client.
 package instance
 
 import (

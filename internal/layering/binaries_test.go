@@ -8,8 +8,9 @@ import (
 // A binary links the backends its configuration can use and no others.
 // The host opens each backend through an opener package of its own
 // (internal/instance/pgopen, fsopen, brokeropen), and a function wires in
-// only those it uses: rollup reads notices over HTTP and writes
-// Firestore, so it links neither Postgres nor a broker client.
+// only those it uses: rollup reads notices over HTTP (Pub/Sub pushes
+// them) or pulls them from NATS (ROLLUP_MODE=pull) and writes Firestore,
+// so it links no Postgres and no Pub/Sub client.
 func TestBinariesLinkOnlyTheBackendsTheyUse(t *testing.T) {
 	for _, c := range []struct {
 		binary string
@@ -18,7 +19,6 @@ func TestBinariesLinkOnlyTheBackendsTheyUse(t *testing.T) {
 		{"./functions/rollup/cmd", []rule{
 			prefix("github.com/jackc/pgx"),
 			prefix("github.com/exaring/otelpgx"),
-			prefix("github.com/nats-io"),
 			prefix("cloud.google.com/go/pubsub"),
 			prefix(module + "/shared/postgres"),
 			prefix(module + "/internal/pgpool"),

@@ -8,8 +8,8 @@
 // the other and the contract (shared/broker) links neither, and no
 // interface outside shared/broker declares the union of the broker's
 // methods (broker_test.go reads every Go file's interfaces for it); the
-// rollup binary links no pgx, Pub/Sub or NATS client (the host opens each
-// backend through an opener of its own); the consume binary that ships
+// rollup binary links no pgx or Pub/Sub client (the host opens each
+// backend through an opener of its own; rollup pulls NATS itself); the consume binary that ships
 // links no demo handler; internal/telemetry links no Postgres driver. The
 // tests read the graph with `go list -deps -json`, the graph go build
 // links, and a failure names the chain of imports that pulled the

@@ -8,18 +8,17 @@ package brokeropen
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/instance/natsopen"
 	"github.com/relaybus/relaybus/shared/broker"
-	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
 )
 
 // Open connects to the broker p.Transport names: Pub/Sub for project (the
 // emulator at p.EmulatorHost when set, else Google's endpoint), or the
-// NATS server at p.NATSURL. A bad TRANSPORT, or TRANSPORT=nats without
+// NATS server at p.NATSURL (with p.NATSCreds). A bad TRANSPORT, or TRANSPORT=nats without
 // NATS_URL, is an error naming the variable.
 func Open(ctx context.Context, p instance.PubSub, project string) (broker.Broker, error) {
 	switch p.Transport {
@@ -30,10 +29,7 @@ func Open(ctx context.Context, p instance.PubSub, project string) (broker.Broker
 		}
 		return c, nil
 	case instance.TransportNATS:
-		if p.NATSURL == "" {
-			return nil, errors.New("config: NATS_URL is required with TRANSPORT=nats: the NATS server's URL, e.g. nats://127.0.0.1:4222")
-		}
-		c, err := nats.Connect(ctx, p.NATSURL, nats.Options{Name: project})
+		c, err := natsopen.Open(ctx, p, project)
 		if err != nil {
 			return nil, err
 		}

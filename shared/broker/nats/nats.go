@@ -38,6 +38,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,9 @@ type Options struct {
 	PullWait time.Duration
 	// Name is the connection's name in the server's monitoring.
 	Name string
+	// CredsFile is a NATS credentials file (a user JWT and its NKey
+	// seed, as `nsc` writes it) to authenticate with; empty: none.
+	CredsFile string
 }
 
 // Client publishes to and pulls from a NATS JetStream server.
@@ -110,7 +114,14 @@ func Connect(ctx context.Context, url string, o Options) (*Client, error) {
 	if o.Name == "" {
 		o.Name = "relaybus"
 	}
-	nc, err := nats.Connect(url, nats.Name(o.Name), nats.MaxReconnects(-1))
+	opts := []nats.Option{nats.Name(o.Name), nats.MaxReconnects(-1)}
+	if o.CredsFile != "" {
+		if _, err := os.Stat(o.CredsFile); err != nil {
+			return nil, fmt.Errorf("nats: NATS_CREDS: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect to %s: %w", url, err)
 	}
