@@ -72,10 +72,10 @@ var notFromTerraform = map[string]bool{"K_SERVICE": true, "K_REVISION": true, "D
 	"OTEL_EXPORTER_OTLP_PROTOCOL": true, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": true, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": true,
 	"OTEL_TRACES_EXPORTER": true, "OTEL_METRICS_EXPORTER": true, "OTEL_SDK_DISABLED": true, "OTEL_METRIC_EXPORT_TIMEOUT": true,
 	"OTEL_SERVICE_NAME": true, "TELEMETRY_SAMPLE_RATIO": true, "TELEMETRY_METRIC_INTERVAL": true,
-	// Terraform deploys the Pub/Sub transport (these variables' defaults);
-	// the NATS transport is chosen by hand (docs/transports.md). CONSUMER_MODE and PULL_MAX_IN_FLIGHT are set
-	// (pull.tf, var.pull_mode).
-	"TRANSPORT": true, "NATS_URL": true}
+	// Terraform deploys the Pub/Sub transport by default (these variables'
+	// defaults); var.nats sets them (nats.tf, TestNATSTransport). CONSUMER_MODE
+	// and PULL_MAX_IN_FLIGHT are set (pull.tf, var.pull_mode).
+	"TRANSPORT": true, "NATS_URL": true, "NATS_CREDS": true}
 
 // envTags collects the variable names of a config struct's env tags
 // (localOnly and notFromTerraform left out).

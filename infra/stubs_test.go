@@ -108,7 +108,7 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 	return map[string]cty.Value{
 		"google_pubsub_topic": cty.ObjectVal(map[string]cty.Value{
 			"topic": obj(topics), "dead_letter": obj(deadLetters),
-			"rollup": cty.ObjectVal(map[string]cty.Value{"id": cty.StringVal(stubProject + "/topics/" + rollupTopic), "name": cty.StringVal(rollupTopic)}),
+			"rollup": cty.TupleVal([]cty.Value{cty.ObjectVal(map[string]cty.Value{"id": cty.StringVal(stubProject + "/topics/" + rollupTopic), "name": cty.StringVal(rollupTopic)})}),
 		}),
 		"google_pubsub_subscription":  cty.ObjectVal(map[string]cty.Value{"consumer": obj(pushSubs), "consumer_pull": obj(pullSubs), "dead_letter_monitor": obj(monitors)}),
 		"google_cloud_run_v2_service": cty.ObjectVal(map[string]cty.Value{"consume": obj(runs), "function": obj(functions)}),

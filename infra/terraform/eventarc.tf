@@ -30,7 +30,9 @@ locals {
   consumer_subscription_ids = merge(
     { for k, c in local.push_consumers : k => google_pubsub_subscription.consumer[k].name },
     { for k, c in local.eventarc_consumers : k => element(split("/", google_eventarc_trigger.consumer[k].transport[0].pubsub[0].subscription), 3) },
-    { for k, c in local.pull_consumers : k => google_pubsub_subscription.consumer_pull[k].name },
+    { for k, c in local.pubsub_pull_consumers : k => google_pubsub_subscription.consumer_pull[k].name },
+    # On NATS the durable consumer is named after the logical subscription.
+    { for k, c in local.pull_consumers : k => c.subscription if local.on_nats },
   )
 }
 
@@ -112,7 +114,7 @@ resource "terraform_data" "eventarc_subscription_policy" {
 # The rollup topic by Eventarc (rollup.delivery: eventarc): no dead-letter
 # topic (see pubsub.tf), only the retry policy.
 resource "google_eventarc_trigger" "rollup" {
-  count           = local.rollup.delivery == "eventarc" ? 1 : 0
+  count           = local.on_pubsub && local.rollup.delivery == "eventarc" ? 1 : 0
   name            = "relaybus-rollup"
   location        = var.region
   service_account = google_service_account.function["rollup"].email
@@ -124,7 +126,7 @@ resource "google_eventarc_trigger" "rollup" {
 
   transport {
     pubsub {
-      topic = google_pubsub_topic.rollup.id
+      topic = google_pubsub_topic.rollup[0].id
     }
   }
 
@@ -139,7 +141,7 @@ resource "google_eventarc_trigger" "rollup" {
 }
 
 resource "terraform_data" "eventarc_rollup_policy" {
-  count            = local.rollup.delivery == "eventarc" ? 1 : 0
+  count            = local.on_pubsub && local.rollup.delivery == "eventarc" ? 1 : 0
   triggers_replace = [var.image_tag, google_eventarc_trigger.rollup[0].transport[0].pubsub[0].subscription]
 
   provisioner "local-exec" {

@@ -229,14 +229,14 @@ resource "google_project_iam_member" "consume_cloudsql_client" {
 
 # publish (fast path) and relay publish the events.
 resource "google_pubsub_topic_iam_member" "publish_publisher" {
-  for_each = local.topics
+  for_each = local.pubsub_topics
   topic    = google_pubsub_topic.topic[each.key].name
   role     = "roles/pubsub.publisher"
   member   = google_service_account.function["publish"].member
 }
 
 resource "google_pubsub_topic_iam_member" "relay_publisher" {
-  for_each = local.topics
+  for_each = local.pubsub_topics
   topic    = google_pubsub_topic.topic[each.key].name
   role     = "roles/pubsub.publisher"
   member   = google_service_account.function["relay"].member
@@ -244,15 +244,15 @@ resource "google_pubsub_topic_iam_member" "relay_publisher" {
 
 # consume publishes a rollup notice after every attempt...
 resource "google_pubsub_topic_iam_member" "consume_rollup" {
-  for_each = local.consumers
-  topic    = google_pubsub_topic.rollup.name
+  for_each = local.pubsub_consumers
+  topic    = google_pubsub_topic.rollup[0].name
   role     = "roles/pubsub.publisher"
   member   = google_service_account.consume[each.key].member
 }
 
 # ...and a poison message (undecodable, no aggregate id) to its topic's DLQ.
 resource "google_pubsub_topic_iam_member" "consume_dead_letter" {
-  for_each = local.consumers
+  for_each = local.pubsub_consumers
   topic    = google_pubsub_topic.dead_letter[each.value.topic].name
   role     = "roles/pubsub.publisher"
   member   = google_service_account.consume[each.key].member
@@ -262,7 +262,7 @@ resource "google_pubsub_topic_iam_member" "consume_dead_letter" {
 # transaction commits: without this the kick is refused (PermissionDenied)
 # and the children wait for the relay's next Scheduler drain.
 resource "google_pubsub_topic_iam_member" "consume_emits" {
-  for_each = local.consumer_emits
+  for_each = local.on_pubsub ? local.consumer_emits : {}
   topic    = google_pubsub_topic.topic[each.value.topic].name
   role     = "roles/pubsub.publisher"
   member   = google_service_account.consume[each.value.consumer].member
@@ -270,7 +270,7 @@ resource "google_pubsub_topic_iam_member" "consume_emits" {
 
 # dlqreplay replays a dead letter to its original topic (for one consumer).
 resource "google_pubsub_topic_iam_member" "dlqreplay_publisher" {
-  for_each = local.topics
+  for_each = local.pubsub_topics
   topic    = google_pubsub_topic.topic[each.key].name
   role     = "roles/pubsub.publisher"
   member   = google_service_account.function["dlqreplay"].member
@@ -359,7 +359,7 @@ resource "google_project_iam_member" "eventarc_agent" {
 
 # The Pub/Sub service agent publishes dead letters to every <topic>.dlq...
 resource "google_pubsub_topic_iam_member" "agent_dead_letter" {
-  for_each = local.topics
+  for_each = local.pubsub_topics
   topic    = google_pubsub_topic.dead_letter[each.key].name
   role     = "roles/pubsub.publisher"
   member   = local.pubsub_service_agent
@@ -519,6 +519,8 @@ resource "time_sleep" "iam_propagation" {
       google_project_iam_member.migrate_cloudsql_client[*].id,
       [for g in google_secret_manager_secret_iam_member.consume_signing_secret : g.id],
       google_secret_manager_secret_iam_member.dlqreplay_token[*].id,
+      [for g in google_secret_manager_secret_iam_member.nats_credentials_function : g.id],
+      [for g in google_secret_manager_secret_iam_member.nats_credentials_consume : g.id],
       [for g in google_project_iam_member.cloudsql_client : g.id],
       [for g in google_project_iam_member.consume_cloudsql_client : g.id],
       google_project_iam_member.eventarc_agent.id,

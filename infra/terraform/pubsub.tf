@@ -7,7 +7,7 @@
 # and rebuild a projection.
 
 resource "google_pubsub_topic" "topic" {
-  for_each                   = local.topics
+  for_each                   = local.pubsub_topics
   name                       = each.key
   message_retention_duration = "${each.value.message_retention_seconds}s"
   labels                     = { encoding = each.value.encoding }
@@ -35,7 +35,7 @@ resource "google_pubsub_topic" "topic" {
 # new revision in place (hashicorp/terraform-provider-google#13997, since
 # 4.x; revisions are not deleted by Terraform, GoogleCloudPlatform/magic-modules#9070).
 resource "google_pubsub_schema" "topic" {
-  for_each   = local.topic_schemas
+  for_each   = local.pubsub_topic_schemas
   name       = each.key
   type       = each.value.pubsub_type
   definition = file(each.value.files[length(each.value.files) - 1])
@@ -54,7 +54,7 @@ resource "google_pubsub_schema" "topic" {
 # Every argument is single-quoted for the shell (a path may hold a space or
 # a quote; infra/firstapply_test.go runs the command through sh).
 resource "terraform_data" "schema_revisions" {
-  for_each         = local.topic_schemas
+  for_each         = local.pubsub_topic_schemas
   triggers_replace = [google_pubsub_schema.topic[each.key].id, [for f in each.value.files : sha1(file(f))]]
 
   provisioner "local-exec" {
@@ -65,7 +65,7 @@ resource "terraform_data" "schema_revisions" {
 # <topic>.dlq: Pub/Sub dead-letters a message here after the subscription's
 # max delivery attempts; consume publishes poison messages here directly.
 resource "google_pubsub_topic" "dead_letter" {
-  for_each                   = local.topics
+  for_each                   = local.pubsub_topics
   name                       = each.value.dead_letter_topic
   message_retention_duration = "${each.value.message_retention_seconds}s"
   depends_on                 = [time_sleep.api_propagation, terraform_data.topology]
@@ -87,7 +87,7 @@ resource "google_pubsub_topic" "dead_letter" {
 # backoff for the retention period. No dead-letter policy: a letter that
 # cannot be archived stays here and the "archive backlog" alert fires.
 resource "google_pubsub_subscription" "dead_letter_monitor" {
-  for_each                   = local.topics
+  for_each                   = local.pubsub_topics
   name                       = each.value.dead_letter_monitor
   topic                      = google_pubsub_topic.dead_letter[each.key].id
   ack_deadline_seconds       = local.defaults.ack_deadline_seconds
@@ -117,6 +117,7 @@ resource "google_pubsub_subscription" "dead_letter_monitor" {
 
 # The rollup topic: consume publishes the id of each event it handled.
 resource "google_pubsub_topic" "rollup" {
+  count      = local.on_pubsub ? 1 : 0
   name       = local.rollup.topic
   depends_on = [time_sleep.api_propagation, terraform_data.topology]
 }
@@ -125,9 +126,9 @@ resource "google_pubsub_topic" "rollup" {
 # event the relay has not recorded yet answers 409 and is redelivered until the
 # relay heals the ledger (internal/ledger), for the whole retention.
 resource "google_pubsub_subscription" "rollup" {
-  count                      = local.rollup.delivery == "push" ? 1 : 0
+  count                      = local.on_pubsub && local.rollup.delivery == "push" ? 1 : 0
   name                       = local.rollup.subscription
-  topic                      = google_pubsub_topic.rollup.id
+  topic                      = google_pubsub_topic.rollup[0].id
   ack_deadline_seconds       = local.defaults.ack_deadline_seconds
   message_retention_duration = "604800s"
 

@@ -34,7 +34,7 @@
 # while a message is outstanding or after a successful ack. The inbox still
 # makes effects happen once whatever the subscription does.
 resource "google_pubsub_subscription" "consumer_pull" {
-  for_each                     = local.pull_consumers
+  for_each                     = local.pubsub_pull_consumers
   name                         = each.value.subscription
   topic                        = google_pubsub_topic.topic[each.value.topic].id
   ack_deadline_seconds         = each.value.ack_deadline_seconds
@@ -82,21 +82,21 @@ resource "google_pubsub_subscription" "consumer_pull" {
 # what it dead-letters on the source subscription; dlqreplay, which seeks
 # it.
 resource "google_pubsub_subscription_iam_member" "pull_consume" {
-  for_each     = local.pull_consumers
+  for_each     = local.pubsub_pull_consumers
   subscription = google_pubsub_subscription.consumer_pull[each.key].name
   role         = "roles/pubsub.subscriber"
   member       = google_service_account.consume[each.key].member
 }
 
 resource "google_pubsub_subscription_iam_member" "pull_agent" {
-  for_each     = local.pull_consumers
+  for_each     = local.pubsub_pull_consumers
   subscription = google_pubsub_subscription.consumer_pull[each.key].name
   role         = "roles/pubsub.subscriber"
   member       = local.pubsub_service_agent
 }
 
 resource "google_pubsub_subscription_iam_member" "pull_dlqreplay_seek" {
-  for_each     = local.pull_consumers
+  for_each     = local.pubsub_pull_consumers
   subscription = google_pubsub_subscription.consumer_pull[each.key].name
   role         = "roles/pubsub.subscriber"
   member       = google_service_account.function["dlqreplay"].member

@@ -29,7 +29,8 @@
 locals {
   topology_in_image = "/etc/relaybus/topology.yaml"
 
-  env_common = {
+  # local.nats_env (nats.tf): TRANSPORT, NATS_URL and NATS_CREDS on NATS.
+  env_common = merge(local.nats_env, {
     GOOGLE_CLOUD_PROJECT = var.project_id
     RELAYBUS_TOPOLOGY    = local.topology_in_image
     LOG_LEVEL            = var.log_level
@@ -45,7 +46,7 @@ locals {
     # The Telemetry API files metrics under prometheus_target, whose
     # location is required: the region, without a metadata server read.
     OTEL_RESOURCE_ATTRIBUTES = "cloud.region=${var.region}"
-  }
+  })
 
   # The relay's settings; publish's fast path runs the same relay code.
   env_relay = {
@@ -106,7 +107,12 @@ locals {
     # transaction per event, so it gets real concurrency; /reconcile and
     # /expire (Scheduler) share the instances with the notices.
     rollup = {
-      env             = merge(local.env_common, { ROLLUP_WINDOW = var.rollup_settings.window, ROLLUP_WRITE_GAP = var.rollup_settings.write_gap })
+      env = merge(local.env_common, {
+        ROLLUP_WINDOW    = var.rollup_settings.window
+        ROLLUP_WRITE_GAP = var.rollup_settings.write_gap
+        # On NATS it pulls its notices (nats.tf).
+        ROLLUP_MODE = local.on_nats ? "pull" : "push"
+      })
       concurrency     = var.rollup_settings.concurrency
       max_instances   = var.rollup_settings.max_instances
       timeout_seconds = 60
@@ -128,6 +134,8 @@ locals {
         DLQREPLAY_RATE_LIMIT = tostring(var.dlqreplay_settings.rate_limit)
         DLQREPLAY_RATE_BURST = tostring(var.dlqreplay_settings.rate_burst)
         ARCHIVE_RETENTION    = var.archive_retention
+        # On NATS it pulls the DLQ monitors (nats.tf).
+        ARCHIVE_MODE = local.on_nats ? "pull" : "push"
         # The audit log's database of its own (firestore.tf).
         FIRESTORE_AUDIT_DATABASE = var.audit_firestore_database
       })
@@ -233,9 +241,10 @@ resource "google_cloud_run_v2_service" "function" {
     max_instance_request_concurrency = each.value.concurrency
     timeout                          = "${each.value.timeout_seconds}s"
 
+    # On NATS rollup and dlqreplay pull: always-on instances (nats.tf).
     scaling {
-      min_instance_count = 0
-      max_instance_count = each.value.max_instances
+      min_instance_count = contains(local.nats_pullers, each.key) ? try(var.nats.min_instances, 1) : 0
+      max_instance_count = max(each.value.max_instances, contains(local.nats_pullers, each.key) ? try(var.nats.min_instances, 1) : 0)
     }
 
     dynamic "volumes" {
@@ -244,6 +253,20 @@ resource "google_cloud_run_v2_service" "function" {
         name = "cloudsql"
         cloud_sql_instance {
           instances = [volumes.value]
+        }
+      }
+    }
+
+    dynamic "volumes" {
+      for_each = local.nats_credentials
+      content {
+        name = "nats"
+        secret {
+          secret = volumes.value
+          items {
+            version = "latest"
+            path    = "creds"
+          }
         }
       }
     }
@@ -295,9 +318,17 @@ resource "google_cloud_run_v2_service" "function" {
         }
       }
 
+      dynamic "volume_mounts" {
+        for_each = local.nats_credentials
+        content {
+          name       = "nats"
+          mount_path = "/secrets/nats"
+        }
+      }
+
       resources {
         limits   = { cpu = "1", memory = "512Mi" }
-        cpu_idle = each.value.cpu_idle
+        cpu_idle = each.value.cpu_idle && !contains(local.nats_pullers, each.key)
       }
     }
   }
@@ -341,6 +372,20 @@ resource "google_cloud_run_v2_service" "consume" {
         name = "cloudsql"
         cloud_sql_instance {
           instances = [volumes.value]
+        }
+      }
+    }
+
+    dynamic "volumes" {
+      for_each = local.nats_credentials
+      content {
+        name = "nats"
+        secret {
+          secret = volumes.value
+          items {
+            version = "latest"
+            path    = "creds"
+          }
         }
       }
     }
@@ -390,6 +435,14 @@ resource "google_cloud_run_v2_service" "consume" {
         content {
           name       = volume_mounts.value
           mount_path = "/cloudsql"
+        }
+      }
+
+      dynamic "volume_mounts" {
+        for_each = local.nats_credentials
+        content {
+          name       = "nats"
+          mount_path = "/secrets/nats"
         }
       }
 

@@ -161,9 +161,10 @@ locals {
 
   # Pull mode (var.pull_mode, pull.tf): these consumers pull a subscription of
   # their own and have neither a push subscription nor an Eventarc trigger.
+  # On NATS (nats.tf) every consumer pulls.
   pull_consumers = {
     for k, c in local.consumers : k => c
-    if var.pull_mode.enabled && (length(var.pull_mode.consumers) == 0 || contains(var.pull_mode.consumers, k))
+    if var.nats != null || (var.pull_mode.enabled && (length(var.pull_mode.consumers) == 0 || contains(var.pull_mode.consumers, k)))
   }
   push_consumers     = { for k, c in local.consumers : k => c if c.delivery == "push" && !contains(keys(local.pull_consumers), k) }
   eventarc_consumers = { for k, c in local.consumers : k => c if c.delivery == "eventarc" && !contains(keys(local.pull_consumers), k) }

@@ -413,3 +413,18 @@ variable "pull_mode" {
     error_message = "pull_mode: min_instances at least 1 (a pull worker gets no request to start it), max_instances at least min_instances, max_in_flight 1 to 1000."
   }
 }
+
+variable "nats" {
+  type = object({
+    url                = string
+    credentials_secret = optional(string, "")
+    min_instances      = optional(number, 1)
+  })
+  description = "The NATS JetStream transport (nats.tf), off by default (Pub/Sub): url is the server's (nats:// or tls://, NATS_URL), credentials_secret a Secret Manager secret holding a NATS credentials file (NATS_CREDS; empty: none), min_instances the always-on instances of rollup and dlqreplay, which pull their deliveries."
+  default     = null
+
+  validation {
+    condition     = var.nats == null ? true : (length(regexall("^(nats|tls)://[^/@\\s]+$", var.nats.url)) > 0 && var.nats.min_instances >= 1)
+    error_message = "nats: url is nats://host:port or tls://host:port (no user or password in it: use credentials_secret), and min_instances at least 1 (a puller gets no request to start it)."
+  }
+}
