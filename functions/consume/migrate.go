@@ -11,6 +11,7 @@ import (
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/pgroles"
+	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -54,6 +55,8 @@ type MigrateReport struct {
 	Handlers []string
 	// Roles are the roles created or updated, each "name (kind)".
 	Roles []string
+	// Doors are the outbox tables attached as doors into relaybus_outbox.
+	Doors []string
 }
 
 // builtinHandlers have no tables of their own (the inbox, projection and
@@ -70,7 +73,8 @@ func MigrateDatabase(ctx context.Context, cfg MigrateConfig) (MigrateReport, err
 	if err != nil {
 		return rep, err
 	}
-	if _, ok := top.Database(cfg.Database); !ok {
+	tdb, ok := top.Database(cfg.Database)
+	if !ok {
 		return rep, fmt.Errorf("MIGRATE_DATABASE=%q: the topology declares no such database", cfg.Database)
 	}
 	var roles []pgroles.Role
@@ -99,6 +103,12 @@ func MigrateDatabase(ctx context.Context, cfg MigrateConfig) (MigrateReport, err
 		return rep, err
 	}
 	defer pool.Close()
+	// The producers' own outbox tables (the database's outbox_tables):
+	// doors into relaybus_outbox (outbox.AttachTables).
+	if err := outbox.AttachTables(ctx, pool, tdb.OutboxTables...); err != nil {
+		return rep, err
+	}
+	rep.Doors = tdb.OutboxTables
 	log := cfg.Logger()
 	// Each consumer's handler: its own tables migrated, and named.
 	tables := map[string][]string{}

@@ -164,3 +164,45 @@ func TestMigrateStepGivesEachUserItsRole(t *testing.T) {
 		t.Errorf("migrations only, untabled handler: %v", err)
 	}
 }
+
+// TestMigrateStepAttachesTheOutboxTables: a database's outbox_tables are
+// attached by the deploy's migrate step (a table not created yet is an
+// error naming it), and from then on a row a producer inserts into one is
+// in relaybus_outbox, the door left empty.
+func TestMigrateStepAttachesTheOutboxTables(t *testing.T) {
+	ctx := context.Background()
+	topo := filepath.Join(t.TempDir(), "topology.yaml")
+	doc := strings.Replace(migrateTopology, "  - name: main\n", "  - name: main\n    outbox_tables: [orders_outbox]\n", 1)
+	if err := os.WriteFile(topo, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := pgtest.Database(t)
+	cfg := consume.MigrateConfig{DB: instance.Database{URL: url}, Database: "main"}
+	cfg.Topology = topo
+	if _, err := consume.MigrateDatabase(ctx, cfg); err == nil || !strings.Contains(err.Error(), "attach orders_outbox: no such table") {
+		t.Fatalf("migrate before the producer created its table: %v, want the table named", err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE orders_outbox (LIKE relaybus_outbox INCLUDING DEFAULTS)`); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := consume.MigrateDatabase(ctx, cfg)
+	if err != nil || strings.Join(rep.Doors, ",") != "orders_outbox" {
+		t.Fatalf("migrate: %+v %v, want orders_outbox attached", rep, err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO orders_outbox (aggregatetype, aggregateid, event_type, version, payload, topic, source)
+		VALUES ('order', 'A-1', 'order.purchased', 1, '{}', 'shop.order.events', 'order-service')`); err != nil {
+		t.Fatal(err)
+	}
+	var inOutbox, inDoor int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM relaybus_outbox WHERE aggregateid = 'A-1'), (SELECT count(*) FROM orders_outbox)`).Scan(&inOutbox, &inDoor); err != nil {
+		t.Fatal(err)
+	}
+	if inOutbox != 1 || inDoor != 0 {
+		t.Errorf("%d rows in relaybus_outbox, %d in the door; want 1 and 0", inOutbox, inDoor)
+	}
+}

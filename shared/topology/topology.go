@@ -156,6 +156,13 @@ type Database struct {
 	// database's URL variable (EnvVar) and its Secret Manager secret.
 	Name        string `yaml:"name"`
 	Description string `yaml:"description"`
+	// OutboxTables are producers' own outbox tables in the database, of
+	// relaybus_outbox's shape (its columns or a subset with every
+	// required one): the deploy's migrate step attaches each as a door
+	// into relaybus_outbox (outbox.AttachTables), so a row inserted into
+	// one is published like any outbox row. Each is a lower-case SQL
+	// identifier of at most 48 characters, not starting with relaybus_.
+	OutboxTables []string `yaml:"outbox_tables"`
 }
 
 // EnvVar is the environment variable holding the database's URL:
@@ -588,6 +595,16 @@ func (t *Topology) validate() error {
 			bad(where, "database declared twice")
 		}
 		seenDB[db.Name] = true
+		seenDoor := map[string]bool{}
+		for j, tb := range db.OutboxTables {
+			if !validOutboxTable(tb) {
+				bad(fmt.Sprintf("%s.outbox_tables[%d]", where, j), "must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 48 characters) not starting with relaybus_, not %q", tb)
+			}
+			if seenDoor[tb] {
+				bad(fmt.Sprintf("%s.outbox_tables[%d]", where, j), "%s listed twice", tb)
+			}
+			seenDoor[tb] = true
+		}
 	}
 	if !seenDB[MainDatabase] {
 		bad("databases", "must declare %q, the publish function's database", MainDatabase)
@@ -826,6 +843,20 @@ func validDatabaseName(n string) bool {
 	}
 	for _, r := range n {
 		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// validOutboxTable is a Database.OutboxTables name: the door trigger's
+// function is relaybus_door_<name>, within Postgres's 63 characters.
+func validOutboxTable(n string) bool {
+	if n == "" || len(n) > 48 || strings.HasPrefix(n, "relaybus_") || (n[0] >= '0' && n[0] <= '9') {
+		return false
+	}
+	for _, r := range n {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '_' {
 			return false
 		}
 	}
