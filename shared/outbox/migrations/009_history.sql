@@ -75,3 +75,10 @@ CREATE TABLE IF NOT EXISTS relaybus_outbox_backfill (
     finished_at     timestamptz,
     CHECK (state IN ('running', 'paused', 'cancelled', 'done'))
 );
+
+-- Re-pushes are claimed in the order they were queued (sql/repush_claim.sql
+-- orders by due_at, then id): a backfill queues an aggregate's versions in
+-- order, in one statement (one due_at), and they go out in that order.
+CREATE INDEX IF NOT EXISTS relaybus_outbox_repush_due_order
+    ON relaybus_outbox_repush (due_at, id) WHERE failed_at IS NULL;
+DROP INDEX IF EXISTS relaybus_outbox_repush_due;

@@ -10,7 +10,7 @@ WITH t AS (
 ), due AS (
     SELECT q.id FROM relaybus_outbox_repush q, t
     WHERE q.failed_at IS NULL AND q.due_at <= t.now
-    ORDER BY q.due_at
+    ORDER BY q.due_at, q.id
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
 ), leased AS (
