@@ -26,8 +26,8 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 const (
-	topic    = "shop.order.events"
-	newbie   = "new-service"    // the consumer backfilled
+	topic     = "shop.order.events"
+	newbie    = "new-service"    // the consumer backfilled
 	bystander = "member-service" // another consumer of the topic
 )
 
