@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,11 +76,6 @@ func PurgeWith(ctx context.Context, db postgres.DBTX, o PurgeOptions) (int, erro
 	return n, nil
 }
 
-// historyPartition names the history's partition for the month of t (UTC).
-func historyPartition(t time.Time) string {
-	return fmt.Sprintf("relaybus_outbox_history_y%04dm%02d", t.Year(), int(t.Month()))
-}
-
 func monthOf(t time.Time) time.Time {
 	t = t.UTC()
 	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
@@ -91,16 +84,12 @@ func monthOf(t time.Time) time.Time {
 // EnsureHistoryPartitions creates the history's monthly partitions (by the
 // rows' keep_until) from now's month to the month of now + longest, those
 // that do not exist yet, so that a row kept for up to longest finds its
-// partition (and a day more, for the database's clock against ours).
+// partition (and a day more, for the database's clock against ours). The
+// database function it calls runs as the table's owner (migration 009).
 func EnsureHistoryPartitions(ctx context.Context, db postgres.DBTX, now time.Time, longest time.Duration) error {
-	last := monthOf(now.Add(longest + 24*time.Hour))
-	for m := monthOf(now); !m.After(last); m = m.AddDate(0, 1, 0) {
-		// Names and bounds are ours (digits only), not the caller's.
-		q := fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF relaybus_outbox_history FOR VALUES FROM ('%s') TO ('%s')",
-			historyPartition(m), m.Format(time.RFC3339), m.AddDate(0, 1, 0).Format(time.RFC3339))
-		if _, err := db.Exec(ctx, q); err != nil {
-			return fmt.Errorf("outbox: history partition %s: %w", historyPartition(m), err)
-		}
+	if _, err := db.Exec(ctx, `SELECT count(*) FROM relaybus_outbox_history_partitions($1, $2, '-infinity')`,
+		monthOf(now), monthOf(now.Add(longest+24*time.Hour))); err != nil {
+		return fmt.Errorf("outbox: history partitions: %w", err)
 	}
 	return nil
 }
@@ -109,39 +98,13 @@ func EnsureHistoryPartitions(ctx context.Context, db postgres.DBTX, now time.Tim
 // has passed (their month ended before now) and returns their names. A row
 // is thus kept at least its topic's retention, and at most a month longer.
 func PruneHistory(ctx context.Context, db postgres.DBTX, now time.Time) ([]string, error) {
-	rows, err := db.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = 'relaybus_outbox_history'::regclass ORDER BY c.relname`)
+	rows, err := db.Query(ctx, `SELECT relaybus_outbox_history_partitions('infinity', '-infinity', $1)`, now)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: list history partitions: %w", err)
+		return nil, fmt.Errorf("outbox: prune history: %w", err)
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	dropped, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("outbox: list history partitions: %w", err)
-	}
-	var dropped []string
-	for _, name := range names {
-		m, ok := partitionMonth(name)
-		if !ok || m.AddDate(0, 1, 0).After(now) {
-			continue
-		}
-		if _, err := db.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
-			return dropped, fmt.Errorf("outbox: drop history partition %s: %w", name, err)
-		}
-		dropped = append(dropped, name)
+		return nil, fmt.Errorf("outbox: prune history: %w", err)
 	}
 	return dropped, nil
-}
-
-// partitionMonth reads the month out of a partition's name.
-func partitionMonth(name string) (time.Time, bool) {
-	rest, ok := strings.CutPrefix(name, "relaybus_outbox_history_y")
-	if !ok || len(rest) != 7 || rest[4] != 'm' {
-		return time.Time{}, false
-	}
-	y, err1 := strconv.Atoi(rest[:4])
-	m, err2 := strconv.Atoi(rest[5:])
-	if err1 != nil || err2 != nil || m < 1 || m > 12 {
-		return time.Time{}, false
-	}
-	return time.Date(y, time.Month(m), 1, 0, 0, 0, 0, time.UTC), true
 }

@@ -11,10 +11,13 @@
 -- a migration that adds an event column to relaybus_outbox adds it here too.
 --
 -- Partitioned by keep_until, one partition per calendar month (UTC), created
--- by the relay before it moves rows (outbox.EnsureHistoryPartitions): rows
--- of topics with different retentions land in the partitions of their own
--- expiry, so expiry is a DROP of a whole partition once its month has passed
--- (outbox.PruneHistory), never a DELETE that leaves dead tuples.
+-- before rows are moved (outbox.EnsureHistoryPartitions): rows of topics
+-- with different retentions land in the partitions of their own expiry, so
+-- expiry is a DROP of a whole partition once its month has passed
+-- (outbox.PruneHistory), never a DELETE that leaves dead tuples. Both go
+-- through relaybus_outbox_history_partitions below, which runs as the
+-- table's owner: the relay's role has no DDL (internal/pgroles), and reads
+-- and writes the partitions through the parent, where its grants are.
 CREATE TABLE IF NOT EXISTS relaybus_outbox_history (
     id               text        NOT NULL,
     aggregatetype    text        NOT NULL,
@@ -40,6 +43,41 @@ CREATE TABLE IF NOT EXISTS relaybus_outbox_history (
     archived_at      timestamptz NOT NULL DEFAULT now(),
     keep_until       timestamptz NOT NULL
 ) PARTITION BY RANGE (keep_until);
+
+-- Creates the monthly partitions from the month of $1 to the month of $2
+-- (those missing) and drops those whose month ended at or before $3;
+-- returns the names it dropped. SECURITY DEFINER with the migration's
+-- search_path: it acts on this schema's history only, as its owner.
+CREATE OR REPLACE FUNCTION relaybus_outbox_history_partitions(first_month timestamptz, last_month timestamptz, drop_before timestamptz)
+RETURNS SETOF text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT
+AS $$
+DECLARE
+    m timestamptz := date_trunc('month', first_month AT TIME ZONE 'UTC') AT TIME ZONE 'UTC';
+    part text;
+    month_start timestamptz;
+BEGIN
+    WHILE m <= last_month LOOP
+        part := 'relaybus_outbox_history_y' || to_char(m AT TIME ZONE 'UTC', 'YYYY"m"MM');
+        IF to_regclass(part) IS NULL THEN
+            EXECUTE format('CREATE TABLE %I PARTITION OF relaybus_outbox_history FOR VALUES FROM (%L) TO (%L)',
+                part, m, m + interval '1 month');
+        END IF;
+        m := (m AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC';
+    END LOOP;
+    FOR part IN
+        SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'relaybus_outbox_history'::regclass AND c.relname ~ '^relaybus_outbox_history_y[0-9]{4}m[0-9]{2}$'
+        ORDER BY c.relname
+    LOOP
+        month_start := make_timestamptz(substr(part, 26, 4)::int, substr(part, 31, 2)::int, 1, 0, 0, 0, 'UTC');
+        IF month_start + interval '1 month' <= drop_before THEN
+            EXECUTE format('DROP TABLE %I', part);
+            RETURN NEXT part;
+        END IF;
+    END LOOP;
+END
+$$;
 
 -- A backfill walks a topic's aggregates in order, version by version.
 CREATE INDEX IF NOT EXISTS relaybus_outbox_history_walk
