@@ -101,3 +101,19 @@ func TestPurgeWithoutHistoryDeletes(t *testing.T) {
 		}
 	}
 }
+
+// Relays run retention at once: those that race to create the same
+// partitions all succeed.
+func TestHistoryPartitionsCreatedConcurrently(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() { errs <- outbox.EnsureHistoryPartitions(ctx, pool, time.Now(), 400*24*time.Hour) }()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent partition creation: %v", err)
+		}
+	}
+}

@@ -60,8 +60,14 @@ BEGIN
     WHILE m <= last_month LOOP
         part := 'relaybus_outbox_history_y' || to_char(m AT TIME ZONE 'UTC', 'YYYY"m"MM');
         IF to_regclass(part) IS NULL THEN
-            EXECUTE format('CREATE TABLE %I PARTITION OF relaybus_outbox_history FOR VALUES FROM (%L) TO (%L)',
-                part, m, m + interval '1 month');
+            -- Relays run at once: one that loses the race to create the
+            -- partition finds it made.
+            BEGIN
+                EXECUTE format('CREATE TABLE %I PARTITION OF relaybus_outbox_history FOR VALUES FROM (%L) TO (%L)',
+                    part, m, m + interval '1 month');
+            EXCEPTION WHEN duplicate_table OR unique_violation THEN
+                NULL;
+            END;
         END IF;
         m := (m AT TIME ZONE 'UTC' + interval '1 month') AT TIME ZONE 'UTC';
     END LOOP;
@@ -72,8 +78,12 @@ BEGIN
     LOOP
         month_start := make_timestamptz(substr(part, 26, 4)::int, substr(part, 31, 2)::int, 1, 0, 0, 0, 'UTC');
         IF month_start + interval '1 month' <= drop_before THEN
-            EXECUTE format('DROP TABLE %I', part);
-            RETURN NEXT part;
+            BEGIN
+                EXECUTE format('DROP TABLE %I', part);
+                RETURN NEXT part;
+            EXCEPTION WHEN undefined_table THEN
+                NULL; -- another relay dropped it
+            END;
         END IF;
     END LOOP;
 END
