@@ -53,6 +53,15 @@
 //	POST   /jobs/{id}:run              {"seconds"}: work on the job for a slice inside this request (a job
 //	                                   advances while its callers drive it), then answer its progress
 //	POST   /jobs/{id}:cancel           stop it before its next send
+//	POST   /backfills                  {"topic", "consumer", "since", "until", "aggregates", "rate", "database",
+//	                                   "dryRun"}: deliver the topic's history to that consumer alone, through
+//	                                   its own inbox (backfill.go); a dry run counts the events
+//	GET    /backfills                  ?limit=: the backfills, newest first, with their progress
+//	GET    /backfills/{id}             one backfill's progress: matched, queued, remaining, rate, ETA
+//	POST   /backfills/{id}:run         {"seconds"}: queue its events at its rate for a slice inside this request
+//	POST   /backfills/{id}:pause       stop queueing; :resume continues from its cursor; :cancel ends it
+//	POST   /backfills/{id}:resume
+//	POST   /backfills/{id}:cancel
 //
 // Subscriptions are named logically (<topic>.<service>-<role>); the
 // SubscriptionMap (DLQREPLAY_SUBSCRIPTIONS) turns an Eventarc consumer's
@@ -311,6 +320,7 @@ func New(o Options) (http.Handler, error) {
 		&catalogView{topology: o.Topology, registry: registry, pull: pull, logger: o.Logger},
 		jobs,
 	)
+	s.routes = append(s.routes, backfillRoutes(&backfills{dbs: dbs, topology: o.Topology, g: g})...)
 	return s, nil
 }
 

@@ -37,7 +37,9 @@
 // role may also read relaybus_migrations (a function checks at start that
 // its tables are migrated) and use the sequences of the tables it may
 // insert into. Nothing else: no TRUNCATE, REFERENCES or TRIGGER, no DDL,
-// no temporary tables. Apply first revokes whatever a role held on the
+// no temporary tables (the event history's monthly partitions are created
+// and dropped by relaybus_outbox_history_partitions, a SECURITY DEFINER
+// function of outbox migration 009 that runs as the owner). Apply first revokes whatever a role held on the
 // schema's tables and sequences, so privileges that are no longer needed
 // do not linger; all of it is one transaction, so a function never sees a
 // role half granted.

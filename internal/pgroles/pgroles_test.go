@@ -303,6 +303,11 @@ func TestEachRoleHasOnlyItsPrivileges(t *testing.T) {
 		{"relaybus_main_relay", "relaybus_main", `DELETE FROM relaybus_outbox`, true},
 		{"relaybus_main_relay", "relaybus_main", `SELECT count(*) FROM relaybus_attempts`, false},
 		{"relaybus_main_relay", "relaybus_main", `TRUNCATE relaybus_outbox`, false},
+		// The history's partitions: made and dropped through the owner's function only.
+		{"relaybus_main_relay", "relaybus_main", `SELECT count(*) FROM relaybus_outbox_history_partitions(now(), now() + interval '2 months', now() + interval '10 years')`, true},
+		{"relaybus_main_relay", "relaybus_main", `SELECT count(*) FROM relaybus_outbox_history`, true},
+		{"relaybus_main_relay", "relaybus_main", `DROP TABLE relaybus_outbox_history`, false},
+		{"relaybus_main_dlqreplay", "relaybus_main", `INSERT INTO relaybus_outbox_backfill (id, topic, consumer, since, until, rate) VALUES ('b', 't', 'c', now(), now(), 1)`, true},
 		{"relaybus_main_dlqreplay", "relaybus_main", `DELETE FROM relaybus_inbox WHERE consumer_id = 'x'`, true},
 		{"relaybus_main_dlqreplay", "relaybus_main", `INSERT INTO relaybus_strict_skipped (consumer_id, aggregate_type, aggregate_id, version) VALUES ('c', 'a', 'i', 1)`, true},
 		{"relaybus_main_dlqreplay", "relaybus_main", `DELETE FROM relaybus_outbox`, false},

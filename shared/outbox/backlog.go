@@ -62,14 +62,7 @@ func Count(ctx context.Context, db postgres.DBTX) (Counts, error) {
 // published (and recorded by the ledger, when ledger is true), then up to
 // limit dispatch rows of aggregates that have no row left and have been
 // idle since before. It returns how many outbox rows it deleted; call it
-// until that is less than limit.
+// until that is less than limit. It keeps no history (PurgeWith does).
 func Purge(ctx context.Context, db postgres.DBTX, before time.Time, limit int, ledger bool) (int, error) {
-	var n int
-	if err := db.QueryRow(ctx, purgeSQL, before, limit, ledger).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: purge: %w", err)
-	}
-	if _, err := db.Exec(ctx, purgeDispatchSQL, before, limit); err != nil {
-		return n, fmt.Errorf("outbox: purge dispatch: %w", err)
-	}
-	return n, nil
+	return PurgeWith(ctx, db, PurgeOptions{Before: before, Limit: limit, Ledger: ledger})
 }

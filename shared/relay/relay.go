@@ -152,6 +152,10 @@ type Options struct {
 	// Retention is how long published rows are kept (DefaultRetention);
 	// negative keeps them forever.
 	Retention time.Duration
+	// History is what retention keeps in the outbox database's history
+	// instead of deleting it (docs/history.md); when its zero value and
+	// Topology is set, each topic's history_retention_days.
+	History outbox.History
 	// LedgerBudget bounds one batch of ledger writes (DefaultLedgerBudget).
 	LedgerBudget time.Duration
 	// HealDelay is how long after a send the healing step may record it
@@ -237,6 +241,12 @@ func New(o Options) (*Relay, error) {
 	}
 	if o.Retention == 0 {
 		o.Retention = DefaultRetention
+	}
+	if o.History.Default == 0 && o.History.Topics == nil && o.Topology != nil {
+		o.History.Topics = map[string]time.Duration{}
+		for _, t := range o.Topology.Topics {
+			o.History.Topics[t.Name] = t.HistoryRetention()
+		}
 	}
 	if o.LedgerBudget <= 0 {
 		o.LedgerBudget = DefaultLedgerBudget
@@ -453,7 +463,8 @@ func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error
 		// Retention gets what is left of the budget, at least a moment.
 		pctx, pcancel := context.WithTimeout(ctx, max(time.Until(deadline), 2*time.Second))
 		for pctx.Err() == nil {
-			n, err := outbox.Purge(pctx, r.o.DB, r.now().Add(-r.o.Retention), purgeBatch, r.o.Ledger != nil)
+			n, err := outbox.PurgeWith(pctx, r.o.DB, outbox.PurgeOptions{Before: r.now().Add(-r.o.Retention), Limit: purgeBatch,
+				Ledger: r.o.Ledger != nil, History: r.o.History})
 			sum.Purged += n
 			if err != nil {
 				if pctx.Err() == nil {
@@ -463,6 +474,11 @@ func (r *Relay) Drain(ctx context.Context, budget time.Duration) (Summary, error
 			}
 			if n < purgeBatch {
 				break
+			}
+		}
+		if pctx.Err() == nil {
+			if _, err := outbox.PruneHistory(pctx, r.o.DB, r.now()); err != nil {
+				fail(err)
 			}
 		}
 		pcancel()

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -244,6 +245,26 @@ type Topic struct {
 	// takes any payload. All of a topic's schemas share one type and one
 	// encoding: Pub/Sub attaches one schema, with one encoding, to a topic.
 	Schemas []Schema `yaml:"schemas"`
+	// HistoryRetentionDays is how long the outbox database's history keeps
+	// the topic's events after the outbox's retention takes them
+	// (docs/history.md): DefaultHistoryRetentionDays when left out, 0 for
+	// no history, at most MaxHistoryRetentionDays.
+	HistoryRetentionDays *int `yaml:"history_retention_days"`
+}
+
+// Bounds of a topic's history_retention_days.
+const (
+	DefaultHistoryRetentionDays = 90
+	MaxHistoryRetentionDays     = 3650
+)
+
+// HistoryRetention is how long the history keeps the topic's events (0: none).
+func (t Topic) HistoryRetention() time.Duration {
+	days := DefaultHistoryRetentionDays
+	if t.HistoryRetentionDays != nil {
+		days = *t.HistoryRetentionDays
+	}
+	return time.Duration(days) * 24 * time.Hour
 }
 
 // Schema types (Schema.Type).
@@ -658,6 +679,9 @@ func (t *Topology) validate() error {
 		}
 		if r := tp.MessageRetentionSeconds; r < 600 || r > 31*24*3600 {
 			bad(where+".message_retention_seconds", "must be 600 (10 minutes) to 2678400 (31 days), not %d", r)
+		}
+		if r := tp.HistoryRetentionDays; r != nil && (*r < 0 || *r > MaxHistoryRetentionDays) {
+			bad(where+".history_retention_days", "must be 0 (no history) to %d days, not %d", MaxHistoryRetentionDays, *r)
 		}
 		validateSchemas(where, tp.Schemas, bad)
 		seenConsumer := map[string]bool{}

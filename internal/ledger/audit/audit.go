@@ -55,6 +55,10 @@ const (
 	ReplayJob       = "replay.job"
 	ReplayJobCancel = "replay.job_cancel"
 	LetterArchive   = "deadletter.archive"
+	// Backfill is a backfill's creation (functions/dlqreplay's POST
+	// /backfills); BackfillControl an operator's pause, resume or cancel.
+	Backfill        = "backfill.create"
+	BackfillControl = "backfill.control"
 	// Reads of payloads, and of the audit log itself.
 	EventRead  = "event.read"
 	LetterRead = "deadletter.read"

@@ -1,6 +1,8 @@
 -- Claim re-pushes: lease up to $3 due re-pushes for $2 seconds (an expired
 -- lease makes one due again) and return each with its event's row (NULL
--- columns when retention has deleted it since).
+-- columns when retention has deleted it since). A row retention moved to
+-- the history (migration 009) is found there: that is how a backfill's
+-- events go out.
 --
 -- $1 now (NULL: the database's clock), $2 lease in seconds, $3 limit.
 WITH t AS (
@@ -8,7 +10,7 @@ WITH t AS (
 ), due AS (
     SELECT q.id FROM relaybus_outbox_repush q, t
     WHERE q.failed_at IS NULL AND q.due_at <= t.now
-    ORDER BY q.due_at
+    ORDER BY q.due_at, q.id
     LIMIT $3
     FOR UPDATE OF q SKIP LOCKED
 ), leased AS (
@@ -22,5 +24,18 @@ SELECT l.id, l.event_id, coalesce(l.target_consumer, ''), l.attempts,
        o.correlation_id, o.initiator, o.expire_at, o.target_consumer, o.created_at, o.traceparent,
        o.source_version
 FROM leased l
-LEFT JOIN relaybus_outbox o ON o.id = l.event_id
+LEFT JOIN LATERAL (
+    SELECT o.id, o.aggregatetype, o.aggregateid, o.event_type, o.version, o.payload, o.occurred_at,
+           o.topic, o.source, o.schema_version, o.payload_type, o.trace_id, o.span_id, o.parent_event_id,
+           o.correlation_id, o.initiator, o.expire_at, o.target_consumer, o.created_at, o.traceparent,
+           o.source_version
+    FROM relaybus_outbox o WHERE o.id = l.event_id
+    UNION ALL
+    SELECT h.id, h.aggregatetype, h.aggregateid, h.event_type, h.version, h.payload, h.occurred_at,
+           h.topic, h.source, h.schema_version, h.payload_type, h.trace_id, h.span_id, h.parent_event_id,
+           h.correlation_id, h.initiator, h.expire_at, h.target_consumer, h.created_at, h.traceparent,
+           h.source_version
+    FROM relaybus_outbox_history h WHERE h.id = l.event_id
+    LIMIT 1
+) o ON true
 ORDER BY l.id

@@ -1,0 +1,119 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/relaybus/relaybus/shared/outbox"
+)
+
+// historyIDs lists the history's event ids, by aggregate and version.
+func historyIDs(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT id FROM relaybus_outbox_history ORDER BY aggregateid, version`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Retention moves published rows of a topic that keeps history into the
+// history, kept for the topic's retention; a cancelled row is not history.
+// The relay's re-push claim finds a row there. Once the partition's month
+// is over, PruneHistory drops it.
+func TestPurgeMovesPublishedRowsToHistory(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	if _, err := outbox.Enqueue(ctx, pool, ev("a1", "A", 1), ev("a2", "A", 2), ev("b1", "B", 1),
+		at(ev("c1", "C", 1), time.Now().Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Cancel(ctx, pool, "c1", outbox.CancelOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	settleAll(t, pool, time.Now(), claim(t, pool, time.Now(), "r1"))
+
+	keep := 48 * time.Hour
+	n, err := outbox.PurgeWith(ctx, pool, outbox.PurgeOptions{Before: time.Now().Add(time.Minute), Limit: 100,
+		History: outbox.History{Topics: map[string]time.Duration{"shop.order.events": keep}}})
+	if err != nil || n != 4 {
+		t.Fatalf("purge took %d rows (%v), want 4", n, err)
+	}
+	if c := count(t, pool); c != 0 {
+		t.Fatalf("%d rows left in the outbox", c)
+	}
+	if got := historyIDs(t, pool); len(got) != 3 || got[0] != "a1" || got[1] != "a2" || got[2] != "b1" {
+		t.Fatalf("history = %v, want [a1 a2 b1] (the cancelled c1 is not history)", got)
+	}
+	var left float64
+	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM min(keep_until) - now()) FROM relaybus_outbox_history`).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left < (keep-time.Minute).Seconds() || left > keep.Seconds() {
+		t.Fatalf("kept for %.0f s more, want about %.0f", left, keep.Seconds())
+	}
+
+	// A re-push of a history row (what a backfill queues) is claimed with its event.
+	if _, err := pool.Exec(ctx, `INSERT INTO relaybus_outbox_repush (event_id, target_consumer) VALUES ('a2', 'new-service')`); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := outbox.ClaimRepushes(ctx, pool, time.Now(), time.Minute, 10)
+	if err != nil || len(qs) != 1 || !qs[0].Found || qs[0].Row.Event.ID != "a2" || qs[0].Row.Event.Version != 2 ||
+		qs[0].Row.Target != "new-service" || string(qs[0].Row.Event.Payload) != `{"n":1}` {
+		t.Fatalf("claimed %+v (%v), want a2 found in the history, addressed to new-service", qs, err)
+	}
+
+	// Not before the partition's month is over; then the whole month goes.
+	if dropped, err := outbox.PruneHistory(ctx, pool, time.Now()); err != nil || len(dropped) != 0 {
+		t.Fatalf("prune now dropped %v (%v), want nothing", dropped, err)
+	}
+	dropped, err := outbox.PruneHistory(ctx, pool, time.Now().Add(keep).AddDate(0, 1, 1))
+	if err != nil || len(dropped) == 0 || len(historyIDs(t, pool)) != 0 {
+		t.Fatalf("prune after the month dropped %v (%v), history %v left", dropped, err, historyIDs(t, pool))
+	}
+}
+
+// A topic with no history retention (the zero History, or 0 for the
+// topic) loses its rows to retention as before.
+func TestPurgeWithoutHistoryDeletes(t *testing.T) {
+	ctx := context.Background()
+	for _, h := range []outbox.History{{}, {Topics: map[string]time.Duration{"shop.order.events": 0}, Default: time.Hour}} {
+		pool := newDB(t)
+		if _, err := outbox.Enqueue(ctx, pool, ev("a1", "A", 1)); err != nil {
+			t.Fatal(err)
+		}
+		settleAll(t, pool, time.Now(), claim(t, pool, time.Now(), "r1"))
+		n, err := outbox.PurgeWith(ctx, pool, outbox.PurgeOptions{Before: time.Now().Add(time.Minute), Limit: 100, History: h})
+		if err != nil || n != 1 || len(historyIDs(t, pool)) != 0 {
+			t.Fatalf("history %+v: purge took %d (%v), history %v; want 1 deleted, none kept", h, n, err, historyIDs(t, pool))
+		}
+	}
+}
+
+// Relays run retention at once: those that race to create the same
+// partitions all succeed.
+func TestHistoryPartitionsCreatedConcurrently(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() { errs <- outbox.EnsureHistoryPartitions(ctx, pool, time.Now(), 400*24*time.Hour) }()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent partition creation: %v", err)
+		}
+	}
+}
