@@ -180,7 +180,22 @@ type Options struct {
 	MaxBody int64
 	// Logger receives the structured logs.
 	Logger *slog.Logger
+	// Pauses, when set, is the consumer's own delivery control (the
+	// operators' pause of a consumer whose broker has none: Eventarc,
+	// pull, NATS; see docs/operations.md): while the consumer is paused
+	// on a delivery's topic, the delivery is kept in its database and
+	// acknowledged, 200 with code paused, and no attempt is made or
+	// counted; resuming publishes the kept deliveries again. Nil: off.
+	Pauses *inbox.PauseFlags
 }
+
+// topicAttr names a message's topic when its delivery does not (the
+// envelope's extension, binary mode).
+const topicAttr = "topic"
+
+// CodePaused is the answer's code for a delivery kept while its consumer
+// is paused.
+const CodePaused = "paused"
 
 // GapKeeper is a handler that holds events until their predecessor is
 // applied (projection.Resequencer, CONSUMER_HANDLER=strict): consume serves
@@ -306,6 +321,17 @@ func New(o Options) (*Handler, error) {
 			writeJSON(w, http.StatusOK, consumer.Result{Code: "malformed_delivery", Error: err.Error()})
 			return
 		}
+		if o.Pauses != nil {
+			if kept, err := hold(r.Context(), o, d); err != nil {
+				o.Logger.WarnContext(r.Context(), "consume: cannot keep a delivery while paused; redelivery requested", "error", err.Error())
+				writeJSON(w, http.StatusServiceUnavailable, consumer.Result{Code: "database", Error: "the consumer's database is unavailable"})
+				return
+			} else if kept {
+				writeJSON(w, http.StatusOK, consumer.Result{Code: CodePaused, EventID: d.Message.Attributes["event_id"],
+					Error: "the consumer is paused: the delivery is kept and published again when it resumes"})
+				return
+			}
+		}
 		res := o.Engine.Handle(r.Context(), d)
 		if res.Held() {
 			// Pub/Sub's push ignores it (its retry policy spaces the
@@ -315,6 +341,21 @@ func New(o Options) (*Handler, error) {
 		writeJSON(w, res.Status, res)
 	})
 	return h, nil
+}
+
+// hold keeps d if the consumer is paused on its topic (the flag as last
+// read, then checked again by the insert itself, so nothing is kept once
+// the pause is gone).
+func hold(ctx context.Context, o Options, d delivery.Delivery) (bool, error) {
+	topic := d.Topic()
+	if topic == "" {
+		topic = d.Message.Attributes[topicAttr]
+	}
+	paused, err := o.Pauses.Paused(ctx, topic)
+	if err != nil || !paused {
+		return false, nil // unread: deliver as usual (the engine meets the same database)
+	}
+	return inbox.Hold(ctx, o.Pauses.DB, o.Pauses.ConsumerID, topic, d.Message)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

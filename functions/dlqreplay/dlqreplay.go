@@ -116,6 +116,11 @@ const (
 	DefaultMaxRepushes = 3
 	// DefaultSentTimeout is how long a SENT event must wait before it may be re-pushed.
 	DefaultSentTimeout = 10 * time.Minute
+	// DefaultPauseSettle is how long a pause by a consumer's flag takes
+	// to reach every consume instance: they read it once a second
+	// (inbox.DefaultPauseEvery), and a delivery already past the check
+	// finishes within its transaction.
+	DefaultPauseSettle = 3 * time.Second
 	// DefaultRateLimit is the requests per second one caller may make (per
 	// instance), DefaultRateBurst how many at once: a console's page loads
 	// a handful; a script that loops is slowed down.
@@ -193,6 +198,10 @@ type Options struct {
 	// with a Broker that is a PushConfigurer means a PushPauser over it
 	// and PushTargets.
 	Pauser Pauser
+	// PauseSettle is how long a pause by a consumer's own flag takes to
+	// reach every consume instance: a rebuild waits that long after
+	// pausing before it seeks and clears (DefaultPauseSettle when zero).
+	PauseSettle time.Duration
 	// MaxRepushes and SentTimeout are the re-push rules (defaults above).
 	MaxRepushes int
 	SentTimeout time.Duration
@@ -256,6 +265,9 @@ func New(o Options) (http.Handler, error) {
 	default:
 		limiter = ratelimit.New(ratelimit.Options{Rate: o.RateLimit, Burst: o.RateBurst})
 	}
+	if o.PauseSettle <= 0 {
+		o.PauseSettle = DefaultPauseSettle
+	}
 	if o.MaxRepushes <= 0 {
 		o.MaxRepushes = DefaultMaxRepushes
 	}
@@ -304,7 +316,7 @@ func New(o Options) (http.Handler, error) {
 		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull,
 			auditLog: o.Audit, g: g, logger: o.Logger},
 		&deliveryControl{broker: o.Broker, pauser: o.Pauser, topology: o.Topology, subs: o.Subscriptions, pull: pull,
-			dbs: dbs, g: g, logger: o.Logger},
+			dbs: dbs, g: g, logger: o.Logger, publisher: o.Publisher, pauseSettle: o.PauseSettle},
 		&overview{reader: reader, deadLetters: o.Archive, dbs: dbs, logger: o.Logger},
 		&auditView{log: o.Audit},
 		&catalogView{topology: o.Topology, registry: registry, pull: pull, logger: o.Logger},
