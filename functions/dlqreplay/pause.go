@@ -160,8 +160,19 @@ const (
 	ControlConsumerFlag = "consumer-flag"
 )
 
-// pulled reports whether a consumer is deployed in pull mode.
-func (dl *deliveryControl) pulled(c topology.Consumer) bool { return dl.pull.has(c.Subscription()) }
+// pulled reports whether a consumer is deployed in pull mode: declared so
+// (DLQREPLAY_PULL_CONSUMERS), or on a broker that has no push (NATS
+// JetStream: every consumer there is a consume worker pulling).
+func (dl *deliveryControl) pulled(c topology.Consumer) bool {
+	if dl.pull.has(c.Subscription()) {
+		return true
+	}
+	if dl.broker == nil {
+		return false
+	}
+	_, push := broker.As[broker.PushConfigurer](dl.broker)
+	return !push
+}
 
 // kind is the consumer's delivery as the API reports it: pull, push or
 // eventarc.
