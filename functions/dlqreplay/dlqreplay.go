@@ -29,12 +29,13 @@
 //	PATCH  /consumers/{topic}/{id}     {"enabled", "description", "sortOrder"}: change one
 //	POST   /consumers/{topic}/{id}:enable
 //	POST   /consumers/{topic}/{id}:disable
-//	POST   /consumers/{topic}/{id}:pause   detach a push consumer's push endpoint: messages wait
-//	                                   in its subscription meanwhile (pause.go)
-//	POST   /consumers/{topic}/{id}:resume  restore it
+//	POST   /consumers/{topic}/{id}:pause   stop delivery without spending attempts: an ordered push
+//	                                   consumer's push endpoint detached, any other by its own
+//	                                   flag in its database (pause.go)
+//	POST   /consumers/{topic}/{id}:resume  restore it (a flag's kept deliveries published again)
 //	GET    /consumers/{topic}/{id}/delivery  whether it is paused
-//	POST   /consumers/{topic}/{id}:rebuild {"time" | "snapshot", "aggregateType", "dryRun"}: pause, clear
-//	                                   its projection (scope) and inbox in its database, seek, resume (rebuild.go)
+//	POST   /consumers/{topic}/{id}:rebuild {"time" | "snapshot", "aggregateType", "dryRun"}: pause, seek,
+//	                                   clear its state (scope) and inbox in its database, resume (rebuild.go)
 //	GET    /consumers/{topic}/{id}/gaps ?aggregateType=&aggregateId=&limit=: a strict consumer's open
 //	                                   version gaps, oldest first, read from its own database
 //	POST   /consumers/{topic}/{id}/gaps:skip {"aggregateType", "aggregateId", "version", "through",

@@ -17,29 +17,32 @@ import (
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-// Rebuilding a consumer's projection (a backfill by Seek, as
+// Rebuilding a consumer's state (a backfill by seek, as
 // docs/operations.md "Rebuild a projection" tells), in one call:
 //
-//  1. pause the consumer (pause.go), so nothing is applied while its state
-//     is cleared;
-//  2. in its own database, in one transaction: delete its projection state
-//     for the scope (relaybus_projection, and a strict consumer's position,
-//     parked and skipped rows; all aggregate types, or one) and its inbox
-//     rows, so the redeliveries are applied instead of answered as
-//     duplicates. The inbox has no aggregate type, so all of the
-//     consumer's inbox rows go: a redelivered event of another aggregate
-//     type meets that aggregate's kept state, and the built-in handlers'
-//     version gate makes it a no-op;
-//  3. seek its subscription to the time or snapshot (consumer subscriptions
-//     retain acknowledged messages for their retention period);
-//  4. resume it (unless it was paused before), and Pub/Sub delivers again
-//     everything since that point, in order.
+//  1. pause the consumer by its control (pause.go: its push endpoint, or
+//     its own flag; after a flag, wait PauseSettle for every consume
+//     instance to read it), so nothing is applied while its state is
+//     cleared;
+//  2. seek its subscription to the time or snapshot (consumer subscriptions
+//     retain acknowledged messages for their retention period); a refused
+//     seek stops here, nothing cleared;
+//  3. in its own database, in one transaction: delete its state for the
+//     scope (relaybus_projection, a strict consumer's position, parked and
+//     skipped rows, all aggregate types or one; a custom handler's declared
+//     rebuild_clear tables, whole) and its inbox rows, so the redeliveries
+//     are applied instead of answered as duplicates. The inbox has no
+//     aggregate type, so all of the consumer's inbox rows go: a redelivered
+//     event of another aggregate type meets that aggregate's kept state,
+//     and the built-in handlers' version gate makes it a no-op;
+//  4. resume it (unless it was paused before), and the broker delivers
+//     again everything since that point.
 //
-// Only the built-in handlers (projection, strict) keep their state where
-// relaybus knows it; another handler's tables are its own and the rebuild
-// is refused. Eventarc consumers cannot be paused and are refused. A time
-// older than the subscription's retention allows is refused before
-// anything changes. The dry run says what would be cleared and replayed.
+// A custom handler that declares no rebuild_clear, and a forward consumer
+// (its state is its target's), are refused before anything changes, with
+// what cannot be reset. A time older than the subscription's retention
+// allows is refused before anything changes. The dry run says what would
+// be cleared and replayed.
 
 // retentionMargin keeps a seek clear of the retention's edge: the call
 // takes a moment, and a time that falls out of the window meanwhile would
