@@ -351,9 +351,10 @@ func hold(ctx context.Context, o Options, d delivery.Delivery) (bool, error) {
 	if topic == "" {
 		topic = d.Message.Attributes[topicAttr]
 	}
-	paused, err := o.Pauses.Paused(ctx, topic)
-	if err != nil || !paused {
-		return false, nil // unread: deliver as usual (the engine meets the same database)
+	// A flag that could not be read counts as not paused: the delivery
+	// goes to the engine, which meets the same database.
+	if paused, _ := o.Pauses.Paused(ctx, topic); !paused {
+		return false, nil
 	}
 	return inbox.Hold(ctx, o.Pauses.DB, o.Pauses.ConsumerID, topic, d.Message)
 }
