@@ -180,13 +180,17 @@ type Options struct {
 	MaxBody int64
 	// Logger receives the structured logs.
 	Logger *slog.Logger
-	// Pauses, when set, is the consumer's own delivery control (the
-	// operators' pause of a consumer whose broker has none: Eventarc,
-	// pull, NATS; see docs/operations.md): while the consumer is paused
-	// on a delivery's topic, the delivery is kept in its database and
-	// acknowledged, 200 with code paused, and no attempt is made or
-	// counted; resuming publishes the kept deliveries again. Nil: off.
-	Pauses *inbox.PauseFlags
+	// Pausable turns on the consumer's own delivery control, read from
+	// DB (the operators' pause of a consumer whose broker has none:
+	// Eventarc, pull, NATS; see docs/operations.md): while the consumer
+	// is paused on a delivery's topic, the delivery is kept in its
+	// database and acknowledged, 200 with code paused, and no attempt is
+	// made or counted; resuming publishes the kept deliveries again.
+	Pausable bool
+	// PauseEvery is how often the pause flag is read, so how long a
+	// pause takes to reach this process (one statement each time; 1s
+	// when zero).
+	PauseEvery time.Duration
 }
 
 // topicAttr names a message's topic when its delivery does not (the
@@ -210,7 +214,8 @@ type GapKeeper interface {
 // Handler is the consume function's HTTP handler.
 type Handler struct {
 	http.Handler
-	close []func(context.Context) error
+	close  []func(context.Context) error
+	pauses *inbox.PauseFlags // nil unless Options.Pausable
 }
 
 // Close ships the attempts the engine still holds, then closes what the
@@ -250,6 +255,11 @@ func New(o Options) (*Handler, error) {
 		o.Logger = logging.Discard()
 	}
 	h := &Handler{close: []func(context.Context) error{o.Engine.Close}}
+	var pauses *inbox.PauseFlags
+	if o.Pausable && o.DB != nil {
+		pauses = &inbox.PauseFlags{DB: o.DB, ConsumerID: o.Engine.ConsumerID(), Every: o.PauseEvery}
+	}
+	h.pauses = pauses
 	if g, ok := o.Engine.Handler().(GapKeeper); ok {
 		// A strict consumer's gaps as gauges (with telemetry on), read at
 		// each metric collection.
@@ -321,8 +331,8 @@ func New(o Options) (*Handler, error) {
 			writeJSON(w, http.StatusOK, consumer.Result{Code: "malformed_delivery", Error: err.Error()})
 			return
 		}
-		if o.Pauses != nil {
-			if kept, err := hold(r.Context(), o, d); err != nil {
+		if pauses != nil {
+			if kept, err := hold(r.Context(), pauses, d); err != nil {
 				o.Logger.WarnContext(r.Context(), "consume: cannot keep a delivery while paused; redelivery requested", "error", err.Error())
 				writeJSON(w, http.StatusServiceUnavailable, consumer.Result{Code: "database", Error: "the consumer's database is unavailable"})
 				return
@@ -346,17 +356,17 @@ func New(o Options) (*Handler, error) {
 // hold keeps d if the consumer is paused on its topic (the flag as last
 // read, then checked again by the insert itself, so nothing is kept once
 // the pause is gone).
-func hold(ctx context.Context, o Options, d delivery.Delivery) (bool, error) {
+func hold(ctx context.Context, pauses *inbox.PauseFlags, d delivery.Delivery) (bool, error) {
 	topic := d.Topic()
 	if topic == "" {
 		topic = d.Message.Attributes[topicAttr]
 	}
 	// A flag that could not be read counts as not paused: the delivery
 	// goes to the engine, which meets the same database.
-	if paused, _ := o.Pauses.Paused(ctx, topic); !paused {
+	if paused, _ := pauses.Paused(ctx, topic); !paused {
 		return false, nil
 	}
-	return inbox.Hold(ctx, o.Pauses.DB, o.Pauses.ConsumerID, topic, d.Message)
+	return inbox.Hold(ctx, pauses.DB, pauses.ConsumerID, topic, d.Message)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

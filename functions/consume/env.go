@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -13,8 +12,8 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/internal/contract"
-	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/internal/pullengine"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
@@ -202,8 +201,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return fail(err)
 	}
-	pauses := &inbox.PauseFlags{DB: pool, ConsumerID: cfg.ConsumerID}
-	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Logger: log, Pauses: pauses})
+	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Logger: log, Pausable: true})
 	if err != nil {
 		return fail(err)
 	}
@@ -211,10 +209,10 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	// kicks, the ledger and the clients.
 	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
 	if cfg.Mode == ModePull {
-		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: PullEngine(engine, pauses), DeadLetters: ps, Project: cfg.ProjectID,
+		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullengine.New(engine, fn.pauses), DeadLetters: ps, Project: cfg.ProjectID,
 			MaxInFlight: cfg.PullMaxInFlight, MaxAttempts: cfg.MaxDeliveryAttempts, Logger: log}
 		if c, ok := top.Consumer(cfg.Subscription); ok {
-			po.Paused = PullPaused(pauses, c.Topic)
+			po.Paused = pullengine.Paused(fn.pauses, c.Topic)
 			po.MinBackoff = time.Duration(c.MinBackoffSeconds) * time.Second
 			po.MaxBackoff = time.Duration(c.MaxBackoffSeconds) * time.Second
 			po.ExtendEvery = time.Duration(c.AckDeadlineSeconds) * time.Second / 3
@@ -241,47 +239,6 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		}}, fn.close...)
 	}
 	return fn, nil
-}
-
-// PullEngine is the pull worker's engine: e, answering with a hold (no
-// attempt) what it is handed while the consumer is paused on the
-// delivery's topic (pauses nil: never).
-func PullEngine(e *consumer.Engine, pauses *inbox.PauseFlags) pull.Engine {
-	return pullEngine{e: e, pauses: pauses}
-}
-
-// PullPaused is the pull worker's Options.Paused for a consumer pulling
-// topic: whether pauses has it paused there.
-func PullPaused(pauses *inbox.PauseFlags, topic string) func(context.Context) (bool, time.Duration) {
-	return func(ctx context.Context) (bool, time.Duration) {
-		p, _ := pauses.Paused(ctx, topic)
-		return p, pauseEvery(pauses)
-	}
-}
-
-func pauseEvery(p *inbox.PauseFlags) time.Duration {
-	if p.Every > 0 {
-		return p.Every
-	}
-	return inbox.DefaultPauseEvery
-}
-
-// pullEngine answers the pull worker with the engine's result.
-type pullEngine struct {
-	e      *consumer.Engine
-	pauses *inbox.PauseFlags
-}
-
-func (p pullEngine) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
-	if p.pauses != nil {
-		if paused, _ := p.pauses.Paused(ctx, d.Topic()); paused {
-			return pull.Answer{Status: http.StatusServiceUnavailable, Code: CodePaused, EventID: d.Message.Attributes["event_id"],
-				Error: "the consumer is paused", Held: true, RetryAfter: pauseEvery(p.pauses)}
-		}
-	}
-	r := p.e.Handle(ctx, d)
-	return pull.Answer{Status: r.Status, Attempt: r.Attempt, EventID: r.EventID, Code: r.Code, Error: r.Error,
-		Held: r.Held(), RetryAfter: r.RetryAfter}
 }
 
 // Consumer modes CONSUMER_MODE names.

@@ -53,7 +53,7 @@ func TestPauseAndResumeAnEventarcConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn, err := consume.New(consume.Options{Engine: eng, DB: e.db, Pauses: &inbox.PauseFlags{DB: e.db, ConsumerID: id, Every: time.Nanosecond}})
+	fn, err := consume.New(consume.Options{Engine: eng, DB: e.db, Pausable: true, PauseEvery: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/cloudevent"
@@ -24,6 +23,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pull"
+	"github.com/relaybus/relaybus/internal/pullengine"
 	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
 	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/consumer"
@@ -132,9 +132,9 @@ func TestPauseResumeAndRebuildAPullConsumerOnNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	flags := &inbox.PauseFlags{DB: db, ConsumerID: consumerID, Every: 50 * time.Millisecond}
-	counter := &countingEngine{Engine: consume.PullEngine(eng, flags), applied: map[string]int{}, attempts: map[string][]int{}}
+	counter := &countingEngine{Engine: pullengine.New(eng, flags), applied: map[string]int{}, attempts: map[string][]int{}}
 	var askedPaused atomic.Int64 // pulls the worker skipped, paused
-	paused := consume.PullPaused(flags, topic)
+	paused := pullengine.Paused(flags, topic)
 	w, err := pull.New(pull.Options{Source: nc, Subscription: sub, Engine: counter, DeadLetters: nc, MaxAttempts: 3,
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		Paused: func(ctx context.Context) (bool, time.Duration) {

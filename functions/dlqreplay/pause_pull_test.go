@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/pull"
+	"github.com/relaybus/relaybus/internal/pullengine"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/projection"
@@ -39,9 +39,9 @@ func TestPauseAndResumeAPullConsumerOnPubSub(t *testing.T) {
 		t.Fatal(err)
 	}
 	flags := &inbox.PauseFlags{DB: e.db, ConsumerID: consumerID, Every: 50 * time.Millisecond}
-	counter := &countingEngine{Engine: consume.PullEngine(eng, flags), applied: map[string]int{}, attempts: map[string][]int{}}
+	counter := &countingEngine{Engine: pullengine.New(eng, flags), applied: map[string]int{}, attempts: map[string][]int{}}
 	var skipped atomic.Int64
-	paused := consume.PullPaused(flags, topic)
+	paused := pullengine.Paused(flags, topic)
 	w, err := pull.New(pull.Options{Source: e.fake.Client, Subscription: sub, Engine: counter, DeadLetters: e.fake.Client,
 		Paused: func(ctx context.Context) (bool, time.Duration) {
 			p, d := paused(ctx)
