@@ -12,7 +12,9 @@
 // dead-lettered after the subscription's maximum attempts; or, for a
 // forward consumer, another delivery of the event holds its claim, or its
 // circuit breaker holds deliveries back while the target is down: code
-// held, a Retry-After header, no attempt counted; see docs/forwarding.md). It never answers 400: push would redeliver a 400
+// held, a Retry-After header, no attempt counted; see docs/forwarding.md). While an operator has
+// paused the consumer by its own flag (Options.Pausable), a delivery is kept in its database and
+// answered 200 with code paused, no attempt made (docs/operations.md). It never answers 400: push would redeliver a 400
 // forever. The ledger never changes an answer: attempts are committed in
 // Postgres with the delivery and recorded afterwards, through rollup
 // notices (consume holds no Firestore client nor grant: the rollup writes
@@ -180,7 +182,26 @@ type Options struct {
 	MaxBody int64
 	// Logger receives the structured logs.
 	Logger *slog.Logger
+	// Pausable turns on the consumer's own delivery control, read from
+	// DB (the operators' pause of a consumer whose broker has none:
+	// Eventarc, pull, NATS; see docs/operations.md): while the consumer
+	// is paused on a delivery's topic, the delivery is kept in its
+	// database and acknowledged, 200 with code paused, and no attempt is
+	// made or counted; resuming publishes the kept deliveries again.
+	Pausable bool
+	// PauseEvery is how often the pause flag is read, so how long a
+	// pause takes to reach this process (one statement each time; 1s
+	// when zero).
+	PauseEvery time.Duration
 }
+
+// topicAttr names a message's topic when its delivery does not (the
+// envelope's extension, binary mode).
+const topicAttr = "topic"
+
+// CodePaused is the answer's code for a delivery kept while its consumer
+// is paused.
+const CodePaused = "paused"
 
 // GapKeeper is a handler that holds events until their predecessor is
 // applied (projection.Resequencer, CONSUMER_HANDLER=strict): consume serves
@@ -195,7 +216,8 @@ type GapKeeper interface {
 // Handler is the consume function's HTTP handler.
 type Handler struct {
 	http.Handler
-	close []func(context.Context) error
+	close  []func(context.Context) error
+	pauses *inbox.PauseFlags // nil unless Options.Pausable
 }
 
 // Close ships the attempts the engine still holds, then closes what the
@@ -235,6 +257,11 @@ func New(o Options) (*Handler, error) {
 		o.Logger = logging.Discard()
 	}
 	h := &Handler{close: []func(context.Context) error{o.Engine.Close}}
+	var pauses *inbox.PauseFlags
+	if o.Pausable && o.DB != nil {
+		pauses = &inbox.PauseFlags{DB: o.DB, ConsumerID: o.Engine.ConsumerID(), Every: o.PauseEvery}
+	}
+	h.pauses = pauses
 	if g, ok := o.Engine.Handler().(GapKeeper); ok {
 		// A strict consumer's gaps as gauges (with telemetry on), read at
 		// each metric collection.
@@ -306,6 +333,17 @@ func New(o Options) (*Handler, error) {
 			writeJSON(w, http.StatusOK, consumer.Result{Code: "malformed_delivery", Error: err.Error()})
 			return
 		}
+		if pauses != nil {
+			if kept, err := hold(r.Context(), pauses, d); err != nil {
+				o.Logger.WarnContext(r.Context(), "consume: cannot keep a delivery while paused; redelivery requested", "error", err.Error())
+				writeJSON(w, http.StatusServiceUnavailable, consumer.Result{Code: "database", Error: "the consumer's database is unavailable"})
+				return
+			} else if kept {
+				writeJSON(w, http.StatusOK, consumer.Result{Code: CodePaused, EventID: d.Message.Attributes["event_id"],
+					Error: "the consumer is paused: the delivery is kept and published again when it resumes"})
+				return
+			}
+		}
 		res := o.Engine.Handle(r.Context(), d)
 		if res.Held() {
 			// Pub/Sub's push ignores it (its retry policy spaces the
@@ -315,6 +353,22 @@ func New(o Options) (*Handler, error) {
 		writeJSON(w, res.Status, res)
 	})
 	return h, nil
+}
+
+// hold keeps d if the consumer is paused on its topic (the flag as last
+// read, then checked again by the insert itself, so nothing is kept once
+// the pause is gone).
+func hold(ctx context.Context, pauses *inbox.PauseFlags, d delivery.Delivery) (bool, error) {
+	topic := d.Topic()
+	if topic == "" {
+		topic = d.Message.Attributes[topicAttr]
+	}
+	// A flag that could not be read counts as not paused: the delivery
+	// goes to the engine, which meets the same database.
+	if paused, _ := pauses.Paused(ctx, topic); !paused {
+		return false, nil
+	}
+	return inbox.Hold(ctx, pauses.DB, pauses.ConsumerID, topic, d.Message)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

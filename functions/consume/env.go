@@ -12,7 +12,6 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/internal/contract"
-	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
@@ -20,6 +19,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/pull"
+	"github.com/relaybus/relaybus/internal/pullengine"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/outbox"
@@ -201,7 +201,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return fail(err)
 	}
-	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Logger: log})
+	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Logger: log, Pausable: true})
 	if err != nil {
 		return fail(err)
 	}
@@ -209,9 +209,10 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	// kicks, the ledger and the clients.
 	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
 	if cfg.Mode == ModePull {
-		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{engine}, DeadLetters: ps, Project: cfg.ProjectID,
+		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullengine.New(engine, fn.pauses), DeadLetters: ps, Project: cfg.ProjectID,
 			MaxInFlight: cfg.PullMaxInFlight, MaxAttempts: cfg.MaxDeliveryAttempts, Logger: log}
 		if c, ok := top.Consumer(cfg.Subscription); ok {
+			po.Paused = pullengine.Paused(fn.pauses, c.Topic)
 			po.MinBackoff = time.Duration(c.MinBackoffSeconds) * time.Second
 			po.MaxBackoff = time.Duration(c.MaxBackoffSeconds) * time.Second
 			po.ExtendEvery = time.Duration(c.AckDeadlineSeconds) * time.Second / 3
@@ -238,15 +239,6 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		}}, fn.close...)
 	}
 	return fn, nil
-}
-
-// pullEngine answers the pull worker with the engine's result.
-type pullEngine struct{ e *consumer.Engine }
-
-func (p pullEngine) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
-	r := p.e.Handle(ctx, d)
-	return pull.Answer{Status: r.Status, Attempt: r.Attempt, EventID: r.EventID, Code: r.Code, Error: r.Error,
-		Held: r.Held(), RetryAfter: r.RetryAfter}
 }
 
 // Consumer modes CONSUMER_MODE names.

@@ -2,13 +2,15 @@ package dlqreplay
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // deliveryControl serves what changes how messages reach a consumer, each
-// in its own file: pausing and resuming a push consumer (pause.go),
+// in its own file: pausing and resuming a consumer (pause.go),
 // seeking a subscription and its snapshots (seek.go), rebuilding a
 // projection (rebuild.go: pause, clear, seek, resume), and a strict
 // consumer's version gaps (gaps.go).
@@ -29,4 +31,9 @@ type deliveryControl struct {
 	dbs    databases
 	g      *guard
 	logger *slog.Logger
+	// publisher publishes again what a consumer kept while paused by its
+	// flag; pauseSettle is how long such a pause takes to reach every
+	// consume instance (Options.PauseSettle).
+	publisher   event.Publisher
+	pauseSettle time.Duration
 }

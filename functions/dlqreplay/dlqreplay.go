@@ -29,12 +29,13 @@
 //	PATCH  /consumers/{topic}/{id}     {"enabled", "description", "sortOrder"}: change one
 //	POST   /consumers/{topic}/{id}:enable
 //	POST   /consumers/{topic}/{id}:disable
-//	POST   /consumers/{topic}/{id}:pause   detach a push consumer's push endpoint: messages wait
-//	                                   in its subscription meanwhile (pause.go)
-//	POST   /consumers/{topic}/{id}:resume  restore it
+//	POST   /consumers/{topic}/{id}:pause   stop delivery without spending attempts: an ordered push
+//	                                   consumer's push endpoint detached, any other by its own
+//	                                   flag in its database (pause.go)
+//	POST   /consumers/{topic}/{id}:resume  restore it (a flag's kept deliveries published again)
 //	GET    /consumers/{topic}/{id}/delivery  whether it is paused
-//	POST   /consumers/{topic}/{id}:rebuild {"time" | "snapshot", "aggregateType", "dryRun"}: pause, clear
-//	                                   its projection (scope) and inbox in its database, seek, resume (rebuild.go)
+//	POST   /consumers/{topic}/{id}:rebuild {"time" | "snapshot", "aggregateType", "dryRun"}: pause, seek,
+//	                                   clear its state (scope) and inbox in its database, resume (rebuild.go)
 //	GET    /consumers/{topic}/{id}/gaps ?aggregateType=&aggregateId=&limit=: a strict consumer's open
 //	                                   version gaps, oldest first, read from its own database
 //	POST   /consumers/{topic}/{id}/gaps:skip {"aggregateType", "aggregateId", "version", "through",
@@ -125,6 +126,11 @@ const (
 	DefaultMaxRepushes = 3
 	// DefaultSentTimeout is how long a SENT event must wait before it may be re-pushed.
 	DefaultSentTimeout = 10 * time.Minute
+	// DefaultPauseSettle is how long a pause by a consumer's flag takes
+	// to reach every consume instance: they read it once a second
+	// (inbox.DefaultPauseEvery), and a delivery already past the check
+	// finishes within its transaction.
+	DefaultPauseSettle = 3 * time.Second
 	// DefaultRateLimit is the requests per second one caller may make (per
 	// instance), DefaultRateBurst how many at once: a console's page loads
 	// a handful; a script that loops is slowed down.
@@ -202,6 +208,10 @@ type Options struct {
 	// with a Broker that is a PushConfigurer means a PushPauser over it
 	// and PushTargets.
 	Pauser Pauser
+	// PauseSettle is how long a pause by a consumer's own flag takes to
+	// reach every consume instance: a rebuild waits that long after
+	// pausing before it seeks and clears (DefaultPauseSettle when zero).
+	PauseSettle time.Duration
 	// MaxRepushes and SentTimeout are the re-push rules (defaults above).
 	MaxRepushes int
 	SentTimeout time.Duration
@@ -265,6 +275,9 @@ func New(o Options) (http.Handler, error) {
 	default:
 		limiter = ratelimit.New(ratelimit.Options{Rate: o.RateLimit, Burst: o.RateBurst})
 	}
+	if o.PauseSettle <= 0 {
+		o.PauseSettle = DefaultPauseSettle
+	}
 	if o.MaxRepushes <= 0 {
 		o.MaxRepushes = DefaultMaxRepushes
 	}
@@ -314,7 +327,7 @@ func New(o Options) (http.Handler, error) {
 		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull,
 			auditLog: o.Audit, g: g, logger: o.Logger},
 		&deliveryControl{broker: o.Broker, pauser: o.Pauser, topology: o.Topology, subs: o.Subscriptions, pull: pull,
-			dbs: dbs, g: g, logger: o.Logger},
+			dbs: dbs, g: g, logger: o.Logger, publisher: o.Publisher, pauseSettle: o.PauseSettle},
 		&overview{reader: reader, deadLetters: o.Archive, dbs: dbs, logger: o.Logger},
 		&auditView{log: o.Audit},
 		&catalogView{topology: o.Topology, registry: registry, pull: pull, logger: o.Logger},

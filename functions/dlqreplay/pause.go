@@ -3,9 +3,13 @@ package dlqreplay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -25,10 +29,11 @@ import (
 // with the oldest waiting message. A message older than the subscription's
 // retention when the consumer resumes is gone: pause for less.
 //
-// Eventarc consumers are refused: Eventarc created and manages its
-// trigger's subscription, so relaybus does not change that subscription's
-// delivery behind it. A consumer that must be paused is declared with
-// delivery: push.
+// That is the broker's own pause, for ordered push consumers on Pub/Sub.
+// Every other consumer (Eventarc: Eventarc owns its trigger's
+// subscription, so relaybus does not change it behind it; pull workers;
+// any consumer on NATS JetStream, which has no push) is paused by its own
+// delivery control, a flag in its database (ControlConsumerFlag).
 
 // PushTarget is how a push consumer's subscription delivers: the consume
 // service's URL and the OIDC identity and audience of its pushes.
@@ -124,16 +129,72 @@ type deliveryState struct {
 	Subscription       string `json:"subscription"`
 	PubSubSubscription string `json:"pubsubSubscription"`
 	Delivery           string `json:"delivery"`
-	// Paused: nothing is delivered; messages wait in the subscription.
+	// Control is how relaybus pauses this consumer: ControlPushEndpoint
+	// or ControlConsumerFlag.
+	Control string `json:"control"`
+	// Paused: nothing is delivered; messages wait in the subscription
+	// (or, with the consumer's flag, are kept in its database).
 	Paused  bool `json:"paused"`
 	Changed bool `json:"changed"`
+	// Held is how many deliveries the consumer kept while paused (the
+	// consumer's flag only): published again when it resumes.
+	Held int64 `json:"held"`
+	// Republished is how many kept deliveries a resume published again.
+	Republished int `json:"republished,omitempty"`
+	// Done says what was done.
+	Done string `json:"done,omitempty"`
 }
 
-// pulled reports whether a consumer is deployed in pull mode.
-func (dl *deliveryControl) pulled(c topology.Consumer) bool { return dl.pull.has(c.Subscription()) }
+// How a consumer is paused (deliveryState.Control).
+const (
+	// ControlPushEndpoint: the broker's own pause, an ordered push
+	// subscription's endpoint detached (on the local stack, its delivery
+	// loop stopped).
+	ControlPushEndpoint = "push-endpoint"
+	// ControlConsumerFlag: the consumer's own delivery control, a row in
+	// its database that consume reads (inbox.PauseFlags): a pull worker
+	// stops pulling and holds what it has without an attempt, an HTTP
+	// delivery (Eventarc, or push where the broker has no pause) is kept
+	// and acknowledged, and resuming publishes the kept ones again,
+	// addressed to the consumer alone.
+	ControlConsumerFlag = "consumer-flag"
+)
 
-// pushConsumer finds the push consumer of a path.
-func (dl *deliveryControl) pushConsumer(r *request, args []string, verb string) (topology.Consumer, error) {
+// pulled reports whether a consumer is deployed in pull mode: declared so
+// (DLQREPLAY_PULL_CONSUMERS), or on a broker that has no push (NATS
+// JetStream: every consumer there is a consume worker pulling).
+func (dl *deliveryControl) pulled(c topology.Consumer) bool {
+	if dl.pull.has(c.Subscription()) {
+		return true
+	}
+	if dl.broker == nil {
+		return false
+	}
+	_, push := broker.As[broker.PushConfigurer](dl.broker)
+	return !push
+}
+
+// kind is the consumer's delivery as the API reports it: pull, push or
+// eventarc.
+func (dl *deliveryControl) kind(c topology.Consumer) string {
+	if dl.pulled(c) {
+		return "pull"
+	}
+	return c.Delivery
+}
+
+// control is how c is paused: by its push endpoint when it is an ordered
+// push consumer and a Pauser is configured (Pub/Sub, the local stack's
+// delivery loop), else by its own flag.
+func (dl *deliveryControl) control(c topology.Consumer) string {
+	if dl.pauser != nil && !dl.pulled(c) && c.Delivery == topology.DeliveryPush {
+		return ControlPushEndpoint
+	}
+	return ControlConsumerFlag
+}
+
+// controlledConsumer finds the consumer of a path.
+func (dl *deliveryControl) controlledConsumer(r *request, args []string) (topology.Consumer, error) {
 	topic, id, err := consumerArgs(r, args)
 	if err != nil {
 		return topology.Consumer{}, err
@@ -141,72 +202,123 @@ func (dl *deliveryControl) pushConsumer(r *request, args []string, verb string) 
 	if err := decodeBody(r.Request, &struct{}{}, true); err != nil {
 		return topology.Consumer{}, err
 	}
-	c, err := dl.declared(topic, id)
-	if err != nil {
-		return c, err
-	}
-	if dl.pulled(c) {
-		return c, fail(http.StatusConflict, "pull", "%s on %s is deployed in pull mode (pull_mode): a worker in its consume service pulls the subscription, so there is no push endpoint to %s. It stops when its consume service does; to rewind it, seek its subscription (relaybus seek)", id, topic, verb)
-	}
-	if c.Delivery != topology.DeliveryPush {
-		return c, fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which owns its subscription's push configuration: relaybus cannot %s it (declare the consumer with delivery: push to pause it)", id, topic, verb)
-	}
-	if dl.pauser == nil {
-		return c, fail(http.StatusNotImplemented, "unavailable", "pausing is not configured (no Pub/Sub administration)")
-	}
-	return c, nil
+	return dl.declared(topic, id)
 }
 
 func (dl *deliveryControl) stateOf(c topology.Consumer) deliveryState {
-	return deliveryState{Topic: c.Topic, Consumer: c.Service, Subscription: c.Subscription(), PubSubSubscription: dl.subs.Real(c.Subscription()), Delivery: c.Delivery}
+	return deliveryState{Topic: c.Topic, Consumer: c.Service, Subscription: c.Subscription(), PubSubSubscription: dl.subs.Real(c.Subscription()),
+		Delivery: dl.kind(c), Control: dl.control(c)}
+}
+
+// setPaused pauses or resumes c by its control and says what it did.
+func (dl *deliveryControl) setPaused(ctx context.Context, c topology.Consumer, paused bool, by string) (deliveryState, error) {
+	st := dl.stateOf(c)
+	st.Paused = paused
+	if st.Control == ControlPushEndpoint {
+		var err error
+		if paused {
+			st.Changed, err = dl.pauser.Pause(ctx, c.Subscription())
+		} else {
+			st.Changed, err = dl.pauser.Resume(ctx, c.Subscription())
+		}
+		if err != nil {
+			return st, err
+		}
+		switch {
+		case paused && st.Changed:
+			st.Done = "the push endpoint of " + st.PubSubSubscription + " was detached: nothing is delivered, no delivery attempt is counted, messages wait in the subscription in order"
+		case paused:
+			st.Done = "already paused: nothing changed"
+		case st.Changed:
+			st.Done = "the push endpoint of " + st.PubSubSubscription + " was set back: delivery starts again with the oldest waiting message"
+		default:
+			st.Done = "not paused: nothing changed"
+		}
+		return st, nil
+	}
+	db, err := dl.database(c)
+	if err != nil {
+		return st, err
+	}
+	if st.Changed, err = inbox.SetPaused(ctx, db, c.Service, c.Topic, paused, by); err != nil {
+		return st, pauseTableErr(err, c)
+	}
+	how := "consume holds every delivery it is handed from " + c.Topic + " in " + c.Database + " and acknowledges it (no delivery attempt is spent)"
+	if st.Delivery == "pull" {
+		how = "the pull worker of " + st.Subscription + " stops pulling; what it holds waits under its lease, answered with a hold (no delivery attempt is spent)"
+	}
+	switch {
+	case paused && st.Changed:
+		st.Done = fmt.Sprintf("paused by the consumer's own flag in database %s: within %s %s", c.Database, dl.pauseSettle, how)
+	case paused:
+		st.Done = "already paused: nothing changed"
+	case st.Changed:
+		st.Done = "the consumer's flag was lifted: delivery goes on"
+	default:
+		st.Done = "not paused by its flag: nothing changed"
+	}
+	if !paused {
+		// Whether it was paused or not: what a pause kept is published
+		// again (a resume that failed half-way is finished by another).
+		n, err := inbox.PublishHeld(ctx, db, dl.publisher, c.Service, c.Topic, topology.TargetConsumerAttr)
+		st.Republished = n
+		if err != nil {
+			return st, fmt.Errorf("resume of %s on %s: %d kept deliveries published again, the rest are still kept (resume again): %w", c.Service, c.Topic, n, err)
+		}
+		if n > 0 {
+			st.Done += fmt.Sprintf("; %d deliveries kept while paused were published again to %s, addressed to %s alone", n, c.Topic, c.Service)
+		}
+	}
+	ps, err := inbox.PausedState(ctx, db, c.Service, c.Topic)
+	if err != nil {
+		return st, pauseTableErr(err, c)
+	}
+	st.Held = ps.Held
+	return st, nil
+}
+
+// pauseTableErr says that a consumer's database lacks the pause table
+// (consume has not migrated it yet), or passes err on.
+func pauseTableErr(err error, c topology.Consumer) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" {
+		return fail(http.StatusConflict, "not_migrated", "database %s has no relaybus_inbox_pause table: deploy %s's consume (its migrations create it) before pausing it", c.Database, c.Service)
+	}
+	return err
 }
 
 func (dl *deliveryControl) pause(r *request, args []string) (any, error) {
-	c, err := dl.pushConsumer(r, args, "pause")
-	if err != nil {
-		return nil, err
-	}
-	if err := dl.g.authorize(r, audit.ConsumerPause, RoleOperator, target{Topic: c.Topic, Consumer: c.Service}); err != nil {
-		return nil, err
-	}
-	st := dl.stateOf(c)
-	err = dl.g.run(r, audit.Entry{Action: audit.ConsumerPause, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
-		Detail: "pause delivery"}, func(*step) (string, error) {
-		var err error
-		if st.Changed, err = dl.pauser.Pause(r.Context(), c.Subscription()); err != nil {
-			return "", err
-		}
-		if !st.Changed {
-			return "already paused: nothing changed", nil
-		}
-		return "delivery paused: messages wait in " + c.Subscription(), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	st.Paused = true
-	return st, nil
+	return dl.pauseOrResume(r, args, true)
 }
 
 func (dl *deliveryControl) resume(r *request, args []string) (any, error) {
-	c, err := dl.pushConsumer(r, args, "resume")
+	return dl.pauseOrResume(r, args, false)
+}
+
+func (dl *deliveryControl) pauseOrResume(r *request, args []string, paused bool) (any, error) {
+	c, err := dl.controlledConsumer(r, args)
 	if err != nil {
 		return nil, err
 	}
-	if err := dl.g.authorize(r, audit.ConsumerResume, RoleOperator, target{Topic: c.Topic, Consumer: c.Service}); err != nil {
+	action, detail := audit.ConsumerPause, "pause delivery"
+	if !paused {
+		action, detail = audit.ConsumerResume, "resume delivery"
+	}
+	if err := dl.g.authorize(r, action, RoleOperator, target{Topic: c.Topic, Consumer: c.Service}); err != nil {
 		return nil, err
 	}
-	st := dl.stateOf(c)
-	err = dl.g.run(r, audit.Entry{Action: audit.ConsumerResume, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
-		Detail: "resume delivery"}, func(*step) (string, error) {
+	if dl.control(c) == ControlConsumerFlag && !paused && dl.publisher == nil {
+		return nil, fail(http.StatusNotImplemented, "unavailable", "resuming by the consumer's flag publishes what it kept: no publisher is configured")
+	}
+	var st deliveryState
+	err = dl.g.run(r, audit.Entry{Action: action, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
+		Detail: detail + " (" + dl.control(c) + ")"}, func(*step) (string, error) {
 		var err error
-		if st.Changed, err = dl.pauser.Resume(r.Context(), c.Subscription()); err != nil {
+		st, err = dl.setPaused(r.Context(), c, paused, r.who.Name)
+		if err != nil {
 			return "", err
 		}
-		if !st.Changed {
-			return "not paused: nothing changed", nil
-		}
-		return "delivery resumed", nil
+		return st.Done, nil
 	})
 	if err != nil {
 		return nil, err
@@ -214,8 +326,8 @@ func (dl *deliveryControl) resume(r *request, args []string) (any, error) {
 	return st, nil
 }
 
-// deliveryState: GET /consumers/{topic}/{id}/delivery, whether a push
-// consumer is paused.
+// deliveryState: GET /consumers/{topic}/{id}/delivery, whether a consumer
+// is paused, and how.
 func (dl *deliveryControl) deliveryState(r *request, args []string) (any, error) {
 	topic, id, err := consumerArgs(r, args)
 	if err != nil {
@@ -226,14 +338,20 @@ func (dl *deliveryControl) deliveryState(r *request, args []string) (any, error)
 		return nil, err
 	}
 	st := dl.stateOf(c)
-	if dl.pulled(c) {
-		st.Delivery = "pull"
-	}
-	if c.Delivery != topology.DeliveryPush || dl.pulled(c) || dl.pauser == nil {
+	if st.Control == ControlPushEndpoint {
+		if st.Paused, err = dl.pauser.Paused(r.Context(), c.Subscription()); err != nil {
+			return nil, err
+		}
 		return st, nil
 	}
-	if st.Paused, err = dl.pauser.Paused(r.Context(), c.Subscription()); err != nil {
+	db, err := dl.database(c)
+	if err != nil {
 		return nil, err
 	}
+	ps, err := inbox.PausedState(r.Context(), db, c.Service, c.Topic)
+	if err != nil {
+		return nil, pauseTableErr(err, c)
+	}
+	st.Paused, st.Held = ps.Paused, ps.Held
 	return st, nil
 }

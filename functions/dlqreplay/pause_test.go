@@ -2,13 +2,15 @@ package dlqreplay_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
-	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
+	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 )
@@ -16,8 +18,10 @@ import (
 // Pause detaches a push consumer's endpoint (Pub/Sub then delivers
 // nothing: no attempt counted, nothing dead-lettered, messages wait);
 // resume restores the endpoint and OIDC identity Terraform gave it. Both
-// are writes (writers only, refused read-only, audited); an Eventarc
-// consumer is refused with the reason.
+// are writes (writers only, refused read-only, audited). An Eventarc
+// consumer is paused by its own flag instead (pause_eventarc_test.go);
+// before its consume has created the flag's table, the pause says so and
+// changes nothing.
 func TestPauseAndResumeAPushConsumer(t *testing.T) {
 	ctx := context.Background()
 	sub := "member.points.events.audit-service-recorder"
@@ -53,7 +57,7 @@ func TestPauseAndResumeAPushConsumer(t *testing.T) {
 	alice, bob := bearerOf(person("alice@example.com")), bearerOf(person("bob@example.com"))
 	runAuth(t, e, []authCase{
 		{name: "a reader may not pause", method: "POST", path: base + ":pause", headers: bob, want: 403, code: "forbidden"},
-		{name: "an Eventarc consumer", method: "POST", path: "/consumers/shop.order.events/message-service:pause", headers: alice, want: 409, code: "eventarc"},
+		{name: "an Eventarc consumer not migrated yet", method: "POST", path: "/consumers/shop.order.events/message-service:pause", headers: alice, want: 409, code: "not_migrated"},
 		{name: "undeclared", method: "POST", path: "/consumers/shop.order.events/nobody:pause", headers: alice, want: 404, code: "not_found"},
 		{name: "a body is refused", method: "POST", path: base + ":pause", headers: alice, body: map[string]any{"x": 1}, want: 400, code: "invalid_argument"},
 	})
@@ -62,7 +66,7 @@ func TestPauseAndResumeAPushConsumer(t *testing.T) {
 	}
 
 	var st map[string]any
-	if code := e.callWith(t, "POST", base+":pause", alice, nil, &st); code != 200 || st["paused"] != true || st["changed"] != true {
+	if code := e.callWith(t, "POST", base+":pause", alice, nil, &st); code != 200 || st["paused"] != true || st["changed"] != true || st["control"] != dlqreplay.ControlPushEndpoint {
 		t.Fatalf("pause: %d %v", code, st)
 	}
 	if pc := pushConfig(); pc.GetPushEndpoint() != "" {
@@ -121,11 +125,14 @@ func TestPauseAndResumeAPushConsumer(t *testing.T) {
 }
 
 // A consumer deployed in pull mode (Terraform's pull_mode) is declared
-// push but has no push endpoint: pause, resume and rebuild answered a
-// Pub/Sub permission error (dlqreplay may not update a pull
-// subscription) or a refusal that spoke of Eventarc. They now refuse with
-// the reason and what to do instead, and its delivery state says pull.
-func TestPullConsumersCannotBePausedAndSayWhy(t *testing.T) {
+// push but has no push endpoint: pause answered {"paused": true,
+// "changed": false} while its worker kept pulling. On Pub/Sub too it is
+// paused by its own flag, which its worker reads (the worker stopping is
+// observed in TestPauseResumeAndRebuildAPullConsumerOnNATS, with the same
+// worker and engine): the answers say how, the flag is in its database,
+// and the delivery state reads it.
+func TestPullConsumersArePausedByTheirFlag(t *testing.T) {
+	ctx := context.Background()
 	sub := "member.points.events.audit-service-recorder"
 	e := newEnvWith(t, func(o *dlqreplay.Options) {
 		behindCloudRun(o)
@@ -136,16 +143,36 @@ func TestPullConsumersCannotBePausedAndSayWhy(t *testing.T) {
 		o.PullConsumers = []string{sub}
 		o.Broker = e.fake.Client
 	})
+	if err := inbox.Migrate(ctx, e.db); err != nil {
+		t.Fatal(err)
+	}
 	base := "/consumers/member.points.events/audit-service"
 	alice := bearerOf(person("alice@example.com"))
-	hourAgo := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
-	runAuth(t, e, []authCase{
-		{name: "pause", method: "POST", path: base + ":pause", headers: alice, want: 409, code: "pull"},
-		{name: "resume", method: "POST", path: base + ":resume", headers: alice, want: 409, code: "pull"},
-		{name: "rebuild", method: "POST", path: base + ":rebuild", headers: alice, body: map[string]any{"time": hourAgo}, want: 409, code: "pull"},
-	})
+	flag := func() int {
+		var n int
+		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM relaybus_inbox_pause WHERE consumer_id = 'audit-service' AND topic = 'member.points.events'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	var st map[string]any
-	if code := e.callWith(t, "GET", base+"/delivery", alice, nil, &st); code != 200 || st["delivery"] != "pull" || st["paused"] != false {
-		t.Errorf("delivery state of a pull consumer: %d %v", code, st)
+	if code := e.callWith(t, "POST", base+":pause", alice, nil, &st); code != 200 || st["paused"] != true || st["changed"] != true ||
+		st["control"] != dlqreplay.ControlConsumerFlag || st["delivery"] != "pull" || !strings.Contains(fmt.Sprint(st["done"]), "stops pulling") {
+		t.Fatalf("pause: %d %v", code, st)
+	}
+	if flag() != 1 {
+		t.Fatalf("paused, and no flag in the consumer's database")
+	}
+	if code := e.callWith(t, "GET", base+"/delivery", alice, nil, &st); code != 200 || st["delivery"] != "pull" || st["paused"] != true {
+		t.Errorf("delivery state of a paused pull consumer: %d %v", code, st)
+	}
+	if code := e.callWith(t, "POST", base+":resume", alice, nil, &st); code != 200 || st["paused"] != false || st["changed"] != true {
+		t.Fatalf("resume: %d %v", code, st)
+	}
+	if flag() != 0 {
+		t.Errorf("resumed, and the flag stands")
+	}
+	if code := e.callWith(t, "GET", base+"/delivery", alice, nil, &st); code != 200 || st["paused"] != false {
+		t.Errorf("delivery state after the resume: %d %v", code, st)
 	}
 }

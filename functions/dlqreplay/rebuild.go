@@ -17,29 +17,32 @@ import (
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-// Rebuilding a consumer's projection (a backfill by Seek, as
+// Rebuilding a consumer's state (a backfill by seek, as
 // docs/operations.md "Rebuild a projection" tells), in one call:
 //
-//  1. pause the consumer (pause.go), so nothing is applied while its state
-//     is cleared;
-//  2. in its own database, in one transaction: delete its projection state
-//     for the scope (relaybus_projection, and a strict consumer's position,
-//     parked and skipped rows; all aggregate types, or one) and its inbox
-//     rows, so the redeliveries are applied instead of answered as
-//     duplicates. The inbox has no aggregate type, so all of the
-//     consumer's inbox rows go: a redelivered event of another aggregate
-//     type meets that aggregate's kept state, and the built-in handlers'
-//     version gate makes it a no-op;
-//  3. seek its subscription to the time or snapshot (consumer subscriptions
-//     retain acknowledged messages for their retention period);
-//  4. resume it (unless it was paused before), and Pub/Sub delivers again
-//     everything since that point, in order.
+//  1. pause the consumer by its control (pause.go: its push endpoint, or
+//     its own flag; after a flag, wait PauseSettle for every consume
+//     instance to read it), so nothing is applied while its state is
+//     cleared;
+//  2. seek its subscription to the time or snapshot (consumer subscriptions
+//     retain acknowledged messages for their retention period); a refused
+//     seek stops here, nothing cleared;
+//  3. in its own database, in one transaction: delete its state for the
+//     scope (relaybus_projection, a strict consumer's position, parked and
+//     skipped rows, all aggregate types or one; a custom handler's declared
+//     rebuild_clear tables, whole) and its inbox rows, so the redeliveries
+//     are applied instead of answered as duplicates. The inbox has no
+//     aggregate type, so all of the consumer's inbox rows go: a redelivered
+//     event of another aggregate type meets that aggregate's kept state,
+//     and the built-in handlers' version gate makes it a no-op;
+//  4. resume it (unless it was paused before), and the broker delivers
+//     again everything since that point.
 //
-// Only the built-in handlers (projection, strict) keep their state where
-// relaybus knows it; another handler's tables are its own and the rebuild
-// is refused. Eventarc consumers cannot be paused and are refused. A time
-// older than the subscription's retention allows is refused before
-// anything changes. The dry run says what would be cleared and replayed.
+// A custom handler that declares no rebuild_clear, and a forward consumer
+// (its state is its target's), are refused before anything changes, with
+// what cannot be reset. A time older than the subscription's retention
+// allows is refused before anything changes. The dry run says what would
+// be cleared and replayed.
 
 // retentionMargin keeps a seek clear of the retention's edge: the call
 // takes a moment, and a time that falls out of the window meanwhile would
@@ -58,11 +61,53 @@ type rebuildBody struct {
 type rebuildCounts struct {
 	projection.Cleared
 	Inbox int64 `json:"inboxRows"`
+	// Tables are a custom handler's tables (rebuild_clear) and their rows.
+	Tables map[string]int64 `json:"tables,omitempty"`
 }
 
 // String is the counts as the audit log and errors show them.
 func (n rebuildCounts) String() string {
-	return fmt.Sprintf("%d projection rows, %d strict positions, %d parked, %d skipped, %d inbox rows", n.Projection, n.Positions, n.Parked, n.Skipped, n.Inbox)
+	out := fmt.Sprintf("%d projection rows, %d strict positions, %d parked, %d skipped, %d inbox rows", n.Projection, n.Positions, n.Parked, n.Skipped, n.Inbox)
+	for t, k := range n.Tables {
+		out += fmt.Sprintf(", %d rows of %s", k, t)
+	}
+	return out
+}
+
+// rebuildable says why g's state cannot be reset by a rebuild, or nil:
+// the built-in projection and strict handlers' state is relaybus's; a
+// custom handler declares its tables (rebuild_clear), cleared whole; a
+// forward consumer's effects are its target's.
+func rebuildable(g topology.Consumer, aggType, note string) error {
+	switch {
+	case g.Handler == topology.HandlerProjection || g.Handler == topology.HandlerStrict:
+		return nil
+	case g.Handler == "forward":
+		return fail(http.StatusConflict, "handler", "%s on %s forwards each event to %s: its state is that service's, which relaybus cannot reset. Nothing was changed. To send the events again, seek its subscription (relaybus seek); the target must be idempotent on the event id%s", g.Service, g.Topic, g.ForwardURL, note)
+	case len(g.RebuildClear) == 0:
+		return fail(http.StatusConflict, "handler", "%s on %s runs handler %q, whose state relaybus cannot reset: it declares no rebuild_clear (the tables its state is in). Nothing was changed: declare them in the topology, or clear them yourself, then pause, seek and resume%s", g.Service, g.Topic, g.Handler, note)
+	case aggType != "":
+		return fail(http.StatusConflict, "scope", "%s on %s runs handler %q, whose declared tables (%s) are cleared whole: rebuild every aggregate type, not %s%s", g.Service, g.Topic, g.Handler, strings.Join(g.RebuildClear, ", "), aggType, note)
+	}
+	return nil
+}
+
+// clearTable counts (and, unless dryRun, deletes) every row of a custom
+// handler's table.
+func clearTable(ctx context.Context, tx pgx.Tx, table string, dryRun bool) (int64, error) {
+	id := pgx.Identifier(strings.Split(table, ".")).Sanitize()
+	if dryRun {
+		var n int64
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+id).Scan(&n); err != nil {
+			return 0, fmt.Errorf("rebuild: count %s: %w", table, err)
+		}
+		return n, nil
+	}
+	tag, err := tx.Exec(ctx, "DELETE FROM "+id)
+	if err != nil {
+		return 0, fmt.Errorf("rebuild: clear %s: %w", table, err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
@@ -113,14 +158,8 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 	group := dl.stateSharers(c)
 	var subs []string
 	for _, g := range group {
-		if g.Handler != topology.HandlerProjection && g.Handler != topology.HandlerStrict {
-			return nil, fail(http.StatusConflict, "handler", "%s on %s runs handler %q, which keeps its state in its own tables: clear them yourself, then pause, seek and resume (only the projection and strict handlers' state is relaybus's)%s", g.Service, g.Topic, g.Handler, sharedNote(g, c))
-		}
-		if dl.pulled(g) {
-			return nil, fail(http.StatusConflict, "pull", "%s on %s is deployed in pull mode (pull_mode), which relaybus cannot pause: a rebuild pauses delivery while it clears the state. Stop its consume service, clear its state, seek its subscription (relaybus seek) and start it again%s", g.Service, g.Topic, sharedNote(g, c))
-		}
-		if g.Delivery != topology.DeliveryPush {
-			return nil, fail(http.StatusConflict, "eventarc", "%s on %s is delivered by an Eventarc trigger, which cannot be paused: a rebuild needs delivery: push%s", g.Service, g.Topic, sharedNote(g, c))
+		if err := rebuildable(g, b.AggregateType, sharedNote(g, c)); err != nil {
+			return nil, err
 		}
 		subs = append(subs, g.Subscription())
 	}
@@ -176,38 +215,67 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 	}
 	seeker, canSeek := broker.As[broker.TimeSeeker](dl.broker)
 	snaps, canSnap := broker.As[broker.Snapshotter](dl.broker)
-	if dl.pauser == nil || (b.Snapshot != "" && !canSnap) || (b.Snapshot == "" && !canSeek) {
-		return nil, fail(http.StatusNotImplemented, "unavailable", "the broker's administration is not configured (seek and pause)")
+	if b.Snapshot != "" && !canSnap {
+		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are Pub/Sub's; on this transport rebuild to a time")
 	}
-	if pp, ok := dl.pauser.(*PushPauser); ok {
-		for _, sub := range subs {
-			if _, ok := pp.Targets[sub]; !ok {
-				return nil, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS), so it could not resume it after the rebuild", sub)
+	if b.Snapshot == "" && !canSeek {
+		return nil, fail(http.StatusNotImplemented, "unavailable", "the broker's administration is not configured (seek)")
+	}
+	flagged := false
+	for _, g := range group {
+		if dl.control(g) == ControlConsumerFlag {
+			flagged = true
+			if dl.publisher == nil {
+				return nil, fail(http.StatusNotImplemented, "unavailable", "%s is paused by its own flag, and resuming it publishes what it kept: no publisher is configured", g.Subscription())
+			}
+			continue
+		}
+		if pp, ok := dl.pauser.(*PushPauser); ok {
+			if _, ok := pp.Targets[g.Subscription()]; !ok {
+				return nil, fail(http.StatusConflict, "no_push_target", "dlqreplay does not know %s's push endpoint (DLQREPLAY_PUSH_TARGETS), so it could not resume it after the rebuild", g.Subscription())
 			}
 		}
 	}
 	err = dl.g.run(r, audit.Entry{Action: audit.ConsumerRebuild, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
 		Detail: fmt.Sprintf("rebuild: scope %s, %s to be seeked to %s%s", scopeOf(b.AggregateType), strings.Join(subs, ", "), b.Time, b.Snapshot)}, func(*step) (string, error) {
-		var paused []string // the subscriptions this rebuild paused, to resume
+		var paused []topology.Consumer // the consumers this rebuild paused, to resume
+		var done []string              // what each pause and resume did
 		resume := func() error {
 			var errs []error
-			for _, sub := range paused {
-				if _, err := dl.pauser.Resume(r.Context(), sub); err != nil {
+			for _, g := range paused {
+				st, err := dl.setPaused(context.WithoutCancel(r.Context()), g, false, r.who.Name)
+				if err != nil {
 					errs = append(errs, err)
+					continue
 				}
+				done = append(done, g.Subscription()+": "+st.Done)
 			}
 			return errors.Join(errs...)
 		}
-		for _, sub := range subs {
-			changed, err := dl.pauser.Pause(r.Context(), sub)
+		for _, g := range group {
+			st, err := dl.setPaused(r.Context(), g, true, r.who.Name)
 			if err != nil {
 				if rerr := resume(); rerr != nil {
 					dl.logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
 				}
 				return "", err
 			}
-			if changed {
-				paused = append(paused, sub)
+			done = append(done, g.Subscription()+": "+st.Done)
+			if st.Changed {
+				paused = append(paused, g)
+			}
+		}
+		if flagged {
+			// A flag reaches consume within its refresh, and a delivery
+			// already past the check finishes: wait both out before the
+			// state is cleared.
+			select {
+			case <-time.After(dl.pauseSettle):
+			case <-r.Context().Done():
+				if rerr := resume(); rerr != nil {
+					dl.logger.ErrorContext(r.Context(), "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+				}
+				return "", r.Context().Err()
 			}
 		}
 		// Seek before clearing: a paused subscription delivers nothing, so the
@@ -253,7 +321,7 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 		if err := resume(); err != nil {
 			return "", err
 		}
-		plan["cleared"], plan["resumed"] = n, len(paused) == len(subs)
+		plan["cleared"], plan["resumed"], plan["done"] = n, len(paused) == len(subs), done
 		return fmt.Sprintf("scope %s, cleared %s, %s seeked to %s%s", scopeOf(b.AggregateType), n, strings.Join(subs, ", "), b.Time, b.Snapshot), nil
 	})
 	if err != nil {
@@ -320,6 +388,16 @@ func clearRebuild(ctx context.Context, run txRunner, c topology.Consumer, aggTyp
 		var err error
 		if n.Cleared, err = projection.ClearForRebuild(ctx, tx, c.Service, aggType, !clear); err != nil {
 			return err
+		}
+		for _, table := range c.RebuildClear {
+			var k int64
+			if k, err = clearTable(ctx, tx, table, !clear); err != nil {
+				return err
+			}
+			if n.Tables == nil {
+				n.Tables = map[string]int64{}
+			}
+			n.Tables[table] = k
 		}
 		n.Inbox, err = inbox.ClearForRebuild(ctx, tx, c.Service, !clear)
 		return err

@@ -123,6 +123,13 @@ type Options struct {
 	ExtendEvery time.Duration
 	// Logger receives a line per refused delivery and dead letter.
 	Logger *slog.Logger
+	// Paused, when set, is asked before every pull: while it answers
+	// true the worker pulls nothing and asks again after the duration it
+	// returns (at least 10ms). What it holds already is delivered as
+	// usual, so the engine answers those with a hold (Answer.Held) while
+	// the pause lasts: the operators' pause of a pull consumer
+	// (consume.PullPaused).
+	Paused func(ctx context.Context) (bool, time.Duration)
 }
 
 // Worker pulls one subscription into the engine. Run it once.
@@ -231,6 +238,17 @@ func (w *Worker) pullLoop(ctx context.Context) error {
 				n++
 			default:
 				break fill
+			}
+		}
+		if w.o.Paused != nil {
+			if paused, again := w.o.Paused(ctx); paused {
+				for range n {
+					<-w.slots
+				}
+				if !wait(ctx, max(again, minHeld)) {
+					return ctx.Err()
+				}
+				continue
 			}
 		}
 		got, err := w.o.Source.Pull(ctx, w.o.Subscription, n)

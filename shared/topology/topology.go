@@ -15,6 +15,7 @@ import (
 	neturl "net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -365,6 +366,10 @@ const (
 	LedgerOff      = "off"
 )
 
+// tableName is a rebuild_clear entry: a lowercase table name, optionally
+// schema-qualified.
+var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,62}\.)?[a-z_][a-z0-9_]{0,62}$`)
+
 // Consumer is one consuming service's subscription to a topic.
 type Consumer struct {
 	Service     string `yaml:"service"`
@@ -418,6 +423,13 @@ type Consumer struct {
 	Emits []string `yaml:"emits"`
 	// ExtraFilter is the topology's filter field: ANDed with the replay filter.
 	ExtraFilter string `yaml:"filter"`
+	// RebuildClear declares how a custom handler's state is reset for a
+	// rebuild (POST /consumers/{topic}/{id}:rebuild): the tables, in the
+	// consumer's database, whose rows are all deleted in the rebuild's
+	// transaction with its inbox rows. Unset, a custom handler's rebuild
+	// says it cannot reset the state and stops before anything changes.
+	// The built-in handlers' state is relaybus's and needs none.
+	RebuildClear []string `yaml:"rebuild_clear"`
 	// Enabled defaults to true; a disabled consumer is not expected by the ledger.
 	Enabled   *bool `yaml:"enabled"`
 	SortOrder int   `yaml:"sort_order"`
@@ -748,6 +760,11 @@ func (t *Topology) validate() error {
 			}
 			if m := c.ForwardBreakerMaxCoolDownSeconds; m < c.ForwardBreakerCoolDownSeconds || m > 3600 {
 				bad(cw+".forward_breaker_max_cooldown_seconds", "must be forward_breaker_cooldown_seconds (%d) to 3600, not %d", c.ForwardBreakerCoolDownSeconds, m)
+			}
+			for j, tb := range c.RebuildClear {
+				if !tableName.MatchString(tb) || strings.HasPrefix(tb, "relaybus_") {
+					bad(fmt.Sprintf("%s.rebuild_clear[%d]", cw, j), "must be a table name (lowercase letters, digits and _, optionally schema-qualified) that is not relaybus's own (relaybus_*), not %q", tb)
+				}
 			}
 			if g := c.GapTimeoutSeconds; g < 60 || g > 7*24*3600 {
 				bad(cw+".gap_timeout_seconds", "must be 60 to 604800 (7 days), not %d", g)

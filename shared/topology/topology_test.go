@@ -86,6 +86,8 @@ topics:
 		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_audience: https://x.example\n", "only forward_auth google uses forward_audience"},
 		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_timeout_seconds: 60\n", "below ack_deadline_seconds (60)"},
 		{base + "        handler: strict\n        gap_timeout_seconds: 30\n", "must be 60 to 604800"},
+		{base + "        handler: example.points\n        rebuild_clear: [\"points; DROP TABLE x\"]\n", "rebuild_clear[0]: must be a table name"},
+		{base + "        handler: example.points\n        rebuild_clear: [relaybus_inbox]\n", "not relaybus's own"},
 		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_breaker_threshold: -2\n", "forward_breaker_threshold: must be 1 to 1000, or -1"},
 		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_breaker_cooldown_seconds: 7200\n", "forward_breaker_cooldown_seconds: must be 1 to 3600"},
 		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_breaker_cooldown_seconds: 60\n        forward_breaker_max_cooldown_seconds: 30\n", "must be forward_breaker_cooldown_seconds (60) to 3600, not 30"},
