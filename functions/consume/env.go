@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/contract"
 	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/flow"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
@@ -97,6 +99,23 @@ type Config struct {
 	// PullMaxInFlight bounds the pull worker's deliveries at once
 	// (PULL_MAX_IN_FLIGHT, default 16; keep it below the pool's size).
 	PullMaxInFlight int `env:"PULL_MAX_IN_FLIGHT, default=16"`
+	// MaxInFlight bounds the deliveries this instance handles at once
+	// (CONSUMER_MAX_IN_FLIGHT, the topology's max_in_flight; 0, the
+	// default, is no bound of consume's own: Cloud Run's concurrency
+	// bounds push, PULL_MAX_IN_FLIGHT pull). In pull mode it replaces
+	// PULL_MAX_IN_FLIGHT.
+	MaxInFlight int `env:"CONSUMER_MAX_IN_FLIGHT, default=0"`
+	// MaxPerSecond is the most deliveries a second this instance handles
+	// (CONSUMER_MAX_PER_SECOND: its share of the topology's
+	// max_per_second; 0, the default, is no limit). Deliveries are spaced
+	// by a token bucket of one token (internal/flow).
+	MaxPerSecond float64 `env:"CONSUMER_MAX_PER_SECOND, default=0"`
+	// FlowWait bounds how long a pushed delivery over a limit waits for
+	// its turn before consume answers 429 with Retry-After
+	// (CONSUMER_FLOW_WAIT, default 5s; keep it well below the ack
+	// deadline). A pulled one waits at most a second at a time
+	// (PullFlowWait) and stays leased in between.
+	FlowWait time.Duration `env:"CONSUMER_FLOW_WAIT, default=5s"`
 	// RollupTopic receives attempt notices (ROLLUP_TOPIC, default
 	// relaybus.ledger.rollup).
 	RollupTopic string `env:"ROLLUP_TOPIC, default=relaybus.ledger.rollup"`
@@ -201,7 +220,18 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return fail(err)
 	}
-	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Logger: log})
+	fo := flow.Options{MaxInFlight: cfg.MaxInFlight, PerSecond: cfg.MaxPerSecond, MaxWait: cfg.FlowWait}
+	if cfg.Mode == ModePull {
+		fo.MaxWait = min(fo.MaxWait, PullFlowWait)
+	}
+	if fo.MaxWait <= 0 {
+		return fail(fmt.Errorf("config: CONSUMER_FLOW_WAIT=%s: must be above 0", cfg.FlowWait))
+	}
+	if cfg.MaxInFlight < 0 || cfg.MaxPerSecond < 0 {
+		return fail(fmt.Errorf("config: CONSUMER_MAX_IN_FLIGHT=%d, CONSUMER_MAX_PER_SECOND=%v: neither may be negative (0 is no limit)", cfg.MaxInFlight, cfg.MaxPerSecond))
+	}
+	gate := flow.New(fo)
+	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Flow: gate, Logger: log})
 	if err != nil {
 		return fail(err)
 	}
@@ -209,8 +239,11 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	// kicks, the ledger and the clients.
 	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
 	if cfg.Mode == ModePull {
-		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{engine}, DeadLetters: ps, Project: cfg.ProjectID,
+		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{engine, gate}, DeadLetters: ps, Project: cfg.ProjectID,
 			MaxInFlight: cfg.PullMaxInFlight, MaxAttempts: cfg.MaxDeliveryAttempts, Logger: log}
+		if cfg.MaxInFlight > 0 {
+			po.MaxInFlight = cfg.MaxInFlight
+		}
 		if c, ok := top.Consumer(cfg.Subscription); ok {
 			po.MinBackoff = time.Duration(c.MinBackoffSeconds) * time.Second
 			po.MaxBackoff = time.Duration(c.MaxBackoffSeconds) * time.Second
@@ -240,10 +273,30 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	return fn, nil
 }
 
-// pullEngine answers the pull worker with the engine's result.
-type pullEngine struct{ e *consumer.Engine }
+// PullFlowWait bounds one wait of a pulled delivery at the flow-control
+// gate: past it the worker keeps the message leased and offers it again
+// after the gate's Retry-After, so a drain at shutdown waits no longer.
+const PullFlowWait = time.Second
+
+// pullEngine answers the pull worker with the engine's result, within the
+// consumer's flow-control limits (a delivery the gate holds back is held:
+// no attempt made or counted).
+type pullEngine struct {
+	e    *consumer.Engine
+	gate *flow.Gate
+}
 
 func (p pullEngine) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
+	release, err := p.gate.Acquire(ctx)
+	if err != nil {
+		var le *flow.LimitError
+		wait := PullFlowWait
+		if errors.As(err, &le) {
+			wait = le.RetryAfter
+		}
+		return pull.Answer{Status: http.StatusTooManyRequests, Code: CodeFlowLimited, Error: err.Error(), Held: true, RetryAfter: wait}
+	}
+	defer release()
 	r := p.e.Handle(ctx, d)
 	return pull.Answer{Status: r.Status, Attempt: r.Attempt, EventID: r.EventID, Code: r.Code, Error: r.Error,
 		Held: r.Held(), RetryAfter: r.RetryAfter}
