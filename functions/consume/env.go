@@ -102,8 +102,8 @@ type Config struct {
 	// MaxInFlight bounds the deliveries this instance handles at once
 	// (CONSUMER_MAX_IN_FLIGHT, the topology's max_in_flight; 0, the
 	// default, is no bound of consume's own: Cloud Run's concurrency
-	// bounds push, PULL_MAX_IN_FLIGHT pull). In pull mode it replaces
-	// PULL_MAX_IN_FLIGHT.
+	// bounds push, PULL_MAX_IN_FLIGHT pull). In pull mode the worker runs
+	// the lower of the two.
 	MaxInFlight int `env:"CONSUMER_MAX_IN_FLIGHT, default=0"`
 	// MaxPerSecond is the most deliveries a second this instance handles
 	// (CONSUMER_MAX_PER_SECOND: its share of the topology's
@@ -241,7 +241,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if cfg.Mode == ModePull {
 		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{engine, gate}, DeadLetters: ps, Project: cfg.ProjectID,
 			MaxInFlight: cfg.PullMaxInFlight, MaxAttempts: cfg.MaxDeliveryAttempts, Logger: log}
-		if cfg.MaxInFlight > 0 {
+		if cfg.MaxInFlight > 0 && (po.MaxInFlight <= 0 || cfg.MaxInFlight < po.MaxInFlight) {
 			po.MaxInFlight = cfg.MaxInFlight
 		}
 		if c, ok := top.Consumer(cfg.Subscription); ok {
