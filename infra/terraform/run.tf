@@ -211,6 +211,7 @@ locals {
       # 0 is no limit of consume's own.
       CONSUMER_MAX_IN_FLIGHT  = tostring(local.consume_flow[k].max_in_flight)
       CONSUMER_MAX_PER_SECOND = tostring(local.consume_flow[k].per_second)
+      CONSUMER_FLOW_WAIT      = var.consume_settings.flow_wait
     })
   }
 
