@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,12 +105,12 @@ type Config struct {
 	// default, is no bound of consume's own: Cloud Run's concurrency
 	// bounds push, PULL_MAX_IN_FLIGHT pull). In pull mode the worker runs
 	// the lower of the two.
-	MaxInFlight int `env:"CONSUMER_MAX_IN_FLIGHT, default=0"`
+	MaxInFlight int `env:"CONSUMER_MAX_IN_FLIGHT"`
 	// MaxPerSecond is the most deliveries a second this instance handles
 	// (CONSUMER_MAX_PER_SECOND: its share of the topology's
 	// max_per_second; 0, the default, is no limit). Deliveries are spaced
 	// by a token bucket of one token (internal/flow).
-	MaxPerSecond float64 `env:"CONSUMER_MAX_PER_SECOND, default=0"`
+	MaxPerSecond float64 `env:"CONSUMER_MAX_PER_SECOND"`
 	// FlowWait bounds how long a pushed delivery over a limit waits for
 	// its turn before consume answers 429 with Retry-After
 	// (CONSUMER_FLOW_WAIT, default 5s; keep it well below the ack
@@ -220,12 +221,12 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return fail(err)
 	}
-	fo := flow.Options{MaxInFlight: cfg.MaxInFlight, PerSecond: cfg.MaxPerSecond, MaxWait: cfg.FlowWait}
+	if cfg.FlowWait < 0 {
+		return fail(fmt.Errorf("config: CONSUMER_FLOW_WAIT=%s: must be above 0", cfg.FlowWait))
+	}
+	fo := flow.Options{MaxInFlight: cfg.MaxInFlight, PerSecond: cfg.MaxPerSecond, MaxWait: cmp.Or(cfg.FlowWait, DefaultFlowWait)}
 	if cfg.Mode == ModePull {
 		fo.MaxWait = min(fo.MaxWait, PullFlowWait)
-	}
-	if fo.MaxWait <= 0 {
-		return fail(fmt.Errorf("config: CONSUMER_FLOW_WAIT=%s: must be above 0", cfg.FlowWait))
 	}
 	if cfg.MaxInFlight < 0 || cfg.MaxPerSecond < 0 {
 		return fail(fmt.Errorf("config: CONSUMER_MAX_IN_FLIGHT=%d, CONSUMER_MAX_PER_SECOND=%v: neither may be negative (0 is no limit)", cfg.MaxInFlight, cfg.MaxPerSecond))
@@ -272,6 +273,10 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	}
 	return fn, nil
 }
+
+// DefaultFlowWait is CONSUMER_FLOW_WAIT's default: how long a pushed
+// delivery over its consumer's flow-control limits waits for its turn.
+const DefaultFlowWait = 5 * time.Second
 
 // PullFlowWait bounds one wait of a pulled delivery at the flow-control
 // gate: past it the worker keeps the message leased and offers it again
