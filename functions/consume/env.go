@@ -149,6 +149,14 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	default:
 		return nil, fmt.Errorf("config: CONSUMER_MODE=%q: want %s or %s", cfg.Mode, ModePush, ModePull)
 	}
+	switch {
+	case cfg.FlowWait < 0:
+		return nil, fmt.Errorf("config: CONSUMER_FLOW_WAIT=%s: must be above 0 (0 takes the default, %s)", cfg.FlowWait, DefaultFlowWait)
+	case cfg.MaxInFlight < 0:
+		return nil, fmt.Errorf("config: CONSUMER_MAX_IN_FLIGHT=%d: must be 0 (no bound) or more", cfg.MaxInFlight)
+	case cfg.MaxPerSecond < 0 || cfg.MaxPerSecond != cfg.MaxPerSecond:
+		return nil, fmt.Errorf("config: CONSUMER_MAX_PER_SECOND=%v: must be 0 (no limit) or more", cfg.MaxPerSecond)
+	}
 	log := cfg.Logger()
 	h, err := BuildHandler(cfg.Handler, HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
 		ForwardAuth: cfg.ForwardAuth, ForwardAudience: cfg.ForwardAudience, ForwardSecrets: strings.Fields(cfg.ForwardSigningSecret),
@@ -221,15 +229,9 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if cfg.FlowWait < 0 {
-		return fail(fmt.Errorf("config: CONSUMER_FLOW_WAIT=%s: must be above 0", cfg.FlowWait))
-	}
 	fo := flow.Options{MaxInFlight: cfg.MaxInFlight, PerSecond: cfg.MaxPerSecond, MaxWait: cmp.Or(cfg.FlowWait, DefaultFlowWait)}
 	if cfg.Mode == ModePull {
 		fo.MaxWait = min(fo.MaxWait, PullFlowWait)
-	}
-	if cfg.MaxInFlight < 0 || cfg.MaxPerSecond < 0 {
-		return fail(fmt.Errorf("config: CONSUMER_MAX_IN_FLIGHT=%d, CONSUMER_MAX_PER_SECOND=%v: neither may be negative (0 is no limit)", cfg.MaxInFlight, cfg.MaxPerSecond))
 	}
 	gate := flow.New(fo)
 	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Flow: gate, Logger: log})
