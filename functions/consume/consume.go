@@ -12,7 +12,10 @@
 // dead-lettered after the subscription's maximum attempts; or, for a
 // forward consumer, another delivery of the event holds its claim, or its
 // circuit breaker holds deliveries back while the target is down: code
-// held, a Retry-After header, no attempt counted; see docs/forwarding.md). It never answers 400: push would redeliver a 400
+// held, a Retry-After header, no attempt counted; see docs/forwarding.md);
+// 429 with Retry-After and code flow_limited refuses, without an attempt,
+// a delivery over the consumer's flow-control limits that would wait
+// longer than CONSUMER_FLOW_WAIT (internal/flow). It never answers 400: push would redeliver a 400
 // forever. The ledger never changes an answer: attempts are committed in
 // Postgres with the delivery and recorded afterwards, through rollup
 // notices (consume holds no Firestore client nor grant: the rollup writes
