@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"testing"
 
 	"github.com/zclconf/go-cty/cty"
@@ -37,6 +38,9 @@ defaults:
   role: reader
   handler: strict
   encoding: protobuf
+  max_in_flight: 8
+  max_per_second: 25
+  max_instances: 4
 rollup: {topic: ops.ledger.rollup, delivery: eventarc}
 databases:
   - name: main
@@ -57,6 +61,9 @@ topics:
         min_backoff_seconds: 30
         max_backoff_seconds: 600
         max_delivery_attempts: 20
+        max_in_flight: 1
+        max_per_second: 0.5
+        max_instances: 1
         filter: 'attributes.event_type = "order.paid"'
       - service: archive
         handler: forward
@@ -190,6 +197,9 @@ func assertTopologyAgrees(t *testing.T, ev *evaluator, top *topology.Topology) {
 			"replay_filter":             cs.ReplayFilter(),
 			"filter":                    cs.Filter(),
 			"database":                  cs.Database,
+			"max_in_flight":             json.Number(itoa(cs.MaxInFlight)),
+			"max_per_second":            json.Number(strconv.FormatFloat(cs.MaxPerSecond, 'f', -1, 64)),
+			"max_instances":             json.Number(itoa(cs.MaxInstances)),
 		}
 		for k, w := range want {
 			if !reflect.DeepEqual(got[k], w) {

@@ -12,7 +12,10 @@
 // dead-lettered after the subscription's maximum attempts; or, for a
 // forward consumer, another delivery of the event holds its claim, or its
 // circuit breaker holds deliveries back while the target is down: code
-// held, a Retry-After header, no attempt counted; see docs/forwarding.md). While an operator has
+// held, a Retry-After header, no attempt counted; see docs/forwarding.md);
+// 429 with Retry-After and code flow_limited refuses, without an attempt,
+// a delivery over the consumer's flow-control limits that would wait
+// longer than CONSUMER_FLOW_WAIT (internal/flow). While an operator has
 // paused the consumer by its own flag (Options.Pausable), a delivery is kept in its database and
 // answered 200 with code paused, no attempt made (docs/operations.md). It never answers 400: push would redeliver a 400
 // forever. The ledger never changes an answer: attempts are committed in
@@ -72,6 +75,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/flow"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/telemetry"
@@ -178,6 +182,10 @@ type Options struct {
 	InboxRetention time.Duration
 	// ShipBudget bounds one POST /ledger:ship (45s).
 	ShipBudget time.Duration
+	// Flow holds deliveries to the consumer's flow-control limits (nil:
+	// none): one it holds back longer than its MaxWait is answered 429
+	// with Retry-After, no attempt made or counted.
+	Flow *flow.Gate
 	// MaxBody bounds a request body (delivery.DefaultMaxBody).
 	MaxBody int64
 	// Logger receives the structured logs.
@@ -284,6 +292,15 @@ func New(o Options) (*Handler, error) {
 		unobserve := telemetry.ObserveBreaker(o.Engine.ConsumerID(), func() int64 { return int64(b.BreakerState()) })
 		h.close = append(h.close, func(context.Context) error { return unobserve() })
 	}
+	if o.Flow != nil {
+		// The consumer's flow control (with telemetry on), read at each
+		// metric collection.
+		unobserve := telemetry.ObserveFlow(o.Engine.ConsumerID(), func() (int64, bool, int64) {
+			s := o.Flow.State()
+			return s.InFlight, s.AtLimit, s.Refused
+		})
+		h.close = append(h.close, func(context.Context) error { return unobserve() })
+	}
 	h.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -344,6 +361,19 @@ func New(o Options) (*Handler, error) {
 				return
 			}
 		}
+		release, err := o.Flow.Acquire(r.Context())
+		if err != nil {
+			var le *flow.LimitError
+			if !errors.As(err, &le) {
+				// The request ended while it waited: nobody reads the answer.
+				writeJSON(w, http.StatusServiceUnavailable, consumer.Result{Code: CodeFlowLimited, Error: err.Error()})
+				return
+			}
+			w.Header().Set("Retry-After", strconv.Itoa(flow.RetryAfterSeconds(le.RetryAfter)))
+			writeJSON(w, http.StatusTooManyRequests, consumer.Result{Code: CodeFlowLimited, Error: le.Error()})
+			return
+		}
+		defer release()
 		res := o.Engine.Handle(r.Context(), d)
 		if res.Held() {
 			// Pub/Sub's push ignores it (its retry policy spaces the
@@ -370,6 +400,10 @@ func hold(ctx context.Context, pauses *inbox.PauseFlags, d delivery.Delivery) (b
 	}
 	return inbox.Hold(ctx, pauses.DB, pauses.ConsumerID, topic, d.Message)
 }
+
+// CodeFlowLimited is the code of a delivery the consumer's flow control
+// held back (429 with Retry-After on push; held, no attempt, on pull).
+const CodeFlowLimited = "flow_limited"
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -1,9 +1,11 @@
 package consume
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/relaybus/relaybus/internal/contract"
+	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/flow"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
@@ -97,6 +101,23 @@ type Config struct {
 	// PullMaxInFlight bounds the pull worker's deliveries at once
 	// (PULL_MAX_IN_FLIGHT, default 16; keep it below the pool's size).
 	PullMaxInFlight int `env:"PULL_MAX_IN_FLIGHT, default=16"`
+	// MaxInFlight bounds the deliveries this instance handles at once
+	// (CONSUMER_MAX_IN_FLIGHT, the topology's max_in_flight; 0, the
+	// default, is no bound of consume's own: Cloud Run's concurrency
+	// bounds push, PULL_MAX_IN_FLIGHT pull). In pull mode the worker runs
+	// the lower of the two.
+	MaxInFlight int `env:"CONSUMER_MAX_IN_FLIGHT"`
+	// MaxPerSecond is the most deliveries a second this instance handles
+	// (CONSUMER_MAX_PER_SECOND: its share of the topology's
+	// max_per_second; 0, the default, is no limit). Deliveries are spaced
+	// by a token bucket of one token (internal/flow).
+	MaxPerSecond float64 `env:"CONSUMER_MAX_PER_SECOND"`
+	// FlowWait bounds how long a pushed delivery over a limit waits for
+	// its turn before consume answers 429 with Retry-After
+	// (CONSUMER_FLOW_WAIT, default 5s; keep it well below the ack
+	// deadline). A pulled one waits at most a second at a time
+	// (PullFlowWait) and stays leased in between.
+	FlowWait time.Duration `env:"CONSUMER_FLOW_WAIT, default=5s"`
 	// RollupTopic receives attempt notices (ROLLUP_TOPIC, default
 	// relaybus.ledger.rollup).
 	RollupTopic string `env:"ROLLUP_TOPIC, default=relaybus.ledger.rollup"`
@@ -128,6 +149,14 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		}
 	default:
 		return nil, fmt.Errorf("config: CONSUMER_MODE=%q: want %s or %s", cfg.Mode, ModePush, ModePull)
+	}
+	switch {
+	case cfg.FlowWait < 0:
+		return nil, fmt.Errorf("config: CONSUMER_FLOW_WAIT=%s: must be above 0 (0 takes the default, %s)", cfg.FlowWait, DefaultFlowWait)
+	case cfg.MaxInFlight < 0:
+		return nil, fmt.Errorf("config: CONSUMER_MAX_IN_FLIGHT=%d: must be 0 (no bound) or more", cfg.MaxInFlight)
+	case cfg.MaxPerSecond < 0 || cfg.MaxPerSecond != cfg.MaxPerSecond:
+		return nil, fmt.Errorf("config: CONSUMER_MAX_PER_SECOND=%v: must be 0 (no limit) or more", cfg.MaxPerSecond)
 	}
 	log := cfg.Logger()
 	h, err := BuildHandler(cfg.Handler, HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
@@ -201,7 +230,12 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return fail(err)
 	}
-	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Logger: log, Pausable: true})
+	fo := flow.Options{MaxInFlight: cfg.MaxInFlight, PerSecond: cfg.MaxPerSecond, MaxWait: cmp.Or(cfg.FlowWait, DefaultFlowWait)}
+	if cfg.Mode == ModePull {
+		fo.MaxWait = min(fo.MaxWait, PullFlowWait)
+	}
+	gate := flow.New(fo)
+	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Flow: gate, Logger: log, Pausable: true})
 	if err != nil {
 		return fail(err)
 	}
@@ -209,8 +243,11 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	// kicks, the ledger and the clients.
 	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
 	if cfg.Mode == ModePull {
-		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullengine.New(engine, fn.pauses), DeadLetters: ps, Project: cfg.ProjectID,
+		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{pullengine.New(engine, fn.pauses), gate}, DeadLetters: ps, Project: cfg.ProjectID,
 			MaxInFlight: cfg.PullMaxInFlight, MaxAttempts: cfg.MaxDeliveryAttempts, Logger: log}
+		if cfg.MaxInFlight > 0 && (po.MaxInFlight <= 0 || cfg.MaxInFlight < po.MaxInFlight) {
+			po.MaxInFlight = cfg.MaxInFlight
+		}
 		if c, ok := top.Consumer(cfg.Subscription); ok {
 			po.Paused = pullengine.Paused(fn.pauses, c.Topic)
 			po.MinBackoff = time.Duration(c.MinBackoffSeconds) * time.Second
@@ -239,6 +276,38 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		}}, fn.close...)
 	}
 	return fn, nil
+}
+
+// DefaultFlowWait is CONSUMER_FLOW_WAIT's default: how long a pushed
+// delivery over its consumer's flow-control limits waits for its turn.
+const DefaultFlowWait = 5 * time.Second
+
+// PullFlowWait bounds one wait of a pulled delivery at the flow-control
+// gate: past it the worker keeps the message leased and offers it again
+// after the gate's Retry-After, so a drain at shutdown waits no longer.
+const PullFlowWait = time.Second
+
+// pullEngine is the pull worker's engine (internal/pullengine: the
+// consume engine and the consumer's pause) within the consumer's
+// flow-control limits (a delivery the gate holds back is held: no attempt
+// made or counted).
+type pullEngine struct {
+	next pull.Engine
+	gate *flow.Gate
+}
+
+func (p pullEngine) Handle(ctx context.Context, d delivery.Delivery) pull.Answer {
+	release, err := p.gate.Acquire(ctx)
+	if err != nil {
+		var le *flow.LimitError
+		wait := PullFlowWait
+		if errors.As(err, &le) {
+			wait = le.RetryAfter
+		}
+		return pull.Answer{Status: http.StatusTooManyRequests, Code: CodeFlowLimited, Error: err.Error(), Held: true, RetryAfter: wait}
+	}
+	defer release()
+	return p.next.Handle(ctx, d)
 }
 
 // Consumer modes CONSUMER_MODE names.

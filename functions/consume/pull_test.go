@@ -112,9 +112,20 @@ func TestPullModeConfigErrors(t *testing.T) {
 	}{
 		{"stream", "s", `config: CONSUMER_MODE="stream": want push or pull`},
 		{ModePull, "", "config: CONSUMER_SUBSCRIPTION is required with CONSUMER_MODE=pull"},
+		{"inflight", "s", "config: CONSUMER_MAX_IN_FLIGHT=-1: must be 0 (no bound) or more"},
+		{"rate", "s", "config: CONSUMER_MAX_PER_SECOND=-2: must be 0 (no limit) or more"},
+		{"wait", "s", "config: CONSUMER_FLOW_WAIT=-1s: must be above 0"},
 	} {
 		cfg := instance.Defaults[Config]()
 		cfg.ConsumerID, cfg.Subscription, cfg.Mode = "audit-service", tc.sub, tc.mode
+		switch tc.mode { // the flow-control cases, in push mode
+		case "inflight":
+			cfg.Mode, cfg.MaxInFlight = ModePush, -1
+		case "rate":
+			cfg.Mode, cfg.MaxPerSecond = ModePush, -2
+		case "wait":
+			cfg.Mode, cfg.FlowWait = ModePush, -time.Second
+		}
 		if _, err := Build(context.Background(), cfg); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("mode %q: %v; want %q", tc.mode, err, tc.want)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/registry"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -56,6 +57,20 @@ type consumerView struct {
 	// Paused is whether a push consumer's subscription has its push
 	// endpoint detached (pause.go); absent when it could not be read.
 	Paused *bool `json:"paused,omitempty"`
+	// Flow is a declared consumer's flow control as the topology sets it.
+	Flow *consumerFlow `json:"flow,omitempty"`
+}
+
+// consumerFlow is a consumer's flow-control limits (topology
+// max_in_flight, max_per_second, max_instances; 0 is unset: the
+// deployment's defaults, no rate limit). Whether a consume instance is at
+// them now is its own to know: the metrics relaybus.consume.flow.in_flight
+// and relaybus.consume.flow.at_limit (AtLimitMetric) report it.
+type consumerFlow struct {
+	MaxInFlight   int     `json:"maxInFlight"`
+	MaxPerSecond  float64 `json:"maxPerSecond"`
+	MaxInstances  int     `json:"maxInstances"`
+	AtLimitMetric string  `json:"atLimitMetric"`
 }
 
 func (co *consumerRegistry) list(r *request, _ []string) (any, error) {
@@ -118,6 +133,8 @@ func (co *consumerRegistry) describe(v *consumerView) {
 	for _, c := range co.topology.Consumers() {
 		if c.Topic == v.Topic && c.Service == v.ConsumerID {
 			v.Declared, v.Subscription, v.Delivery, v.Handler, v.Database = true, c.Subscription(), c.Delivery, c.Handler, c.Database
+			v.Flow = &consumerFlow{MaxInFlight: c.MaxInFlight, MaxPerSecond: c.MaxPerSecond, MaxInstances: c.MaxInstances,
+				AtLimitMetric: telemetry.MetricFlowAtLimit}
 			if real := co.subs.Real(c.Subscription()); real != c.Subscription() {
 				v.PubSubSubscription = real
 			}

@@ -126,7 +126,7 @@ locals {
           kind          = "consume"
           consumer      = s
           slug          = "c-${substr(sha1(s), 0, 12)}"
-          max_instances = contains(keys(local.pull_consumers), s) ? var.pull_mode.max_instances : var.consume_settings.max_instances
+          max_instances = local.consume_flow[s].max_instances
         } if c.database == k
       },
     )
@@ -197,7 +197,7 @@ locals {
     for k, d in local.databases : k => var.cloud_sql.pool_max_conns * (
       (k == "main" ? var.publish_settings.max_instances : 0)
       + var.relay_settings.max_instances + var.dlqreplay_settings.max_instances
-      + var.consume_settings.max_instances * length([for c in local.consumers : c if c.database == k])
+      + sum(concat([0], [for s, c in local.consumers : local.consume_flow[s].max_instances if c.database == k]))
     )
   }
   cloudsql_connections      = sum(concat([0], [for k, n in local.database_connections : n if contains(keys(local.cloudsql_databases), k)]))

@@ -215,6 +215,11 @@ locals {
       # push (Pub/Sub push or Eventarc POSTs deliveries) or pull (pull.tf).
       CONSUMER_MODE      = contains(keys(local.pull_consumers), k) ? "pull" : "push"
       PULL_MAX_IN_FLIGHT = tostring(local.pull_max_in_flight)
+      # Flow control (topology max_in_flight, max_per_second; consume_flow):
+      # 0 is no limit of consume's own.
+      CONSUMER_MAX_IN_FLIGHT  = tostring(local.consume_flow[k].max_in_flight)
+      CONSUMER_MAX_PER_SECOND = tostring(local.consume_flow[k].per_second)
+      CONSUMER_FLOW_WAIT      = var.consume_settings.flow_wait
     })
   }
 
@@ -354,16 +359,18 @@ resource "google_cloud_run_v2_service" "consume" {
   description         = "relaybus consume: ${each.value.subscription} (${contains(keys(local.pull_consumers), each.key) ? "pull" : each.value.delivery})"
 
   template {
-    service_account                  = google_service_account.consume[each.key].email
-    max_instance_request_concurrency = var.consume_settings.concurrency
+    service_account = google_service_account.consume[each.key].email
+    # The topology's max_in_flight, else consume_settings.concurrency
+    # (topology.tf, consume_flow).
+    max_instance_request_concurrency = local.consume_flow[each.key].concurrency
     # Pub/Sub stops waiting at the ack deadline; so does the request.
     timeout = "${each.value.ack_deadline_seconds}s"
 
     # A pull consumer (pull.tf) is a worker no request starts: always-on
     # instances, within its own bounds.
     scaling {
-      min_instance_count = contains(keys(local.pull_consumers), each.key) ? var.pull_mode.min_instances : 0
-      max_instance_count = contains(keys(local.pull_consumers), each.key) ? var.pull_mode.max_instances : var.consume_settings.max_instances
+      min_instance_count = contains(keys(local.pull_consumers), each.key) ? min(var.pull_mode.min_instances, local.consume_flow[each.key].max_instances) : 0
+      max_instance_count = local.consume_flow[each.key].max_instances
     }
 
     dynamic "volumes" {

@@ -25,6 +25,11 @@ locals {
     role                      = "processor"
     handler                   = "projection"
     encoding                  = "json"
+    # Flow control (topology max_in_flight, max_per_second, max_instances):
+    # 0 is unset, so consume_settings and pull_mode decide (consume_flow).
+    max_in_flight  = 0
+    max_per_second = 0
+    max_instances  = 0
   }
   defaults = {
     for k, d in local.builtin_defaults : k => (
@@ -103,6 +108,9 @@ locals {
         message_retention_seconds            = local.topics[t.name].message_retention_seconds
         database                             = coalesce(try(c.database, null), "main")
         emits                                = [for e in flatten([try(c.emits, [])]) : e if e != null]
+        max_in_flight                        = try(c.max_in_flight > 0 ? c.max_in_flight : local.defaults.max_in_flight, local.defaults.max_in_flight)
+        max_per_second                       = try(c.max_per_second > 0 ? c.max_per_second : local.defaults.max_per_second, local.defaults.max_per_second)
+        max_instances                        = try(c.max_instances > 0 ? c.max_instances : local.defaults.max_instances, local.defaults.max_instances)
       } if c != null
     ]
   ])
@@ -165,6 +173,24 @@ locals {
   pull_consumers = {
     for k, c in local.consumers : k => c
     if var.nats != null || (var.pull_mode.enabled && (length(var.pull_mode.consumers) == 0 || contains(var.pull_mode.consumers, k)))
+  }
+  # Each consumer's flow control as its consume service runs it (run.tf):
+  # max_instances, its Cloud Run max instances (the topology's, else
+  # pull_mode.max_instances for a pull consumer, else
+  # consume_settings.max_instances); concurrency, its container
+  # concurrency (max_in_flight, else consume_settings.concurrency);
+  # CONSUMER_MAX_IN_FLIGHT (max_in_flight, 0 unset) and
+  # CONSUMER_MAX_PER_SECOND, each instance's even share of max_per_second
+  # (topology.Consumer.InstancePerSecond; 0 no limit).
+  consume_flow = {
+    for k, c in local.consumers : k => {
+      max_instances = c.max_instances > 0 ? c.max_instances : (contains(keys(local.pull_consumers), k) ? var.pull_mode.max_instances : var.consume_settings.max_instances)
+      concurrency   = c.max_in_flight > 0 ? c.max_in_flight : var.consume_settings.concurrency
+      max_in_flight = c.max_in_flight
+      per_second = c.max_per_second > 0 ? c.max_per_second / (
+        c.max_instances > 0 ? c.max_instances : (contains(keys(local.pull_consumers), k) ? var.pull_mode.max_instances : var.consume_settings.max_instances)
+      ) : 0
+    }
   }
   push_consumers     = { for k, c in local.consumers : k => c if c.delivery == "push" && !contains(keys(local.pull_consumers), k) }
   eventarc_consumers = { for k, c in local.consumers : k => c if c.delivery == "eventarc" && !contains(keys(local.pull_consumers), k) }

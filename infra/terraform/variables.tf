@@ -165,8 +165,9 @@ variable "consume_settings" {
     inbox_retention = optional(string, "192h")
     max_instances   = optional(number, 10)
     concurrency     = optional(number, 40)
+    flow_wait       = optional(string, "5s")
   })
-  description = "Every consume service: INBOX_RETENTION, max instances and per-instance concurrency."
+  description = "Every consume service: INBOX_RETENTION; max instances and per-instance concurrency where the topology sets no max_instances or max_in_flight for the consumer (docs/consuming.md, Flow control); CONSUMER_FLOW_WAIT (flow_wait: how long a pushed delivery over its consumer's flow-control limits waits before a 429)."
   default     = {}
 }
 

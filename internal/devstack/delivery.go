@@ -43,8 +43,10 @@ func (d *standIn) route(base string, top *topology.Topology, consumers []mounted
 	var routes []Route
 	if d.loop != nil {
 		for _, c := range consumers {
+			// A consumer's max_in_flight bounds its route as Cloud Run's
+			// container concurrency bounds its pushes (0: the loop's).
 			routes = append(routes, Route{Subscription: c.Subscription(), Topic: c.Topic, URL: c.URL + "/", Mode: c.Delivery,
-				MaxAttempts: c.MaxDeliveryAttempts})
+				MaxAttempts: c.MaxDeliveryAttempts, MaxInFlight: c.MaxInFlight})
 		}
 	}
 	for _, t := range top.Topics {

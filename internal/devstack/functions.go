@@ -185,6 +185,8 @@ func consumerConfig(in functionsInput, c topology.Consumer) consume.Config {
 	if c.ForwardSecret == "" {
 		cc.ForwardSigningSecret = ""
 	}
+	// Flow control: one local process per consumer takes the whole rate.
+	cc.MaxInFlight, cc.MaxPerSecond = c.MaxInFlight, c.MaxPerSecond
 	cc.Env, cc.PubSub = in.Env, in.Broker
 	cc.DB.URL = in.DBs.url(c.Database, roleConsumer)
 	if !in.Pushes {

@@ -90,6 +90,7 @@ func TestEachDefaultIsWrittenOnce(t *testing.T) {
 		{"CONSUMER_MAX_DELIVERY_ATTEMPTS", con.MaxDeliveryAttempts, pull.DefaultMaxAttempts},
 		{"INBOX_RETENTION", con.InboxRetention, consume.DefaultInboxRetention},
 		{"PULL_MAX_IN_FLIGHT", con.PullMaxInFlight, pull.DefaultMaxInFlight},
+		{"CONSUMER_FLOW_WAIT", con.FlowWait, consume.DefaultFlowWait},
 		{"ROLLUP_TOPIC", con.RollupTopic, ledger.DefaultRollupTopic},
 
 		{"ROLLUP_WINDOW", rol.Window, rollup.DefaultWindow},

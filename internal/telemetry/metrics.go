@@ -90,6 +90,17 @@ const (
 	// MetricBreakerState: a forward consumer's circuit breaker now, per
 	// consumer: 0 closed, 1 half-open, 2 open.
 	MetricBreakerState = "relaybus.forward.breaker.state"
+	// MetricFlowInFlight: a consume instance's deliveries past its
+	// flow-control gate and not yet done, per consumer.
+	MetricFlowInFlight = "relaybus.consume.flow.in_flight"
+	// MetricFlowAtLimit: 1 while a consume instance holds a delivery back
+	// for its flow-control limits (one waits, or every slot is taken),
+	// else 0, per consumer.
+	MetricFlowAtLimit = "relaybus.consume.flow.at_limit"
+	// MetricFlowRefused: deliveries a consume instance's flow control
+	// refused (429 on push, held on pull), per consumer, since the
+	// instance started.
+	MetricFlowRefused = "relaybus.consume.flow.refused"
 )
 
 // Attribute keys of relaybus's metrics.
@@ -457,6 +468,44 @@ func ObserveBreaker(consumer string, read func() int64) (unregister func() error
 		o.ObserveInt64(g, read(), at)
 		return nil
 	}, g)
+	if err != nil {
+		return func() error { return nil }
+	}
+	return reg.Unregister
+}
+
+// ObserveFlow registers consumer's flow-control gauges and counter
+// (MetricFlowInFlight, MetricFlowAtLimit, MetricFlowRefused): read
+// returns the deliveries in flight, whether the gate holds one back, and
+// the refusals so far, at each collection. It returns the function that
+// unregisters them; with telemetry off it does nothing.
+func ObserveFlow(consumer string, read func() (inFlight int64, atLimit bool, refused int64)) (unregister func() error) {
+	st := current.Load()
+	if st == nil {
+		return func() error { return nil }
+	}
+	m := st.inst.meter
+	inFlight, err1 := m.Int64ObservableGauge(MetricFlowInFlight, metric.WithUnit("{delivery}"),
+		metric.WithDescription("A consume instance's deliveries past its flow-control gate and not yet done."))
+	atLimit, err2 := m.Int64ObservableGauge(MetricFlowAtLimit, metric.WithUnit("1"),
+		metric.WithDescription("1 while a consume instance holds a delivery back for its flow-control limits."))
+	refused, err3 := m.Int64ObservableCounter(MetricFlowRefused, metric.WithUnit("{delivery}"),
+		metric.WithDescription("Deliveries a consume instance's flow control refused (429 on push, held on pull)."))
+	if err1 != nil || err2 != nil || err3 != nil {
+		return func() error { return nil }
+	}
+	at := metric.WithAttributes(KeyConsumer.String(consumer))
+	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		n, limited, r := read()
+		o.ObserveInt64(inFlight, n, at)
+		var l int64
+		if limited {
+			l = 1
+		}
+		o.ObserveInt64(atLimit, l, at)
+		o.ObserveInt64(refused, r, at)
+		return nil
+	}, inFlight, atLimit, refused)
 	if err != nil {
 		return func() error { return nil }
 	}

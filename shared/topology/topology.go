@@ -59,6 +59,17 @@ const (
 	DefaultForwardBreakerMaxCoolDownSeconds = 300
 )
 
+// Bounds of the flow-control fields (Consumer.MaxInFlight, MaxInstances,
+// MaxPerSecond).
+const (
+	// MaxMaxInFlight is Cloud Run's highest container concurrency.
+	MaxMaxInFlight = 1000
+	// MaxMaxInstances bounds max_instances.
+	MaxMaxInstances = 1000
+	// MaxMaxPerSecond bounds max_per_second.
+	MaxMaxPerSecond = 100000
+)
+
 // Built-in handler names; the consume binary may register more.
 const (
 	HandlerProjection = "projection"
@@ -196,6 +207,11 @@ type Settings struct {
 	Role                    string `yaml:"role"`
 	Handler                 string `yaml:"handler"`
 	Encoding                string `yaml:"encoding"`
+	// The flow-control defaults of every consumer (Consumer.MaxInFlight,
+	// MaxPerSecond, MaxInstances); 0, the built-in default, is unset.
+	MaxInFlight  int     `yaml:"max_in_flight"`
+	MaxPerSecond float64 `yaml:"max_per_second"`
+	MaxInstances int     `yaml:"max_instances"`
 }
 
 // Rollup configures the topic consume reports handled events on.
@@ -430,6 +446,24 @@ type Consumer struct {
 	// says it cannot reset the state and stops before anything changes.
 	// The built-in handlers' state is relaybus's and needs none.
 	RebuildClear []string `yaml:"rebuild_clear"`
+	// MaxInFlight is the most deliveries one consume instance of the
+	// consumer handles at once: its Cloud Run container concurrency (push,
+	// eventarc), its pull worker's bound (CONSUMER_MAX_IN_FLIGHT), the
+	// local stack's bound on the consumer's route. The consumer's whole
+	// ceiling is MaxInFlight × MaxInstances. 0 (the default) is unset:
+	// Terraform's consume_settings.concurrency (pull: pull_mode's
+	// max_in_flight) and the local stack's 64, as before.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxPerSecond is the most deliveries the consumer handles per second,
+	// all its instances together: each instance takes an even share
+	// (MaxPerSecond / its max instances) and spaces its deliveries by it
+	// (CONSUMER_MAX_PER_SECOND), whatever the broker pushes. 0 (the
+	// default) is unlimited.
+	MaxPerSecond float64 `yaml:"max_per_second"`
+	// MaxInstances is the most consume instances Cloud Run runs for the
+	// consumer. 0 (the default) is unset: Terraform's
+	// consume_settings.max_instances (pull: pull_mode.max_instances).
+	MaxInstances int `yaml:"max_instances"`
 	// Enabled defaults to true; a disabled consumer is not expected by the ledger.
 	Enabled   *bool `yaml:"enabled"`
 	SortOrder int   `yaml:"sort_order"`
@@ -594,6 +628,11 @@ func (t *Topology) applyDefaults() {
 			c.ForwardBreakerCoolDownSeconds = orInt(c.ForwardBreakerCoolDownSeconds, DefaultForwardBreakerCoolDownSeconds)
 			c.ForwardBreakerMaxCoolDownSeconds = orInt(c.ForwardBreakerMaxCoolDownSeconds, DefaultForwardBreakerMaxCoolDownSeconds)
 			c.GapTimeoutSeconds = orInt(c.GapTimeoutSeconds, DefaultGapTimeoutSeconds)
+			c.MaxInFlight = orInt(c.MaxInFlight, d.MaxInFlight)
+			c.MaxInstances = orInt(c.MaxInstances, d.MaxInstances)
+			if c.MaxPerSecond == 0 {
+				c.MaxPerSecond = d.MaxPerSecond
+			}
 		}
 	}
 }
@@ -780,6 +819,15 @@ func (t *Topology) validate() error {
 			}
 			if m := c.MaxDeliveryAttempts; m < 5 || m > 100 {
 				bad(cw+".max_delivery_attempts", "must be 5 to 100 (Pub/Sub's dead-letter limits), not %d", m)
+			}
+			if m := c.MaxInFlight; m < 0 || m > MaxMaxInFlight {
+				bad(cw+".max_in_flight", "must be 1 to %d (Cloud Run's container concurrency), or 0 for Terraform's default, not %d", MaxMaxInFlight, m)
+			}
+			if m := c.MaxInstances; m < 0 || m > MaxMaxInstances {
+				bad(cw+".max_instances", "must be 1 to %d, or 0 for Terraform's default, not %d", MaxMaxInstances, m)
+			}
+			if r := c.MaxPerSecond; r < 0 || r > MaxMaxPerSecond || r != r {
+				bad(cw+".max_per_second", "must be above 0 and at most %d deliveries a second, or 0 for no limit, not %v", MaxMaxPerSecond, r)
 			}
 		}
 	}
@@ -974,4 +1022,20 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// InstancePerSecond is one instance's share of the consumer's
+// MaxPerSecond when it runs on at most instances instances (its
+// MaxInstances when set, else the deployment's default, instances): the
+// rate each consume instance holds itself to, so that all of them
+// together stay within MaxPerSecond. 0 when the consumer has no rate
+// limit.
+func (c Consumer) InstancePerSecond(instances int) float64 {
+	if c.MaxPerSecond <= 0 {
+		return 0
+	}
+	if c.MaxInstances > 0 {
+		instances = c.MaxInstances
+	}
+	return c.MaxPerSecond / float64(max(instances, 1))
 }

@@ -764,7 +764,7 @@ function consumersBody(d, result, reload) {
             c.declared ? "" : h("span", { class: "tag warn" }, "no subscription"),
             c.paused ? badge("paused", "s-RETRYING") : "",
             h("span", { class: "tag", "data-testid": "consumer-owner", title: d.ownership }, c.owner === "operator" ? "operator's" : "topology's")),
-          h("td", { class: "small" }, c.description || ""), h("td", {}, c.delivery || "–", c.handler ? h("span", { class: "muted small" }, " · " + c.handler) : "", consumerLinks(c)),
+          h("td", { class: "small" }, c.description || ""), h("td", {}, c.delivery || "–", c.handler ? h("span", { class: "muted small" }, " · " + c.handler) : "", flowLimits(c), consumerLinks(c)),
           h("td", { class: "mono small" }, c.subscription || "", c.pubsubSubscription ? h("div", { class: "muted" }, c.pubsubSubscription) : ""),
           h("td", { class: "small" }, c.updatedBy ? c.updatedBy + ", " + fmtTime(c.updatedAt) : fmtTime(c.updatedAt)));
         if (mayChange(c) || can("admin", c.topic, "")) {
@@ -835,6 +835,19 @@ function consumersBody(d, result, reload) {
       ...d.audit.map((a) => h("tr", { "data-testid": "audit-row" }, h("td", { class: "small" }, fmtTime(a.at)), h("td", {}, a.by), h("td", {}, a.action), h("td", {}, a.topic),
         h("td", {}, a.consumerId), h("td", { class: "small" }, a.detail)))) : h("p", { class: "empty" }, "No change yet.")));
   return out;
+}
+
+// flowLimits shows a consumer's flow control from the topology (nothing
+// when it sets none); whether an instance is at its limits is the metric
+// the API names (each consume instance knows its own).
+function flowLimits(c) {
+  const f = c.flow;
+  if (!f || !(f.maxInFlight || f.maxPerSecond || f.maxInstances)) return "";
+  const parts = [];
+  if (f.maxInFlight) parts.push("≤ " + f.maxInFlight + " in flight");
+  if (f.maxPerSecond) parts.push("≤ " + f.maxPerSecond + "/s");
+  if (f.maxInstances) parts.push("≤ " + f.maxInstances + " instances");
+  return h("div", { class: "muted small", "data-testid": "consumer-flow", title: "At its limits: metric " + f.atLimitMetric }, parts.join(" · "));
 }
 
 // consumerLinks links a declared consumer's gaps (strict handler) and

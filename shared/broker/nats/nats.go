@@ -208,7 +208,14 @@ func (c *Client) EnsureTopic(ctx context.Context, topic string, retention time.D
 type SubscriptionConfig struct {
 	// AckWait is the lease of a delivered message (DefaultAckWait).
 	AckWait time.Duration
+	// MaxAckPending bounds the messages delivered and not yet
+	// acknowledged, across every puller of the consumer
+	// (DefaultMaxAckPending): the server delivers no more until some are.
+	MaxAckPending int
 }
+
+// DefaultMaxAckPending is SubscriptionConfig.MaxAckPending's default.
+const DefaultMaxAckPending = 10_000
 
 // EnsureSubscription creates the durable pull consumer standing for
 // subscription on topic's stream (which must exist).
@@ -216,10 +223,13 @@ func (c *Client) EnsureSubscription(ctx context.Context, topic, subscription str
 	if sc.AckWait <= 0 {
 		sc.AckWait = DefaultAckWait
 	}
+	if sc.MaxAckPending <= 0 {
+		sc.MaxAckPending = DefaultMaxAckPending
+	}
 	topic = names.ResourceID(topic)
 	cfg := jetstream.ConsumerConfig{
 		Durable: ConsumerName(subscription), AckPolicy: jetstream.AckExplicitPolicy, AckWait: sc.AckWait,
-		DeliverPolicy: jetstream.DeliverAllPolicy, MaxDeliver: -1, MaxAckPending: 10_000,
+		DeliverPolicy: jetstream.DeliverAllPolicy, MaxDeliver: -1, MaxAckPending: sc.MaxAckPending,
 	}
 	// A consumer SeekTime recreated keeps its start: JetStream refuses to
 	// change an existing consumer's deliver policy.

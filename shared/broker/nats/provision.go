@@ -14,7 +14,8 @@ import (
 // Pub/Sub for a topology: a stream per topic (its retention as MaxAge) and
 // per <topic>.dlq, a durable pull consumer per consumer subscription (its
 // ack deadline as AckWait), per <topic>.dlq-monitor and for the rollup.
-// Retry policies and dead-lettering are the pull worker's; replay filters
+// A consumer's max_in_flight bounds its consumer's MaxAckPending
+// (MaxAckPending). Retry policies and dead-lettering are the pull worker's; replay filters
 // are the engine's (a message addressed to another consumer is ignored).
 // It is idempotent.
 func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
@@ -38,10 +39,25 @@ func (c *Client) Provision(ctx context.Context, t *topology.Topology) error {
 			return err
 		}
 		for _, cs := range tp.Consumers {
-			if err := c.EnsureSubscription(ctx, tp.Name, cs.Subscription(), SubscriptionConfig{AckWait: secs(cs.AckDeadlineSeconds)}); err != nil {
+			if err := c.EnsureSubscription(ctx, tp.Name, cs.Subscription(), SubscriptionConfig{AckWait: secs(cs.AckDeadlineSeconds),
+				MaxAckPending: MaxAckPending(cs)}); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// MaxAckPending is the MaxAckPending Provision gives a topology consumer's
+// durable consumer: its max_in_flight times its max_instances (1 when
+// unset: one local process pulls it), the most deliveries all its
+// instances may hold at once; DefaultMaxAckPending when max_in_flight is
+// unset. JetStream has no per-consumer rate for pull consumers (its
+// RateLimit is a push consumer's, in bits a second): max_per_second is
+// the pull worker's (internal/flow).
+func MaxAckPending(c topology.Consumer) int {
+	if c.MaxInFlight <= 0 {
+		return DefaultMaxAckPending
+	}
+	return c.MaxInFlight * max(c.MaxInstances, 1)
 }
