@@ -11,13 +11,13 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/contract"
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/inbox"
-	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/instance"
-	"github.com/relaybus/relaybus/internal/instance/claimopen"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/claimopen"
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/migrate"

@@ -14,8 +14,8 @@ import (
 
 	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/instance"
-	"github.com/relaybus/relaybus/internal/instance/claimopen"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/claimopen"
 	"github.com/relaybus/relaybus/internal/instance/fsopen"
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"

@@ -22,7 +22,7 @@ import (
 func Open(ctx context.Context, c claimcheck.Config) (*claimcheck.Checker, func() error, error) {
 	none := func() error { return nil }
 	var (
-		store claimcheck.Store
+		store   claimcheck.Store
 		closeFn = none
 	)
 	switch {
