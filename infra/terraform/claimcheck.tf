@@ -22,7 +22,7 @@
 locals {
   claim_check_bucket = var.claim_check.enabled ? coalesce(var.claim_check.bucket, "${var.project_id}-relaybus-claims") : ""
   claim_check_retention_days = coalesce(var.claim_check.retention_days,
-  ceil(max(concat([86400], [for t in local.topics : t.message_retention_seconds])...) / 86400))
+  floor((max(concat([86400], [for t in local.topics : t.message_retention_seconds])...) + 86399) / 86400))
   # The variables publish, relay and consume read (claimcheck.Config).
   env_claim_check = {
     CLAIM_CHECK_BUCKET    = local.claim_check_bucket
