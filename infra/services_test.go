@@ -52,9 +52,10 @@ func without(m map[string]bool, names ...string) map[string]bool {
 
 // localOnly are variables the functions read that production leaves
 // unset (their defaults hold there): the emulators' hosts, which the local
-// stack and tests set, and timings the local stack shortens.
+// stack and tests set, timings the local stack shortens, and the claim
+// check's local directory (production's is CLAIM_CHECK_BUCKET).
 var localOnly = map[string]bool{"PUBSUB_EMULATOR_HOST": true, "FIRESTORE_EMULATOR_HOST": true,
-	"LEDGER_RECONCILE_AFTER": true, "REGISTRY_CACHE_TTL": true}
+	"LEDGER_RECONCILE_AFTER": true, "REGISTRY_CACHE_TTL": true, "CLAIM_CHECK_DIR": true}
 
 // notFromTerraform are variables Terraform leaves alone for another
 // reason: K_SERVICE is Cloud Run's own, OTEL_EXPORTER_OTLP_ENDPOINT

@@ -333,7 +333,7 @@ func TestServiceAccountRolesAreTheDocumentedMinimum(t *testing.T) {
 			role = v.AsString()
 		}
 		var target string
-		for _, a := range []string{"topic", "subscription", "secret_id", "service_account_id", "name", "project"} {
+		for _, a := range []string{"topic", "subscription", "secret_id", "service_account_id", "bucket", "name", "project"} {
 			if x, ok := attrs[a]; ok {
 				target = refOf(x.Expr)
 				break

@@ -13,12 +13,14 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/contract"
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/flow"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/claimopen"
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/migrate"
@@ -53,6 +55,11 @@ type Config struct {
 	// DB is the consumer's database: inbox, attempts, projections, its
 	// outbox for child events (DATABASE_URL).
 	DB instance.Database
+	// ClaimCheck is where the data of messages that travelled by claim
+	// check is read from, and where the child events this consumer kicks
+	// put theirs when over its threshold (CLAIM_CHECK_*; none when unset:
+	// a message that names an object is then dead-lettered).
+	ClaimCheck claimcheck.Config
 	// ConsumerID is the consumer service (CONSUMER_ID, required).
 	ConsumerID string `env:"CONSUMER_ID"`
 	// Subscription is its subscription id (CONSUMER_SUBSCRIPTION).
@@ -216,6 +223,14 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	// version, unless they name one.
 	o.SourceVersion = cfg.Telemetry.CloudRunRevision
 	ro := relay.Options{DB: pool, Publisher: ps, Topology: top, LedgerBudget: cfg.Ledger.Budget, Logger: log}
+	claims, closeClaims, err := claimopen.Open(ctx, cfg.ClaimCheck)
+	if err != nil {
+		return fail(err)
+	}
+	closers.Add(func(context.Context) error { return closeClaims() })
+	if claims != nil {
+		o.Claims, ro.Claims = claims, claims
+	}
 	if cfg.Ledger.On() {
 		o.Ledger = ledger.NewRecorder(ps, ledger.RecorderOptions{Topic: cfg.RollupTopic, Levels: model.LevelsOf(top)})
 		ro.Ledger = ledger.NewSendNotifier(ps, cfg.RollupTopic)

@@ -12,8 +12,10 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/claimopen"
 	"github.com/relaybus/relaybus/internal/instance/fsopen"
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
@@ -43,6 +45,10 @@ type Config struct {
 	DB instance.Database
 	// MaxPayloadBytes is the payload limit (PUBLISH_MAX_PAYLOAD_BYTES, default 1 MiB).
 	MaxPayloadBytes int `env:"PUBLISH_MAX_PAYLOAD_BYTES, default=1048576"`
+	// ClaimCheck is where messages over its threshold go (CLAIM_CHECK_*;
+	// none when unset); with one, PUBLISH_MAX_PAYLOAD_BYTES may be up to
+	// 32 MiB (event.MaxClaimCheckPayload).
+	ClaimCheck claimcheck.Config
 	// FastPath publishes each accepted event at once (PUBLISH_FAST_PATH, default true).
 	FastPath bool `env:"PUBLISH_FAST_PATH, default=true"`
 	// Budget bounds one request (PUBLISH_BUDGET, default 2s).
@@ -147,6 +153,12 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	}
 	f.close.Add(func(context.Context) error { pool.Close(); return nil })
 	opts := Options{DB: pool, MaxPayloadBytes: cfg.MaxPayloadBytes, Budget: cfg.Budget, MaxInFlight: cfg.MaxInFlight, Logger: log, Schemas: schemas, Topology: top}
+	claims, closeClaims, err := claimopen.Open(ctx, cfg.ClaimCheck)
+	if err != nil {
+		return fail(err)
+	}
+	f.close.Add(func(context.Context) error { return closeClaims() })
+	opts.ClaimCheck = claims != nil
 	opts.Publishers, err = ParsePublishers(cfg.Publishers)
 	if err != nil {
 		return fail(err)
@@ -195,6 +207,9 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		}
 		f.close.Add(func(context.Context) error { return ps.Close() })
 		ro.Publisher = ps
+		if claims != nil {
+			ro.Claims = claims
+		}
 		r, err := relay.New(ro)
 		if err != nil {
 			return fail(err)

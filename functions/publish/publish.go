@@ -111,8 +111,14 @@ type Options struct {
 	// beyond it a request is answered 503 with Retry-After.
 	MaxInFlight int
 	// MaxPayloadBytes is the payload limit (event.DefaultPayloadLimit, 1 MiB,
-	// when zero). Larger than event.MaxPayloadLimit is an error.
+	// when zero). Larger than event.MaxPayloadLimit is an error, unless
+	// ClaimCheck is set: then up to event.MaxClaimCheckPayload (32 MiB).
 	MaxPayloadBytes int
+	// ClaimCheck says the deployment's relays (this function's fast path
+	// and the relay function) publish a message over their threshold by
+	// claim check: a payload may then be larger than a broker message
+	// (docs/producing.md, "Large payloads").
+	ClaimCheck bool
 	// MaxBodyBytes is the request body limit (DefaultMaxBodyBytes of the
 	// payload limit when zero).
 	MaxBodyBytes int64
@@ -195,12 +201,15 @@ func New(opts Options) (*Handler, error) {
 	if opts.Registry == nil {
 		return nil, errors.New("publish: Options.Registry is required")
 	}
-	if opts.MaxPayloadBytes < 0 || opts.MaxPayloadBytes > event.MaxPayloadLimit {
-		return nil, fmt.Errorf("publish: the payload limit must be 1 to %d bytes (got %d)", event.MaxPayloadLimit, opts.MaxPayloadBytes)
+	if limit := event.MaxPayloadLimit; !opts.ClaimCheck && (opts.MaxPayloadBytes < 0 || opts.MaxPayloadBytes > limit) {
+		return nil, fmt.Errorf("publish: the payload limit must be 1 to %d bytes (got %d; up to %d with a claim check)", limit, opts.MaxPayloadBytes, event.MaxClaimCheckPayload)
+	}
+	if limit := event.MaxClaimCheckPayload; opts.ClaimCheck && (opts.MaxPayloadBytes < 0 || opts.MaxPayloadBytes > limit) {
+		return nil, fmt.Errorf("publish: the payload limit must be 1 to %d bytes with a claim check (got %d)", limit, opts.MaxPayloadBytes)
 	}
 	h := &Handler{
 		db: opts.DB, reg: opts.Registry, fast: opts.FastPath, budget: opts.Budget,
-		limits: event.Limits{MaxPayloadBytes: opts.MaxPayloadBytes}, maxBody: opts.MaxBodyBytes,
+		limits: event.Limits{MaxPayloadBytes: opts.MaxPayloadBytes, ClaimCheck: opts.ClaimCheck}, maxBody: opts.MaxBodyBytes,
 		maxBatch: opts.MaxBatchEvents, log: opts.Logger, now: opts.Now, schemas: opts.Schemas, top: opts.Topology,
 	}
 	h.maxPayload = h.limits.PayloadLimit()

@@ -41,8 +41,10 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
+	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
+	"github.com/relaybus/relaybus/internal/instance/claimopen"
 	"github.com/relaybus/relaybus/internal/instance/fsopen"
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
@@ -187,6 +189,9 @@ type Config struct {
 	Databases []string `env:"RELAY_DATABASES, default=main"`
 	// DB is the main database (DATABASE_URL).
 	DB instance.Database
+	// ClaimCheck is where messages over its threshold go (CLAIM_CHECK_*;
+	// none when unset).
+	ClaimCheck claimcheck.Config
 	// DatabaseURLs are the other databases' URLs by name, each from its
 	// topology.Database.EnvVar (DATABASE_URL_<NAME>); LoadConfig fills it.
 	DatabaseURLs map[string]string
@@ -244,6 +249,14 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	}
 	opts := cfg.Relay.Options()
 	opts.Publisher, opts.Topology, opts.LedgerBudget = ps, top, cfg.Ledger.Budget
+	claims, closeClaims, err := claimopen.Open(ctx, cfg.ClaimCheck)
+	if err != nil {
+		return fail(err)
+	}
+	closers.Add(func(context.Context) error { return closeClaims() })
+	if claims != nil {
+		opts.Claims = claims
+	}
 	if store != nil {
 		closers.Add(func(context.Context) error { return store.Close() })
 		opts.Ledger = store

@@ -68,7 +68,7 @@ locals {
   # (database.tf).
   functions = {
     publish = {
-      env = merge(local.env_common, local.env_relay, {
+      env = merge(local.env_common, local.env_relay, local.env_claim_check, {
         LEDGER                    = var.ledger
         PUBLISH_FAST_PATH         = tostring(var.publish_settings.fast_path)
         PUBLISH_MAX_PAYLOAD_BYTES = tostring(var.publish_settings.max_payload_bytes)
@@ -93,7 +93,7 @@ locals {
     # attempt deadline, above the relay's time budget. RELAY_DATABASES names
     # every database, so the relay knows which DATABASE_URL_* to expect.
     relay = {
-      env = merge(local.env_common, local.env_relay, {
+      env = merge(local.env_common, local.env_relay, local.env_claim_check, {
         LEDGER          = var.ledger
         RELAY_DATABASES = join(",", sort(keys(local.databases)))
       })
@@ -195,7 +195,7 @@ locals {
   consume_env = {
     # consume opens no Firestore client (it records through the rollup
     # topic), so it gets no ledger database settings.
-    for k, c in local.consumers : k => merge({ for n, v in local.env_common : n => v if !contains(["FIRESTORE_DATABASE", "LEDGER_RETENTION"], n) }, {
+    for k, c in local.consumers : k => merge({ for n, v in local.env_common : n => v if !contains(["FIRESTORE_DATABASE", "LEDGER_RETENTION"], n) }, local.env_claim_check, {
       LEDGER                         = var.ledger
       CONSUMER_ID                    = c.service
       CONSUMER_SUBSCRIPTION          = c.subscription

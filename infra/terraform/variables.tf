@@ -429,3 +429,19 @@ variable "nats" {
     error_message = "nats: url is nats://host:port or tls://host:port (no user or password in it: use credentials_secret), and min_instances at least 1 (a puller gets no request to start it)."
   }
 }
+
+variable "claim_check" {
+  type = object({
+    enabled         = optional(bool, true)
+    bucket          = optional(string)
+    threshold_bytes = optional(number, 1048576)
+    retention_days  = optional(number)
+  })
+  description = "Claim check (claimcheck.tf, docs/producing.md \"Large payloads\"): a Cloud Storage bucket (default <project>-relaybus-claims) for message data over threshold_bytes (CLAIM_CHECK_THRESHOLD, default 1 MiB), deleted retention_days after it was written (default: the longest topic message retention, in days). enabled = false creates no bucket: an event whose message is over Pub/Sub's 10 MB then fails at its first publish."
+  default     = {}
+
+  validation {
+    condition     = var.claim_check.threshold_bytes >= 1 && var.claim_check.threshold_bytes <= 10000000 && (var.claim_check.retention_days == null || try(var.claim_check.retention_days >= 1, false))
+    error_message = "claim_check: threshold_bytes from 1 to 10000000 (Pub/Sub's message limit); retention_days at least 1."
+  }
+}

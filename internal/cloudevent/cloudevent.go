@@ -135,8 +135,19 @@ func ToEvent(ce cloudevents.Event) (event.Event, error) {
 // exceed Pub/Sub's limit. Encode does not validate; entry points validate
 // before they store an event.
 func Encode(e *event.Event, enc event.Encoding) (event.Message, error) {
+	return encode(e, enc, true)
+}
+
+// EncodeLarge is Encode without Pub/Sub's size limit: for a sender whose
+// large messages travel by claim check (internal/claimcheck), which takes
+// the data out of the message before it is sent.
+func EncodeLarge(e *event.Event, enc event.Encoding) (event.Message, error) {
+	return encode(e, enc, false)
+}
+
+func encode(e *event.Event, enc event.Encoding, bounded bool) (event.Message, error) {
 	if enc == event.EncodingBinary {
-		return encodeBinary(e)
+		return encodeBinary(e, bounded)
 	}
 	ce := FromEvent(e)
 	var (
@@ -157,7 +168,7 @@ func Encode(e *event.Event, enc event.Encoding) (event.Message, error) {
 	if err != nil {
 		return event.Message{}, fmt.Errorf("encode event %s as %s: %w", e.ID, ct, err)
 	}
-	if len(data) > event.PubSubMaxMessageBytes {
+	if bounded && len(data) > event.PubSubMaxMessageBytes {
 		return event.Message{}, event.TooLarge("payload", fmt.Sprintf("the encoded event is %d bytes, over Pub/Sub's %d", len(data), event.PubSubMaxMessageBytes))
 	}
 	return event.Message{
@@ -168,8 +179,8 @@ func Encode(e *event.Event, enc event.Encoding) (event.Message, error) {
 }
 
 // encodeBinary writes e in CloudEvents binary mode (event.EncodingBinary).
-func encodeBinary(e *event.Event) (event.Message, error) {
-	if len(e.Payload) > event.PubSubMaxMessageBytes {
+func encodeBinary(e *event.Event, bounded bool) (event.Message, error) {
+	if bounded && len(e.Payload) > event.PubSubMaxMessageBytes {
 		return event.Message{}, event.TooLarge("payload", fmt.Sprintf("the payload is %d bytes, over Pub/Sub's %d", len(e.Payload), event.PubSubMaxMessageBytes))
 	}
 	ce := FromEvent(e)

@@ -13,6 +13,7 @@ import (
 	relayfn "github.com/relaybus/relaybus/functions/relay"
 	"github.com/relaybus/relaybus/functions/rollup"
 	"github.com/relaybus/relaybus/internal/archive"
+	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/otelsetup"
@@ -70,6 +71,7 @@ func TestEachDefaultIsWrittenOnce(t *testing.T) {
 		{"PUBLISH_RATE_LIMIT", pub.RateLimit, float64(publish.DefaultRateLimit)},
 		{"PUBLISH_RATE_BURST", pub.RateBurst, publish.DefaultRateBurst},
 		{"REGISTRY_CACHE_TTL", pub.RegistryTTL, registry.DefaultCacheTTL},
+		{"CLAIM_CHECK_THRESHOLD", pub.ClaimCheck.Threshold, claimcheck.DefaultThreshold},
 
 		{"CONSUMER_HANDLER", con.Handler, topology.HandlerProjection},
 		{"CONSUMER_MODE", con.Mode, consume.ModePush},

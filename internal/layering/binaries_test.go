@@ -24,6 +24,14 @@ func TestBinariesLinkOnlyTheBackendsTheyUse(t *testing.T) {
 			prefix(module + "/internal/pgpool"),
 			prefix(module + "/internal/instance/pgopen"),
 			prefix(module + "/internal/instance/brokeropen"),
+			prefix("cloud.google.com/go/storage"),
+			prefix(module + "/internal/instance/claimopen"),
+		}},
+		// The claim check's store (Cloud Storage) is opened by the
+		// functions that publish or consume events only.
+		{"./functions/dlqreplay/cmd", []rule{
+			prefix("cloud.google.com/go/storage"),
+			prefix(module + "/internal/instance/claimopen"),
 		}},
 		// The consume binary that ships registers relaybus's own handlers
 		// only: a team links its handlers into a binary of its own
@@ -63,7 +71,9 @@ func TestTelemetryLinksNoPostgresDriver(t *testing.T) {
 func TestTheBinariesGraphsListWhatTheyUse(t *testing.T) {
 	for binary, wants := range map[string][]string{
 		"./functions/rollup/cmd":  {module + "/functions/rollup", "cloud.google.com/go/firestore"},
-		"./functions/consume/cmd": {module + "/functions/consume", "github.com/jackc/pgx/v5", "cloud.google.com/go/pubsub/v2", "github.com/nats-io/nats.go"},
+		"./functions/consume/cmd": {module + "/functions/consume", "github.com/jackc/pgx/v5", "cloud.google.com/go/pubsub/v2", "github.com/nats-io/nats.go", "cloud.google.com/go/storage"},
+		"./functions/relay/cmd":   {module + "/functions/relay", "cloud.google.com/go/storage"},
+		"./functions/publish/cmd": {module + "/functions/publish", "cloud.google.com/go/storage"},
 	} {
 		g := load(t, binary)
 		for _, want := range wants {

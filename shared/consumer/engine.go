@@ -115,8 +115,22 @@ type Options struct {
 	Timeout time.Duration
 	// Limits bound the events accepted.
 	Limits event.Limits
+	// Claims, when set, reads back the data of a message that travelled
+	// by claim check (internal/claimcheck's Checker) before it is decoded,
+	// so handlers see the whole payload. A message that names an object
+	// while Claims is nil, or whose object is missing or altered, is
+	// poison (reason event.ReasonClaimCheck, naming the reference).
+	Claims Fetcher
 	// Logger receives the structured logs (logging.Discard when nil).
 	Logger *slog.Logger
+}
+
+// Fetcher reads back a claim-checked message's data: m with its Data
+// filled, m unchanged when it names no object, a *event.DecodeError when
+// the object can never be read (poison), another error when the store
+// failed (redelivery).
+type Fetcher interface {
+	Fetch(ctx context.Context, m event.Message) (event.Message, error)
 }
 
 // Engine handles deliveries for one consumer. It is safe for concurrent
@@ -303,7 +317,18 @@ func (e *Engine) handle(ctx context.Context, d delivery.Delivery) Result {
 		log.DebugContext(ctx, "consume: addressed to another consumer", "target_consumer", t)
 		return Result{Status: http.StatusOK, Ignored: true}
 	}
-	ev, info, err := cloudevent.Decode(msg, e.o.Limits)
+	lim := e.o.Limits
+	if ref := msg.Attributes[event.AttrClaimCheck]; ref != "" {
+		var res Result
+		var ok bool
+		if msg, res, ok = e.fetchClaim(ctx, log, d, sub, ref); !ok {
+			return res
+		}
+		// The producer's side bounded the payload; the message's own
+		// limit is the broker's, which the claim check lifts.
+		lim = event.Limits{MaxPayloadBytes: event.MaxClaimCheckPayload, ClaimCheck: true}
+	}
+	ev, info, err := cloudevent.Decode(msg, lim)
 	if err != nil {
 		reason := event.ReasonMalformed
 		var de *event.DecodeError
@@ -321,6 +346,30 @@ func (e *Engine) handle(ctx context.Context, d delivery.Delivery) Result {
 		return e.remote(ctx, log, d, sub, &ev, r)
 	}
 	return e.attempt(ctx, log, d, sub, &ev)
+}
+
+// fetchClaim reads back the data of a claim-checked message (ref names its
+// object): the message with its data, or the answer to give when the
+// object cannot be read: poison (dead-lettered, naming ref) when it never
+// will be, 503 (redelivery) when the store failed.
+func (e *Engine) fetchClaim(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub, ref string) (event.Message, Result, bool) {
+	msg := d.Message
+	var err error
+	if e.o.Claims == nil {
+		err = &event.DecodeError{Reason: event.ReasonClaimCheck, Err: fmt.Errorf("the message's data is the claim-checked object %s, and this consumer has no claim-check store (set CLAIM_CHECK_BUCKET or CLAIM_CHECK_DIR)", ref)}
+	} else {
+		msg, err = e.o.Claims.Fetch(ctx, msg)
+	}
+	if err == nil {
+		return msg, Result{}, true
+	}
+	var de *event.DecodeError
+	if errors.As(err, &de) {
+		return msg, e.undecodable(ctx, log, d, sub, de.Reason, err), false
+	}
+	log.WarnContext(ctx, "consume: cannot read the claim-checked data; redelivery requested", "claim_check", ref, "error", err.Error())
+	return msg, Result{Status: http.StatusServiceUnavailable, EventID: msg.Attributes[event.AttrEventID], Code: event.ReasonClaimCheck,
+		Error: "cannot read the claim-checked data " + ref}, false
 }
 
 // attempt runs one attempt at ev in one transaction (see inbox's package

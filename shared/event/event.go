@@ -107,8 +107,14 @@ const (
 // Limits bounds what Validate accepts.
 type Limits struct {
 	// MaxPayloadBytes caps the payload size. Zero means DefaultPayloadLimit;
-	// values above MaxPayloadLimit are treated as MaxPayloadLimit.
+	// values above MaxPayloadLimit (MaxClaimCheckPayload with ClaimCheck)
+	// are treated as that.
 	MaxPayloadBytes int
+	// ClaimCheck says a payload too large for a message travels by claim
+	// check (see AttrClaimCheck): the cap is MaxClaimCheckPayload instead
+	// of MaxPayloadLimit, and a payload that is not JSON is not bounded by
+	// its base64 encoding's size in the message.
+	ClaimCheck bool
 }
 
 // PayloadLimit returns the effective payload limit.
@@ -116,7 +122,9 @@ func (l Limits) PayloadLimit() int {
 	switch {
 	case l.MaxPayloadBytes <= 0:
 		return DefaultPayloadLimit
-	case l.MaxPayloadBytes > MaxPayloadLimit:
+	case l.ClaimCheck && l.MaxPayloadBytes > MaxClaimCheckPayload:
+		return MaxClaimCheckPayload
+	case !l.ClaimCheck && l.MaxPayloadBytes > MaxPayloadLimit:
 		return MaxPayloadLimit
 	}
 	return l.MaxPayloadBytes
@@ -239,7 +247,7 @@ func (e *Event) Validate(lim Limits) error {
 	jsonPayload := IsJSONType(e.PayloadType)
 	if n, limit := len(e.Payload), lim.PayloadLimit(); n > limit {
 		add(&FieldError{Field: "payload", Rule: "at most " + strconv.Itoa(limit) + " bytes (got " + strconv.Itoa(n) + ")", tooLarge: true})
-	} else if !jsonPayload && base64.StdEncoding.EncodedLen(n) > MaxPayloadLimit {
+	} else if !jsonPayload && !lim.ClaimCheck && base64.StdEncoding.EncodedLen(n) > MaxPayloadLimit {
 		// Payloads that are not JSON travel base64-encoded inside the
 		// structured CloudEvent; refuse now what Pub/Sub would refuse later.
 		add(&FieldError{Field: "payload", Rule: "at most " + strconv.Itoa(MaxBinaryPayload) + " bytes for a payload that is not JSON, which travels base64-encoded (got " + strconv.Itoa(n) + ")", tooLarge: true})

@@ -84,6 +84,17 @@ func TestPlainSQLInsertIsCheckedByEnqueuesRules(t *testing.T) {
 		{"payload type text", func(e *event.Event) { e.PayloadType = "text/plain"; e.Payload = []byte("not json") }},
 		{"payload not JSON", func(e *event.Event) { e.Payload = []byte(`{"n":`) }},
 		{"payload JSON array", func(e *event.Event) { e.Payload = []byte(`[1,2]`) }},
+		// Migration 013: 32 MiB whatever the payload type (a claim check
+		// carries what a message cannot).
+		{"payload over the broker's limit", func(e *event.Event) {
+			e.Payload = []byte(`"` + long(event.MaxPayloadLimit, "a") + `"`)
+		}},
+		{"payload not JSON over its old limit", func(e *event.Event) {
+			e.PayloadType, e.Payload = "application/octet-stream", make([]byte, event.MaxBinaryPayload+1)
+		}},
+		{"payload over the limit", func(e *event.Event) {
+			e.Payload = []byte(`"` + long(event.MaxClaimCheckPayload-1, "a") + `"`)
+		}},
 		{"trace id", func(e *event.Event) { e.TraceID = "4bf92f3577b34da6a3ce929d0e0e4736" }},
 		{"trace id with a slash", func(e *event.Event) { e.TraceID = "a/b" }},
 		{"correlation id with a space", func(e *event.Event) { e.CorrelationID = "a b" }},
@@ -99,7 +110,7 @@ func TestPlainSQLInsertIsCheckedByEnqueuesRules(t *testing.T) {
 			c.edit(e)
 			var want string // "" valid, else the columns Validate names
 			var cols []string
-			for _, fe := range event.FieldErrors(e.Validate(event.Limits{MaxPayloadBytes: event.MaxPayloadLimit})) {
+			for _, fe := range event.FieldErrors(e.Validate(event.Limits{MaxPayloadBytes: event.MaxClaimCheckPayload, ClaimCheck: true})) {
 				col, ok := goField[fe.Field]
 				if !ok {
 					t.Fatalf("Validate names %s, which no column holds", fe.Field)

@@ -69,7 +69,7 @@ func (p *Producer) Enqueue(ctx context.Context, db postgres.DBTX, events ...*eve
 		if e.TraceID == "" && tp != "" {
 			e.TraceID = tp[3:35]
 		}
-		if err := e.Prepare(now, event.Limits{MaxPayloadBytes: event.MaxPayloadLimit}); err != nil {
+		if err := e.Prepare(now, event.Limits{MaxPayloadBytes: event.MaxClaimCheckPayload, ClaimCheck: true}); err != nil {
 			return nil, fmt.Errorf("outbox: event %d (%s): %w", i, e.ID, err)
 		}
 		skip, err := p.Contract.Check(ctx, e)

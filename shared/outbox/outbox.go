@@ -209,7 +209,7 @@ func prepareBatch(ctx context.Context, events []*event.Event) (*batch, error) {
 		if e.TraceID == "" && tp != "" {
 			e.TraceID = tp[3:35]
 		}
-		if err := e.Prepare(now, event.Limits{MaxPayloadBytes: event.MaxPayloadLimit}); err != nil {
+		if err := e.Prepare(now, event.Limits{MaxPayloadBytes: event.MaxClaimCheckPayload, ClaimCheck: true}); err != nil {
 			return nil, fmt.Errorf("outbox: event %d (%s): %w", i, e.ID, err)
 		}
 		if seen[e.ID] {
@@ -302,7 +302,7 @@ var ErrPending = errors.New("event is still pending in the outbox")
 // db is a pool (Repush runs its own transaction) or the caller's
 // transaction.
 func Repush(ctx context.Context, db postgres.DBTX, e *event.Event, target string) (Enqueued, error) {
-	if err := e.Prepare(time.Now().UTC(), event.Limits{MaxPayloadBytes: event.MaxPayloadLimit}); err != nil {
+	if err := e.Prepare(time.Now().UTC(), event.Limits{MaxPayloadBytes: event.MaxClaimCheckPayload, ClaimCheck: true}); err != nil {
 		return Enqueued{}, fmt.Errorf("outbox: re-push %s: %w", e.ID, err)
 	}
 	b, ok := db.(migrate.Beginner)

@@ -184,7 +184,10 @@ func (r *Relay) repushes(ctx context.Context) (int, error) {
 				o.Error, o.Final = "the event is no longer in the outbox (retention deleted it)", true
 			} else {
 				var m event.Message
-				if m, err = r.encode(&q.Row); err == nil {
+				if m, err = r.encode(&q.Row); err == nil && r.o.Claims != nil {
+					m, err = r.o.Claims.Offload(ctx, q.Row.Event.Topic, m)
+				}
+				if err == nil {
 					row := q.Row
 					row.EnqueuedAt = time.Time{} // a re-push is not a hop of the event's first way
 					_, err = r.publish(ctx, q.Row.Event.Topic, []event.Message{m}, []outbox.Row{row})

@@ -97,6 +97,13 @@ type Publisher interface {
 	PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error)
 }
 
+// Offloader takes the data of a message too large for the broker out of it
+// (internal/claimcheck's Checker): it returns the message to send, with a
+// reference to the stored data in place of a large one.
+type Offloader interface {
+	Offload(ctx context.Context, topic string, m event.Message) (event.Message, error)
+}
+
 // Ledger records sends and publish failures (a *ledger.Store).
 type Ledger interface {
 	RecordSent(ctx context.Context, sends []model.Sent) error
@@ -112,6 +119,13 @@ type Options struct {
 	Topology *topology.Topology
 	// Ledger, when set, records sends and publish failures after the fact.
 	Ledger Ledger
+	// Claims, when set, is the claim check: each encoded message goes
+	// through its Offload before it is published, so one over its
+	// threshold is published as a reference to the stored data (see
+	// docs/producing.md, "Large payloads"). Nil publishes every message
+	// whole, and an event whose message is over the broker's limit fails
+	// for good (FAILED) at its first publish.
+	Claims Offloader
 	// BatchSize is the most rows one claim takes (DefaultBatchSize).
 	BatchSize int
 	// Aggregates is the most aggregates one claim leases (DefaultAggregates).

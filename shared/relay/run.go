@@ -227,7 +227,7 @@ func (r *Relay) publishRun(ctx, pctx context.Context, run *outbox.Run, stopAt ti
 		// The longest prefix on one topic, encoded.
 		topic := rows[0].Event.Topic
 		var msgs []event.Message
-		var encErr error
+		var encErr, storeErr error
 		for _, row := range rows {
 			if row.Event.Topic != topic {
 				break
@@ -236,6 +236,14 @@ func (r *Relay) publishRun(ctx, pctx context.Context, run *outbox.Run, stopAt ti
 			if err != nil {
 				encErr = err
 				break
+			}
+			if r.o.Claims != nil {
+				if m, err = r.o.Claims.Offload(pctx, topic, m); err != nil {
+					// The store failed: worth a retry, unlike an event
+					// that cannot be encoded.
+					storeErr = err
+					break
+				}
 			}
 			msgs = append(msgs, m)
 		}
@@ -256,6 +264,13 @@ func (r *Relay) publishRun(ctx, pctx context.Context, run *outbox.Run, stopAt ti
 			}
 			rows = rows[n:]
 			continue
+		}
+		if storeErr != nil {
+			if pctx.Err() != nil {
+				return p // out of lease: not a failure of the event
+			}
+			p.Failure = r.failure(run, p, rows[0].Event.Version, storeErr, false)
+			return p
 		}
 		// The first row cannot be encoded: Pub/Sub could never take it.
 		p.Failure = r.failure(run, p, rows[0].Event.Version, encErr, true)
@@ -362,7 +377,14 @@ func (r *Relay) encode(row *outbox.Row) (event.Message, error) {
 			}
 		}
 	}
-	m, err := cloudevent.Encode(&row.Event, enc)
+	encode := cloudevent.Encode
+	if r.o.Claims != nil {
+		encode = cloudevent.EncodeLarge // Claims takes a large one's data out
+	}
+	m, err := encode(&row.Event, enc)
+	if errors.Is(err, event.ErrTooLarge) {
+		return m, fmt.Errorf("encode %s: %w (a relay with a claim check, CLAIM_CHECK_BUCKET, publishes it by reference; see docs/producing.md)", row.Event.ID, err)
+	}
 	if err != nil {
 		return m, fmt.Errorf("encode %s: %w", row.Event.ID, err)
 	}
