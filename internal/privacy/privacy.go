@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -433,4 +434,21 @@ func (rs Rules) Subjects() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// ConfiguredKey returns the key of the PRIVACY_KEY setting, secret. Left
+// empty it is DevKey, the local stack's public key, and log is told when
+// some rule would hash with it (a deployment must set PRIVACY_KEY).
+func ConfiguredKey(secret string, rules Rules, log *slog.Logger) (Key, error) {
+	if secret == "" {
+		if len(rules) > 0 && log != nil {
+			log.Warn("privacy: PRIVACY_KEY is not set: personal fields and subject ids are hashed with the public development key (set PRIVACY_KEY from Secret Manager in a deployment; docs/privacy.md)")
+		}
+		return NewKey(DevKey)
+	}
+	k, err := NewKey(secret)
+	if err != nil {
+		return Key{}, fmt.Errorf("PRIVACY_KEY: %w", err)
+	}
+	return k, nil
 }
