@@ -130,8 +130,8 @@ func (p *personal) console(d model.Event) model.Event {
 		return d
 	}
 	r, ok := p.rules[d.Topic]
-	if !ok {
-		return d
+	if !ok || (r.Mode(privacy.Console) == privacy.Redact && r.Mode(privacy.Ledger) == privacy.Redact) {
+		return d // the ledger redacted the same fields already
 	}
 	res, err := r.Apply(privacy.Console, d.Payload, p.key)
 	if err != nil || res.Dropped {

@@ -75,7 +75,7 @@ func (s *Store) EraseSubject(ctx context.Context, subjectKey string, at time.Tim
 			{Path: "payloadErased", Value: true},
 			{Path: "erasedAt", Value: at.UTC()},
 			{Path: "updatedAt", Value: s.clock()},
-		}, firestore.Exists)
+		})
 		if err != nil {
 			bw.End()
 			return 0, fmt.Errorf("ledger: erase subject: %w", err)
