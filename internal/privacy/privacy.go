@@ -274,11 +274,14 @@ func (r Rule) Apply(p Place, payload []byte, k Key) (Result, error) {
 	if hash && k.IsZero() {
 		return Result{}, ErrNoKey
 	}
+	if !json.Valid(payload) { // not JSON: no field can be picked out
+		return Result{Dropped: true}, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
 	var doc any
-	if err := dec.Decode(&doc); err != nil || dec.More() {
-		return Result{Dropped: true}, nil
+	if err := dec.Decode(&doc); err != nil {
+		return Result{}, fmt.Errorf("privacy: decode payload: %w", err)
 	}
 	seen := map[string]bool{}
 	for _, f := range r.Fields {
