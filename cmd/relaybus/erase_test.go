@@ -77,7 +77,7 @@ func TestEraseCommand(t *testing.T) {
 		return code, out.String() + errOut.String()
 	}
 	code, out := cli("erase", "--subject", "c-42")
-	if code != 0 || !strings.Contains(out, `"store":"ledger","erased":1`) || !strings.Contains(out, `"store":"outbox:main","erased":1`) ||
+	if code != 0 || !strings.Contains(out, `{"erased":1,"store":"ledger"}`) || !strings.Contains(out, `{"erased":1,"store":"outbox:main"}`) ||
 		!strings.Contains(out, key.SubjectKey("c-42")) {
 		t.Errorf("erase: exit %d\n%s", code, out)
 	}
