@@ -17,6 +17,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/model"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/privacy"
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/shared/event"
@@ -36,12 +37,12 @@ func TestEraseCommand(t *testing.T) {
 	}
 	for i := range top.Topics {
 		if top.Topics[i].Name == "shop.order.events" {
-			top.Topics[i].Privacy = privacy.Rule{Fields: []string{"/email"}, Subject: "/customerId"}
+			top.Topics[i].Privacy = topology.Privacy{Fields: []string{"/email"}, Subject: "/customerId"}
 		}
 	}
 	key, _ := privacy.NewKey("cli-erase-test-key-0123")
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)}, ledger.Options{Registry: registry.FromTopology(top),
-		Privacy: top.PrivacyRules(), PrivacyKey: key})
+		Privacy: topologyrules.Of(top), PrivacyKey: key})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,7 @@ import (
 	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/privacy"
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"github.com/relaybus/relaybus/internal/ratelimit"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
@@ -308,7 +309,7 @@ func New(o Options) (http.Handler, error) {
 	}
 	var rules privacy.Rules
 	if o.Topology != nil {
-		rules = o.Topology.PrivacyRules()
+		rules = topologyrules.Of(o.Topology)
 	}
 	pe := newPersonal(rules, o.PrivacyKey, dbs, o.Ledger, o.Archive, o.EraseSteps, g)
 	ev := &events{personal: pe, reader: reader, ledger: o.Ledger, deadLetters: o.Archive, outbox: o.DB, dbs: dbs,

@@ -24,6 +24,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/model"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/privacy"
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/shared/event"
@@ -63,14 +64,14 @@ func TestEraseBySubject(t *testing.T) {
 	const topic = "shop.order.events"
 	for i := range top.Topics {
 		if top.Topics[i].Name == topic {
-			top.Topics[i].Privacy = privacy.Rule{Fields: []string{"/email"}, Subject: "/customerId"}
+			top.Topics[i].Privacy = topology.Privacy{Fields: []string{"/email"}, Subject: "/customerId"}
 		}
 	}
 	key, _ := privacy.NewKey("erase-test-key-0123456789")
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)}, ledger.Options{Registry: registry.FromTopology(top),
-		Privacy: top.PrivacyRules(), PrivacyKey: key, Logger: log})
+		Privacy: topologyrules.Of(top), PrivacyKey: key, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

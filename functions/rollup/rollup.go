@@ -47,6 +47,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -469,7 +470,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := fsopen.Ledger(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top), Privacy: top.PrivacyRules()})
+	store, err := fsopen.Ledger(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top), Privacy: topologyrules.Of(top)})
 	if err != nil {
 		_ = flush(ctx)
 		return nil, err

@@ -22,7 +22,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/relaybus/relaybus/internal/names"
-	"github.com/relaybus/relaybus/internal/privacy"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -233,9 +232,9 @@ type Topic struct {
 	Ledger    string     `yaml:"ledger"`
 	Consumers []Consumer `yaml:"consumers"`
 	// Privacy says which payload fields are personal, which one names the
-	// data subject, and what each place keeps (internal/privacy's Rule;
-	// docs/privacy.md). Left out: every place keeps payloads whole.
-	Privacy privacy.Rule `yaml:"privacy"`
+	// data subject, and what each place keeps (docs/privacy.md). Left out:
+	// every place keeps payloads whole.
+	Privacy Privacy `yaml:"privacy"`
 	// Schemas are the payload schemas of the topic, one per schemaVersion
 	// (internal/schema compiles them). A topic that declares any refuses an
 	// event of a version it does not declare; a topic that declares none
@@ -648,7 +647,7 @@ func (t *Topology) validate() error {
 			bad(where+".message_retention_seconds", "must be 600 (10 minutes) to 2678400 (31 days), not %d", r)
 		}
 		validateSchemas(where, tp.Schemas, bad)
-		errs = append(errs, tp.Privacy.Validate(where+".privacy")...)
+		errs = append(errs, tp.Privacy.rule().Validate(where+".privacy")...)
 		seenConsumer := map[string]bool{}
 		for j, c := range tp.Consumers {
 			cw := fmt.Sprintf("%s.consumers[%d] (%s)", where, j, c.Service)
