@@ -37,6 +37,7 @@ var actionText = map[string]string{
 	audit.ConsumerResume:   "resume a consumer",
 	audit.ConsumerRebuild:  "rebuild a consumer's projection",
 	audit.GapsSkip:         "skip a strict consumer's missing versions",
+	audit.SubjectErase:     "erase a data subject's payloads",
 	audit.ReplayJob:        "run a replay job",
 	audit.ReplayJobCancel:  "cancel a replay job",
 	audit.EventRead:        "read an event's payload",

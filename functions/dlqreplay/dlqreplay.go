@@ -113,6 +113,8 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	ledgerquery "github.com/relaybus/relaybus/internal/ledger/query"
 	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/privacy"
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"github.com/relaybus/relaybus/internal/ratelimit"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
@@ -216,6 +218,14 @@ type Options struct {
 	MaxRepushes int
 	SentTimeout time.Duration
 	Logger      *slog.Logger
+	// PrivacyKey hashes personal fields and data subject ids
+	// (internal/privacy; PRIVACY_KEY): the console's redactions and
+	// erasure's subject keys. Erasure is refused without it.
+	PrivacyKey privacy.Key
+	// EraseSteps are stores an erasure by subject goes through after the
+	// outboxes, the ledger and the dead-letter archive (an event history,
+	// for one).
+	EraseSteps []privacy.Step
 	// TraceProject, when set, is the Google Cloud project whose Cloud Trace
 	// holds relaybus's traces: the console links each event's trace id
 	// there. Empty: no link.
@@ -316,14 +326,22 @@ func New(o Options) (http.Handler, error) {
 	s.console = console.New(console.Options{Mount: consoleMount, Authenticate: consoleAuth})
 	lt := &letters{store: o.Archive, publisher: o.Publisher, history: reader, registry: registry, topology: o.Topology,
 		subs: o.Subscriptions, dbs: dbs, archivers: archivers, g: g, logger: o.Logger}
-	ev := &events{reader: reader, ledger: o.Ledger, deadLetters: o.Archive, outbox: o.DB, dbs: dbs,
+	if o.PrivacyKey.IsZero() {
+		o.PrivacyKey = o.Ledger.PrivacyKey()
+	}
+	var rules privacy.Rules
+	if o.Topology != nil {
+		rules = topologyrules.Of(o.Topology)
+	}
+	pe := newPersonal(rules, o.PrivacyKey, dbs, o.Ledger, o.Archive, o.EraseSteps, g)
+	ev := &events{personal: pe, reader: reader, ledger: o.Ledger, deadLetters: o.Archive, outbox: o.DB, dbs: dbs,
 		maxRepushes: o.MaxRepushes, sentTimeout: o.SentTimeout, g: g, logger: o.Logger,
 		scheduled: &scheduled{dbs: dbs, g: g, logger: o.Logger}}
 	jobs := &replayJobs{client: o.Ledger.Client(), reader: reader, letters: lt, events: ev, topology: o.Topology, audit: o.Audit,
 		g: g, logger: o.Logger, now: time.Now}
 	s.jobs = jobs
 	s.archiveFeed = archiveFeed{lt}
-	s.routes = routesOf(s, lt, ev,
+	s.routes = append(routesOf(s, lt, ev,
 		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull,
 			auditLog: o.Audit, g: g, logger: o.Logger},
 		&deliveryControl{broker: o.Broker, pauser: o.Pauser, topology: o.Topology, subs: o.Subscriptions, pull: pull,
@@ -332,7 +350,7 @@ func New(o Options) (http.Handler, error) {
 		&auditView{log: o.Audit},
 		&catalogView{topology: o.Topology, registry: registry, pull: pull, logger: o.Logger},
 		jobs,
-	)
+	), &route{"POST", "erasures", RoleAdmin, pe.erase})
 	s.routes = append(s.routes, backfillRoutes(&backfills{dbs: dbs, topology: o.Topology, g: g})...)
 	return s, nil
 }

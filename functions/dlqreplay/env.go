@@ -3,6 +3,7 @@ package dlqreplay
 import (
 	"context"
 	"fmt"
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"net/http"
 	"time"
 
@@ -197,7 +198,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		f.close.Add(func(context.Context) error { p.Close(); return nil })
 		dbs[d.Name] = p
 	}
-	lo := ledger.Options{Logger: log}
+	lo := ledger.Options{Logger: log, Privacy: topologyrules.Of(top)}
 	if cfg.AuditDatabase != "" && cfg.AuditDatabase != cfg.Ledger.Database {
 		ac, err := fsopen.Client(ctx, cfg.Ledger, cfg.ProjectID, cfg.AuditDatabase)
 		if err != nil {

@@ -27,7 +27,9 @@ import (
 // attempt, their outbox row, family and dead letters), their traces, and
 // re-pushing one through the producers' outbox under the re-push rules.
 type events struct {
-	reader *ledgerquery.Reader
+	// personal applies the console's privacy mode (erase.go).
+	personal *personal
+	reader   *ledgerquery.Reader
 	// ledger marks the re-push (BeginRepush), outbox queues it: the
 	// producers' outbox in the main database.
 	ledger *ledger.Store
@@ -144,7 +146,7 @@ func (ev *events) get(r *request, args []string) (any, error) {
 	if err := ev.g.readPayload(r, audit.Entry{Action: audit.EventRead, EventID: id, Topic: d.Event.Topic}); err != nil {
 		return nil, err
 	}
-	view, err := eventJSON(d.Event)
+	view, err := eventJSON(ev.personal.console(d.Event))
 	if err != nil {
 		return nil, err
 	}
@@ -189,6 +191,10 @@ func eventJSON(e model.Event) (map[string]json.RawMessage, error) {
 	switch {
 	case e.PayloadOmitted:
 		m["payloadEncoding"] = raw("omitted")
+	case e.PayloadErased:
+		m["payloadEncoding"] = raw("erased")
+	case e.PayloadWithheld:
+		m["payloadEncoding"] = raw("withheld")
 	case event.IsJSONType(e.PayloadType) && json.Valid(payload):
 		m["payload"], m["payloadEncoding"] = json.RawMessage(payload), raw("json")
 	default:
@@ -278,6 +284,8 @@ type repushRequest struct {
 func (ev *events) repushRule(d model.Event, now time.Time) *apiError {
 	id := d.EventID
 	switch {
+	case d.PayloadErased:
+		return fail(http.StatusGone, "erased", "event %s's payload was erased (its data subject's erasure) and is not re-pushed", id)
 	case !d.ExpireAt.IsZero() && now.After(d.ExpireAt):
 		return fail(http.StatusConflict, "expired", "event %s expired at %s and is not re-pushed", id, d.ExpireAt.Format(time.RFC3339))
 	case d.RetryCount >= ev.maxRepushes:
@@ -347,6 +355,9 @@ func (ev *events) repush(r *request, args []string) (any, error) {
 			return "", mapErr(err)
 		}
 		e, err := d.Envelope()
+		if err == nil && !whole(d) && ev.outboxState(r.Context(), id) == nil {
+			return "", fail(http.StatusConflict, "payload_redacted", "event %s's row left the outbox and the ledger keeps its payload redacted (the topic's privacy rule): it cannot be re-pushed whole", id)
+		}
 		if err != nil {
 			return "", fail(http.StatusConflict, "payload_omitted", "event %s's payload was too large for the ledger: re-push it from the producer's outbox", id)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"strings"
 	"time"
 
@@ -180,7 +181,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	if opts.RateLimit == 0 {
 		opts.RateLimit = -1 // PUBLISH_RATE_LIMIT=0: no limit
 	}
-	store, err := fsopen.Recorder(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
+	store, err := fsopen.Recorder(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top), Privacy: topologyrules.Of(top)})
 	if err != nil {
 		return fail(err)
 	}

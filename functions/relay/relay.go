@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -243,7 +244,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		return fail(err)
 	}
 	closers.Add(func(context.Context) error { return ps.Close() })
-	store, err := fsopen.Recorder(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
+	store, err := fsopen.Recorder(ctx, cfg.Ledger, cfg.ProjectID, ledger.Options{Logger: log, Levels: model.LevelsOf(top), Privacy: topologyrules.Of(top)})
 	if err != nil {
 		return fail(err)
 	}

@@ -84,6 +84,9 @@ type Letter struct {
 	Deleted   bool      `firestore:"deleted" json:"deleted"`
 	DeletedBy string    `firestore:"deletedBy,omitempty" json:"deletedBy,omitempty"`
 	DeletedAt time.Time `firestore:"deletedAt,omitempty" json:"deletedAt,omitempty"`
+	// Erased marks a tombstone left by an erasure by subject
+	// (EraseSubject): its data and error text are gone.
+	Erased bool `firestore:"erased,omitempty" json:"erased,omitempty"`
 }
 
 // Replay is one operator's replay of a letter.

@@ -3,6 +3,7 @@ package devstack
 import (
 	"context"
 	"fmt"
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"log/slog"
 	"time"
 
@@ -44,7 +45,7 @@ func startFirestore(ctx context.Context, host string, down *teardown) (firestore
 // the first event is recorded (its expected consumers come from it), and a
 // Firestore that does not answer is a clear error, not a start that hangs.
 func openLedger(ctx context.Context, cfg instance.Ledger, project string, top *topology.Topology, log *slog.Logger, down *teardown) (*ledger.Store, error) {
-	store, err := fsopen.Ledger(ctx, cfg, project, ledger.Options{Logger: log, Levels: model.LevelsOf(top)})
+	store, err := fsopen.Ledger(ctx, cfg, project, ledger.Options{Logger: log, Levels: model.LevelsOf(top), Privacy: topologyrules.Of(top)})
 	if err != nil {
 		return nil, err
 	}

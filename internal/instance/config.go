@@ -109,6 +109,11 @@ type Ledger struct {
 	// EmulatorHost is a Firestore emulator to talk to without credentials
 	// (FIRESTORE_EMULATOR_HOST; empty in production).
 	EmulatorHost string `env:"FIRESTORE_EMULATOR_HOST"`
+	// PrivacyKey is the secret personal fields and data subject ids are
+	// hashed with (PRIVACY_KEY, from Secret Manager; at least 16 bytes).
+	// Empty: the local stack's public key, with a warning when the
+	// topology declares privacy rules (docs/privacy.md).
+	PrivacyKey string `env:"PRIVACY_KEY"`
 }
 
 // Recording is whether and how a delivery path records in the ledger,

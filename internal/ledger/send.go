@@ -303,6 +303,7 @@ func (s *Store) RecordPublishFailure(ctx context.Context, e *event.Event, attemp
 				return err
 			}
 			d := model.NewEvent(e, s.maxPayload, s.shards)
+			s.applyPrivacy(ctx, &d, e)
 			d.PublishFailure = pf
 			d.ExpectedConsumers = expected[e.Topic]
 			d.CreatedAt, d.UpdatedAt = now, now
@@ -351,5 +352,6 @@ func (s *Store) sentEvent(snd model.Sent) model.Event {
 	if snd.OmittedPayload > 0 && len(snd.Event.Payload) == 0 {
 		d.PayloadSize, d.PayloadOmitted, d.Payload = snd.OmittedPayload, true, nil
 	}
+	s.applyPrivacy(context.Background(), &d, snd.Event)
 	return d
 }

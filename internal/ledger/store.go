@@ -16,6 +16,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/privacy"
 	"github.com/relaybus/relaybus/internal/registry"
 )
 
@@ -62,6 +63,15 @@ type Options struct {
 	// Levels is each topic's ledger level (Level); a topic it does not
 	// name has DefaultLevel. LevelsOf reads them from the topology.
 	Levels map[string]model.Level
+	// Privacy are the topics' privacy rules (topology.PrivacyRules): what
+	// event documents keep of each topic's payloads (privacy.Ledger) and
+	// the subject key erasure finds them by. A topic it does not name keeps
+	// payloads whole.
+	Privacy privacy.Rules
+	// PrivacyKey hashes personal fields and subject ids; required when a
+	// rule redacts by hash or names a subject (a payload that cannot be
+	// redacted for want of it is not kept).
+	PrivacyKey privacy.Key
 	// ReconcileAfter is how long after its last status change an event
 	// that is not settled waits before the reconciler derives its status
 	// again (DefaultReconcileAfter when zero).
@@ -95,6 +105,8 @@ type Store struct {
 	reconcile  time.Duration
 	levels     map[string]model.Level
 	shards     int
+	privacy    privacy.Rules
+	privKey    privacy.Key
 }
 
 // Open connects to Firestore (the emulator when FIRESTORE_EMULATOR_HOST is
@@ -131,6 +143,8 @@ func New(c *firestore.Client, opts Options) *Store {
 		reconcile:  opts.ReconcileAfter,
 		levels:     opts.Levels,
 		shards:     opts.Shards,
+		privacy:    opts.Privacy,
+		privKey:    opts.PrivacyKey,
 	}
 	if s.shards <= 0 {
 		s.shards = model.DefaultShards

@@ -256,6 +256,10 @@ type Topic struct {
 	// event) or off (nothing).
 	Ledger    string     `yaml:"ledger"`
 	Consumers []Consumer `yaml:"consumers"`
+	// Privacy says which payload fields are personal, which one names the
+	// data subject, and what each place keeps (docs/privacy.md). Left out:
+	// every place keeps payloads whole.
+	Privacy Privacy `yaml:"privacy"`
 	// Schemas are the payload schemas of the topic, one per schemaVersion
 	// (internal/schema compiles them). A topic that declares any refuses an
 	// event of a version it does not declare; a topic that declares none
@@ -735,6 +739,7 @@ func (t *Topology) validate() error {
 			bad(where+".history_retention_days", "must be 0 (no history) to %d days, not %d", MaxHistoryRetentionDays, *r)
 		}
 		validateSchemas(where, tp.Schemas, bad)
+		errs = append(errs, tp.Privacy.rule().Validate(where+".privacy")...)
 		seenConsumer := map[string]bool{}
 		for j, c := range tp.Consumers {
 			cw := fmt.Sprintf("%s.consumers[%d] (%s)", where, j, c.Service)

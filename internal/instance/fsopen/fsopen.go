@@ -18,6 +18,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/ledger"
+	"github.com/relaybus/relaybus/internal/privacy"
 )
 
 // Ledger opens the ledger of project with l's settings; opts carries the
@@ -25,6 +26,13 @@ import (
 func Ledger(ctx context.Context, l instance.Ledger, project string, opts ledger.Options) (*ledger.Store, error) {
 	opts.Retention = l.Retention
 	opts.ReconcileAfter = l.ReconcileAfter
+	if opts.PrivacyKey.IsZero() {
+		k, err := privacy.ConfiguredKey(l.PrivacyKey, opts.Privacy, opts.Logger)
+		if err != nil {
+			return nil, err
+		}
+		opts.PrivacyKey = k
+	}
 	client, closeConn, err := clientOptions(l)
 	if err != nil {
 		return nil, err

@@ -49,6 +49,9 @@ const (
 	ConsumerResume   = "consumer.resume"
 	ConsumerRebuild  = "consumer.rebuild"
 	GapsSkip         = "gaps.skip"
+	// SubjectErase is an erasure by subject (its detail names the subject
+	// by its keyed hash, never in plain text).
+	SubjectErase = "subject.erase"
 	// ReplayJob is a replay job (functions/dlqreplay's POST /replays):
 	// one started entry when it is created, one outcome when it ends;
 	// ReplayJobCancel an operator's cancel of one.

@@ -38,6 +38,18 @@ type Event struct {
 	Initiator      Initiator `firestore:"initiator" json:"initiator"`
 	ExpireAt       time.Time `firestore:"expireAt,omitempty" json:"expireAt,omitzero"`
 
+	// Privacy (internal/privacy): RedactedFields are the JSON pointers of
+	// the personal fields the topic's rule hashed or removed from Payload;
+	// PayloadWithheld is true when the rule kept none of it; PayloadErased
+	// is true once the subject's payloads were erased (ErasedAt when).
+	// SubjectKey is the data subject's keyed hash (privacy.Key.SubjectKey),
+	// what erasure finds the subject's events by; never shown.
+	RedactedFields  []string  `firestore:"redactedFields,omitempty" json:"redactedFields,omitempty"`
+	PayloadWithheld bool      `firestore:"payloadWithheld,omitempty" json:"payloadWithheld,omitempty"`
+	PayloadErased   bool      `firestore:"payloadErased,omitempty" json:"payloadErased,omitempty"`
+	ErasedAt        time.Time `firestore:"erasedAt,omitempty" json:"erasedAt,omitzero"`
+	SubjectKey      string    `firestore:"subjectKey,omitempty" json:"-"`
+
 	// Status is the event's status; see internal/ledger's package documentation.
 	Status Status `firestore:"status" json:"status"`
 	// StatusAt is when Status last changed.
