@@ -2,11 +2,13 @@ package outbox_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 )
 
@@ -115,5 +117,47 @@ func TestHistoryPartitionsCreatedConcurrently(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Errorf("concurrent partition creation: %v", err)
 		}
+	}
+}
+
+// Erasing a subject reaches the history as well as the outbox: the
+// subject's payloads become JSON null in both (a backfill then delivers
+// the null), the other subject's rows are untouched, and a second erasure
+// changes nothing.
+func TestEraseSubjectReachesTheHistory(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	mk := func(id, agg string, v int64, customer string) *event.Event {
+		e := ev(id, agg, v)
+		e.Payload = []byte(`{"customer":{"id":"` + customer + `"},"email":"` + customer + `@example.com"}`)
+		return e
+	}
+	if _, err := outbox.Enqueue(ctx, pool, mk("a1", "A", 1, "c-1"), mk("b1", "B", 1, "c-2")); err != nil {
+		t.Fatal(err)
+	}
+	settleAll(t, pool, time.Now(), claim(t, pool, time.Now(), "r1"))
+	if _, err := outbox.PurgeWith(ctx, pool, outbox.PurgeOptions{Before: time.Now().Add(time.Minute), Limit: 100,
+		History: outbox.History{Topics: map[string]time.Duration{"shop.order.events": 48 * time.Hour}}}); err != nil {
+		t.Fatal(err)
+	}
+	// One more of c-1's events, still in the outbox.
+	if _, err := outbox.Enqueue(ctx, pool, mk("a2", "A", 2, "c-1")); err != nil {
+		t.Fatal(err)
+	}
+	n, err := outbox.EraseSubject(ctx, pool, "shop.order.events", []string{"customer", "id"}, "c-1")
+	if err != nil || n != 2 {
+		t.Fatalf("erase changed %d rows (%v), want c-1's two: one in the history, one in the outbox", n, err)
+	}
+	var plain int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT payload FROM relaybus_outbox UNION ALL SELECT payload FROM relaybus_outbox_history) p
+		WHERE position(convert_to('c-1', 'UTF8') in payload) > 0`).Scan(&plain); err != nil || plain != 0 {
+		t.Errorf("%d payloads still name c-1 (%v), want none", plain, err)
+	}
+	var other string
+	if err := pool.QueryRow(ctx, `SELECT convert_from(payload, 'UTF8') FROM relaybus_outbox_history WHERE id = 'b1'`).Scan(&other); err != nil || !strings.Contains(other, "c-2@example.com") {
+		t.Errorf("c-2's history row: %q (%v), want it whole", other, err)
+	}
+	if n, err := outbox.EraseSubject(ctx, pool, "shop.order.events", []string{"customer", "id"}, "c-1"); err != nil || n != 0 {
+		t.Errorf("a second erasure changed %d rows (%v), want none", n, err)
 	}
 }
