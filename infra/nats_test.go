@@ -114,3 +114,36 @@ func TestNATSTransport(t *testing.T) {
 		t.Errorf("nats_credentials %#v, want the secret, mounted by every service", got)
 	}
 }
+
+// TestPrivacyKeyFromSecretManager: with var.privacy_key_secret set, every
+// function reads PRIVACY_KEY from that secret, which each function's own
+// account may read; without it, no function gets the variable.
+func TestPrivacyKeyFromSecretManager(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	path, _ := repoTopology(t)
+	vars := requiredVars(t)
+	vars["topology_file"] = cty.StringVal(path)
+	grant := c.resource(t, "google_secret_manager_secret_iam_member.privacy_key")
+	if keys := forEachKeys(t, c.newEvaluator(t, vars).withStubs(), grant); len(keys) != 0 {
+		t.Errorf("privacy key grants without the secret: %v", sortedKeys(keys))
+	}
+	vars["privacy_key_secret"] = cty.StringVal("relaybus-privacy-key")
+	ev := c.newEvaluator(t, vars).withStubs()
+	if got := strings.Join(sortedKeys(forEachKeys(t, ev, grant)), ","); got != "dlqreplay,publish,relay,rollup" {
+		t.Errorf("the privacy key is readable by %s, want every function", got)
+	}
+	svc := c.resource(t, "google_cloud_run_v2_service.function")
+	found := false
+	for _, b := range block(t, "function", block(t, "function", svc.Body, "template"), "containers").Blocks {
+		if b.Type != "dynamic" {
+			continue
+		}
+		content := block(t, "function", b.Body, "content")
+		if n, ok := content.Attributes["name"]; ok && strings.Contains(c.exprSource(n.Expr), "PRIVACY_KEY") {
+			found = strings.Contains(c.exprSource(b.Body.Attributes["for_each"].Expr), "var.privacy_key_secret")
+		}
+	}
+	if !found {
+		t.Error("no function env block sets PRIVACY_KEY from var.privacy_key_secret")
+	}
+}

@@ -76,7 +76,10 @@ var notFromTerraform = map[string]bool{"K_SERVICE": true, "K_REVISION": true, "D
 	// Terraform deploys the Pub/Sub transport by default (these variables'
 	// defaults); var.nats sets them (nats.tf, TestNATSTransport). CONSUMER_MODE
 	// and PULL_MAX_IN_FLIGHT are set (pull.tf, var.pull_mode).
-	"TRANSPORT": true, "NATS_URL": true, "NATS_CREDS": true}
+	"TRANSPORT": true, "NATS_URL": true, "NATS_CREDS": true,
+	// From Secret Manager when var.privacy_key_secret names the secret
+	// (TestPrivacyKeyFromSecretManager).
+	"PRIVACY_KEY": true}
 
 // envTags collects the variable names of a config struct's env tags
 // (localOnly and notFromTerraform left out).

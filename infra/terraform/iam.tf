@@ -208,6 +208,14 @@ resource "google_secret_manager_secret_iam_member" "dlqreplay_token" {
   member    = google_service_account.function["dlqreplay"].member
 }
 
+# PRIVACY_KEY (var.privacy_key_secret only): every function reads it.
+resource "google_secret_manager_secret_iam_member" "privacy_key" {
+  for_each  = var.privacy_key_secret != "" ? local.functions : {}
+  secret_id = var.privacy_key_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function[each.key].member
+}
+
 # Connecting through the Cloud SQL volume needs Cloud SQL Client
 # (cloudsql.instances.connect, cloudsql.instances.get):
 # https://cloud.google.com/sql/docs/postgres/connect-run.
@@ -519,6 +527,7 @@ resource "time_sleep" "iam_propagation" {
       google_project_iam_member.migrate_cloudsql_client[*].id,
       [for g in google_secret_manager_secret_iam_member.consume_signing_secret : g.id],
       google_secret_manager_secret_iam_member.dlqreplay_token[*].id,
+      [for g in google_secret_manager_secret_iam_member.privacy_key : g.id],
       [for g in google_secret_manager_secret_iam_member.nats_credentials_function : g.id],
       [for g in google_secret_manager_secret_iam_member.nats_credentials_consume : g.id],
       [for g in google_project_iam_member.cloudsql_client : g.id],

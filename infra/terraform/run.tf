@@ -302,6 +302,21 @@ resource "google_cloud_run_v2_service" "function" {
         }
       }
 
+      # PRIVACY_KEY: the privacy rules' hash key (docs/privacy.md), for the
+      # functions that write or read the ledger's payloads.
+      dynamic "env" {
+        for_each = var.privacy_key_secret != "" ? [var.privacy_key_secret] : []
+        content {
+          name = "PRIVACY_KEY"
+          value_source {
+            secret_key_ref {
+              secret  = env.value
+              version = "latest"
+            }
+          }
+        }
+      }
+
       dynamic "env" {
         for_each = each.key == "dlqreplay" ? local.dlqreplay_token_secret : []
         content {

@@ -445,3 +445,9 @@ variable "claim_check" {
     error_message = "claim_check: threshold_bytes from 1 to 10000000 (Pub/Sub's message limit); retention_days at least 1."
   }
 }
+
+variable "privacy_key_secret" {
+  type        = string
+  description = "The Secret Manager secret holding PRIVACY_KEY (at least 16 bytes): the key the privacy rules' keyed hashes and the ledger's subject keys are made with (docs/privacy.md). Empty: the functions use the public development key, which hides nothing; set it before a topic declares a privacy rule."
+  default     = ""
+}
