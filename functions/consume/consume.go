@@ -182,10 +182,10 @@ type Options struct {
 	InboxRetention time.Duration
 	// ShipBudget bounds one POST /ledger:ship (45s).
 	ShipBudget time.Duration
-	// Flow holds deliveries to the consumer's flow-control limits (nil:
-	// none): one it holds back longer than its MaxWait is answered 429
-	// with Retry-After, no attempt made or counted.
-	Flow *flow.Gate
+	// Flow are the consumer's flow-control limits (the zero value: none):
+	// a delivery held back longer than Flow.MaxWait is answered 429 with
+	// Retry-After, no attempt made or counted.
+	Flow FlowLimits
 	// MaxBody bounds a request body (delivery.DefaultMaxBody).
 	MaxBody int64
 	// Logger receives the structured logs.
@@ -226,7 +226,26 @@ type Handler struct {
 	http.Handler
 	close  []func(context.Context) error
 	pauses *inbox.PauseFlags // nil unless Options.Pausable
+	// gate holds deliveries to Options.Flow (nil: no limits), for the
+	// pull worker's engine too.
+	gate *flow.Gate
 }
+
+// FlowLimits are a consumer's flow-control limits in one consume
+// instance (internal/flow); zero or less is no limit.
+type FlowLimits struct {
+	// MaxInFlight is the most deliveries handled at once
+	// (CONSUMER_MAX_IN_FLIGHT).
+	MaxInFlight int
+	// MaxPerSecond is the most deliveries handled per second
+	// (CONSUMER_MAX_PER_SECOND).
+	MaxPerSecond float64
+	// MaxWait bounds how long a delivery waits for its turn before it is
+	// refused (CONSUMER_FLOW_WAIT); 0 waits as long as its request.
+	MaxWait time.Duration
+}
+
+func (l FlowLimits) set() bool { return l.MaxInFlight > 0 || l.MaxPerSecond > 0 }
 
 // Close ships the attempts the engine still holds, then closes what the
 // handler was built with, in that order, within ctx.
@@ -292,11 +311,13 @@ func New(o Options) (*Handler, error) {
 		unobserve := telemetry.ObserveBreaker(o.Engine.ConsumerID(), func() int64 { return int64(b.BreakerState()) })
 		h.close = append(h.close, func(context.Context) error { return unobserve() })
 	}
-	if o.Flow != nil {
+	if o.Flow.set() {
+		h.gate = flow.New(flow.Options{MaxInFlight: o.Flow.MaxInFlight, PerSecond: o.Flow.MaxPerSecond, MaxWait: o.Flow.MaxWait})
 		// The consumer's flow control (with telemetry on), read at each
 		// metric collection.
+		gate := h.gate
 		unobserve := telemetry.ObserveFlow(o.Engine.ConsumerID(), func() (int64, bool, int64) {
-			s := o.Flow.State()
+			s := gate.State()
 			return s.InFlight, s.AtLimit, s.Refused
 		})
 		h.close = append(h.close, func(context.Context) error { return unobserve() })
@@ -361,7 +382,7 @@ func New(o Options) (*Handler, error) {
 				return
 			}
 		}
-		release, err := o.Flow.Acquire(r.Context())
+		release, err := h.gate.Acquire(r.Context())
 		if err != nil {
 			var le *flow.LimitError
 			if !errors.As(err, &le) {

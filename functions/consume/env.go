@@ -13,7 +13,6 @@ import (
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
-	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/contract"
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/flow"
@@ -59,7 +58,7 @@ type Config struct {
 	// check is read from, and where the child events this consumer kicks
 	// put theirs when over its threshold (CLAIM_CHECK_*; none when unset:
 	// a message that names an object is then dead-lettered).
-	ClaimCheck claimcheck.Config
+	ClaimCheck instance.ClaimCheck
 	// ConsumerID is the consumer service (CONSUMER_ID, required).
 	ConsumerID string `env:"CONSUMER_ID"`
 	// Subscription is its subscription id (CONSUMER_SUBSCRIPTION).
@@ -245,12 +244,11 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return fail(err)
 	}
-	fo := flow.Options{MaxInFlight: cfg.MaxInFlight, PerSecond: cfg.MaxPerSecond, MaxWait: cmp.Or(cfg.FlowWait, DefaultFlowWait)}
+	fl := FlowLimits{MaxInFlight: cfg.MaxInFlight, MaxPerSecond: cfg.MaxPerSecond, MaxWait: cmp.Or(cfg.FlowWait, DefaultFlowWait)}
 	if cfg.Mode == ModePull {
-		fo.MaxWait = min(fo.MaxWait, PullFlowWait)
+		fl.MaxWait = min(fl.MaxWait, PullFlowWait)
 	}
-	gate := flow.New(fo)
-	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Flow: gate, Logger: log, Pausable: true})
+	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Flow: fl, Logger: log, Pausable: true})
 	if err != nil {
 		return fail(err)
 	}
@@ -258,7 +256,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	// kicks, the ledger and the clients.
 	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
 	if cfg.Mode == ModePull {
-		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{pullengine.New(engine, fn.pauses), gate}, DeadLetters: ps, Project: cfg.ProjectID,
+		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{pullengine.New(engine, fn.pauses), fn.gate}, DeadLetters: ps, Project: cfg.ProjectID,
 			MaxInFlight: cfg.PullMaxInFlight, MaxAttempts: cfg.MaxDeliveryAttempts, Logger: log}
 		if cfg.MaxInFlight > 0 && (po.MaxInFlight <= 0 || cfg.MaxInFlight < po.MaxInFlight) {
 			po.MaxInFlight = cfg.MaxInFlight

@@ -14,15 +14,14 @@ import (
 
 	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/delivery"
-	"github.com/relaybus/relaybus/internal/flow"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
 )
 
-// flowServer serves consume's HTTP handler over s's engine with gate.
-func flowServer(t *testing.T, s *stack, gate *flow.Gate) string {
+// flowServer serves consume's HTTP handler over s's engine within limits.
+func flowServer(t *testing.T, s *stack, limits consume.FlowLimits) string {
 	t.Helper()
-	h, err := consume.New(consume.Options{Engine: s.engine, DB: s.pool, Flow: gate})
+	h, err := consume.New(consume.Options{Engine: s.engine, DB: s.pool, Flow: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +56,7 @@ func TestPushOverRateAnswers429WithRetryAfter(t *testing.T) {
 	pool := pgtest.Schema(t)
 	s := newStackOn(t, pool, appliedLog(t, pool), "member-service")
 	// One token every 5 s: after the first, none comes within the wait.
-	url := flowServer(t, s, flow.New(flow.Options{PerSecond: 0.2, MaxWait: 100 * time.Millisecond}))
+	url := flowServer(t, s, consume.FlowLimits{MaxPerSecond: 0.2, MaxWait: 100 * time.Millisecond})
 	const n = 4
 	answers := make([]flowAnswer, n)
 	var wg sync.WaitGroup
@@ -102,7 +101,7 @@ func TestPushHeldToItsRateWithinTheWait(t *testing.T) {
 	s := newStackOn(t, pool, h, "member-service")
 	const perSecond, n = 10.0, 15
 	start := time.Now()
-	url := flowServer(t, s, flow.New(flow.Options{PerSecond: perSecond, MaxWait: 30 * time.Second}))
+	url := flowServer(t, s, consume.FlowLimits{MaxPerSecond: perSecond, MaxWait: 30 * time.Second})
 	var wg sync.WaitGroup
 	codes := make([]int, n)
 	for i := range n {

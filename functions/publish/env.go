@@ -4,16 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"strings"
 	"time"
+
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 
 	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
-	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
 	"github.com/relaybus/relaybus/internal/instance/claimopen"
@@ -49,7 +49,7 @@ type Config struct {
 	// ClaimCheck is where messages over its threshold go (CLAIM_CHECK_*;
 	// none when unset); with one, PUBLISH_MAX_PAYLOAD_BYTES may be up to
 	// 32 MiB (event.MaxClaimCheckPayload).
-	ClaimCheck claimcheck.Config
+	ClaimCheck instance.ClaimCheck
 	// FastPath publishes each accepted event at once (PUBLISH_FAST_PATH, default true).
 	FastPath bool `env:"PUBLISH_FAST_PATH, default=true"`
 	// Budget bounds one request (PUBLISH_BUDGET, default 2s).

@@ -30,7 +30,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"log/slog"
 	"net/http"
 	"sort"
@@ -38,11 +37,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
+
 	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
-	"github.com/relaybus/relaybus/internal/claimcheck"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
 	"github.com/relaybus/relaybus/internal/instance/claimopen"
@@ -192,7 +192,7 @@ type Config struct {
 	DB instance.Database
 	// ClaimCheck is where messages over its threshold go (CLAIM_CHECK_*;
 	// none when unset).
-	ClaimCheck claimcheck.Config
+	ClaimCheck instance.ClaimCheck
 	// DatabaseURLs are the other databases' URLs by name, each from its
 	// topology.Database.EnvVar (DATABASE_URL_<NAME>); LoadConfig fills it.
 	DatabaseURLs map[string]string

@@ -176,21 +176,3 @@ func poison(err error) error {
 	return &event.DecodeError{Reason: event.ReasonClaimCheck, Err: err}
 }
 
-// Config is the claim check's configuration as the functions that publish
-// or consume declare it (github.com/sethvargo/go-envconfig tags; opened by
-// internal/instance/claimopen). Neither Bucket nor Dir set: no claim check.
-type Config struct {
-	// Bucket is the Cloud Storage bucket the objects go in
-	// (CLAIM_CHECK_BUCKET; STORAGE_EMULATOR_HOST points the client at an
-	// emulator).
-	Bucket string `env:"CLAIM_CHECK_BUCKET"`
-	// Dir is a local directory the objects go in instead
-	// (CLAIM_CHECK_DIR: the local stack's, and tests').
-	Dir string `env:"CLAIM_CHECK_DIR"`
-	// Threshold is the largest message data that travels inline
-	// (CLAIM_CHECK_THRESHOLD, 1048576 bytes: DefaultThreshold).
-	Threshold int `env:"CLAIM_CHECK_THRESHOLD, default=1048576"`
-}
-
-// Enabled says whether c names a store.
-func (c Config) Enabled() bool { return c.Bucket != "" || c.Dir != "" }

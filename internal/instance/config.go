@@ -235,3 +235,23 @@ type host struct {
 	// command's own).
 	Target string `env:"FUNCTION_TARGET"`
 }
+
+// ClaimCheck is the claim check's configuration as the functions that
+// publish or consume declare it (opened by internal/instance/claimopen):
+// where message data over the threshold goes. Neither Bucket nor Dir
+// set: no claim check.
+type ClaimCheck struct {
+	// Bucket is the Cloud Storage bucket the objects go in
+	// (CLAIM_CHECK_BUCKET; STORAGE_EMULATOR_HOST points the client at an
+	// emulator).
+	Bucket string `env:"CLAIM_CHECK_BUCKET"`
+	// Dir is a local directory the objects go in instead
+	// (CLAIM_CHECK_DIR: the local stack's, and tests').
+	Dir string `env:"CLAIM_CHECK_DIR"`
+	// Threshold is the largest message data that travels inline
+	// (CLAIM_CHECK_THRESHOLD, 1048576 bytes: claimcheck.DefaultThreshold).
+	Threshold int `env:"CLAIM_CHECK_THRESHOLD, default=1048576"`
+}
+
+// Enabled says whether c names a store.
+func (c ClaimCheck) Enabled() bool { return c.Bucket != "" || c.Dir != "" }

@@ -1,5 +1,5 @@
 // Package claimopen is the host's claim-check opener: the store
-// claimcheck.Config names, a Cloud Storage bucket or a local directory. It
+// instance.ClaimCheck names, a Cloud Storage bucket or a local directory. It
 // is a package of its own so that only the binaries whose functions
 // publish or consume events (publish, relay, consume) link the Cloud
 // Storage client; rollup and dlqreplay do not (internal/layering).
@@ -14,12 +14,13 @@ import (
 	"cloud.google.com/go/storage"
 
 	"github.com/relaybus/relaybus/internal/claimcheck"
+	"github.com/relaybus/relaybus/internal/instance"
 )
 
 // Open returns the Checker c configures, and what to call at shutdown;
 // nil and a no-op when c names no store. Both CLAIM_CHECK_BUCKET and
 // CLAIM_CHECK_DIR set is an error naming them.
-func Open(ctx context.Context, c claimcheck.Config) (*claimcheck.Checker, func() error, error) {
+func Open(ctx context.Context, c instance.ClaimCheck) (*claimcheck.Checker, func() error, error) {
 	none := func() error { return nil }
 	var (
 		store   claimcheck.Store

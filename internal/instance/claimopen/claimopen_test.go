@@ -11,6 +11,7 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/relaybus/relaybus/internal/claimcheck"
+	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/claimopen"
 	"github.com/relaybus/relaybus/shared/event"
 )
@@ -74,16 +75,16 @@ func TestGCSStoreRoundTrip(t *testing.T) {
 }
 
 func TestOpenRefusesBothStores(t *testing.T) {
-	_, _, err := claimopen.Open(context.Background(), claimcheck.Config{Bucket: "b", Dir: t.TempDir()})
+	_, _, err := claimopen.Open(context.Background(), instance.ClaimCheck{Bucket: "b", Dir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "CLAIM_CHECK_BUCKET") || !strings.Contains(err.Error(), "CLAIM_CHECK_DIR") {
 		t.Fatalf("Open with both: %v", err)
 	}
-	ch, closeFn, err := claimopen.Open(context.Background(), claimcheck.Config{})
+	ch, closeFn, err := claimopen.Open(context.Background(), instance.ClaimCheck{})
 	if err != nil || ch != nil {
 		t.Fatalf("Open with neither: %v, %v", ch, err)
 	}
 	_ = closeFn()
-	ch, closeFn, err = claimopen.Open(context.Background(), claimcheck.Config{Dir: t.TempDir(), Threshold: 100})
+	ch, closeFn, err = claimopen.Open(context.Background(), instance.ClaimCheck{Dir: t.TempDir(), Threshold: 100})
 	if err != nil || ch == nil || ch.Threshold() != 100 {
 		t.Fatalf("Open with a directory: %v, %v", ch, err)
 	}
