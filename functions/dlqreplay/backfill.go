@@ -10,7 +10,6 @@ import (
 
 	"github.com/relaybus/relaybus/internal/history"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
-	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -71,20 +70,7 @@ const ruleAggregates = "at most %d aggregate ids, each 1 to 256 characters of [A
 func (req backfillRequest) spec(top *topology.Topology, dbs databases, now time.Time) (history.Spec, string, error) {
 	var bad invalid
 	s := history.Spec{Topic: req.Topic, Consumer: req.Consumer, Aggregates: req.Aggregates, Rate: history.DefaultRate}
-	switch {
-	case req.Topic == "":
-		bad.add("topic", "required: %s", names.TopicRule)
-	case names.ValidateTopic(req.Topic) != nil || names.IsDeadLetter(req.Topic):
-		bad.add("topic", "%s", names.TopicRule)
-	}
-	switch {
-	case req.Consumer == "":
-		bad.add("consumer", "required: %s", names.ConsumerRule)
-	case names.ValidateConsumer(req.Consumer) != nil:
-		bad.add("consumer", "%s", names.ConsumerRule)
-	case top != nil && len(bad.fields) == 0 && !declares(top, req.Topic, req.Consumer):
-		bad.add("consumer", "a consumer of %s the topology declares", req.Topic)
-	}
+	bad.topicConsumer(top, req.Topic, req.Consumer)
 	tm := func(name, v string, def time.Time) time.Time {
 		if v == "" {
 			if def.IsZero() {

@@ -184,20 +184,7 @@ type replayJobRequest struct {
 func (req replayJobRequest) filter(top *topology.Topology) (replayFilter, float64, error) {
 	var bad invalid
 	f := replayFilter{Topic: req.Topic, Consumer: req.Consumer, Outcome: req.Outcome, ErrorClass: req.ErrorClass, ErrorCode: req.ErrorCode}
-	switch {
-	case req.Topic == "":
-		bad.add("topic", "required: %s", names.TopicRule)
-	case names.ValidateTopic(req.Topic) != nil || names.IsDeadLetter(req.Topic):
-		bad.add("topic", "%s", names.TopicRule)
-	}
-	switch {
-	case req.Consumer == "":
-		bad.add("consumer", "required: %s", names.ConsumerRule)
-	case names.ValidateConsumer(req.Consumer) != nil:
-		bad.add("consumer", "%s", names.ConsumerRule)
-	case top != nil && len(bad.fields) == 0 && !declares(top, req.Topic, req.Consumer):
-		bad.add("consumer", "a consumer of %s the topology declares", req.Topic)
-	}
+	bad.topicConsumer(top, req.Topic, req.Consumer)
 	tm := func(name, s string) time.Time {
 		if s == "" {
 			bad.add(name, "required: %s", ruleTime)
@@ -245,6 +232,26 @@ func (req replayJobRequest) filter(top *topology.Topology) (replayFilter, float6
 		bad.add("expect", "an integer from 0 to %d", MaxJobScan)
 	}
 	return f, rate, bad.err()
+}
+
+// topicConsumer checks a request's topic and consumer: both required,
+// named by the rules, the consumer one the topology declares on the topic
+// (top nil: any).
+func (bad *invalid) topicConsumer(top *topology.Topology, topic, consumer string) {
+	switch {
+	case topic == "":
+		bad.add("topic", "required: %s", names.TopicRule)
+	case names.ValidateTopic(topic) != nil || names.IsDeadLetter(topic):
+		bad.add("topic", "%s", names.TopicRule)
+	}
+	switch {
+	case consumer == "":
+		bad.add("consumer", "required: %s", names.ConsumerRule)
+	case names.ValidateConsumer(consumer) != nil:
+		bad.add("consumer", "%s", names.ConsumerRule)
+	case top != nil && len(bad.fields) == 0 && !declares(top, topic, consumer):
+		bad.add("consumer", "a consumer of %s the topology declares", topic)
+	}
 }
 
 func declares(top *topology.Topology, topic, consumer string) bool {
