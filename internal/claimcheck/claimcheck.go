@@ -175,4 +175,3 @@ func (c *Checker) Delete(ctx context.Context, topic, eventID string) error {
 func poison(err error) error {
 	return &event.DecodeError{Reason: event.ReasonClaimCheck, Err: err}
 }
-
