@@ -176,9 +176,9 @@ var commands = []*command{
 		setup: func(fs *flag.FlagSet) runner { return toggle(true) }},
 	{path: []string{"consumers", "disable"}, args: "TOPIC CONSUMER", short: "stop expecting CONSUMER on events sent to TOPIC from now on",
 		setup: func(fs *flag.FlagSet) runner { return toggle(false) }},
-	{path: []string{"consumers", "pause"}, args: "TOPIC CONSUMER", short: "stop delivery to a push consumer: messages wait in its subscription, no attempt is counted",
+	{path: []string{"consumers", "pause"}, args: "TOPIC CONSUMER", short: "stop delivery to a consumer (any kind, any broker): messages wait or are kept, no attempt is counted",
 		setup: func(fs *flag.FlagSet) runner { return pause("pause") }},
-	{path: []string{"consumers", "resume"}, args: "TOPIC CONSUMER", short: "restart delivery to a paused consumer, oldest waiting message first",
+	{path: []string{"consumers", "resume"}, args: "TOPIC CONSUMER", short: "restart delivery to a paused consumer; what was kept while paused is published to it again",
 		setup: func(fs *flag.FlagSet) runner { return pause("resume") }},
 	{path: []string{"consumers", "rebuild"}, args: "TOPIC CONSUMER", short: "rebuild a consumer's projection: pause, clear it and its inbox, seek, resume (--dry-run first)",
 		setup: func(fs *flag.FlagSet) runner {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/ledger/model"
 
@@ -67,6 +68,11 @@ func cliBackends(t *testing.T) (*topology.Topology, *ledger.Store, *pgxpool.Pool
 func TestGoldenOutput(t *testing.T) {
 	ctx := context.Background()
 	top, store, pool, fake := cliBackends(t)
+	// The consumers' own delivery control (pause of an Eventarc consumer)
+	// lives in their inbox schema.
+	if err := inbox.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
 	at := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
 	order := &event.Event{ID: "evt-order-1", Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
 		AggregateID: "order-1", Version: 1, Payload: []byte(`{}`), TraceID: "trace-1", OccurredAt: at}
@@ -140,7 +146,8 @@ func TestGoldenOutput(t *testing.T) {
 		{"consumers_enable", []string{"consumers", "enable", "shop.order.events", "message-service"}, 0},
 		{"consumers_enable_unknown", []string{"consumers", "enable", "shop.order.events", "nobody"}, 1},
 		{"whoami", []string{"whoami"}, 0},
-		{"consumers_pause_eventarc", []string{"consumers", "pause", "shop.order.events", "message-service"}, 1},
+		{"consumers_pause_eventarc", []string{"consumers", "pause", "shop.order.events", "message-service"}, 0},
+		{"consumers_resume_eventarc", []string{"consumers", "resume", "shop.order.events", "message-service"}, 0},
 		{"gaps_ls", []string{"gaps", "ls", "message.notification.events", "audit-service"}, 0},
 		{"gaps_ls_not_strict", []string{"gaps", "ls", "shop.order.events", "member-service"}, 1},
 		{"gaps_skip_nothing_parked", []string{"gaps", "skip", "--aggregate", "u-42", "--version", "7", "message.notification.events", "audit-service"}, 1},
@@ -172,7 +179,8 @@ func TestGoldenOutput(t *testing.T) {
 			t.Errorf("%v: exit %d (want %d), output %s%s; want it to say %q", c.args, code, c.code, out.String(), errOut.String(), c.want)
 		}
 	}
-	// The registry changes are audited with the token holder's name.
+	// The registry's and the delivery control's changes are audited with
+	// the token holder's name.
 	var out, errOut bytes.Buffer
 	if code := run(ctx, []string{"--api", srv.URL, "--token", "t0k-0123456789abcdef0123456789abcdef", "-o", "json", "consumers", "audit"}, &out, &errOut, http.DefaultClient); code != 0 {
 		t.Fatalf("audit: %d %s", code, errOut.String())
@@ -189,8 +197,8 @@ func TestGoldenOutput(t *testing.T) {
 			done = append(done, e.Action+" by "+e.By)
 		}
 	}
-	if strings.Join(done, ", ") != "consumer.enable by ops@example.com, consumer.disable by ops@example.com" {
-		t.Errorf("changes made %v, want the disable, then the enable, by ops@example.com (audit %s)", done, out.String())
+	if strings.Join(done, ", ") != "consumer.resume by ops@example.com, consumer.pause by ops@example.com, consumer.enable by ops@example.com, consumer.disable by ops@example.com" {
+		t.Errorf("changes made %v, want the disable, the enable, the pause and the resume, by ops@example.com, newest first (audit %s)", done, out.String())
 	}
 }
 
