@@ -62,8 +62,13 @@ func TestPauseAndResumeOnTheLocalStack(t *testing.T) {
 		return n
 	}
 
-	if code, out := post(api+"message-service:pause", nil); code != http.StatusConflict || out["code"] != "eventarc" {
+	// An Eventarc consumer is paused by its own flag (its trigger owns its
+	// subscription's push configuration), and resumed.
+	if code, out := post(api+"message-service:pause", nil); code != 200 || out["control"] != "consumer-flag" || out["paused"] != true {
 		t.Fatalf("pausing an Eventarc consumer: %d %v", code, out)
+	}
+	if code, out := post(api+"message-service:resume", nil); code != 200 || out["paused"] != false {
+		t.Fatalf("resuming an Eventarc consumer: %d %v", code, out)
 	}
 	if code, out := post(api+"member-service:pause", nil); code != 200 || out["paused"] != true || out["changed"] != true {
 		t.Fatalf("pause: %d %v", code, out)
