@@ -234,8 +234,9 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		rate = -1 // DLQREPLAY_RATE_LIMIT=0: no limit
 	}
 	h, err := New(Options{
-		Archive: archive.New(store.Client(), archive.WithRetention(cfg.Retention), archive.WithSubscriptions(subs)),
-		Ledger:  store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
+		Archive: archive.New(store.Client(), archive.WithRetention(cfg.Retention), archive.WithSubscriptions(subs),
+			archive.WithPrivacy(topologyrules.Of(top), store.PrivacyKey())),
+		Ledger: store, DB: pool, Publisher: ps, Topology: top, Subscriptions: subs, Databases: dbs,
 		Broker: ps,
 		Auth:   cfg.Auth, Audience: cfg.Audience, Token: cfg.Token, OnCloudRun: cfg.OnCloudRun(),
 		Roles: roles, Writers: cfg.Writers, ReadOnly: cfg.ReadOnly, Archivers: cfg.Archivers, Groups: groups,

@@ -819,6 +819,9 @@ func (jb *replayJobs) send(ctx context.Context, j *replayJob, eventID string) (s
 			return "failed", "no archived dead letter of it for " + f.Consumer
 		}
 		l := letters[0] // the newest
+		if !l.PayloadKept() {
+			return "failed", notKept(l).Error()
+		}
 		msgID, err := jb.letters.publishReplay(ctx, l)
 		if err != nil {
 			jb.logger.ErrorContext(ctx, "dlqreplay: replay job could not publish", "job", j.ID, "event", eventID, "error", err.Error())

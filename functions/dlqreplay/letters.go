@@ -330,6 +330,9 @@ func (lt *letters) replay(r *request, args []string) (any, error) {
 // it; the message carries that span's traceparent, so the consumer's
 // delivery of the replay is recorded under it.
 func (lt *letters) publishReplay(ctx context.Context, l archive.Letter) (id string, err error) {
+	if !l.PayloadKept() {
+		return "", notKept(l)
+	}
 	m := l.Original()
 	m.Attributes[topology.TargetConsumerAttr] = l.Consumer
 	ctx, span := forcedSpan(ctx, "replay "+l.Topic, m.Attributes[event.AttrTraceID], m.Attributes[event.AttrSpanID],
@@ -339,6 +342,20 @@ func (lt *letters) publishReplay(ctx context.Context, l archive.Letter) (id stri
 		m.Attributes[telemetry.AttrTraceparent] = tp
 	}
 	return lt.publisher.Publish(ctx, l.Topic, m)
+}
+
+// notKept is the refusal of a replay of a letter that does not hold the
+// event's payload as produced (its topic's privacy rule redacted or
+// withheld it in the archive): replaying it would deliver what the rule
+// kept, not the event.
+func notKept(l archive.Letter) error {
+	what := "withholds its payload"
+	if len(l.RedactedFields) > 0 {
+		what = "keeps its payload with " + strings.Join(l.RedactedFields, ", ") + " redacted"
+	}
+	return fail(http.StatusConflict, "payload_redacted",
+		"dead letter %s %s (topic %s's privacy rule, archive): re-push event %s to %s instead (POST /events/{id}:repush) while its outbox row is kept",
+		l.ID, what, l.Topic, l.EventID, l.Consumer)
 }
 
 // forcedSpan starts the span of an operator's replay or re-push with
@@ -553,10 +570,10 @@ func (lt *letters) replayBatch(r *request, _ []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	replayed, skipped, token := 0, 0, ""
+	replayed, skipped, redacted, token := 0, 0, 0, ""
 	var pubErr error
-	for replayed+skipped < MaxBatchReplay && pubErr == nil {
-		letters, next, err := lt.store.List(r.Context(), f, min(100, MaxBatchReplay-replayed-skipped), token)
+	for replayed+skipped+redacted < MaxBatchReplay && pubErr == nil {
+		letters, next, err := lt.store.List(r.Context(), f, min(100, MaxBatchReplay-replayed-skipped-redacted), token)
 		if err != nil {
 			pubErr = err
 			break
@@ -564,6 +581,10 @@ func (lt *letters) replayBatch(r *request, _ []string) (any, error) {
 		for _, l := range letters {
 			if l.Consumer == "" {
 				skipped++
+				continue
+			}
+			if !l.PayloadKept() { // its topic's privacy rule redacted it in the archive: not the event
+				redacted++
 				continue
 			}
 			msgID, err := lt.publishReplay(r.Context(), l)
@@ -592,7 +613,8 @@ func (lt *letters) replayBatch(r *request, _ []string) (any, error) {
 	st.end(nil, fmt.Sprintf("replayed %d of %d letters matching %s", replayed, sum.Total, filter), "filter", filter, "replayed", replayed, "matched", sum.Total)
 	out["replayed"] = replayed
 	out["skippedNoConsumer"] = skipped
-	out["remaining"] = max(sum.Total-replayed-skipped, 0)
+	out["skippedRedacted"] = redacted
+	out["remaining"] = max(sum.Total-replayed-skipped-redacted, 0)
 	return out, nil
 }
 

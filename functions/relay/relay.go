@@ -37,6 +37,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/privacy"
 	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 
 	"github.com/relaybus/relaybus/internal/ledger/model"
@@ -250,6 +251,15 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	}
 	opts := cfg.Relay.Options()
 	opts.Publisher, opts.Topology, opts.LedgerBudget = ps, top, cfg.Ledger.Budget
+	// What the history keeps of each topic's payloads: its privacy rule's
+	// history mode, hashed under the same key as the ledger's.
+	var key privacy.Key
+	if store != nil {
+		key = store.PrivacyKey()
+	} else if key, err = privacy.ConfiguredKey(cfg.Ledger.PrivacyKey, topologyrules.Of(top), log); err != nil {
+		return fail(err)
+	}
+	opts.History.Keep = topologyrules.HistoryKeep(top, key)
 	claims, closeClaims, err := claimopen.Open(ctx, cfg.ClaimCheck)
 	if err != nil {
 		return fail(err)

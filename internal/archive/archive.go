@@ -39,8 +39,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/deadletter"
 	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/privacy"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -87,6 +89,20 @@ type Letter struct {
 	// Erased marks a tombstone left by an erasure by subject
 	// (EraseSubject): its data and error text are gone.
 	Erased bool `firestore:"erased,omitempty" json:"erased,omitempty"`
+	// RedactedFields are the JSON pointers of the personal fields the
+	// topic's privacy rule (archive: redact) hashed or removed from Data
+	// when the letter was archived; PayloadWithheld is true when the rule
+	// kept none of the payload (archive: drop, or redact of a payload that
+	// is not JSON), and Data is empty. Either way the letter is not the
+	// event as produced, and is not replayed (PayloadKept).
+	RedactedFields  []string `firestore:"redactedFields,omitempty" json:"redactedFields,omitempty"`
+	PayloadWithheld bool     `firestore:"payloadWithheld,omitempty" json:"payloadWithheld,omitempty"`
+}
+
+// PayloadKept reports whether the letter holds the message's payload as it
+// was produced: not erased, redacted or withheld.
+func (l *Letter) PayloadKept() bool {
+	return !l.Erased && !l.PayloadWithheld && len(l.RedactedFields) == 0
 }
 
 // Replay is one operator's replay of a letter.
@@ -111,6 +127,8 @@ type Store struct {
 	now       func() time.Time
 	retention time.Duration
 	subs      *topology.SubscriptionMap
+	rules     privacy.Rules
+	key       privacy.Key
 }
 
 // DefaultRetention is how long a letter is kept when no retention is given
@@ -134,6 +152,14 @@ func WithRetention(d time.Duration) Option {
 // letters to their consumers (see the package documentation).
 func WithSubscriptions(m *topology.SubscriptionMap) Option {
 	return func(s *Store) { s.subs = m }
+}
+
+// WithPrivacy applies the topics' privacy rules to the letters archived:
+// a topic whose rule sets archive to redact keeps its letters' payloads
+// with the personal fields hashed under key (or removed), one set to drop
+// keeps no payload (docs/privacy.md). Without it every letter is kept whole.
+func WithPrivacy(rules privacy.Rules, key privacy.Key) Option {
+	return func(s *Store) { s.rules, s.key = rules, key }
 }
 
 // WithClock sets the store's clock (tests).
@@ -208,6 +234,9 @@ func (s *Store) Archive(ctx context.Context, dlqTopic string, m event.Message) (
 		DeadLetteredAt: info.DeadLetteredAt, ArchivedAt: s.now(), Replays: []Replay{},
 	}
 	l.DeleteAt = l.ArchivedAt.Add(s.retention)
+	if err := s.applyPrivacy(&l); err != nil {
+		return Letter{}, false, fmt.Errorf("archive %s: %w", m.ID, err)
+	}
 	s.resolve(&l)
 	if l.DeadLetteredAt.IsZero() {
 		l.DeadLetteredAt = m.PublishTime.UTC()
@@ -405,4 +434,57 @@ func (s *Store) Summarize(ctx context.Context, f Filter) (Summary, error) {
 		return a.Consumer < b.Consumer
 	})
 	return sum, nil
+}
+
+// applyPrivacy keeps of l's payload what its topic's rule lets the archive
+// keep. The event is decoded, its payload redacted, and the message's data
+// encoded again in the shape it came in (structured JSON or protobuf, or
+// binary); a message that does not decode (poison) or came in another shape
+// keeps no payload under redact.
+func (s *Store) applyPrivacy(l *Letter) error {
+	r := s.rules.Of(l.Topic)
+	if r.Mode(privacy.Archive) == privacy.Whole || len(l.Data) == 0 {
+		return nil
+	}
+	withhold := func() { l.Data, l.PayloadWithheld = []byte{}, true }
+	e, enc, ok := decodeLetter(l)
+	if !ok { // poison, or a shape with no fields to pick out
+		withhold()
+		return nil
+	}
+	res, err := r.Apply(privacy.Archive, e.Payload, s.key)
+	if err != nil {
+		return err
+	}
+	if res.Dropped {
+		withhold()
+		return nil
+	}
+	if len(res.Redacted) == 0 {
+		return nil
+	}
+	e.Payload = res.Payload
+	if m, err := cloudevent.EncodeLarge(&e, enc); err == nil {
+		l.Data, l.RedactedFields = m.Data, res.Redacted
+	} else { // a payload that cannot be encoded again is not kept
+		withhold()
+	}
+	return nil
+}
+
+// decodeLetter decodes the event of a letter and the encoding its message
+// came in; false when it does not decode or came in no encoding relaybus
+// writes.
+func decodeLetter(l *Letter) (event.Event, event.Encoding, bool) {
+	e, d, err := cloudevent.Decode(l.Original(), event.Limits{MaxPayloadBytes: event.MaxPayloadLimit})
+	enc, ok := encodings[d.Mode]
+	return e, enc, err == nil && ok
+}
+
+// encodings are the shapes a redacted letter is encoded again in, by the
+// mode the decoder read it in.
+var encodings = map[string]event.Encoding{
+	event.ModeStructuredJSON:     event.EncodingJSON,
+	event.ModeStructuredProtobuf: event.EncodingProtobuf,
+	event.ModeBinary:             event.EncodingBinary,
 }

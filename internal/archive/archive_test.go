@@ -2,6 +2,8 @@ package archive_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -14,8 +16,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/relaybus/relaybus/internal/archive"
+	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/deadletter"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/privacy"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -201,5 +205,83 @@ func TestIndexExemptions(t *testing.T) {
 	}
 	if exempt["archivedAt"] {
 		t.Error("dead_letters/archivedAt is exempt, but List and Summarize order by it")
+	}
+}
+
+// A topic whose privacy rule sets the archive to redact keeps its letters
+// with the personal fields hashed, in the shape they came in; one set to
+// drop keeps no payload; a topic without a rule keeps the letter whole.
+// Nothing of the personal values reaches Firestore.
+func TestArchiveAppliesThePrivacyRule(t *testing.T) {
+	ctx := context.Background()
+	c := client(t)
+	key, err := privacy.NewKey("archive-test-key-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := privacy.Rules{
+		"shop.customer.events": {Fields: []string{"/email"}, ArchiveMode: privacy.Redact},
+		"shop.card.events":     {Fields: []string{"/pan"}, ArchiveMode: privacy.Drop},
+	}
+	s := archive.New(c, archive.WithPrivacy(rules, key))
+	letter := func(id, topic string, enc event.Encoding, payload string) archive.Letter {
+		t.Helper()
+		e := event.Event{ID: "evt-" + id, Type: "customer.changed", Source: "customer-service", Topic: topic,
+			AggregateID: "C-1", Version: 1, OccurredAt: time.Date(2026, 11, 28, 9, 0, 0, 0, time.UTC), Payload: []byte(payload)}
+		e.Normalize()
+		m, err := cloudevent.Encode(&e, enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.ID = id
+		l, created, err := s.Archive(ctx, topic+".dlq", deadLettered(m, topic+".member-service-processor"))
+		if err != nil || !created {
+			t.Fatalf("archive %s: %v %v", id, created, err)
+		}
+		got, err := s.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.RedactedFields, l.RedactedFields) || got.PayloadWithheld != l.PayloadWithheld {
+			t.Errorf("%s: stored %v/%v, returned %v/%v", id, got.RedactedFields, got.PayloadWithheld, l.RedactedFields, l.PayloadWithheld)
+		}
+		snap, err := c.Collection(model.CollectionDeadLetters).Doc(id).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if raw := fmt.Sprint(snap.Data()); strings.Contains(raw, "ann@example.com") || strings.Contains(raw, "4111") {
+			t.Errorf("%s: Firestore holds a personal value: %s", id, raw)
+		}
+		return got
+	}
+	payloadOf := func(l archive.Letter) map[string]any {
+		t.Helper()
+		e, _, err := cloudevent.Decode(l.Original(), event.Limits{MaxPayloadBytes: event.MaxPayloadLimit})
+		if err != nil {
+			t.Fatalf("%s: the redacted letter no longer decodes: %v", l.ID, err)
+		}
+		var p map[string]any
+		if err := json.Unmarshal(e.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, enc := range []event.Encoding{event.EncodingJSON, event.EncodingProtobuf, event.EncodingBinary} {
+		l := letter("redact-"+string(enc), "shop.customer.events", enc, `{"email":"ann@example.com","tier":"gold"}`)
+		p := payloadOf(l)
+		if !reflect.DeepEqual(l.RedactedFields, []string{"/email"}) || p["tier"] != "gold" || p["email"] != key.Hash([]byte(`"ann@example.com"`)) || l.PayloadKept() {
+			t.Errorf("%s: redactedFields %v, payload %v, kept %v; want /email hashed, tier kept", enc, l.RedactedFields, p, l.PayloadKept())
+		}
+	}
+	if l := letter("drop", "shop.card.events", event.EncodingJSON, `{"pan":"4111111111111111"}`); !l.PayloadWithheld || len(l.Data) != 0 || l.PayloadKept() {
+		t.Errorf("drop: withheld %v, data %q; want withheld and no data", l.PayloadWithheld, l.Data)
+	}
+	poison := event.Message{ID: "poison", Data: []byte(`{"email":"ann@example.com"`), Attributes: map[string]string{}}
+	if l, _, err := s.Archive(ctx, "shop.customer.events.dlq", deadLettered(poison, "shop.customer.events.member-service-processor")); err != nil || !l.PayloadWithheld || len(l.Data) != 0 {
+		t.Errorf("poison under redact: %v, withheld %v, data %q; want no data", err, l.PayloadWithheld, l.Data)
+	}
+	whole := letter("whole", "shop.order.events", event.EncodingJSON, `{"email":"bob@example.com"}`)
+	if !whole.PayloadKept() || payloadOf(whole)["email"] != "bob@example.com" {
+		t.Errorf("a topic without a rule: %+v, want the letter whole", whole)
 	}
 }

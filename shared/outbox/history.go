@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/shared/postgres"
 )
 
@@ -20,6 +21,14 @@ type History struct {
 	Topics map[string]time.Duration
 	// Default is the retention of every other topic (0: none).
 	Default time.Duration
+	// Keep rewrites what the history keeps of the payloads of the topics
+	// it names (their privacy rule's history mode: the personal fields
+	// redacted, or nothing). It is given a row's payload as produced and
+	// returns what to keep in its place; the rows move and are rewritten
+	// in one transaction, so the history never holds the payload as
+	// produced. An error stops the purge, and the rows stay in the outbox.
+	// Topics it does not name keep their payloads as produced.
+	Keep map[string]func(payload []byte) ([]byte, error)
 }
 
 // longest is the longest retention History names.
@@ -66,14 +75,73 @@ func PurgeWith(ctx context.Context, db postgres.DBTX, o PurgeOptions) (int, erro
 	for i, t := range topics {
 		secs[i] = max(o.History.Topics[t], 0).Seconds()
 	}
+	keep := make([]string, 0, len(o.History.Keep))
+	for t := range o.History.Keep {
+		keep = append(keep, t)
+	}
+	sort.Strings(keep)
 	var n int
-	if err := db.QueryRow(ctx, purgeSQL, o.Before, o.Limit, o.Ledger, topics, secs, max(o.History.Default, 0).Seconds()).Scan(&n); err != nil {
-		return 0, fmt.Errorf("outbox: purge: %w", err)
+	if len(keep) == 0 {
+		var moved []string
+		if err := db.QueryRow(ctx, purgeSQL, o.Before, o.Limit, o.Ledger, topics, secs, max(o.History.Default, 0).Seconds(), keep).Scan(&n, &moved); err != nil {
+			return 0, fmt.Errorf("outbox: purge: %w", err)
+		}
+	} else if b, ok := db.(migrate.Beginner); !ok {
+		return 0, fmt.Errorf("outbox: purge: History.Keep needs a database handle that can begin a transaction")
+	} else if err := pgx.BeginFunc(ctx, b, func(tx pgx.Tx) error {
+		var moved []string
+		if err := tx.QueryRow(ctx, purgeSQL, o.Before, o.Limit, o.Ledger, topics, secs, max(o.History.Default, 0).Seconds(), keep).Scan(&n, &moved); err != nil {
+			return fmt.Errorf("outbox: purge: %w", err)
+		}
+		return rewriteHistory(ctx, tx, moved, o.History.Keep)
+	}); err != nil {
+		return 0, err
 	}
 	if _, err := db.Exec(ctx, purgeDispatchSQL, o.Before, o.Limit); err != nil {
 		return n, fmt.Errorf("outbox: purge dispatch: %w", err)
 	}
 	return n, nil
+}
+
+// rewriteHistory replaces the payloads of the history rows ids (just moved,
+// in the caller's transaction) by what keep returns for their topic.
+func rewriteHistory(ctx context.Context, tx postgres.DBTX, ids []string, keep map[string]func([]byte) ([]byte, error)) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT id, topic, payload FROM relaybus_outbox_history WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return fmt.Errorf("outbox: history payloads: %w", err)
+	}
+	var out [][]byte
+	var outIDs []string
+	for rows.Next() {
+		var id, topic string
+		var payload []byte
+		if err := rows.Scan(&id, &topic, &payload); err != nil {
+			rows.Close()
+			return fmt.Errorf("outbox: history payloads: %w", err)
+		}
+		f := keep[topic]
+		if f == nil {
+			continue
+		}
+		kept, err := f(payload)
+		if err != nil {
+			rows.Close()
+			return fmt.Errorf("outbox: history payload of %s (topic %s): %w", id, topic, err)
+		}
+		outIDs, out = append(outIDs, id), append(out, kept)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("outbox: history payloads: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE relaybus_outbox_history h SET payload = u.payload
+        FROM unnest($1::text[], $2::bytea[]) AS u(id, payload) WHERE h.id = u.id`, outIDs, out); err != nil {
+		return fmt.Errorf("outbox: rewrite history payloads: %w", err)
+	}
+	return nil
 }
 
 func monthOf(t time.Time) time.Time {

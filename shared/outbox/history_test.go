@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +161,53 @@ func TestEraseSubjectReachesTheHistory(t *testing.T) {
 	}
 	if n, err := outbox.EraseSubject(ctx, pool, "shop.order.events", []string{"customer", "id"}, "c-1"); err != nil || n != 0 {
 		t.Errorf("a second erasure changed %d rows (%v), want none", n, err)
+	}
+}
+
+// History.Keep rewrites the payloads of its topics as they move into the
+// history, in the purge's transaction; another topic keeps its payloads as
+// produced. When the rewrite fails, the purge fails whole: the rows stay
+// in the outbox and the history holds none of them.
+func TestPurgeRewritesTheKeptPayloads(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	other := ev("p1", "P", 1)
+	other.Topic = "shop.payment.events"
+	if _, err := outbox.Enqueue(ctx, pool, ev("a1", "A", 1), ev("a2", "A", 2), other); err != nil {
+		t.Fatal(err)
+	}
+	settleAll(t, pool, time.Now(), claim(t, pool, time.Now(), "r1"))
+	hist := outbox.History{Default: 48 * time.Hour}
+	purge := func(keep func([]byte) ([]byte, error)) (int, error) {
+		hist.Keep = map[string]func([]byte) ([]byte, error){"shop.order.events": keep}
+		return outbox.PurgeWith(ctx, pool, outbox.PurgeOptions{Before: time.Now().Add(time.Minute), Limit: 100, History: hist})
+	}
+
+	if n, err := purge(func([]byte) ([]byte, error) { return nil, errors.New("no key") }); err == nil || n != 0 {
+		t.Fatalf("purge with a failing rewrite took %d rows (%v), want an error", n, err)
+	}
+	if c, h := count(t, pool), historyIDs(t, pool); c != 3 || len(h) != 0 {
+		t.Fatalf("after a failed rewrite: %d outbox rows, history %v; want 3 and none", c, h)
+	}
+
+	if n, err := purge(func(p []byte) ([]byte, error) { return []byte(`{"n":"redacted"}`), nil }); err != nil || n != 3 {
+		t.Fatalf("purge took %d rows (%v), want 3", n, err)
+	}
+	rows, err := pool.Query(ctx, `SELECT id, convert_from(payload, 'UTF8') FROM relaybus_outbox_history ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for rows.Next() {
+		var id, p string
+		if err := rows.Scan(&id, &p); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = p
+	}
+	rows.Close()
+	want := map[string]string{"a1": `{"n":"redacted"}`, "a2": `{"n":"redacted"}`, "p1": `{"n":1}`}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("history payloads %v, want %v", got, want)
 	}
 }

@@ -479,8 +479,18 @@ function eventBody(d, refresh, flash) {
 
 function payloadView(e) {
   if (e.payloadEncoding === "omitted") return h("p", { class: "muted" }, "Too large for the ledger; the outbox and Pub/Sub hold it.");
-  if (e.payloadEncoding === "json") return h("pre", { "data-testid": "payload" }, JSON.stringify(e.payload, null, 2));
-  return h("div", {}, h("p", { class: "muted small" }, e.payloadType + ", shown as hex"), h("pre", { "data-testid": "payload" }, hexDump(e.payload || "")));
+  if (e.payloadEncoding === "erased") return h("p", { class: "muted", "data-testid": "privacy" }, "Erased: its data subject's erasure removed the payload.");
+  if (e.payloadEncoding === "withheld") return h("p", { class: "muted", "data-testid": "privacy" }, "Withheld: the topic's privacy rule keeps none of the payload here.");
+  const note = redactedNote(e.redactedFields);
+  if (e.payloadEncoding === "json") return h("div", {}, note, h("pre", { "data-testid": "payload" }, JSON.stringify(e.payload, null, 2)));
+  return h("div", {}, note, h("p", { class: "muted small" }, e.payloadType + ", shown as hex"), h("pre", { "data-testid": "payload" }, hexDump(e.payload || "")));
+}
+
+// redactedNote says which personal fields the topic's privacy rule hashed
+// or removed from the payload shown ("" when none).
+function redactedNote(fields) {
+  if (!fields || !fields.length) return "";
+  return h("p", { class: "muted small", "data-testid": "privacy" }, "Redacted by the topic's privacy rule: ", h("span", { class: "mono" }, fields.join(", ")));
 }
 
 function hexDump(b64) {
@@ -666,6 +676,9 @@ function letterBody(l, reload, flash) {
   try { data = atob(l.data || ""); } catch (e) { data = ""; }
   let shown;
   try { shown = h("pre", { "data-testid": "letter-data" }, JSON.stringify(JSON.parse(data), null, 2)); } catch (e) { shown = h("pre", { "data-testid": "letter-data" }, hexDump(l.data || "")); }
+  if (l.erased) shown = h("p", { class: "muted", "data-testid": "privacy" }, "Erased: its data subject's erasure removed the data.");
+  else if (l.payloadWithheld) shown = h("p", { class: "muted", "data-testid": "privacy" }, "Withheld: the topic's privacy rule keeps none of the payload in the archive, so the letter cannot be replayed; re-push the event while its outbox row is kept.");
+  else if (l.redactedFields && l.redactedFields.length) shown = h("div", {}, redactedNote(l.redactedFields), h("p", { class: "muted small" }, "A redacted letter is not replayed; re-push the event while its outbox row is kept."), shown);
   const out = [h("div", { class: "row" },
     h("div", { class: "panel" }, h("h2", {}, "Why and where"), h("table", { class: "kv" }, ...kv.filter(([, v]) => v).map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, v))))),
     h("div", { class: "panel" }, h("h2", {}, "Original message"), h("table", { class: "kv small" }, ...attrs.map((k) => h("tr", {}, h("th", { class: "mono" }, k), h("td", { class: "mono" }, l.attributes[k])))),

@@ -27,3 +27,33 @@ func Rule(p topology.Privacy) privacy.Rule {
 		LedgerMode: privacy.Mode(p.Ledger), ConsoleMode: privacy.Mode(p.Console), ArchiveMode: privacy.Mode(p.Archive),
 		HistoryMode: privacy.Mode(p.History), LogsMode: privacy.Mode(p.Logs), TracesMode: privacy.Mode(p.Traces)}
 }
+
+// HistoryKeep returns, for each topic whose rule does not keep the history
+// whole, what the history keeps of a payload (outbox.History.Keep): the
+// payload with its personal fields hashed under key or removed (history:
+// redact), or JSON null when the rule keeps none of it (history: drop, or
+// redact of a payload that is not JSON), the tombstone an erasure leaves.
+// Topics that keep the history whole are not named.
+func HistoryKeep(top *topology.Topology, key privacy.Key) map[string]func([]byte) ([]byte, error) {
+	out := map[string]func([]byte) ([]byte, error){}
+	for name, r := range Of(top) {
+		if r.Mode(privacy.History) == privacy.Whole {
+			continue
+		}
+		out[name] = func(payload []byte) ([]byte, error) {
+			res, err := r.Apply(privacy.History, payload, key)
+			switch {
+			case err != nil:
+				return nil, err
+			case res.Dropped:
+				return []byte(Tombstone), nil
+			}
+			return res.Payload, nil
+		}
+	}
+	return out
+}
+
+// Tombstone is the payload a history row keeps when its topic's rule keeps
+// none of it: JSON null, as an erased outbox row holds.
+const Tombstone = "null"

@@ -10,7 +10,9 @@
 -- topic's retention has passed: $4 topics, $5 their retention in seconds,
 -- $6 the retention of any other topic (0: no history). A cancelled row is
 -- not history (it was never published). This INSERT is the one place an
--- event's payload is written to history.
+-- event's payload is written to history. It also returns the ids of the
+-- rows it moved of the topics $7, whose payloads the caller rewrites in the
+-- same transaction (History.Keep: a privacy rule's redaction).
 WITH gone AS (
 DELETE FROM relaybus_outbox WHERE id IN (
     SELECT o.id
@@ -40,5 +42,7 @@ RETURNING *
         now() + make_interval(secs => k.secs)
     FROM kept k
     WHERE k.secs > 0 AND k.id NOT IN (SELECT event_id FROM cancels)
+    RETURNING id, topic
 )
-SELECT count(*) FROM gone
+SELECT (SELECT count(*) FROM gone),
+    (SELECT coalesce(array_agg(id), '{}') FROM history WHERE topic = ANY($7::text[]))
