@@ -177,7 +177,13 @@ func (s *Reader) ConsumedCounts(ctx context.Context, events []model.Event) (map[
 	)
 	for _, e := range events {
 		if e.Status == model.StatusConsumed || len(e.ExpectedConsumers) == 0 {
-			out[e.EventID] = map[bool]int{true: len(e.ExpectedConsumers)}[e.Status == model.StatusConsumed]
+			n := 0
+			if e.Status == model.StatusConsumed {
+				n = len(e.ExpectedConsumers)
+			}
+			mu.Lock() // the reads started for earlier events write out too
+			out[e.EventID] = n
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)
