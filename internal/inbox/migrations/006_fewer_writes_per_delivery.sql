@@ -22,3 +22,8 @@ DROP INDEX IF EXISTS relaybus_inbox_processed_at_brin;
 CREATE INDEX IF NOT EXISTS relaybus_attempts_consumed_hour
     ON relaybus_attempts USING brin (relaybus_inbox_hour(consumed_at)) WITH (autosummarize = on);
 DROP INDEX IF EXISTS relaybus_attempts_consumed_at_brin;
+
+-- 2. No seq on the attempts: it served the unshipped index that migration
+--    004 dropped, and nothing reads it since. Each attempt was 8 bytes
+--    larger, and its sequence wrote a WAL record every 32 attempts.
+ALTER TABLE relaybus_attempts DROP COLUMN IF EXISTS seq;
