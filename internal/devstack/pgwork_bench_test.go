@@ -366,7 +366,7 @@ type walByRelation struct {
 // printWALByRelation prints, as comment lines, the window's WAL per
 // purchase by relation (table or index, named through the stack's
 // databases dbURLs) and operation (pg_waldump's rmgr and the first word of
-// its description: Heap/HOT_UPDATE, Btree/INSERT_LEAF, ...), the 40
+// its description: Heap/HOT_UPDATE, Btree/INSERT_LEAF, ...), the 80
 // largest: which table's or index's writes the WAL goes to.
 func printWALByRelation(ctx context.Context, url string, dbURLs []string, from, to pgCounters, purchases int) {
 	names := map[string]string{} // "dboid/filenode" -> "db.relation"
@@ -464,7 +464,7 @@ func printWALByRelation(ctx context.Context, url string, dbURLs []string, from, 
 	slices.SortFunc(list, func(a, b *walByRelation) int { return int(b.bytes - a.bytes) })
 	fmt.Printf("# wal by relation and operation (pg_waldump over the window): records/purchase  bytes/purchase  relation  operation\n")
 	for i, s := range list {
-		if i == 40 {
+		if i == 80 {
 			break
 		}
 		fmt.Printf("#   %6.2f  %7.0f  %-48s %s\n", float64(s.n)/float64(purchases), float64(s.bytes)/float64(purchases), s.relation, s.op)

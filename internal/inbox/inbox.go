@@ -7,7 +7,8 @@
 // outcome, which makes Postgres the truth of what was consumed. The ledger
 // (Firestore) gets the attempts after the fact: each attempt is queued in
 // relaybus_inbox_unshipped when it is recorded, Unshipped reads the queue
-// and Shipped empties it.
+// and Shipped empties it (by the queue rows' tuple ids where it has them:
+// the queue has no index).
 //
 // An attempt's number is the next after the highest the consumer has used
 // for the event: the inbox row's (a claim, an application) and the
@@ -85,6 +86,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/shared/postgres"
@@ -116,6 +118,7 @@ var (
 	failedSQL    = query("failed")
 	unshippedSQL = query("unshipped")
 	shippedSQL   = query("shipped")
+	shippedByKey = query("shipped_keys")
 	purgeSQL     = query("purge")
 	nextSQL      = query("next")
 	settleSQL    = query("settle")
@@ -147,6 +150,10 @@ type Begun struct {
 	// attempt number (0 when not known).
 	Claimed bool
 	Applied int
+	// Queued is the attempt's row in the unshipped queue (BeginApplied,
+	// when it recorded the attempt): set it on the Attempt that is
+	// shipped, so Shipped finds the row by its tuple id.
+	Queued pgtype.TID
 }
 
 // Begin numbers one more attempt of consumer at eventID and claims the
@@ -180,7 +187,7 @@ func BeginApplied(ctx context.Context, tx postgres.DBTX, a Attempt) (Begun, erro
 	var attempt, applied *int
 	var recorded bool
 	err := tx.QueryRow(ctx, appliedSQL, a.ConsumerID, a.EventID, a.ConsumedAt, a.Topic, a.Subscription,
-		a.MessageID, a.DeliveryAttempt).Scan(&attempt, &b.Claimed, &applied, &recorded)
+		a.MessageID, a.DeliveryAttempt).Scan(&attempt, &b.Claimed, &applied, &recorded, &b.Queued)
 	if err != nil {
 		return Begun{}, beginErr(err, a.EventID)
 	}
@@ -216,7 +223,7 @@ func BeginAppliedIn(ctx context.Context, db interface {
 	var b Begun
 	var attempt, applied *int
 	var recorded bool
-	tx, err := p.BeginWith(ctx, []any{&attempt, &b.Claimed, &applied, &recorded}, appliedSQL, a.ConsumerID, a.EventID,
+	tx, err := p.BeginWith(ctx, []any{&attempt, &b.Claimed, &applied, &recorded, &b.Queued}, appliedSQL, a.ConsumerID, a.EventID,
 		a.ConsumedAt, a.Topic, a.Subscription, a.MessageID, a.DeliveryAttempt)
 	if err != nil {
 		return nil, Begun{}, beginErr(err, a.EventID)
@@ -279,6 +286,10 @@ type Attempt struct {
 	// The delivery's facts.
 	Topic, Subscription, MessageID string
 	DeliveryAttempt                int
+	// Queued is the attempt's row in the unshipped queue, when known
+	// (Begun.Queued, Unshipped): Shipped deletes it by its tuple id, and
+	// an attempt without one by its key, which reads the whole queue.
+	Queued pgtype.TID
 }
 
 func (a *Attempt) args() []any {
@@ -351,7 +362,7 @@ func Unshipped(ctx context.Context, tx postgres.DBTX, consumer string, before ti
 	for rows.Next() {
 		var a Attempt
 		if err := rows.Scan(&a.ConsumerID, &a.EventID, &a.AttemptNo, &a.Outcome, &a.ErrorCode, &a.ErrorMessage,
-			&a.ConsumedAt, &a.Topic, &a.Subscription, &a.MessageID, &a.DeliveryAttempt); err != nil {
+			&a.ConsumedAt, &a.Topic, &a.Subscription, &a.MessageID, &a.DeliveryAttempt, &a.Queued); err != nil {
 			return nil, fmt.Errorf("inbox: unshipped attempts: %w", err)
 		}
 		a.ConsumedAt = a.ConsumedAt.UTC()
@@ -361,19 +372,43 @@ func Unshipped(ctx context.Context, tx postgres.DBTX, consumer string, before ti
 }
 
 // Shipped marks attempts as held by the ledger (they leave the unshipped
-// queue), in one statement.
+// queue): those whose queue rows' tuple ids it has (Attempt.Queued) in one
+// statement, the others by their keys in a second one (the queue has no
+// index: that one reads the queue).
 func Shipped(ctx context.Context, db postgres.DBTX, as []Attempt) error {
-	if len(as) == 0 {
-		return nil
+	var byID, byKey shippedBatch
+	for _, a := range as {
+		if a.Queued.Valid {
+			byID.add(a)
+		} else {
+			byKey.add(a)
+		}
 	}
-	cs, es, ns := make([]string, len(as)), make([]string, len(as)), make([]int32, len(as))
-	for i, a := range as {
-		cs[i], es[i], ns[i] = a.ConsumerID, a.EventID, int32(a.AttemptNo)
+	if len(byID.events) > 0 {
+		if _, err := db.Exec(ctx, shippedSQL, byID.consumers, byID.events, byID.numbers, byID.tids); err != nil {
+			return fmt.Errorf("inbox: mark attempts shipped: %w", err)
+		}
 	}
-	if _, err := db.Exec(ctx, shippedSQL, cs, es, ns); err != nil {
-		return fmt.Errorf("inbox: mark attempts shipped: %w", err)
+	if len(byKey.events) > 0 {
+		if _, err := db.Exec(ctx, shippedByKey, byKey.consumers, byKey.events, byKey.numbers); err != nil {
+			return fmt.Errorf("inbox: mark attempts shipped: %w", err)
+		}
 	}
 	return nil
+}
+
+// shippedBatch is Shipped's arguments as arrays.
+type shippedBatch struct {
+	consumers, events []string
+	numbers           []int32
+	tids              []pgtype.TID
+}
+
+func (b *shippedBatch) add(a Attempt) {
+	b.consumers = append(b.consumers, a.ConsumerID)
+	b.events = append(b.events, a.EventID)
+	b.numbers = append(b.numbers, int32(a.AttemptNo))
+	b.tids = append(b.tids, a.Queued)
 }
 
 // Purge deletes up to limit rows older than before from each of the inbox

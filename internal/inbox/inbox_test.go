@@ -284,3 +284,67 @@ func TestMigrationUpgradesAnExistingInbox(t *testing.T) {
 		t.Fatalf("an attempt at e1 after the upgrade: %d, %v; want number 3", n, err)
 	}
 }
+
+// The unshipped queue has no index (migration 006): Shipped deletes a
+// queue row by the tuple id BeginApplied returned, only when the row there
+// is the attempt's; an attempt without one by its key.
+func TestShippedFindsQueueRowsByTupleID(t *testing.T) {
+	ctx := context.Background()
+	db := migrated(t)
+	apply := func(event string) inbox.Attempt {
+		t.Helper()
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // committed below
+		a := attempt(event, 0, "success")
+		b, err := inbox.BeginApplied(ctx, tx, a)
+		if err != nil || !b.Claimed || !b.Queued.Valid {
+			t.Fatalf("begin %s: %+v, %v; want it claimed and queued", event, b, err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a.AttemptNo, a.Queued = b.Attempt, b.Queued
+		return a
+	}
+	e1, e2, e3 := apply("e1"), apply("e2"), apply("e3")
+	if got := count(t, db, `SELECT count(*) FROM pg_indexes WHERE tablename = 'relaybus_inbox_unshipped'`); got != 0 {
+		t.Fatalf("the queue has %d indexes, want none", got)
+	}
+
+	// A tuple id that holds another attempt's row deletes nothing.
+	wrong := e1
+	wrong.Queued = e2.Queued
+	if err := inbox.Shipped(ctx, db, []inbox.Attempt{wrong}); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, db, `SELECT count(*) FROM relaybus_inbox_unshipped`); got != 3 {
+		t.Fatalf("%d queued after a mismatched tuple id, want 3", got)
+	}
+
+	// By tuple id, and one by its key.
+	e3.Queued.Valid = false
+	if err := inbox.Shipped(ctx, db, []inbox.Attempt{e1, e3}); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := db.Query(ctx, `SELECT event_id FROM relaybus_inbox_unshipped ORDER BY event_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != "e2" {
+		t.Fatalf("queued after shipping e1 (by tuple id) and e3 (by key): %v, want [e2]", left)
+	}
+}

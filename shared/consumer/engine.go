@@ -442,6 +442,7 @@ func (e *Engine) attempt(ctx context.Context, log *slog.Logger, d delivery.Deliv
 		if err != nil {
 			herr = Transient("database", err)
 		} else {
+			a.Queued = b.Queued // the committed queue row, for Shipped
 			e.shipLater(ctx, log, a)
 			e.afterCommit(ctx, log, c, kicked)
 			if res.Outcome == model.OutcomeParked {

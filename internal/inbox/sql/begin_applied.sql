@@ -12,8 +12,9 @@
 -- conflict that almost never happens.)
 --
 -- $1 consumer, $2 event id, $3 consumed at, $4 topic, $5 subscription,
--- $6 message id, $7 delivery attempt. Returns what begin.sql returns, and
--- whether the attempt was recorded.
+-- $6 message id, $7 delivery attempt. Returns what begin.sql returns,
+-- whether the attempt was recorded, and its queue row's tuple id (for
+-- shipped.sql).
 WITH claimed AS (
     INSERT INTO relaybus_inbox (consumer_id, event_id, attempt_no)
     SELECT $1, $2, coalesce((SELECT max(attempt_no) FROM relaybus_attempts WHERE consumer_id = $1 AND event_id = $2), 0) + 1
@@ -27,7 +28,8 @@ WITH claimed AS (
 ), queued AS (
     INSERT INTO relaybus_inbox_unshipped (consumer_id, event_id, attempt_no)
     SELECT $1, $2, attempt_no FROM recorded
+    RETURNING ctid
 )
 SELECT (SELECT attempt_no FROM claimed), EXISTS (SELECT 1 FROM claimed),
        (SELECT attempt_no FROM relaybus_inbox WHERE consumer_id = $1 AND event_id = $2),
-       EXISTS (SELECT 1 FROM recorded)
+       EXISTS (SELECT 1 FROM recorded), (SELECT ctid FROM queued)
