@@ -26,7 +26,7 @@ func TestPurgeFindsOldRowsThroughTheHourlyIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, err := tx.Query(ctx, "EXPLAIN "+outbox.PurgeSQL, time.Now().Add(-24*time.Hour), 100, true,
-		[]string{}, []float64{}, 0.0)
+		[]string{}, []float64{}, 0.0, []string{})
 	if err != nil {
 		t.Fatal(err)
 	}
