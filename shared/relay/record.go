@@ -209,15 +209,21 @@ func (r *Relay) repushes(ctx context.Context) (int, error) {
 			}
 			byTopic[t] = append(byTopic[t], i)
 		}
+		// The claim is published whole, within its lease, even when ctx
+		// (the drain's budget) ends meanwhile: a re-push failed by the
+		// budget would be retried after a backoff, behind the later
+		// versions of its aggregate that the next claims publish.
+		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Lease-r.o.LeaseMargin)
 		var sends []model.Sent
 		for _, t := range topics {
-			for _, i := range r.publishRepushes(ctx, t, qs, byTopic[t], fail) {
+			for _, i := range r.publishRepushes(pctx, t, qs, byTopic[t], fail) {
 				outcomes[i].Published = true
 				e := qs[i].Row.Event
 				sends = append(sends, model.Sent{Event: &e, EnqueuedAt: qs[i].Row.EnqueuedAt, At: time.Now().UTC()})
 				done++
 			}
 		}
+		pcancel()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		err = outbox.SettleRepushes(sctx, r.o.DB, r.dbNow(), outcomes)
 		cancel()
@@ -291,7 +297,7 @@ func (r *Relay) publishRepushes(ctx context.Context, topic string, qs []outbox.Q
 		for j, k := range ks {
 			kmsgs[j], krows[j] = msgs[k], rows[k]
 		}
-		kn, kerr := 0, err // a cancelled drain tries no more keys
+		kn, kerr := 0, err // past the lease's margin, no more keys are tried
 		if ctx.Err() == nil {
 			kn, kerr = r.publish(ctx, topic, kmsgs, krows)
 			if kerr == nil && kn < len(ks) {

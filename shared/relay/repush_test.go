@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -144,6 +146,52 @@ func TestRepushARefusedKeyKeepsItsOrderAndHoldsNoOtherKey(t *testing.T) {
 	clk.add(2 * time.Second)
 	if sum, err := r.Drain(ctx, time.Minute); err != nil || sum.Repushed != 3 {
 		t.Fatalf("second drain: %+v %v, want order-b's 3 re-pushed", sum, err)
+	}
+	for _, a := range aggs {
+		if got := e.rec.versions(a); !slices.Equal(got, []int64{1, 2, 3}) {
+			t.Errorf("%s re-pushed %v, want [1 2 3]", a, got)
+		}
+	}
+}
+
+// slowFirst is a broker whose first publish answers only after a given
+// time (a slow request), then as its next does.
+type slowFirst struct {
+	relay.Publisher
+	until time.Time
+	slow  atomic.Bool
+}
+
+func (p *slowFirst) PublishBatch(ctx context.Context, topic string, msgs []event.Message) (int, error) {
+	if p.slow.CompareAndSwap(false, true) {
+		time.Sleep(time.Until(p.until))
+	}
+	return p.Publisher.PublishBatch(ctx, topic, msgs)
+}
+
+// A claim of re-pushes is published whole even when the drain's budget
+// ends while its request is under way: none of it is failed and left to
+// a retry behind the later versions the next claims would publish.
+func TestRepushClaimOutlivesTheDrainBudget(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	r := e.relay(t, relay.Options{})
+	aggs := []string{"order-a", "order-b"}
+	publishedThenRepushed(t, e, r, "", aggs, 3)
+	e.rec.mu.Lock()
+	e.rec.seen = map[string][]int64{}
+	e.rec.mu.Unlock()
+
+	const budget = 300 * time.Millisecond
+	slow := &slowFirst{Publisher: e.fake.Client, until: time.Now().Add(budget + 300*time.Millisecond)}
+	r2, err := relay.New(relay.Options{DB: e.pool, Publisher: slow, Topology: e.top})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r2.Close(ctx)
+	sum, err := r2.Drain(ctx, budget)
+	if err != nil || sum.Repushed != 6 {
+		t.Fatalf("drain: %+v %v, want the claim's 6 re-pushes published", sum, err)
 	}
 	for _, a := range aggs {
 		if got := e.rec.versions(a); !slices.Equal(got, []int64{1, 2, 3}) {
