@@ -177,7 +177,9 @@ func (s *Reader) ConsumedCounts(ctx context.Context, events []model.Event) (map[
 	)
 	for _, e := range events {
 		if e.Status == model.StatusConsumed || len(e.ExpectedConsumers) == 0 {
+			mu.Lock() // the reads started before this event write out too
 			out[e.EventID] = map[bool]int{true: len(e.ExpectedConsumers)}[e.Status == model.StatusConsumed]
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)
