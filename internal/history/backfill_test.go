@@ -124,7 +124,7 @@ func recorder() consumer.Handler {
 	})
 }
 
-func appliedVersions(t *testing.T, db *pgxpool.Pool) map[string][]int64 {
+func appliedVersions(t testing.TB, db *pgxpool.Pool) map[string][]int64 {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `SELECT aggregate, version FROM applied ORDER BY n`)
 	if err != nil {

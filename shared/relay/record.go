@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/relaybus/relaybus/internal/ledger/model"
@@ -162,12 +163,18 @@ func (r *Relay) heal(ctx context.Context) (int, error) {
 	return healed, nil
 }
 
-// repushBatch bounds one claim of re-pushes.
-const repushBatch = 100
+// repushBatch bounds one claim of re-pushes: a broker request's worth
+// (the Pub/Sub driver sends up to 1,000 messages a request).
+const repushBatch = 1000
 
-// repushes publishes the queued re-pushes of published events, each one
-// alone (they are rare, and each may address another consumer), until none
-// is due or ctx ends, and returns how many went out.
+// repushes publishes the queued re-pushes of published events until none
+// is due or ctx ends, and returns how many went out. A claim's re-pushes
+// of one topic go out together, in the order they were queued, as one
+// PublishBatch (each message keeps its own ordering key and target
+// consumer): a backfill's events travel a request per topic and claim,
+// not one each. A batch the broker refuses is published again a key at a
+// time (see publishRepushes), so one message it rejects fails only the
+// re-pushes of its key from it on, which keep their order for the retry.
 func (r *Relay) repushes(ctx context.Context) (int, error) {
 	done := 0
 	for ctx.Err() == nil {
@@ -176,40 +183,47 @@ func (r *Relay) repushes(ctx context.Context) (int, error) {
 			return done, err
 		}
 		outcomes := make([]outbox.RepushOutcome, len(qs))
-		var sends []model.Sent
-		for i, q := range qs {
-			o := outbox.RepushOutcome{ID: q.ID}
-			var err error
-			if !q.Found {
-				o.Error, o.Final = "the event is no longer in the outbox (retention deleted it)", true
-			} else {
-				var m event.Message
-				if m, err = r.encode(&q.Row); err == nil && r.o.Claims != nil {
-					m, err = r.o.Claims.Offload(ctx, q.Row.Event.Topic, m)
-				}
-				if err == nil {
-					row := q.Row
-					row.EnqueuedAt = time.Time{} // a re-push is not a hop of the event's first way
-					_, err = r.publish(ctx, q.Row.Event.Topic, []event.Message{m}, []outbox.Row{row})
-				}
-				if err == nil {
-					o.Published = true
-					e := q.Row.Event
-					sends = append(sends, model.Sent{Event: &e, EnqueuedAt: q.Row.EnqueuedAt, At: time.Now().UTC()})
-					done++
-				} else {
-					n := q.Attempts + 1
-					o.Error, o.Final = err.Error(), n >= r.o.MaxAttempts
-					o.RetryAt = r.now().Add(r.retryAfter(n))
-					e := q.Row.Event
-					r.log.WarnContext(ctx, "relay: re-push failed", append(logging.Event(&e), "attempts", n, "final", o.Final, "error", o.Error)...)
-					if r.failures != nil {
-						r.failures.Add(failureRecord{e: &e, attempts: n, err: o.Error, final: o.Final, at: time.Now().UTC()})
-					}
-				}
+		fail := func(i int, err error) {
+			q := qs[i]
+			n := q.Attempts + 1
+			o := &outcomes[i]
+			o.Error, o.Final = err.Error(), n >= r.o.MaxAttempts
+			o.RetryAt = r.now().Add(r.retryAfter(n))
+			e := q.Row.Event
+			r.log.WarnContext(ctx, "relay: re-push failed", append(logging.Event(&e), "attempts", n, "final", o.Final, "error", o.Error)...)
+			if r.failures != nil {
+				r.failures.Add(failureRecord{e: &e, attempts: n, err: o.Error, final: o.Final, at: time.Now().UTC()})
 			}
-			outcomes[i] = o
 		}
+		var topics []string
+		byTopic := map[string][]int{} // topic -> indexes into qs, in claim order
+		for i, q := range qs {
+			outcomes[i].ID = q.ID
+			if !q.Found {
+				outcomes[i].Error, outcomes[i].Final = "the event is no longer in the outbox (retention deleted it)", true
+				continue
+			}
+			t := q.Row.Event.Topic
+			if _, ok := byTopic[t]; !ok {
+				topics = append(topics, t)
+			}
+			byTopic[t] = append(byTopic[t], i)
+		}
+		// The claim is published whole, within its lease, even when ctx
+		// (the drain's budget) ends meanwhile: a re-push failed by the
+		// budget would be retried after a backoff, behind the later
+		// versions of its aggregate that the next claims publish.
+		pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.Lease-r.o.LeaseMargin)
+		var sends []model.Sent
+		for _, t := range topics {
+			for _, i := range r.publishRepushes(pctx, t, qs, byTopic[t], fail) {
+				outcomes[i].Published = true
+				e := qs[i].Row.Event
+				sends = append(sends, model.Sent{Event: &e, EnqueuedAt: qs[i].Row.EnqueuedAt, At: time.Now().UTC()})
+				done++
+			}
+		}
+		pcancel()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		err = outbox.SettleRepushes(sctx, r.o.DB, r.dbNow(), outcomes)
 		cancel()
@@ -227,4 +241,76 @@ func (r *Relay) repushes(ctx context.Context) (int, error) {
 		}
 	}
 	return done, nil
+}
+
+// publishRepushes publishes the re-pushes qs[idx] of topic, in order, and
+// returns the indexes the broker acknowledged; fail records each other
+// one's failure. A re-push whose message cannot be made (encoding, claim
+// check) fails alone. The rest go as one PublishBatch; when the broker
+// acknowledges only part of it, what it did not is published again one
+// ordering key at a time, a key's re-pushes stopping at its first failure,
+// so a message the broker rejects holds back its own key only and no
+// key's re-pushes reach the broker out of their queued order.
+func (r *Relay) publishRepushes(ctx context.Context, topic string, qs []outbox.QueuedRepush, idx []int, fail func(int, error)) []int {
+	var (
+		msgs []event.Message
+		rows []outbox.Row
+		ok   []int // indexes of msgs
+	)
+	for _, i := range idx {
+		m, err := r.encode(&qs[i].Row)
+		if err == nil && r.o.Claims != nil {
+			m, err = r.o.Claims.Offload(ctx, topic, m)
+		}
+		if err != nil {
+			fail(i, err)
+			continue
+		}
+		row := qs[i].Row
+		row.EnqueuedAt = time.Time{} // a re-push is not a hop of the event's first way
+		msgs, rows, ok = append(msgs, m), append(rows, row), append(ok, i)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	n, err := r.publish(ctx, topic, msgs, rows)
+	if err == nil && n < len(msgs) {
+		err = fmt.Errorf("publish to %s: the broker acknowledged %d of %d messages", topic, n, len(msgs))
+	}
+	published := ok[:n:n]
+	if err == nil {
+		return published
+	}
+	// Again a key at a time: the keys in the order of their first message.
+	var keys []string
+	byKey := map[string][]int{} // ordering key -> positions in msgs
+	for k := n; k < len(msgs); k++ {
+		key := msgs[k].OrderingKey
+		if _, seen := byKey[key]; !seen {
+			keys = append(keys, key)
+		}
+		byKey[key] = append(byKey[key], k)
+	}
+	for _, key := range keys {
+		ks := byKey[key]
+		kmsgs, krows := make([]event.Message, len(ks)), make([]outbox.Row, len(ks))
+		for j, k := range ks {
+			kmsgs[j], krows[j] = msgs[k], rows[k]
+		}
+		kn, kerr := 0, err // past the lease's margin, no more keys are tried
+		if ctx.Err() == nil {
+			kn, kerr = r.publish(ctx, topic, kmsgs, krows)
+			if kerr == nil && kn < len(ks) {
+				kerr = fmt.Errorf("publish to %s: the broker acknowledged %d of %d messages", topic, kn, len(ks))
+			}
+		}
+		for j, k := range ks {
+			if j < kn {
+				published = append(published, ok[k])
+			} else {
+				fail(ok[k], kerr)
+			}
+		}
+	}
+	return published
 }

@@ -238,6 +238,7 @@ const routes = [
   [/^#\/consumers\/([^/?]+)\/([^/?]+)\/rebuild$/, viewRebuild, "consumers"],
   [/^#\/jobs$/, viewJobs, "jobs"],
   [/^#\/scheduled$/, viewScheduled, "scheduled"],
+  [/^#\/backfills$/, viewBackfills, "backfills"],
 ];
 
 function route() {
@@ -1204,6 +1205,72 @@ function scheduledBody(d, result, reload) {
       return row;
     }))));
   return out;
+}
+
+// ------------------------------------------------------------ backfills
+
+// viewBackfills lists the backfills (GET /backfills) with their progress,
+// and pauses, resumes and cancels one (an operator on its topic or
+// consumer). It does not drive them: `relaybus backfill run` or
+// POST /backfills/{id}:run does.
+function viewBackfills() {
+  const box = h("div", { class: "panel", "data-testid": "backfills" }, h("p", { class: "muted" }, "Loading…"));
+  const result = h("div", { "data-testid": "backfill-result" });
+  const load = async () => {
+    const v = state.view;
+    const r = await api("GET", "/backfills");
+    if (v !== state.view) return;
+    if (r.status !== 200) { box.replaceChildren(notice(errorText(r), "error")); return; }
+    box.replaceChildren(backfillsTable(r.data.backfills, result, load));
+  };
+  render(h("div", { class: "head" }, h("h1", {}, "Backfills"), h("span", { class: "spacer" }), liveToggle(load)),
+    h("p", { class: "muted small" }, "Each backfill delivers a topic's history to one consumer, in aggregate and version order, as re-pushes addressed to it. " +
+      "It advances while something drives it (relaybus backfill run <id>); queued counts the events handed to the relay."),
+    result, box);
+  poll(load);
+}
+
+// eta writes a number of seconds as "1 h 5 min", "3 min 20 s" or "12 s".
+function eta(s) {
+  s = Math.round(s);
+  if (s >= 3600) return Math.floor(s / 3600) + " h " + Math.round((s % 3600) / 60) + " min";
+  if (s >= 60) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+  return s + " s";
+}
+
+function backfillsTable(bfs, result, reload) {
+  if (!bfs.length) return h("p", { class: "empty", "data-testid": "no-backfills" }, "No backfills yet.");
+  const action = (b, name, label, cls) => h("button", {
+    type: "button", class: cls || "", "data-testid": "backfill-" + name, onclick: async (e) => {
+      const button = e.currentTarget;
+      if (name === "cancel" && !(await confirmAction("Cancel backfill " + b.id + "?",
+        h("p", {}, "Nothing more of it is queued; what it queued (" + b.queued + " of " + b.matched + ") still goes to " + b.consumer + "."), "Cancel the backfill"))) return;
+      button.disabled = true;
+      const r = await api("POST", "/backfills/" + encodeURIComponent(b.id) + ":" + name);
+      result.replaceChildren(r.status === 200 ? notice("Backfill " + b.id + " is " + r.data.state + ".") : notice(errorText(r), "error"));
+      reload();
+    },
+  }, label);
+  return h("table", { class: "list" },
+    h("tr", {}, h("th", {}, "Backfill"), h("th", {}, "State"), h("th", {}, "Scope"), h("th", { class: "num" }, "Queued"),
+      h("th", { class: "num" }, "Rate"), h("th", {}, "ETA"), h("th", {}, "")),
+    ...bfs.map((b) => {
+      const buttons = [];
+      if (can("operator", b.topic, b.consumer)) {
+        if (b.state === "running") buttons.push(action(b, "pause", "Pause"));
+        if (b.state === "paused") buttons.push(action(b, "resume", "Resume"));
+        if (b.state === "running" || b.state === "paused") buttons.push(action(b, "cancel", "Cancel…", "danger"));
+      }
+      const pct = b.matched ? Math.floor((100 * b.queued) / b.matched) : 100;
+      return h("tr", { "data-testid": "backfill-row", "data-backfill-id": b.id },
+        h("td", { class: "mono small" }, b.id), h("td", {}, badge(b.state, "s-" + b.state, "backfill-state")),
+        h("td", { class: "small" }, b.topic + " → ", h("b", {}, b.consumer), ", " + fmtTime(b.since) + " – " + fmtTime(b.until) +
+          (b.aggregates.length ? ", " + b.aggregates.length + " aggregate(s)" : "") + ", at most " + b.rate + "/s"),
+        h("td", { class: "num", "data-testid": "backfill-done" }, b.queued + "/" + b.matched + " (" + pct + "%)"),
+        h("td", { class: "num", "data-testid": "backfill-rate" }, b.measuredRate ? b.measuredRate.toFixed(1) + "/s" : "–"),
+        h("td", { "data-testid": "backfill-eta" }, b.state === "running" && b.measuredRate ? eta(b.etaSeconds) : b.state === "paused" && b.remaining ? "paused" : ""),
+        h("td", {}, ...buttons.flatMap((x, i) => (i ? [" ", x] : [x]))));
+    }));
 }
 
 // ------------------------------------------------------------------ boot
