@@ -179,8 +179,8 @@ type probeReport struct {
 }
 
 // probe is POST /breaker:probe (a Scheduler job, every minute).
-func (p *breakerPause) probe(ctx context.Context) (probeReport, error) {
-	rep := probeReport{Subscription: p.sub}
+func (p *breakerPause) probe(ctx context.Context) (rep probeReport, err error) {
+	rep.Subscription = p.sub
 	defer func() { rep.Breaker = p.fwd.BreakerState().String() }()
 	rec, ok, err := inbox.PushPauseOf(ctx, p.db, p.sub)
 	if err != nil {
