@@ -287,3 +287,30 @@ func breakerPauses(bp *breakerPause, h any, cfg Config, top *topology.Topology, 
 	bp.on = true
 	return true
 }
+
+// pushBreakerThreshold is the breaker's threshold: FORWARD_BREAKER_THRESHOLD,
+// but over ordered push at most CONSUMER_MAX_DELIVERY_ATTEMPTS − 2 (and at
+// least 1). Pub/Sub counts each of the failures before the breaker opens,
+// the one that opens it included, so an event at the head of its ordering
+// key meets them all: the cap leaves it one counted delivery after the
+// pause, and one more, before its dead-letter policy is reached (with 5
+// attempts, Pub/Sub's least, the breaker opens at the 3rd failure).
+func pushBreakerThreshold(cfg Config, top *topology.Topology, log *slog.Logger) int {
+	t := cfg.ForwardBreakerThreshold
+	if cfg.Handler != "forward" || cfg.Mode == ModePull || t < 0 || cfg.MaxDeliveryAttempts <= 0 {
+		return t
+	}
+	if c, ok := top.Consumer(cfg.Subscription); !ok || c.Delivery != topology.DeliveryPush {
+		return t
+	}
+	limit := max(1, cfg.MaxDeliveryAttempts-2)
+	if t == 0 {
+		t = forward.DefaultBreakerThreshold
+	}
+	if t > limit {
+		log.Info("consume: over ordered push the circuit breaker opens below the subscription's dead-letter threshold",
+			"forward_breaker_threshold", t, "max_delivery_attempts", cfg.MaxDeliveryAttempts, "threshold", limit)
+		return limit
+	}
+	return t
+}

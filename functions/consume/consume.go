@@ -129,7 +129,8 @@ type HandlerConfig struct {
 // secrets are not in the topology (FORWARD_SIGNING_SECRET, from Secret
 // Manager): pass them in secrets.
 func HandlerConfigFor(c topology.Consumer, secrets []string, log *slog.Logger) HandlerConfig {
-	return HandlerConfig{ConsumerID: c.Service, ForwardURL: c.ForwardURL, ForwardAuth: c.ForwardAuth,
+	probe, _ := forward.ParseProbe(c.ForwardProbe) // the topology's load checked it
+	return HandlerConfig{ForwardProbe: probe, ConsumerID: c.Service, ForwardURL: c.ForwardURL, ForwardAuth: c.ForwardAuth,
 		ForwardAudience: c.ForwardAudience, ForwardSecrets: secrets,
 		ForwardTimeout: time.Duration(c.ForwardTimeoutSeconds) * time.Second,
 		ForwardBreaker: forward.BreakerOptions{Threshold: c.ForwardBreakerThreshold,

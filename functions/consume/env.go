@@ -174,16 +174,16 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: FORWARD_PROBE: %w", err)
 	}
+	top, err := topology.Load(cfg.Topology)
+	if err != nil {
+		return nil, err
+	}
 	bp := &breakerPause{} // off until the broker and the pool are open
 	h, err := BuildHandler(cfg.Handler, HandlerConfig{ForwardProbe: probe, ForwardOnTransition: bp.transition, ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
 		ForwardAuth: cfg.ForwardAuth, ForwardAudience: cfg.ForwardAudience, ForwardSecrets: strings.Fields(cfg.ForwardSigningSecret),
 		ForwardTimeout: cfg.ForwardTimeout, GapTimeout: cfg.GapTimeout, Logger: log,
-		ForwardBreaker: forward.BreakerOptions{Threshold: cfg.ForwardBreakerThreshold,
+		ForwardBreaker: forward.BreakerOptions{Threshold: pushBreakerThreshold(cfg, top, log),
 			CoolDown: cfg.ForwardBreakerCoolDown, MaxCoolDown: cfg.ForwardBreakerMaxCoolDown}})
-	if err != nil {
-		return nil, err
-	}
-	top, err := topology.Load(cfg.Topology)
 	if err != nil {
 		return nil, err
 	}
