@@ -555,6 +555,7 @@ resource "time_sleep" "iam_propagation" {
       google_service_account_iam_member.agent_token_creator_rollup.id,
       google_service_account_iam_member.agent_token_creator_dead_letter_push.id,
       [for g in google_service_account_iam_member.dlqreplay_act_as_consume : g.id],
+      [for g in google_service_account_iam_member.consume_act_as_self : g.id],
       [for g in google_project_iam_member.telemetry_trace_writer : g.id],
       [for g in google_project_iam_member.telemetry_metric_writer : g.id],
       [for g in google_project_iam_member.consume_telemetry_trace_writer : g.id],
