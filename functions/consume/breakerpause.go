@@ -85,10 +85,10 @@ func (p *breakerPause) transition(ctx context.Context, tr forward.Transition) {
 	go func() {
 		defer p.wg.Done()
 		defer p.pausing.Store(false)
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
 		defer cancel()
-		if err := p.pause(ctx, tr); err != nil {
-			p.log.ErrorContext(ctx, "consume: circuit breaker open, but the push subscription could not be paused; held deliveries count toward its dead-letter policy",
+		if err := p.pause(pctx, tr); err != nil {
+			p.log.ErrorContext(pctx, "consume: circuit breaker open, but the push subscription could not be paused; held deliveries count toward its dead-letter policy",
 				"subscription", p.sub, "error", err.Error())
 		}
 	}()
