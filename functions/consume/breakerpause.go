@@ -137,7 +137,8 @@ func (p *breakerPause) pause(ctx context.Context, tr forward.Transition) error {
 // held is called after a delivery the breaker held: deliveries still come,
 // so either the pause has not reached Pub/Sub yet, or it failed, or it was
 // lifted (by the probe on another instance, or by an operator). With no
-// pause recorded, the breaker's cool-down ends here, so that the next
+// pause recorded and the endpoint attached, the breaker's cool-down ends
+// here, so that the next
 // delivery probes the target: its success closes the breaker, its failure
 // opens it again and pauses again. Checked at most once a second.
 func (p *breakerPause) held(ctx context.Context) {
@@ -149,7 +150,13 @@ func (p *breakerPause) held(ctx context.Context) {
 	if now.UnixNano()-last < int64(breakerCheckEvery) || !p.checked.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	if _, ok, err := inbox.PushPauseOf(ctx, p.db, p.sub); err == nil && !ok {
+	if _, ok, err := inbox.PushPauseOf(ctx, p.db, p.sub); err != nil || ok {
+		return
+	}
+	// And the subscription pushes (on the local stack, whose delivery loop
+	// pulls the subscription, it has no endpoint: the breaker keeps its
+	// own cool-down there).
+	if e, err := p.push.PushEndpoint(ctx, p.sub); err == nil && e.URL != "" {
 		p.fwd.EndCoolDown()
 	}
 }
