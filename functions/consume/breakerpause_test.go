@@ -158,4 +158,22 @@ func TestBreakerPauseYieldsToOperators(t *testing.T) {
 	if e, _ := fake.Client.PushEndpoint(ctx, sub); e != endpoint {
 		t.Fatalf("resumed push config %+v, want %+v", e, endpoint)
 	}
+
+	// Deliveries held by a breaker whose pause was lifted elsewhere (no
+	// record, the endpoint attached) end its cool-down: the next delivery
+	// probes. A subscription without an endpoint (the local stack's loop
+	// pulls it) keeps the breaker's own cool-down.
+	status.Store(http.StatusServiceUnavailable)
+	fwd.ProbeTarget(ctx)
+	set(broker.PushEndpoint{})
+	p.held(ctx)
+	if st := fwd.BreakerState(); st != forward.Open {
+		t.Fatalf("held without an endpoint: breaker %s, want open", st)
+	}
+	set(endpoint)
+	p.checked.Store(0)
+	p.held(ctx)
+	if st := fwd.BreakerState(); st != forward.HalfOpen {
+		t.Fatalf("held with the pause lifted: breaker %s, want half-open (the next delivery probes)", st)
+	}
 }
