@@ -177,3 +177,48 @@ func TestBreakerPauseYieldsToOperators(t *testing.T) {
 		t.Fatalf("held with the pause lifted: breaker %s, want half-open (the next delivery probes)", st)
 	}
 }
+
+// Over ordered push the breaker opens below the dead-letter threshold;
+// elsewhere FORWARD_BREAKER_THRESHOLD stands.
+func TestPushBreakerThreshold(t *testing.T) {
+	top, err := topology.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var push, eventarc string
+	for _, c := range top.Consumers() {
+		switch {
+		case c.Delivery == topology.DeliveryPush && push == "":
+			push = c.Subscription()
+		case c.Delivery == topology.DeliveryEventarc && eventarc == "":
+			eventarc = c.Subscription()
+		}
+	}
+	if push == "" {
+		t.Skip("the default topology has no push consumer")
+	}
+	for _, c := range []struct {
+		name                      string
+		sub, handler, mode        string
+		threshold, attempts, want int
+	}{
+		{"push, the defaults", push, "forward", ModePush, 0, 5, 3},
+		{"push, 5 of 5", push, "forward", ModePush, 5, 5, 3},
+		{"push, below already", push, "forward", ModePush, 2, 5, 2},
+		{"push, many attempts", push, "forward", ModePush, 5, 20, 5},
+		{"push, off", push, "forward", ModePush, -1, 5, -1},
+		{"pull", push, "forward", ModePull, 5, 5, 5},
+		{"not forward", push, "projection", ModePush, 5, 5, 5},
+	} {
+		cfg := Config{Subscription: c.sub, Handler: c.handler, Mode: c.mode, ForwardBreakerThreshold: c.threshold, MaxDeliveryAttempts: c.attempts}
+		if got := pushBreakerThreshold(cfg, top, logging.Discard()); got != c.want {
+			t.Errorf("%s: threshold %d, want %d", c.name, got, c.want)
+		}
+	}
+	if eventarc != "" {
+		cfg := Config{Subscription: eventarc, Handler: "forward", Mode: ModePush, ForwardBreakerThreshold: 5, MaxDeliveryAttempts: 5}
+		if got := pushBreakerThreshold(cfg, top, logging.Discard()); got != 5 {
+			t.Errorf("eventarc: threshold %d, want 5 (not paused by its breaker)", got)
+		}
+	}
+}
