@@ -154,6 +154,7 @@ func TestServiceIdentitiesAndPropagationWaits(t *testing.T) {
 		"google_cloud_scheduler_job.ledger_ship":         {"time_sleep.consume_invoker_propagation"},
 		"google_cloud_scheduler_job.inbox_purge":         {"time_sleep.consume_invoker_propagation"},
 		"google_cloud_scheduler_job.gaps_check":          {"time_sleep.consume_invoker_propagation"},
+		"google_cloud_scheduler_job.breaker_probe":       {"time_sleep.consume_invoker_propagation"},
 	}
 	for key, want := range waits {
 		got := dependsOn(t, c.resource(t, key))

@@ -246,6 +246,47 @@ func TestPauseResumeWiring(t *testing.T) {
 		if len(control) != len(subs) || len(actAs) != len(subs) {
 			t.Errorf("dlqreplay controls %d subscriptions and acts as %d accounts, want the %d push consumers'", len(control), len(actAs), len(subs))
 		}
+
+		// A forward push consumer's breaker pauses and resumes its own
+		// subscription: its account has push control there and nowhere
+		// else, and may act as itself (its push identity); no other
+		// consume account has either.
+		want := map[string]bool{}
+		for _, cs := range top.Consumers() {
+			if _, push := subs[cs.Subscription()]; push && cs.Handler == topology.HandlerForward && cs.ForwardBreakerThreshold >= 0 {
+				want[cs.Subscription()] = true
+			}
+		}
+		consumeControl := map[string]string{}
+		for _, g := range grantsOf(t, c, ev, "google_pubsub_subscription_iam_member", "subscription") {
+			if strings.Contains(g.member, "rb-consume-") && g.role == stubProject+"/roles/relaybusPushControl" {
+				if g.member != consumeMember(ev, g.target) {
+					t.Errorf("%s may update %s's push config: only that subscription's own consume account may", g.member, g.target)
+				}
+				consumeControl[g.target] = g.member
+			}
+		}
+		consumeActAs := map[string]bool{}
+		for _, g := range grantsOf(t, c, ev, "google_service_account_iam_member", "service_account_id") {
+			if strings.Contains(g.member, "rb-consume-") && g.role == "roles/iam.serviceAccountUser" {
+				self := strings.TrimPrefix(g.member, "serviceAccount:")
+				if g.target != stubProject+"/serviceAccounts/"+self {
+					t.Errorf("%s may act as %s: only as itself", g.member, g.target)
+				}
+				consumeActAs[self] = true
+			}
+		}
+		for sub := range want {
+			if consumeControl[sub] == "" {
+				t.Errorf("%s's consume account may not pause its own push subscription (its breaker)", sub)
+			}
+			if !consumeActAs[strings.TrimPrefix(consumeMember(ev, sub), "serviceAccount:")] {
+				t.Errorf("%s's consume account may not act as itself (the breaker's resume sets it as the push identity)", sub)
+			}
+		}
+		if len(consumeControl) != len(want) || len(consumeActAs) != len(want) {
+			t.Errorf("consume accounts control %d subscriptions and act as %d accounts, want the %d forward push consumers'", len(consumeControl), len(consumeActAs), len(want))
+		}
 	})
 }
 

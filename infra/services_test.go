@@ -394,6 +394,9 @@ func TestSchedulerJobs(t *testing.T) {
 			if cs.Handler == topology.HandlerStrict {
 				check("gaps_check["+cs.Subscription()+"]", url+"/gaps:check", url, cs.AckDeadlineSeconds)
 			}
+			if cs.Handler == topology.HandlerForward && cs.Delivery == topology.DeliveryPush && cs.ForwardBreakerThreshold >= 0 {
+				check("breaker_probe["+cs.Subscription()+"]", url+"/breaker:probe", url, cs.AckDeadlineSeconds)
+			}
 		}
 		rollup := "https://relaybus-rollup-test.a.run.app"
 		rollupTimeout, _ := functions["rollup"].(map[string]any)["timeout_seconds"].(json.Number).Int64()

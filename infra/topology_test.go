@@ -74,6 +74,8 @@ topics:
         sort_order: 3
       - service: partner
         handler: forward
+        delivery: push
+        forward_probe: GET /healthz
         forward_url: https://partner.example.com/hooks
         forward_auth: hmac
         forward_secret: partner-signing-secret

@@ -29,10 +29,13 @@
 // case) and otherwise only reads relaybus_migrations, so that role needs no
 // right to change the schema.
 //
-// Two more routes, for Cloud Scheduler jobs: POST /ledger:ship records in
+// More routes, for Cloud Scheduler jobs: POST /ledger:ship records in
 // the ledger the attempts its background shipper missed (every minute),
 // POST /inbox:purge deletes inbox rows and shipped attempts older than
-// INBOX_RETENTION (daily). Both answer a JSON report; a failure answers 500
+// INBOX_RETENTION (daily), and a forward consumer delivered by ordered
+// push has POST /breaker:probe (every minute: while its breaker keeps its
+// subscription paused, probe the target and resume it once it answers;
+// breakerpause.go). They answer a JSON report; a failure answers 500
 // without the database's details.
 //
 // The handler is chosen by name (CONSUMER_HANDLER): projection (latest state
@@ -105,6 +108,14 @@ type HandlerConfig struct {
 	// (FORWARD_BREAKER_THRESHOLD, FORWARD_BREAKER_COOLDOWN,
 	// FORWARD_BREAKER_MAX_COOLDOWN; the defaults when zero).
 	ForwardBreaker forward.BreakerOptions
+	// ForwardProbe is the request that probes the target while the breaker
+	// keeps the consumer's delivery paused (FORWARD_PROBE; HEAD of
+	// FORWARD_URL when zero).
+	ForwardProbe forward.ProbeRequest
+	// ForwardOnTransition is called at each change of the breaker's state
+	// (forward.Options.OnTransition): Build pauses a push consumer's
+	// subscription from it.
+	ForwardOnTransition func(context.Context, forward.Transition)
 	// GapTimeout is STRICT_GAP_TIMEOUT: how long a strict consumer's gap
 	// may stay open before it is reported (projection.DefaultGapTimeout
 	// when 0).
@@ -118,7 +129,8 @@ type HandlerConfig struct {
 // secrets are not in the topology (FORWARD_SIGNING_SECRET, from Secret
 // Manager): pass them in secrets.
 func HandlerConfigFor(c topology.Consumer, secrets []string, log *slog.Logger) HandlerConfig {
-	return HandlerConfig{ConsumerID: c.Service, ForwardURL: c.ForwardURL, ForwardAuth: c.ForwardAuth,
+	probe, _ := forward.ParseProbe(c.ForwardProbe) // the topology's load checked it
+	return HandlerConfig{ForwardProbe: probe, ConsumerID: c.Service, ForwardURL: c.ForwardURL, ForwardAuth: c.ForwardAuth,
 		ForwardAudience: c.ForwardAudience, ForwardSecrets: secrets,
 		ForwardTimeout: time.Duration(c.ForwardTimeoutSeconds) * time.Second,
 		ForwardBreaker: forward.BreakerOptions{Threshold: c.ForwardBreakerThreshold,
@@ -139,7 +151,8 @@ var (
 		},
 		"forward": func(c HandlerConfig) (consumer.Handler, error) {
 			return forward.New(forward.Options{URL: c.ForwardURL, Auth: c.ForwardAuth, Audience: c.ForwardAudience,
-				Secrets: c.ForwardSecrets, Timeout: c.ForwardTimeout, Breaker: c.ForwardBreaker, Name: c.ConsumerID, Logger: c.Logger})
+				Secrets: c.ForwardSecrets, Timeout: c.ForwardTimeout, Breaker: c.ForwardBreaker, Name: c.ConsumerID, Logger: c.Logger,
+				Probe: c.ForwardProbe, OnTransition: c.ForwardOnTransition})
 		},
 	}
 )
@@ -229,6 +242,9 @@ type Handler struct {
 	// gate holds deliveries to Options.Flow (nil: no limits), for the
 	// pull worker's engine too.
 	gate *flow.Gate
+	// breaker pauses a push consumer's subscription while its forward
+	// target is down (Build; nil: POST /breaker:probe answers 404).
+	breaker *breakerPause
 }
 
 // FlowLimits are a consumer's flow-control limits in one consume
@@ -350,6 +366,10 @@ func New(o Options) (*Handler, error) {
 			serveGaps(w, r, o)
 			return
 		}
+		if strings.HasSuffix(r.URL.Path, "/breaker:probe") {
+			h.breaker.serveProbe(w, r, o.Logger)
+			return
+		}
 		if strings.HasSuffix(r.URL.Path, "/ledger:ship") {
 			rep, err := o.Engine.Ship(r.Context(), o.ShipBudget)
 			if err != nil {
@@ -400,6 +420,9 @@ func New(o Options) (*Handler, error) {
 			// Pub/Sub's push ignores it (its retry policy spaces the
 			// redeliveries); it tells anyone else who posts deliveries.
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(res.RetryAfter.Seconds()))))
+			if h.breaker != nil {
+				h.breaker.held(r.Context())
+			}
 		}
 		writeJSON(w, res.Status, res)
 	})

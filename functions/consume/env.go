@@ -90,6 +90,11 @@ type Config struct {
 	// ForwardBreakerMaxCoolDown bounds the cool-down
 	// (FORWARD_BREAKER_MAX_COOLDOWN, default 5m).
 	ForwardBreakerMaxCoolDown time.Duration `env:"FORWARD_BREAKER_MAX_COOLDOWN, default=5m"`
+	// ForwardProbe is the request that probes the forward target while its
+	// breaker keeps the consumer's push subscription paused (FORWARD_PROBE:
+	// "METHOD /path", "METHOD" or "/path"; default HEAD of FORWARD_URL;
+	// the topology's forward_probe).
+	ForwardProbe string `env:"FORWARD_PROBE"`
 	// GapTimeout is how long a strict consumer's version gap may stay open
 	// before it is reported (STRICT_GAP_TIMEOUT, default 10m).
 	GapTimeout time.Duration `env:"STRICT_GAP_TIMEOUT, default=10m"`
@@ -165,15 +170,20 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("config: CONSUMER_MAX_PER_SECOND=%v: must be 0 (no limit) or more", cfg.MaxPerSecond)
 	}
 	log := cfg.Logger()
-	h, err := BuildHandler(cfg.Handler, HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
-		ForwardAuth: cfg.ForwardAuth, ForwardAudience: cfg.ForwardAudience, ForwardSecrets: strings.Fields(cfg.ForwardSigningSecret),
-		ForwardTimeout: cfg.ForwardTimeout, GapTimeout: cfg.GapTimeout, Logger: log,
-		ForwardBreaker: forward.BreakerOptions{Threshold: cfg.ForwardBreakerThreshold,
-			CoolDown: cfg.ForwardBreakerCoolDown, MaxCoolDown: cfg.ForwardBreakerMaxCoolDown}})
+	probe, err := forward.ParseProbe(cfg.ForwardProbe)
+	if err != nil {
+		return nil, fmt.Errorf("config: FORWARD_PROBE: %w", err)
+	}
+	top, err := topology.Load(cfg.Topology)
 	if err != nil {
 		return nil, err
 	}
-	top, err := topology.Load(cfg.Topology)
+	bp := &breakerPause{} // off until the broker and the pool are open
+	h, err := BuildHandler(cfg.Handler, HandlerConfig{ForwardProbe: probe, ForwardOnTransition: bp.transition, ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
+		ForwardAuth: cfg.ForwardAuth, ForwardAudience: cfg.ForwardAudience, ForwardSecrets: strings.Fields(cfg.ForwardSigningSecret),
+		ForwardTimeout: cfg.ForwardTimeout, GapTimeout: cfg.GapTimeout, Logger: log,
+		ForwardBreaker: forward.BreakerOptions{Threshold: pushBreakerThreshold(cfg, top, log),
+			CoolDown: cfg.ForwardBreakerCoolDown, MaxCoolDown: cfg.ForwardBreakerMaxCoolDown}})
 	if err != nil {
 		return nil, err
 	}
@@ -252,8 +262,12 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return fail(err)
 	}
-	// At shutdown: the engine's attempts first (New put it first), then the
-	// kicks, the ledger and the clients.
+	// At shutdown: a breaker's pause in progress, the engine's attempts
+	// (New put it first), then the kicks, the ledger and the clients.
+	if breakerPauses(bp, h, cfg, top, ps, pool, log) {
+		fn.breaker = bp
+		fn.close = append([]func(context.Context) error{bp.close}, fn.close...)
+	}
 	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
 	if cfg.Mode == ModePull {
 		po := pull.Options{Source: ps, Subscription: cfg.Subscription, Engine: pullEngine{pullengine.New(engine, fn.pauses), fn.gate}, DeadLetters: ps, Project: cfg.ProjectID,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relaybus/relaybus/internal/inbox"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -28,6 +29,9 @@ type consumerRegistry struct {
 	// pauser and pull tell whether a push consumer is paused.
 	pauser Pauser
 	pull   pullSet
+	// dbs are the consumers' databases, where who paused a push consumer
+	// is recorded (inbox.PushPauseOf).
+	dbs databases
 	// auditLog holds the registry's history: listed with it, and where a
 	// change's own entry is appended when the registry could not write
 	// it in its transaction.
@@ -57,6 +61,9 @@ type consumerView struct {
 	// Paused is whether a push consumer's subscription has its push
 	// endpoint detached (pause.go); absent when it could not be read.
 	Paused *bool `json:"paused,omitempty"`
+	// PausedBy says who paused it: operator, or breaker (its forward
+	// target is down; consume's probe resumes it once the target answers).
+	PausedBy string `json:"pausedBy,omitempty"`
 	// Flow is a declared consumer's flow control as the topology sets it.
 	Flow *consumerFlow `json:"flow,omitempty"`
 }
@@ -329,5 +336,13 @@ func (co *consumerRegistry) pausedStates(r *request, vs []consumerView) {
 			continue
 		}
 		v.Paused = &paused
+		if paused {
+			v.PausedBy = inbox.PausedByOperator
+			if db, ok := co.dbs.of(v.Database); ok && db != nil {
+				if p, ok, err := inbox.PushPauseOf(r.Context(), db, v.Subscription); err == nil && ok {
+					v.PausedBy = p.By
+				}
+			}
+		}
 	}
 }

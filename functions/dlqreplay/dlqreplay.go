@@ -342,7 +342,7 @@ func New(o Options) (http.Handler, error) {
 	s.jobs = jobs
 	s.archiveFeed = archiveFeed{lt}
 	s.routes = append(routesOf(s, lt, ev,
-		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull,
+		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull, dbs: dbs,
 			auditLog: o.Audit, g: g, logger: o.Logger},
 		&deliveryControl{broker: o.Broker, pauser: o.Pauser, topology: o.Topology, subs: o.Subscriptions, pull: pull,
 			dbs: dbs, g: g, logger: o.Logger, publisher: o.Publisher, pauseSettle: o.PauseSettle},

@@ -136,6 +136,10 @@ type deliveryState struct {
 	// (or, with the consumer's flag, are kept in its database).
 	Paused  bool `json:"paused"`
 	Changed bool `json:"changed"`
+	// PausedBy says who paused an ordered push consumer: operator, or
+	// breaker (its forward target is down: consume's probe resumes it once
+	// the target answers; an operator may resume it at once).
+	PausedBy string `json:"pausedBy,omitempty"`
 	// Held is how many deliveries the consumer kept while paused (the
 	// consumer's flag only): published again when it resumes.
 	Held int64 `json:"held"`
@@ -217,12 +221,22 @@ func (dl *deliveryControl) setPaused(ctx context.Context, c topology.Consumer, p
 	if st.Control == ControlPushEndpoint {
 		var err error
 		if paused {
+			// Recorded as the operator's first: a forward consumer's breaker
+			// probe never lifts it, even over the breaker's own pause.
+			dl.recordPushPause(ctx, c, by)
 			st.Changed, err = dl.pauser.Pause(ctx, c.Subscription())
 		} else {
 			st.Changed, err = dl.pauser.Resume(ctx, c.Subscription())
+			if err == nil {
+				dl.clearPushPause(ctx, c)
+			}
 		}
 		if err != nil {
 			return st, err
+		}
+		st.PausedBy = inbox.PausedByOperator
+		if !paused {
+			st.PausedBy = ""
 		}
 		switch {
 		case paused && st.Changed:
@@ -342,6 +356,14 @@ func (dl *deliveryControl) deliveryState(r *request, args []string) (any, error)
 		if st.Paused, err = dl.pauser.Paused(r.Context(), c.Subscription()); err != nil {
 			return nil, err
 		}
+		if st.Paused {
+			st.PausedBy = inbox.PausedByOperator
+			if db, err := dl.database(c); err == nil && db != nil {
+				if p, ok, err := inbox.PushPauseOf(r.Context(), db, c.Subscription()); err == nil && ok {
+					st.PausedBy = p.By
+				}
+			}
+		}
 		return st, nil
 	}
 	db, err := dl.database(c)
@@ -354,4 +376,38 @@ func (dl *deliveryControl) deliveryState(r *request, args []string) (any, error)
 	}
 	st.Paused, st.Held = ps.Paused, ps.Held
 	return st, nil
+}
+
+// recordPushPause records an operator's pause of a push consumer in its
+// database (inbox.PauseByOperator), so that its breaker's probe leaves the
+// pause alone. Without the consumer's database here, or before its consume
+// created the table, the pause goes on unrecorded (logged): only a pause
+// the breaker recorded first could then be lifted by its probe.
+func (dl *deliveryControl) recordPushPause(ctx context.Context, c topology.Consumer, by string) {
+	db, err := dl.database(c)
+	if err == nil && db == nil {
+		return // no database at all (tests, a stack without one)
+	}
+	if err == nil {
+		err = inbox.PauseByOperator(ctx, db, c.Subscription(), c.Service, by)
+	}
+	if err != nil {
+		dl.logger.WarnContext(ctx, "dlqreplay: the operator's pause is not recorded in the consumer's database; a circuit breaker that paused it first may resume it",
+			"subscription", c.Subscription(), "error", err.Error())
+	}
+}
+
+// clearPushPause deletes the record of a push consumer's pause, whoever
+// paused it, after an operator's resume.
+func (dl *deliveryControl) clearPushPause(ctx context.Context, c topology.Consumer) {
+	db, err := dl.database(c)
+	if err == nil && db == nil {
+		return
+	}
+	if err == nil {
+		err = inbox.ClearPushPause(ctx, db, c.Subscription(), "")
+	}
+	if err != nil {
+		dl.logger.WarnContext(ctx, "dlqreplay: the record of the consumer's pause could not be cleared", "subscription", c.Subscription(), "error", err.Error())
+	}
 }

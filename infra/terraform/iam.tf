@@ -332,6 +332,24 @@ resource "google_service_account_iam_member" "dlqreplay_act_as_consume" {
   member             = google_service_account.function["dlqreplay"].member
 }
 
+# A forward consumer's circuit breaker pauses and resumes its own push
+# subscription (functions/consume/breakerpause.go): the same narrow role
+# as dlqreplay's, on that one subscription only...
+resource "google_pubsub_subscription_iam_member" "consume_push_control" {
+  for_each     = local.breaker_pause_consumers
+  subscription = google_pubsub_subscription.consumer[each.key].name
+  role         = google_project_iam_custom_role.push_control.name
+  member       = google_service_account.consume[each.key].member
+}
+
+# ...and setting its push identity (its own account) back needs actAs on it.
+resource "google_service_account_iam_member" "consume_act_as_self" {
+  for_each           = local.breaker_pause_consumers
+  service_account_id = google_service_account.consume[each.key].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.consume[each.key].member
+}
+
 # Snapshots for rebuilds (create, list, get, delete): only these permissions.
 resource "google_project_iam_custom_role" "snapshots" {
   role_id     = "relaybusSnapshots"
@@ -537,6 +555,7 @@ resource "time_sleep" "iam_propagation" {
       google_service_account_iam_member.agent_token_creator_rollup.id,
       google_service_account_iam_member.agent_token_creator_dead_letter_push.id,
       [for g in google_service_account_iam_member.dlqreplay_act_as_consume : g.id],
+      [for g in google_service_account_iam_member.consume_act_as_self : g.id],
       [for g in google_project_iam_member.telemetry_trace_writer : g.id],
       [for g in google_project_iam_member.telemetry_metric_writer : g.id],
       [for g in google_project_iam_member.consume_telemetry_trace_writer : g.id],

@@ -211,6 +211,7 @@ locals {
       FORWARD_BREAKER_THRESHOLD      = tostring(c.forward_breaker_threshold)
       FORWARD_BREAKER_COOLDOWN       = "${c.forward_breaker_cooldown_seconds}s"
       FORWARD_BREAKER_MAX_COOLDOWN   = "${c.forward_breaker_max_cooldown_seconds}s"
+      FORWARD_PROBE                  = c.forward_probe
       STRICT_GAP_TIMEOUT             = "${c.gap_timeout_seconds}s"
       # push (Pub/Sub push or Eventarc POSTs deliveries) or pull (pull.tf).
       CONSUMER_MODE      = contains(keys(local.pull_consumers), k) ? "pull" : "push"

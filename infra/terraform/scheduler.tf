@@ -12,6 +12,7 @@
 #   ledger-ship-<consumer> every minute                    POST consume /ledger:ship
 #   inbox-purge-<consumer> daily                           POST consume /inbox:purge
 #   gaps-check-<consumer>  every minute (strict consumers)  POST consume /gaps:check
+#   breaker-probe-<consumer> every minute (forward push consumers) POST consume /breaker:probe
 #   reconcile              every minute                    POST rollup /reconcile
 #   expire                 hourly                          POST rollup /expire
 #
@@ -148,6 +149,36 @@ resource "google_cloud_scheduler_job" "gaps_check" {
   http_target {
     http_method = "POST"
     uri         = "${google_cloud_run_v2_service.consume[each.key].uri}/gaps:check"
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloud_run_v2_service.consume[each.key].uri
+    }
+  }
+
+  depends_on = [time_sleep.consume_invoker_propagation]
+}
+
+# A forward consumer delivered by ordered push: while its circuit breaker
+# keeps its subscription paused (the target is down), probe the target once
+# the cool-down has passed and set the push endpoint back when it answers
+# (docs/forwarding.md). Bounded (FORWARD_TIMEOUT and two admin calls) and
+# idempotent; an operator's pause is left alone.
+resource "google_cloud_scheduler_job" "breaker_probe" {
+  for_each         = { for k, j in local.consume_jobs : k => j if contains(keys(local.breaker_pause_consumers), k) }
+  name             = "relaybus-breaker-probe-${each.value.name}"
+  region           = var.region
+  description      = "Probe ${each.key}'s forward target while its circuit breaker keeps it paused, and resume it when the target answers (consume POST /breaker:probe)."
+  schedule         = var.schedules.breaker_probe
+  time_zone        = var.scheduler_time_zone
+  attempt_deadline = "${each.value.attempt_deadline}s"
+
+  retry_config {
+    retry_count = 0
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = "${google_cloud_run_v2_service.consume[each.key].uri}/breaker:probe"
     oidc_token {
       service_account_email = google_service_account.scheduler.email
       audience              = google_cloud_run_v2_service.consume[each.key].uri

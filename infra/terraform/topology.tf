@@ -98,6 +98,7 @@ locals {
         forward_breaker_threshold            = try(c.forward_breaker_threshold != 0 ? c.forward_breaker_threshold : 5, 5)
         forward_breaker_cooldown_seconds     = try(c.forward_breaker_cooldown_seconds > 0 ? c.forward_breaker_cooldown_seconds : 5, 5)
         forward_breaker_max_cooldown_seconds = try(c.forward_breaker_max_cooldown_seconds > 0 ? c.forward_breaker_max_cooldown_seconds : 300, 300)
+        forward_probe                        = try(c.forward_probe, null) != null ? c.forward_probe : ""
         gap_timeout_seconds                  = try(c.gap_timeout_seconds > 0 ? c.gap_timeout_seconds : 600, 600)
         extra_filter                         = try(c.filter, null) != null ? c.filter : ""
         enabled                              = try(c.enabled, null) != null ? c.enabled : true
@@ -192,8 +193,12 @@ locals {
       ) : 0
     }
   }
-  push_consumers     = { for k, c in local.consumers : k => c if c.delivery == "push" && !contains(keys(local.pull_consumers), k) }
-  eventarc_consumers = { for k, c in local.consumers : k => c if c.delivery == "eventarc" && !contains(keys(local.pull_consumers), k) }
+  push_consumers = { for k, c in local.consumers : k => c if c.delivery == "push" && !contains(keys(local.pull_consumers), k) }
+  # The forward consumers delivered by ordered push whose circuit breaker
+  # pauses their own subscription while the target is down (scheduler.tf's
+  # breaker_probe resumes it; iam.tf's consume_push_control lets it).
+  breaker_pause_consumers = { for k, c in local.push_consumers : k => c if c.handler == "forward" && c.forward_breaker_threshold >= 0 }
+  eventarc_consumers      = { for k, c in local.consumers : k => c if c.delivery == "eventarc" && !contains(keys(local.pull_consumers), k) }
 
   # The Postgres databases that hold an outbox (topology.Topology.Databases):
   # main when the file declares none. env_var is topology.Database.EnvVar:

@@ -281,13 +281,14 @@ variable "always_allocated_cpu" {
 
 variable "schedules" {
   type = object({
-    ledger_ship = optional(string, "* * * * *")
-    inbox_purge = optional(string, "17 3 * * *")
-    gaps_check  = optional(string, "* * * * *")
-    reconcile   = optional(string, "* * * * *")
-    expire      = optional(string, "0 * * * *")
+    ledger_ship   = optional(string, "* * * * *")
+    inbox_purge   = optional(string, "17 3 * * *")
+    gaps_check    = optional(string, "* * * * *")
+    breaker_probe = optional(string, "* * * * *")
+    reconcile     = optional(string, "* * * * *")
+    expire        = optional(string, "0 * * * *")
   })
-  description = "Cron schedules of the Scheduler jobs besides the relay's (which is the topology's relay.schedule): each consume service's POST /ledger:ship and POST /inbox:purge, each strict consumer's POST /gaps:check, rollup's POST /reconcile and POST /expire."
+  description = "Cron schedules of the Scheduler jobs besides the relay's (which is the topology's relay.schedule): each consume service's POST /ledger:ship and POST /inbox:purge, each strict consumer's POST /gaps:check, each forward push consumer's POST /breaker:probe, rollup's POST /reconcile and POST /expire."
   default     = {}
 }
 

@@ -179,6 +179,7 @@ func consumerConfig(in functionsInput, c topology.Consumer) consume.Config {
 	if c.ForwardBreakerMaxCoolDownSeconds > 0 {
 		cc.ForwardBreakerMaxCoolDown = time.Duration(c.ForwardBreakerMaxCoolDownSeconds) * time.Second
 	}
+	cc.ForwardProbe = c.ForwardProbe
 	if c.GapTimeoutSeconds > 0 {
 		cc.GapTimeout = time.Duration(c.GapTimeoutSeconds) * time.Second
 	}

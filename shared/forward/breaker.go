@@ -186,6 +186,20 @@ func (b *Breaker) Held(now time.Time) (bool, time.Duration) {
 	return false, 0
 }
 
+// EndCoolDown ends an open breaker's cool-down at now: the next call
+// probes the target. Consume calls it when deliveries come again although
+// its breaker paused them (the pause was lifted elsewhere).
+func (b *Breaker) EndCoolDown(now time.Time) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == Open && now.Before(b.until) {
+		b.until = now
+	}
+}
+
 // Cancel gives back a probe that never reached the target (the delivery
 // was a duplicate, another delivery held the event's claim): the next
 // call probes instead.
@@ -239,14 +253,55 @@ func (b *Breaker) Done(now time.Time, down bool, retryAfter time.Duration, reaso
 // open opens the breaker for the cool-down of b.opens failed probes, and
 // at least retryAfter.
 func (b *Breaker) open(now time.Time, from State, retryAfter time.Duration, reason string) *Transition {
-	cool := b.o.CoolDown
-	for i := 0; i < b.opens && cool < b.o.MaxCoolDown; i++ {
-		cool *= 2
-	}
-	cool = min(cool, b.o.MaxCoolDown)
-	cool = max(cool, min(retryAfter, MaxRetryAfter))
+	cool := b.o.CoolDownAfter(b.opens, retryAfter)
 	b.state, b.until, b.cool = Open, now.Add(cool), cool
 	return &Transition{From: from, To: Open, Failures: b.failures, CoolDown: cool, Reason: reason}
+}
+
+// CoolDownAfter is how long a breaker with these options stays open after
+// failedProbes probes found the target down since it last closed: CoolDown
+// doubled at each, at most MaxCoolDown, and at least the target's
+// retryAfter (at most MaxRetryAfter). The zero fields take their defaults.
+func (o BreakerOptions) CoolDownAfter(failedProbes int, retryAfter time.Duration) time.Duration {
+	o = o.withDefaults()
+	cool := o.CoolDown
+	for i := 0; i < failedProbes && cool < o.MaxCoolDown; i++ {
+		cool *= 2
+	}
+	cool = min(cool, o.MaxCoolDown)
+	return max(cool, min(retryAfter, MaxRetryAfter))
+}
+
+// Probed reports the outcome at now of a probe made outside the
+// deliveries (Forwarder.ProbeTarget, while the consumer's delivery is
+// paused): up closes the breaker, whatever its state; down opens it (or
+// keeps it open) for the next cool-down, counting a failed probe when it
+// was open already. It returns the transition it made, nil when none.
+func (b *Breaker) Probed(now time.Time, down bool, retryAfter time.Duration, reason string) *Transition {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	from := b.state
+	if !down {
+		b.failures, b.opens, b.probe = 0, 0, false
+		if from == Closed {
+			return nil
+		}
+		b.state = Closed
+		return &Transition{From: from, To: Closed, Reason: reason}
+	}
+	b.failures++
+	b.probe = false
+	if from != Closed {
+		b.opens++
+	}
+	tr := b.open(now, from, retryAfter, reason)
+	if from == Open {
+		return nil // still open: no change of state to report
+	}
+	return tr
 }
 
 // RetryAfter reads a Retry-After header (RFC 9110 section 10.2.3): a

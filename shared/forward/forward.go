@@ -165,6 +165,14 @@ type Options struct {
 	Breaker BreakerOptions
 	// Name names the consumer in the breaker's logs and metrics.
 	Name string
+	// OnTransition, when set, is called after each change of the
+	// breaker's state (after its log line and metric), on the goroutine of
+	// the call that made it: it must not block (consume starts the pause
+	// of its delivery from it).
+	OnTransition func(context.Context, Transition)
+	// Probe is the request ProbeTarget sends while the consumer's delivery
+	// is paused (HEAD of URL when zero).
+	Probe ProbeRequest
 	// Logger receives a line at each change of the breaker's state
 	// (logging.Discard when nil).
 	Logger *slog.Logger
@@ -343,6 +351,10 @@ func (f *Forwarder) Admit(ctx context.Context) (func(called bool), error) {
 	}, nil
 }
 
+// EndCoolDown ends the breaker's cool-down: the next delivery probes the
+// target (Breaker.EndCoolDown).
+func (f *Forwarder) EndCoolDown() { f.breaker.EndCoolDown(f.o.Now()) }
+
 // BreakerState is the breaker's state now (Closed when it is off).
 func (f *Forwarder) BreakerState() State { return f.breaker.State(f.o.Now()) }
 
@@ -368,6 +380,9 @@ func (f *Forwarder) done(ctx context.Context, down bool, retryAfter time.Duratio
 
 // transition logs and counts a change of the breaker's state.
 func (f *Forwarder) transition(ctx context.Context, tr *Transition) {
+	if f.o.OnTransition != nil {
+		defer f.o.OnTransition(ctx, *tr)
+	}
 	telemetry.RecordBreaker(ctx, f.o.Name, tr.From.String(), tr.To.String())
 	attrs := []any{"consumer_id", f.o.Name, "from", tr.From.String(), "to", tr.To.String(), "failures", tr.Failures}
 	switch tr.To {

@@ -423,6 +423,11 @@ type Consumer struct {
 	// ForwardBreakerMaxCoolDownSeconds bounds the cool-down, which doubles
 	// at each failed probe (FORWARD_BREAKER_MAX_COOLDOWN, 300).
 	ForwardBreakerMaxCoolDownSeconds int `yaml:"forward_breaker_max_cooldown_seconds"`
+	// ForwardProbe is the request that asks the target whether it is up
+	// while the breaker keeps an ordered push consumer paused
+	// (FORWARD_PROBE): "METHOD /path", "METHOD" or "/path", the method one
+	// of GET, HEAD, POST, OPTIONS; empty is HEAD of forward_url.
+	ForwardProbe string `yaml:"forward_probe"`
 	// GapTimeoutSeconds is how long a strict consumer's version gap may
 	// stay open before it is reported (STRICT_GAP_TIMEOUT, 600).
 	GapTimeoutSeconds int `yaml:"gap_timeout_seconds"`
@@ -802,6 +807,9 @@ func (t *Topology) validate() error {
 			if cd := c.ForwardBreakerCoolDownSeconds; cd < 1 || cd > 3600 {
 				bad(cw+".forward_breaker_cooldown_seconds", "must be 1 to 3600, not %d", cd)
 			}
+			if !validProbe(c.ForwardProbe) {
+				bad(cw+".forward_probe", "must be \"METHOD /path\", \"METHOD\" or \"/path\" (METHOD one of GET, HEAD, POST, OPTIONS; the path starting with / and without spaces), not %q", c.ForwardProbe)
+			}
 			if m := c.ForwardBreakerMaxCoolDownSeconds; m < c.ForwardBreakerCoolDownSeconds || m > 3600 {
 				bad(cw+".forward_breaker_max_cooldown_seconds", "must be forward_breaker_cooldown_seconds (%d) to 3600, not %d", c.ForwardBreakerCoolDownSeconds, m)
 			}
@@ -1044,3 +1052,9 @@ func (c Consumer) InstancePerSecond(instances int) float64 {
 	}
 	return c.MaxPerSecond / float64(max(instances, 1))
 }
+
+// probeRule is forward_probe's form (shared/forward.ParseProbe reads it).
+var probeRule = regexp.MustCompile(`^((GET|HEAD|POST|OPTIONS)( +/\S*)?|/\S*)?$`)
+
+// validProbe reports whether s is a forward_probe.
+func validProbe(s string) bool { return probeRule.MatchString(strings.TrimSpace(s)) }

@@ -91,6 +91,8 @@ topics:
 		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_breaker_threshold: -2\n", "forward_breaker_threshold: must be 1 to 1000, or -1"},
 		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_breaker_cooldown_seconds: 7200\n", "forward_breaker_cooldown_seconds: must be 1 to 3600"},
 		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_breaker_cooldown_seconds: 60\n        forward_breaker_max_cooldown_seconds: 30\n", "must be forward_breaker_cooldown_seconds (60) to 3600, not 30"},
+		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_probe: DELETE /health\n", `forward_probe: must be "METHOD /path", "METHOD" or "/path"`},
+		{base + "        handler: forward\n        forward_url: https://x.example\n        forward_probe: health\n", `not "health"`},
 	} {
 		_, err := Parse([]byte(tc.doc))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -776,7 +776,9 @@ function consumersBody(d, result, reload) {
           h("td", {}, h("b", {}, c.consumerId)),
           h("td", { "data-testid": "consumer-state" }, !c.inRegistry ? badge("not in registry", "s-PENDING") : c.enabled ? badge("enabled", "s-CONSUMED") : badge("disabled", "s-EXPIRED"),
             c.declared ? "" : h("span", { class: "tag warn" }, "no subscription"),
-            c.paused ? badge("paused", "s-RETRYING") : "",
+            c.paused ? (c.pausedBy === "breaker"
+              ? h("span", { title: "Its forward target is down: the circuit breaker detached the push endpoint (no delivery attempt is counted) and resumes it once a probe finds the target up. Resume now to deliver at once." }, badge("paused by breaker", "s-RETRYING"))
+              : badge("paused", "s-RETRYING")) : "",
             h("span", { class: "tag", "data-testid": "consumer-owner", title: d.ownership }, c.owner === "operator" ? "operator's" : "topology's")),
           h("td", { class: "small" }, c.description || ""), h("td", {}, c.delivery || "–", c.handler ? h("span", { class: "muted small" }, " · " + c.handler) : "", flowLimits(c), consumerLinks(c)),
           h("td", { class: "mono small" }, c.subscription || "", c.pubsubSubscription ? h("div", { class: "muted" }, c.pubsubSubscription) : ""),
