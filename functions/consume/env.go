@@ -124,6 +124,10 @@ type Config struct {
 	// deadline). A pulled one waits at most a second at a time
 	// (PullFlowWait) and stays leased in between.
 	FlowWait time.Duration `env:"CONSUMER_FLOW_WAIT, default=5s"`
+	// ForwardersRefresh is how long CONSUMER_HANDLER=forwarders trusts its
+	// copy of a forwarder's registry row (not read from the environment;
+	// 0: DefaultForwardersRefresh). Tests shorten it.
+	ForwardersRefresh time.Duration
 	// RollupTopic receives attempt notices (ROLLUP_TOPIC, default
 	// relaybus.ledger.rollup).
 	RollupTopic string `env:"ROLLUP_TOPIC, default=relaybus.ledger.rollup"`
@@ -165,13 +169,23 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("config: CONSUMER_MAX_PER_SECOND=%v: must be 0 (no limit) or more", cfg.MaxPerSecond)
 	}
 	log := cfg.Logger()
-	h, err := BuildHandler(cfg.Handler, HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
+	hc := HandlerConfig{ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
 		ForwardAuth: cfg.ForwardAuth, ForwardAudience: cfg.ForwardAudience, ForwardSecrets: strings.Fields(cfg.ForwardSigningSecret),
 		ForwardTimeout: cfg.ForwardTimeout, GapTimeout: cfg.GapTimeout, Logger: log,
 		ForwardBreaker: forward.BreakerOptions{Threshold: cfg.ForwardBreakerThreshold,
-			CoolDown: cfg.ForwardBreakerCoolDown, MaxCoolDown: cfg.ForwardBreakerMaxCoolDown}})
-	if err != nil {
-		return nil, err
+			CoolDown: cfg.ForwardBreakerCoolDown, MaxCoolDown: cfg.ForwardBreakerMaxCoolDown}}
+	// The forwarders service builds one forward handler per forwarder of
+	// its registry (forwarders.go), none here.
+	forwarding := cfg.Handler == HandlerForwarders
+	if forwarding && cfg.Mode == ModePull {
+		return nil, fmt.Errorf("config: CONSUMER_HANDLER=%s is served by push (each forwarder's subscription pushes to it): CONSUMER_MODE=pull is not supported", HandlerForwarders)
+	}
+	var h consumer.Handler
+	if !forwarding {
+		var err error
+		if h, err = BuildHandler(cfg.Handler, hc); err != nil {
+			return nil, err
+		}
 	}
 	top, err := topology.Load(cfg.Topology)
 	if err != nil {
@@ -240,6 +254,17 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	}
 	closers.Add(kicker.Close)
 	o.Kicker = kicker
+	if forwarding {
+		// Each forwarder's subscription is created with the topology's
+		// defaults (internal/forwarders), its dead-letter threshold
+		// included.
+		o.MaxDeliveryAttempts = top.Defaults.MaxDeliveryAttempts
+		set := newForwarderSet(o, hc, cmp.Or(cfg.FlowWait, DefaultFlowWait), cmp.Or(cfg.InboxRetention, DefaultInboxRetention))
+		set.refresh = cmp.Or(cfg.ForwardersRefresh, DefaultForwardersRefresh)
+		fn := &Handler{Handler: set, close: []func(context.Context) error{set.Close, closers.Close}}
+		log.Info("consume: serving the forwarders added at run time")
+		return fn, nil
+	}
 	engine, err := consumer.New(o)
 	if err != nil {
 		return fail(err)

@@ -134,6 +134,8 @@ func (f *Forwarder) Check(t *topology.Topology) []*event.FieldError {
 		add("url", "must be an absolute http(s) URL of at most %d characters", MaxURL)
 	} else if u.User != nil {
 		add("url", "must not carry a user or password: it is shown in the API, the console and the audit log (authenticate with auth)")
+	} else if u.RawQuery != "" || u.Fragment != "" {
+		add("url", "must not carry a query or fragment: it is shown in the API, the console and the audit log (authenticate with auth)")
 	} else if f.Auth == topology.ForwardAuthGoogle && u.Scheme != "https" && !loopback(u.Hostname()) {
 		add("url", "must be https with auth google: the requests carry an ID token (http:// only for a loopback target)")
 	}
