@@ -80,9 +80,8 @@ func (w *webhook) wait(t *testing.T, n int) []string {
 // local stack's delivery loop standing in for push.
 type forwardersStack struct {
 	*env
-	fake    *pubsubtest.Fake
-	loopCtx context.Context
-	stop    func()
+	fake *pubsubtest.Fake
+	wake *devstack.Wakeup
 }
 
 func newForwardersStack(t *testing.T) *forwardersStack {
@@ -132,14 +131,14 @@ func newForwardersStack(t *testing.T) *forwardersStack {
 	srv := httptest.NewServer(apiMux)
 	t.Cleanup(srv.Close)
 	e := &env{url: srv.URL + "/dlqreplay", fake: fake, store: store, db: pool, archive: arc, top: top, h: h}
-	return &forwardersStack{env: e, fake: fake}
+	return &forwardersStack{env: e, fake: fake, wake: wake}
 }
 
 // deliver runs the local stack's delivery loop on sub (pushing to its
 // endpoint as Pub/Sub's push would) until the test ends.
 func (s *forwardersStack) deliver(t *testing.T, sub, topic, url string) {
 	t.Helper()
-	l := &devstack.Loop{Client: s.fake.Client, Project: pubsubtest.Project, BackoffScale: 0.01}
+	l := &devstack.Loop{Client: s.fake.Client, Project: pubsubtest.Project, BackoffScale: 0.01, Wakeup: s.wake}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
