@@ -1,5 +1,5 @@
 // Package forwarders is the registry of forward consumers added at run
-// time: a table in the forwarders service's database (relaybus_forwarders,
+// time: a table in the forwarders service's database (relaybus_inbox_forwarders,
 // the inbox line's migration 007) that the operators' API
 // (functions/dlqreplay's /forwarders) writes and the consume service
 // deployed with CONSUMER_HANDLER=forwarders reads, so that a webhook
@@ -183,9 +183,9 @@ var (
 	ErrExists = errors.New("forwarders: a forwarder of that name exists")
 	// ErrNotFound: no forwarder has that name.
 	ErrNotFound = errors.New("forwarders: no forwarder of that name")
-	// ErrNotMigrated: the database has no relaybus_forwarders table yet
+	// ErrNotMigrated: the database has no relaybus_inbox_forwarders table yet
 	// (the forwarders service's migrations have not run).
-	ErrNotMigrated = errors.New("forwarders: the database has no relaybus_forwarders table: deploy the forwarders consume service (its migrations create it) or run `consume migrate`")
+	ErrNotMigrated = errors.New("forwarders: the database has no relaybus_inbox_forwarders table: deploy the forwarders consume service (its migrations create it) or run `consume migrate`")
 )
 
 const columns = `name, topic, url, auth, audience, filter, max_in_flight, max_per_second, timeout_seconds, description,
@@ -216,7 +216,7 @@ func storeErr(err error) error {
 
 // List returns every forwarder, by name.
 func List(ctx context.Context, db postgres.DBTX) ([]Forwarder, error) {
-	rows, err := db.Query(ctx, `SELECT `+columns+` FROM relaybus_forwarders ORDER BY name`)
+	rows, err := db.Query(ctx, `SELECT `+columns+` FROM relaybus_inbox_forwarders ORDER BY name`)
 	if err != nil {
 		return nil, storeErr(err)
 	}
@@ -229,14 +229,14 @@ func List(ctx context.Context, db postgres.DBTX) ([]Forwarder, error) {
 
 // Get returns the forwarder named name (ErrNotFound when none is).
 func Get(ctx context.Context, db postgres.DBTX, name string) (Forwarder, error) {
-	f, err := scan(db.QueryRow(ctx, `SELECT `+columns+` FROM relaybus_forwarders WHERE name = $1`, name))
+	f, err := scan(db.QueryRow(ctx, `SELECT `+columns+` FROM relaybus_inbox_forwarders WHERE name = $1`, name))
 	return f, storeErr(err)
 }
 
 // Add inserts f, created by who (ErrExists when its name is taken), and
 // returns it as stored.
 func Add(ctx context.Context, db postgres.DBTX, f Forwarder, who string) (Forwarder, error) {
-	out, err := scan(db.QueryRow(ctx, `INSERT INTO relaybus_forwarders
+	out, err := scan(db.QueryRow(ctx, `INSERT INTO relaybus_inbox_forwarders
 		(name, topic, url, auth, audience, filter, max_in_flight, max_per_second, timeout_seconds, description, created_by, updated_by)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) RETURNING `+columns,
 		f.Name, f.Topic, f.URL, f.Auth, f.Audience, f.Filter, f.MaxInFlight, f.MaxPerSecond, f.TimeoutSeconds, f.Description, who))
@@ -249,7 +249,7 @@ func Add(ctx context.Context, db postgres.DBTX, f Forwarder, who string) (Forwar
 // changes nothing leaves the row (and its revision) alone. ErrNotFound
 // when there is none.
 func Update(ctx context.Context, db postgres.DBTX, f Forwarder, who string) (Forwarder, bool, error) {
-	out, err := scan(db.QueryRow(ctx, `UPDATE relaybus_forwarders SET url = $2, auth = $3, audience = $4, max_in_flight = $5,
+	out, err := scan(db.QueryRow(ctx, `UPDATE relaybus_inbox_forwarders SET url = $2, auth = $3, audience = $4, max_in_flight = $5,
 		max_per_second = $6, timeout_seconds = $7, description = $8, revision = revision + 1, updated_at = now(), updated_by = $9
 		WHERE name = $1 AND (url, auth, audience, max_in_flight, max_per_second, timeout_seconds, description)
 			IS DISTINCT FROM ($2, $3, $4, $5, $6::double precision, $7, $8)
@@ -264,6 +264,6 @@ func Update(ctx context.Context, db postgres.DBTX, f Forwarder, who string) (For
 // Delete removes the forwarder named name and returns it (ErrNotFound
 // when there is none).
 func Delete(ctx context.Context, db postgres.DBTX, name string) (Forwarder, error) {
-	f, err := scan(db.QueryRow(ctx, `DELETE FROM relaybus_forwarders WHERE name = $1 RETURNING `+columns, name))
+	f, err := scan(db.QueryRow(ctx, `DELETE FROM relaybus_inbox_forwarders WHERE name = $1 RETURNING `+columns, name))
 	return f, storeErr(err)
 }

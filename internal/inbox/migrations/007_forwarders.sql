@@ -4,9 +4,11 @@
 -- CONSUMER_HANDLER=forwarders serves them all, each under its own name, with
 -- the inbox, attempts and dead letters of a deployed consumer. A row is the
 -- forwarder's whole configuration; revision grows at each change, so a consume
--- instance knows its cached copy is stale.
+-- instance knows its cached copy is stale. Named relaybus_inbox_* so that the
+-- database roles (internal/pgroles) of dlqreplay (which writes it) and consume
+-- (which reads it) are granted it with the inbox's other tables.
 
-CREATE TABLE IF NOT EXISTS relaybus_forwarders (
+CREATE TABLE IF NOT EXISTS relaybus_inbox_forwarders (
     name            text             PRIMARY KEY,
     topic           text             NOT NULL,
     url             text             NOT NULL,
