@@ -374,7 +374,7 @@ func New(o Options) (http.Handler, error) {
 		&route{"GET", "forwarders/{}", RoleViewer, fw.get},
 		&route{"PATCH", "forwarders/{}", RoleOperator, fw.change},
 		&route{"DELETE", "forwarders/{}", RoleAdmin, fw.remove})
-	s.routes = append(s.routes, backfillRoutes(&backfills{dbs: dbs, topology: o.Topology, g: g})...)
+	s.routes = append(s.routes, backfillRoutes(&backfills{dbs: dbs, topology: o.Topology, g: g, forwarders: fw})...)
 	return s, nil
 }
 

@@ -464,3 +464,28 @@ func describeForwarder(f forwarders.Forwarder) string {
 	}
 	return s
 }
+
+// declaring returns top with the forwarder named consumer declared on
+// topic when the registry holds one there (so a backfill may deliver the
+// topic's history to it, from the point an operator chooses), else top.
+func (fa *forwarderAPI) declaring(ctx context.Context, top *topology.Topology, topic, consumer string) *topology.Topology {
+	if top == nil || names.ValidateConsumer(consumer) != nil {
+		return top
+	}
+	db, err := fa.db()
+	if err != nil {
+		return top
+	}
+	f, err := forwarders.Get(ctx, db, consumer)
+	if err != nil || f.Topic != topic {
+		return top
+	}
+	cp := *top
+	cp.Topics = append([]topology.Topic(nil), top.Topics...)
+	for i := range cp.Topics {
+		if cp.Topics[i].Name == topic {
+			cp.Topics[i].Consumers = append(append([]topology.Consumer(nil), cp.Topics[i].Consumers...), f.Consumer(top))
+		}
+	}
+	return &cp
+}
