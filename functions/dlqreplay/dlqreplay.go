@@ -368,6 +368,9 @@ func New(o Options) (http.Handler, error) {
 	if sa, ok := broker.As[broker.SubscriptionAdmin](o.Broker); ok {
 		fw.subs = sa
 	}
+	if o.Forwarders.Subscriptions != nil {
+		fw.subs = o.Forwarders.Subscriptions
+	}
 	s.routes = append(s.routes,
 		&route{"GET", "forwarders", RoleViewer, fw.list},
 		&route{"POST", "forwarders", RoleAdmin, fw.add},

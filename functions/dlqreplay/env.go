@@ -17,6 +17,7 @@ import (
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -112,6 +113,10 @@ type Config struct {
 	// Pub/Sub's dead-letter policy (the local stack on pstest; not read
 	// from the environment).
 	ForwardersNoDeadLetterPolicy bool
+	// ForwarderSubscriptions, when set, creates and deletes the
+	// forwarders' subscriptions (the local stack's delivery loop; not
+	// read from the environment).
+	ForwarderSubscriptions broker.SubscriptionAdmin
 	// Retention is how long dead letters are kept (ARCHIVE_RETENTION,
 	// default 720h): each gets deleteAt = archived + retention for
 	// Firestore's TTL policy.
@@ -260,7 +265,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, PullConsumers: cfg.PullConsumers, Pauser: cfg.Pauser,
 		TraceProject: traceProject(cfg),
 		Forwarders: ForwardersOptions{URL: cfg.ForwardersURL, PushAccount: cfg.ForwardersPushAccount, Database: cfg.ForwardersDatabase,
-			NoDeadLetterPolicy: cfg.ForwardersNoDeadLetterPolicy},
+			NoDeadLetterPolicy: cfg.ForwardersNoDeadLetterPolicy, Subscriptions: cfg.ForwarderSubscriptions},
 	})
 	if err != nil {
 		return fail(err)

@@ -40,6 +40,10 @@ type ForwardersOptions struct {
 	// a message refused the topology's max_delivery_attempts times goes
 	// to <topic>.dlq, as for a declared consumer.
 	NoDeadLetterPolicy bool
+	// Subscriptions, when set, creates and deletes the forwarders'
+	// subscriptions instead of the Broker (the local stack's also points
+	// its delivery loop at each).
+	Subscriptions broker.SubscriptionAdmin
 }
 
 // forwarderAPI serves the forwarders' registry.
@@ -244,8 +248,9 @@ func (fa *forwarderAPI) spec(f forwarders.Forwarder) broker.SubscriptionSpec {
 	if s.Push.ServiceAccount != "" && s.Push.Audience == "" {
 		s.Push.Audience = fa.o.URL
 	}
+	s.MaxDeliveryAttempts = c.MaxDeliveryAttempts
 	if !fa.o.NoDeadLetterPolicy {
-		s.DeadLetterTopic, s.MaxDeliveryAttempts = c.DeadLetterTopic(), c.MaxDeliveryAttempts
+		s.DeadLetterTopic = c.DeadLetterTopic()
 	}
 	if tp := fa.topology.Topic(f.Topic); tp != nil && tp.MessageRetentionSeconds > 0 {
 		s.Retention = time.Duration(tp.MessageRetentionSeconds) * time.Second
