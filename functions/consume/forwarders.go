@@ -113,8 +113,9 @@ func (s *forwarderSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, consumer.Result{Code: CodeUnknownForwarder, Error: "no forwarder is named " + name + ": it was removed"})
 		return
 	case err != nil:
-		log.WarnContext(r.Context(), "consume: cannot read a forwarder's registry row; redelivery requested", "forwarder", name, "error", err.Error())
-		writeJSON(w, http.StatusServiceUnavailable, consumer.Result{Code: "database", Error: "the forwarders' registry is unavailable"})
+		log.WarnContext(r.Context(), "consume: cannot serve a forwarder (its registry row unreadable, or its settings refused); redelivery requested",
+			"forwarder", name, "error", err.Error())
+		writeJSON(w, http.StatusServiceUnavailable, consumer.Result{Code: "unavailable", Error: "the forwarder cannot be served now; see the logs"})
 		return
 	}
 	defer e.busy.Done()

@@ -1,7 +1,9 @@
 package dlqreplay_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/cloudevent"
+	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/devstack"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -149,6 +152,21 @@ func (s *forwardersStack) deliver(t *testing.T, sub, topic, url string) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
+// publishMessage is version v of aggregate agg as the relay publishes it.
+func (s *forwardersStack) publishMessage(t *testing.T, agg string, v int) event.Message {
+	t.Helper()
+	e := &event.Event{ID: fmt.Sprintf("evt-%s-%d", agg, v), Type: "order.purchased", Source: "order-service", Topic: "shop.order.events",
+		AggregateID: agg, Version: int64(v), Payload: []byte(`{"orderId":"` + agg + `"}`)}
+	if err := e.Prepare(time.Now(), event.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := cloudevent.Encode(e, event.EncodingJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // publish publishes versions from..to of aggregate agg on
 // shop.order.events, as the relay does (one ordered batch), and returns
 // their event ids.
@@ -256,6 +274,19 @@ func TestAForwarderAddedByAPIReceivesTheNextEventsInOrder(t *testing.T) {
 	}
 	if code := s.call(t, "GET", "/consumers?topic=shop.order.events", nil, &list); code != 200 || !hasConsumer(list, "crm-webhook", false) {
 		t.Fatalf("after removal topic_consumers has: %v", list["consumers"])
+	}
+	// A delivery still in flight for it is acknowledged, not redelivered.
+	late := s.publishMessage(t, "order-7", 8)
+	resp, err := http.Post(fmt.Sprint(fv["pushEndpoint"]), "application/json",
+		bytes.NewReader(delivery.WrappedBody(late, "projects/"+pubsubtest.Project+"/subscriptions/"+sub, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ack map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&ack)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || ack["code"] != consume.CodeUnknownForwarder {
+		t.Fatalf("a delivery for the removed forwarder: %d %v, want 200 %s", resp.StatusCode, ack, consume.CodeUnknownForwarder)
 	}
 	var one map[string]any
 	if code := s.call(t, "GET", "/forwarders/crm-webhook", nil, &one); code != 404 {
