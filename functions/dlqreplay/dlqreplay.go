@@ -371,12 +371,7 @@ func New(o Options) (http.Handler, error) {
 	if o.Forwarders.Subscriptions != nil {
 		fw.subs = o.Forwarders.Subscriptions
 	}
-	s.routes = append(s.routes,
-		&route{"GET", "forwarders", RoleViewer, fw.list},
-		&route{"POST", "forwarders", RoleAdmin, fw.add},
-		&route{"GET", "forwarders/{}", RoleViewer, fw.get},
-		&route{"PATCH", "forwarders/{}", RoleOperator, fw.change},
-		&route{"DELETE", "forwarders/{}", RoleAdmin, fw.remove})
+	s.routes = append(s.routes, forwarderRoutes(fw)...)
 	s.routes = append(s.routes, backfillRoutes(&backfills{dbs: dbs, topology: o.Topology, g: g, forwarders: fw})...)
 	return s, nil
 }

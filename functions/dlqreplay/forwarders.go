@@ -58,6 +58,18 @@ type forwarderAPI struct {
 	logger   *slog.Logger
 }
 
+// forwarderRoutes are the forwarders' routes, appended to routesOf's
+// table.
+func forwarderRoutes(fa *forwarderAPI) routeTable {
+	return routeTable{
+		{"GET", "forwarders", RoleViewer, fa.list},
+		{"POST", "forwarders", RoleAdmin, fa.add},
+		{"GET", "forwarders/{}", RoleViewer, fa.get},
+		{"PATCH", "forwarders/{}", RoleOperator, fa.change},
+		{"DELETE", "forwarders/{}", RoleAdmin, fa.remove},
+	}
+}
+
 func (fa *forwarderAPI) db() (postgres.DBTX, error) {
 	name := fa.o.Database
 	if name == "" {
