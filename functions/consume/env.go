@@ -129,6 +129,10 @@ type Config struct {
 	// deadline). A pulled one waits at most a second at a time
 	// (PullFlowWait) and stays leased in between.
 	FlowWait time.Duration `env:"CONSUMER_FLOW_WAIT, default=5s"`
+	// ForwardersRefresh is how long CONSUMER_HANDLER=forwarders trusts its
+	// copy of a forwarder's registry row (not read from the environment;
+	// 0: DefaultForwardersRefresh). Tests shorten it.
+	ForwardersRefresh time.Duration
 	// RollupTopic receives attempt notices (ROLLUP_TOPIC, default
 	// relaybus.ledger.rollup).
 	RollupTopic string `env:"ROLLUP_TOPIC, default=relaybus.ledger.rollup"`
@@ -178,14 +182,25 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	bp := &breakerPause{} // off until the broker and the pool are open
-	h, err := BuildHandler(cfg.Handler, HandlerConfig{ForwardProbe: probe, ForwardOnTransition: bp.transition, ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
+	hc := HandlerConfig{ForwardProbe: probe, ConsumerID: cfg.ConsumerID, ForwardURL: cfg.ForwardURL,
 		ForwardAuth: cfg.ForwardAuth, ForwardAudience: cfg.ForwardAudience, ForwardSecrets: strings.Fields(cfg.ForwardSigningSecret),
 		ForwardTimeout: cfg.ForwardTimeout, GapTimeout: cfg.GapTimeout, Logger: log,
 		ForwardBreaker: forward.BreakerOptions{Threshold: pushBreakerThreshold(cfg, top, log),
-			CoolDown: cfg.ForwardBreakerCoolDown, MaxCoolDown: cfg.ForwardBreakerMaxCoolDown}})
-	if err != nil {
-		return nil, err
+			CoolDown: cfg.ForwardBreakerCoolDown, MaxCoolDown: cfg.ForwardBreakerMaxCoolDown}}
+	// The forwarders service builds one forward handler per forwarder of
+	// its registry (forwarders.go), none here.
+	forwarding := cfg.Handler == HandlerForwarders
+	if forwarding && cfg.Mode == ModePull {
+		return nil, fmt.Errorf("config: CONSUMER_HANDLER=%s is served by push (each forwarder's subscription pushes to it): CONSUMER_MODE=pull is not supported", HandlerForwarders)
+	}
+	bp := &breakerPause{} // off until the broker and the pool are open
+	var h consumer.Handler
+	if !forwarding {
+		own := hc
+		own.ForwardOnTransition = bp.transition // the service's own subscription is the one its breaker pauses
+		if h, err = BuildHandler(cfg.Handler, own); err != nil {
+			return nil, err
+		}
 	}
 	// What Emit checks each child against: its topic's schema, its consumers.
 	ctr, err := contract.New(contract.Options{Topology: top})
@@ -250,6 +265,17 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	}
 	closers.Add(kicker.Close)
 	o.Kicker = kicker
+	if forwarding {
+		// Each forwarder's subscription is created with the topology's
+		// defaults (internal/forwarders), its dead-letter threshold
+		// included.
+		o.MaxDeliveryAttempts = top.Defaults.MaxDeliveryAttempts
+		set := newForwarderSet(o, hc, cmp.Or(cfg.FlowWait, DefaultFlowWait), cmp.Or(cfg.InboxRetention, DefaultInboxRetention))
+		set.refresh = cmp.Or(cfg.ForwardersRefresh, DefaultForwardersRefresh)
+		fn := &Handler{Handler: set, close: []func(context.Context) error{set.Close, closers.Close}}
+		log.Info("consume: serving the forwarders added at run time")
+		return fn, nil
+	}
 	engine, err := consumer.New(o)
 	if err != nil {
 		return fail(err)

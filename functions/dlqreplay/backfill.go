@@ -33,6 +33,9 @@ type backfills struct {
 	dbs      databases
 	topology *topology.Topology
 	g        *guard
+	// forwarders, when set, admits the forwarders added at run time as
+	// consumers of their topic.
+	forwarders *forwarderAPI
 }
 
 // backfillRoutes are the backfills' routes, appended to routesOf's table.
@@ -126,7 +129,11 @@ func (bf *backfills) create(r *request, _ []string) (any, error) {
 	if err := decodeBody(r.Request, &req, false); err != nil {
 		return nil, err
 	}
-	s, dbName, err := req.spec(bf.topology, bf.dbs, time.Now())
+	top := bf.topology
+	if bf.forwarders != nil {
+		top = bf.forwarders.declaring(r.Context(), top, req.Topic, req.Consumer)
+	}
+	s, dbName, err := req.spec(top, bf.dbs, time.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,15 @@
 //	                                   version gaps, oldest first, read from its own database
 //	POST   /consumers/{topic}/{id}/gaps:skip {"aggregateType", "aggregateId", "version", "through",
 //	                                   "reason"}: release a gap by skipping missing versions (gaps.go)
+//	GET    /forwarders                 ?topic=: the forward consumers added at run time (forwarders.go)
+//	POST   /forwarders                 {"name", "topic", "url", "auth", "audience", "filter", "maxInFlight",
+//	                                   "maxPerSecond", "timeoutSeconds", "description"}: add one: its registry
+//	                                   row, its topic_consumers entry, its subscription pushing to the
+//	                                   forwarders consume service; it receives the topic's events from then on
+//	GET    /forwarders/{name}          one forwarder, with its subscription and push endpoint
+//	PATCH  /forwarders/{name}          {"url", "auth", "audience", "maxInFlight", "maxPerSecond",
+//	                                   "timeoutSeconds", "description"}: change it (topic and filter are fixed)
+//	DELETE /forwarders/{name}          delete its subscription (delivery stops), its registry entry and row
 //	GET    /audit                      ?action=&topic=&consumer=&outcome=&limit=: who did (or was refused, or
 //	                                   read) what, newest first
 //	POST   /subscriptions/{name}:seek  {"time": RFC 3339} or {"snapshot": name}: redeliver from there
@@ -206,6 +215,10 @@ type Options struct {
 	// (DLQREPLAY_PULL_CONSUMERS; Terraform's pull_mode): declared push, but
 	// pulled by a worker, so they have no push endpoint to pause.
 	PullConsumers []string
+	// Forwarders configure the forward consumers added at run time
+	// (/forwarders; forwarders.go). Adding one needs Forwarders.URL and a
+	// Broker that is a broker.SubscriptionAdmin.
+	Forwarders ForwardersOptions
 	// Pauser pauses and resumes consumers (pause, resume, rebuild); nil
 	// with a Broker that is a PushConfigurer means a PushPauser over it
 	// and PushTargets.
@@ -351,7 +364,15 @@ func New(o Options) (http.Handler, error) {
 		&catalogView{topology: o.Topology, registry: registry, pull: pull, logger: o.Logger},
 		jobs,
 	), &route{"POST", "erasures", RoleAdmin, pe.erase})
-	s.routes = append(s.routes, backfillRoutes(&backfills{dbs: dbs, topology: o.Topology, g: g})...)
+	fw := &forwarderAPI{o: o.Forwarders, dbs: dbs, topology: o.Topology, registry: registry, auditLog: o.Audit, g: g, logger: o.Logger}
+	if sa, ok := broker.As[broker.SubscriptionAdmin](o.Broker); ok {
+		fw.subs = sa
+	}
+	if o.Forwarders.Subscriptions != nil {
+		fw.subs = o.Forwarders.Subscriptions
+	}
+	s.routes = append(s.routes, forwarderRoutes(fw)...)
+	s.routes = append(s.routes, backfillRoutes(&backfills{dbs: dbs, topology: o.Topology, g: g, forwarders: fw})...)
 	return s, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/relaybus/relaybus/internal/instance/pgopen"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -95,6 +96,27 @@ type Config struct {
 	// sets it from pull_mode): pause, resume and rebuild refuse them with
 	// the reason instead of failing on a subscription without push.
 	PullConsumers []string `env:"DLQREPLAY_PULL_CONSUMERS"`
+	// ForwardersURL is the forwarders consume service's URL
+	// (DLQREPLAY_FORWARDERS_URL; Terraform sets it): each forward
+	// consumer added at run time gets a subscription pushing to
+	// <it>/<name>. Empty: POST /forwarders answers 501.
+	ForwardersURL string `env:"DLQREPLAY_FORWARDERS_URL"`
+	// ForwardersPushAccount is the service account whose OIDC token those
+	// pushes carry (DLQREPLAY_FORWARDERS_PUSH_ACCOUNT), the audience being
+	// ForwardersURL; empty: no token (the local stack).
+	ForwardersPushAccount string `env:"DLQREPLAY_FORWARDERS_PUSH_ACCOUNT"`
+	// ForwardersDatabase names the topology database that holds the
+	// forwarders' registry, the forwarders service's
+	// (DLQREPLAY_FORWARDERS_DATABASE, default main).
+	ForwardersDatabase string `env:"DLQREPLAY_FORWARDERS_DATABASE, default=main"`
+	// ForwardersNoDeadLetterPolicy leaves their subscriptions without
+	// Pub/Sub's dead-letter policy (the local stack on pstest; not read
+	// from the environment).
+	ForwardersNoDeadLetterPolicy bool
+	// ForwarderSubscriptions, when set, creates and deletes the
+	// forwarders' subscriptions (the local stack's delivery loop; not
+	// read from the environment).
+	ForwarderSubscriptions broker.SubscriptionAdmin
 	// Retention is how long dead letters are kept (ARCHIVE_RETENTION,
 	// default 720h): each gets deleteAt = archived + retention for
 	// Firestore's TTL policy.
@@ -243,6 +265,8 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		RateLimit: rate, RateBurst: cfg.RateBurst,
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, PullConsumers: cfg.PullConsumers, Pauser: cfg.Pauser,
 		TraceProject: traceProject(cfg),
+		Forwarders: ForwardersOptions{URL: cfg.ForwardersURL, PushAccount: cfg.ForwardersPushAccount, Database: cfg.ForwardersDatabase,
+			NoDeadLetterPolicy: cfg.ForwardersNoDeadLetterPolicy, Subscriptions: cfg.ForwarderSubscriptions},
 	})
 	if err != nil {
 		return fail(err)

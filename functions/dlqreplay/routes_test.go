@@ -29,6 +29,9 @@ func TestRoutesAreDocumented(t *testing.T) {
 	for _, rt := range backfillRoutes(&backfills{}) {
 		table = append(table, rt.method+" "+rt.pattern)
 	}
+	for _, rt := range forwarderRoutes(&forwarderAPI{}) {
+		table = append(table, rt.method+" "+rt.pattern)
+	}
 	if len(table) == 0 || len(documented) == 0 {
 		t.Fatalf("%d routes in the table, %d in the package comment", len(table), len(documented))
 	}

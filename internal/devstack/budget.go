@@ -42,10 +42,11 @@ var (
 
 // poolShares splits budget among the stack's pools (one admin, one
 // dlqreplay and one relay pool per database, one publish pool, one pool per
-// consumer) in proportion to their roles' weights, rounding down, what is
+// consumer and one for the forwarders service) in proportion to their
+// roles' weights, rounding down, what is
 // left to publish, so the sum is budget. With the default topology (2
-// databases, 4 consumers) and the default 40: admin 2, dlqreplay 1, relay
-// 4, publish 10, consumer 4.
+// databases, 4 consumers and the forwarders service: 5 consumer pools) and
+// the default 40: admin 1, dlqreplay 1, relay 3, publish 15, consumer 3.
 // Publish weighs most: its requests have the shortest budget (2 s), while
 // a delivery may wait for a connection up to the consumer's 30 s.
 func poolShares(budget, databases, consumers int) (map[poolRole]int, error) {

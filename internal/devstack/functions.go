@@ -46,6 +46,9 @@ type functionsInput struct {
 	// Pauser pauses and resumes pushed consumers for the operations API
 	// (the delivery loop; nil without push).
 	Pauser dlqreplay.Pauser
+	// Forwarders creates and deletes the forwarders' subscriptions and
+	// routes the delivery loop to them (nil without push).
+	Forwarders *Forwarders
 }
 
 // functions is the functions step's result: every function mounted under
@@ -101,6 +104,16 @@ func buildFunctions(ctx context.Context, in functionsInput, down *teardown) (fun
 			return functions{}, err
 		}
 		fns.Consumers = append(fns.Consumers, mountedConsumer{Consumer: c, URL: in.Base + path})
+	}
+	if in.Pushes {
+		// The forwarders service: every forward consumer added at run time
+		// (POST /dlqreplay/forwarders), each under its name; its
+		// subscriptions are created by the operations API and delivered
+		// by the loop (Forwarders).
+		h, err := consume.Build(ctx, forwardersConfig(in))
+		if err := add("forwarders", forwardersPath, h, err); err != nil {
+			return functions{}, err
+		}
 	}
 	ops, err := dlqreplay.Build(ctx, dlqreplayConfig(in))
 	if err := add("dlqreplay", "/dlqreplay", ops, err); err != nil {
@@ -211,7 +224,29 @@ func dlqreplayConfig(in functionsInput) dlqreplay.Config {
 	c.Archivers = []string{dlqreplay.Anonymous}
 	c.RateLimit = 0
 	c.Pauser = in.Pauser
+	if in.Pushes && in.Forwarders != nil {
+		c.ForwardersURL = in.Base + forwardersPath
+		// The loop dead-letters by the route's max attempts (pstest's
+		// dead-lettering is broken).
+		c.ForwardersNoDeadLetterPolicy = true
+		c.ForwarderSubscriptions = in.Forwarders
+	}
 	return c
+}
+
+// forwardersPath is where the local stack serves the forwarders service.
+const forwardersPath = "/consume/forwarders"
+
+// forwardersConfig is the forwarders service's configuration: a consume
+// service serving every forwarder of the main database's registry.
+func forwardersConfig(in functionsInput) consume.Config {
+	cc := in.Functions.Consume
+	cc.ConsumerID, cc.Subscription, cc.Handler = "forwarders", "", consume.HandlerForwarders
+	cc.RollupTopic = in.Topology.Rollup.Topic
+	cc.ForwardURL, cc.ForwardAudience, cc.ForwardSigningSecret = "", "", ""
+	cc.Env, cc.PubSub = in.Env, in.Broker
+	cc.DB.URL = in.DBs.url(topology.MainDatabase, roleConsumer)
+	return cc
 }
 
 func mount(mux *http.ServeMux, prefix string, h http.Handler) {

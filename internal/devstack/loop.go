@@ -150,6 +150,66 @@ type Loop struct {
 	// paused holds the paused subscriptions, each with a channel closed
 	// when it resumes.
 	paused map[string]chan struct{}
+
+	// runMu guards running and pending: the routes added while Run runs
+	// (Add, Remove), and those added before it starts.
+	runMu   sync.Mutex
+	running *loopRun
+	pending []Route
+}
+
+// loopRun is a running Run's state, for the routes added while it runs.
+type loopRun struct {
+	ctx, cutCtx, endCtx context.Context
+	wg                  *sync.WaitGroup
+	runners             []*runner
+	stops               map[string]context.CancelFunc
+}
+
+// start runs a runner for r until ctx ends or Remove stops it (with
+// l.runMu held).
+func (l *Loop) start(lr *loopRun, r Route) {
+	if _, ok := lr.stops[r.Subscription]; ok {
+		return
+	}
+	ctx, stop := context.WithCancel(lr.ctx)
+	lr.stops[r.Subscription] = stop
+	rn := &runner{l: l, r: r}
+	lr.runners = append(lr.runners, rn)
+	lr.wg.Add(1)
+	go func() {
+		defer lr.wg.Done()
+		rn.run(ctx, lr.cutCtx, lr.endCtx)
+	}()
+}
+
+// Add starts delivering a route the loop did not have (a subscription
+// created while the stack runs: a forwarder added through the operations
+// API); before Run it is delivered from Run's start. A route the loop has
+// is left as it is.
+func (l *Loop) Add(r Route) {
+	l.runMu.Lock()
+	defer l.runMu.Unlock()
+	if l.running == nil {
+		l.pending = append(l.pending, r)
+		return
+	}
+	l.start(l.running, r)
+}
+
+// Remove stops delivering sub (its subscription is being deleted): what
+// the loop holds of it is handed back, as at shutdown.
+func (l *Loop) Remove(sub string) {
+	l.runMu.Lock()
+	defer l.runMu.Unlock()
+	if l.running == nil {
+		l.pending = slices.DeleteFunc(l.pending, func(r Route) bool { return r.Subscription == sub })
+		return
+	}
+	if stop, ok := l.running.stops[sub]; ok {
+		stop()
+		delete(l.running.stops, sub)
+	}
 }
 
 // Pause stops delivery on a subscription, as detaching a push
@@ -287,17 +347,19 @@ func (l *Loop) Run(ctx context.Context, routes []Route) Stopped {
 	endCtx, end := context.WithCancel(context.WithoutCancel(ctx))
 	defer cut()
 	defer end()
-	runners := make([]*runner, len(routes))
 	var wg sync.WaitGroup
-	for i, r := range routes {
-		runners[i] = &runner{l: l, r: r}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runners[i].run(ctx, cutCtx, endCtx)
-		}()
+	lr := &loopRun{ctx: ctx, cutCtx: cutCtx, endCtx: endCtx, wg: &wg, stops: map[string]context.CancelFunc{}}
+	l.runMu.Lock()
+	for _, r := range append(slices.Clone(routes), l.pending...) {
+		l.start(lr, r)
 	}
+	l.pending, l.running = nil, lr
+	l.runMu.Unlock()
 	<-ctx.Done()
+	l.runMu.Lock()
+	l.running = nil
+	runners := lr.runners
+	l.runMu.Unlock()
 	if l.abandon {
 		cut()
 		end()

@@ -89,7 +89,7 @@ func (d databases) others(role poolRole) map[string]string {
 // stack's own pool of each; the functions open pools of their own from
 // databases.url, each its role's share of budget.
 func openDatabases(ctx context.Context, mainURL string, budget int, top *topology.Topology, down *teardown) (databases, error) {
-	consumers := 0
+	consumers := 1 // the forwarders service (forward consumers added at run time)
 	for _, c := range top.Consumers() {
 		if c.IsEnabled() {
 			consumers++

@@ -264,6 +264,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		HealDelay: o.HealDelay, DBs: dbs, Topology: s.Topology, Pushes: br.Pushes}
 	if dl.loop != nil {
 		in.Pauser = dl.loop
+		in.Forwarders = &Forwarders{Client: br.PubSub, Loop: dl.loop}
 	}
 	fns, err := buildFunctions(ctx, in, &s.down)
 	if err != nil {

@@ -63,6 +63,7 @@ func TestEachDefaultIsWrittenOnce(t *testing.T) {
 		{"OUTBOX_RETENTION", rel.Relay.Retention, relay.DefaultRetention},
 		{"RELAY_HEAL_DELAY", rel.Relay.HealDelay, relay.DefaultHealDelay},
 		{"RELAY_DATABASES", strings.Join(rel.Databases, ","), topology.MainDatabase},
+		{"DLQREPLAY_FORWARDERS_DATABASE", dlq.ForwardersDatabase, topology.MainDatabase},
 		{"MIGRATE_DATABASE", mig.Database, topology.MainDatabase},
 
 		{"PUBLISH_MAX_PAYLOAD_BYTES", pub.MaxPayloadBytes, event.DefaultPayloadLimit},

@@ -142,6 +142,43 @@ type PushEndpoint struct {
 	URL, ServiceAccount, Audience string
 }
 
+// SubscriptionAdmin is a capability: a consumer's own subscription
+// created and deleted at run time, without the deploy that provisions the
+// topology's (the operators' API's forwarders; Pub/Sub only).
+type SubscriptionAdmin interface {
+	// CreateSubscription creates s (ErrExists when a subscription of its
+	// name exists; ErrRefused when the broker refuses a setting, a filter
+	// it cannot parse say).
+	CreateSubscription(ctx context.Context, s SubscriptionSpec) error
+	// DeleteSubscription deletes subscription and what it holds
+	// (ErrNotFound when there is none).
+	DeleteSubscription(ctx context.Context, subscription string) error
+}
+
+// SubscriptionSpec is a subscription as SubscriptionAdmin creates it.
+type SubscriptionSpec struct {
+	// Name and Topic are the subscription's and its topic's ids.
+	Name, Topic string
+	// Filter is the broker's filter on the messages' attributes (empty:
+	// every message).
+	Filter string
+	// Ordered delivers each ordering key's messages in order.
+	Ordered bool
+	// AckDeadline is how long a delivery may take before it is redelivered.
+	AckDeadline time.Duration
+	// MinBackoff and MaxBackoff space the redeliveries of a refused message.
+	MinBackoff, MaxBackoff time.Duration
+	// DeadLetterTopic, when set, receives a message refused
+	// MaxDeliveryAttempts times.
+	DeadLetterTopic     string
+	MaxDeliveryAttempts int
+	// Retention keeps acknowledged messages that long, for seeks (0: none).
+	Retention time.Duration
+	// Push, when set, is where the broker pushes each message, with that
+	// OIDC identity (zero: a pull subscription).
+	Push PushEndpoint
+}
+
 // Errors of the capabilities' administration calls (the Kind of an
 // *Error), so callers answer them with errors.Is whatever the broker.
 var (

@@ -62,6 +62,12 @@ const (
 	// /backfills); BackfillControl an operator's pause, resume or cancel.
 	Backfill        = "backfill.create"
 	BackfillControl = "backfill.control"
+	// ForwarderAdd, ForwarderChange and ForwarderRemove are the edits of
+	// the forward consumers added at run time (functions/dlqreplay's
+	// /forwarders).
+	ForwarderAdd    = "forwarder.add"
+	ForwarderChange = "forwarder.change"
+	ForwarderRemove = "forwarder.remove"
 	// Reads of payloads, and of the audit log itself.
 	EventRead  = "event.read"
 	LetterRead = "deadletter.read"
