@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,10 +234,15 @@ func receive(t *testing.T, e *env, sub string) []*pubsub.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
-	var got []*pubsub.Message
+	var (
+		mu  sync.Mutex // Receive calls back from several goroutines
+		got []*pubsub.Message
+	)
 	err := e.fake.Client.PubSub().Subscriber(sub).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
 		m.Ack()
+		mu.Lock()
 		got = append(got, m)
+		mu.Unlock()
 	})
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
