@@ -185,34 +185,7 @@ topics:
 		t.Fatalf("resumed, the subscription pushes to %q, want %q", got, endpoint.URL)
 	}
 
-	all := func() bool {
-		seen := map[string]bool{}
-		for _, id := range tg.accepted() {
-			seen[id] = true
-		}
-		for _, ids := range want {
-			for _, id := range ids {
-				if !seen[id] {
-					return false
-				}
-			}
-		}
-		return true
-	}
-	eventually.True(t, 90*time.Second, "every event forwarded after the outage", all)
-	first := map[string]int{}
-	for i, id := range tg.accepted() {
-		if _, ok := first[id]; !ok {
-			first[id] = i
-		}
-	}
-	for agg, ids := range want {
-		for i := 1; i < len(ids); i++ {
-			if first[ids[i]] < first[ids[i-1]] {
-				t.Errorf("%s: version %d was forwarded before version %d", agg, i+1, i)
-			}
-		}
-	}
+	tg.forwardedInOrder(t, 90*time.Second, want)
 
 	var deadLettered int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_attempts WHERE consumer_id = 'archive-service' AND outcome = 'dead_lettered'`).Scan(&deadLettered); err != nil {

@@ -182,37 +182,7 @@ topics:
 	time.Sleep(outage)
 	tg.start(t)
 
-	all := func() bool {
-		seen := map[string]bool{}
-		for _, id := range tg.accepted() {
-			seen[id] = true
-		}
-		for _, ids := range want {
-			for _, id := range ids {
-				if !seen[id] {
-					return false
-				}
-			}
-		}
-		return true
-	}
-	eventually.True(t, 60*time.Second, "every event forwarded after the outage", all)
-
-	// In order per aggregate: each event's first acceptance comes after
-	// its predecessor's.
-	first := map[string]int{}
-	for i, id := range tg.accepted() {
-		if _, ok := first[id]; !ok {
-			first[id] = i
-		}
-	}
-	for agg, ids := range want {
-		for i := 1; i < len(ids); i++ {
-			if first[ids[i]] < first[ids[i-1]] {
-				t.Errorf("%s: version %d was forwarded before version %d", agg, i+1, i)
-			}
-		}
-	}
+	tg.forwardedInOrder(t, 60*time.Second, want)
 
 	var deadLettered, failed int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE outcome = 'dead_lettered'), count(*) FILTER (WHERE outcome <> 'success')
@@ -236,4 +206,39 @@ topics:
 		t.Errorf("%d failed attempts recorded during the outage; want fewer than the threshold (%d)", failed, cfg.ForwardBreakerThreshold)
 	}
 	t.Logf("outage %s: %d failed attempts recorded, %d requests accepted by the target for %d events", outage, failed, len(tg.accepted()), 2*versions)
+}
+
+// forwardedInOrder waits up to timeout for the target to accept every event
+// of want (aggregate → event ids in version order), then checks that each
+// event's first acceptance came after its predecessor's.
+func (tg *outageTarget) forwardedInOrder(t *testing.T, timeout time.Duration, want map[string][]string) {
+	t.Helper()
+	all := func() bool {
+		seen := map[string]bool{}
+		for _, id := range tg.accepted() {
+			seen[id] = true
+		}
+		for _, ids := range want {
+			for _, id := range ids {
+				if !seen[id] {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	eventually.True(t, timeout, "every event forwarded after the outage", all)
+	first := map[string]int{}
+	for i, id := range tg.accepted() {
+		if _, ok := first[id]; !ok {
+			first[id] = i
+		}
+	}
+	for agg, ids := range want {
+		for i := 1; i < len(ids); i++ {
+			if first[ids[i]] < first[ids[i-1]] {
+				t.Errorf("%s: version %d was forwarded before version %d", agg, i+1, i)
+			}
+		}
+	}
 }
