@@ -150,18 +150,28 @@ func forwarderPath(r *request, args []string) (string, error) {
 	return args[0], nil
 }
 
+// current returns the forwarders' database and the forwarder named, or
+// the API's error (not configured, not found).
+func (fa *forwarderAPI) current(r *request, name string) (postgres.DBTX, forwarders.Forwarder, error) {
+	db, err := fa.db()
+	if err != nil {
+		return nil, forwarders.Forwarder{}, err
+	}
+	f, err := forwarders.Get(r.Context(), db, name)
+	if err != nil {
+		return nil, forwarders.Forwarder{}, storeErr(err, name)
+	}
+	return db, f, nil
+}
+
 func (fa *forwarderAPI) get(r *request, args []string) (any, error) {
 	name, err := forwarderPath(r, args)
 	if err != nil {
 		return nil, err
 	}
-	db, err := fa.db()
+	_, f, err := fa.current(r, name)
 	if err != nil {
 		return nil, err
-	}
-	f, err := forwarders.Get(r.Context(), db, name)
-	if err != nil {
-		return nil, storeErr(err, name)
 	}
 	return map[string]any{"forwarder": fa.view(f)}, nil
 }
@@ -348,13 +358,9 @@ func (fa *forwarderAPI) change(r *request, args []string) (any, error) {
 	if err := decodeBody(r.Request, &b, false); err != nil {
 		return nil, err
 	}
-	db, err := fa.db()
+	db, cur, err := fa.current(r, name)
 	if err != nil {
 		return nil, err
-	}
-	cur, err := forwarders.Get(r.Context(), db, name)
-	if err != nil {
-		return nil, storeErr(err, name)
 	}
 	f := cur
 	set := func(p *string, to *string) {
@@ -426,13 +432,9 @@ func (fa *forwarderAPI) remove(r *request, args []string) (any, error) {
 	if err := decodeBody(r.Request, &struct{}{}, true); err != nil {
 		return nil, err
 	}
-	db, err := fa.db()
+	db, cur, err := fa.current(r, name)
 	if err != nil {
 		return nil, err
-	}
-	cur, err := forwarders.Get(r.Context(), db, name)
-	if err != nil {
-		return nil, storeErr(err, name)
 	}
 	if err := fa.g.authorize(r, audit.ForwarderRemove, RoleAdmin, target{Topic: cur.Topic}); err != nil {
 		return nil, err
