@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +23,7 @@ import (
 	"github.com/relaybus/relaybus/internal/history"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/migrate"
+	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/consumer"
@@ -47,6 +50,16 @@ const (
 	// pool is 32 for 16 pushes at once).
 	benchWorkers = 16
 	benchPool    = 16
+	// liveConsumer is another consumer of the topic, live all along: it
+	// takes the live versions and a steady stream of benchSteadyRate
+	// events/s on benchSteadyAggregates aggregates of its own, never the
+	// backfill. Its handler latency is measured for benchQuiet before the
+	// backfill starts and again while it runs.
+	liveConsumer          = "live-service"
+	liveWorkers           = 4
+	benchSteadyRate       = 100
+	benchSteadyAggregates = 50
+	benchQuiet            = 15 * time.Second
 )
 
 // discard is a broker that acknowledges everything: the setup's relay
@@ -195,23 +208,29 @@ func (deadLetters) Publish(context.Context, string, event.Message) (string, erro
 // strict handler that records each version it applies, on a schema of its
 // own in the test database with benchPool connections.
 func benchConsumer(b *testing.B) (*pgxpool.Pool, *consumer.Engine) {
+	return benchEngine(b, newbie, benchPool, projection.Strict(recorder()))
+}
+
+// benchEngine is consumer id's engine with handler h, on a schema of its
+// own in the test database with pool connections.
+func benchEngine(b *testing.B, id string, pool int32, h consumer.Handler) (*pgxpool.Pool, *consumer.Engine) {
 	b.Helper()
 	ctx := context.Background()
-	pool, _ := pgtest.SchemaConfig(b, func(c *pgxpool.Config) { c.MaxConns = benchPool })
+	db, _ := pgtest.SchemaConfig(b, func(c *pgxpool.Config) { c.MaxConns = pool })
 	for _, l := range []migrate.Line{inbox.Migrations, projection.Migrations, outbox.Migrations} {
-		if _, err := l.Apply(ctx, pool); err != nil {
+		if _, err := l.Apply(ctx, db); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if err := applied(ctx, pool); err != nil {
+	if err := applied(ctx, db); err != nil {
 		b.Fatal(err)
 	}
-	eng, err := consumer.New(consumer.Options{DB: pool, ConsumerID: newbie, Handler: projection.Strict(recorder()), DeadLetters: deadLetters{}})
+	eng, err := consumer.New(consumer.Options{DB: db, ConsumerID: id, Handler: h, DeadLetters: deadLetters{}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = eng.Close(context.Background()) })
-	return pool, eng
+	return db, eng
 }
 
 func benchEvent(a int, v int64) *event.Event {
@@ -228,6 +247,12 @@ func benchEvent(a int, v int64) *event.Event {
 // each message the broker acknowledged through a strict handler that
 // records the versions it applies (inbox, version gate, one Postgres
 // transaction per delivery), each ordering key on one of 16 workers.
+//
+// Another consumer of the topic (liveConsumer, the generic projection)
+// takes the live versions and a steady stream of its own aggregates,
+// first for benchQuiet with no backfill, then while the backfill runs;
+// consume_p99_ms_without_backfill and consume_p99_ms_during_backfill are
+// its handler's p99 in the two phases.
 //
 // backfill_events_per_s is the history's events over the time from the
 // backfill's first step to the consumer's commit of the last event;
@@ -250,6 +275,41 @@ func backfillBench(b *testing.B) {
 
 	cdb, eng := benchConsumer(b)
 	fake, reqs := benchBroker(b)
+
+	// The live consumer: its handler latency before the backfill (phase
+	// 0) and while it runs (phase 1); a delivery that spans a phase change
+	// is left out.
+	ldb, liveEng := benchEngine(b, liveConsumer, liveWorkers, projection.Latest())
+	var (
+		phase      atomic.Int32
+		latMu      sync.Mutex
+		lat        [2][]time.Duration
+		liveFailed atomic.Int64
+		liveWG     sync.WaitGroup
+		liveIn     = make([]chan event.Message, liveWorkers)
+	)
+	for i := range liveIn {
+		liveIn[i] = make(chan event.Message, 1<<16)
+		liveWG.Add(1)
+		go func() {
+			defer liveWG.Done()
+			for m := range liveIn[i] {
+				p := phase.Load()
+				t0 := time.Now()
+				r := liveEng.Handle(ctx, delivery.Delivery{Mode: delivery.ModePush, Subscription: topic + "." + liveConsumer + "-sub", Message: m})
+				d := time.Since(t0)
+				if r.Status != 200 || r.Error != "" {
+					liveFailed.Add(1)
+					continue
+				}
+				if p < 2 && phase.Load() == p {
+					latMu.Lock()
+					lat[p] = append(lat[p], d)
+					latMu.Unlock()
+				}
+			}
+		}()
+	}
 
 	// The consumer: each acknowledged message to the worker of its key.
 	var (
@@ -291,7 +351,16 @@ func backfillBench(b *testing.B) {
 			}
 			h := fnv.New32a()
 			h.Write([]byte(m.OrderingKey))
-			workers[h.Sum32()%benchWorkers] <- m
+			k := h.Sum32()
+			switch {
+			case m.Attributes[topology.TargetConsumerAttr] != "": // the backfill: the newbie's alone
+				workers[k%benchWorkers] <- m
+			case strings.HasPrefix(m.Attributes[event.AttrAggregateID], "s-"): // the steady stream: a filter keeps it from the newbie
+				liveIn[k%liveWorkers] <- m
+			default: // a live version: both consumers
+				workers[k%benchWorkers] <- m
+				liveIn[k%liveWorkers] <- m
+			}
 		}
 	}
 	r, err := relay.New(relay.Options{DB: db, Publisher: tap{next: fake.Client, out: out}, Topology: top, Retention: -1})
@@ -308,30 +377,62 @@ func backfillBench(b *testing.B) {
 		b.Fatalf("start: matched %d (%v), want %d", bf.Matched, err, historyN)
 	}
 
-	stmts0, err := cost.StatementSnapshot(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cpu0, err := cost.CPU()
-	if err != nil {
-		b.Fatal(err)
-	}
-	start := time.Now()
 	var (
-		bg        sync.WaitGroup
-		queuedAt  time.Time
-		runErr    error
-		liveErr   error
-		relayErr  error
-		stopRelay = make(chan struct{})
-		runDone   = make(chan struct{})
-		liveDone  = make(chan struct{})
-		relayedAt time.Time
+		bg         sync.WaitGroup
+		queuedAt   time.Time
+		runErr     error
+		liveErr    error
+		steadyErr  error
+		relayErr   error
+		steadySent atomic.Int64
+		stopRelay  = make(chan struct{})
+		startRun   = make(chan struct{})
+		runDone    = make(chan struct{})
+		liveDone   = make(chan struct{})
+		steadyDone = make(chan struct{})
+		relayedAt  time.Time
 	)
-	bg.Add(3)
-	go func() { // the backfill, driven at its rate
+	bg.Add(4)
+	go func() { // the steady stream, for the live consumer, until the newbie is done
+		defer bg.Done()
+		defer close(steadyDone)
+		const every = 50 * time.Millisecond
+		t := time.NewTicker(every)
+		defer t.Stop()
+		per := int(benchSteadyRate * every / time.Second)
+		for n := 0; ; {
+			evs := make([]*event.Event, 0, per)
+			for range per {
+				agg := fmt.Sprintf("s-%03d", n%benchSteadyAggregates)
+				v := int64(n/benchSteadyAggregates + 1)
+				evs = append(evs, &event.Event{ID: fmt.Sprintf("%s-v%d", agg, v), Type: "order.purchased", Source: "order-service",
+					Topic: topic, AggregateID: agg, Version: v, Payload: []byte(fmt.Sprintf(`{"order":%q,"v":%d}`, agg, v))})
+				n++
+			}
+			if _, steadyErr = outbox.Enqueue(ctx, db, evs...); steadyErr != nil {
+				return
+			}
+			steadySent.Add(int64(per))
+			select {
+			case <-ctx.Done():
+				return
+			case <-finished:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	var start time.Time
+	var cpu0 time.Duration
+	var stmts0 cost.Snapshot
+	go func() { // the backfill, driven at its rate, after the quiet phase
 		defer bg.Done()
 		defer close(runDone)
+		select {
+		case <-ctx.Done():
+			return
+		case <-startRun:
+		}
 		var end history.Backfill
 		end, runErr = history.Run(ctx, db, id, time.Now().Add(10*time.Minute))
 		if runErr == nil && (end.State != history.StateDone || end.Queued != historyN) {
@@ -342,6 +443,11 @@ func backfillBench(b *testing.B) {
 	go func() { // live versions past the watermark
 		defer bg.Done()
 		defer close(liveDone)
+		select {
+		case <-ctx.Done():
+			return
+		case <-startRun:
+		}
 		t := time.NewTicker(benchLiveEvery)
 		defer t.Stop()
 		for v := int64(benchVersions + 1); v <= benchVersions+benchLive; v++ {
@@ -372,7 +478,7 @@ func backfillBench(b *testing.B) {
 			if sum.Claimed+sum.Repushed > 0 {
 				continue
 			}
-			if isClosed(runDone) && isClosed(liveDone) && sum.Remaining == 0 {
+			if isClosed(runDone) && isClosed(liveDone) && isClosed(steadyDone) && sum.Remaining == 0 {
 				var left int
 				if relayErr = db.QueryRow(ctx, `SELECT count(*) FROM relaybus_outbox_repush`).Scan(&left); relayErr != nil || left == 0 {
 					relayedAt = time.Now() // everything queued is published: the relay's part is done
@@ -388,6 +494,20 @@ func backfillBench(b *testing.B) {
 			}
 		}
 	}()
+	// The quiet phase: the live consumer alone, with no backfill.
+	select {
+	case <-time.After(benchQuiet):
+	case <-ctx.Done():
+	}
+	if stmts0, err = cost.StatementSnapshot(ctx, url); err != nil {
+		b.Fatal(err)
+	}
+	if cpu0, err = cost.CPU(); err != nil {
+		b.Fatal(err)
+	}
+	start = time.Now()
+	phase.Store(1)
+	close(startRun)
 	cut := false
 	select {
 	case <-finished:
@@ -396,15 +516,20 @@ func backfillBench(b *testing.B) {
 		cancel()
 	}
 	elapsed := time.Since(start)
+	phase.Store(2)
+	bg.Wait() // the steady stream stops at finished; the relay publishes what is left of it
 	close(stopRelay)
-	bg.Wait()
 	cpu1, _ := cost.CPU()
 	stmts1, _ := cost.StatementSnapshot(context.Background(), url)
 	for _, w := range workers {
 		close(w)
 	}
 	wg.Wait()
-	for _, err := range []error{runErr, liveErr, relayErr} {
+	for _, w := range liveIn {
+		close(w)
+	}
+	liveWG.Wait()
+	for _, err := range []error{runErr, liveErr, steadyErr, relayErr} {
 		if err != nil {
 			b.Fatalf("backfill benchmark: %v: the run prints no figure", err)
 		}
@@ -414,6 +539,9 @@ func backfillBench(b *testing.B) {
 	}
 	if failed.Load() > 0 {
 		b.Fatalf("backfill benchmark: %d deliveries not applied (first: %s): the run prints no figure", failed.Load(), firstFailure)
+	}
+	if liveFailed.Load() > 0 {
+		b.Fatalf("backfill benchmark: the live consumer failed %d deliveries: the run prints no figure", liveFailed.Load())
 	}
 
 	// What the consumer applied: every aggregate's versions 1..410, each
@@ -457,12 +585,32 @@ func backfillBench(b *testing.B) {
 		queuedAt.Sub(start).Seconds(), published.Sub(start).Seconds(), relayedAt.Sub(start).Seconds(), elapsed.Seconds(),
 		int(float64(historyN)/queuedAt.Sub(start).Seconds()), int(float64(historyN)/published.Sub(start).Seconds()))
 	stmts := stmts1.Since(stmts0)
-	fmt.Printf("# backfill cost over the run, per event delivered (%d): process CPU %.1f µs (backfill steps, relay, in-process pstest and the consume engine together); %.4f publish requests (%d, as pstest received them); %.4f outbox-database statements (%d, pg_stat_statements, the consumer's database left out)\n",
+	fmt.Printf("# backfill cost over the run, per event delivered (%d): process CPU %.1f µs (backfill steps, relay, in-process pstest and the consume engine together, the live consumer's steady stream included); %.4f publish requests (%d, as pstest received them); %.4f outbox-database statements (%d, pg_stat_statements, the consumer's database left out)\n",
 		total, float64((cpu1-cpu0).Microseconds())/float64(total), float64(reqs.calls.Load())/float64(total), reqs.calls.Load(),
 		float64(cost.Calls(stmts))/float64(total), cost.Calls(stmts))
 	cost.PrintStatements(os.Stdout, "backfill outbox statements", "event", stmts, total, 6)
+	var liveInbox int64
+	if err := ldb.QueryRow(ctx, `SELECT count(*) FROM relaybus_inbox`).Scan(&liveInbox); err != nil {
+		b.Fatal(err)
+	}
+	wantLive := steadySent.Load() + int64(benchAggregates*benchLive)
+	if liveInbox != wantLive {
+		b.Fatalf("backfill benchmark: the live consumer's inbox holds %d of %d live events: the run prints no figure", liveInbox, wantLive)
+	}
+	for p, ds := range lat {
+		slices.Sort(ds)
+		if len(ds) == 0 {
+			b.Fatalf("backfill benchmark: no live delivery measured in phase %d: the run prints no figure", p)
+		}
+	}
+	p99 := func(ds []time.Duration) float64 { return float64(percentile.Sorted(ds, 0.99).Microseconds()) / 1000 }
+	without, during := p99(lat[0]), p99(lat[1])
+	fmt.Printf("# backfill: live consumer %q (generic projection, %d workers, pool %d): %d events, %d/s steady on %d aggregates of its own plus the live versions; handler p99 %.2f ms over %d deliveries in %s without the backfill, %.2f ms over %d during it (%+.0f %%)\n",
+		liveConsumer, liveWorkers, liveWorkers, wantLive, benchSteadyRate, benchSteadyAggregates, without, len(lat[0]), benchQuiet, during, len(lat[1]), (during-without)/without*100)
 	benchcheck.Figure(b, "backfill_events_per_s", float64(historyN)/elapsed.Seconds(), "ev/s")
 	benchcheck.Figure(b, "backfill_seam_reorders", float64(reorders), "count")
+	benchcheck.Figure(b, "consume_p99_ms_without_backfill", without, "ms")
+	benchcheck.Figure(b, "consume_p99_ms_during_backfill", during, "ms")
 }
 
 // BenchmarkBackfillPublish is the producer's side of BenchmarkBackfill
