@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"strconv"
@@ -180,11 +181,14 @@ var commands = []*command{
 		setup: func(fs *flag.FlagSet) runner { return pause("pause") }},
 	{path: []string{"consumers", "resume"}, args: "TOPIC CONSUMER", short: "restart delivery to a paused consumer; what was kept while paused is published to it again",
 		setup: func(fs *flag.FlagSet) runner { return pause("resume") }},
-	{path: []string{"consumers", "rebuild"}, args: "TOPIC CONSUMER", short: "rebuild a consumer's projection: pause, clear it and its inbox, seek, resume (--dry-run first)",
+	{path: []string{"consumers", "rebuild"}, args: "TOPIC CONSUMER", short: "rebuild a consumer's projection: pause, clear it and its inbox, seek (or backfill from the history), resume (--dry-run first)",
 		setup: func(fs *flag.FlagSet) runner {
 			at := fs.String("time", "", "replay every message retained since this time (RFC 3339)")
 			snapshot := fs.String("snapshot", "", "replay from this snapshot")
 			aggType := fs.String("aggregate-type", "", "clear only this aggregate type's projection (default: all)")
+			fromHistory := fs.Bool("history", false, "replay from the event history (a backfill to the consumer alone, driven to its end) instead of a seek")
+			database := fs.String("database", "", "with --history: the database whose outbox holds the topic's events (default main)")
+			rate := fs.Float64("rate", 0, "with --history: events per second (default 1000)")
 			dry := fs.Bool("dry-run", false, "say what would be cleared and replayed; change nothing")
 			return func(ctx context.Context, c *cli, args []string) error {
 				if err := exactly(args, "TOPIC", "CONSUMER"); err != nil {
@@ -196,8 +200,32 @@ var commands = []*command{
 				if err := timeFlag("time", *at); err != nil {
 					return err
 				}
-				return c.do(ctx, "POST", fmt.Sprintf("/consumers/%s/%s:rebuild", seg(args[0]), seg(args[1])),
-					map[string]any{"time": *at, "snapshot": *snapshot, "aggregateType": *aggType, "dryRun": *dry}, renderKV)
+				path := fmt.Sprintf("/consumers/%s/%s:rebuild", seg(args[0]), seg(args[1]))
+				body := map[string]any{"time": *at, "snapshot": *snapshot, "aggregateType": *aggType, "dryRun": *dry}
+				if !*fromHistory {
+					return c.do(ctx, "POST", path, body, renderKV)
+				}
+				body["history"], body["database"] = true, *database
+				if *rate != 0 {
+					body["rate"] = *rate
+				}
+				var raw json.RawMessage
+				if err := c.call(ctx, "POST", path, body, &raw); err != nil {
+					return err
+				}
+				if err := c.show(raw, renderKV); err != nil || *dry {
+					return err
+				}
+				var started struct{ Backfills []struct{ ID string } }
+				if err := json.Unmarshal(raw, &started); err != nil {
+					return err
+				}
+				for _, b := range started.Backfills {
+					if err := driveBackfill(ctx, c, b.ID); err != nil {
+						return err
+					}
+				}
+				return nil
 			}
 		}},
 	{path: []string{"consumers", "audit"}, short: "who changed the registry, when, and what",

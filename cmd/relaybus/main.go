@@ -338,6 +338,12 @@ func (c *cli) do(ctx context.Context, method, path string, body any, render func
 		}
 		return fmt.Errorf("%s %s: %d", method, path, resp.StatusCode)
 	}
+	return c.show(b, render)
+}
+
+// show prints an answer b: indented JSON with -o json, else render's
+// table.
+func (c *cli) show(b []byte, render func(io.Writer, []byte) error) error {
 	if c.output == "json" {
 		var v any
 		if err := json.Unmarshal(b, &v); err != nil {

@@ -112,7 +112,7 @@ func (req backfillRequest) spec(top *topology.Topology, dbs databases, now time.
 	if db == "" {
 		db = topology.MainDatabase
 	}
-	if _, ok := dbs.of(db); !ok {
+	if _, ok := dbs.declared(top, db); !ok {
 		bad.add("database", "a database of the topology this API reaches")
 	}
 	return s, db, bad.err()

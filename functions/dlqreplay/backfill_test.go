@@ -74,8 +74,8 @@ func TestBackfillAPI(t *testing.T) {
 	since := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 
 	a := e.do(t, "POST", "/backfills", map[string]any{"topic": "shop.order.events", "consumer": "nobody-service", "rate": 0,
-		"aggregates": []string{"bad id"}})
-	if f := a.fields(); a.status != 400 || !slices.Equal(f, []string{"consumer", "since", "aggregates", "rate"}) {
+		"aggregates": []string{"bad id"}, "database": "nowhere"})
+	if f := a.fields(); a.status != 400 || !slices.Equal(f, []string{"consumer", "since", "aggregates", "rate", "database"}) {
 		t.Fatalf("bad request: %d %v %s", a.status, f, a.raw)
 	}
 

@@ -443,6 +443,18 @@ func (d databases) mustOf(name string) postgres.DBTX {
 	return db
 }
 
+// declared returns the database of a name the topology declares, and
+// whether it does and dlqreplay reaches it (of alone answers main for any
+// name when main is the only database).
+func (d databases) declared(top *topology.Topology, name string) (postgres.DBTX, bool) {
+	if top != nil {
+		if _, ok := top.Database(name); !ok {
+			return nil, false
+		}
+	}
+	return d.of(name)
+}
+
 // of returns the database of a name, and whether dlqreplay has it.
 func (d databases) of(name string) (postgres.DBTX, bool) {
 	if d.byName == nil {

@@ -10,9 +10,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/relaybus/relaybus/internal/history"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -38,6 +40,18 @@ import (
 //  4. resume it (unless it was paused before), and the broker delivers
 //     again everything since that point.
 //
+// From the event history instead ("history": true), step 2 starts one
+// backfill per subscription of the group (internal/history: the topic's
+// events since the time, up to now, re-pushed to the consumer alone)
+// instead of seeking, and the caller drives them as any backfill
+// (POST /backfills/{id}:run; `relaybus consumers rebuild --history`
+// drives them to the end). That reaches back as far as the outbox and its
+// history keep the topic's events rather than the subscription's
+// retention, and it needs no seek from the broker: the same rebuild for
+// every consumer kind on Pub/Sub and NATS. A backfill that does not start
+// stops the rebuild before anything is cleared; one started for a rebuild
+// whose clear then fails is cancelled.
+//
 // A custom handler that declares no rebuild_clear, and a forward consumer
 // (its state is its target's), are refused before anything changes, with
 // what cannot be reset. A time older than the subscription's retention
@@ -54,6 +68,13 @@ type rebuildBody struct {
 	Snapshot      string `json:"snapshot"`
 	AggregateType string `json:"aggregateType"`
 	DryRun        bool   `json:"dryRun"`
+	// History replays from the event history (backfills) instead of a
+	// seek; Database is the database whose outbox holds the topics'
+	// events (main by default) and Rate the backfills' events per second
+	// (history.DefaultRate by default).
+	History  bool     `json:"history"`
+	Database string   `json:"database"`
+	Rate     *float64 `json:"rate"`
 }
 
 // rebuildCounts is what a rebuild clears (or would): the consumer's
@@ -138,6 +159,30 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 	if b.AggregateType != "" && !validAggregate(b.AggregateType) {
 		bad.add("aggregateType", "%s", ruleAggregateID)
 	}
+	outboxName, rate := b.Database, float64(history.DefaultRate)
+	if b.History {
+		if b.Snapshot != "" {
+			bad.add("snapshot", `a rebuild from the history replays from a "time", not a snapshot`)
+		}
+		if outboxName == "" {
+			outboxName = topology.MainDatabase
+		}
+		if _, ok := dl.dbs.declared(dl.topology, outboxName); !ok {
+			bad.add("database", "a database of the topology this API reaches")
+		}
+		if b.Rate != nil {
+			if rate = *b.Rate; rate < 1 || rate > history.MaxRate {
+				bad.add("rate", "events per second, from 1 to %d (default %d)", history.MaxRate, history.DefaultRate)
+			}
+		}
+	} else {
+		if b.Database != "" {
+			bad.add("database", `only with "history": true`)
+		}
+		if b.Rate != nil {
+			bad.add("rate", `only with "history": true`)
+		}
+	}
 	if err := bad.err(); err != nil {
 		return nil, err
 	}
@@ -174,7 +219,7 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 		}
 	}
 	if b.Time != "" {
-		if earliest := time.Now().Add(-retention + retentionMargin); at.Before(earliest) {
+		if earliest := time.Now().Add(-retention + retentionMargin); !b.History && at.Before(earliest) {
 			return nil, fail(http.StatusConflict, "retention", "%s retains messages for %s: a seek reaches back to %s at the earliest, not %s", shortest, retention, earliest.UTC().Format(time.RFC3339), b.Time)
 		}
 		if at.After(time.Now()) {
@@ -187,9 +232,20 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 	}
 	plan := map[string]any{"topic": c.Topic, "consumer": c.Service, "subscription": c.Subscription(), "subscriptions": subs, "database": c.Database,
 		"handler": c.Handler, "scope": scopeOf(b.AggregateType), "time": b.Time, "snapshot": b.Snapshot, "retention": retention.String()}
+	// A rebuild from the history: one backfill per subscription of the
+	// group, the topic's events since the time up to now.
+	var specs []history.Spec
+	if b.History {
+		delete(plan, "retention")
+		plan["history"], plan["outboxDatabase"] = true, outboxName
+		now := time.Now().UTC()
+		for _, g := range group {
+			specs = append(specs, history.Spec{Topic: g.Topic, Consumer: g.Service, Since: at.UTC(), Until: now, Rate: rate, By: r.who.Name})
+		}
+	}
 	var warnings []string
 	if len(group) > 1 {
-		warnings = append(warnings, fmt.Sprintf("%s keeps one state for its subscriptions %s (its tables are keyed by the service): all of them are paused, seeked, cleared and resumed together", c.Service, strings.Join(subs, ", ")))
+		warnings = append(warnings, fmt.Sprintf("%s keeps one state for its subscriptions %s (its tables are keyed by the service): all of them are rebuilt together, paused, replayed from the same point, cleared once and resumed", c.Service, strings.Join(subs, ", ")))
 	}
 	for _, g := range group {
 		if g.Handler == topology.HandlerStrict {
@@ -209,17 +265,31 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 			return nil, err
 		}
 		plan["dryRun"], plan["wouldClear"] = true, n
+		if b.History {
+			replay := map[string]int64{}
+			for _, s := range specs {
+				k, err := history.Count(r.Context(), dl.dbs.mustOf(outboxName), s)
+				if err != nil {
+					return nil, err
+				}
+				replay[s.Topic] = k
+			}
+			plan["wouldReplay"] = replay
+			plan["steps"] = []string{"pause " + strings.Join(subs, ", "), "start a backfill per topic from the history since " + b.Time,
+				"clear the counts above in database " + c.Database, "resume; driving the backfills delivers the counts above to " + c.Service + " alone, in order per aggregate"}
+			return plan, nil
+		}
 		plan["steps"] = []string{"pause " + strings.Join(subs, ", "), "seek to " + b.Time + b.Snapshot,
 			"clear the counts above in database " + c.Database, "resume: Pub/Sub delivers every message retained since then, in order"}
 		return plan, nil
 	}
 	seeker, canSeek := broker.As[broker.TimeSeeker](dl.broker)
 	snaps, canSnap := broker.As[broker.Snapshotter](dl.broker)
-	if b.Snapshot != "" && !canSnap {
+	if !b.History && b.Snapshot != "" && !canSnap {
 		return nil, fail(http.StatusNotImplemented, "unavailable", "snapshots are Pub/Sub's; on this transport rebuild to a time")
 	}
-	if b.Snapshot == "" && !canSeek {
-		return nil, fail(http.StatusNotImplemented, "unavailable", "the broker's administration is not configured (seek)")
+	if !b.History && b.Snapshot == "" && !canSeek {
+		return nil, fail(http.StatusNotImplemented, "unavailable", `the broker's administration is not configured (seek); "history": true rebuilds from the event history instead`)
 	}
 	flagged := false
 	for _, g := range group {
@@ -236,8 +306,12 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 			}
 		}
 	}
+	detail := fmt.Sprintf("rebuild: scope %s, %s to be seeked to %s%s", scopeOf(b.AggregateType), strings.Join(subs, ", "), b.Time, b.Snapshot)
+	if b.History {
+		detail = fmt.Sprintf("rebuild: scope %s, %s to be backfilled from the history since %s", scopeOf(b.AggregateType), strings.Join(subs, ", "), b.Time)
+	}
 	err = dl.g.run(r, audit.Entry{Action: audit.ConsumerRebuild, Topic: c.Topic, ConsumerID: c.Service, Subscription: c.Subscription(),
-		Detail: fmt.Sprintf("rebuild: scope %s, %s to be seeked to %s%s", scopeOf(b.AggregateType), strings.Join(subs, ", "), b.Time, b.Snapshot)}, func(*step) (string, error) {
+		Detail: detail}, func(*step) (string, error) {
 		var paused []topology.Consumer // the consumers this rebuild paused, to resume
 		var done []string              // what each pause and resume did
 		resume := func() error {
@@ -277,6 +351,9 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 				}
 				return "", r.Context().Err()
 			}
+		}
+		if b.History {
+			return dl.rebuildFromHistory(r, c, b.AggregateType, run, dl.dbs.mustOf(outboxName), specs, plan, resume, func() bool { return len(paused) == len(subs) }, &done)
 		}
 		// Seek before clearing: a paused subscription delivers nothing, so the
 		// order is the same to the consumer, and a seek Pub/Sub refuses (the
@@ -328,6 +405,50 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 		return nil, err
 	}
 	return plan, nil
+}
+
+// rebuildFromHistory is a rebuild's steps after the pause when it replays
+// from the event history: start the backfills (nothing is queued until a
+// caller drives them), clear the state, resume. resume resumes what the
+// rebuild paused (its steps appended to done); allResumed says whether it
+// had paused every subscription of the group.
+func (dl *deliveryControl) rebuildFromHistory(r *request, c topology.Consumer, aggType string, run txRunner, outboxDB postgres.DBTX,
+	specs []history.Spec, plan map[string]any, resume func() error, allResumed func() bool, done *[]string) (string, error) {
+	ctx := r.Context()
+	stop := func(err error, ids []string) (string, error) {
+		for _, id := range ids {
+			if _, cerr := history.Set(context.WithoutCancel(ctx), outboxDB, id, "cancel"); cerr != nil {
+				dl.logger.ErrorContext(ctx, "dlqreplay: rebuild failed and its backfill could not be cancelled", "consumer", c.Service, "backfill", id, "error", cerr.Error())
+			}
+		}
+		if rerr := resume(); rerr != nil {
+			dl.logger.ErrorContext(ctx, "dlqreplay: rebuild failed and a consumer could not be resumed", "consumer", c.Service, "error", rerr.Error())
+		}
+		return "", err
+	}
+	var (
+		ids     []string
+		started []history.Backfill
+		matched int64
+	)
+	for _, s := range specs {
+		id := history.NewID(time.Now())
+		bf, err := history.Start(ctx, outboxDB, id, s)
+		if err != nil {
+			return stop(fmt.Errorf("rebuild of %s: the backfill of %s did not start; nothing was cleared: %w", c.Service, s.Topic, err), ids)
+		}
+		ids, started, matched = append(ids, id), append(started, bf), matched+bf.Matched
+	}
+	n, err := clearRebuild(ctx, run, c, aggType, true)
+	if err != nil {
+		return stop(err, ids)
+	}
+	if err := resume(); err != nil {
+		return "", err
+	}
+	plan["cleared"], plan["resumed"], plan["done"], plan["backfills"] = n, allResumed(), *done, started
+	return fmt.Sprintf("scope %s, cleared %s, backfills %s started from the history since %s: %d events", scopeOf(aggType), n,
+		strings.Join(ids, ", "), started[0].Since.Format(time.RFC3339), matched), nil
 }
 
 // stateSharers returns the declared consumers whose state is c's: the

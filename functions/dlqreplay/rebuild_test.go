@@ -36,28 +36,13 @@ import (
 // refused before anything changes.
 func TestRebuildAProjection(t *testing.T) {
 	ctx := context.Background()
-	sub := "member.points.events.audit-service-recorder"
-	full := "projects/" + pubsubtest.Project + "/subscriptions/" + sub
-	target := dlqreplay.PushTarget{Endpoint: "https://consume-audit-service-recorder-0a1b2c3d-ew.a.run.app",
-		ServiceAccount: "rb-consume-0a1b2c3d4e5f@relaybus-test.iam.gserviceaccount.com", Audience: "https://consume-audit-service-recorder-0a1b2c3d-ew.a.run.app"}
+	full, fullSibling := "projects/"+pubsubtest.Project+"/subscriptions/"+sub, "projects/"+pubsubtest.Project+"/subscriptions/"+sibling
 	e := newEnv(t, dlqreplay.AuthNone, "")
 	rec := &seekRecorder{}
 	fake := pubsubtest.New(t, pstest.ServerReactorOption{FuncName: "Seek", Reactor: rec})
 	fake.Provision(t, e.top)
 	admin := fake.Client.PubSub().SubscriptionAdminClient
-	// audit-service also records notifications (strict) in the same
-	// database: its state is the same rows, so it is rebuilt with it.
-	sibling := "message.notification.events.audit-service-recorder"
-	fullSibling := "projects/" + pubsubtest.Project + "/subscriptions/" + sibling
-	for _, name := range []string{full, fullSibling} {
-		if _, err := admin.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
-			Subscription: &pb.Subscription{Name: name, PushConfig: &pb.PushConfig{PushEndpoint: target.Endpoint,
-				AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: target.ServiceAccount, Audience: target.Audience}}}},
-			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"push_config"}},
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	target := pushAttached(t, fake)
 	e = newHandler(t, e, func(o *dlqreplay.Options) {
 		behindCloudRun(o)
 		o.Broker = fake.Client
@@ -104,29 +89,8 @@ func TestRebuildAProjection(t *testing.T) {
 			}
 		}
 	}
-	projectionRows := func() map[string]string {
-		t.Helper()
-		rows, err := e.db.Query(ctx, `SELECT aggregate_type || '/' || aggregate_id, version || ' ' || event_id || ' ' || state::text FROM relaybus_projection WHERE consumer_id = 'audit-service'`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]string{}
-		for rows.Next() {
-			var k, v string
-			if err := rows.Scan(&k, &v); err != nil {
-				t.Fatal(err)
-			}
-			out[k] = v
-		}
-		return out
-	}
-	count := func(table string) int {
-		var n int
-		if err := e.db.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE consumer_id = 'audit-service'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	projectionRows := func() map[string]string { return auditProjection(t, e) }
+	count := func(table string) int { return auditRows(t, e, table) }
 	deliver(false)
 	before := projectionRows()
 	if len(before) != 3 || count("relaybus_inbox") != 7 {
@@ -226,4 +190,63 @@ func TestRebuildAProjection(t *testing.T) {
 			t.Fatalf("after a refused rebuild %s pushes to %q, want it resumed", name, s.GetPushConfig().GetPushEndpoint())
 		}
 	}
+}
+
+// audit-service's two subscriptions: it records points (projection) and
+// notifications (strict) in the same database, so its state is the same
+// rows and a rebuild of one rebuilds both.
+const (
+	sub     = "member.points.events.audit-service-recorder"
+	sibling = "message.notification.events.audit-service-recorder"
+)
+
+// pushAttached gives audit-service's subscriptions on fake their push
+// endpoint, as Terraform deploys them, and returns the target dlqreplay is
+// told (DLQREPLAY_PUSH_TARGETS) to resume them with.
+func pushAttached(t *testing.T, fake *pubsubtest.Fake) dlqreplay.PushTarget {
+	t.Helper()
+	target := dlqreplay.PushTarget{Endpoint: "https://consume-audit-service-recorder-0a1b2c3d-ew.a.run.app",
+		ServiceAccount: "rb-consume-0a1b2c3d4e5f@relaybus-test.iam.gserviceaccount.com", Audience: "https://consume-audit-service-recorder-0a1b2c3d-ew.a.run.app"}
+	for _, id := range []string{sub, sibling} {
+		if _, err := fake.Client.PubSub().SubscriptionAdminClient.UpdateSubscription(context.Background(), &pb.UpdateSubscriptionRequest{
+			Subscription: &pb.Subscription{Name: "projects/" + pubsubtest.Project + "/subscriptions/" + id, PushConfig: &pb.PushConfig{PushEndpoint: target.Endpoint,
+				AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: target.ServiceAccount, Audience: target.Audience}}}},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"push_config"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return target
+}
+
+// auditProjection is audit-service's projection: each aggregate's
+// version, event and state.
+func auditProjection(t *testing.T, e *env) map[string]string {
+	t.Helper()
+	rows, err := e.db.Query(context.Background(), `SELECT aggregate_type || '/' || aggregate_id, version || ' ' || event_id || ' ' || state::text FROM relaybus_projection WHERE consumer_id = 'audit-service'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		out[k] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// auditRows counts audit-service's rows in table.
+func auditRows(t *testing.T, e *env, table string) int {
+	t.Helper()
+	var n int
+	if err := e.db.QueryRow(context.Background(), `SELECT count(*) FROM `+table+` WHERE consumer_id = 'audit-service'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
