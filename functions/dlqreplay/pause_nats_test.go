@@ -14,7 +14,6 @@ import (
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/archive"
-	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
@@ -28,7 +27,9 @@ import (
 	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
+	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -76,7 +77,10 @@ func (c *countingEngine) counts() (applied, duplicates, held int) {
 // resume delivers them, each at its first attempt; a rebuild pauses,
 // seeks the durable consumer back, clears the projection and inbox and
 // resumes, and the worker applies every event again (counted as the
-// engine answers it, not simulated), leaving the same projection.
+// engine answers it, not simulated), leaving the same projection; a
+// rebuild from the event history does the same without a seek, its
+// backfills published by the relay to JetStream. The events come from the
+// outbox through a relay, as in production.
 func TestPauseResumeAndRebuildAPullConsumerOnNATS(t *testing.T) {
 	ctx := context.Background()
 	emutest.Host(t, emulator.Firestore)
@@ -99,6 +103,9 @@ func TestPauseResumeAndRebuildAPullConsumerOnNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := projection.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if err := outbox.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
 	const topic, sub, consumerID = "member.points.events", "member.points.events.audit-service-recorder", "audit-service"
@@ -155,23 +162,30 @@ func TestPauseResumeAndRebuildAPullConsumerOnNATS(t *testing.T) {
 		<-done
 	}()
 
+	// The producer: the outbox and a relay publishing to JetStream.
+	r, err := relay.New(relay.Options{DB: db, Publisher: nc, Topology: top, Retention: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	drain := func() {
+		t.Helper()
+		if _, err := r.Drain(ctx, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
 	start := time.Now().Add(-time.Second)
 	publish := func(from, to int64) {
 		t.Helper()
+		var evs []*event.Event
 		for v := from; v <= to; v++ {
-			ev := &event.Event{ID: fmt.Sprintf("evt-m-1-%d", v), Type: "points.added", Source: "member-service", Topic: topic,
-				AggregateType: "member", AggregateID: "m-1", Version: v, Payload: []byte(fmt.Sprintf(`{"points":%d}`, 10*v))}
-			if err := ev.Prepare(time.Now(), event.Limits{}); err != nil {
-				t.Fatal(err)
-			}
-			m, err := cloudevent.Encode(ev, event.EncodingJSON)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := nc.Publish(ctx, topic, m); err != nil {
-				t.Fatal(err)
-			}
+			evs = append(evs, &event.Event{ID: fmt.Sprintf("evt-m-1-%d", v), Type: "points.added", Source: "member-service", Topic: topic,
+				AggregateType: "member", AggregateID: "m-1", Version: v, Payload: []byte(fmt.Sprintf(`{"points":%d}`, 10*v))})
 		}
+		if _, err := outbox.Enqueue(ctx, db, evs...); err != nil {
+			t.Fatal(err)
+		}
+		drain()
 	}
 	inboxRows := func() int {
 		var n int
@@ -266,5 +280,35 @@ func TestPauseResumeAndRebuildAPullConsumerOnNATS(t *testing.T) {
 	}
 	if code, st := call("GET", "/consumers/"+topic+"/"+consumerID+"/delivery", nil); code != 200 || st["paused"] != false {
 		t.Errorf("delivery state after the rebuild: %d %v; want resumed", code, st)
+	}
+
+	// A rebuild from the event history, no seek: the backfills, driven
+	// and published by the relay, reach the worker through JetStream,
+	// addressed to audit-service, and are applied again.
+	applied1, _, _ := counter.counts()
+	code, st = call("POST", "/consumers/"+topic+"/"+consumerID+":rebuild", map[string]any{"history": true, "time": start.UTC().Format(time.RFC3339)})
+	if code != 200 || st["resumed"] != true || inboxRows() != 0 {
+		t.Fatalf("rebuild from the history: %d %v (inbox %d)", code, st, inboxRows())
+	}
+	bfs, _ := st["backfills"].([]any)
+	if len(bfs) == 0 {
+		t.Fatalf("rebuild from the history started no backfill: %v", st)
+	}
+	for _, b := range bfs {
+		id := b.(map[string]any)["id"].(string)
+		if code, run := call("POST", "/backfills/"+id+":run", nil); code != 200 || run["state"] != "done" {
+			t.Fatalf("drive backfill %s: %d %v", id, code, run)
+		}
+	}
+	drain()
+	eventually.True(t, 15*time.Second, "every event applied again after the rebuild from the history", func() bool {
+		applied, _, _ := counter.counts()
+		return applied-applied1 == 5 && inboxRows() == 5
+	})
+	if _, dup2, _ := counter.counts(); dup2 != dup0 {
+		t.Errorf("%d deliveries after the rebuild from the history answered as duplicates; want none", dup2-dup0)
+	}
+	if got := projected(); got != before {
+		t.Errorf("projection after the rebuild from the history %q; want %q as before", got, before)
 	}
 }
