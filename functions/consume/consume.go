@@ -259,6 +259,11 @@ type FlowLimits struct {
 	// MaxWait bounds how long a delivery waits for its turn before it is
 	// refused (CONSUMER_FLOW_WAIT); 0 waits as long as its request.
 	MaxWait time.Duration
+	// ReportEvery is how often the instance writes its flow report to
+	// Options.DB (relaybus_inbox_flow, which the operators' console reads
+	// to show whether the consumer is at its limits) when it was at a
+	// limit since the last one (DefaultFlowReportEvery when 0).
+	ReportEvery time.Duration
 }
 
 func (l FlowLimits) set() bool { return l.MaxInFlight > 0 || l.MaxPerSecond > 0 }
@@ -337,6 +342,19 @@ func New(o Options) (*Handler, error) {
 			return s.InFlight, s.AtLimit, s.Refused
 		})
 		h.close = append(h.close, func(context.Context) error { return unobserve() })
+		if o.DB != nil {
+			every := o.Flow.ReportEvery
+			if every <= 0 {
+				every = DefaultFlowReportEvery
+			}
+			rctx, stop := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				reportFlow(rctx, o.DB, o.Engine.ConsumerID(), gate, every, o.Logger)
+			}()
+			h.close = append(h.close, func(context.Context) error { stop(); <-done; return nil })
+		}
 	}
 	h.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/relaybus/relaybus/functions/consume"
 	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/eventually"
+	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/consumer"
 )
@@ -130,5 +132,39 @@ func heldToRate(t *testing.T, start time.Time, times []time.Time, perSecond floa
 		if allowed := 1 + perSecond*at.Sub(start).Seconds() + 1e-6; float64(k+1) > allowed {
 			t.Fatalf("%d deliveries handled %s after the start; held to %v/s, at most %.2f may be", k+1, at.Sub(start), perSecond, allowed)
 		}
+	}
+}
+
+// An instance whose deliveries were held to its limits reports it in its
+// database (relaybus_inbox_flow), where the operators' console reads
+// whether the consumer is at its limits: when it last was, and how many
+// deliveries it refused.
+func TestAnInstanceAtItsLimitsReportsIt(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.Schema(t)
+	s := newStackOn(t, pool, appliedLog(t, pool), "member-service")
+	url := flowServer(t, s, consume.FlowLimits{MaxPerSecond: 0.2, MaxWait: 100 * time.Millisecond, ReportEvery: 20 * time.Millisecond})
+	first := time.Now()
+	if a := postDelivery(t, url, delivery.WrappedBody(message(t, orderEvent("o-0", 1)), "projects/p/subscriptions/"+sub, 1)); a.code != http.StatusOK {
+		t.Fatalf("the first delivery answered %d", a.code)
+	}
+	var wg sync.WaitGroup
+	for i := 1; i <= 3; i++ {
+		body := delivery.WrappedBody(message(t, orderEvent(fmt.Sprintf("o-%d", i), 1)), "projects/p/subscriptions/"+sub, 1)
+		wg.Go(func() {
+			if a := postDelivery(t, url, body); a.code != http.StatusTooManyRequests {
+				t.Errorf("a delivery over the rate answered %d, want 429", a.code)
+			}
+		})
+	}
+	wg.Wait()
+	var got []inbox.FlowReport
+	eventually.True(t, 10*time.Second, "the instance's flow report", func() bool {
+		var err error
+		got, err = inbox.FlowReports(ctx, pool, "member-service")
+		return err == nil && len(got) == 1 && got[0].Refused == 3
+	})
+	if r := got[0]; r.Instance == "" || r.AtLimitAt.Before(first) || time.Since(r.AtLimitAt) > time.Minute {
+		t.Errorf("report %+v: want this instance, at a limit after the first delivery", r)
 	}
 }

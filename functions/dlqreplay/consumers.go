@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relaybus/relaybus/internal/inbox"
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
+
+	"github.com/relaybus/relaybus/internal/inbox"
 
 	"github.com/relaybus/relaybus/internal/ledger/consumers"
 
@@ -70,15 +72,30 @@ type consumerView struct {
 
 // consumerFlow is a consumer's flow-control limits (topology
 // max_in_flight, max_per_second, max_instances; 0 is unset: the
-// deployment's defaults, no rate limit). Whether a consume instance is at
-// them now is its own to know: the metrics relaybus.consume.flow.in_flight
-// and relaybus.consume.flow.at_limit (AtLimitMetric) report it.
+// deployment's defaults, no rate limit), and whether it is at them as its
+// consume instances report it (relaybus_inbox_flow: an instance writes
+// its report, at most every few seconds, only after a delivery had to
+// wait or was refused). The metrics relaybus.consume.flow.in_flight and
+// relaybus.consume.flow.at_limit (AtLimitMetric) report the same per
+// instance.
 type consumerFlow struct {
 	MaxInFlight   int     `json:"maxInFlight"`
 	MaxPerSecond  float64 `json:"maxPerSecond"`
 	MaxInstances  int     `json:"maxInstances"`
 	AtLimitMetric string  `json:"atLimitMetric"`
+	// AtLimit: an instance reported being at a limit within
+	// flowAtLimitWindow. LastAtLimit is the latest report's time, and
+	// Refused the deliveries its instances refused (each since it
+	// started); absent when no instance has reported.
+	AtLimit     bool       `json:"atLimit"`
+	LastAtLimit *time.Time `json:"lastAtLimit,omitempty"`
+	Refused     int64      `json:"refused"`
 }
+
+// flowAtLimitWindow is how recent an instance's report must be for its
+// consumer to count as at its limits now: three of consume's report
+// intervals (5 s).
+const flowAtLimitWindow = 15 * time.Second
 
 func (co *consumerRegistry) list(r *request, _ []string) (any, error) {
 	q := newQuery(r.Request, "topic")
@@ -112,6 +129,7 @@ func (co *consumerRegistry) list(r *request, _ []string) (any, error) {
 		}
 	}
 	co.pausedStates(r, out)
+	co.flowStates(r, out)
 	logged, err := co.auditLog.List(r.Context(), audit.Query{ActionPrefix: "consumer.", Topic: topic, Limit: 50})
 	if err != nil {
 		return nil, err
@@ -318,6 +336,36 @@ func describeChange(ch consumers.ConsumerChange) string {
 
 // ownershipRule is the registry's ownership rule, shown with every listing.
 const ownershipRule = "The topology owns the consumers it declares; operators own their edits. A deploy's sync (rollup sync-consumers) creates declared consumers and keeps the ones it wrote as infra/topology.yaml says, but never rewrites nor disables an entry an operator added or changed here (owner: operator)."
+
+// flowStates fills in whether each declared consumer with flow limits is
+// at them, from its instances' reports in its database; one whose reports
+// cannot be read is left without (and logged).
+func (co *consumerRegistry) flowStates(r *request, vs []consumerView) {
+	now := time.Now()
+	for i := range vs {
+		f := vs[i].Flow
+		if f == nil || (f.MaxInFlight <= 0 && f.MaxPerSecond <= 0) {
+			continue
+		}
+		db, ok := co.dbs.of(vs[i].Database)
+		if !ok || db == nil {
+			continue
+		}
+		reports, err := inbox.FlowReports(r.Context(), db, vs[i].ConsumerID)
+		if err != nil {
+			co.logger.WarnContext(r.Context(), "dlqreplay: cannot read a consumer's flow reports", "consumer", vs[i].ConsumerID, "error", err.Error(), "request_id", r.id)
+			continue
+		}
+		for _, rep := range reports {
+			if f.LastAtLimit == nil || rep.AtLimitAt.After(*f.LastAtLimit) {
+				at := rep.AtLimitAt
+				f.LastAtLimit = &at
+			}
+			f.AtLimit = f.AtLimit || now.Sub(rep.AtLimitAt) <= flowAtLimitWindow
+			f.Refused += rep.Refused
+		}
+	}
+}
 
 // pausedStates fills Paused for the declared push consumers; one whose
 // state cannot be read is left without (and logged).

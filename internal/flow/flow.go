@@ -68,6 +68,9 @@ type Gate struct {
 	inFlight atomic.Int64
 	waiting  atomic.Int64
 	refused  atomic.Int64
+	// lastAtLimit is when a delivery last had to wait or was refused
+	// (Unix nanoseconds; 0: never).
+	lastAtLimit atomic.Int64
 }
 
 // New returns a gate over o, or nil when o sets no limit.
@@ -105,6 +108,7 @@ func (g *Gate) Acquire(ctx context.Context) (release func(), err error) {
 		select {
 		case g.slots <- struct{}{}:
 		default:
+			g.atLimit()
 			select {
 			case g.slots <- struct{}{}:
 			case <-ctx.Done():
@@ -120,6 +124,9 @@ func (g *Gate) Acquire(ctx context.Context) (release func(), err error) {
 	if g.lim != nil {
 		r := g.lim.Reserve()
 		d := r.Delay()
+		if d > 0 {
+			g.atLimit()
+		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 			// It would not get its token in time: refused now, the
 			// token handed back.
@@ -153,6 +160,9 @@ func (g *Gate) Acquire(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
+// atLimit notes that a delivery is held by a limit now.
+func (g *Gate) atLimit() { g.lastAtLimit.Store(time.Now().UnixNano()) }
+
 // refuse answers a wait that ended: parent's error when the caller's
 // context ended, else (MaxWait passed) a counted *LimitError.
 func (g *Gate) refuse(parent context.Context, limit string, after time.Duration) error {
@@ -176,6 +186,9 @@ type State struct {
 	Refused int64 `json:"refused"`
 	// AtLimit: a delivery is waiting, or every slot is taken.
 	AtLimit bool `json:"atLimit"`
+	// LastAtLimit is when a delivery last had to wait for a limit or was
+	// refused (zero: never).
+	LastAtLimit time.Time `json:"lastAtLimit,omitzero"`
 }
 
 // State returns the gate's counts (zero for a nil gate).
@@ -186,6 +199,9 @@ func (g *Gate) State() State {
 	s := State{MaxInFlight: g.o.MaxInFlight, PerSecond: g.o.PerSecond,
 		InFlight: g.inFlight.Load(), Waiting: g.waiting.Load(), Refused: g.refused.Load()}
 	s.AtLimit = s.Waiting > 0 || (s.MaxInFlight > 0 && s.InFlight >= int64(s.MaxInFlight))
+	if n := g.lastAtLimit.Load(); n != 0 {
+		s.LastAtLimit = time.Unix(0, n)
+	}
 	return s
 }
 

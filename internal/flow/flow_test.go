@@ -170,3 +170,35 @@ func TestHeldToItsRate(t *testing.T) {
 	}
 	held(t, start, times, perSecond)
 }
+
+// LastAtLimit stays zero while every delivery goes straight through, and
+// is set when one has to wait for a slot or a token, or is refused.
+func TestLastAtLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+	}{
+		{"a slot", Options{MaxInFlight: 1, MaxWait: 10 * time.Millisecond}},
+		{"a token", Options{PerSecond: 0.1, MaxWait: 10 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := New(tc.o)
+			release, err := g.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := g.State(); !s.LastAtLimit.IsZero() {
+				t.Fatalf("after a delivery let straight through: %+v, want LastAtLimit zero", s)
+			}
+			before := time.Now()
+			var le *LimitError
+			if _, err := g.Acquire(context.Background()); !errors.As(err, &le) {
+				t.Fatalf("the second delivery: %v, want a *LimitError", err)
+			}
+			release()
+			if s := g.State(); s.LastAtLimit.Before(before) || s.Refused != 1 {
+				t.Errorf("after a refusal: %+v, want LastAtLimit set and 1 refused", s)
+			}
+		})
+	}
+}

@@ -854,8 +854,9 @@ function consumersBody(d, result, reload) {
 }
 
 // flowLimits shows a consumer's flow control from the topology (nothing
-// when it sets none); whether an instance is at its limits is the metric
-// the API names (each consume instance knows its own).
+// when it sets none) and whether it is at its limits, as its consume
+// instances report it: now (a report in the last seconds), or when it last
+// was, with the deliveries they refused.
 function flowLimits(c) {
   const f = c.flow;
   if (!f || !(f.maxInFlight || f.maxPerSecond || f.maxInstances)) return "";
@@ -863,7 +864,11 @@ function flowLimits(c) {
   if (f.maxInFlight) parts.push("≤ " + f.maxInFlight + " in flight");
   if (f.maxPerSecond) parts.push("≤ " + f.maxPerSecond + "/s");
   if (f.maxInstances) parts.push("≤ " + f.maxInstances + " instances");
-  return h("div", { class: "muted small", "data-testid": "consumer-flow", title: "At its limits: metric " + f.atLimitMetric }, parts.join(" · "));
+  let state = "";
+  if (f.atLimit) state = h("span", { class: "tag warn", "data-testid": "consumer-at-limit", title: "A consume instance held deliveries to these limits in the last seconds" }, "at its limits");
+  else if (f.lastAtLimit) state = h("span", { class: "small", "data-testid": "consumer-last-at-limit" }, " last at its limits " + fmtTime(f.lastAtLimit));
+  const refused = f.refused ? h("span", { class: "small", "data-testid": "consumer-refused" }, " · " + f.refused + " refused") : "";
+  return h("div", { class: "muted small", "data-testid": "consumer-flow", title: "At its limits: metric " + f.atLimitMetric }, parts.join(" · "), " ", state, refused);
 }
 
 // consumerLinks links a declared consumer's gaps (strict handler) and
