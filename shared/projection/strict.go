@@ -131,7 +131,8 @@ func (r *Resequencer) Handle(ctx context.Context, c *consumer.Context) error {
 	case e.Version > last+1:
 		return r.park(ctx, c, last)
 	}
-	if err := r.apply(ctx, c); err != nil {
+	parkedAbove, err := r.advance(ctx, c)
+	if err != nil || !parkedAbove {
 		return err
 	}
 	_, err = r.drain(ctx, c, e.AggregateType, e.AggregateID, e.Version)
@@ -150,14 +151,21 @@ func lockPosition(ctx context.Context, tx pgx.Tx, consumerID, aggType, aggID str
 
 // apply moves the position to c's event and runs next.
 func (r *Resequencer) apply(ctx context.Context, c *consumer.Context) error {
+	_, err := r.advance(ctx, c)
+	return err
+}
+
+// advance moves the position to c's event, runs next, and reports whether
+// events are parked above it (so whether a drain has anything to apply).
+func (r *Resequencer) advance(ctx context.Context, c *consumer.Context) (parkedAbove bool, err error) {
 	e := c.Event
-	if _, err := c.Tx.Exec(ctx, advanceSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID); err != nil {
-		return consumer.Transient("database", fmt.Errorf("strict position: %w", err))
+	if err := c.Tx.QueryRow(ctx, advanceSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID).Scan(&parkedAbove); err != nil {
+		return false, consumer.Transient("database", fmt.Errorf("strict position: %w", err))
 	}
 	if r.next == nil {
-		return nil
+		return parkedAbove, nil
 	}
-	return r.next.Handle(ctx, c)
+	return parkedAbove, r.next.Handle(ctx, c)
 }
 
 // park stores c's event until its predecessor is applied.
