@@ -15,10 +15,12 @@ import (
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/archive"
 	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/relay"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // relaybus backfill counts (--dry-run), creates and drives a backfill to
@@ -38,14 +40,7 @@ func TestBackfillCommands(t *testing.T) {
 	if _, err := outbox.Enqueue(ctx, pool, evs...); err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(relay.Options{DB: pool, Publisher: fake.Client, Topology: top, Retention: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
-	if _, err := r.Drain(ctx, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	drainOutbox(t, pool, fake, top)
 	if _, err := outbox.PurgeWith(ctx, pool, outbox.PurgeOptions{Before: time.Now().Add(time.Minute), Limit: 3,
 		History: outbox.History{Default: time.Hour}}); err != nil {
 		t.Fatal(err)
@@ -114,14 +109,7 @@ func TestRebuildFromTheHistoryCommand(t *testing.T) {
 	if _, err := outbox.Enqueue(ctx, pool, evs...); err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(relay.Options{DB: pool, Publisher: fake.Client, Topology: top, Retention: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
-	if _, err := r.Drain(ctx, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	drainOutbox(t, pool, fake, top)
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pool, Publisher: fake.Client, Topology: top,
 		Auth: dlqreplay.AuthNone, Writers: []string{dlqreplay.Anonymous}, RateLimit: -1, PauseSettle: time.Millisecond,
 		PullConsumers: []string{"member.points.events.audit-service-recorder", "message.notification.events.audit-service-recorder"}})
@@ -139,5 +127,20 @@ func TestRebuildFromTheHistoryCommand(t *testing.T) {
 	var queued int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_outbox_repush WHERE target_consumer = 'audit-service'`).Scan(&queued); err != nil || queued != 3 {
 		t.Fatalf("%d re-pushes queued to audit-service (%v), want the 3 events", queued, err)
+	}
+}
+
+// drainOutbox publishes what pool's outbox holds to fake with a real relay,
+// in one drain.
+func drainOutbox(t *testing.T, pool relay.DB, fake *pubsubtest.Fake, top *topology.Topology) {
+	t.Helper()
+	ctx := context.Background()
+	r, err := relay.New(relay.Options{DB: pool, Publisher: fake.Client, Topology: top, Retention: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	if _, err := r.Drain(ctx, 20*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/relay"
 )
 
 // published enqueues versions 1..n of each aggregate into the env's outbox
@@ -31,14 +30,7 @@ func published(t *testing.T, e *env, n int64, aggs ...string) {
 			t.Fatal(err)
 		}
 	}
-	r, err := relay.New(relay.Options{DB: e.db, Publisher: e.fake.Client, Topology: e.top, Retention: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
-	if _, err := r.Drain(ctx, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	drainOutbox(t, e.db, e.fake.Client, e.top)
 	if _, err := outbox.PurgeWith(ctx, e.db, outbox.PurgeOptions{Before: time.Now().Add(time.Minute), Limit: int(n) * len(aggs) / 2,
 		History: outbox.History{Default: time.Hour}}); err != nil {
 		t.Fatal(err)

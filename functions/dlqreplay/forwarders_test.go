@@ -391,8 +391,15 @@ func TestAddingAForwarderValidatesItsFields(t *testing.T) {
 // with a real relay.
 func (s *forwardersStack) drain(t *testing.T) {
 	t.Helper()
+	drainOutbox(t, s.db, s.fake.Client, s.top)
+}
+
+// drainOutbox publishes what db's outbox holds (events and re-pushes) to
+// pub with a real relay, in one drain.
+func drainOutbox(t *testing.T, db relay.DB, pub relay.Publisher, top *topology.Topology) {
+	t.Helper()
 	ctx := context.Background()
-	r, err := relay.New(relay.Options{DB: s.db, Publisher: s.fake.Client, Topology: s.top, Retention: -1})
+	r, err := relay.New(relay.Options{DB: db, Publisher: pub, Topology: top, Retention: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -163,17 +162,7 @@ func TestPauseResumeAndRebuildAPullConsumerOnNATS(t *testing.T) {
 	}()
 
 	// The producer: the outbox and a relay publishing to JetStream.
-	r, err := relay.New(relay.Options{DB: db, Publisher: nc, Topology: top, Retention: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
-	drain := func() {
-		t.Helper()
-		if _, err := r.Drain(ctx, 20*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
+	drain := func() { t.Helper(); drainOutbox(t, db, nc, top) }
 	start := time.Now().Add(-time.Second)
 	publish := func(from, to int64) {
 		t.Helper()

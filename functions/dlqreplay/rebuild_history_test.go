@@ -21,7 +21,6 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/projection"
-	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -55,17 +54,7 @@ func TestRebuildFromTheHistoryRedelivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(relay.Options{DB: e.db, Publisher: e.fake.Client, Topology: e.top, Retention: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
-	drain := func() {
-		t.Helper()
-		if _, err := r.Drain(ctx, 20*time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
+	drain := func() { t.Helper(); drainOutbox(t, e.db, e.fake.Client, e.top) }
 	// take pulls audit-service's subscription until n messages were
 	// applied, each acknowledged after its answer, and returns them.
 	take := func(n int) []event.Message {
