@@ -14,13 +14,10 @@ import (
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/delivery"
-	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
-	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/projection"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -44,16 +41,7 @@ func TestRebuildFromTheHistoryRedelivers(t *testing.T) {
 		o.PushTargets = map[string]dlqreplay.PushTarget{sub: target, sibling: target}
 	})
 	alice, bob := bearerOf(person("alice@example.com")), bearerOf(person("bob@example.com"))
-	if err := inbox.Migrate(ctx, e.db); err != nil {
-		t.Fatal(err)
-	}
-	if err := projection.Migrate(ctx, e.db); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := consumer.New(consumer.Options{DB: e.db, ConsumerID: "audit-service", Subscription: sub, Handler: projection.Latest(), DeadLetters: e.fake.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := auditEngine(t, e, e.fake.Client)
 	drain := func() { t.Helper(); drainOutbox(t, e.db, e.fake.Client, e.top) }
 	// take pulls audit-service's subscription until n messages were
 	// applied, each acknowledged after its answer, and returns them.

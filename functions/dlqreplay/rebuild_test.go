@@ -50,17 +50,7 @@ func TestRebuildAProjection(t *testing.T) {
 	})
 	alice, bob := bearerOf(person("alice@example.com")), bearerOf(person("bob@example.com"))
 
-	// The consumer, as consume runs it: the projection handler over its database.
-	if err := inbox.Migrate(ctx, e.db); err != nil {
-		t.Fatal(err)
-	}
-	if err := projection.Migrate(ctx, e.db); err != nil {
-		t.Fatal(err)
-	}
-	eng, err := consumer.New(consumer.Options{DB: e.db, ConsumerID: "audit-service", Subscription: sub, Handler: projection.Latest(), DeadLetters: fake.Client})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := auditEngine(t, e, fake.Client)
 	var msgs []event.Message
 	for _, a := range []struct {
 		typ, id string
@@ -249,4 +239,22 @@ func auditRows(t *testing.T, e *env, table string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// auditEngine is audit-service as consume runs it: the projection handler
+// over e's database, its inbox and projection tables migrated.
+func auditEngine(t *testing.T, e *env, dl event.Publisher) *consumer.Engine {
+	t.Helper()
+	ctx := context.Background()
+	if err := inbox.Migrate(ctx, e.db); err != nil {
+		t.Fatal(err)
+	}
+	if err := projection.Migrate(ctx, e.db); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := consumer.New(consumer.Options{DB: e.db, ConsumerID: "audit-service", Subscription: sub, Handler: projection.Latest(), DeadLetters: dl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
 }
