@@ -14,6 +14,7 @@ import (
 	"github.com/relaybus/relaybus/internal/emutest"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/registry"
+	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
 )
 
@@ -125,5 +126,63 @@ func TestLedgerRecordsSendsAfterTheFact(t *testing.T) {
 	_ = e.pool.QueryRow(ctx, `SELECT count(*) FROM relaybus_outbox_dispatch WHERE ledger_version < published_version OR ledger_due_at IS NOT NULL`).Scan(&behind)
 	if behind != 0 {
 		t.Errorf("%d aggregates still wait for the ledger", behind)
+	}
+}
+
+// countingSends counts the ledger's RecordSent calls and the sends they
+// carry: each call is a Firestore request or more.
+type countingSends struct {
+	*ledger.Store
+	calls, sends atomic.Int64
+}
+
+func (c *countingSends) RecordSent(ctx context.Context, sends []model.Sent) error {
+	c.calls.Add(1)
+	c.sends.Add(int64(len(sends)))
+	return c.Store.RecordSent(ctx, sends)
+}
+
+// The fast path settles an event a request; the sends of requests that
+// follow one another within LedgerWait are recorded by one RecordSent, not
+// one each, after the answers (which never wait for it), and every one of
+// them is in the ledger.
+func TestFastPathSendsShareOneLedgerWrite(t *testing.T) {
+	ctx := context.Background()
+	emutest.Host(t, emulator.Firestore)
+	e := newEnv(t)
+	store, err := ledger.Open(ctx, ledger.Config{ProjectID: emutest.FirestoreProject(t)},
+		ledger.Options{Registry: registry.FromTopology(e.top)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	led := &countingSends{Store: store}
+	r := e.relay(t, relay.Options{Ledger: led, LedgerWait: time.Minute, HealDelay: time.Hour})
+	defer r.Close(ctx)
+	const requests = 10
+	for i := range requests {
+		_, claim, err := r.EnqueueNow(ctx, ev(aggKey(i), 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		states, err := r.PublishClaimed(ctx, claim)
+		if err != nil || states[aggKey(i)+"-v1"] != outbox.StatePublished {
+			t.Fatalf("request %d: %v %v, want published", i, states, err)
+		}
+	}
+	if n := led.calls.Load(); n != 0 {
+		t.Fatalf("%d RecordSent calls before LedgerWait ended, want none yet", n)
+	}
+	if err := r.FlushLedger(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if calls, sends := led.calls.Load(), led.sends.Load(); calls != 1 || sends != requests {
+		t.Errorf("%d RecordSent calls for %d sends, want 1 for %d", calls, sends, requests)
+	}
+	for i := range requests {
+		d, err := query.New(store.Client()).Get(ctx, aggKey(i)+"-v1")
+		if err != nil || d.Event.Status != model.StatusSent {
+			t.Errorf("%s in the ledger: %+v %v, want SENT", aggKey(i), d.Event, err)
+		}
 	}
 }

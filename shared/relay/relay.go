@@ -80,6 +80,7 @@ const (
 	DefaultLedgerBudget = 10 * time.Second
 	DefaultHealDelay    = 30 * time.Second
 	DefaultSettleWait   = 50 * time.Millisecond
+	DefaultLedgerWait   = 100 * time.Millisecond
 	// purgeBatch bounds one retention delete.
 	purgeBatch = 5000
 	// fastRunLimit bounds the run the fast path publishes per aggregate: an
@@ -175,6 +176,14 @@ type Options struct {
 	// HealDelay is how long after a send the healing step may record it
 	// when the live recorder has not (DefaultHealDelay).
 	HealDelay time.Duration
+	// LedgerWait is how long the sends settled after one another gather
+	// before one RecordSent writes them (DefaultLedgerWait; at most
+	// HealDelay/5). The record follows the answer, so the wait adds to the
+	// ledger's lag only: publish's fast path settles an event a request,
+	// and at 200 requests a second a 100 ms wait writes about 20 sends a
+	// Firestore request where a wait of a few milliseconds wrote one or
+	// two. Close and FlushLedger cut it short.
+	LedgerWait time.Duration
 	// Owner names this relay in leases (random when empty).
 	Owner string
 	// Now is the relay's clock for leases, retries and the database's
@@ -268,6 +277,10 @@ func New(o Options) (*Relay, error) {
 	if o.HealDelay <= 0 {
 		o.HealDelay = DefaultHealDelay
 	}
+	if o.LedgerWait <= 0 {
+		o.LedgerWait = DefaultLedgerWait
+	}
+	o.LedgerWait = min(o.LedgerWait, o.HealDelay/5)
 	if o.Owner == "" {
 		b := make([]byte, 6)
 		_, _ = rand.Read(b)
@@ -283,7 +296,7 @@ func New(o Options) (*Relay, error) {
 	if o.Ledger != nil {
 		// One batch at a time, in order: a run's ledger cursor moves only
 		// after the run before it of the same aggregate.
-		r.sends = batch.New(r.recordSends, batch.Options{MaxItems: 200, MaxWait: 5 * time.Millisecond, Capacity: 20_000})
+		r.sends = batch.New(r.recordSends, batch.Options{MaxItems: 200, MaxWait: o.LedgerWait, Capacity: 20_000})
 		r.failures = batch.New(r.recordFailures, batch.Options{MaxItems: 100, Capacity: 10_000})
 		r.marks = batch.New(r.markRecorded, batch.Options{MaxItems: 5000, MaxWait: markWait(o.HealDelay), Capacity: 50_000})
 	}

@@ -118,6 +118,15 @@ func (r *Relay) publishClaimed(ctx context.Context, c claimed, h how) (batchResu
 		defer cancel()
 	}
 	progress := make([]outbox.Progress, len(runs))
+	if len(runs) == 1 {
+		// One run (the fast path's usual claim: one request, one
+		// aggregate) is published by the caller's goroutine: a goroutine
+		// of its own would start on a small stack and grow it through the
+		// broker client's calls on every request.
+		res.claimed = len(runs[0].Rows)
+		progress[0] = r.publishRun(ctx, pctx, &runs[0], stopAt)
+		return r.finishClaim(ctx, c, runs, progress, h, res)
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, publishers)
 	for i := range runs {
@@ -131,6 +140,11 @@ func (r *Relay) publishClaimed(ctx context.Context, c claimed, h how) (batchResu
 		}()
 	}
 	wg.Wait()
+	return r.finishClaim(ctx, c, runs, progress, h, res)
+}
+
+// finishClaim settles a published claim as h says (see claimAndPublish).
+func (r *Relay) finishClaim(ctx context.Context, c claimed, runs []outbox.Run, progress []outbox.Progress, h how, res batchResult) (batchResult, error) {
 	switch h {
 	case drained:
 		_, err := r.settle(ctx, runs, progress, &res)
