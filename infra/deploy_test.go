@@ -140,21 +140,24 @@ func TestServiceIdentitiesAndPropagationWaits(t *testing.T) {
 
 	// Each dependant waits for its wait.
 	waits := map[string][]string{
-		"google_cloud_run_v2_service.function":           {"time_sleep.iam_propagation"},
-		"google_cloud_run_v2_service.consume":            {"time_sleep.iam_propagation"},
-		"terraform_data.sync_consumers":                  {"time_sleep.iam_propagation"},
-		"google_eventarc_trigger.consumer":               {"time_sleep.iam_propagation", "time_sleep.consume_invoker_propagation"},
-		"google_eventarc_trigger.rollup":                 {"time_sleep.iam_propagation", "time_sleep.function_invoker_propagation"},
-		"google_pubsub_subscription.consumer":            {"time_sleep.iam_propagation", "time_sleep.consume_invoker_propagation"},
-		"google_pubsub_subscription.rollup":              {"time_sleep.function_invoker_propagation"},
-		"google_pubsub_subscription.dead_letter_monitor": {"time_sleep.function_invoker_propagation"},
-		"google_cloud_scheduler_job.relay":               {"time_sleep.function_invoker_propagation", "terraform_data.sync_consumers"},
-		"google_cloud_scheduler_job.reconcile":           {"time_sleep.function_invoker_propagation"},
-		"google_cloud_scheduler_job.expire":              {"time_sleep.function_invoker_propagation"},
-		"google_cloud_scheduler_job.ledger_ship":         {"time_sleep.consume_invoker_propagation"},
-		"google_cloud_scheduler_job.inbox_purge":         {"time_sleep.consume_invoker_propagation"},
-		"google_cloud_scheduler_job.gaps_check":          {"time_sleep.consume_invoker_propagation"},
-		"google_cloud_scheduler_job.breaker_probe":       {"time_sleep.consume_invoker_propagation"},
+		"google_cloud_run_v2_service.function":              {"time_sleep.iam_propagation"},
+		"google_cloud_run_v2_service.consume":               {"time_sleep.iam_propagation"},
+		"terraform_data.sync_consumers":                     {"time_sleep.iam_propagation"},
+		"google_eventarc_trigger.consumer":                  {"time_sleep.iam_propagation", "time_sleep.consume_invoker_propagation"},
+		"google_eventarc_trigger.rollup":                    {"time_sleep.iam_propagation", "time_sleep.function_invoker_propagation"},
+		"google_pubsub_subscription.consumer":               {"time_sleep.iam_propagation", "time_sleep.consume_invoker_propagation"},
+		"google_pubsub_subscription.rollup":                 {"time_sleep.function_invoker_propagation"},
+		"google_pubsub_subscription.dead_letter_monitor":    {"time_sleep.function_invoker_propagation"},
+		"google_cloud_scheduler_job.relay":                  {"time_sleep.function_invoker_propagation", "terraform_data.sync_consumers"},
+		"google_cloud_scheduler_job.reconcile":              {"time_sleep.function_invoker_propagation"},
+		"google_cloud_scheduler_job.expire":                 {"time_sleep.function_invoker_propagation"},
+		"google_cloud_scheduler_job.ledger_ship":            {"time_sleep.consume_invoker_propagation"},
+		"google_cloud_scheduler_job.inbox_purge":            {"time_sleep.consume_invoker_propagation"},
+		"google_cloud_scheduler_job.gaps_check":             {"time_sleep.consume_invoker_propagation"},
+		"google_cloud_scheduler_job.breaker_probe":          {"time_sleep.consume_invoker_propagation"},
+		"google_cloud_scheduler_job.forwarders_ledger_ship": {"time_sleep.consume_invoker_propagation"},
+		"google_cloud_scheduler_job.forwarders_inbox_purge": {"time_sleep.consume_invoker_propagation"},
+		"google_cloud_run_v2_service.forwarders":            {"time_sleep.iam_propagation"},
 	}
 	for key, want := range waits {
 		got := dependsOn(t, c.resource(t, key))
@@ -198,6 +201,7 @@ func TestServiceIdentitiesAndPropagationWaits(t *testing.T) {
 	covers("time_sleep.iam_propagation", first)
 	covers("time_sleep.consume_invoker_propagation", []string{
 		"google_cloud_run_v2_service_iam_member.consume_invoker", "google_cloud_run_v2_service_iam_member.scheduler_consume_invoker",
+		"google_cloud_run_v2_service_iam_member.forwarders_push_invoker", "google_cloud_run_v2_service_iam_member.scheduler_forwarders_invoker",
 	})
 	covers("time_sleep.function_invoker_propagation", []string{
 		"google_cloud_run_v2_service_iam_member.rollup_invoker", "google_cloud_run_v2_service_iam_member.scheduler_invoker",

@@ -105,18 +105,28 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 		metrics[b.Labels[1]] = cty.ObjectVal(map[string]cty.Value{"name": name, "id": name})
 	}
 	rollupTopic := ev.local("rollup").GetAttr("topic").AsString()
+	// The resources of count 0 or 1 (forwarders.tf, claimcheck.tf), at
+	// index 0.
+	one := func(v cty.Value) cty.Value { return cty.TupleVal([]cty.Value{v}) }
+	role := func(id string) cty.Value {
+		return cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/" + id)})
+	}
 	return map[string]cty.Value{
 		"google_pubsub_topic": cty.ObjectVal(map[string]cty.Value{
 			"topic": obj(topics), "dead_letter": obj(deadLetters),
 			"rollup": cty.TupleVal([]cty.Value{cty.ObjectVal(map[string]cty.Value{"id": cty.StringVal(stubProject + "/topics/" + rollupTopic), "name": cty.StringVal(rollupTopic)})}),
 		}),
-		"google_pubsub_subscription":  cty.ObjectVal(map[string]cty.Value{"consumer": obj(pushSubs), "consumer_pull": obj(pullSubs), "dead_letter_monitor": obj(monitors)}),
-		"google_cloud_run_v2_service": cty.ObjectVal(map[string]cty.Value{"consume": obj(runs), "function": obj(functions)}),
+		"google_pubsub_subscription": cty.ObjectVal(map[string]cty.Value{"consumer": obj(pushSubs), "consumer_pull": obj(pullSubs), "dead_letter_monitor": obj(monitors)}),
+		"google_cloud_run_v2_service": cty.ObjectVal(map[string]cty.Value{"consume": obj(runs), "function": obj(functions),
+			"forwarders": one(cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal("relaybus-forwarders"), "uri": cty.StringVal("https://relaybus-forwarders-test.a.run.app")}))}),
+		"google_storage_bucket": cty.ObjectVal(map[string]cty.Value{"claim_check": one(cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubClaimCheckBucket)}))}),
 		"google_service_account": cty.ObjectVal(map[string]cty.Value{
 			"consume": obj(accounts), "function": obj(fnAccounts),
 			"scheduler":        stubAccount("relaybus-scheduler"),
 			"migrate":          stubAccount("relaybus-migrate"),
 			"dead_letter_push": stubAccount("relaybus-dlq-push"),
+			"forwarders":       one(stubAccount("relaybus-forwarders")),
+			"forwarders_push":  one(stubAccount("relaybus-fwd-push")),
 		}),
 		"google_eventarc_trigger": cty.ObjectVal(map[string]cty.Value{"consumer": obj(triggers)}),
 		"google_project_service_identity": cty.ObjectVal(map[string]cty.Value{
@@ -132,16 +142,21 @@ func resourceStubs(t testing.TB, ev *evaluator) map[string]cty.Value {
 		"google_secret_manager_secret": cty.ObjectVal(map[string]cty.Value{"database_url": obj(secrets), "role_url": obj(roleSecrets), "database_roles": obj(rolesSecrets)}),
 		"google_logging_metric":        obj(metrics),
 		"google_project_iam_custom_role": cty.ObjectVal(map[string]cty.Value{
-			"push_control":   cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusPushControl")}),
-			"snapshots":      cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusSnapshots")}),
-			"ledger_writer":  cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusLedgerWriter")}),
-			"audit_appender": cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusAuditAppender")}),
+			"push_control":            cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusPushControl")}),
+			"snapshots":               cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusSnapshots")}),
+			"ledger_writer":           cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusLedgerWriter")}),
+			"audit_appender":          cty.ObjectVal(map[string]cty.Value{"name": cty.StringVal(stubProject + "/roles/relaybusAuditAppender")}),
+			"forwarder_subscriptions": one(role("relaybusForwarderSubscriptions")),
+			"attach_subscription":     one(role("relaybusAttachSubscription")),
 		}),
 	}
 }
 
 // The stand-ins' names.
-const stubConnectionName = "relaybus-test:europe-west1:relaybus"
+const (
+	stubConnectionName   = "relaybus-test:europe-west1:relaybus"
+	stubClaimCheckBucket = "relaybus-test-relaybus-claims"
+)
 
 func stubEventarcSubscription(runService string) string {
 	return "eventarc-europe-west1-" + runService + "-sub-123"
@@ -183,6 +198,21 @@ func forEachKeys(t testing.TB, ev *evaluator, b *hclsyntax.Block) map[string]cty
 		}
 	}
 	return out
+}
+
+// countOf evaluates a resource's count: 1 when it has none.
+func countOf(t testing.TB, ev *evaluator, b *hclsyntax.Block) int {
+	t.Helper()
+	a, ok := b.Body.Attributes["count"]
+	if !ok {
+		return 1
+	}
+	v, diags := ev.eval(a.Expr, nil)
+	if diags.HasErrors() {
+		t.Fatalf("%s.%s count: %s", b.Labels[0], b.Labels[1], diags.Error())
+	}
+	n, _ := v.AsBigFloat().Int64()
+	return int(n)
 }
 
 // instanceEval evaluates expressions of one for_each instance.
@@ -260,6 +290,11 @@ func refOf(e hclsyntax.Expression) string {
 		return refOf(x.Collection)
 	case *hclsyntax.TemplateWrapExpr:
 		return refOf(x.Wrapped)
+	case *hclsyntax.FunctionCallExpr:
+		// try(x, fallback) refers to what x does.
+		if x.Name == "try" && len(x.Args) > 0 {
+			return refOf(x.Args[0])
+		}
 	}
 	return ""
 }

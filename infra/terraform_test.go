@@ -366,6 +366,10 @@ func TestServiceAccountRolesAreTheDocumentedMinimum(t *testing.T) {
 				id = "scheduler"
 			case member == "google_service_account.migrate":
 				id = "migrate"
+			case member == "google_service_account.forwarders":
+				id = "forwarders"
+			case member == "google_service_account.forwarders_push":
+				id = "forwarders-push"
 			case strings.HasPrefix(member, "google_service_account.function["):
 				id = strings.TrimSuffix(strings.TrimPrefix(member, "google_service_account.function["), "]")
 			case member == "google_service_account.function" && k != "":

@@ -59,6 +59,14 @@ type MigrateReport struct {
 	Doors []string
 }
 
+// ForwardersConsumer is the consumer a consume role names in
+// DATABASE_ROLES for the forwarders service (CONSUMER_HANDLER=forwarders),
+// which serves the forward consumers added at run time from its
+// database's registry: no subscription, since those hold dots. Its role is
+// granted what a declared consumer's is, the registry among the inbox
+// tables, and nothing of a handler of its own.
+const ForwardersConsumer = "forwarders"
+
 // builtinHandlers have no tables of their own (the inbox, projection and
 // outbox lines hold what they use).
 var builtinHandlers = map[string]bool{"projection": true, "strict": true, "forward": true}
@@ -169,8 +177,8 @@ func checkRoles(database string, roles []pgroles.Role, consumers map[string]topo
 				errs = append(errs, fmt.Errorf("role %s: publish writes the %s database's outbox only, not %s's", r.Name, topology.MainDatabase, database))
 			}
 		case pgroles.Consume:
-			if _, ok := consumers[r.Consumer]; !ok {
-				errs = append(errs, fmt.Errorf("role %s: consumer %q: must be the subscription of a consumer whose database is %s", r.Name, r.Consumer, database))
+			if _, ok := consumers[r.Consumer]; !ok && r.Consumer != ForwardersConsumer {
+				errs = append(errs, fmt.Errorf("role %s: consumer %q: must be the subscription of a consumer whose database is %s, or %s (the forwarders service)", r.Name, r.Consumer, database, ForwardersConsumer))
 			}
 			who += " " + r.Consumer
 		}

@@ -87,6 +87,9 @@ func TestMigrateStepGivesEachUserItsRole(t *testing.T) {
 		{Name: prefix + "dlqreplay", Kind: pgroles.Dlqreplay, Password: "dlqreplay-password-0123"},
 		{Name: prefix + "points", Kind: pgroles.Consume, Consumer: "shop.order.events.member-service-processor", Password: "points-password-0123456"},
 		{Name: prefix + "audit", Kind: pgroles.Consume, Consumer: "shop.order.events.audit-service-recorder", Password: "audit-password-01234567"},
+		// The forwarders service (infra/terraform/forwarders.tf): a consume
+		// role that names no subscription.
+		{Name: prefix + "forwarders", Kind: pgroles.Consume, Consumer: consume.ForwardersConsumer, Password: "forwarders-password-012"},
 	}
 	t.Cleanup(func() {
 		conn, err := pgx.Connect(context.Background(), pgtest.URL(t))
@@ -113,6 +116,7 @@ func TestMigrateStepGivesEachUserItsRole(t *testing.T) {
 		{[]pgroles.Role{{Name: prefix + "publish", Kind: pgroles.Publish, Password: "publish-password-0123"}}, "publish writes the main database's outbox only"},
 		{[]pgroles.Role{{Name: prefix + "notify", Kind: pgroles.Consume, Consumer: "shop.order.events.message-service-processor", Password: "notify-password-0123456"}}, "must be the subscription of a consumer whose database is member"},
 		{[]pgroles.Role{roles[0], {Name: prefix + "relay2", Kind: pgroles.Relay, Password: "relay-password-0123456"}}, "one role per function and consumer (relay)"},
+		{[]pgroles.Role{roles[4], {Name: prefix + "forwarders2", Kind: pgroles.Consume, Consumer: consume.ForwardersConsumer, Password: "forwarders-password-012"}}, "one role per function and consumer (consume forwarders)"},
 	} {
 		if _, err := consume.MigrateDatabase(ctx, cfg(bad.roles)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%v: %v, want %q", bad.roles, err, bad.want)
@@ -123,7 +127,7 @@ func TestMigrateStepGivesEachUserItsRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(rep.Handlers, ",") != "example.points" || len(rep.Roles) != 4 {
+	if strings.Join(rep.Handlers, ",") != "example.points" || len(rep.Roles) != 5 {
 		t.Errorf("report %+v", rep)
 	}
 	for _, c := range []struct {
@@ -136,6 +140,13 @@ func TestMigrateStepGivesEachUserItsRole(t *testing.T) {
 		{"audit", `SELECT count(*) FROM shop_member_points`, false},
 		{"relay", `DELETE FROM relaybus_outbox`, true},
 		{"relay", `SELECT count(*) FROM relaybus_inbox`, false},
+		// The forwarders' registry: dlqreplay writes it, the forwarders
+		// service reads it and keeps its forwarders' inbox and attempts;
+		// no handler's tables.
+		{"dlqreplay", `INSERT INTO relaybus_inbox_forwarders (name, topic, url) VALUES ('crm-webhook', 'shop.order.events', 'https://crm.example.com/hooks')`, true},
+		{"forwarders", `SELECT count(*) FROM relaybus_inbox_forwarders`, true},
+		{"forwarders", `SELECT count(*) FROM relaybus_attempts`, true},
+		{"forwarders", `SELECT count(*) FROM shop_member_points`, false},
 	} {
 		u, err := neturl.Parse(url)
 		if err != nil {

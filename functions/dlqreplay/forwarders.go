@@ -250,10 +250,10 @@ func (fa *forwarderAPI) add(r *request, _ []string) (any, error) {
 func (fa *forwarderAPI) missing() string {
 	var m []string
 	if fa.o.URL == "" {
-		m = append(m, "DLQREPLAY_FORWARDERS_URL (the forwarders consume service's URL) is not set")
+		m = append(m, "DLQREPLAY_FORWARDERS_URL (the forwarders consume service's URL) is not set: deploy the service (infra/terraform: forwarders = { enabled = true })")
 	}
 	if fa.subs == nil {
-		m = append(m, "the broker cannot create subscriptions at run time (Pub/Sub can)")
+		m = append(m, "the broker cannot create subscriptions at run time (Pub/Sub can; on NATS, declare the forward consumer in the topology)")
 	}
 	return strings.Join(m, "; ")
 }

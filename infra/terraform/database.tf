@@ -32,6 +32,10 @@
 #   relaybus_<db>_c_<hash>     each consumer whose database it is (<hash>:
 #                              12 hex digits of its subscription's sha1, as
 #                              its service account id)
+#   relaybus_<db>_forwarders   forwarders.database, when the forwarders
+#                              service is deployed (forwarders.tf): a consume
+#                              role, its registry relaybus_inbox_forwarders
+#                              among the inbox tables it is granted
 # Each role's URL is in its own secret relaybus-database-url-<db>-<role>,
 # readable by its service's account only; the roles and their passwords
 # (JSON) in relaybus-database-roles-<db>, readable by the migrate job's
@@ -64,7 +68,8 @@
 #   connections = pool_max_conns × Σ over databases d on the instance of
 #                 Σ over services using d of that service's max instances
 # where main is used by publish and every consumer on main, and every
-# database by the relay and dlqreplay and its own consumers. That must
+# database by the relay and dlqreplay and its own consumers (and
+# forwarders.database by the forwarders service, when it is deployed). That must
 # stay within max_connections − reserved_connections (PostgreSQL keeps
 # superuser_reserved_connections, Cloud SQL's own maintenance connects, and an
 # operator needs a psql session). With the defaults (pool 5; publish 20,
@@ -129,6 +134,12 @@ locals {
           max_instances = local.consume_flow[s].max_instances
         } if c.database == k
       },
+      # The forwarders service (forwarders.tf): a consume role, on its
+      # registry's database only. Its consumer is consume.ForwardersConsumer,
+      # which no subscription can be (those have dots).
+      local.forwarders_enabled && k == var.forwarders.database ? {
+        "${k}/forwarders" = { database = k, kind = "consume", consumer = "forwarders", slug = "forwarders", max_instances = var.forwarders.max_instances }
+      } : {},
     )
   ]...)
   database_role_names = { for k, r in local.database_roles : k => "${local.cloudsql_names[r.database]}_${replace(r.slug, "-", "_")}" }
@@ -165,6 +176,7 @@ locals {
       for db, secret in var.database_url_secrets : merge(
         { "${db}/publish" = secret, "${db}/relay" = secret, "${db}/dlqreplay" = secret },
         { for s, c in local.consumers : "${db}/${s}" => secret if c.database == db },
+        local.forwarders_enabled && db == var.forwarders.database ? { "${db}/forwarders" = secret } : {},
       )
     ]...),
   )
@@ -198,6 +210,7 @@ locals {
       (k == "main" ? var.publish_settings.max_instances : 0)
       + var.relay_settings.max_instances + var.dlqreplay_settings.max_instances
       + sum(concat([0], [for s, c in local.consumers : local.consume_flow[s].max_instances if c.database == k]))
+      + (local.forwarders_enabled && k == var.forwarders.database ? var.forwarders.max_instances : 0)
     )
   }
   cloudsql_connections      = sum(concat([0], [for k, n in local.database_connections : n if contains(keys(local.cloudsql_databases), k)]))

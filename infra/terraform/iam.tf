@@ -22,7 +22,8 @@
 #                                  Agent", provider issue
 #                                  https://github.com/hashicorp/terraform-provider-google/issues/14584);
 #   consume_invoker_propagation    before the consumers' push subscriptions
-#                                  and Eventarc triggers;
+#                                  and Eventarc triggers (and the forwarders
+#                                  service's Scheduler jobs, forwarders.tf);
 #   function_invoker_propagation   before the Scheduler jobs, the rollup
 #                                  subscription and the DLQ monitor push
 #                                  subscriptions.
@@ -533,7 +534,7 @@ resource "google_cloud_run_v2_service_iam_member" "operators" {
 resource "time_sleep" "iam_propagation" {
   create_duration = var.propagation_waits.iam
   triggers = {
-    grants = sha1(jsonencode([
+    grants = sha1(jsonencode(concat([
       [for g in google_project_iam_member.ledger_user : g.id],
       google_project_iam_member.dlqreplay_audit.id,
       [for g in google_secret_manager_secret_iam_member.main_database_url : g.id],
@@ -562,17 +563,32 @@ resource "time_sleep" "iam_propagation" {
       [for g in google_project_iam_member.consume_telemetry_metric_writer : g.id],
       [for g in google_project_iam_member.telemetry_quota_user : g.id],
       [for g in google_project_iam_member.consume_telemetry_quota_user : g.id],
-    ]))
+      # The forwarders' (forwarders.tf), only when they are deployed: the
+      # hash, and so the wait, stays as it was for a deployment without.
+      ], local.forwarders_enabled ? [
+      google_secret_manager_secret_iam_member.forwarders_database_url[*].id,
+      google_project_iam_member.forwarders_cloudsql_client[*].id,
+      google_project_iam_member.forwarders_telemetry_trace_writer[*].id,
+      google_project_iam_member.forwarders_telemetry_metric_writer[*].id,
+      google_project_iam_member.forwarders_telemetry_quota_user[*].id,
+      google_service_account_iam_member.agent_token_creator_forwarders_push[*].id,
+      google_project_iam_member.agent_forwarders_dead_letter[*].id,
+      google_project_iam_member.dlqreplay_forwarder_subscriptions[*].id,
+      google_service_account_iam_member.dlqreplay_act_as_forwarders_push[*].id,
+    ] : [])))
   }
 }
 
 resource "time_sleep" "consume_invoker_propagation" {
   create_duration = var.propagation_waits.iam
   triggers = {
-    grants = sha1(jsonencode([
+    grants = sha1(jsonencode(concat([
       [for g in google_cloud_run_v2_service_iam_member.consume_invoker : g.id],
       [for g in google_cloud_run_v2_service_iam_member.scheduler_consume_invoker : g.id],
-    ]))
+      ], local.forwarders_enabled ? [
+      google_cloud_run_v2_service_iam_member.forwarders_push_invoker[*].id,
+      google_cloud_run_v2_service_iam_member.scheduler_forwarders_invoker[*].id,
+    ] : [])))
   }
 }
 

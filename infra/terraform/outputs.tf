@@ -41,10 +41,21 @@ output "cloud_sql_instance" {
 }
 
 output "service_accounts" {
-  description = "Service account email of each function and consumer, the Scheduler's and the DLQ monitors' push identity."
+  description = "Service account email of each function and consumer, the Scheduler's, the DLQ monitors' push identity and, with forwarders, the forwarders service's and its pushes' identity."
   value = merge(
     { for k, a in google_service_account.function : k => a.email },
     { for k, a in google_service_account.consume : "consume:${k}" => a.email },
     { scheduler = google_service_account.scheduler.email, dead_letter_push = google_service_account.dead_letter_push.email },
+    { for i, a in google_service_account.forwarders : "forwarders" => a.email },
+    { for i, a in google_service_account.forwarders_push : "forwarders_push" => a.email },
   )
+}
+
+output "forwarders" {
+  description = "The forwarders consume service (forwarders.enabled only; null otherwise): its name, the URL each forwarder's subscription pushes to (<url>/<name>) and the push identity."
+  value = local.forwarders_enabled ? {
+    service      = google_cloud_run_v2_service.forwarders[0].name
+    url          = local.forwarders_url
+    push_account = google_service_account.forwarders_push[0].email
+  } : null
 }

@@ -153,7 +153,8 @@ locals {
     publish = {}
     relay   = {}
     rollup  = {}
-    dlqreplay = {
+    # The forwarders' settings (forwarders.tf) when they are deployed.
+    dlqreplay = merge(local.forwarders_dlqreplay_env, {
       # The audiences an ID token may have: checked by every auth mode
       # (local.dlqreplay_audiences).
       DLQREPLAY_AUDIENCE      = join(",", local.dlqreplay_audiences)
@@ -171,7 +172,7 @@ locals {
           audience       = google_cloud_run_v2_service.consume[k].uri
         }
       })
-    }
+    })
   }
 
   # Each function's deterministic Cloud Run URL

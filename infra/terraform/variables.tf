@@ -416,6 +416,22 @@ variable "pull_mode" {
   }
 }
 
+variable "forwarders" {
+  type = object({
+    enabled       = optional(bool, false)
+    database      = optional(string, "main")
+    max_instances = optional(number, 5)
+    concurrency   = optional(number, 40)
+  })
+  description = "Forward consumers added at run time (forwarders.tf, docs/forwarding.md), off by default: with enabled, the forwarders consume service (CONSUMER_HANDLER=forwarders) serves every forwarder an operator adds through the operators' API, whose registry is in database (a topology database; dlqreplay's DLQREPLAY_FORWARDERS_DATABASE), on at most max_instances instances of concurrency requests each (its pools count against cloud_sql.max_connections), and dlqreplay may create and delete their subscriptions. Off, POST /forwarders answers 501. Pub/Sub only: refused on NATS."
+  default     = {}
+
+  validation {
+    condition     = var.forwarders.max_instances >= 1 && var.forwarders.concurrency >= 1 && var.forwarders.concurrency <= 1000
+    error_message = "forwarders: max_instances at least 1, concurrency 1 to 1000 (Cloud Run's limit)."
+  }
+}
+
 variable "nats" {
   type = object({
     url                = string

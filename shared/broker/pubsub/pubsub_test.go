@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/relaybus/relaybus/internal/pubsubtest"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/broker/pubsub"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -102,5 +104,36 @@ func TestProvisionIsIdempotentAndFollowsTheTopology(t *testing.T) {
 		if _, err := fake.Client.PubSub().TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: "projects/" + pubsubtest.Project + "/topics/" + id}); err != nil {
 			t.Errorf("topic %s: %v", id, err)
 		}
+	}
+}
+
+// TestCreatedSubscriptionsNeverExpire: a subscription made at run time
+// (the operators' forwarders) has the spec's settings and an expiration
+// policy without a TTL: with none, Pub/Sub applies its default and deletes
+// a subscription after 31 days without activity, so a forwarder on a
+// quiet topic would vanish.
+func TestCreatedSubscriptionsNeverExpire(t *testing.T) {
+	ctx := context.Background()
+	fake := pubsubtest.New(t)
+	top, _ := topology.Load("")
+	fake.Provision(t, top)
+	spec := broker.SubscriptionSpec{Name: "shop.order.events.crm-webhook-forwarder", Topic: "shop.order.events", Ordered: true,
+		AckDeadline: 60 * time.Second, DeadLetterTopic: "shop.order.events.dlq", MaxDeliveryAttempts: 5, Retention: time.Hour,
+		Push: broker.PushEndpoint{URL: "https://relaybus-forwarders.example.com/crm-webhook", ServiceAccount: "relaybus-fwd-push@p.iam.gserviceaccount.com",
+			Audience: "https://relaybus-forwarders.example.com"}}
+	if err := fake.Client.CreateSubscription(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := fake.Client.PubSub().SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{
+		Subscription: "projects/" + pubsubtest.Project + "/subscriptions/" + spec.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.ExpirationPolicy == nil || sub.ExpirationPolicy.Ttl != nil {
+		t.Errorf("expiration policy %v, want one without a TTL (never expires)", sub.ExpirationPolicy)
+	}
+	if !sub.EnableMessageOrdering || sub.GetDeadLetterPolicy().GetDeadLetterTopic() != "projects/"+pubsubtest.Project+"/topics/shop.order.events.dlq" ||
+		sub.GetPushConfig().GetOidcToken().GetServiceAccountEmail() != spec.Push.ServiceAccount || !sub.RetainAckedMessages {
+		t.Errorf("subscription not as specified: %+v", sub)
 	}
 }

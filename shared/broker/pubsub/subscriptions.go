@@ -15,7 +15,10 @@ var _ broker.SubscriptionAdmin = (*Client)(nil)
 // CreateSubscription creates s (broker.SubscriptionAdmin): a push
 // subscription with OIDC authentication when s.Push is set, else a pull
 // one; retained acknowledged messages when s.Retention is set, so an
-// operator can seek it back.
+// operator can seek it back. It never expires: without an expiration
+// policy Pub/Sub deletes a subscription after 31 days without activity
+// (a quiet topic's forwarder would vanish), so it sets one without a TTL,
+// as Terraform does for the topology's subscriptions.
 func (c *Client) CreateSubscription(ctx context.Context, s broker.SubscriptionSpec) error {
 	topicPath := "projects/" + c.ps.Project() + "/topics/"
 	dur := func(d time.Duration) *durationpb.Duration {
@@ -30,6 +33,9 @@ func (c *Client) CreateSubscription(ctx context.Context, s broker.SubscriptionSp
 		Filter:                s.Filter,
 		EnableMessageOrdering: s.Ordered,
 		AckDeadlineSeconds:    int32(s.AckDeadline / time.Second),
+		// "If expiration_policy is set, but expiration_policy.ttl is not
+		// set, the subscription never expires" (pubsubpb.Subscription).
+		ExpirationPolicy: &pb.ExpirationPolicy{},
 	}
 	if s.MinBackoff > 0 || s.MaxBackoff > 0 {
 		sub.RetryPolicy = &pb.RetryPolicy{MinimumBackoff: dur(s.MinBackoff), MaximumBackoff: dur(s.MaxBackoff)}

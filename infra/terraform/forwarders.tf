@@ -1,0 +1,417 @@
+# Forward consumers added at run time (var.forwarders; off by default;
+# docs/forwarding.md, "Forwarders added at run time").
+#
+# An operator adds, changes and removes a forwarder through dlqreplay's
+# /forwarders (the API, `relaybus forwarders`, the console): dlqreplay writes
+# its row in relaybus_inbox_forwarders and creates its ordered subscription
+# <topic>.<name>-forwarder, which pushes to <forwarders service>/<name> with
+# an OIDC token of relaybus-fwd-push. One consume service, relaybus-forwarders
+# (the consume image, CONSUMER_HANDLER=forwarders), serves every forwarder
+# with the inbox, attempts, dead letters and ledger of a declared consumer.
+#
+# Off by default: enabling it lets an admin of a topic send that topic's
+# events to any URL without a deploy, and gives dlqreplay the right to create
+# and delete subscriptions in the project; a deployment opts in. Off, nothing
+# below exists and POST /forwarders answers 501 not_configured, naming
+# DLQREPLAY_FORWARDERS_URL.
+#
+# What enabling it creates (README.md, "Service accounts and roles", lists
+# every grant; infra/forwarders_test.go checks that enabling adds exactly
+# these):
+#   relaybus-forwarders   the service's account: its own Postgres role on
+#                         forwarders.database (database.tf, "Roles": a consume
+#                         role, whose grants include relaybus_inbox_forwarders),
+#                         Cloud SQL Client, publisher on the rollup topic and on
+#                         every <topic>.dlq (poison messages), the claim check
+#                         bucket's reader, telemetry; as a declared consumer's;
+#   relaybus-fwd-push     the identity of every forwarder's push: invoker of
+#                         the forwarders service and nothing else;
+#   dlqreplay             relaybusForwarderSubscriptions on the project
+#                         (pubsub.subscriptions.create, .delete: Pub/Sub checks
+#                         create on the project, and a subscription that does
+#                         not exist yet can hold no grant of its own),
+#                         relaybusAttachSubscription (pubsub.topics.attachSubscription)
+#                         on each topology topic only (not the .dlq topics, not
+#                         the rollup topic), and actAs on relaybus-fwd-push only
+#                         (a push subscription's OIDC identity needs it,
+#                         https://cloud.google.com/pubsub/docs/authenticate-push-subscriptions);
+#   the Pub/Sub agent     roles/pubsub.subscriber on the project: dead-lettering
+#                         needs publisher on the dead-letter topic (granted per
+#                         topic, iam.tf) and subscriber on the source
+#                         subscription, to remove what it forwarded
+#                         (https://cloud.google.com/pubsub/docs/dead-letter-topics);
+#                         a subscription made at run time cannot be granted here
+#                         one by one. Only Pub/Sub acts as its service agent;
+#                         and token creator on relaybus-fwd-push (pushes' OIDC
+#                         tokens, as iam.tf's agent_token_creator_*);
+#   Scheduler             invoker of the service: /ledger:ship every minute,
+#                         /inbox:purge daily, as for each consume service.
+#
+# Pub/Sub only. On NATS (var.nats) the operators' API cannot create a
+# consumer at run time (the NATS driver is no broker.SubscriptionAdmin), so
+# forwarders.enabled there is refused at plan time and the API answers 501.
+
+locals {
+  # Whether the forwarders are deployed (terraform_data.forwarders refuses
+  # forwarders.enabled on NATS).
+  forwarders_enabled = var.forwarders.enabled && local.on_pubsub
+
+  # The service's deterministic URL (as local.function_urls): what dlqreplay
+  # points each forwarder's subscription at (DLQREPLAY_FORWARDERS_URL) and
+  # the pushes' OIDC audience, known before the service exists.
+  forwarders_url = "https://relaybus-forwarders-${data.google_project.this.number}.${var.region}.run.app"
+
+  # Whether its database is in Cloud SQL (the volume, Cloud SQL Client).
+  forwarders_cloudsql = local.forwarders_enabled && contains(keys(local.cloudsql_databases), var.forwarders.database)
+
+  # The topics a forwarder may be added on (dlqreplay attaches subscriptions
+  # to these only).
+  forwarders_topics = local.forwarders_enabled ? local.pubsub_topics : {}
+
+  # The service's environment: consume's (functions/consume Config) for
+  # CONSUMER_HANDLER=forwarders. What a declared consumer takes from the
+  # topology each forwarder takes from its registry row: its name
+  # (CONSUMER_ID, CONSUMER_SUBSCRIPTION), target (FORWARD_URL, FORWARD_AUTH,
+  # FORWARD_AUDIENCE), timeout (FORWARD_TIMEOUT is the default of those
+  # without one) and flow limits (CONSUMER_MAX_IN_FLIGHT,
+  # CONSUMER_MAX_PER_SECOND); its subscription has the topology's defaults
+  # (CONSUMER_MAX_DELIVERY_ATTEMPTS), and the breaker a declared forward
+  # consumer's defaults (topology.tf, consumer_list).
+  forwarders_env = merge({ for n, v in local.env_common : n => v if !contains(["FIRESTORE_DATABASE", "LEDGER_RETENTION"], n) }, local.env_claim_check, {
+    LEDGER                         = var.ledger
+    CONSUMER_ID                    = "forwarders"
+    CONSUMER_HANDLER               = "forwarders"
+    CONSUMER_MODE                  = "push"
+    CONSUMER_MAX_DELIVERY_ATTEMPTS = tostring(local.defaults.max_delivery_attempts)
+    INBOX_RETENTION                = var.consume_settings.inbox_retention
+    ROLLUP_TOPIC                   = local.rollup.topic
+    LEDGER_BUDGET                  = var.ledger_budget
+    FORWARD_TIMEOUT                = "10s"
+    FORWARD_BREAKER_THRESHOLD      = "5"
+    FORWARD_BREAKER_COOLDOWN       = "5s"
+    FORWARD_BREAKER_MAX_COOLDOWN   = "300s"
+    CONSUMER_FLOW_WAIT             = var.consume_settings.flow_wait
+  })
+
+  # dlqreplay's forwarders settings (run.tf, function_wired_env): none when
+  # off, so POST /forwarders answers 501 and says what is missing.
+  forwarders_dlqreplay_env = local.forwarders_enabled ? {
+    DLQREPLAY_FORWARDERS_URL          = local.forwarders_url
+    DLQREPLAY_FORWARDERS_PUSH_ACCOUNT = google_service_account.forwarders_push[0].email
+    DLQREPLAY_FORWARDERS_DATABASE     = var.forwarders.database
+  } : {}
+
+  forwarders_errors = concat(
+    var.forwarders.enabled && local.on_nats ? ["forwarders.enabled: forwarders added at run time need Pub/Sub; on NATS the operators' API cannot create a consumer at run time (docs/forwarding.md). Declare the forward consumer in the topology, or set forwarders.enabled = false."] : [],
+    var.forwarders.enabled && !contains(keys(local.databases), var.forwarders.database) ? ["forwarders.database \"${var.forwarders.database}\" is not one of the topology's databases (${join(", ", sort(keys(local.databases)))})"] : [],
+  )
+}
+
+# Refuses forwarders on NATS, or on a database the topology lacks, before
+# anything is created.
+resource "terraform_data" "forwarders" {
+  input = { enabled = local.forwarders_enabled, database = var.forwarders.database }
+
+  lifecycle {
+    precondition {
+      condition     = length(local.forwarders_errors) == 0
+      error_message = join("; ", local.forwarders_errors)
+    }
+  }
+}
+
+resource "google_service_account" "forwarders" {
+  count        = local.forwarders_enabled ? 1 : 0
+  account_id   = "relaybus-forwarders"
+  display_name = "relaybus forwarders"
+  description  = "The forwarders consume service (forward consumers added at run time): its database role, rollup notices, poison dead letters; no Firestore access."
+}
+
+resource "google_service_account" "forwarders_push" {
+  count        = local.forwarders_enabled ? 1 : 0
+  account_id   = "relaybus-fwd-push"
+  display_name = "relaybus forwarders push"
+  description  = "OIDC identity of every <topic>.<name>-forwarder push subscription: invokes the forwarders service, nothing else."
+}
+
+# ---- The forwarders service's own grants (as a declared consumer's) --------
+
+# (try: a database the topology lacks is refused by terraform_data.forwarders,
+# which this waits for, with the reason rather than an invalid index.)
+resource "google_secret_manager_secret_iam_member" "forwarders_database_url" {
+  count      = local.forwarders_enabled ? 1 : 0
+  secret_id  = try(local.role_secret_ids["${var.forwarders.database}/forwarders"], "")
+  role       = "roles/secretmanager.secretAccessor"
+  member     = google_service_account.forwarders[0].member
+  depends_on = [terraform_data.forwarders]
+}
+
+resource "google_project_iam_member" "forwarders_cloudsql_client" {
+  count   = local.forwarders_cloudsql ? 1 : 0
+  project = var.project_id
+  role    = "roles/cloudsql.client"
+  member  = google_service_account.forwarders[0].member
+}
+
+resource "google_pubsub_topic_iam_member" "forwarders_rollup" {
+  count  = local.forwarders_enabled ? 1 : 0
+  topic  = google_pubsub_topic.rollup[0].name
+  role   = "roles/pubsub.publisher"
+  member = google_service_account.forwarders[0].member
+}
+
+resource "google_pubsub_topic_iam_member" "forwarders_dead_letter" {
+  for_each = local.forwarders_topics
+  topic    = google_pubsub_topic.dead_letter[each.key].name
+  role     = "roles/pubsub.publisher"
+  member   = google_service_account.forwarders[0].member
+}
+
+resource "google_storage_bucket_iam_member" "forwarders_claim_check_read" {
+  count  = local.forwarders_enabled && var.claim_check.enabled ? 1 : 0
+  bucket = google_storage_bucket.claim_check[0].name
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.forwarders[0].member
+}
+
+# Telemetry, as telemetry.tf grants each consume service.
+resource "google_project_iam_member" "forwarders_telemetry_trace_writer" {
+  count   = local.forwarders_enabled && local.telemetry_exports ? 1 : 0
+  project = var.project_id
+  role    = "roles/cloudtrace.agent"
+  member  = google_service_account.forwarders[0].member
+}
+
+resource "google_project_iam_member" "forwarders_telemetry_metric_writer" {
+  count   = local.forwarders_enabled && local.telemetry_exports ? 1 : 0
+  project = var.project_id
+  role    = "roles/monitoring.metricWriter"
+  member  = google_service_account.forwarders[0].member
+}
+
+resource "google_project_iam_member" "forwarders_telemetry_quota_user" {
+  count   = local.forwarders_enabled && local.telemetry_exports ? 1 : 0
+  project = var.project_id
+  role    = "roles/serviceusage.serviceUsageConsumer"
+  member  = google_service_account.forwarders[0].member
+}
+
+# ---- Delivery to it ---------------------------------------------------------
+
+# Every forwarder's subscription pushes as relaybus-fwd-push...
+resource "google_cloud_run_v2_service_iam_member" "forwarders_push_invoker" {
+  count    = local.forwarders_enabled ? 1 : 0
+  location = var.region
+  name     = google_cloud_run_v2_service.forwarders[0].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.forwarders_push[0].member
+}
+
+# ...whose OIDC tokens the Pub/Sub service agent mints (iam.tf,
+# agent_token_creator_*).
+resource "google_service_account_iam_member" "agent_token_creator_forwarders_push" {
+  count              = local.forwarders_enabled ? 1 : 0
+  service_account_id = google_service_account.forwarders_push[0].name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = local.pubsub_service_agent
+}
+
+# Dead-lettering on the forwarders' subscriptions: the agent removes what it
+# forwarded to <topic>.dlq from the source subscription (the header above).
+resource "google_project_iam_member" "agent_forwarders_dead_letter" {
+  count   = local.forwarders_enabled ? 1 : 0
+  project = var.project_id
+  role    = "roles/pubsub.subscriber"
+  member  = local.pubsub_service_agent
+}
+
+resource "google_cloud_run_v2_service_iam_member" "scheduler_forwarders_invoker" {
+  count    = local.forwarders_enabled ? 1 : 0
+  location = var.region
+  name     = google_cloud_run_v2_service.forwarders[0].name
+  role     = "roles/run.invoker"
+  member   = google_service_account.scheduler.member
+}
+
+# ---- dlqreplay: create and delete the forwarders' subscriptions ------------
+
+# CreateSubscription needs pubsub.subscriptions.create on the project and
+# pubsub.topics.attachSubscription on the topic; DeleteSubscription
+# pubsub.subscriptions.delete on the subscription
+# (https://cloud.google.com/pubsub/docs/access-control). Nothing else: no
+# get, list, update or IAM policy.
+resource "google_project_iam_custom_role" "forwarder_subscriptions" {
+  count       = local.forwarders_enabled ? 1 : 0
+  role_id     = "relaybusForwarderSubscriptions"
+  title       = "relaybus forwarder subscriptions"
+  description = "Create and delete Pub/Sub subscriptions (dlqreplay's forwarders added at run time)."
+  permissions = [
+    "pubsub.subscriptions.create",
+    "pubsub.subscriptions.delete",
+  ]
+}
+
+resource "google_project_iam_custom_role" "attach_subscription" {
+  count       = local.forwarders_enabled ? 1 : 0
+  role_id     = "relaybusAttachSubscription"
+  title       = "relaybus attach subscription"
+  description = "Attach a subscription to a topic (granted on the topology's topics only)."
+  permissions = [
+    "pubsub.topics.attachSubscription",
+  ]
+}
+
+resource "google_project_iam_member" "dlqreplay_forwarder_subscriptions" {
+  count   = local.forwarders_enabled ? 1 : 0
+  project = var.project_id
+  role    = google_project_iam_custom_role.forwarder_subscriptions[0].name
+  member  = google_service_account.function["dlqreplay"].member
+}
+
+resource "google_pubsub_topic_iam_member" "dlqreplay_attach_subscription" {
+  for_each = local.forwarders_topics
+  topic    = google_pubsub_topic.topic[each.key].name
+  role     = google_project_iam_custom_role.attach_subscription[0].name
+  member   = google_service_account.function["dlqreplay"].member
+}
+
+resource "google_service_account_iam_member" "dlqreplay_act_as_forwarders_push" {
+  count              = local.forwarders_enabled ? 1 : 0
+  service_account_id = google_service_account.forwarders_push[0].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.function["dlqreplay"].member
+}
+
+# ---- The service -------------------------------------------------------------
+
+# Its request timeout is the forwarders' subscriptions' ack deadline (the
+# topology's default); its instances and concurrency are
+# forwarders.max_instances and forwarders.concurrency, its pool
+# cloud_sql.pool_max_conns (database.tf counts it against max_connections).
+resource "google_cloud_run_v2_service" "forwarders" {
+  count               = local.forwarders_enabled ? 1 : 0
+  name                = "relaybus-forwarders"
+  location            = var.region
+  ingress             = "INGRESS_TRAFFIC_INTERNAL_ONLY"
+  deletion_protection = var.deletion_protection
+  description         = "relaybus consume: the forward consumers added at run time (CONSUMER_HANDLER=forwarders)"
+
+  template {
+    service_account                  = google_service_account.forwarders[0].email
+    max_instance_request_concurrency = var.forwarders.concurrency
+    timeout                          = "${local.defaults.ack_deadline_seconds}s"
+
+    scaling {
+      min_instance_count = 0
+      max_instance_count = var.forwarders.max_instances
+    }
+
+    dynamic "volumes" {
+      for_each = local.forwarders_cloudsql ? [local.cloudsql_connection_name] : []
+      content {
+        name = "cloudsql"
+        cloud_sql_instance {
+          instances = [volumes.value]
+        }
+      }
+    }
+
+    containers {
+      image = local.images["consume"]
+
+      dynamic "env" {
+        for_each = local.forwarders_env
+        content {
+          name  = env.key
+          value = env.value
+        }
+      }
+
+      # DATABASE_URL: the forwarders service's own role on its database.
+      env {
+        name = "DATABASE_URL"
+        value_source {
+          secret_key_ref {
+            secret  = try(local.role_secret_ids["${var.forwarders.database}/forwarders"], "")
+            version = "latest"
+          }
+        }
+      }
+
+      dynamic "volume_mounts" {
+        for_each = local.forwarders_cloudsql ? ["cloudsql"] : []
+        content {
+          name       = volume_mounts.value
+          mount_path = "/cloudsql"
+        }
+      }
+
+      # It writes the ledger's attempts in the background, as consume does.
+      resources {
+        limits   = { cpu = "1", memory = "512Mi" }
+        cpu_idle = !var.always_allocated_cpu
+      }
+    }
+  }
+
+  depends_on = [
+    terraform_data.forwarders,
+    terraform_data.topology,
+    terraform_data.database_connections,
+    time_sleep.iam_propagation,
+    google_secret_manager_secret_version.role_url,
+    terraform_data.migrate,
+  ]
+}
+
+# ---- Scheduler: as for each consume service (scheduler.tf) -------------------
+
+resource "google_cloud_scheduler_job" "forwarders_ledger_ship" {
+  count            = local.forwarders_enabled ? 1 : 0
+  name             = "relaybus-ledger-ship-forwarders"
+  region           = var.region
+  description      = "Ship the forwarders' consumption attempts the ledger missed (forwarders POST /ledger:ship)."
+  schedule         = var.schedules.ledger_ship
+  time_zone        = var.scheduler_time_zone
+  attempt_deadline = "${min(1800, local.defaults.ack_deadline_seconds + local.scheduler_deadline_margin_seconds)}s"
+
+  retry_config {
+    retry_count = 0
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = "${google_cloud_run_v2_service.forwarders[0].uri}/ledger:ship"
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloud_run_v2_service.forwarders[0].uri
+    }
+  }
+
+  depends_on = [time_sleep.consume_invoker_propagation]
+}
+
+resource "google_cloud_scheduler_job" "forwarders_inbox_purge" {
+  count            = local.forwarders_enabled ? 1 : 0
+  name             = "relaybus-inbox-purge-forwarders"
+  region           = var.region
+  description      = "Purge the forwarders' inbox rows past INBOX_RETENTION (forwarders POST /inbox:purge)."
+  schedule         = var.schedules.inbox_purge
+  time_zone        = var.scheduler_time_zone
+  attempt_deadline = "${min(1800, local.defaults.ack_deadline_seconds + local.scheduler_deadline_margin_seconds)}s"
+
+  retry_config {
+    retry_count = 0
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = "${google_cloud_run_v2_service.forwarders[0].uri}/inbox:purge"
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloud_run_v2_service.forwarders[0].uri
+    }
+  }
+
+  depends_on = [time_sleep.consume_invoker_propagation]
+}
