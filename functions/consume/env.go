@@ -107,7 +107,9 @@ type Config struct {
 	// Mode is how deliveries arrive (CONSUMER_MODE): push (Pub/Sub push or
 	// Eventarc POSTs them, the default) or pull (the function pulls
 	// CONSUMER_SUBSCRIPTION itself from the broker TRANSPORT names, a
-	// long-running worker from its start: see internal/pull).
+	// long-running worker from its start: see internal/pull; with
+	// CONSUMER_HANDLER=forwarders, which needs it on NATS and refuses it on
+	// Pub/Sub, every forwarder's subscription, one worker each).
 	Mode string `env:"CONSUMER_MODE, default=push"`
 	// PullMaxInFlight bounds the pull worker's deliveries at once
 	// (PULL_MAX_IN_FLIGHT, default 16; keep it below the pool's size).
@@ -159,7 +161,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	switch cfg.Mode {
 	case ModePush, "":
 	case ModePull:
-		if cfg.Subscription == "" {
+		if cfg.Subscription == "" && cfg.Handler != HandlerForwarders {
 			return nil, errors.New("config: CONSUMER_SUBSCRIPTION is required with CONSUMER_MODE=pull: the subscription to pull")
 		}
 	default:
@@ -190,8 +192,10 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	// The forwarders service builds one forward handler per forwarder of
 	// its registry (forwarders.go), none here.
 	forwarding := cfg.Handler == HandlerForwarders
-	if forwarding && cfg.Mode == ModePull {
-		return nil, fmt.Errorf("config: CONSUMER_HANDLER=%s is served by push (each forwarder's subscription pushes to it): CONSUMER_MODE=pull is not supported", HandlerForwarders)
+	if forwarding {
+		if err := forwardersMode(cfg); err != nil {
+			return nil, err
+		}
 	}
 	bp := &breakerPause{} // off until the broker and the pool are open
 	var h consumer.Handler
@@ -270,9 +274,21 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		// defaults (internal/forwarders), its dead-letter threshold
 		// included.
 		o.MaxDeliveryAttempts = top.Defaults.MaxDeliveryAttempts
-		set := newForwarderSet(o, hc, cmp.Or(cfg.FlowWait, DefaultFlowWait), cmp.Or(cfg.InboxRetention, DefaultInboxRetention))
+		flowWait := cmp.Or(cfg.FlowWait, DefaultFlowWait)
+		if cfg.Mode == ModePull {
+			flowWait = min(flowWait, PullFlowWait)
+		}
+		set := newForwarderSet(o, hc, flowWait, cmp.Or(cfg.InboxRetention, DefaultInboxRetention))
 		set.refresh = cmp.Or(cfg.ForwardersRefresh, DefaultForwardersRefresh)
 		fn := &Handler{Handler: set, close: []func(context.Context) error{set.Close, closers.Close}}
+		if cfg.Mode == ModePull {
+			// Workers first at shutdown: drained before the engines close.
+			pl := startForwarderPullers(ctx, set, top, pull.Options{Source: ps, DeadLetters: ps, Project: cfg.ProjectID,
+				MaxInFlight: cfg.PullMaxInFlight, Logger: log})
+			fn.close = append([]func(context.Context) error{pl.Close}, fn.close...)
+			log.Info("consume: pulling the forwarders added at run time", "transport", cfg.PubSub.Transport)
+			return fn, nil
+		}
 		log.Info("consume: serving the forwarders added at run time")
 		return fn, nil
 	}

@@ -28,6 +28,9 @@ import (
 // subscription is deleted first) is acknowledged with code
 // unknown_forwarder. POST /ledger:ship ships every forwarder's attempts,
 // POST /inbox:purge purges the database's inbox, as for one consumer.
+// On NATS JetStream, which pushes nothing, the service runs with
+// CONSUMER_MODE=pull and pulls each forwarder's durable consumer into the
+// same engine, one worker per forwarder (forwarders_pull.go).
 const HandlerForwarders = "forwarders"
 
 // DefaultForwardersRefresh is how long the forwarders service trusts its

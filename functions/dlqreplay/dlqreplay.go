@@ -44,7 +44,8 @@
 //	POST   /forwarders                 {"name", "topic", "url", "auth", "audience", "filter", "maxInFlight",
 //	                                   "maxPerSecond", "timeoutSeconds", "description"}: add one: its registry
 //	                                   row, its topic_consumers entry, its subscription pushing to the
-//	                                   forwarders consume service; it receives the topic's events from then on
+//	                                   forwarders consume service (on NATS a durable consumer that service
+//	                                   pulls); it receives the topic's events from then on
 //	GET    /forwarders/{name}          one forwarder, with its subscription and push endpoint
 //	PATCH  /forwarders/{name}          {"url", "auth", "audience", "maxInFlight", "maxPerSecond",
 //	                                   "timeoutSeconds", "description"}: change it (topic and filter are fixed)

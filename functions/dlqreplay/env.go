@@ -99,7 +99,9 @@ type Config struct {
 	// ForwardersURL is the forwarders consume service's URL
 	// (DLQREPLAY_FORWARDERS_URL; Terraform sets it): each forward
 	// consumer added at run time gets a subscription pushing to
-	// <it>/<name>. Empty: POST /forwarders answers 501.
+	// <it>/<name> (with TRANSPORT=nats a durable consumer that service
+	// pulls: the URL only says it is deployed). Empty: POST /forwarders
+	// answers 501.
 	ForwardersURL string `env:"DLQREPLAY_FORWARDERS_URL"`
 	// ForwardersPushAccount is the service account whose OIDC token those
 	// pushes carry (DLQREPLAY_FORWARDERS_PUSH_ACCOUNT), the audience being
@@ -266,7 +268,9 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, PullConsumers: cfg.PullConsumers, Pauser: cfg.Pauser,
 		TraceProject: traceProject(cfg),
 		Forwarders: ForwardersOptions{URL: cfg.ForwardersURL, PushAccount: cfg.ForwardersPushAccount, Database: cfg.ForwardersDatabase,
-			NoDeadLetterPolicy: cfg.ForwardersNoDeadLetterPolicy, Subscriptions: cfg.ForwarderSubscriptions},
+			NoDeadLetterPolicy: cfg.ForwardersNoDeadLetterPolicy, Subscriptions: cfg.ForwarderSubscriptions,
+			// JetStream has no push: the forwarders service pulls each one.
+			Pull: cfg.PubSub.Transport == instance.TransportNATS},
 	})
 	if err != nil {
 		return fail(err)

@@ -44,6 +44,13 @@ type ForwardersOptions struct {
 	// subscriptions instead of the Broker (the local stack's also points
 	// its delivery loop at each).
 	Subscriptions broker.SubscriptionAdmin
+	// Pull gives each forwarder a pull subscription, which the forwarders
+	// service pulls itself (CONSUMER_MODE=pull), instead of one pushing to
+	// URL: on NATS JetStream, which has no push (Build sets it with
+	// TRANSPORT=nats; forwarders_pull.go). URL is still required, as the
+	// sign that the forwarders service is deployed: without it nothing
+	// would pull the forwarder while the ledger waited for it.
+	Pull bool
 }
 
 // forwarderAPI serves the forwarders' registry.
@@ -91,7 +98,7 @@ type forwarderView struct {
 
 func (fa *forwarderAPI) view(f forwarders.Forwarder) forwarderView {
 	v := forwarderView{Forwarder: f, Subscription: f.Subscription()}
-	if fa.o.URL != "" {
+	if fa.o.URL != "" && !fa.o.Pull {
 		v.PushEndpoint = fa.endpoint(f.Name)
 	}
 	return v
@@ -238,6 +245,9 @@ func (fa *forwarderAPI) add(r *request, _ []string) (any, error) {
 			return "", fa.brokerErr(err, f)
 		}
 		out = fa.view(stored)
+		if fa.o.Pull {
+			return "added; the forwarders service pulls " + f.Subscription(), nil
+		}
 		return "added; " + f.Subscription() + " pushes to " + out.PushEndpoint, nil
 	})
 	if err != nil {
@@ -253,7 +263,7 @@ func (fa *forwarderAPI) missing() string {
 		m = append(m, "DLQREPLAY_FORWARDERS_URL (the forwarders consume service's URL) is not set: deploy the service (infra/terraform: forwarders = { enabled = true })")
 	}
 	if fa.subs == nil {
-		m = append(m, "the broker cannot create subscriptions at run time (Pub/Sub can; on NATS, declare the forward consumer in the topology)")
+		m = append(m, "the broker cannot create subscriptions at run time (Pub/Sub and NATS JetStream can)")
 	}
 	return strings.Join(m, "; ")
 }
@@ -262,6 +272,9 @@ func (fa *forwarderAPI) missing() string {
 // under its name, the topology's retry and dead-letter settings, the
 // topic's retention for seeks.
 func (fa *forwarderAPI) spec(f forwarders.Forwarder) broker.SubscriptionSpec {
+	if fa.o.Pull {
+		return fa.pullSpec(f)
+	}
 	c := f.Consumer(fa.topology)
 	s := broker.SubscriptionSpec{Name: f.Subscription(), Topic: f.Topic, Filter: c.Filter(), Ordered: true,
 		AckDeadline: time.Duration(c.AckDeadlineSeconds) * time.Second,

@@ -2,12 +2,17 @@ package devstack
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/relaybus/relaybus/internal/emulator"
+	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/instance"
+	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/shared/event"
 )
 
@@ -18,6 +23,30 @@ import (
 func TestAForwarderOnTheLocalStack(t *testing.T) {
 	s := startOnTestSchema(t, 500*time.Millisecond)
 	defer closeStack(s)
+	forwardOnTheStack(t, s)
+}
+
+// make dev TRANSPORT=nats: the same, the operations API creating the
+// forwarder's durable consumer and the forwarders service pulling it.
+func TestAForwarderOnTheLocalStackOnNATS(t *testing.T) {
+	_, schema := pgtest.SchemaConfig(t, nil)
+	s, err := Start(context.Background(), Options{
+		Addr: "127.0.0.1:0", StateDir: t.TempDir(), Project: emutest.FirestoreProject(t),
+		DatabaseURL: pgtest.SchemaURL(t, schema), FirestoreHost: emutest.Host(t, emulator.Firestore),
+		RelayEvery: 500 * time.Millisecond, Transport: instance.TransportNATS,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStack(s)
+	forwardOnTheStack(t, s)
+}
+
+// forwardOnTheStack adds a forwarder through s's operations API,
+// publishes three events through publish, checks they are forwarded in
+// order, and removes the forwarder.
+func forwardOnTheStack(t *testing.T, s *Stack) {
+	t.Helper()
 	got := make(chan string, 16)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- r.Header.Get("Ce-Id")

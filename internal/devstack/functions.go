@@ -105,15 +105,13 @@ func buildFunctions(ctx context.Context, in functionsInput, down *teardown) (fun
 		}
 		fns.Consumers = append(fns.Consumers, mountedConsumer{Consumer: c, URL: in.Base + path})
 	}
-	if in.Pushes {
-		// The forwarders service: every forward consumer added at run time
-		// (POST /dlqreplay/forwarders), each under its name; its
-		// subscriptions are created by the operations API and delivered
-		// by the loop (Forwarders).
-		h, err := consume.Build(ctx, forwardersConfig(in))
-		if err := add("forwarders", forwardersPath, h, err); err != nil {
-			return functions{}, err
-		}
+	// The forwarders service: every forward consumer added at run time
+	// (POST /dlqreplay/forwarders), each under its name; its subscriptions
+	// are created by the operations API and delivered by the loop
+	// (Forwarders), or, on NATS, pulled by the service itself.
+	h, err := consume.Build(ctx, forwardersConfig(in))
+	if err := add("forwarders", forwardersPath, h, err); err != nil {
+		return functions{}, err
 	}
 	ops, err := dlqreplay.Build(ctx, dlqreplayConfig(in))
 	if err := add("dlqreplay", "/dlqreplay", ops, err); err != nil {
@@ -231,6 +229,11 @@ func dlqreplayConfig(in functionsInput) dlqreplay.Config {
 		c.ForwardersNoDeadLetterPolicy = true
 		c.ForwarderSubscriptions = in.Forwarders
 	}
+	if !in.Pushes {
+		// On NATS the API creates each forwarder's durable consumer and
+		// the forwarders service pulls it (the URL says it runs).
+		c.ForwardersURL = in.Base + forwardersPath
+	}
 	return c
 }
 
@@ -246,6 +249,11 @@ func forwardersConfig(in functionsInput) consume.Config {
 	cc.ForwardURL, cc.ForwardAudience, cc.ForwardSigningSecret = "", "", ""
 	cc.Env, cc.PubSub = in.Env, in.Broker
 	cc.DB.URL = in.DBs.url(topology.MainDatabase, roleConsumer)
+	if !in.Pushes {
+		// No push: it pulls each forwarder's durable consumer, one worker
+		// each, within its pool's share.
+		cc.Mode, cc.PullMaxInFlight = consume.ModePull, in.DBs.poolSize(roleConsumer)
+	}
 	return cc
 }
 

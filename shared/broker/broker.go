@@ -144,7 +144,8 @@ type PushEndpoint struct {
 
 // SubscriptionAdmin is a capability: a consumer's own subscription
 // created and deleted at run time, without the deploy that provisions the
-// topology's (the operators' API's forwarders; Pub/Sub only).
+// topology's (the operators' API's forwarders). Both drivers have it; a
+// JetStream durable consumer takes no Filter nor Push (ErrRefused).
 type SubscriptionAdmin interface {
 	// CreateSubscription creates s (ErrExists when a subscription of its
 	// name exists; ErrRefused when the broker refuses a setting, a filter

@@ -1,9 +1,11 @@
 // Package nats is relaybus's NATS JetStream broker driver, the second broker
 // beside Pub/Sub (shared/broker/pubsub), chosen by TRANSPORT=nats. It implements
 // the broker contract (shared/broker's Broker: single publishes, the relay's
-// PublishBatch, Pull for the pull consumer mode, Provision) and one
-// capability, broker.TimeSeeker ([Client.SeekTime]); it keeps no snapshots
-// and has no push.
+// PublishBatch, Pull for the pull consumer mode, Provision) and two
+// capabilities, broker.TimeSeeker ([Client.SeekTime]) and
+// broker.SubscriptionAdmin ([Client.CreateSubscription] and
+// [Client.DeleteSubscription]: a forwarder's durable consumer made and
+// deleted at run time); it keeps no snapshots and has no push.
 //
 // Mapping (https://docs.nats.io/nats-concepts/jetstream):
 //
@@ -53,10 +55,12 @@ import (
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
-// Client is a broker (shared/broker) that can also seek to a time.
+// Client is a broker (shared/broker) that can also seek to a time and
+// create and delete a subscription at run time.
 var (
-	_ broker.Broker     = (*Client)(nil)
-	_ broker.TimeSeeker = (*Client)(nil)
+	_ broker.Broker            = (*Client)(nil)
+	_ broker.TimeSeeker        = (*Client)(nil)
+	_ broker.SubscriptionAdmin = (*Client)(nil)
 )
 
 // HeaderOrderingKey carries a message's ordering key as given (the subject
