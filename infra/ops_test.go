@@ -2,6 +2,7 @@ package infra
 
 import (
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,6 +82,11 @@ func TestConsumersPublishTheirChildEvents(t *testing.T) {
 		emitting := 0
 		for _, cs := range top.Consumers() {
 			want := append([]string{top.Rollup.Topic, cs.DeadLetterTopic()}, cs.Emits...)
+			if cs.Handler == topology.HandlerForward && cs.Delivery == topology.DeliveryEventarc && cs.ForwardBreakerThreshold >= 0 && !slices.Contains(want, cs.Topic) {
+				// Its breaker's resume publishes what the pause kept to its
+				// own topic (functions/consume/breakerflag.go).
+				want = append(want, cs.Topic)
+			}
 			sort.Strings(want)
 			have := append([]string(nil), got[consumeMember(ev, cs.Subscription())]...)
 			sort.Strings(have)
