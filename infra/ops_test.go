@@ -2,6 +2,7 @@ package infra
 
 import (
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,6 +82,11 @@ func TestConsumersPublishTheirChildEvents(t *testing.T) {
 		emitting := 0
 		for _, cs := range top.Consumers() {
 			want := append([]string{top.Rollup.Topic, cs.DeadLetterTopic()}, cs.Emits...)
+			if cs.Handler == topology.HandlerForward && cs.Delivery == topology.DeliveryEventarc && cs.ForwardBreakerThreshold >= 0 && !slices.Contains(want, cs.Topic) {
+				// Its breaker's resume publishes what the pause kept to its
+				// own topic (functions/consume/breakerflag.go).
+				want = append(want, cs.Topic)
+			}
 			sort.Strings(want)
 			have := append([]string(nil), got[consumeMember(ev, cs.Subscription())]...)
 			sort.Strings(have)
@@ -184,6 +190,51 @@ func TestGapAlertNamesAReachableRoute(t *testing.T) {
 	}
 	if got := c.exprSource(c.resource(t, "google_cloud_run_v2_service.consume").Body.Attributes["ingress"].Expr); got != `"INGRESS_TRAFFIC_INTERNAL_ONLY"` {
 		t.Errorf("consume ingress %s", got)
+	}
+}
+
+// TestBreakerAlert: a forward target down raises an alert that reads the
+// breaker's log-based metric per consumer, waits for the metric to reach
+// Monitoring (its id among time_sleep.log_metrics' triggers), and tells
+// the operator what happened and what to do through dlqreplay (the relaybus
+// CLI), not through the internal-only consume service.
+func TestBreakerAlert(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	ev := c.newEvaluator(t, requiredVars(t)).withStubs()
+	policy := c.resource(t, "google_monitoring_alert_policy.forward_breaker")
+	cond := block(t, "forward_breaker", block(t, "forward_breaker", policy.Body, "conditions"), "condition_threshold")
+	if got := c.exprSource(cond.Attributes["filter"].Expr); !strings.Contains(got, "google_logging_metric.forward_breaker_down.name") {
+		t.Errorf("the breaker alert's filter %s does not read the breaker's log-based metric", got)
+	}
+	agg := block(t, "forward_breaker", cond, "aggregations")
+	if got := c.exprSource(agg.Attributes["group_by_fields"].Expr); !strings.Contains(got, "metric.label.consumer_id") {
+		t.Errorf("the breaker alert groups by %s; want one incident per consumer (metric.label.consumer_id)", got)
+	}
+	metric := c.resource(t, "google_logging_metric.forward_breaker_down")
+	if got := c.exprSource(metric.Body.Attributes["label_extractors"].Expr); !strings.Contains(got, "EXTRACT(jsonPayload.consumer_id)") {
+		t.Errorf("the breaker metric's label extractors %s: want consumer_id from the log line", got)
+	}
+	triggers := c.exprSource(c.resource(t, "time_sleep.log_metrics").Body.Attributes["triggers"].Expr)
+	if !strings.Contains(triggers, "google_logging_metric.forward_breaker_down.id") {
+		t.Errorf("time_sleep.log_metrics does not wait for the breaker's metric: %s", triggers)
+	}
+	if !contains(dependsOn(t, policy), "time_sleep.log_metrics") {
+		t.Error("the breaker alert does not wait for time_sleep.log_metrics")
+	}
+	doc := block(t, "forward_breaker", policy.Body, "documentation")
+	v, diags := ev.eval(doc.Attributes["content"].Expr, nil)
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	text := v.AsString()
+	for _, want := range []string{"consumer_id", "Fix the target", "relaybus -url <dlqreplay URL> -gcloud-auth consumers ls",
+		"relaybus consumers pause", "relaybus consumers resume", "docs/forwarding.md", "nothing is dead-lettered"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the breaker alert's documentation does not say %q: %s", want, text)
+		}
+	}
+	if strings.Contains(text, "consume URL") || strings.Contains(text, "/breaker:probe") {
+		t.Errorf("the breaker alert sends operators to the consume service, which is internal-only: %s", text)
 	}
 }
 

@@ -405,7 +405,7 @@ func TestSchedulerJobs(t *testing.T) {
 			if cs.Handler == topology.HandlerStrict {
 				check("gaps_check["+cs.Subscription()+"]", url+"/gaps:check", url, cs.AckDeadlineSeconds)
 			}
-			if cs.Handler == topology.HandlerForward && cs.Delivery == topology.DeliveryPush && cs.ForwardBreakerThreshold >= 0 {
+			if cs.Handler == topology.HandlerForward && (cs.Delivery == topology.DeliveryPush || cs.Delivery == topology.DeliveryEventarc) && cs.ForwardBreakerThreshold >= 0 {
 				check("breaker_probe["+cs.Subscription()+"]", url+"/breaker:probe", url, cs.AckDeadlineSeconds)
 			}
 		}
@@ -457,9 +457,48 @@ func TestLogMetricsMatchTheRelaysLogLines(t *testing.T) {
 			t.Errorf("monitoring.tf counts log lines %q, which shared/relay does not log", m[1])
 		}
 	}
+	// The breaker's metric extracts the forwarder's field
+	// (TestBreakerLogMetricMatchesTheBreaker).
+	fwd, err := os.ReadFile(filepath.Join(root, "shared", "forward", "forward.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range regexp.MustCompile(`EXTRACT\(jsonPayload\.(\w+)\)`).FindAllStringSubmatch(string(mon), -1) {
-		if !strings.Contains(relaySrc.String(), `"`+f[1]+`"`) {
-			t.Errorf("monitoring.tf extracts jsonPayload.%s, a field shared/relay does not log", f[1])
+		if !strings.Contains(relaySrc.String(), `"`+f[1]+`"`) && !strings.Contains(string(fwd), `"`+f[1]+`"`) {
+			t.Errorf("monitoring.tf extracts jsonPayload.%s, a field neither shared/relay nor shared/forward logs", f[1])
+		}
+	}
+}
+
+// TestBreakerLogMetricMatchesTheBreaker: the forward breaker's metric
+// counts the lines the breaker and consume's probes log, at the level they
+// log them: the breaker opening (shared/forward) and a probe finding the
+// target still down while the breaker keeps the consumer paused (consume,
+// over push and Eventarc), each with the consumer_id the metric extracts.
+func TestBreakerLogMetricMatchesTheBreaker(t *testing.T) {
+	root := repoRoot(t)
+	read := func(parts ...string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(append([]string{root}, parts...)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	mon := read("infra", "terraform", "monitoring.tf")
+	const filter = `severity=WARNING AND jsonPayload.message=~\"^(forward: circuit breaker open|consume: the breaker's probe found the target down)\"`
+	if !strings.Contains(mon, filter) {
+		t.Fatalf("monitoring.tf does not count the breaker's WARNING lines with %s", filter)
+	}
+	fwd := read("shared", "forward", "forward.go")
+	if !regexp.MustCompile(`WarnContext\(ctx, "forward: circuit breaker open[^"]*",\s*append\(attrs`).MatchString(fwd) ||
+		!strings.Contains(fwd, `attrs := []any{"consumer_id", f.o.Name`) {
+		t.Error(`shared/forward does not log "forward: circuit breaker open" at WARNING with consumer_id`)
+	}
+	for _, f := range []string{"breakerpause.go", "breakerflag.go"} {
+		src := read("functions", "consume", f)
+		if !regexp.MustCompile(`WarnContext\(ctx, "consume: the breaker's probe found the target down[^"]*",\s*"consumer_id"`).MatchString(src) {
+			t.Errorf(`functions/consume/%s does not log "consume: the breaker's probe found the target down" at WARNING`, f)
 		}
 	}
 }

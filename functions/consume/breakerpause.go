@@ -219,7 +219,7 @@ func (p *breakerPause) probe(ctx context.Context) (rep probeReport, err error) {
 		rep.NextProbe = &next
 		rep.Done = "the target is still down (" + res.Reason + "): paused; next probe after " + next.Format(time.RFC3339)
 		p.log.WarnContext(ctx, "consume: the breaker's probe found the target down; the push subscription stays paused",
-			"subscription", p.sub, "reason", res.Reason, "next_probe", next.Format(time.RFC3339))
+			"consumer_id", p.consumerID, "subscription", p.sub, "reason", res.Reason, "next_probe", next.Format(time.RFC3339))
 		return rep, nil
 	}
 	resumed, err := inbox.ResumeBreakerPause(ctx, p.db, p.sub, func(ctx context.Context, rec inbox.PushPause) error {
@@ -248,7 +248,7 @@ func (p *breakerPause) probe(ctx context.Context) (rep probeReport, err error) {
 func (p *breakerPause) serveProbe(w http.ResponseWriter, r *http.Request, log *slog.Logger) {
 	if p == nil || !p.on {
 		writeJSON(w, http.StatusNotFound, map[string]string{"code": "no_breaker_pause",
-			"message": "this consumer has no breaker that pauses its delivery (a forward consumer delivered by ordered push on Pub/Sub has)"})
+			"message": "this consumer has no breaker that pauses its delivery (a forward consumer delivered by ordered push on Pub/Sub, or by Eventarc, has)"})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.timeout)
@@ -296,18 +296,19 @@ func breakerPauses(bp *breakerPause, h any, cfg Config, top *topology.Topology, 
 }
 
 // pushBreakerThreshold is the breaker's threshold: FORWARD_BREAKER_THRESHOLD,
-// but over ordered push at most CONSUMER_MAX_DELIVERY_ATTEMPTS − 2 (and at
-// least 1). Pub/Sub counts each of the failures before the breaker opens,
-// the one that opens it included, so an event at the head of its ordering
-// key meets them all: the cap leaves it one counted delivery after the
-// pause, and one more, before its dead-letter policy is reached (with 5
-// attempts, Pub/Sub's least, the breaker opens at the 3rd failure).
+// but over ordered push and Eventarc at most CONSUMER_MAX_DELIVERY_ATTEMPTS
+// − 2 (and at least 1). Pub/Sub counts each of the failures before the
+// breaker opens, the one that opens it included, so an event at the head of
+// its ordering key (or one Eventarc redelivers again and again) meets them
+// all: the cap leaves it one counted delivery after the pause, and one
+// more, before its dead-letter policy is reached (with 5 attempts, Pub/Sub's
+// least, the breaker opens at the 3rd failure).
 func pushBreakerThreshold(cfg Config, top *topology.Topology, log *slog.Logger) int {
 	t := cfg.ForwardBreakerThreshold
 	if cfg.Handler != "forward" || cfg.Mode == ModePull || t < 0 || cfg.MaxDeliveryAttempts <= 0 {
 		return t
 	}
-	if c, ok := top.Consumer(cfg.Subscription); !ok || c.Delivery != topology.DeliveryPush {
+	if c, ok := top.Consumer(cfg.Subscription); !ok || (c.Delivery != topology.DeliveryPush && c.Delivery != topology.DeliveryEventarc) {
 		return t
 	}
 	limit := max(1, cfg.MaxDeliveryAttempts-2)
@@ -315,7 +316,7 @@ func pushBreakerThreshold(cfg Config, top *topology.Topology, log *slog.Logger) 
 		t = forward.DefaultBreakerThreshold
 	}
 	if t > limit {
-		log.Info("consume: over ordered push the circuit breaker opens below the subscription's dead-letter threshold",
+		log.Info("consume: over push and Eventarc the circuit breaker opens below the subscription's dead-letter threshold",
 			"forward_breaker_threshold", t, "max_delivery_attempts", cfg.MaxDeliveryAttempts, "threshold", limit)
 		return limit
 	}

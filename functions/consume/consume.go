@@ -33,9 +33,9 @@
 // the ledger the attempts its background shipper missed (every minute),
 // POST /inbox:purge deletes inbox rows and shipped attempts older than
 // INBOX_RETENTION (daily), and a forward consumer delivered by ordered
-// push has POST /breaker:probe (every minute: while its breaker keeps its
-// subscription paused, probe the target and resume it once it answers;
-// breakerpause.go). They answer a JSON report; a failure answers 500
+// push or Eventarc has POST /breaker:probe (every minute: while its breaker
+// keeps it paused, probe the target and resume it once it answers;
+// breakerpause.go, breakerflag.go). They answer a JSON report; a failure answers 500
 // without the database's details.
 //
 // The handler is chosen by name (CONSUMER_HANDLER): projection (latest state
@@ -245,6 +245,9 @@ type Handler struct {
 	// breaker pauses a push consumer's subscription while its forward
 	// target is down (Build; nil: POST /breaker:probe answers 404).
 	breaker *breakerPause
+	// flag pauses an Eventarc forward consumer by its own flag while its
+	// target is down (Build; nil: none).
+	flag *breakerFlag
 }
 
 // FlowLimits are a consumer's flow-control limits in one consume
@@ -385,6 +388,10 @@ func New(o Options) (*Handler, error) {
 			return
 		}
 		if strings.HasSuffix(r.URL.Path, "/breaker:probe") {
+			if h.flag != nil {
+				h.flag.serveProbe(w, r, o.Logger)
+				return
+			}
 			h.breaker.serveProbe(w, r, o.Logger)
 			return
 		}
@@ -440,6 +447,9 @@ func New(o Options) (*Handler, error) {
 			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(res.RetryAfter.Seconds()))))
 			if h.breaker != nil {
 				h.breaker.held(r.Context())
+			}
+			if h.flag != nil {
+				h.flag.held(r.Context())
 			}
 		}
 		writeJSON(w, res.Status, res)

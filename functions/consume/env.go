@@ -25,6 +25,7 @@ import (
 	"github.com/relaybus/relaybus/internal/migrate"
 	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/internal/pullengine"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/outbox"
@@ -197,11 +198,17 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 			return nil, err
 		}
 	}
-	bp := &breakerPause{} // off until the broker and the pool are open
+	// Off until the broker and the pool are open: the breaker pauses the
+	// service's own subscription (ordered push) or the consumer by its
+	// flag (Eventarc).
+	bp, bf := &breakerPause{}, &breakerFlag{}
 	var h consumer.Handler
 	if !forwarding {
 		own := hc
-		own.ForwardOnTransition = bp.transition // the service's own subscription is the one its breaker pauses
+		own.ForwardOnTransition = func(ctx context.Context, tr forward.Transition) {
+			bp.transition(ctx, tr)
+			bf.transition(ctx, tr)
+		}
 		if h, err = BuildHandler(cfg.Handler, own); err != nil {
 			return nil, err
 		}
@@ -280,6 +287,9 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 		}
 		set := newForwarderSet(o, hc, flowWait, cmp.Or(cfg.InboxRetention, DefaultInboxRetention))
 		set.refresh = cmp.Or(cfg.ForwardersRefresh, DefaultForwardersRefresh)
+		if push, ok := broker.As[broker.PushConfigurer](ps); ok {
+			set.push = push // each forwarder's breaker pauses its subscription
+		}
 		fn := &Handler{Handler: set, close: []func(context.Context) error{set.Close, closers.Close}}
 		if cfg.Mode == ModePull {
 			// Workers first at shutdown: drained before the engines close.
@@ -309,6 +319,10 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if breakerPauses(bp, h, cfg, top, ps, pool, log) {
 		fn.breaker = bp
 		fn.close = append([]func(context.Context) error{bp.close}, fn.close...)
+	}
+	if breakerFlags(bf, h, cfg, top, ps, pool, fn.pauses, log) {
+		fn.flag = bf
+		fn.close = append([]func(context.Context) error{bf.close}, fn.close...)
 	}
 	fn.close = append(fn.close, func(ctx context.Context) error { return closers.Close(ctx) })
 	if cfg.Mode == ModePull {

@@ -1,6 +1,7 @@
 package consume
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"github.com/relaybus/relaybus/internal/forwarders"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/consumer"
 	"github.com/relaybus/relaybus/shared/forward"
 )
@@ -31,6 +33,14 @@ import (
 // On NATS JetStream, which pushes nothing, the service runs with
 // CONSUMER_MODE=pull and pulls each forwarder's durable consumer into the
 // same engine, one worker per forwarder (forwarders_pull.go).
+//
+// Each forwarder's circuit breaker pauses its own subscription while its
+// target is down, as a declared forward consumer's over ordered push does
+// (breakerpause.go): the subscription's push endpoint detached, recorded
+// as the breaker's, so Pub/Sub delivers and counts nothing and keeps the
+// messages in order. POST /breaker:probe (a Scheduler job, every minute)
+// probes the target of every forwarder its breaker paused, once its
+// cool-down has passed, and sets the endpoint back when the target answers.
 const HandlerForwarders = "forwarders"
 
 // DefaultForwardersRefresh is how long the forwarders service trusts its
@@ -53,6 +63,10 @@ type forwarderSet struct {
 	retention time.Duration
 	refresh   time.Duration
 	now       func() time.Time
+	// push detaches and sets back a forwarder's push endpoint for its
+	// breaker (nil: the broker has no push endpoints; the breaker holds
+	// deliveries without pausing).
+	push broker.PushConfigurer
 
 	mu      sync.Mutex
 	entries map[string]*forwarderEntry
@@ -85,6 +99,9 @@ func (s *forwarderSet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasSuffix(p, "/ledger:ship"):
 		s.ship(w, r)
+		return
+	case strings.HasSuffix(p, "/breaker:probe"):
+		s.probe(w, r)
 		return
 	case strings.HasSuffix(p, "/inbox:purge"):
 		n := 0
@@ -203,8 +220,16 @@ func (s *forwarderSet) build(f forwarders.Forwarder) (*forwarderEntry, error) {
 	if f.TimeoutSeconds > 0 {
 		timeout = time.Duration(f.TimeoutSeconds) * time.Second
 	}
+	bp := &breakerPause{} // on below, once the handler exists
+	breaker := s.fwd.ForwardBreaker
+	pauses := s.push != nil && breaker.Threshold >= 0
+	if pauses && s.base.MaxDeliveryAttempts > 0 {
+		// Pub/Sub counts the failures before the pause: see
+		// pushBreakerThreshold.
+		breaker.Threshold = min(cmp.Or(breaker.Threshold, forward.DefaultBreakerThreshold), max(1, s.base.MaxDeliveryAttempts-2))
+	}
 	fh, err := forward.New(forward.Options{URL: f.URL, Auth: f.Auth, Audience: f.Audience, Timeout: timeout,
-		Breaker: s.fwd.ForwardBreaker, Name: f.Name, Logger: s.fwd.Logger})
+		Breaker: breaker, Name: f.Name, Logger: s.fwd.Logger, OnTransition: bp.transition})
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +244,13 @@ func (s *forwarderSet) build(f forwarders.Forwarder) (*forwarderEntry, error) {
 	if err != nil {
 		_ = engine.Close(context.Background())
 		return nil, err
+	}
+	if pauses {
+		bp.db, bp.push, bp.sub, bp.consumerID, bp.fwd, bp.log = s.db, s.push, f.Subscription(), f.Name, fh, s.fwd.Logger
+		bp.breaker, bp.now, bp.timeout = breaker, time.Now, breakerPauseTimeout
+		bp.on = true
+		h.breaker = bp
+		h.close = append([]func(context.Context) error{bp.close}, h.close...)
 	}
 	s.fwd.Logger.Info("consume: serving forwarder", "forwarder", f.Name, "topic", f.Topic, "revision", f.Revision)
 	return &forwarderEntry{f: f, engine: engine, h: h, checked: s.now()}, nil
@@ -254,6 +286,61 @@ func (s *forwarderSet) ship(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, total)
+}
+
+// forwarderProbe is one forwarder's part of POST /breaker:probe's answer.
+type forwarderProbe struct {
+	Forwarder string `json:"forwarder"`
+	probeReport
+	Error string `json:"error,omitempty"`
+}
+
+// probe serves POST /breaker:probe: the breaker's probe of every forwarder
+// of the registry (breakerPause.probe: nothing to do for one not paused by
+// its breaker).
+func (s *forwarderSet) probe(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if s.push == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"code": "no_breaker_pause",
+			"message": "the forwarders' breakers pause their subscriptions' push endpoints, which this broker does not have"})
+		return
+	}
+	fs, err := forwarders.List(ctx, s.db)
+	if err != nil {
+		s.fwd.Logger.WarnContext(ctx, "consume: cannot list the forwarders to probe their targets", "error", err.Error())
+		writeJSON(w, http.StatusInternalServerError, map[string]any{"error": "the forwarders' registry is unavailable; see the logs"})
+		return
+	}
+	out, failed := []forwarderProbe{}, false
+	for _, f := range fs {
+		e, err := s.entry(ctx, f.Name)
+		if errors.Is(err, forwarders.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			out, failed = append(out, forwarderProbe{Forwarder: f.Name, Error: "cannot serve the forwarder; see the logs"}), true
+			continue
+		}
+		if e.h.breaker == nil {
+			e.busy.Done()
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, breakerPauseTimeout)
+		rep, err := e.h.breaker.probe(pctx)
+		cancel()
+		e.busy.Done()
+		fp := forwarderProbe{Forwarder: f.Name, probeReport: rep}
+		if err != nil {
+			s.fwd.Logger.ErrorContext(ctx, "consume: a forwarder's breaker probe failed; the next run tries again", "forwarder", f.Name, "error", err.Error())
+			fp.Error, failed = "the probe failed; see the logs", true
+		}
+		out = append(out, fp)
+	}
+	code := http.StatusOK
+	if failed {
+		code = http.StatusInternalServerError
+	}
+	writeJSON(w, code, map[string]any{"forwarders": out})
 }
 
 // Close closes every forwarder's engine (their queued attempts shipped)

@@ -9,11 +9,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/relaybus/relaybus/internal/forwarders"
 	"github.com/relaybus/relaybus/internal/inbox"
-
-	"github.com/relaybus/relaybus/internal/ledger/consumers"
-
 	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/registry"
 	"github.com/relaybus/relaybus/internal/telemetry"
@@ -31,6 +32,9 @@ type consumerRegistry struct {
 	// pauser and pull tell whether a push consumer is paused.
 	pauser Pauser
 	pull   pullSet
+	// forwarders finds the forwarders added at run time (nil: none),
+	// listed with their subscriptions and pause.
+	forwarders *forwarderAPI
 	// dbs are the consumers' databases, where who paused a push consumer
 	// is recorded (inbox.PushPauseOf).
 	dbs databases
@@ -60,8 +64,9 @@ type consumerView struct {
 	// keeps it as infra/topology.yaml says) or "operator" (edited here or
 	// in the console: the sync never rewrites nor disables it).
 	Owner string `json:"owner"`
-	// Paused is whether a push consumer's subscription has its push
-	// endpoint detached (pause.go); absent when it could not be read.
+	// Paused is whether the consumer is paused (pause.go): a push
+	// consumer's subscription with its push endpoint detached, any other
+	// by its own flag; absent when it could not be read.
 	Paused *bool `json:"paused,omitempty"`
 	// PausedBy says who paused it: operator, or breaker (its forward
 	// target is down; consume's probe resumes it once the target answers).
@@ -367,15 +372,20 @@ func (co *consumerRegistry) flowStates(r *request, vs []consumerView) {
 	}
 }
 
-// pausedStates fills Paused for the declared push consumers; one whose
-// state cannot be read is left without (and logged).
+// pausedStates fills Paused and PausedBy: for the push consumers (the
+// declared ones, and the forwarders added at run time) from their push
+// endpoint and its record, for the others from their own flag (a forward
+// consumer delivered by Eventarc is paused there by its circuit breaker).
+// One whose state cannot be read is left without (and logged).
 func (co *consumerRegistry) pausedStates(r *request, vs []consumerView) {
-	if co.pauser == nil {
-		return
-	}
+	co.forwarderViews(r, vs)
 	for i := range vs {
 		v := &vs[i]
-		if !v.Declared || v.Delivery != topology.DeliveryPush || co.pull.has(v.Subscription) {
+		if v.Subscription == "" {
+			continue
+		}
+		if v.Delivery != topology.DeliveryPush || co.pull.has(v.Subscription) || co.pauser == nil {
+			co.flagState(r, v)
 			continue
 		}
 		paused, err := co.pauser.Paused(r.Context(), v.Subscription)
@@ -391,6 +401,53 @@ func (co *consumerRegistry) pausedStates(r *request, vs []consumerView) {
 					v.PausedBy = p.By
 				}
 			}
+		}
+	}
+}
+
+// flagState fills v's pause from its flag, in its database (nothing when
+// this API does not reach it, or its consume has not created the table).
+func (co *consumerRegistry) flagState(r *request, v *consumerView) {
+	db, ok := co.dbs.of(v.Database)
+	if !ok || db == nil {
+		return
+	}
+	ps, err := inbox.PausedState(r.Context(), db, v.ConsumerID, v.Topic)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42703") {
+		return // its consume has not migrated that database yet: not paused
+	}
+	if err != nil {
+		co.logger.WarnContext(r.Context(), "dlqreplay: cannot read a consumer's pause", "consumer", v.ConsumerID, "topic", v.Topic, "error", err.Error(), "request_id", r.id)
+		return
+	}
+	v.Paused, v.PausedBy = &ps.Paused, flagPausedBy(ps)
+}
+
+// forwarderViews describes the entries that are forwarders added at run
+// time: their subscription (an ordered push one), handler and database.
+func (co *consumerRegistry) forwarderViews(r *request, vs []consumerView) {
+	fa := co.forwarders
+	if fa == nil {
+		return
+	}
+	db, err := fa.db()
+	if err != nil {
+		return
+	}
+	fs, err := forwarders.List(r.Context(), db)
+	if err != nil {
+		co.logger.WarnContext(r.Context(), "dlqreplay: cannot list the forwarders", "error", err.Error(), "request_id", r.id)
+		return
+	}
+	byKey := map[string]forwarders.Forwarder{}
+	for _, f := range fs {
+		byKey[f.Topic+"/"+f.Name] = f
+	}
+	for i := range vs {
+		v := &vs[i]
+		if f, ok := byKey[v.Topic+"/"+v.ConsumerID]; ok && !v.Declared {
+			v.Subscription, v.Delivery, v.Handler, v.Database = f.Subscription(), topology.DeliveryPush, topology.HandlerForward, fa.databaseName()
 		}
 	}
 }

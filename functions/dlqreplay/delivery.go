@@ -36,4 +36,7 @@ type deliveryControl struct {
 	// consume instance (Options.PauseSettle).
 	publisher   event.Publisher
 	pauseSettle time.Duration
+	// forwarders finds the forwarders added at run time, which are paused
+	// like declared push consumers (nil: none).
+	forwarders *forwarderAPI
 }

@@ -355,11 +355,11 @@ func New(o Options) (http.Handler, error) {
 		g: g, logger: o.Logger, now: time.Now}
 	s.jobs = jobs
 	s.archiveFeed = archiveFeed{lt}
-	s.routes = append(routesOf(s, lt, ev,
-		&consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull, dbs: dbs,
-			auditLog: o.Audit, g: g, logger: o.Logger},
-		&deliveryControl{broker: o.Broker, pauser: o.Pauser, topology: o.Topology, subs: o.Subscriptions, pull: pull,
-			dbs: dbs, g: g, logger: o.Logger, publisher: o.Publisher, pauseSettle: o.PauseSettle},
+	co := &consumerRegistry{registry: registry, topology: o.Topology, subs: o.Subscriptions, pauser: o.Pauser, pull: pull, dbs: dbs,
+		auditLog: o.Audit, g: g, logger: o.Logger}
+	dl := &deliveryControl{broker: o.Broker, pauser: o.Pauser, topology: o.Topology, subs: o.Subscriptions, pull: pull,
+		dbs: dbs, g: g, logger: o.Logger, publisher: o.Publisher, pauseSettle: o.PauseSettle}
+	s.routes = append(routesOf(s, lt, ev, co, dl,
 		&overview{reader: reader, deadLetters: o.Archive, dbs: dbs, logger: o.Logger},
 		&auditView{log: o.Audit},
 		&catalogView{topology: o.Topology, registry: registry, pull: pull, logger: o.Logger},
@@ -372,6 +372,7 @@ func New(o Options) (http.Handler, error) {
 	if o.Forwarders.Subscriptions != nil {
 		fw.subs = o.Forwarders.Subscriptions
 	}
+	co.forwarders, dl.forwarders = fw, fw // a forwarder is paused and listed as a push consumer
 	s.routes = append(s.routes, forwarderRoutes(fw)...)
 	s.routes = append(s.routes, backfillRoutes(&backfills{dbs: dbs, topology: o.Topology, g: g, forwarders: fw})...)
 	return s, nil

@@ -78,10 +78,7 @@ func forwarderRoutes(fa *forwarderAPI) routeTable {
 }
 
 func (fa *forwarderAPI) db() (postgres.DBTX, error) {
-	name := fa.o.Database
-	if name == "" {
-		name = topology.MainDatabase
-	}
+	name := fa.databaseName()
 	db, ok := fa.dbs.of(name)
 	if !ok {
 		return nil, fail(http.StatusNotImplemented, "not_configured", "the forwarders' registry is in database %s, which this API does not reach (DLQREPLAY_FORWARDERS_DATABASE, DLQREPLAY_DATABASE_URLS)", name)
@@ -106,6 +103,46 @@ func (fa *forwarderAPI) view(f forwarders.Forwarder) forwarderView {
 
 func (fa *forwarderAPI) endpoint(name string) string {
 	return strings.TrimSuffix(fa.o.URL, "/") + "/" + name
+}
+
+// pushEndpoint is how a forwarder's subscription pushes: to the forwarders
+// service under its name, with the push account's OIDC token (its
+// audience the service's URL unless ForwardersOptions says otherwise).
+func (fa *forwarderAPI) pushEndpoint(name string) broker.PushEndpoint {
+	e := broker.PushEndpoint{URL: fa.endpoint(name), ServiceAccount: fa.o.PushAccount, Audience: fa.o.Audience}
+	if e.ServiceAccount != "" && e.Audience == "" {
+		e.Audience = fa.o.URL
+	}
+	return e
+}
+
+// databaseName is the topology database that holds the registry (and
+// the forwarders' inbox, where their pauses are recorded).
+func (fa *forwarderAPI) databaseName() string {
+	if fa.o.Database == "" {
+		return topology.MainDatabase
+	}
+	return fa.o.Database
+}
+
+// consumer returns the forwarder named id on topic as a topology consumer
+// (its database the registry's); ok is false when the registry holds
+// none there, or cannot be read.
+func (fa *forwarderAPI) consumer(ctx context.Context, topic, id string) (topology.Consumer, bool) {
+	if fa == nil || fa.topology == nil || names.ValidateConsumer(id) != nil {
+		return topology.Consumer{}, false
+	}
+	db, err := fa.db()
+	if err != nil {
+		return topology.Consumer{}, false
+	}
+	f, err := forwarders.Get(ctx, db, id)
+	if err != nil || f.Topic != topic {
+		return topology.Consumer{}, false
+	}
+	c := f.Consumer(fa.topology)
+	c.Database = fa.databaseName()
+	return c, true
 }
 
 // storeErr answers the registry's refusals.
@@ -279,10 +316,7 @@ func (fa *forwarderAPI) spec(f forwarders.Forwarder) broker.SubscriptionSpec {
 	s := broker.SubscriptionSpec{Name: f.Subscription(), Topic: f.Topic, Filter: c.Filter(), Ordered: true,
 		AckDeadline: time.Duration(c.AckDeadlineSeconds) * time.Second,
 		MinBackoff:  time.Duration(c.MinBackoffSeconds) * time.Second, MaxBackoff: time.Duration(c.MaxBackoffSeconds) * time.Second,
-		Push: broker.PushEndpoint{URL: fa.endpoint(f.Name), ServiceAccount: fa.o.PushAccount, Audience: fa.o.Audience}}
-	if s.Push.ServiceAccount != "" && s.Push.Audience == "" {
-		s.Push.Audience = fa.o.URL
-	}
+		Push: fa.pushEndpoint(f.Name)}
 	s.MaxDeliveryAttempts = c.MaxDeliveryAttempts
 	if !fa.o.NoDeadLetterPolicy {
 		s.DeadLetterTopic = c.DeadLetterTopic()

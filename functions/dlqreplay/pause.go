@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/relaybus/relaybus/internal/forwarders"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/shared/broker"
@@ -136,8 +137,8 @@ type deliveryState struct {
 	// (or, with the consumer's flag, are kept in its database).
 	Paused  bool `json:"paused"`
 	Changed bool `json:"changed"`
-	// PausedBy says who paused an ordered push consumer: operator, or
-	// breaker (its forward target is down: consume's probe resumes it once
+	// PausedBy says who paused the consumer: operator, or breaker (a
+	// forward consumer's target is down: consume's probe resumes it once
 	// the target answers; an operator may resume it at once).
 	PausedBy string `json:"pausedBy,omitempty"`
 	// Held is how many deliveries the consumer kept while paused (the
@@ -206,7 +207,59 @@ func (dl *deliveryControl) controlledConsumer(r *request, args []string) (topolo
 	if err := decodeBody(r.Request, &struct{}{}, true); err != nil {
 		return topology.Consumer{}, err
 	}
-	return dl.declared(topic, id)
+	return dl.pausable(r.Context(), topic, id)
+}
+
+// pausable returns the consumer id on topic that the topology declares,
+// or else the forwarder of that name added at run time (its subscription
+// an ordered push one, paused like a declared push consumer's).
+func (dl *deliveryControl) pausable(ctx context.Context, topic, id string) (topology.Consumer, error) {
+	c, err := dl.declared(topic, id)
+	if err == nil {
+		return c, nil
+	}
+	if f, ok := dl.forwarders.consumer(ctx, topic, id); ok {
+		return f, nil
+	}
+	return c, err
+}
+
+// forwarderTarget is where a forwarder's subscription pushes (set back by
+// its resume); ok is false for a consumer the topology declares.
+func (dl *deliveryControl) forwarderTarget(c topology.Consumer) (broker.PushEndpoint, bool) {
+	if dl.forwarders == nil || c.Role != forwarders.Role {
+		return broker.PushEndpoint{}, false
+	}
+	if dl.topology == nil {
+		return broker.PushEndpoint{}, false
+	}
+	if _, declared := dl.topology.Consumer(c.Subscription()); declared {
+		return broker.PushEndpoint{}, false
+	}
+	return dl.forwarders.pushEndpoint(c.Service), true
+}
+
+// resumePush sets c's push endpoint back: a forwarder's to the forwarders
+// service (PushPauser knows the declared consumers' alone), any other's
+// by the Pauser.
+func (dl *deliveryControl) resumePush(ctx context.Context, c topology.Consumer) (bool, error) {
+	if e, ok := dl.forwarderTarget(c); ok {
+		if pp, ok := dl.pauser.(*PushPauser); ok {
+			return pp.set(ctx, c.Subscription(), e)
+		}
+	}
+	return dl.pauser.Resume(ctx, c.Subscription())
+}
+
+// flagPausedBy says who paused a consumer by its flag.
+func flagPausedBy(ps inbox.PauseState) string {
+	switch {
+	case !ps.Paused:
+		return ""
+	case ps.ByBreaker:
+		return inbox.PausedByBreaker
+	}
+	return inbox.PausedByOperator
 }
 
 func (dl *deliveryControl) stateOf(c topology.Consumer) deliveryState {
@@ -226,7 +279,7 @@ func (dl *deliveryControl) setPaused(ctx context.Context, c topology.Consumer, p
 			dl.recordPushPause(ctx, c, by)
 			st.Changed, err = dl.pauser.Pause(ctx, c.Subscription())
 		} else {
-			st.Changed, err = dl.pauser.Resume(ctx, c.Subscription())
+			st.Changed, err = dl.resumePush(ctx, c)
 			if err == nil {
 				dl.clearPushPause(ctx, c)
 			}
@@ -287,7 +340,7 @@ func (dl *deliveryControl) setPaused(ctx context.Context, c topology.Consumer, p
 	if err != nil {
 		return st, pauseTableErr(err, c)
 	}
-	st.Held = ps.Held
+	st.Held, st.PausedBy = ps.Held, flagPausedBy(ps)
 	return st, nil
 }
 
@@ -347,7 +400,7 @@ func (dl *deliveryControl) deliveryState(r *request, args []string) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	c, err := dl.declared(topic, id)
+	c, err := dl.pausable(r.Context(), topic, id)
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +427,7 @@ func (dl *deliveryControl) deliveryState(r *request, args []string) (any, error)
 	if err != nil {
 		return nil, pauseTableErr(err, c)
 	}
-	st.Paused, st.Held = ps.Paused, ps.Held
+	st.Paused, st.Held, st.PausedBy = ps.Paused, ps.Held, flagPausedBy(ps)
 	return st, nil
 }
 

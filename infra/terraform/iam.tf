@@ -277,6 +277,16 @@ resource "google_pubsub_topic_iam_member" "consume_emits" {
   member   = google_service_account.consume[each.value.consumer].member
 }
 
+# ...and, for a forward consumer delivered by Eventarc, what its circuit
+# breaker kept while the target was down, to its own topic (addressed to it
+# alone) when the probe resumes it (functions/consume/breakerflag.go).
+resource "google_pubsub_topic_iam_member" "consume_republish" {
+  for_each = local.on_pubsub ? local.breaker_flag_consumers : {}
+  topic    = google_pubsub_topic.topic[each.value.topic].name
+  role     = "roles/pubsub.publisher"
+  member   = google_service_account.consume[each.key].member
+}
+
 # dlqreplay replays a dead letter to its original topic (for one consumer).
 resource "google_pubsub_topic_iam_member" "dlqreplay_publisher" {
   for_each = local.pubsub_topics

@@ -146,6 +146,37 @@ resource "google_logging_metric" "strict_gaps_stalled" {
   depends_on = [time_sleep.api_propagation]
 }
 
+# A forward consumer's target down: its circuit breaker opened
+# (shared/forward, WARNING "forward: circuit breaker open; deliveries held
+# without spending their attempts", with consumer_id and reason), or, while the
+# breaker keeps the consumer paused, consume's probe found the target still
+# down (WARNING "consume: the breaker's probe found the target down; ...",
+# every minute). infra/services_test.go fails if either stops being logged.
+# Every Cloud Run service: the declared forward consumers' consume services
+# and the forwarders service alike.
+resource "google_logging_metric" "forward_breaker_down" {
+  name        = "relaybus/forward_breaker_down"
+  description = "Forward targets found down: a forward consumer's circuit breaker opened, or its probe found the target still down while the breaker keeps the consumer paused."
+  filter      = "resource.type=\"cloud_run_revision\" AND severity=WARNING AND jsonPayload.message=~\"^(forward: circuit breaker open|consume: the breaker's probe found the target down)\""
+
+  metric_descriptor {
+    metric_kind = "DELTA"
+    value_type  = "INT64"
+    unit        = "1"
+    labels {
+      key         = "consumer_id"
+      value_type  = "STRING"
+      description = "The forward consumer (a forwarder's name for the forwarders added at run time)."
+    }
+  }
+  label_extractors = {
+    consumer_id = "EXTRACT(jsonPayload.consumer_id)"
+  }
+
+  # Logging must be enabled first (main.tf).
+  depends_on = [time_sleep.api_propagation]
+}
+
 resource "time_sleep" "log_metrics" {
   create_duration = var.propagation_waits.log_metrics
   triggers = {
@@ -155,6 +186,7 @@ resource "time_sleep" "log_metrics" {
       google_logging_metric.publish_failures.id,
       google_logging_metric.events_failed.id,
       google_logging_metric.strict_gaps_stalled.id,
+      google_logging_metric.forward_breaker_down.id,
     ])
   }
 }
@@ -368,6 +400,40 @@ resource "google_monitoring_alert_policy" "strict_gaps" {
   documentation {
     mime_type = "text/markdown"
     content   = "A strict consumer holds events behind a version that has not arrived. Through dlqreplay (the consume services are internal-only, operators cannot reach them): `relaybus -url <dlqreplay URL> -gcloud-auth gaps ls <topic> <consumer>` (GET /consumers/<topic>/<consumer>/gaps) lists the gaps (aggregate, missing version). Deliver the missing version again (`relaybus dlq replay <id>`, or `relaybus repush --consumer <consumer> <eventId>`) or skip it with `relaybus gaps skip --aggregate <id> --version <n> <topic> <consumer>` (POST .../gaps:skip, audited); the consumer applies the parked events in order at its next /gaps:check. See docs/strict-ordering.md (Releasing a gap) in the relaybus repository."
+  }
+
+  # The log-based metrics must be visible to Monitoring first (#11102).
+  depends_on = [time_sleep.log_metrics]
+}
+
+# A forward target down: its consumer's circuit breaker opened, or the
+# breaker's probe found it still down, within the last 5 minutes (the probe
+# runs every minute while the breaker keeps the consumer paused, so the
+# alert stays open for the whole outage and closes once the target answers).
+resource "google_monitoring_alert_policy" "forward_breaker" {
+  display_name          = "relaybus: forward target down (circuit breaker)"
+  combiner              = "OR"
+  notification_channels = var.alerts.notification_channels
+
+  conditions {
+    display_name = "a forward consumer's breaker opened, or its probe found the target down"
+    condition_threshold {
+      filter          = "resource.type = \"cloud_run_revision\" AND metric.type = \"logging.googleapis.com/user/${google_logging_metric.forward_breaker_down.name}\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = 0
+      duration        = "0s"
+      aggregations {
+        alignment_period     = "300s"
+        per_series_aligner   = "ALIGN_SUM"
+        cross_series_reducer = "REDUCE_SUM"
+        group_by_fields      = ["metric.label.consumer_id"]
+      }
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    content   = "A forward consumer's target is down (the incident's metric label consumer_id names the consumer; the logs say why: \"forward: circuit breaker open\", with the reason). Its circuit breaker paused the consumer: an ordered push consumer or a forwarder has its subscription's push endpoint detached, an Eventarc consumer keeps its deliveries in its database; no delivery attempt is spent and nothing is dead-lettered, however long the outage. Fix the target; within a minute of it answering, the breaker's probe resumes the consumer and every waiting event is delivered. `relaybus -url <dlqreplay URL> -gcloud-auth consumers ls` shows it paused by breaker; `relaybus consumers pause <topic> <consumer>` takes the pause over (the probe then leaves it paused), and `relaybus consumers resume <topic> <consumer>` resumes it at once. See docs/forwarding.md (The circuit breaker) in the relaybus repository."
   }
 
   # The log-based metrics must be visible to Monitoring first (#11102).

@@ -12,7 +12,7 @@
 #   ledger-ship-<consumer> every minute                    POST consume /ledger:ship
 #   inbox-purge-<consumer> daily                           POST consume /inbox:purge
 #   gaps-check-<consumer>  every minute (strict consumers)  POST consume /gaps:check
-#   breaker-probe-<consumer> every minute (forward push consumers) POST consume /breaker:probe
+#   breaker-probe-<consumer> every minute (forward push and Eventarc consumers) POST consume /breaker:probe
 #   reconcile              every minute                    POST rollup /reconcile
 #   expire                 hourly                          POST rollup /expire
 #
@@ -158,13 +158,14 @@ resource "google_cloud_scheduler_job" "gaps_check" {
   depends_on = [time_sleep.consume_invoker_propagation]
 }
 
-# A forward consumer delivered by ordered push: while its circuit breaker
-# keeps its subscription paused (the target is down), probe the target once
-# the cool-down has passed and set the push endpoint back when it answers
-# (docs/forwarding.md). Bounded (FORWARD_TIMEOUT and two admin calls) and
-# idempotent; an operator's pause is left alone.
+# A forward consumer delivered by ordered push or Eventarc: while its circuit
+# breaker keeps it paused (the target is down), probe the target once the
+# cool-down has passed and resume it when it answers: the push endpoint set
+# back, or the consumer's flag lifted and its kept deliveries published again
+# (docs/forwarding.md). Bounded (FORWARD_TIMEOUT and a few admin calls or
+# statements) and idempotent; an operator's pause is left alone.
 resource "google_cloud_scheduler_job" "breaker_probe" {
-  for_each         = { for k, j in local.consume_jobs : k => j if contains(keys(local.breaker_pause_consumers), k) }
+  for_each         = { for k, j in local.consume_jobs : k => j if contains(keys(local.breaker_probe_consumers), k) }
   name             = "relaybus-breaker-probe-${each.value.name}"
   region           = var.region
   description      = "Probe ${each.key}'s forward target while its circuit breaker keeps it paused, and resume it when the target answers (consume POST /breaker:probe)."

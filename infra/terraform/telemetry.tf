@@ -274,7 +274,7 @@ resource "google_monitoring_alert_policy" "forward_breaker_open" {
 
   documentation {
     mime_type = "text/markdown"
-    content   = "A forward consumer's target has been down for a while: its circuit breaker holds the deliveries back (nothing is dead-lettered for it in pull mode; in push mode Pub/Sub still counts each held answer toward the subscription's max_delivery_attempts, see docs/forwarding.md). The consume service's logs say why (\"forward: circuit breaker open\", with the reason); fix the target, and the next probe closes the breaker."
+    content   = "A forward consumer's target has been down for a while: its circuit breaker holds the deliveries back and pauses the consumer (a pull worker stops pulling; an ordered push consumer or a forwarder has its push endpoint detached; an Eventarc consumer keeps its deliveries in its database), so no delivery attempt is spent and nothing is dead-lettered (docs/forwarding.md). The consume service's logs say why (\"forward: circuit breaker open\", with the reason); fix the target, and the next probe closes the breaker and resumes the consumer."
   }
 
   depends_on = [time_sleep.api_propagation]

@@ -199,6 +199,12 @@ locals {
   # breaker_probe resumes it; iam.tf's consume_push_control lets it).
   breaker_pause_consumers = { for k, c in local.push_consumers : k => c if c.handler == "forward" && c.forward_breaker_threshold >= 0 }
   eventarc_consumers      = { for k, c in local.consumers : k => c if c.delivery == "eventarc" && !contains(keys(local.pull_consumers), k) }
+  # The forward consumers delivered by Eventarc, whose circuit breaker pauses
+  # them by their own flag while the target is down (deliveries kept in their
+  # database): scheduler.tf's breaker_probe resumes them and iam.tf's
+  # consume_republish lets them publish the kept deliveries again.
+  breaker_flag_consumers  = { for k, c in local.eventarc_consumers : k => c if c.handler == "forward" && c.forward_breaker_threshold >= 0 }
+  breaker_probe_consumers = merge(local.breaker_pause_consumers, local.breaker_flag_consumers)
 
   # The Postgres databases that hold an outbox (topology.Topology.Databases):
   # main when the file declares none. env_var is topology.Database.EnvVar:

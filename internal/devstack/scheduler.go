@@ -18,8 +18,11 @@ type job struct {
 // jobs are the jobs Terraform creates on Cloud Scheduler, at the local
 // cadences: each database's drain, the ledger's catch-up (rollup's
 // reconcile, each consumer's ledger:ship), each strict consumer's gap
-// check, expiry and the inboxes' purge.
-func jobs(base string, o Options, databases []string, consumers []mountedConsumer) []job {
+// check, each forward Eventarc consumer's breaker probe, expiry and the
+// inboxes' purge.
+// pushes: the broker pushes (Pub/Sub); without, every consumer pulls and
+// its breaker pauses nothing.
+func jobs(base string, o Options, databases []string, consumers []mountedConsumer, pushes bool) []job {
 	js := []job{
 		{base + "/rollup/expire", o.ExpireEvery},
 		{base + "/rollup/reconcile", o.LedgerEvery},
@@ -34,6 +37,17 @@ func jobs(base string, o Options, databases []string, consumers []mountedConsume
 		if c.Handler == topology.HandlerStrict {
 			js = append(js, job{c.URL + "/gaps:check", o.LedgerEvery})
 		}
+		// Its breaker pauses it by its flag while the target is down; the
+		// probe resumes it. (A push consumer's breaker pauses nothing here:
+		// the delivery loop pulls its subscription, which has no endpoint.)
+		if pushes && c.Handler == topology.HandlerForward && c.Delivery == topology.DeliveryEventarc && c.ForwardBreakerThreshold >= 0 {
+			js = append(js, job{c.URL + "/breaker:probe", o.LedgerEvery})
+		}
+	}
+	if pushes {
+		// The forwarders service's: each forwarder's breaker records its
+		// pause, which the probe lifts once the target answers.
+		js = append(js, job{base + forwardersPath + "/breaker:probe", o.LedgerEvery})
 	}
 	return js
 }

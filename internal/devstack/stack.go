@@ -271,7 +271,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return nil, err
 	}
 	dl.route(base, s.Topology, fns.Consumers, o.BackoffScale)
-	s.run(ctx, ln, fns.Mux, jobs(base, o, dbs.Names, fns.Consumers), dl, o.Logger)
+	s.run(ctx, ln, fns.Mux, jobs(base, o, dbs.Names, fns.Consumers, br.Pushes), dl, o.Logger)
 
 	s.Info = Info{URL: base, DatabaseURL: sv.Postgres.URL, Databases: dbs.URLs, FirestoreHost: sv.Firestore.Host,
 		PubSubHost: sv.Broker.Config.EmulatorHost, Project: o.Project, Transport: sv.Broker.Config.Transport,

@@ -20,6 +20,12 @@ import (
 // pause lasts. Resuming deletes the row and publishes the kept deliveries
 // again (PublishHeld). It is how relaybus pauses the consumers whose
 // broker has no pause of its own: pull workers, Eventarc triggers, NATS.
+//
+// A forward consumer's circuit breaker pauses an Eventarc consumer the same
+// way (migration 009, PauseFlagByBreaker): the row is then marked as the
+// breaker's, and consume's probe lifts only such a row. An operator's pause
+// takes a breaker's row over (SetPaused), and an operator's resume lifts
+// either.
 
 var (
 	pauseSetSQL    = query("pauseset")
@@ -34,7 +40,8 @@ var (
 )
 
 // SetPaused pauses (paused) or resumes consumerID on topic and reports
-// whether that changed anything.
+// whether that changed anything. An operator's pause over a circuit
+// breaker's takes it over (the probe then leaves it); a resume lifts any.
 func SetPaused(ctx context.Context, db postgres.DBTX, consumerID, topic string, paused bool, by string) (bool, error) {
 	q, args := pauseClearSQL, []any{consumerID, topic}
 	if paused {
@@ -52,12 +59,15 @@ func SetPaused(ctx context.Context, db postgres.DBTX, consumerID, topic string, 
 type PauseState struct {
 	Paused bool
 	Held   int64
+	// ByBreaker: the pause is a forward consumer's circuit breaker's
+	// (PauseFlagByBreaker), not an operator's.
+	ByBreaker bool
 }
 
 // PausedState reads consumerID's pause on topic.
 func PausedState(ctx context.Context, db postgres.DBTX, consumerID, topic string) (PauseState, error) {
 	var s PauseState
-	if err := db.QueryRow(ctx, pauseStateSQL, consumerID, topic).Scan(&s.Paused, &s.Held); err != nil {
+	if err := db.QueryRow(ctx, pauseStateSQL, consumerID, topic).Scan(&s.Paused, &s.Held, &s.ByBreaker); err != nil {
 		return s, fmt.Errorf("inbox: pause state of %s on %s: %w", consumerID, topic, err)
 	}
 	return s, nil
@@ -161,6 +171,23 @@ type PauseFlags struct {
 // DefaultPauseEvery is PauseFlags.Every's default: how long a pause may
 // take to reach consume.
 const DefaultPauseEvery = time.Second
+
+// Set changes this process's view of the consumer's pause on topic at
+// once, until the next read (consume sets it when its breaker pauses or
+// resumes the consumer, so that its own deliveries follow without waiting
+// for Every).
+func (f *PauseFlags) Set(topic string, paused bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.topics == nil {
+		f.topics = map[string]bool{}
+	}
+	if paused {
+		f.topics[topic] = true
+	} else {
+		delete(f.topics, topic)
+	}
+}
 
 // Paused reports whether the consumer is paused on topic. A failed read keeps the last view (none: not paused) and
 // returns the error.

@@ -775,9 +775,9 @@ function consumersBody(d, result, reload) {
         const row = h("tr", { "data-testid": "consumer-row", "data-consumer": c.consumerId },
           h("td", {}, h("b", {}, c.consumerId)),
           h("td", { "data-testid": "consumer-state" }, !c.inRegistry ? badge("not in registry", "s-PENDING") : c.enabled ? badge("enabled", "s-CONSUMED") : badge("disabled", "s-EXPIRED"),
-            c.declared ? "" : h("span", { class: "tag warn" }, "no subscription"),
+            c.declared || c.subscription ? "" : h("span", { class: "tag warn" }, "no subscription"),
             c.paused ? (c.pausedBy === "breaker"
-              ? h("span", { title: "Its forward target is down: the circuit breaker detached the push endpoint (no delivery attempt is counted) and resumes it once a probe finds the target up. Resume now to deliver at once." }, badge("paused by breaker", "s-RETRYING"))
+              ? h("span", { title: "Its forward target is down: the circuit breaker " + (c.delivery === "push" ? "detached the push endpoint" : "keeps its deliveries in its database") + " (no delivery attempt is counted) and resumes it once a probe finds the target up. Resume now to deliver at once." }, badge("paused by breaker", "s-RETRYING"))
               : badge("paused", "s-RETRYING")) : "",
             h("span", { class: "tag", "data-testid": "consumer-owner", title: d.ownership }, c.owner === "operator" ? "operator's" : "topology's")),
           h("td", { class: "small" }, c.description || ""), h("td", {}, c.delivery || "–", c.handler ? h("span", { class: "muted small" }, " · " + c.handler) : "", flowLimits(c), consumerLinks(c)),
