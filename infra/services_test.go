@@ -34,15 +34,16 @@ var envNames = map[string]map[string]bool{
 	"relay":   envTags(reflect.TypeOf(relayfn.Config{})),
 	"rollup":  envTags(reflect.TypeOf(rollup.Config{})),
 	// FORWARD_SIGNING_SECRET comes from Secret Manager, for signing
-	// forward consumers only (checked below).
-	"consume": without(envTags(reflect.TypeOf(consume.Config{})), "FORWARD_SIGNING_SECRET"),
+	// forward consumers only (checked below); RELAYBUS_FORWARDERS_KEY too,
+	// for the forwarders service (and dlqreplay) once Terraform deploys it.
+	"consume": without(envTags(reflect.TypeOf(consume.Config{})), "FORWARD_SIGNING_SECRET", "RELAYBUS_FORWARDERS_KEY"),
 	// The forwarders' settings (forward consumers added at run time,
 	// docs/forwarding.md) stay unset until Terraform deploys the
 	// forwarders consume service: POST /forwarders then answers 501 and
 	// says which setting is missing.
 	"dlqreplay": without(envTags(reflect.TypeOf(dlqreplay.Config{})),
 		"DLQREPLAY_TOKEN", "DLQREPLAY_MAX_REPUSHES", "DLQREPLAY_SENT_TIMEOUT", "DLQREPLAY_TRACE_PROJECT",
-		"DLQREPLAY_FORWARDERS_URL", "DLQREPLAY_FORWARDERS_PUSH_ACCOUNT", "DLQREPLAY_FORWARDERS_DATABASE"),
+		"DLQREPLAY_FORWARDERS_URL", "DLQREPLAY_FORWARDERS_PUSH_ACCOUNT", "DLQREPLAY_FORWARDERS_DATABASE", "RELAYBUS_FORWARDERS_KEY"),
 }
 
 func without(m map[string]bool, names ...string) map[string]bool {
