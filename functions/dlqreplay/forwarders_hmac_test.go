@@ -77,7 +77,7 @@ func TestAnHMACForwarderSignsWithTheSecretTheAPIAnswersOnce(t *testing.T) {
 	}
 	second := secretOf(t, rot.body)
 	until, err := time.Parse(time.RFC3339, fmt.Sprint(rot.body["signingSecret"].(map[string]any)["previousUntil"]))
-	if err != nil || second == first || until.Sub(time.Now()) < forwarders.RotationOverlap-time.Minute {
+	if err != nil || second == first || time.Until(until) < forwarders.RotationOverlap-time.Minute {
 		t.Fatalf("rotated to %q (the first was %q), the previous signing until %v (%v)", second, first, until, err)
 	}
 	if r := s.do(t, "GET", "/forwarders/crm-webhook", nil); r.status != 200 || strings.Contains(r.raw, strings.TrimPrefix(second, forward.SecretPrefix)) ||
