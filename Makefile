@@ -51,7 +51,7 @@ test-short:
 ## screenshots: the console's browser tests, saving their screenshots to docs/console for docs/operations.md and docs/catalog.md,
 ## and the telemetry's pictures (a purchase's trace, the dashboard over a local run) to docs/telemetry.
 screenshots:
-	RELAYBUS_SCREENSHOTS=$(CURDIR)/docs/console $(TESTENV) $(GO) test -count=1 -run '^(TestConsoleInABrowser|TestCatalogInABrowser|TestConsoleControlsABackfill)$$' ./functions/dlqreplay/
+	RELAYBUS_SCREENSHOTS=$(CURDIR)/docs/console $(TESTENV) $(GO) test -count=1 -run '^(TestConsoleInABrowser|TestCatalogInABrowser|TestConsoleControlsABackfill|TestConsoleAddsChangesAndRemovesAForwarder)$$' ./functions/dlqreplay/
 	RELAYBUS_SCREENSHOTS=$(CURDIR)/docs/telemetry $(TESTENV) $(GO) test -count=1 -run '^TestTelemetryPictures$$' ./internal/devstack/
 
 ## bench: every benchmark; prints BENCH <name> <value> <unit> lines (and every

@@ -35,14 +35,18 @@ func init() {
 					return c.do(ctx, "POST", "/forwarders", body, renderForwarder)
 				}
 			}},
-		&command{path: []string{"forwarders", "set"}, args: "NAME", short: "change a forwarder's URL, auth, flow limits, timeout or description (the flags given)",
+		&command{path: []string{"forwarders", "set"}, args: "NAME", short: "change a forwarder's URL, auth, flow limits, timeout or description (the flags given), or rotate its signing secret",
 			setup: func(fs *flag.FlagSet) runner {
 				b := forwarderFlags(fs)
+				rotate := fs.Bool("rotate-secret", false, "an hmac forwarder: a new signing secret, printed once; the previous one signs beside it for 24 hours")
 				return func(ctx context.Context, c *cli, args []string) error {
 					if err := exactly(args, "NAME"); err != nil {
 						return err
 					}
 					body := b.body(fs)
+					if *rotate {
+						body["rotateSecret"] = true
+					}
 					if len(body) == 0 {
 						return usageError("give at least one flag to change")
 					}
@@ -72,7 +76,7 @@ func forwarderFlags(fs *flag.FlagSet) *forwarderFlagValues {
 	return &forwarderFlagValues{
 		topic:        fs.String("topic", "", "the topic it receives, e.g. shop.order.events (fixed once added)"),
 		url:          fs.String("url", "", "where each event is POSTed as a CloudEvent (http(s), no credentials in it)"),
-		auth:         fs.String("auth", "", "none (default) or google (a Google-signed ID token)"),
+		auth:         fs.String("auth", "", "none (default), google (a Google-signed ID token) or hmac (signed; the secret is made and printed once)"),
 		audience:     fs.String("audience", "", "the ID token's audience with --auth google (default: the URL)"),
 		filter:       fs.String("filter", "", "a Pub/Sub filter on the attributes, e.g. attributes.event_type = \"order.purchased\" (fixed once added)"),
 		description:  fs.String("description", "", "what it is for"),
@@ -106,6 +110,7 @@ type forwarderRow struct {
 	MaxPerSecond                                                            float64
 	TimeoutSeconds                                                          int
 	Revision                                                                int64
+	PreviousSecretUntil                                                     string
 }
 
 func (f forwarderRow) flow() string {
@@ -140,6 +145,7 @@ func renderForwarder(w io.Writer, b []byte) error {
 	var p struct {
 		Forwarder        forwarderRow
 		Changed, Removed bool
+		SigningSecret    *struct{ Secret, Note string }
 	}
 	if err := json.Unmarshal(b, &p); err != nil {
 		return err
@@ -160,5 +166,16 @@ func renderForwarder(w io.Writer, b []byte) error {
 	if f.Description != "" {
 		rows = append(rows, []string{"description", f.Description})
 	}
-	return table(w, "FIELD\tVALUE", rows)
+	if f.PreviousSecretUntil != "" {
+		rows = append(rows, []string{"previous secret", "signs too until " + f.PreviousSecretUntil})
+	}
+	if err := table(w, "FIELD\tVALUE", rows); err != nil {
+		return err
+	}
+	if s := p.SigningSecret; s != nil {
+		// Shown this once: on its own line, to copy.
+		_, err := fmt.Fprintf(w, "\nsigning secret: %s\n%s\n", s.Secret, s.Note)
+		return err
+	}
+	return nil
 }

@@ -5,12 +5,18 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"testing"
 
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/archive"
+	"github.com/relaybus/relaybus/internal/forwarders"
 	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/shared/forward"
 )
+
+// signingSecret finds the secret line of an hmac forwarder's answer.
+var signingSecret = regexp.MustCompile(`signing secret: (whsec_[A-Za-z0-9+/=]+)`)
 
 // relaybus forwarders add, ls, set and rm against the real API over the
 // Firestore emulator, Postgres and pstest: each answer as a user reads
@@ -21,9 +27,13 @@ func TestForwarderCommands(t *testing.T) {
 	if _, err := inbox.Migrations.Apply(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
+	keys, err := forwarders.ParseKeys(forwarders.NewKey())
+	if err != nil {
+		t.Fatal(err)
+	}
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: archive.New(store.Client()), Ledger: store, DB: pool, Publisher: fake.Client,
 		Topology: top, Auth: dlqreplay.AuthNone, Writers: []string{dlqreplay.Anonymous}, RateLimit: -1, Broker: fake.Client,
-		Forwarders: dlqreplay.ForwardersOptions{URL: "https://consume-forwarders-0a1b2c3d-ew.a.run.app", NoDeadLetterPolicy: true}})
+		Forwarders: dlqreplay.ForwardersOptions{URL: "https://consume-forwarders-0a1b2c3d-ew.a.run.app", NoDeadLetterPolicy: true, Keys: keys}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +50,12 @@ func TestForwarderCommands(t *testing.T) {
 		{"forwarders_ls", []string{"forwarders", "ls"}, 0},
 		{"forwarders_set", []string{"forwarders", "set", "--url", "https://crm.example.com/hooks/v2", "--max-per-second", "20", "crm-webhook"}, 0},
 		{"forwarders_set_nothing", []string{"forwarders", "set", "crm-webhook"}, 2},
+		{"forwarders_add_hmac", []string{"forwarders", "add", "--topic", "shop.order.events", "--url", "https://erp.example.com/hooks",
+			"--auth", "hmac", "erp-webhook"}, 0},
+		{"forwarders_set_rotate", []string{"forwarders", "set", "--rotate-secret", "erp-webhook"}, 0},
+		{"forwarders_set_rotate_none", []string{"forwarders", "set", "--rotate-secret", "crm-webhook"}, 1},
 		{"forwarders_rm", []string{"forwarders", "rm", "crm-webhook"}, 0},
+		{"forwarders_rm_hmac", []string{"forwarders", "rm", "erp-webhook"}, 0},
 		{"forwarders_ls_empty", []string{"forwarders", "ls"}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -49,7 +64,15 @@ func TestForwarderCommands(t *testing.T) {
 			if code != c.code {
 				t.Fatalf("exit %d, want %d; stdout %s stderr %s", code, c.code, out.String(), errOut.String())
 			}
-			golden(t, c.name, append(out.Bytes(), errOut.Bytes()...))
+			// A signing secret is printed once, on its own line; it is
+			// random, so the golden file has a placeholder.
+			got := append(out.Bytes(), errOut.Bytes()...)
+			if m := signingSecret.FindSubmatch(got); m != nil {
+				if _, err := forward.ParseSecret(string(m[1])); err != nil {
+					t.Fatalf("the printed secret %q: %v", m[1], err)
+				}
+			}
+			golden(t, c.name, signingSecret.ReplaceAll(got, []byte("signing secret: whsec_<the secret>")))
 		})
 	}
 }

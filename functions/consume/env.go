@@ -16,6 +16,7 @@ import (
 	"github.com/relaybus/relaybus/internal/contract"
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/flow"
+	"github.com/relaybus/relaybus/internal/forwarders"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
@@ -78,6 +79,12 @@ type Config struct {
 	// (FORWARD_SIGNING_SECRET: "whsec_" + base64; several, space-separated,
 	// all sign), in production from Secret Manager.
 	ForwardSigningSecret string `env:"FORWARD_SIGNING_SECRET"`
+	// ForwardersKey opens the signing secrets of the hmac forwarders added
+	// at run time, with CONSUMER_HANDLER=forwarders
+	// (RELAYBUS_FORWARDERS_KEY: the key the operators' API seals them
+	// under; several space-separated while keys change). Empty: an hmac
+	// forwarder's deliveries are answered 503 (redelivered) and logged.
+	ForwardersKey string `env:"RELAYBUS_FORWARDERS_KEY"`
 	// ForwardTimeout bounds one forward (FORWARD_TIMEOUT, default 10s).
 	ForwardTimeout time.Duration `env:"FORWARD_TIMEOUT, default=10s"`
 	// ForwardBreakerThreshold is how many forwards in a row must find the
@@ -286,6 +293,9 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 			flowWait = min(flowWait, PullFlowWait)
 		}
 		set := newForwarderSet(o, hc, flowWait, cmp.Or(cfg.InboxRetention, DefaultInboxRetention))
+		if set.keys, err = forwarders.ParseKeys(cfg.ForwardersKey); err != nil {
+			return fail(fmt.Errorf("config: %w", err))
+		}
 		set.refresh = cmp.Or(cfg.ForwardersRefresh, DefaultForwardersRefresh)
 		if push, ok := broker.As[broker.PushConfigurer](ps); ok {
 			set.push = push // each forwarder's breaker pauses its subscription

@@ -22,8 +22,10 @@ import (
 // the operators' API's POST /forwarders). Each is served under its name,
 // POST /<name> (the push endpoint the API gives its subscription), by an
 // engine of its own: its name as the consumer id (inbox, attempts, ledger),
-// the forward handler with its URL, auth and timeout, its flow limits, and
-// the pause by its own flag. The registry row is read again when the
+// the forward handler with its URL, auth and timeout (an hmac forwarder
+// signs with its secret, opened with RELAYBUS_FORWARDERS_KEY, and for
+// forwarders.RotationOverlap after a rotation with the previous one too),
+// its flow limits, and the pause by its own flag. The registry row is read again when the
 // cached one is older than DefaultForwardersRefresh, and a new revision
 // builds a new engine (the old one closes once its deliveries finish). A
 // delivery for a name the registry lacks (a forwarder just removed; its
@@ -67,6 +69,9 @@ type forwarderSet struct {
 	// breaker (nil: the broker has no push endpoints; the breaker holds
 	// deliveries without pausing).
 	push broker.PushConfigurer
+	// keys open the hmac forwarders' signing secrets
+	// (RELAYBUS_FORWARDERS_KEY).
+	keys *forwarders.Keys
 
 	mu      sync.Mutex
 	entries map[string]*forwarderEntry
@@ -80,7 +85,10 @@ type forwarderEntry struct {
 	engine  *consumer.Engine
 	h       *Handler
 	checked time.Time
-	busy    sync.WaitGroup
+	// until, when set, is when the previous signing secret this engine
+	// also signs with expires: the engine is built anew then.
+	until time.Time
+	busy  sync.WaitGroup
 }
 
 func newForwarderSet(base consumer.Options, fwd HandlerConfig, flowWait, retention time.Duration) *forwarderSet {
@@ -182,7 +190,7 @@ func (s *forwarderSet) entry(ctx context.Context, name string) (*forwarderEntry,
 	case err != nil:
 		return nil, err
 	}
-	if e != nil && e.f.Revision == f.Revision {
+	if e != nil && e.f.Revision == f.Revision && (e.until.IsZero() || s.now().Before(e.until)) {
 		e.checked = s.now()
 		e.busy.Add(1)
 		return e, nil
@@ -220,6 +228,20 @@ func (s *forwarderSet) build(f forwarders.Forwarder) (*forwarderEntry, error) {
 	if f.TimeoutSeconds > 0 {
 		timeout = time.Duration(f.TimeoutSeconds) * time.Second
 	}
+	// An hmac forwarder signs with its secret, and with the previous one
+	// until it expires (forwarders.RotationOverlap).
+	now := s.now()
+	var secrets []string
+	if f.Auth == forward.AuthHMAC {
+		var err error
+		if secrets, err = s.keys.Secrets(f, now); err != nil {
+			return nil, err
+		}
+	}
+	var until time.Time
+	if len(secrets) > 1 {
+		until = f.PreviousUntil
+	}
 	bp := &breakerPause{} // on below, once the handler exists
 	breaker := s.fwd.ForwardBreaker
 	pauses := s.push != nil && breaker.Threshold >= 0
@@ -228,7 +250,7 @@ func (s *forwarderSet) build(f forwarders.Forwarder) (*forwarderEntry, error) {
 		// pushBreakerThreshold.
 		breaker.Threshold = min(cmp.Or(breaker.Threshold, forward.DefaultBreakerThreshold), max(1, s.base.MaxDeliveryAttempts-2))
 	}
-	fh, err := forward.New(forward.Options{URL: f.URL, Auth: f.Auth, Audience: f.Audience, Timeout: timeout,
+	fh, err := forward.New(forward.Options{URL: f.URL, Auth: f.Auth, Audience: f.Audience, Timeout: timeout, Secrets: secrets,
 		Breaker: breaker, Name: f.Name, Logger: s.fwd.Logger, OnTransition: bp.transition})
 	if err != nil {
 		return nil, err
@@ -253,7 +275,7 @@ func (s *forwarderSet) build(f forwarders.Forwarder) (*forwarderEntry, error) {
 		h.close = append([]func(context.Context) error{bp.close}, h.close...)
 	}
 	s.fwd.Logger.Info("consume: serving forwarder", "forwarder", f.Name, "topic", f.Topic, "revision", f.Revision)
-	return &forwarderEntry{f: f, engine: engine, h: h, checked: s.now()}, nil
+	return &forwarderEntry{f: f, engine: engine, h: h, checked: now, until: until}, nil
 }
 
 // ship ships the attempts of every forwarder the registry holds.

@@ -45,10 +45,12 @@
 //	                                   "maxPerSecond", "timeoutSeconds", "description"}: add one: its registry
 //	                                   row, its topic_consumers entry, its subscription pushing to the
 //	                                   forwarders consume service (on NATS a durable consumer that service
-//	                                   pulls); it receives the topic's events from then on
+//	                                   pulls); it receives the topic's events from then on;
+//	                                   with auth hmac the answer holds its signing secret, once
 //	GET    /forwarders/{name}          one forwarder, with its subscription and push endpoint
 //	PATCH  /forwarders/{name}          {"url", "auth", "audience", "maxInFlight", "maxPerSecond",
-//	                                   "timeoutSeconds", "description"}: change it (topic and filter are fixed)
+//	                                   "timeoutSeconds", "description", "rotateSecret"}: change it (topic and
+//	                                   filter are fixed); a new signing secret is answered once
 //	DELETE /forwarders/{name}          delete its subscription (delivery stops), its registry entry and row
 //	GET    /audit                      ?action=&topic=&consumer=&outcome=&limit=: who did (or was refused, or
 //	                                   read) what, newest first

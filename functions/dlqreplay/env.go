@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/internal/archive"
+	"github.com/relaybus/relaybus/internal/forwarders"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/instance/brokeropen"
 	"github.com/relaybus/relaybus/internal/instance/fsopen"
@@ -111,6 +112,12 @@ type Config struct {
 	// forwarders' registry, the forwarders service's
 	// (DLQREPLAY_FORWARDERS_DATABASE, default main).
 	ForwardersDatabase string `env:"DLQREPLAY_FORWARDERS_DATABASE, default=main"`
+	// ForwardersKey seals the signing secrets of hmac forwarders
+	// (RELAYBUS_FORWARDERS_KEY: the standard base64 of 32 random bytes,
+	// several space-separated to change keys, the first sealing; the
+	// forwarders consume service holds the same). Empty: adding an hmac
+	// forwarder answers 501.
+	ForwardersKey string `env:"RELAYBUS_FORWARDERS_KEY"`
 	// ForwardersNoDeadLetterPolicy leaves their subscriptions without
 	// Pub/Sub's dead-letter policy (the local stack on pstest; not read
 	// from the environment).
@@ -192,6 +199,10 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 	if err != nil {
 		return nil, err
 	}
+	fwKeys, err := forwarders.ParseKeys(cfg.ForwardersKey)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	f := &Function{}
 	fail := func(err error) (*Function, error) {
 		_ = f.close.Close(context.Background())
@@ -268,7 +279,7 @@ func Build(ctx context.Context, cfg Config) (*Function, error) {
 		MaxRepushes: cfg.MaxRepushes, SentTimeout: cfg.SentTimeout, Logger: log, PushTargets: targets, PullConsumers: cfg.PullConsumers, Pauser: cfg.Pauser,
 		TraceProject: traceProject(cfg),
 		Forwarders: ForwardersOptions{URL: cfg.ForwardersURL, PushAccount: cfg.ForwardersPushAccount, Database: cfg.ForwardersDatabase,
-			NoDeadLetterPolicy: cfg.ForwardersNoDeadLetterPolicy, Subscriptions: cfg.ForwarderSubscriptions,
+			NoDeadLetterPolicy: cfg.ForwardersNoDeadLetterPolicy, Subscriptions: cfg.ForwarderSubscriptions, Keys: fwKeys,
 			// JetStream has no push: the forwarders service pulls each one.
 			Pull: cfg.PubSub.Transport == instance.TransportNATS},
 	})

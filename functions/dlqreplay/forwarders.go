@@ -15,6 +15,7 @@ import (
 	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/shared/broker"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -51,6 +52,12 @@ type ForwardersOptions struct {
 	// sign that the forwarders service is deployed: without it nothing
 	// would pull the forwarder while the ledger waited for it.
 	Pull bool
+	// Keys seal the signing secrets the API generates for hmac forwarders
+	// (RELAYBUS_FORWARDERS_KEY; the forwarders service opens them with the
+	// same). Nil: adding or rotating one answers 501.
+	Keys *forwarders.Keys
+	// Now is the clock of secret rotations (time.Now when nil).
+	Now func() time.Time
 }
 
 // forwarderAPI serves the forwarders' registry.
@@ -95,6 +102,9 @@ type forwarderView struct {
 
 func (fa *forwarderAPI) view(f forwarders.Forwarder) forwarderView {
 	v := forwarderView{Forwarder: f, Subscription: f.Subscription()}
+	if !f.PreviousUntil.After(fa.now()) {
+		v.PreviousUntil = time.Time{} // the previous secret no longer signs
+	}
 	if fa.o.URL != "" && !fa.o.Pull {
 		v.PushEndpoint = fa.endpoint(f.Name)
 	}
@@ -150,6 +160,8 @@ func storeErr(err error, name string) error {
 	switch {
 	case errors.Is(err, forwarders.ErrNotFound):
 		return fail(http.StatusNotFound, "not_found", "no forwarder is named %s", name)
+	case errors.Is(err, forwarders.ErrChanged):
+		return fail(http.StatusConflict, "changed", "forwarder %s was changed by another request meanwhile: read it again (GET /forwarders/%s) and repeat the change", name, name)
 	case errors.Is(err, forwarders.ErrExists):
 		return fail(http.StatusConflict, "exists", "a forwarder named %s exists: change it (PATCH /forwarders/%s) or remove it first", name, name)
 	case errors.Is(err, forwarders.ErrNotMigrated):
@@ -234,6 +246,49 @@ type forwarderBody struct {
 	Description    string  `json:"description"`
 }
 
+// secretAnswer is the signing secret an add or change answers, the one
+// time it is shown.
+type secretAnswer struct {
+	// Secret is "whsec_" + base64 of 32 random bytes: the target verifies
+	// each request's webhook-signature with it (shared/forward.Verify).
+	Secret string `json:"secret"`
+	// PreviousUntil, after a rotation, is when the previous secret stops
+	// signing beside it.
+	PreviousUntil time.Time `json:"previousUntil,omitzero"`
+	Note          string    `json:"note"`
+}
+
+// newSecret generates f's signing secret, sealed into f; with rotate the
+// current one becomes the previous, signing too for
+// forwarders.RotationOverlap. It answers 501 without keys.
+func (fa *forwarderAPI) newSecret(f *forwarders.Forwarder, rotate bool) (*secretAnswer, error) {
+	if fa.o.Keys == nil {
+		return nil, fail(http.StatusNotImplemented, "not_configured", "hmac forwarders need %s (the key their signing secrets are sealed under) in this API's environment and the forwarders service's", forwarders.KeyEnv)
+	}
+	secret := forward.NewSecret()
+	sealed, err := fa.o.Keys.Seal(f.Name, secret)
+	if err != nil {
+		return nil, err
+	}
+	a := &secretAnswer{Secret: secret, Note: "shown this once: keep it where the target verifies signatures (it is stored sealed; no listing shows it)"}
+	if rotate && f.SealedSecret != "" {
+		f.SealedPrevious, f.PreviousUntil = f.SealedSecret, fa.now().Add(forwarders.RotationOverlap).UTC().Truncate(time.Second)
+		a.PreviousUntil = f.PreviousUntil
+		a.Note += "; the previous secret signs beside it until " + f.PreviousUntil.Format(time.RFC3339)
+	} else {
+		f.SealedPrevious, f.PreviousUntil = "", time.Time{}
+	}
+	f.SealedSecret = sealed
+	return a, nil
+}
+
+func (fa *forwarderAPI) now() time.Time {
+	if fa.o.Now != nil {
+		return fa.o.Now()
+	}
+	return time.Now()
+}
+
 // add registers a forwarder, expects it in topic_consumers (so the
 // ledger waits for it as for a declared consumer), then creates its
 // subscription: from then on the topic's events reach it. A step that
@@ -260,13 +315,21 @@ func (fa *forwarderAPI) add(r *request, _ []string) (any, error) {
 	if fa.topology == nil {
 		return nil, fail(http.StatusNotImplemented, "not_configured", "forwarders need the topology (RELAYBUS_TOPOLOGY): its topics and the subscriptions' settings")
 	}
+	var secret *secretAnswer
+	if f.Auth == topology.ForwardAuthHMAC {
+		s, err := fa.newSecret(&f, false)
+		if err != nil {
+			return nil, err
+		}
+		secret = s
+	}
 	db, err := fa.db()
 	if err != nil {
 		return nil, err
 	}
 	var out forwarderView
 	err = fa.g.run(r, audit.Entry{Action: audit.ForwarderAdd, Topic: f.Topic, ConsumerID: f.Name, Subscription: f.Subscription(),
-		Detail: describeForwarder(f)}, func(st *step) (string, error) {
+		Detail: describeForwarder(f) + secretNote(secret)}, func(st *step) (string, error) {
 		ctx := context.WithoutCancel(r.Context())
 		stored, err := forwarders.Add(ctx, db, f, r.who.Name)
 		if err != nil {
@@ -290,7 +353,23 @@ func (fa *forwarderAPI) add(r *request, _ []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"forwarder": out, "changed": true}, nil
+	ans := map[string]any{"forwarder": out, "changed": true}
+	if secret != nil {
+		ans["signingSecret"] = secret
+	}
+	return ans, nil
+}
+
+// secretNote says in the audit log that a secret was made (never the
+// secret).
+func secretNote(a *secretAnswer) string {
+	switch {
+	case a == nil:
+		return ""
+	case !a.PreviousUntil.IsZero():
+		return "; signing secret rotated (the previous one signs too until " + a.PreviousUntil.Format(time.RFC3339) + ")"
+	}
+	return "; signing secret generated"
 }
 
 // missing says what the API lacks to add forwarders.
@@ -391,6 +470,10 @@ type forwarderChange struct {
 	// are fixed when it is created): given, they must equal the current.
 	Topic  *string `json:"topic"`
 	Filter *string `json:"filter"`
+	// RotateSecret, with auth hmac, generates a new signing secret
+	// (answered once); the previous one signs beside it for
+	// forwarders.RotationOverlap.
+	RotateSecret bool `json:"rotateSecret"`
 }
 
 // change sets a forwarder's URL, auth, flow limits, timeout or
@@ -435,6 +518,9 @@ func (fa *forwarderAPI) change(r *request, args []string) (any, error) {
 	if b.Filter != nil && *b.Filter != cur.Filter {
 		bad.add("filter", "cannot change (Pub/Sub fixes a subscription's filter when it is created): remove the forwarder and add it again")
 	}
+	if b.RotateSecret && f.Auth != topology.ForwardAuthHMAC {
+		bad.add("rotateSecret", "only a forwarder with auth hmac has a signing secret to rotate")
+	}
 	// Its own name is no clash: check it as a new one would be, then keep
 	// only the rules a change can break.
 	for _, fe := range f.Check(fa.topology) {
@@ -448,10 +534,24 @@ func (fa *forwarderAPI) change(r *request, args []string) (any, error) {
 	if err := fa.g.authorize(r, audit.ForwarderChange, RoleOperator, target{Topic: cur.Topic, Consumer: name}); err != nil {
 		return nil, err
 	}
+	// A secret is made when hmac starts or on rotation, dropped when it
+	// ends.
+	var secret *secretAnswer
+	switch {
+	case f.Auth == topology.ForwardAuthHMAC && (cur.Auth != topology.ForwardAuthHMAC || cur.SealedSecret == ""):
+		secret, err = fa.newSecret(&f, false)
+	case f.Auth == topology.ForwardAuthHMAC && b.RotateSecret:
+		secret, err = fa.newSecret(&f, true)
+	case f.Auth != topology.ForwardAuthHMAC:
+		f.SealedSecret, f.SealedPrevious, f.PreviousUntil = "", "", time.Time{}
+	}
+	if err != nil {
+		return nil, err
+	}
 	var out forwarders.Forwarder
 	changed := false
 	err = fa.g.run(r, audit.Entry{Action: audit.ForwarderChange, Topic: cur.Topic, ConsumerID: name, Subscription: cur.Subscription(),
-		Detail: describeForwarder(f)}, func(*step) (string, error) {
+		Detail: describeForwarder(f) + secretNote(secret)}, func(*step) (string, error) {
 		var err error
 		out, changed, err = forwarders.Update(context.WithoutCancel(r.Context()), db, f, r.who.Name)
 		if err != nil {
@@ -460,12 +560,16 @@ func (fa *forwarderAPI) change(r *request, args []string) (any, error) {
 		if !changed {
 			return "nothing changed", nil
 		}
-		return fmt.Sprintf("changed to revision %d: %s", out.Revision, describeForwarder(out)), nil
+		return fmt.Sprintf("changed to revision %d: %s", out.Revision, describeForwarder(out)+secretNote(secret)), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"forwarder": fa.view(out), "changed": changed}, nil
+	ans := map[string]any{"forwarder": fa.view(out), "changed": changed}
+	if secret != nil && changed {
+		ans["signingSecret"] = secret
+	}
+	return ans, nil
 }
 
 // remove deletes a forwarder's subscription (delivery stops, its backlog

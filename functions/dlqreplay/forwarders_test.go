@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/relaybus/relaybus/internal/devstack"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/forwarders"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
@@ -44,14 +47,24 @@ type webhook struct {
 	ids  []string
 	got  chan string
 	subj []string
+	// reqs are the requests' headers and bodies, in arrival order.
+	reqs []received
+}
+
+// received is one request a webhook received.
+type received struct {
+	header http.Header
+	body   []byte
 }
 
 func newWebhook(t *testing.T) *webhook {
 	w := &webhook{got: make(chan string, 100)}
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("Ce-Id")
+		body, _ := io.ReadAll(r.Body)
 		w.mu.Lock()
 		w.ids = append(w.ids, id)
+		w.reqs = append(w.reqs, received{header: r.Header.Clone(), body: body})
 		w.subj = append(w.subj, r.Header.Get("Ce-Subject"))
 		w.mu.Unlock()
 		rw.WriteHeader(http.StatusNoContent)
@@ -60,6 +73,20 @@ func newWebhook(t *testing.T) *webhook {
 	t.Cleanup(srv.Close)
 	w.url = srv.URL + "/hook"
 	return w
+}
+
+// count is how many requests the webhook received.
+func (w *webhook) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.reqs)
+}
+
+// last returns the last n requests the webhook received.
+func (w *webhook) last(n int) []received {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]received(nil), w.reqs[len(w.reqs)-n:]...)
 }
 
 // wait returns the next n ids the webhook receives (failing after a
@@ -86,6 +113,26 @@ type forwardersStack struct {
 	*env
 	fake *pubsubtest.Fake
 	wake *devstack.Wakeup
+	// key is RELAYBUS_FORWARDERS_KEY of the API and the forwarders service.
+	key string
+	// skew moves the API's clock (secret rotations) by its nanoseconds.
+	skew atomic.Int64
+	// service is the forwarders service's configuration but its key.
+	service consume.Config
+}
+
+// forwardersService builds a forwarders consume service of the stack
+// with key as its RELAYBUS_FORWARDERS_KEY.
+func (s *forwardersStack) forwardersService(t *testing.T, key string) http.Handler {
+	t.Helper()
+	cfg := s.service
+	cfg.ForwardersKey = key
+	fw, err := consume.Build(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fw.Close(context.Background()) })
+	return fw
 }
 
 func newForwardersStack(t *testing.T) *forwardersStack {
@@ -110,14 +157,16 @@ func newForwardersStack(t *testing.T) *forwardersStack {
 	fake.Provision(t, top)
 
 	// The forwarders service, as Terraform deploys it.
-	fw, err := consume.Build(ctx, consume.Config{Env: instance.Env{ProjectID: pubsubtest.Project},
-		PubSub: instance.PubSub{EmulatorHost: fake.Server.Addr, Transport: "pubsub"},
-		DB:     instance.Database{URL: pgtest.SchemaURL(t, schema)}, ConsumerID: "forwarders", Handler: consume.HandlerForwarders,
-		RollupTopic: top.Rollup.Topic, ForwardersRefresh: time.Nanosecond})
+	s := &forwardersStack{fake: fake, wake: wake, key: forwarders.NewKey()}
+	keys, err := forwarders.ParseKeys(s.key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = fw.Close(context.Background()) })
+	s.service = consume.Config{Env: instance.Env{ProjectID: pubsubtest.Project},
+		PubSub: instance.PubSub{EmulatorHost: fake.Server.Addr, Transport: "pubsub"},
+		DB:     instance.Database{URL: pgtest.SchemaURL(t, schema)}, ConsumerID: "forwarders", Handler: consume.HandlerForwarders,
+		RollupTopic: top.Rollup.Topic, ForwardersRefresh: time.Nanosecond}
+	fw := s.forwardersService(t, s.key)
 	mux := http.NewServeMux()
 	mux.Handle("/forwarders/", http.StripPrefix("/forwarders", fw))
 	fwSrv := httptest.NewServer(mux)
@@ -126,7 +175,8 @@ func newForwardersStack(t *testing.T) *forwardersStack {
 	arc := archive.New(store.Client())
 	h, err := dlqreplay.New(dlqreplay.Options{Archive: arc, Ledger: store, DB: pool, Publisher: fake.Client, Topology: top,
 		Broker: fake.Client, Writers: []string{dlqreplay.Anonymous}, Archivers: []string{dlqreplay.Anonymous}, RateLimit: -1, Auth: dlqreplay.AuthNone,
-		Forwarders: dlqreplay.ForwardersOptions{URL: fwSrv.URL + "/forwarders", NoDeadLetterPolicy: true}})
+		Forwarders: dlqreplay.ForwardersOptions{URL: fwSrv.URL + "/forwarders", NoDeadLetterPolicy: true, Keys: keys,
+			Now: func() time.Time { return time.Now().Add(time.Duration(s.skew.Load())) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +184,8 @@ func newForwardersStack(t *testing.T) *forwardersStack {
 	apiMux.Handle("/dlqreplay/", http.StripPrefix("/dlqreplay", h))
 	srv := httptest.NewServer(apiMux)
 	t.Cleanup(srv.Close)
-	e := &env{url: srv.URL + "/dlqreplay", fake: fake, store: store, db: pool, archive: arc, top: top, h: h}
-	return &forwardersStack{env: e, fake: fake, wake: wake}
+	s.env = &env{url: srv.URL + "/dlqreplay", fake: fake, store: store, db: pool, archive: arc, top: top, h: h}
+	return s
 }
 
 // deliver runs the local stack's delivery loop on sub (pushing to its
@@ -328,7 +378,7 @@ func hasConsumer(list map[string]any, id string, enabled bool) bool {
 
 // Bad input is refused with 400 naming each field and its rule, and
 // nothing is created: a bad URL, an unknown topic, a name a declared
-// consumer has, hmac without a secret, limits out of range.
+// consumer has, hmac over plain http, limits out of range.
 func TestAddingAForwarderValidatesItsFields(t *testing.T) {
 	s := newForwardersStack(t)
 	ok := map[string]any{"name": "crm-webhook", "topic": "shop.order.events", "url": "https://crm.example.com/hook"}
@@ -354,8 +404,8 @@ func TestAddingAForwarderValidatesItsFields(t *testing.T) {
 		{"a dead-letter topic", with("topic", "shop.order.events.dlq"), "topic", "a topic is"},
 		{"a declared consumer's name", with("name", "member-service"), "name", "infra/topology.yaml declares"},
 		{"a bad name", with("name", "CRM_hook"), "name", "a consumer service is"},
-		{"hmac", with("auth", "hmac"), "auth", "signing secret"},
-		{"an unknown auth", with("auth", "basic"), "auth", "none or google"},
+		{"hmac over http", map[string]any{"name": "crm-webhook", "topic": "shop.order.events", "url": "http://crm.example.com/hook", "auth": "hmac"}, "url", "https"},
+		{"an unknown auth", with("auth", "basic"), "auth", "none, google or hmac"},
 		{"too many in flight", with("maxInFlight", 5000), "maxInFlight", "to 1000"},
 		{"a negative rate", with("maxPerSecond", -1), "maxPerSecond", "0 (no limit)"},
 		{"a timeout past the ack deadline", with("timeoutSeconds", 600), "timeoutSeconds", "ack deadline"},

@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"github.com/relaybus/relaybus/functions/publish"
 	relayfn "github.com/relaybus/relaybus/functions/relay"
 	"github.com/relaybus/relaybus/functions/rollup"
+	"github.com/relaybus/relaybus/internal/forwarders"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -105,6 +107,14 @@ func buildFunctions(ctx context.Context, in functionsInput, down *teardown) (fun
 		}
 		fns.Consumers = append(fns.Consumers, mountedConsumer{Consumer: c, URL: in.Base + path})
 	}
+	// The key the operations API seals hmac forwarders' secrets under and
+	// the forwarders service opens them with: the one the environment sets
+	// (RELAYBUS_FORWARDERS_KEY), else one made for this run: an hmac
+	// forwarder an earlier run added on a kept database then does not open
+	// (its deliveries answer 503 and the log says why); set the variable to
+	// keep them across runs.
+	key := cmp.Or(in.Functions.DLQReplay.ForwardersKey, in.Functions.Consume.ForwardersKey, forwarders.NewKey())
+	in.Functions.DLQReplay.ForwardersKey, in.Functions.Consume.ForwardersKey = key, key
 	// The forwarders service: every forward consumer added at run time
 	// (POST /dlqreplay/forwarders), each under its name; its subscriptions
 	// are created by the operations API and delivered by the loop

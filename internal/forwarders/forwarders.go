@@ -55,8 +55,10 @@ type Forwarder struct {
 	// URL is where each event is POSTed (an absolute http(s) URL; https
 	// with Auth google unless it is a loopback address).
 	URL string `json:"url"`
-	// Auth is topology.ForwardAuthNone or ForwardAuthGoogle (a
-	// Google-signed ID token for Audience, URL when empty).
+	// Auth is topology.ForwardAuthNone, ForwardAuthGoogle (a
+	// Google-signed ID token for Audience, URL when empty) or
+	// ForwardAuthHMAC (Standard Webhooks signatures under a secret the
+	// API generates: SealedSecret).
 	Auth     string `json:"auth"`
 	Audience string `json:"audience,omitempty"`
 	// Filter is a Pub/Sub filter on the messages' attributes (e.g.
@@ -72,6 +74,12 @@ type Forwarder struct {
 	// 10 s); below the subscription's ack deadline.
 	TimeoutSeconds int    `json:"timeoutSeconds"`
 	Description    string `json:"description,omitempty"`
+	// SealedSecret is the signing secret with auth hmac, sealed (Keys);
+	// never shown. SealedPrevious is the rotated-out one, which signs
+	// beside it until PreviousUntil (RotationOverlap after the rotation).
+	SealedSecret   string    `json:"-"`
+	SealedPrevious string    `json:"-"`
+	PreviousUntil  time.Time `json:"previousSecretUntil,omitzero"`
 	// Revision grows at each change.
 	Revision  int64     `json:"revision"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -124,11 +132,9 @@ func (f *Forwarder) Check(t *topology.Topology) []*event.FieldError {
 		f.Auth = topology.ForwardAuthNone
 	}
 	switch f.Auth {
-	case topology.ForwardAuthNone, topology.ForwardAuthGoogle:
-	case topology.ForwardAuthHMAC:
-		add("auth", "hmac needs a signing secret from Secret Manager, which a forwarder added at run time cannot name yet: use none or google, or declare the consumer in infra/topology.yaml")
+	case topology.ForwardAuthNone, topology.ForwardAuthGoogle, topology.ForwardAuthHMAC:
 	default:
-		add("auth", "must be none or google")
+		add("auth", "must be none, google or hmac")
 	}
 	if u, err := neturl.Parse(f.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(f.URL) > MaxURL {
 		add("url", "must be an absolute http(s) URL of at most %d characters", MaxURL)
@@ -136,8 +142,8 @@ func (f *Forwarder) Check(t *topology.Topology) []*event.FieldError {
 		add("url", "must not carry a user or password: it is shown in the API, the console and the audit log (authenticate with auth)")
 	} else if u.RawQuery != "" || u.Fragment != "" {
 		add("url", "must not carry a query or fragment: it is shown in the API, the console and the audit log (authenticate with auth)")
-	} else if f.Auth == topology.ForwardAuthGoogle && u.Scheme != "https" && !loopback(u.Hostname()) {
-		add("url", "must be https with auth google: the requests carry an ID token (http:// only for a loopback target)")
+	} else if carries[f.Auth] != "" && u.Scheme != "https" && !loopback(u.Hostname()) {
+		add("url", "must be https with auth %s: the requests carry %s (http:// only for a loopback target)", f.Auth, carries[f.Auth])
 	}
 	if f.Audience != "" && f.Auth != topology.ForwardAuthGoogle {
 		add("audience", "only auth google takes an audience")
@@ -169,6 +175,9 @@ func (f *Forwarder) Check(t *topology.Topology) []*event.FieldError {
 	return bad
 }
 
+// carries says what credentials each auth puts on the requests.
+var carries = map[string]string{topology.ForwardAuthGoogle: "an ID token", topology.ForwardAuthHMAC: "a signature"}
+
 func loopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
@@ -181,21 +190,36 @@ func loopback(host string) bool {
 var (
 	// ErrExists: a forwarder of that name exists.
 	ErrExists = errors.New("forwarders: a forwarder of that name exists")
+	// ErrChanged: the forwarder changed since it was read.
+	ErrChanged = errors.New("forwarders: the forwarder changed meanwhile")
 	// ErrNotFound: no forwarder has that name.
 	ErrNotFound = errors.New("forwarders: no forwarder of that name")
 	// ErrNotMigrated: the database has no relaybus_inbox_forwarders table yet
 	// (the forwarders service's migrations have not run).
-	ErrNotMigrated = errors.New("forwarders: the database has no relaybus_inbox_forwarders table: deploy the forwarders consume service (its migrations create it) or run `consume migrate`")
+	ErrNotMigrated = errors.New("forwarders: the database has no relaybus_inbox_forwarders table, or an older one: deploy the forwarders consume service (its migrations create it) or run `consume migrate`")
 )
 
 const columns = `name, topic, url, auth, audience, filter, max_in_flight, max_per_second, timeout_seconds, description,
-	revision, created_at, created_by, updated_at, updated_by`
+	signing_secret, previous_signing_secret, previous_until, revision, created_at, created_by, updated_at, updated_by`
 
 func scan(row pgx.Row) (Forwarder, error) {
 	var f Forwarder
+	var until *time.Time
 	err := row.Scan(&f.Name, &f.Topic, &f.URL, &f.Auth, &f.Audience, &f.Filter, &f.MaxInFlight, &f.MaxPerSecond,
-		&f.TimeoutSeconds, &f.Description, &f.Revision, &f.CreatedAt, &f.CreatedBy, &f.UpdatedAt, &f.UpdatedBy)
+		&f.TimeoutSeconds, &f.Description, &f.SealedSecret, &f.SealedPrevious, &until,
+		&f.Revision, &f.CreatedAt, &f.CreatedBy, &f.UpdatedAt, &f.UpdatedBy)
+	if until != nil {
+		f.PreviousUntil = *until
+	}
 	return f, err
+}
+
+// nullTime is t for a timestamptz column, NULL when t is zero.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // storeErr maps Postgres's answers to the store's errors.
@@ -206,7 +230,7 @@ func storeErr(err error) error {
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
 		return ErrNotFound
-	case errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
+	case errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42703"): // undefined_table, undefined_column
 		return fmt.Errorf("%w: %w", ErrNotMigrated, err)
 	case errors.As(err, &pe) && pe.Code == "23505": // unique_violation
 		return ErrExists
@@ -237,25 +261,32 @@ func Get(ctx context.Context, db postgres.DBTX, name string) (Forwarder, error) 
 // returns it as stored.
 func Add(ctx context.Context, db postgres.DBTX, f Forwarder, who string) (Forwarder, error) {
 	out, err := scan(db.QueryRow(ctx, `INSERT INTO relaybus_inbox_forwarders
-		(name, topic, url, auth, audience, filter, max_in_flight, max_per_second, timeout_seconds, description, created_by, updated_by)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) RETURNING `+columns,
-		f.Name, f.Topic, f.URL, f.Auth, f.Audience, f.Filter, f.MaxInFlight, f.MaxPerSecond, f.TimeoutSeconds, f.Description, who))
+		(name, topic, url, auth, audience, filter, max_in_flight, max_per_second, timeout_seconds, description, signing_secret, created_by, updated_by)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) RETURNING `+columns,
+		f.Name, f.Topic, f.URL, f.Auth, f.Audience, f.Filter, f.MaxInFlight, f.MaxPerSecond, f.TimeoutSeconds, f.Description, f.SealedSecret, who))
 	return out, storeErr(err)
 }
 
 // Update writes f's changeable settings (URL, auth, audience, flow
-// limits, timeout, description) over the forwarder of its name, by who,
-// and returns it as stored with its revision advanced; a write that
-// changes nothing leaves the row (and its revision) alone. ErrNotFound
-// when there is none.
+// limits, timeout, description, signing secrets) over the forwarder of
+// its name at f.Revision, by who, and returns it as stored with its
+// revision advanced; a write that changes nothing leaves the row (and its
+// revision) alone. ErrNotFound when there is none, ErrChanged when another
+// change came first (f was read at an older revision: read it again).
 func Update(ctx context.Context, db postgres.DBTX, f Forwarder, who string) (Forwarder, bool, error) {
 	out, err := scan(db.QueryRow(ctx, `UPDATE relaybus_inbox_forwarders SET url = $2, auth = $3, audience = $4, max_in_flight = $5,
-		max_per_second = $6, timeout_seconds = $7, description = $8, revision = revision + 1, updated_at = now(), updated_by = $9
-		WHERE name = $1 AND (url, auth, audience, max_in_flight, max_per_second, timeout_seconds, description)
-			IS DISTINCT FROM ($2, $3, $4, $5, $6::double precision, $7, $8)
-		RETURNING `+columns, f.Name, f.URL, f.Auth, f.Audience, f.MaxInFlight, f.MaxPerSecond, f.TimeoutSeconds, f.Description, who))
+		max_per_second = $6, timeout_seconds = $7, description = $8, signing_secret = $10, previous_signing_secret = $11,
+		previous_until = $12, revision = revision + 1, updated_at = now(), updated_by = $9
+		WHERE name = $1 AND revision = $13 AND (url, auth, audience, max_in_flight, max_per_second, timeout_seconds, description,
+				signing_secret, previous_signing_secret, previous_until)
+			IS DISTINCT FROM ($2, $3, $4, $5, $6::double precision, $7, $8, $10, $11, $12::timestamptz)
+		RETURNING `+columns, f.Name, f.URL, f.Auth, f.Audience, f.MaxInFlight, f.MaxPerSecond, f.TimeoutSeconds, f.Description, who,
+		f.SealedSecret, f.SealedPrevious, nullTime(f.PreviousUntil), f.Revision))
 	if errors.Is(err, pgx.ErrNoRows) {
 		cur, gerr := Get(ctx, db, f.Name)
+		if gerr == nil && cur.Revision != f.Revision {
+			return cur, false, ErrChanged
+		}
 		return cur, false, gerr
 	}
 	return out, err == nil, storeErr(err)

@@ -125,6 +125,28 @@ function can(role, topic, consumer) {
     (consumer && (b.consumers || []).includes(consumer))));
 }
 
+// canAny says whether the caller holds role somewhere (on some topic or
+// consumer, or everything): whether to offer an action whose target the
+// form chooses. The API decides on the target.
+function canAny(role) {
+  const who = state.who;
+  if (!who || (who.readOnly && ranks[role] > ranks.viewer)) return false;
+  return (who.roles || []).some((b) => ranks[b.role] >= ranks[role]);
+}
+
+// showFieldErrors marks each field a 400 names (its label carries
+// data-field) with the API's rule, and clears the marks of the others.
+function showFieldErrors(form, r) {
+  for (const el of form.querySelectorAll(".field-error")) el.remove();
+  for (const el of form.querySelectorAll("label.invalid")) el.classList.remove("invalid");
+  for (const f of (r && r.data && r.data.fields) || []) {
+    const label = form.querySelector("label[data-field=" + CSS.escape(f.field) + "]");
+    if (!label) continue;
+    label.classList.add("invalid");
+    label.append(h("span", { class: "field-error", "data-testid": "field-error-" + f.field }, f.rule));
+  }
+}
+
 // params reads the hash's query: #/events?status=SENT → {status: "SENT"}.
 function params() {
   const q = location.hash.split("?")[1] || "";
@@ -239,6 +261,7 @@ const routes = [
   [/^#\/jobs$/, viewJobs, "jobs"],
   [/^#\/scheduled$/, viewScheduled, "scheduled"],
   [/^#\/backfills$/, viewBackfills, "backfills"],
+  [/^#\/forwarders$/, viewForwarders, "forwarders"],
 ];
 
 function route() {
@@ -1223,6 +1246,7 @@ function scheduledBody(d, result, reload) {
 function viewBackfills() {
   const box = h("div", { class: "panel", "data-testid": "backfills" }, h("p", { class: "muted" }, "Loading…"));
   const result = h("div", { "data-testid": "backfill-result" });
+  const p = params();
   const load = async () => {
     const v = state.view;
     const r = await api("GET", "/backfills");
@@ -1233,8 +1257,41 @@ function viewBackfills() {
   render(h("div", { class: "head" }, h("h1", {}, "Backfills"), h("span", { class: "spacer" }), liveToggle(load)),
     h("p", { class: "muted small" }, "Each backfill delivers a topic's history to one consumer, in aggregate and version order, as re-pushes addressed to it. " +
       "It advances while something drives it (relaybus backfill run <id>); queued counts the events handed to the relay."),
-    result, box);
+    canAny("operator") ? backfillForm(p, result, load) : "", result, box);
   poll(load);
+}
+
+// backfillForm starts a backfill (POST /backfills): the count first (a
+// dry run), then the backfill itself once confirmed. The Forwarders page
+// links here with the topic and consumer filled in.
+function backfillForm(p, result, reload) {
+  const field = (name, label, attrs) => h("label", { "data-field": name }, label,
+    h("input", Object.assign({ name, value: p[name] || "", "data-testid": "backfill-new-" + name }, attrs || {})));
+  const form = h("form", {
+    class: "filters panel", "data-testid": "backfill-form", novalidate: true, onsubmit: async (e) => {
+      e.preventDefault();
+      const f = Object.fromEntries(new FormData(form));
+      const body = { topic: f.topic, consumer: f.consumer, since: toRFC3339(f.since), until: toRFC3339(f.until) };
+      if (f.rate) body.rate = Number(f.rate);
+      const dry = await api("POST", "/backfills", Object.assign({ dryRun: true }, body));
+      showFieldErrors(form, dry);
+      if (dry.status !== 200) { result.replaceChildren(notice(errorText(dry), "error")); return; }
+      const n = dry.data.matched;
+      if (!(await confirmAction("Backfill " + n + " event(s) to " + body.consumer + "?", h("p", {}, n + " event(s) of " + body.topic + " from " +
+        fmtTime(dry.data.since) + " to " + fmtTime(dry.data.until) + " go to " + body.consumer + " alone, in order, at most " + dry.data.rate + " a second."), "Start the backfill"))) return;
+      const r = await api("POST", "/backfills", body);
+      showFieldErrors(form, r);
+      result.replaceChildren(r.status === 200 ? notice("Backfill " + r.data.id + " created: " + r.data.matched + " event(s). It advances while something drives it: relaybus backfill run " + r.data.id)
+        : notice(errorText(r), "error"));
+      reload();
+    },
+  },
+  field("topic", "Topic", { placeholder: "shop.order.events" }), field("consumer", "Consumer"),
+  h("label", { "data-field": "since" }, "Since (UTC)", h("input", { type: "datetime-local", step: 1, name: "since", value: fromRFC3339(p.since), "data-testid": "backfill-new-since" })),
+  h("label", { "data-field": "until" }, "Until (UTC, default now)", h("input", { type: "datetime-local", step: 1, name: "until", value: fromRFC3339(p.until), "data-testid": "backfill-new-until" })),
+  field("rate", "Events/s", { type: "number", step: "1", placeholder: "default" }),
+  h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", "data-testid": "backfill-start" }, "Start a backfill…")));
+  return form;
 }
 
 // eta writes a number of seconds as "1 h 5 min", "3 min 20 s" or "12 s".
@@ -1277,6 +1334,146 @@ function backfillsTable(bfs, result, reload) {
         h("td", { class: "num", "data-testid": "backfill-rate" }, b.measuredRate ? b.measuredRate.toFixed(1) + "/s" : "–"),
         h("td", { "data-testid": "backfill-eta" }, b.state === "running" && b.measuredRate ? eta(b.etaSeconds) : b.state === "paused" && b.remaining ? "paused" : ""),
         h("td", {}, ...buttons.flatMap((x, i) => (i ? [" ", x] : [x]))));
+    }));
+}
+
+// ----------------------------------------------------------- forwarders
+
+// viewForwarders lists the forward consumers added at run time
+// (GET /forwarders) with their delivery state from the consumers'
+// registry, adds one (an admin), changes one or rotates its signing secret
+// (an operator on it), removes one (an admin, confirmed), and links to a
+// backfill of its topic's history.
+function viewForwarders() {
+  const box = h("div", { class: "panel", "data-testid": "forwarders" }, h("p", { class: "muted" }, "Loading…"));
+  const result = h("div", { "data-testid": "forwarder-result" });
+  const formBox = h("div", { "data-testid": "forwarder-form-box" });
+  const topics = h("datalist", { id: "forwarder-topics" });
+  const load = async () => {
+    const v = state.view;
+    const [r, c] = await Promise.all([api("GET", "/forwarders"), api("GET", "/consumers")]);
+    if (v !== state.view) return;
+    if (r.status !== 200) { box.replaceChildren(notice(errorText(r), "error")); return; }
+    const entries = {};
+    if (c.status === 200) {
+      for (const x of c.data.consumers) entries[x.topic + "/" + x.consumerId] = x;
+      const names = [...new Set(c.data.consumers.map((x) => x.topic))].sort();
+      topics.replaceChildren(...names.map((t) => h("option", { value: t })));
+    }
+    box.replaceChildren(forwardersTable(r.data.forwarders, entries, { edit, remove, rotate }));
+  };
+  const done = (r, text) => {
+    const out = [r.status === 200 ? notice(text) : notice(errorText(r), "error")];
+    if (r.status === 200 && r.data.signingSecret) out.push(secretPanel(r.data.signingSecret));
+    result.replaceChildren(...out);
+  };
+  const edit = (f) => {
+    formBox.replaceChildren(forwarderForm(f, topics, async (body, form) => {
+      const r = f ? await api("PATCH", "/forwarders/" + encodeURIComponent(f.name), body) : await api("POST", "/forwarders", body);
+      showFieldErrors(form, r);
+      if (r.status !== 200) { result.replaceChildren(notice(errorText(r), "error")); return; }
+      formBox.replaceChildren();
+      const g = r.data.forwarder;
+      done(r, f ? (r.data.changed ? "Forwarder " + g.name + " changed (revision " + g.revision + "); the forwarders service applies it within seconds."
+        : "Nothing changed.") : "Forwarder " + g.name + " added: it receives " + g.topic + "'s events from now on.");
+      load();
+    }, () => formBox.replaceChildren()));
+    formBox.querySelector("input:not([disabled])").focus();
+  };
+  const remove = async (f) => {
+    if (!(await confirmAction("Remove forwarder " + f.name + "?", [h("p", {}, "Its subscription " + f.subscription + " is deleted: delivery to " + f.url +
+      " stops and the events waiting for it are dropped. The ledger stops expecting it on new events.")], "Remove"))) return;
+    const r = await api("DELETE", "/forwarders/" + encodeURIComponent(f.name));
+    done(r, "Forwarder " + f.name + " removed: its subscription is deleted and delivery has stopped.");
+    load();
+  };
+  const rotate = async (f) => {
+    if (!(await confirmAction("Rotate the signing secret of " + f.name + "?", [h("p", {}, "A new secret signs from now on and is shown once. " +
+      "The current one signs beside it for 24 hours, so the target can switch without refusing a request.")], "Rotate"))) return;
+    const r = await api("PATCH", "/forwarders/" + encodeURIComponent(f.name), { rotateSecret: true });
+    done(r, "The signing secret of " + f.name + " is rotated.");
+    load();
+  };
+  render(h("div", { class: "head" }, h("h1", {}, "Forwarders"), h("span", { class: "spacer" }),
+    canAny("admin") ? h("button", { type: "button", class: "primary", "data-testid": "forwarder-add", onclick: () => edit(null) }, "Add a forwarder…") : "",
+    liveToggle(load)),
+  h("p", { class: "muted small" }, "Forward consumers added at run time: each POSTs its topic's events, as CloudEvents, to its URL, " +
+    "with the inbox, ordering, retries and dead letters of a deployed consumer. One added receives the events published from then on; a backfill delivers the ones before."),
+  topics, result, formBox, box);
+  poll(load);
+}
+
+// forwarderForm is the add form (f null) or the change form of f, whose
+// name, topic and filter are fixed. submit gets the body and the form.
+function forwarderForm(f, topics, submit, cancel) {
+  const v = f || { auth: "none" };
+  const field = (name, label, attrs) => h("label", { "data-field": name }, label, h("input", Object.assign({
+    name, value: v[name] === undefined || v[name] === 0 ? "" : String(v[name]), "data-testid": "forwarder-" + name, disabled: !!f && ["name", "topic", "filter"].includes(name),
+  }, attrs || {})));
+  const auth = h("select", { name: "auth", "data-testid": "forwarder-auth" }, ...[["none", "none"], ["google", "google (an ID token)"], ["hmac", "hmac (signed; a secret is made)"]]
+    .map(([val, text]) => h("option", { value: val, selected: v.auth === val }, text)));
+  const form = h("form", {
+    class: "filters panel", "data-testid": "forwarder-form", novalidate: true, onsubmit: (e) => {
+      e.preventDefault();
+      const d = Object.fromEntries(new FormData(form));
+      const num = (x) => (x === undefined || x === "" ? 0 : Number(x));
+      const body = { url: d.url, auth: d.auth, audience: d.audience, maxInFlight: num(d.maxInFlight), maxPerSecond: num(d.maxPerSecond),
+        timeoutSeconds: num(d.timeoutSeconds), description: d.description };
+      if (!f) Object.assign(body, { name: d.name, topic: d.topic, filter: d.filter });
+      submit(body, form);
+    },
+  },
+  h("h2", {}, f ? "Change " + f.name : "Add a forwarder"),
+  field("name", "Name", { placeholder: "crm-webhook" }), field("topic", "Topic", { list: topics.id, placeholder: "shop.order.events" }),
+  field("url", "Target URL", { placeholder: "https://crm.example.com/hooks/orders" }), h("label", { "data-field": "auth" }, "Auth", auth),
+  field("audience", "Audience (google; default the URL)"), field("filter", "Filter (fixed once added)", { placeholder: 'attributes.event_type = "order.purchased"' }),
+  field("maxInFlight", "Max in flight (0: no bound)", { inputmode: "numeric" }), field("maxPerSecond", "Max per second (0: no limit)", { inputmode: "decimal" }),
+  field("timeoutSeconds", "Timeout, s (0: 10 s)", { inputmode: "numeric" }), field("description", "Description"),
+  h("div", { class: "actions" }, h("button", { type: "submit", class: "primary", "data-testid": "forwarder-save" }, f ? "Save" : "Add"),
+    h("button", { type: "button", "data-testid": "forwarder-cancel", onclick: cancel }, "Cancel")));
+  return form;
+}
+
+// secretPanel shows a signing secret the API answered, the one time it does.
+function secretPanel(s) {
+  return h("div", { class: "panel", "data-testid": "signing-secret-panel" }, h("h2", {}, "Signing secret"),
+    h("code", { class: "secret mono", "data-testid": "signing-secret" }, s.secret), h("p", { class: "small" }, s.note + "."),
+    h("p", { class: "muted small" }, "The target checks each request's webhook-signature with it (docs/forwarding.md, Verifying a signature)."));
+}
+
+function forwardersTable(fs, entries, act) {
+  if (!fs.length) return h("p", { class: "empty", "data-testid": "no-forwarders" }, "No forwarders yet.");
+  const flow = (f) => [f.maxInFlight ? f.maxInFlight + " in flight" : "", f.maxPerSecond ? f.maxPerSecond + "/s" : "",
+    f.timeoutSeconds ? "timeout " + f.timeoutSeconds + " s" : ""].filter(Boolean).join(", ") || "–";
+  const stateOf = (f) => {
+    const e = entries[f.topic + "/" + f.name];
+    const paused = f.paused !== undefined ? f.paused : e && e.paused;
+    const by = f.pausedBy || (e && e.pausedBy);
+    if (paused) return badge("paused" + (by ? " by " + by : ""), "s-paused", "forwarder-state");
+    if (!e) return h("span", { class: "muted", "data-testid": "forwarder-state" }, "unknown");
+    return badge(e.enabled ? "enabled" : "disabled", e.enabled ? "s-running" : "s-cancelled", "forwarder-state");
+  };
+  const button = (label, testid, onclick, cls) => h("button", { type: "button", class: cls || "", "data-testid": testid, onclick }, label);
+  return h("table", { class: "list" },
+    h("tr", {}, h("th", {}, "Forwarder"), h("th", {}, "Topic"), h("th", {}, "Target URL"), h("th", {}, "Auth"), h("th", {}, "Filter"),
+      h("th", {}, "Flow"), h("th", {}, "Changed"), h("th", {}, "State"), h("th", {}, "")),
+    ...fs.map((f) => {
+      const buttons = [];
+      if (can("operator", f.topic, f.name)) {
+        buttons.push(button("Change…", "forwarder-change", () => act.edit(f)));
+        if (f.auth === "hmac") buttons.push(button("Rotate secret…", "forwarder-rotate", () => act.rotate(f)));
+        buttons.push(h("a", { href: "#/backfills" + query({ topic: f.topic, consumer: f.name }), "data-testid": "forwarder-backfill" }, "Backfill…"));
+      }
+      if (can("admin", f.topic)) buttons.push(button("Remove…", "forwarder-remove", () => act.remove(f), "danger"));
+      return h("tr", { "data-testid": "forwarder-row", "data-forwarder": f.name },
+        h("td", {}, h("b", {}, f.name), f.description ? h("div", { class: "small muted" }, f.description) : ""),
+        h("td", {}, f.topic), h("td", { class: "mono small", "data-testid": "forwarder-url" }, f.url),
+        h("td", { "data-testid": "forwarder-auth-kind" }, f.auth + (f.auth === "google" && f.audience ? " (" + f.audience + ")" : ""),
+          f.previousSecretUntil && new Date(f.previousSecretUntil) > Date.now() ? h("div", { class: "small muted" }, "previous secret signs until " + fmtTime(f.previousSecretUntil)) : ""),
+        h("td", { class: "mono small" }, f.filter || "–"), h("td", { "data-testid": "forwarder-flow" }, flow(f)),
+        h("td", { class: "small", "data-testid": "forwarder-changed" }, "added by " + f.createdBy + " " + fmtTime(f.createdAt),
+          f.revision > 1 ? h("div", {}, "revision " + f.revision + " by " + f.updatedBy + " " + fmtTime(f.updatedAt)) : ""),
+        h("td", {}, stateOf(f)), h("td", {}, ...buttons.flatMap((x, i) => (i ? [" ", x] : [x]))));
     }));
 }
 
