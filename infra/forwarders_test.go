@@ -2,6 +2,7 @@ package infra
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"sort"
 	"strings"
@@ -406,5 +407,53 @@ func TestForwardersServiceAndDlqreplayWiring(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestForwardersKeyFromSecretManager: with forwarders.key_secret,
+// dlqreplay and the forwarders service read RELAYBUS_FORWARDERS_KEY (the
+// key hmac forwarders' signing secrets are sealed under) from that secret,
+// which their two accounts alone may read; without it, no grant.
+func TestForwardersKeyFromSecretManager(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	path, _ := repoTopology(t)
+	vars := requiredVars(t)
+	vars["topology_file"] = cty.StringVal(path)
+	vars["forwarders"] = forwardersOn(nil)
+	grants := []*hclsyntax.Block{c.resource(t, "google_secret_manager_secret_iam_member.forwarders_key"), c.resource(t, "google_secret_manager_secret_iam_member.dlqreplay_forwarders_key")}
+	for _, g := range grants {
+		if n := countOf(t, c.newEvaluator(t, vars).withStubs(), g); n != 0 {
+			t.Errorf("%s.%s: %d grants without the secret", g.Labels[0], g.Labels[1], n)
+		}
+	}
+	vars["forwarders"] = forwardersOn(map[string]cty.Value{"key_secret": cty.StringVal("relaybus-forwarders-key")})
+	ev := c.newEvaluator(t, vars).withStubs()
+	readers := map[string]bool{}
+	for _, g := range grantsOf(t, c, ev, "google_secret_manager_secret_iam_member", "secret_id") {
+		if g.target == "relaybus-forwarders-key" {
+			readers[g.member] = true
+		}
+	}
+	if !reflect.DeepEqual(readers, map[string]bool{"serviceAccount:relaybus-forwarders@relaybus-test.iam.gserviceaccount.com": true, dlqreplayMember: true}) {
+		t.Errorf("the forwarders key is readable by %v, want dlqreplay and the forwarders service alone", readers)
+	}
+	if got := fmt.Sprint(jsonValue(t, ev.local("forwarders_key_secret"))); got != "[relaybus-forwarders-key]" {
+		t.Errorf("local.forwarders_key_secret = %s, want the secret", got)
+	}
+	for _, name := range []string{"google_cloud_run_v2_service.forwarders", "google_cloud_run_v2_service.function"} {
+		svc := c.resource(t, name)
+		found := false
+		for _, b := range block(t, name, block(t, name, svc.Body, "template"), "containers").Blocks {
+			if b.Type != "dynamic" {
+				continue
+			}
+			content := block(t, name, b.Body, "content")
+			if n, ok := content.Attributes["name"]; ok && strings.Contains(c.exprSource(n.Expr), "RELAYBUS_FORWARDERS_KEY") {
+				found = strings.Contains(c.exprSource(b.Body.Attributes["for_each"].Expr), "local.forwarders_key_secret")
+			}
+		}
+		if !found {
+			t.Errorf("%s: no env block sets RELAYBUS_FORWARDERS_KEY from local.forwarders_key_secret", name)
+		}
 	}
 }

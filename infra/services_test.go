@@ -84,8 +84,9 @@ var notFromTerraform = map[string]bool{"K_SERVICE": true, "K_REVISION": true, "D
 	// and PULL_MAX_IN_FLIGHT are set (pull.tf, var.pull_mode).
 	"TRANSPORT": true, "NATS_URL": true, "NATS_CREDS": true,
 	// From Secret Manager when var.privacy_key_secret names the secret
-	// (TestPrivacyKeyFromSecretManager).
-	"PRIVACY_KEY": true}
+	// (TestPrivacyKeyFromSecretManager), and when forwarders.key_secret
+	// does (TestForwardersKeyFromSecretManager).
+	"PRIVACY_KEY": true, "RELAYBUS_FORWARDERS_KEY": true}
 
 // envTags collects the variable names of a config struct's env tags
 // (localOnly and notFromTerraform left out).

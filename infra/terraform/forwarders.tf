@@ -93,6 +93,11 @@ locals {
     CONSUMER_FLOW_WAIT             = var.consume_settings.flow_wait
   })
 
+  # The secret holding RELAYBUS_FORWARDERS_KEY, when the forwarders are
+  # deployed and forwarders.key_secret names one (a one-element list, for
+  # the services' dynamic env blocks).
+  forwarders_key_secret = local.forwarders_enabled && var.forwarders.key_secret != "" ? [var.forwarders.key_secret] : []
+
   # dlqreplay's forwarders settings (run.tf, function_wired_env): none when
   # off, so POST /forwarders answers 501 and says what is missing.
   forwarders_dlqreplay_env = local.forwarders_enabled ? {
@@ -327,6 +332,21 @@ resource "google_cloud_run_v2_service" "forwarders" {
         }
       }
 
+      # RELAYBUS_FORWARDERS_KEY (forwarders.key_secret only): opens the hmac
+      # forwarders' signing secrets, which dlqreplay seals with the same key.
+      dynamic "env" {
+        for_each = local.forwarders_key_secret
+        content {
+          name = "RELAYBUS_FORWARDERS_KEY"
+          value_source {
+            secret_key_ref {
+              secret  = env.value
+              version = "latest"
+            }
+          }
+        }
+      }
+
       # DATABASE_URL: the forwarders service's own role on its database.
       env {
         name = "DATABASE_URL"
@@ -414,4 +434,21 @@ resource "google_cloud_scheduler_job" "forwarders_inbox_purge" {
   }
 
   depends_on = [time_sleep.consume_invoker_propagation]
+}
+
+# RELAYBUS_FORWARDERS_KEY (forwarders.key_secret only): dlqreplay seals the
+# hmac forwarders' signing secrets with it, the forwarders service opens
+# them; each reads that one secret and no other.
+resource "google_secret_manager_secret_iam_member" "forwarders_key" {
+  count     = length(local.forwarders_key_secret)
+  secret_id = var.forwarders.key_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.forwarders[0].member
+}
+
+resource "google_secret_manager_secret_iam_member" "dlqreplay_forwarders_key" {
+  count     = length(local.forwarders_key_secret)
+  secret_id = var.forwarders.key_secret
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function["dlqreplay"].member
 }

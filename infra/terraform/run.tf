@@ -319,6 +319,21 @@ resource "google_cloud_run_v2_service" "function" {
         }
       }
 
+      # RELAYBUS_FORWARDERS_KEY: dlqreplay seals the hmac forwarders'
+      # signing secrets with it (forwarders.tf, forwarders.key_secret).
+      dynamic "env" {
+        for_each = each.key == "dlqreplay" ? local.forwarders_key_secret : []
+        content {
+          name = "RELAYBUS_FORWARDERS_KEY"
+          value_source {
+            secret_key_ref {
+              secret  = env.value
+              version = "latest"
+            }
+          }
+        }
+      }
+
       dynamic "env" {
         for_each = each.key == "dlqreplay" ? local.dlqreplay_token_secret : []
         content {

@@ -422,8 +422,9 @@ variable "forwarders" {
     database      = optional(string, "main")
     max_instances = optional(number, 5)
     concurrency   = optional(number, 40)
+    key_secret    = optional(string, "")
   })
-  description = "Forward consumers added at run time (forwarders.tf, docs/forwarding.md), off by default: with enabled, the forwarders consume service (CONSUMER_HANDLER=forwarders) serves every forwarder an operator adds through the operators' API, whose registry is in database (a topology database; dlqreplay's DLQREPLAY_FORWARDERS_DATABASE), on at most max_instances instances of concurrency requests each (its pools count against cloud_sql.max_connections), and dlqreplay may create and delete their subscriptions. Off, POST /forwarders answers 501. Pub/Sub only: refused on NATS."
+  description = "Forward consumers added at run time (forwarders.tf, docs/forwarding.md), off by default: with enabled, the forwarders consume service (CONSUMER_HANDLER=forwarders) serves every forwarder an operator adds through the operators' API, whose registry is in database (a topology database; dlqreplay's DLQREPLAY_FORWARDERS_DATABASE), on at most max_instances instances of concurrency requests each (its pools count against cloud_sql.max_connections), and dlqreplay may create and delete their subscriptions. key_secret names a Secret Manager secret holding RELAYBUS_FORWARDERS_KEY (the standard base64 of 32 random bytes: openssl rand -base64 32), the key hmac forwarders' signing secrets are sealed under, which dlqreplay and the forwarders service read; empty, adding an hmac forwarder answers 501. Off, POST /forwarders answers 501. Pub/Sub only: refused on NATS."
   default     = {}
 
   validation {
