@@ -47,9 +47,11 @@
 #   Scheduler             invoker of the service: /ledger:ship every minute,
 #                         /inbox:purge daily, as for each consume service.
 #
-# Pub/Sub only. On NATS (var.nats) the operators' API cannot create a
-# consumer at run time (the NATS driver is no broker.SubscriptionAdmin), so
-# forwarders.enabled there is refused at plan time and the API answers 501.
+# Pub/Sub only, for now. On NATS (var.nats) the forwarders service runs in
+# pull mode, one instance always on (docs/deploying.md, "On NATS"), which
+# this configuration does not deploy yet: forwarders.enabled there is
+# refused at plan time, and the API answers 501 without
+# DLQREPLAY_FORWARDERS_URL.
 
 locals {
   # Whether the forwarders are deployed (terraform_data.forwarders refuses
@@ -107,7 +109,7 @@ locals {
   } : {}
 
   forwarders_errors = concat(
-    var.forwarders.enabled && local.on_nats ? ["forwarders.enabled: forwarders added at run time need Pub/Sub; on NATS the operators' API cannot create a consumer at run time (docs/forwarding.md). Declare the forward consumer in the topology, or set forwarders.enabled = false."] : [],
+    var.forwarders.enabled && local.on_nats ? ["forwarders.enabled: forwarders added at run time need Pub/Sub in this Terraform; on NATS their service runs in pull mode, which it does not deploy yet (docs/deploying.md, On NATS). Declare the forward consumer in the topology, or set forwarders.enabled = false."] : [],
     var.forwarders.enabled && !contains(keys(local.databases), var.forwarders.database) ? ["forwarders.database \"${var.forwarders.database}\" is not one of the topology's databases (${join(", ", sort(keys(local.databases)))})"] : [],
   )
 }
