@@ -94,6 +94,10 @@ func TestForwardersAddExactlyTheirGrants(t *testing.T) {
 		add(schedulerMember, "roles/run.invoker", "relaybus-forwarders")
 		add(dlqreplayMember, stubProject+"/roles/relaybusForwarderSubscriptions", "relaybus-test")
 		add(dlqreplayMember, "roles/iam.serviceAccountUser", pushAccount)
+		// Pausing a forwarder (its breaker, an operator): its push endpoint.
+		add(forwardersMember, stubProject+"/roles/relaybusPushControl", "relaybus-test")
+		add(dlqreplayMember, stubProject+"/roles/relaybusPushControl", "relaybus-test")
+		add(forwardersMember, "roles/iam.serviceAccountUser", pushAccount)
 		add(pubsubAgentMember, "roles/iam.serviceAccountTokenCreator", pushAccount)
 		add(pubsubAgentMember, "roles/pubsub.subscriber", "relaybus-test")
 		for _, tp := range top.Topics {
@@ -386,7 +390,8 @@ func TestForwardersServiceAndDlqreplayWiring(t *testing.T) {
 
 			// Scheduler: its /ledger:ship and /inbox:purge, after the
 			// invokers' propagation.
-			for key, route := range map[string]string{"google_cloud_scheduler_job.forwarders_ledger_ship": "/ledger:ship", "google_cloud_scheduler_job.forwarders_inbox_purge": "/inbox:purge"} {
+			for key, route := range map[string]string{"google_cloud_scheduler_job.forwarders_ledger_ship": "/ledger:ship", "google_cloud_scheduler_job.forwarders_inbox_purge": "/inbox:purge",
+				"google_cloud_scheduler_job.forwarders_breaker_probe": "/breaker:probe"} {
 				b := c.resource(t, key)
 				if n := countOf(t, ev, b); n != 1 {
 					t.Fatalf("%s: %d instances", key, n)

@@ -289,6 +289,36 @@ resource "google_service_account_iam_member" "dlqreplay_act_as_forwarders_push" 
   member             = google_service_account.function["dlqreplay"].member
 }
 
+# A forwarder's pause detaches and sets back its subscription's push
+# endpoint: its circuit breaker's, from the forwarders service, and an
+# operator's, from dlqreplay (relaybus consumers pause/resume). That is
+# relaybusPushControl (pubsub.subscriptions.get, .update; iam.tf), as for a
+# declared push consumer; the forwarders' subscriptions are made at run
+# time, so it is granted on the project, as dlqreplay's create and delete
+# are...
+resource "google_project_iam_member" "forwarders_push_control" {
+  count   = local.forwarders_enabled ? 1 : 0
+  project = var.project_id
+  role    = google_project_iam_custom_role.push_control.name
+  member  = google_service_account.forwarders[0].member
+}
+
+resource "google_project_iam_member" "dlqreplay_forwarders_push_control" {
+  count   = local.forwarders_enabled ? 1 : 0
+  project = var.project_id
+  role    = google_project_iam_custom_role.push_control.name
+  member  = google_service_account.function["dlqreplay"].member
+}
+
+# ...and setting the push identity back needs actAs on relaybus-fwd-push
+# (dlqreplay has it above, for creating the subscriptions).
+resource "google_service_account_iam_member" "forwarders_act_as_push" {
+  count              = local.forwarders_enabled ? 1 : 0
+  service_account_id = google_service_account.forwarders_push[0].name
+  role               = "roles/iam.serviceAccountUser"
+  member             = google_service_account.forwarders[0].member
+}
+
 # ---- The service -------------------------------------------------------------
 
 # Its request timeout is the forwarders' subscriptions' ack deadline (the
@@ -404,6 +434,35 @@ resource "google_cloud_scheduler_job" "forwarders_ledger_ship" {
   http_target {
     http_method = "POST"
     uri         = "${google_cloud_run_v2_service.forwarders[0].uri}/ledger:ship"
+    oidc_token {
+      service_account_email = google_service_account.scheduler.email
+      audience              = google_cloud_run_v2_service.forwarders[0].uri
+    }
+  }
+
+  depends_on = [time_sleep.consume_invoker_propagation]
+}
+
+# While a forwarder's circuit breaker keeps its subscription paused (its
+# target is down), probe the target once the cool-down has passed and set
+# the push endpoint back when it answers (forwarders POST /breaker:probe,
+# every forwarder its breaker paused; an operator's pause is left alone).
+resource "google_cloud_scheduler_job" "forwarders_breaker_probe" {
+  count            = local.forwarders_enabled ? 1 : 0
+  name             = "relaybus-breaker-probe-forwarders"
+  region           = var.region
+  description      = "Probe the forward targets of the forwarders whose circuit breaker paused them, and resume each whose target answers (forwarders POST /breaker:probe)."
+  schedule         = var.schedules.breaker_probe
+  time_zone        = var.scheduler_time_zone
+  attempt_deadline = "${min(1800, local.defaults.ack_deadline_seconds + local.scheduler_deadline_margin_seconds)}s"
+
+  retry_config {
+    retry_count = 0
+  }
+
+  http_target {
+    http_method = "POST"
+    uri         = "${google_cloud_run_v2_service.forwarders[0].uri}/breaker:probe"
     oidc_token {
       service_account_email = google_service_account.scheduler.email
       audience              = google_cloud_run_v2_service.forwarders[0].uri

@@ -585,6 +585,9 @@ resource "time_sleep" "iam_propagation" {
       google_project_iam_member.agent_forwarders_dead_letter[*].id,
       google_project_iam_member.dlqreplay_forwarder_subscriptions[*].id,
       google_service_account_iam_member.dlqreplay_act_as_forwarders_push[*].id,
+      google_project_iam_member.forwarders_push_control[*].id,
+      google_project_iam_member.dlqreplay_forwarders_push_control[*].id,
+      google_service_account_iam_member.forwarders_act_as_push[*].id,
       # The forwarders' signing key (forwarders.key_secret), only when set.
       ] : [], length(local.forwarders_key_secret) > 0 ? [
       google_secret_manager_secret_iam_member.forwarders_key[*].id,
