@@ -80,11 +80,9 @@ type Config struct {
 	// all sign), in production from Secret Manager.
 	ForwardSigningSecret string `env:"FORWARD_SIGNING_SECRET"`
 	// ForwardersKey opens the signing secrets of the hmac forwarders added
-	// at run time, with CONSUMER_HANDLER=forwarders
-	// (RELAYBUS_FORWARDERS_KEY: the key the operators' API seals them
-	// under; several space-separated while keys change). Empty: an hmac
+	// at run time, with CONSUMER_HANDLER=forwarders. Empty: an hmac
 	// forwarder's deliveries are answered 503 (redelivered) and logged.
-	ForwardersKey string `env:"RELAYBUS_FORWARDERS_KEY"`
+	instance.Forwarders
 	// ForwardTimeout bounds one forward (FORWARD_TIMEOUT, default 10s).
 	ForwardTimeout time.Duration `env:"FORWARD_TIMEOUT, default=10s"`
 	// ForwardBreakerThreshold is how many forwards in a row must find the

@@ -112,12 +112,10 @@ type Config struct {
 	// forwarders' registry, the forwarders service's
 	// (DLQREPLAY_FORWARDERS_DATABASE, default main).
 	ForwardersDatabase string `env:"DLQREPLAY_FORWARDERS_DATABASE, default=main"`
-	// ForwardersKey seals the signing secrets of hmac forwarders
-	// (RELAYBUS_FORWARDERS_KEY: the standard base64 of 32 random bytes,
-	// several space-separated to change keys, the first sealing; the
+	// ForwardersKey seals the signing secrets of hmac forwarders (the
 	// forwarders consume service holds the same). Empty: adding an hmac
 	// forwarder answers 501.
-	ForwardersKey string `env:"RELAYBUS_FORWARDERS_KEY"`
+	instance.Forwarders
 	// ForwardersNoDeadLetterPolicy leaves their subscriptions without
 	// Pub/Sub's dead-letter policy (the local stack on pstest; not read
 	// from the environment).
