@@ -82,7 +82,7 @@ type Config struct {
 	// ForwardersKey opens the signing secrets of the hmac forwarders added
 	// at run time, with CONSUMER_HANDLER=forwarders. Empty: an hmac
 	// forwarder's deliveries are answered 503 (redelivered) and logged.
-	instance.Forwarders
+	forward.Forwarders
 	// ForwardTimeout bounds one forward (FORWARD_TIMEOUT, default 10s).
 	ForwardTimeout time.Duration `env:"FORWARD_TIMEOUT, default=10s"`
 	// ForwardBreakerThreshold is how many forwards in a row must find the

@@ -3,9 +3,10 @@ package dlqreplay
 import (
 	"context"
 	"fmt"
-	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 	"net/http"
 	"time"
+
+	"github.com/relaybus/relaybus/internal/privacy/topologyrules"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/shared/broker"
+	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/postgres"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -115,7 +117,7 @@ type Config struct {
 	// ForwardersKey seals the signing secrets of hmac forwarders (the
 	// forwarders consume service holds the same). Empty: adding an hmac
 	// forwarder answers 501.
-	instance.Forwarders
+	forward.Forwarders
 	// ForwardersNoDeadLetterPolicy leaves their subscriptions without
 	// Pub/Sub's dead-letter policy (the local stack on pstest; not read
 	// from the environment).

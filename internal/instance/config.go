@@ -255,13 +255,3 @@ type ClaimCheck struct {
 
 // Enabled says whether c names a store.
 func (c ClaimCheck) Enabled() bool { return c.Bucket != "" || c.Dir != "" }
-
-// Forwarders is what dlqreplay and the forwarders consume service both
-// read of the forwarders added at run time: the key their hmac signing
-// secrets are sealed under (dlqreplay seals them, the service opens them).
-type Forwarders struct {
-	// ForwardersKey is RELAYBUS_FORWARDERS_KEY: the standard base64 of 32
-	// random bytes; several, space-separated, while keys change (the
-	// first seals, each opens what it sealed).
-	ForwardersKey string `env:"RELAYBUS_FORWARDERS_KEY"`
-}

@@ -619,3 +619,14 @@ func classify(status int, location string) error {
 	}
 	return consumer.Transient(fmt.Sprintf("forward_%d", status), err)
 }
+
+// Forwarders is the configuration the operators' API (dlqreplay) and the
+// forwarders consume service share for the forwarders added at run time:
+// the key their hmac signing secrets are sealed under, which dlqreplay
+// seals with and the service opens with. Both functions' Config embed it.
+type Forwarders struct {
+	// ForwardersKey is RELAYBUS_FORWARDERS_KEY: the standard base64 of 32
+	// random bytes; several, space-separated, while keys change (the
+	// first seals, each opens what it sealed).
+	ForwardersKey string `env:"RELAYBUS_FORWARDERS_KEY"`
+}
