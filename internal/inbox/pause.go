@@ -90,7 +90,9 @@ func Hold(ctx context.Context, db postgres.DBTX, consumerID, topic string, m eve
 	if err != nil {
 		return false, fmt.Errorf("inbox: hold: %w", err)
 	}
-	tag, err := db.Exec(ctx, holdSQL, consumerID, topic, b)
+	// As text: through PgBouncer (simple protocol, no parameter types) a
+	// []byte goes as bytea, which jsonb refuses.
+	tag, err := db.Exec(ctx, holdSQL, consumerID, topic, string(b))
 	if err != nil {
 		return false, fmt.Errorf("inbox: hold a delivery to %s from %s: %w", consumerID, topic, err)
 	}
