@@ -154,29 +154,14 @@ func (p *breakerFlag) probe(ctx context.Context) (rep flagProbeReport, err error
 		return rep, err
 	}
 	rep.Paused, rep.PausedBy = true, rec.By
-	if rec.By != inbox.PausedByBreaker {
-		rep.Done = "paused by an operator (" + rec.Who + "): the probe leaves it paused; an operator resumes it"
-		return rep, nil
-	}
-	now := p.now()
-	if now.Before(rec.ProbeAfter) {
-		next := rec.ProbeAfter.UTC()
-		rep.NextProbe = &next
-		rep.Done = "paused by the breaker; its cool-down runs until " + next.Format(time.RFC3339)
-		return rep, nil
-	}
-	res := p.fwd.ProbeTarget(ctx)
-	rep.Probed, rep.Target = true, res.Reason
-	if !res.Up {
-		next := now.Add(p.breaker.CoolDownAfter(rec.FailedProbes+1, res.RetryAfter)).UTC()
-		if err := inbox.FlagBreakerProbeFailed(ctx, p.db, p.consumerID, p.topic, next, res.Reason); err != nil {
-			return rep, err
-		}
-		rep.NextProbe = &next
-		rep.Done = "the target is still down (" + res.Reason + "): paused; next probe after " + next.Format(time.RFC3339)
-		p.log.WarnContext(ctx, "consume: the breaker's probe found the target down; the consumer stays paused",
-			"consumer_id", p.consumerID, "topic", p.topic, "reason", res.Reason, "next_probe", next.Format(time.RFC3339))
-		return rep, nil
+	st, err := probeUntilUp(ctx, p.fwd, p.breaker, p.now(), rec.By, rec.Who, rec.ProbeAfter, rec.FailedProbes,
+		func(next time.Time, reason string) error {
+			return inbox.FlagBreakerProbeFailed(ctx, p.db, p.consumerID, p.topic, next, reason)
+		},
+		p.log, "the consumer", "consumer_id", p.consumerID, "topic", p.topic)
+	rep.Probed, rep.Target, rep.NextProbe, rep.Done = st.Probed, st.Target, st.NextProbe, st.Done
+	if err != nil || !st.Up {
+		return rep, err
 	}
 	resumed, err := inbox.ClearFlagBreakerPause(ctx, p.db, p.consumerID, p.topic)
 	if err != nil {
@@ -192,8 +177,8 @@ func (p *breakerFlag) probe(ctx context.Context) (rep flagProbeReport, err error
 	}
 	p.pauses.Set(p.topic, false)
 	rep.Paused, rep.PausedBy = false, ""
-	rep.Done = "the target answers (" + res.Reason + "): the consumer's flag was lifted"
-	p.log.InfoContext(ctx, "consume: the breaker's probe found the target up; consumer resumed", "consumer_id", p.consumerID, "topic", p.topic, "target", res.Reason)
+	rep.Done = "the target answers (" + st.Target + "): the consumer's flag was lifted"
+	p.log.InfoContext(ctx, "consume: the breaker's probe found the target up; consumer resumed", "consumer_id", p.consumerID, "topic", p.topic, "target", st.Target)
 	err = p.republish(ctx, &rep)
 	return rep, err
 }

@@ -185,6 +185,56 @@ type probeReport struct {
 	Done      string     `json:"done"`
 }
 
+// probeStep is what the steps a breaker's probe takes before it resumes
+// found: the same for the push pause and the flag pause.
+type probeStep struct {
+	// Up: the target answered and the consumer is to be resumed; when
+	// false, Done says why not.
+	Up bool
+	// Probed: the target was probed; Target says what it answered.
+	Probed bool
+	Target string
+	// NextProbe is when the breaker probes next, while it keeps the
+	// consumer paused.
+	NextProbe *time.Time
+	Done      string
+}
+
+// probeUntilUp takes a breaker probe's steps up to the resume, for a pause
+// recorded by whom (by, who), with its cool-down until probeAfter after
+// failed probes: an operator's pause is left alone; nothing is probed
+// before the cool-down ends; a target still down schedules the next probe
+// (failed records it) and is logged, with attrs naming the consumer.
+func probeUntilUp(ctx context.Context, fwd *forward.Forwarder, breaker forward.BreakerOptions, now time.Time, by, who string, probeAfter time.Time, failedProbes int,
+	failed func(next time.Time, reason string) error, log *slog.Logger, what string, attrs ...any) (probeStep, error) {
+	var st probeStep
+	if by != inbox.PausedByBreaker {
+		st.Done = "paused by an operator (" + who + "): the probe leaves it paused; an operator resumes it"
+		return st, nil
+	}
+	if now.Before(probeAfter) {
+		next := probeAfter.UTC()
+		st.NextProbe = &next
+		st.Done = "paused by the breaker; its cool-down runs until " + next.Format(time.RFC3339)
+		return st, nil
+	}
+	res := fwd.ProbeTarget(ctx)
+	st.Probed, st.Target = true, res.Reason
+	if !res.Up {
+		next := now.Add(breaker.CoolDownAfter(failedProbes+1, res.RetryAfter)).UTC()
+		if err := failed(next, res.Reason); err != nil {
+			return st, err
+		}
+		st.NextProbe = &next
+		st.Done = "the target is still down (" + res.Reason + "): paused; next probe after " + next.Format(time.RFC3339)
+		log.WarnContext(ctx, "consume: the breaker's probe found the target down; "+what+" stays paused",
+			append(attrs, "reason", res.Reason, "next_probe", next.Format(time.RFC3339))...)
+		return st, nil
+	}
+	st.Up = true
+	return st, nil
+}
+
 // probe is POST /breaker:probe (a Scheduler job, every minute).
 func (p *breakerPause) probe(ctx context.Context) (rep probeReport, err error) {
 	rep.Subscription = p.sub
@@ -198,29 +248,14 @@ func (p *breakerPause) probe(ctx context.Context) (rep probeReport, err error) {
 		return rep, nil
 	}
 	rep.Paused, rep.PausedBy = true, rec.By
-	if rec.By != inbox.PausedByBreaker {
-		rep.Done = "paused by an operator (" + rec.Who + "): the probe leaves it paused; an operator resumes it"
-		return rep, nil
-	}
-	now := p.now()
-	if now.Before(rec.ProbeAfter) {
-		next := rec.ProbeAfter.UTC()
-		rep.NextProbe = &next
-		rep.Done = "paused by the breaker; its cool-down runs until " + next.Format(time.RFC3339)
-		return rep, nil
-	}
-	res := p.fwd.ProbeTarget(ctx)
-	rep.Probed, rep.Target = true, res.Reason
-	if !res.Up {
-		next := now.Add(p.breaker.CoolDownAfter(rec.FailedProbes+1, res.RetryAfter)).UTC()
-		if err := inbox.BreakerProbeFailed(ctx, p.db, p.sub, next, res.Reason); err != nil {
-			return rep, err
-		}
-		rep.NextProbe = &next
-		rep.Done = "the target is still down (" + res.Reason + "): paused; next probe after " + next.Format(time.RFC3339)
-		p.log.WarnContext(ctx, "consume: the breaker's probe found the target down; the push subscription stays paused",
-			"consumer_id", p.consumerID, "subscription", p.sub, "reason", res.Reason, "next_probe", next.Format(time.RFC3339))
-		return rep, nil
+	st, err := probeUntilUp(ctx, p.fwd, p.breaker, p.now(), rec.By, rec.Who, rec.ProbeAfter, rec.FailedProbes,
+		func(next time.Time, reason string) error {
+			return inbox.BreakerProbeFailed(ctx, p.db, p.sub, next, reason)
+		},
+		p.log, "the push subscription", "consumer_id", p.consumerID, "subscription", p.sub)
+	rep.Probed, rep.Target, rep.NextProbe, rep.Done = st.Probed, st.Target, st.NextProbe, st.Done
+	if err != nil || !st.Up {
+		return rep, err
 	}
 	resumed, err := inbox.ResumeBreakerPause(ctx, p.db, p.sub, func(ctx context.Context, rec inbox.PushPause) error {
 		_, err := p.push.SetPushEndpoint(ctx, p.sub, broker.PushEndpoint{URL: rec.Endpoint, ServiceAccount: rec.ServiceAccount, Audience: rec.Audience})
@@ -239,8 +274,8 @@ func (p *breakerPause) probe(ctx context.Context) (rep probeReport, err error) {
 		return rep, nil
 	}
 	rep.Paused, rep.PausedBy = false, ""
-	rep.Done = "the target answers (" + res.Reason + "): the push endpoint was set back; delivery starts again with the oldest waiting message"
-	p.log.InfoContext(ctx, "consume: the breaker's probe found the target up; push subscription resumed", "subscription", p.sub, "target", res.Reason)
+	rep.Done = "the target answers (" + st.Target + "): the push endpoint was set back; delivery starts again with the oldest waiting message"
+	p.log.InfoContext(ctx, "consume: the breaker's probe found the target up; push subscription resumed", "subscription", p.sub, "target", st.Target)
 	return rep, nil
 }
 
