@@ -496,10 +496,15 @@ func TestBreakerLogMetricMatchesTheBreaker(t *testing.T) {
 		!strings.Contains(fwd, `attrs := []any{"consumer_id", f.o.Name`) {
 		t.Error(`shared/forward does not log "forward: circuit breaker open" at WARNING with consumer_id`)
 	}
+	// Both pauses (push endpoint and Eventarc flag) probe through
+	// probeUntilUp, which logs the line with the attributes its caller
+	// passes; each caller passes the consumer_id.
+	if !regexp.MustCompile(`WarnContext\(ctx, "consume: the breaker's probe found the target down[^\n]*,\s*append\(attrs`).MatchString(read("functions", "consume", "breakerpause.go")) {
+		t.Error(`functions/consume/breakerpause.go (probeUntilUp) does not log "consume: the breaker's probe found the target down" at WARNING with its caller's attributes`)
+	}
 	for _, f := range []string{"breakerpause.go", "breakerflag.go"} {
-		src := read("functions", "consume", f)
-		if !regexp.MustCompile(`WarnContext\(ctx, "consume: the breaker's probe found the target down[^"]*",\s*"consumer_id"`).MatchString(src) {
-			t.Errorf(`functions/consume/%s does not log "consume: the breaker's probe found the target down" at WARNING`, f)
+		if !regexp.MustCompile(`probeUntilUp\([^;]*"consumer_id", p\.consumerID`).MatchString(read("functions", "consume", f)) {
+			t.Errorf(`functions/consume/%s probes without passing the consumer_id the metric extracts`, f)
 		}
 	}
 }
