@@ -141,6 +141,10 @@ type Config struct {
 	// copy of a forwarder's registry row (not read from the environment;
 	// 0: DefaultForwardersRefresh). Tests shorten it.
 	ForwardersRefresh time.Duration
+	// PauseEvery is how often the consumer's pause flag is read, so how
+	// long an operator's pause takes to reach this process (not read
+	// from the environment; 0: inbox.DefaultPauseEvery). Tests shorten it.
+	PauseEvery time.Duration
 	// RollupTopic receives attempt notices (ROLLUP_TOPIC, default
 	// relaybus.ledger.rollup).
 	RollupTopic string `env:"ROLLUP_TOPIC, default=relaybus.ledger.rollup"`
@@ -295,6 +299,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 			return fail(fmt.Errorf("config: %w", err))
 		}
 		set.refresh = cmp.Or(cfg.ForwardersRefresh, DefaultForwardersRefresh)
+		set.pauseEvery = cfg.PauseEvery
 		if push, ok := broker.As[broker.PushConfigurer](ps); ok {
 			set.push = push // each forwarder's breaker pauses its subscription
 		}
@@ -318,7 +323,7 @@ func Build(ctx context.Context, cfg Config) (*Handler, error) {
 	if cfg.Mode == ModePull {
 		fl.MaxWait = min(fl.MaxWait, PullFlowWait)
 	}
-	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Flow: fl, Logger: log, Pausable: true})
+	fn, err := New(Options{Engine: engine, DB: pool, InboxRetention: cfg.InboxRetention, Flow: fl, Logger: log, Pausable: true, PauseEvery: cfg.PauseEvery})
 	if err != nil {
 		return fail(err)
 	}

@@ -64,7 +64,9 @@ type forwarderSet struct {
 	flowWait  time.Duration
 	retention time.Duration
 	refresh   time.Duration
-	now       func() time.Time
+	// pauseEvery is each forwarder's PauseEvery (Config.PauseEvery).
+	pauseEvery time.Duration
+	now        func() time.Time
 	// push detaches and sets back a forwarder's push endpoint for its
 	// breaker (nil: the broker has no push endpoints; the breaker holds
 	// deliveries without pausing).
@@ -261,7 +263,7 @@ func (s *forwarderSet) build(f forwarders.Forwarder) (*forwarderEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := New(Options{Engine: engine, DB: s.db, InboxRetention: s.retention, Logger: s.fwd.Logger, Pausable: true,
+	h, err := New(Options{Engine: engine, DB: s.db, InboxRetention: s.retention, Logger: s.fwd.Logger, Pausable: true, PauseEvery: s.pauseEvery,
 		Flow: FlowLimits{MaxInFlight: f.MaxInFlight, MaxPerSecond: f.MaxPerSecond, MaxWait: s.flowWait}})
 	if err != nil {
 		_ = engine.Close(context.Background())

@@ -159,7 +159,7 @@ func (p *forwarderPullers) start(ctx context.Context, f forwarders.Forwarder) er
 	o := p.base
 	o.Subscription = f.Subscription()
 	o.Engine = forwarderEngine{set: p.set, name: f.Name}
-	o.Paused = pullengine.Paused(&inbox.PauseFlags{DB: p.set.db, ConsumerID: f.Name}, f.Topic)
+	o.Paused = pullengine.Paused(&inbox.PauseFlags{DB: p.set.db, ConsumerID: f.Name, Every: p.set.pauseEvery}, f.Topic)
 	o.MaxAttempts = c.MaxDeliveryAttempts
 	o.MinBackoff, o.MaxBackoff, o.ExtendEvery = secs(c.MinBackoffSeconds), secs(c.MaxBackoffSeconds), secs(c.AckDeadlineSeconds)/3
 	if f.MaxInFlight > 0 && (o.MaxInFlight <= 0 || f.MaxInFlight < o.MaxInFlight) {

@@ -21,6 +21,7 @@ import (
 	"github.com/relaybus/relaybus/internal/deadletter"
 	"github.com/relaybus/relaybus/internal/emulator"
 	"github.com/relaybus/relaybus/internal/emutest"
+	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/instance"
 	"github.com/relaybus/relaybus/internal/ledger"
 	"github.com/relaybus/relaybus/internal/pgtest"
@@ -28,6 +29,7 @@ import (
 	"github.com/relaybus/relaybus/shared/broker/brokertest/natstest"
 	"github.com/relaybus/relaybus/shared/broker/nats"
 	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -95,7 +97,8 @@ func newNATSForwardersStack(t *testing.T) *natsForwardersStack {
 	fw, err := consume.Build(ctx, consume.Config{Env: instance.Env{ProjectID: "p", Topology: path},
 		PubSub: instance.PubSub{Transport: instance.TransportNATS, NATSURL: url},
 		DB:     instance.Database{URL: pgtest.SchemaURL(t, schema)}, ConsumerID: "forwarders", Handler: consume.HandlerForwarders,
-		Mode: consume.ModePull, RollupTopic: top.Rollup.Topic, ForwardersRefresh: time.Nanosecond, ForwardBreakerThreshold: -1})
+		Mode: consume.ModePull, RollupTopic: top.Rollup.Topic, ForwardersRefresh: time.Nanosecond, PauseEvery: time.Nanosecond,
+		ForwardBreakerThreshold: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +251,84 @@ func TestAForwarderAddedByAPIOnNATSReceivesTheNextEventsInOrder(t *testing.T) {
 	}
 	if r := s.do(t, "GET", "/forwarders/crm-webhook", nil); r.status != 404 {
 		t.Fatalf("GET a removed forwarder: %d %s", r.status, r.raw)
+	}
+}
+
+// `relaybus consumers pause/resume` on a forwarder on NATS JetStream,
+// which has no pause of its own: the forwarder's own flag stops its pull
+// worker (the answer says so), the events published meanwhile wait in its
+// durable consumer, neither forwarded nor pulled, while a forwarder beside
+// it receives them; resuming forwards them in order, each at its first
+// attempt (a pause spends none). A rebuild is refused, naming the
+// backfill, and changes nothing.
+func TestPauseResumeAndRebuildAForwarderOnNATS(t *testing.T) {
+	ctx := context.Background()
+	s := newNATSForwardersStack(t)
+	hook, witness := newWebhook(t), newWebhook(t)
+	const topic, name = "shop.order.events", "crm-webhook"
+	const sub = topic + "." + name + "-forwarder"
+	for n, url := range map[string]string{name: hook.url, "ops-webhook": witness.url} {
+		if a := s.do(t, "POST", "/forwarders", map[string]any{"name": n, "topic": topic, "url": url}); a.status != 200 {
+			t.Fatalf("POST /forwarders (%s): %d %s", n, a.status, a.raw)
+		}
+	}
+	first := s.publish(t, "order-9", 1, 2)
+	if ids := hook.wait(t, 2); strings.Join(ids, ",") != strings.Join(first, ",") {
+		t.Fatalf("before the pause the forwarder received %v, want %v", ids, first)
+	}
+	witness.wait(t, 2)
+
+	base := "/consumers/" + topic + "/" + name
+	p := s.do(t, "POST", base+":pause", nil)
+	if p.status != 200 || p.body["paused"] != true || p.body["changed"] != true || p.body["control"] != dlqreplay.ControlConsumerFlag ||
+		p.body["delivery"] != "pull" || p.body["pausedBy"] != inbox.PausedByOperator {
+		t.Fatalf("pause: %d %s; want paused by the operator through the forwarder's flag, a pull consumer", p.status, p.raw)
+	}
+	if done, _ := p.body["done"].(string); !strings.Contains(done, "stops pulling") {
+		t.Errorf("pause says %q; want it to say the worker stops pulling", done)
+	}
+	if d := s.do(t, "GET", base+"/delivery", nil); d.status != 200 || d.body["paused"] != true {
+		t.Errorf("delivery state while paused: %d %s", d.status, d.raw)
+	}
+
+	// Published while paused: the forwarder beside it receives them; the
+	// paused one's durable consumer keeps both, not even pulled.
+	held := s.publish(t, "order-9", 3, 4)
+	if ids := witness.wait(t, 2); strings.Join(ids, ",") != strings.Join(held, ",") {
+		t.Fatalf("the forwarder beside it received %v, want %v", ids, held)
+	}
+	info, err := s.durable(t, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumPending != 2 || info.NumAckPending != 0 {
+		t.Errorf("while paused, the durable consumer holds %d messages not delivered and %d delivered unacknowledged; want 2 and 0", info.NumPending, info.NumAckPending)
+	}
+	if n := hook.count(); n != 2 {
+		t.Errorf("while paused, the forwarder's target received %d requests; want the 2 sent before the pause", n)
+	}
+
+	// A rebuild is refused, and says what to do instead.
+	rb := s.do(t, "POST", base+":rebuild", map[string]any{"time": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)})
+	if msg, _ := rb.body["message"].(string); rb.status != 409 || rb.body["code"] != "handler" || !strings.Contains(msg, "backfill") {
+		t.Errorf("rebuild of a forwarder: %d %s; want 409 handler naming the backfill", rb.status, rb.raw)
+	}
+
+	r := s.do(t, "POST", base+":resume", nil)
+	if r.status != 200 || r.body["paused"] != false || r.body["changed"] != true {
+		t.Fatalf("resume: %d %s", r.status, r.raw)
+	}
+	if ids := hook.wait(t, 2); strings.Join(ids, ",") != strings.Join(held, ",") {
+		t.Fatalf("after the resume the forwarder received %v, want %v in order", ids, held)
+	}
+	for _, req := range hook.last(2) {
+		if a := req.header.Get(forward.HeaderAttempt); a != "1" {
+			t.Errorf("%s forwarded at attempt %s; want 1: a pause spends no attempt", req.header.Get("Ce-Id"), a)
+		}
+	}
+	var n int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM relaybus_inbox WHERE consumer_id = $1`, name).Scan(&n); err != nil || n != 4 {
+		t.Errorf("inbox rows of %s: %d (%v), want 4", name, n, err)
 	}
 }
 

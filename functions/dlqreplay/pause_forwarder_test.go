@@ -99,8 +99,22 @@ func TestPauseAndResumeAForwarder(t *testing.T) {
 		t.Fatalf("resumed, listed: %v", v)
 	}
 
+	// A forwarder's state is its target's: a rebuild is refused, names
+	// the backfill, and leaves its subscription pushing.
+	rb := s.do(t, "POST", base+":rebuild", map[string]any{"time": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)})
+	if msg, _ := rb.body["message"].(string); rb.status != 409 || rb.body["code"] != "handler" ||
+		!strings.Contains(msg, "is a forwarder") || !strings.Contains(msg, "backfill") {
+		t.Errorf("rebuild of a forwarder: %d %s; want 409 handler, saying it is a forwarder and naming the backfill", rb.status, rb.raw)
+	}
+	if got := pushing(); got != endpoint {
+		t.Errorf("after the refused rebuild, the subscription pushes to %q, want %q", got, endpoint)
+	}
+
 	// Not a forwarder, not declared: 404 as before.
 	if code := s.call(t, "POST", "/consumers/"+topic+"/no-such-hook:pause", nil, &st); code != 404 {
 		t.Errorf("pause of an unknown consumer: %d %v, want 404", code, st)
+	}
+	if rb := s.do(t, "POST", "/consumers/"+topic+"/no-such-hook:rebuild", map[string]any{"time": time.Now().UTC().Format(time.RFC3339)}); rb.status != 404 {
+		t.Errorf("rebuild of an unknown consumer: %d %s, want 404", rb.status, rb.raw)
 	}
 }

@@ -195,6 +195,10 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 	}
 	c, err := dl.declared(topic, id)
 	if err != nil {
+		if f, ok := dl.forwarders.consumer(r.Context(), topic, id); ok {
+			return nil, fail(http.StatusConflict, "handler", "%s on %s is a forwarder: it forwards each event to its target, whose state relaybus cannot reset. Nothing was changed. To send it events again, backfill it (POST /backfills with consumer %s, or relaybus backfill); the target must be idempotent on the event id",
+				f.Service, f.Topic, f.Service)
+		}
 		return nil, err
 	}
 	// Every subscription of this service in this database shares its state
