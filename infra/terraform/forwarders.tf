@@ -14,9 +14,8 @@
 # Off by default: enabling it lets an admin of a topic send that topic's
 # events to any URL without a deploy, and on Pub/Sub gives dlqreplay the
 # right to create and delete subscriptions in the project; a deployment
-# opts in. Off, nothing
-# below exists and POST /forwarders answers 501 not_configured, naming
-# DLQREPLAY_FORWARDERS_URL.
+# opts in. Off, nothing below exists and POST /forwarders answers 501
+# not_configured, naming DLQREPLAY_FORWARDERS_URL.
 #
 # What enabling it creates (README.md, "Service accounts and roles", lists
 # every grant; infra/forwarders_test.go checks that enabling adds exactly
@@ -111,7 +110,9 @@ locals {
   # each forwarder's worker holding at most PULL_MAX_IN_FLIGHT deliveries
   # (pull.tf's pull_max_in_flight, which terraform_data.pull_mode keeps
   # within cloud_sql.pool_max_conns) or the forwarder's maxInFlight if
-  # lower; TRANSPORT, NATS_URL and NATS_CREDS come with env_common.
+  # lower; the workers share the one pool, so with several busy forwarders
+  # deliveries may wait in it for a connection. TRANSPORT, NATS_URL and
+  # NATS_CREDS come with env_common.
   forwarders_env = merge({ for n, v in local.env_common : n => v if !contains(["FIRESTORE_DATABASE", "LEDGER_RETENTION"], n) }, local.env_claim_check, {
     LEDGER                         = var.ledger
     CONSUMER_ID                    = "forwarders"
