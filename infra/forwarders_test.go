@@ -184,24 +184,27 @@ func instances(t *testing.T, ev *evaluator, b *hclsyntax.Block) int {
 	return countOf(t, ev, b)
 }
 
-// TestForwardersAreOffByDefaultAndRefusedOnNATS: by default, and on NATS
-// even when asked for, no resource of forwarders.tf exists, dlqreplay is
-// given no forwarders setting (so POST /forwarders answers 501, functions/
-// dlqreplay's TestAddingAForwarderWhereNoneCanBeServedAnswers501) and no
-// database role is made for it; asked for on NATS, or on a database the
-// topology lacks, the plan is refused with the reason.
-func TestForwardersAreOffByDefaultAndRefusedOnNATS(t *testing.T) {
+// TestForwardersAreOffByDefault: by default, on Pub/Sub and on NATS, no
+// resource of forwarders.tf exists, dlqreplay is given no forwarders
+// setting (so POST /forwarders answers 501, functions/dlqreplay's
+// TestAddingAForwarderWhereNoneCanBeServedAnswers501) and no database role
+// is made for it; asked for on a database the topology lacks, on either
+// transport, the plan is refused with the reason.
+func TestForwardersAreOffByDefault(t *testing.T) {
 	c := loadTerraform(t, terraformDir(t))
 	path, _ := repoTopology(t)
 	pre := block(t, "terraform_data.forwarders", block(t, "terraform_data.forwarders", c.resource(t, "terraform_data.forwarders").Body, "lifecycle"), "precondition")
+	unknown := forwardersOn(map[string]cty.Value{"database": cty.StringVal("orders")})
+	const refusal = `forwarders.database "orders" is not one of the topology's databases (main, member)`
 	for _, tc := range []struct {
 		name   string
 		vars   map[string]cty.Value
 		refuse string
 	}{
 		{"by default", nil, ""},
-		{"on NATS", map[string]cty.Value{"forwarders": forwardersOn(nil), "nats": cty.ObjectVal(map[string]cty.Value{"url": cty.StringVal("tls://nats.internal:4222")})}, "need Pub/Sub"},
-		{"on an unknown database", map[string]cty.Value{"forwarders": forwardersOn(map[string]cty.Value{"database": cty.StringVal("orders")})}, `forwarders.database "orders" is not one of the topology's databases (main, member)`},
+		{"on NATS", map[string]cty.Value{"nats": natsOn("relaybus-nats-creds")}, ""},
+		{"on an unknown database", map[string]cty.Value{"forwarders": unknown}, refusal},
+		{"on NATS on an unknown database", map[string]cty.Value{"forwarders": unknown, "nats": natsOn("")}, refusal},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vars := requiredVars(t)
@@ -218,7 +221,7 @@ func TestForwardersAreOffByDefaultAndRefusedOnNATS(t *testing.T) {
 			if refused := ok.False(); refused != (tc.refuse != "") || (refused && !strings.Contains(msg.AsString(), tc.refuse)) {
 				t.Errorf("precondition holds %v (%q), want refused %v naming %q", ok.True(), msg.AsString(), tc.refuse != "", tc.refuse)
 			}
-			if tc.name == "on an unknown database" {
+			if tc.refuse != "" {
 				return // refused before anything is planned
 			}
 			for _, b := range forwardersResources(t, c) {
@@ -238,6 +241,107 @@ func TestForwardersAreOffByDefaultAndRefusedOnNATS(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// natsOn is var.nats on a TLS server, with the credentials secret named
+// (none when empty).
+func natsOn(credentials string) cty.Value {
+	return cty.ObjectVal(map[string]cty.Value{"url": cty.StringVal("tls://nats.internal:4222"), "credentials_secret": cty.StringVal(credentials)})
+}
+
+// forwardersPubSubOnly are the resources of forwarders.tf that exist on
+// Pub/Sub only: the pushes' identity and its grants, the Pub/Sub grants
+// of the service, dlqreplay and the Pub/Sub agent, and the breaker-probe
+// job (on NATS the service answers /breaker:probe 404: no push endpoint
+// to detach).
+var forwardersPubSubOnly = map[string]bool{
+	"google_service_account.forwarders_push":                                true,
+	"google_pubsub_topic_iam_member.forwarders_rollup":                      true,
+	"google_pubsub_topic_iam_member.forwarders_dead_letter":                 true,
+	"google_cloud_run_v2_service_iam_member.forwarders_push_invoker":        true,
+	"google_service_account_iam_member.agent_token_creator_forwarders_push": true,
+	"google_project_iam_member.agent_forwarders_dead_letter":                true,
+	"google_project_iam_custom_role.forwarder_subscriptions":                true,
+	"google_project_iam_custom_role.attach_subscription":                    true,
+	"google_project_iam_member.dlqreplay_forwarder_subscriptions":           true,
+	"google_pubsub_topic_iam_member.dlqreplay_attach_subscription":          true,
+	"google_service_account_iam_member.dlqreplay_act_as_forwarders_push":    true,
+	"google_project_iam_member.forwarders_push_control":                     true,
+	"google_project_iam_member.dlqreplay_forwarders_push_control":           true,
+	"google_service_account_iam_member.forwarders_act_as_push":              true,
+	"google_cloud_scheduler_job.forwarders_breaker_probe":                   true,
+}
+
+// TestForwardersOnNATSAddExactlyTheirGrants: on NATS, enabling
+// var.forwarders takes no grant away and adds exactly these, for every
+// topology: the forwarders service's account gets its own database role's
+// URL, Cloud SQL Client, the claim check's reader, telemetry and the NATS
+// credentials secret; Scheduler invokes the service. Nothing Pub/Sub: no
+// push identity, no topic or subscription grant, no custom role for
+// dlqreplay (it creates and deletes the durable consumers with its NATS
+// credentials), nothing for the Pub/Sub agent; every Pub/Sub-only resource
+// of forwarders.tf has no instance, every other one has one.
+func TestForwardersOnNATSAddExactlyTheirGrants(t *testing.T) {
+	forEveryTopology(t, func(t *testing.T, c *tfConfig, ev *evaluator, top *topology.Topology) {
+		vars := requiredVars(t)
+		vars["topology_file"] = ev.vars["topology_file"]
+		vars["nats"] = natsOn("relaybus-nats-creds")
+		base := allGrants(t, c, c.newEvaluator(t, vars).withStubs())
+		vars["forwarders"] = forwardersOn(nil)
+		onEv := c.newEvaluator(t, vars).withStubs()
+		on := allGrants(t, c, onEv)
+
+		want := map[string]bool{}
+		add := func(member, role, target string) { want[member+" | "+role+" | "+target] = true }
+		add(forwardersMember, "roles/secretmanager.secretAccessor", "relaybus-database-url-main-forwarders")
+		add(forwardersMember, "roles/secretmanager.secretAccessor", "relaybus-nats-creds")
+		add(forwardersMember, "roles/cloudsql.client", "relaybus-test")
+		add(forwardersMember, "roles/storage.objectViewer", stubClaimCheckBucket)
+		for _, r := range []string{"roles/cloudtrace.agent", "roles/monitoring.metricWriter", "roles/serviceusage.serviceUsageConsumer"} {
+			add(forwardersMember, r, "relaybus-test")
+		}
+		add(schedulerMember, "roles/run.invoker", "relaybus-forwarders")
+
+		for g, res := range base {
+			if _, kept := on[g]; !kept {
+				t.Errorf("enabling the forwarders on NATS takes away %s (%s)", g, res)
+			}
+		}
+		for g, res := range on {
+			if _, before := base[g]; !before && !want[g] {
+				t.Errorf("enabling the forwarders on NATS grants %s (%s), which is not theirs there", g, res)
+			}
+		}
+		for g := range want {
+			if _, ok := on[g]; !ok {
+				t.Errorf("enabling the forwarders on NATS does not grant %s", g)
+			} else if _, before := base[g]; before {
+				t.Errorf("%s is granted with the forwarders off", g)
+			}
+		}
+		for _, b := range forwardersResources(t, c) {
+			key := b.Labels[0] + "." + b.Labels[1]
+			n := instances(t, onEv, b)
+			switch {
+			case forwardersPubSubOnly[key] && n != 0:
+				t.Errorf("%s: %d instances on NATS, want none (Pub/Sub only)", key, n)
+			case !forwardersPubSubOnly[key] && key != "google_secret_manager_secret_iam_member.forwarders_key" &&
+				key != "google_secret_manager_secret_iam_member.dlqreplay_forwarders_key" && n != 1:
+				t.Errorf("%s: %d instances on NATS, want 1", key, n)
+			}
+		}
+	})
+
+	// Without a credentials secret, no grant of one.
+	c := loadTerraform(t, terraformDir(t))
+	vars := requiredVars(t)
+	vars["nats"] = natsOn("")
+	vars["forwarders"] = forwardersOn(nil)
+	for g, res := range allGrants(t, c, c.newEvaluator(t, vars).withStubs()) {
+		if strings.HasPrefix(g, forwardersMember+" | roles/secretmanager.secretAccessor") && !strings.Contains(g, "database-url") {
+			t.Errorf("NATS without credentials_secret: still %s (%s)", g, res)
+		}
 	}
 }
 
@@ -307,6 +411,16 @@ func TestForwardersServiceAndDlqreplayWiring(t *testing.T) {
 			}
 			if got := in.attr(block(t, "forwarders", tmpl, "scaling"), "max_instance_count"); !got.RawEquals(cty.NumberIntVal(3)) {
 				t.Errorf("max instances %#v, want forwarders.max_instances 3", got)
+			}
+			if got := in.attr(block(t, "forwarders", tmpl, "scaling"), "min_instance_count"); !got.RawEquals(cty.Zero) {
+				t.Errorf("min instances %#v, want 0 (pushes start it)", got)
+			}
+			containers := block(t, "forwarders", tmpl, "containers")
+			if idle := in.attr(block(t, "forwarders", containers, "resources"), "cpu_idle"); !idle.RawEquals(cty.False) {
+				t.Errorf("cpu_idle %#v with always_allocated_cpu (the default), want false", idle)
+			}
+			if v := dynamicContents(t, in, tmpl, "volumes"); len(v) != 1 || v[0]["name"].AsString() != "cloudsql" {
+				t.Errorf("volumes %v, want the Cloud SQL one only", v)
 			}
 
 			env := jsonValue(t, ev.local("forwarders_env")).(map[string]any)
@@ -410,6 +524,200 @@ func TestForwardersServiceAndDlqreplayWiring(t *testing.T) {
 				if d := jin.attr(b.Body, "attempt_deadline").AsString(); d != itoa(top.Defaults.AckDeadlineSeconds+30)+"s" {
 					t.Errorf("%s: attempt deadline %s, want the service's timeout + 30s", key, d)
 				}
+			}
+		})
+	}
+}
+
+// dynamicContents evaluates body's dynamic blocks of type typ in in: for
+// each element of a block's for_each, its content's attributes, those of
+// nested blocks named <block>.<attribute>.
+func dynamicContents(t *testing.T, in *instanceEval, body *hclsyntax.Body, typ string) []map[string]cty.Value {
+	t.Helper()
+	var out []map[string]cty.Value
+	for _, b := range body.Blocks {
+		if b.Type != "dynamic" || b.Labels[0] != typ {
+			continue
+		}
+		content := block(t, typ, b.Body, "content")
+		for it := in.attr(b.Body, "for_each").ElementIterator(); it.Next(); {
+			k, v := it.Element()
+			sub := &instanceEval{t: t, ev: in.ev, extra: map[string]cty.Value{}, what: in.what + "." + typ}
+			for n, x := range in.extra {
+				sub.extra[n] = x
+			}
+			sub.extra[typ] = cty.ObjectVal(map[string]cty.Value{"key": k, "value": v})
+			m := map[string]cty.Value{}
+			var walk func(prefix string, body *hclsyntax.Body)
+			walk = func(prefix string, body *hclsyntax.Body) {
+				for n := range body.Attributes {
+					m[prefix+n] = sub.attr(body, n)
+				}
+				for _, nb := range body.Blocks {
+					walk(prefix+nb.Type+".", nb.Body)
+				}
+			}
+			walk("", content)
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestForwardersOnNATSServiceAndDlqreplayWiring evaluates the deployment
+// with forwarders enabled on NATS, on each database of the repository's
+// topology: relaybus-forwarders pulls (CONSUMER_MODE=pull, which consume
+// requires with CONSUMER_HANDLER=forwarders on TRANSPORT=nats), with
+// TRANSPORT, NATS_URL and NATS_CREDS, the credentials secret mounted at
+// /secrets/nats, PULL_MAX_IN_FLIGHT as a pull consumer's (within the
+// pool); on exactly one instance whatever forwarders.max_instances says,
+// always on and with CPU always allocated even with
+// always_allocated_cpu = false; counted once in the connection check and
+// its role's connection limit; invoked by Scheduler alone, for
+// /ledger:ship and /inbox:purge (no /breaker:probe job: the service
+// answers it 404 on NATS); dlqreplay told its URL and database but no push
+// identity.
+func TestForwardersOnNATSServiceAndDlqreplayWiring(t *testing.T) {
+	c := loadTerraform(t, terraformDir(t))
+	path, top := repoTopology(t)
+	svc := c.resource(t, "google_cloud_run_v2_service.forwarders")
+	if !contains(dependsOn(t, svc), "terraform_data.pull_mode") {
+		t.Error("google_cloud_run_v2_service.forwarders does not wait for terraform_data.pull_mode (PULL_MAX_IN_FLIGHT within the pool)")
+	}
+	for db, maxInFlight := range map[string]cty.Value{"main": cty.NullVal(cty.Number), "member": cty.NumberIntVal(3)} {
+		t.Run(db, func(t *testing.T) {
+			vars := requiredVars(t)
+			vars["topology_file"] = cty.StringVal(path)
+			vars["nats"] = natsOn("relaybus-nats-creds")
+			vars["always_allocated_cpu"] = cty.False
+			vars["pull_mode"] = cty.ObjectVal(map[string]cty.Value{"max_in_flight": maxInFlight})
+			vars["forwarders"] = forwardersOn(map[string]cty.Value{"database": cty.StringVal(db), "max_instances": cty.NumberIntVal(3), "concurrency": cty.NumberIntVal(20)})
+			ev := c.newEvaluator(t, vars).withStubs()
+			stubs := resourceStubs(t, ev)
+			in := newInstance(t, ev, stubs, "google_cloud_run_v2_service.forwarders", "0", cty.Zero)
+			in.extra["count"] = cty.ObjectVal(map[string]cty.Value{"index": cty.Zero})
+			if n := countOf(t, ev, svc); n != 1 {
+				t.Fatalf("google_cloud_run_v2_service.forwarders: %d instances on NATS, want 1", n)
+			}
+			tmpl := block(t, "forwarders", svc.Body, "template")
+			scaling := block(t, "forwarders", tmpl, "scaling")
+			for attr := range map[string]bool{"min_instance_count": true, "max_instance_count": true} {
+				if got := in.attr(scaling, attr); !got.RawEquals(cty.NumberIntVal(1)) {
+					t.Errorf("%s %#v, want 1 (one instance pulls every forwarder; two would each pull them all)", attr, got)
+				}
+			}
+			containers := block(t, "forwarders", tmpl, "containers")
+			if idle := in.attr(block(t, "forwarders", containers, "resources"), "cpu_idle"); !idle.RawEquals(cty.False) {
+				t.Errorf("cpu_idle %#v with always_allocated_cpu = false, want false (its pull workers run between requests)", idle)
+			}
+			if got := in.attr(tmpl, "max_instance_request_concurrency"); !got.RawEquals(cty.NumberIntVal(20)) {
+				t.Errorf("concurrency %#v, want forwarders.concurrency 20", got)
+			}
+
+			// The credentials secret, mounted as every service mounts it.
+			var nats []map[string]cty.Value
+			for _, v := range dynamicContents(t, in, tmpl, "volumes") {
+				if v["name"].AsString() == "nats" {
+					nats = append(nats, v)
+				}
+			}
+			if len(nats) != 1 || nats[0]["secret.secret"].AsString() != "relaybus-nats-creds" || nats[0]["secret.items.path"].AsString() != "creds" {
+				t.Errorf("volumes named nats: %v, want one of secret relaybus-nats-creds as the file creds", nats)
+			}
+			mounts := map[string]string{}
+			for _, m := range dynamicContents(t, in, containers, "volume_mounts") {
+				mounts[m["name"].AsString()] = m["mount_path"].AsString()
+			}
+			if mounts["nats"] != "/secrets/nats" {
+				t.Errorf("volume mounts %v, want nats at /secrets/nats", mounts)
+			}
+
+			env := jsonValue(t, ev.local("forwarders_env")).(map[string]any)
+			wantInFlight := "5" // cloud_sql.pool_max_conns, the default
+			if !maxInFlight.IsNull() {
+				wantInFlight = "3"
+			}
+			for k, w := range map[string]any{
+				"CONSUMER_HANDLER": consume.HandlerForwarders, "CONSUMER_ID": "forwarders", "CONSUMER_MODE": consume.ModePull,
+				"PULL_MAX_IN_FLIGHT": wantInFlight, "TRANSPORT": "nats", "NATS_URL": "tls://nats.internal:4222", "NATS_CREDS": "/secrets/nats/creds",
+				"CONSUMER_MAX_DELIVERY_ATTEMPTS": itoa(top.Defaults.MaxDeliveryAttempts), "ROLLUP_TOPIC": top.Rollup.Topic,
+			} {
+				if env[k] != w {
+					t.Errorf("forwarders: %s=%v, want %v", k, env[k], w)
+				}
+			}
+			for name := range env {
+				// The transport's (checked above) are consume's Config too,
+				// left out of envNames since Pub/Sub leaves them unset.
+				transport := name == "TRANSPORT" || name == "NATS_URL" || name == "NATS_CREDS"
+				if (!envNames["consume"][name] && !transport) || strings.HasPrefix(name, "DATABASE_URL") {
+					t.Errorf("forwarders: sets %s, which consume does not read as a plain value", name)
+				}
+			}
+
+			// dlqreplay: the URL (the sign the service is deployed) and the
+			// registry's database; no push identity, there is none.
+			wired := jsonValue(t, ev.local("function_wired_env")).(map[string]any)["dlqreplay"].(map[string]any)
+			url := "https://relaybus-forwarders-" + stubProjectNumber + ".europe-west1.run.app"
+			for k, w := range map[string]string{"DLQREPLAY_FORWARDERS_URL": url, "DLQREPLAY_FORWARDERS_DATABASE": db} {
+				if wired[k] != w {
+					t.Errorf("dlqreplay: %s=%v, want %s", k, wired[k], w)
+				}
+			}
+			if v, set := wired["DLQREPLAY_FORWARDERS_PUSH_ACCOUNT"]; set {
+				t.Errorf("dlqreplay: DLQREPLAY_FORWARDERS_PUSH_ACCOUNT=%v on NATS, where nothing pushes", v)
+			}
+			invokers := map[string]bool{}
+			for _, g := range grantsOf(t, c, ev, "google_cloud_run_v2_service_iam_member", "name") {
+				if g.target == "relaybus-forwarders" {
+					invokers[g.member] = true
+				}
+			}
+			if !reflect.DeepEqual(invokers, map[string]bool{schedulerMember: true}) {
+				t.Errorf("invokers of the forwarders service %v, want Scheduler only", invokers)
+			}
+
+			// One instance's pools: its role's limit and the connection check.
+			r, ok := jsonValue(t, ev.local("database_roles")).(map[string]any)[db+"/forwarders"].(map[string]any)
+			if !ok || r["kind"] != "consume" || r["max_instances"] != json.Number("1") {
+				t.Errorf("database role %s/forwarders: %v, want a consume role of 1 instance", db, r)
+			}
+			var spec map[string]any
+			for _, s := range jsonValue(t, ev.local("database_role_specs")).(map[string]any)[db].([]any) {
+				if s.(map[string]any)["consumer"] == consume.ForwardersConsumer {
+					spec = s.(map[string]any)
+				}
+			}
+			if spec == nil || spec["connectionLimit"] != json.Number("10") {
+				t.Errorf("the migrate job's forwarders role on %s: %v, want capped at 2 × pool 5 × 1", db, spec)
+			}
+			offVars := requiredVars(t)
+			offVars["topology_file"] = cty.StringVal(path)
+			offVars["nats"] = natsOn("relaybus-nats-creds")
+			off := jsonValue(t, c.newEvaluator(t, offVars).local("database_connections")).(map[string]any)
+			conns := jsonValue(t, ev.local("database_connections")).(map[string]any)
+			for d := range conns {
+				was, _ := off[d].(json.Number).Int64()
+				now, _ := conns[d].(json.Number).Int64()
+				if want := was + map[bool]int64{true: 5, false: 0}[d == db]; now != want {
+					t.Errorf("database %s: %d connections counted, want %d (pool 5 × the one forwarders instance on %s)", d, now, want, db)
+				}
+			}
+
+			// Scheduler: /ledger:ship and /inbox:purge, no /breaker:probe.
+			for key, route := range map[string]string{"google_cloud_scheduler_job.forwarders_ledger_ship": "/ledger:ship", "google_cloud_scheduler_job.forwarders_inbox_purge": "/inbox:purge"} {
+				b := c.resource(t, key)
+				if n := countOf(t, ev, b); n != 1 {
+					t.Fatalf("%s: %d instances on NATS, want 1", key, n)
+				}
+				jin := newInstance(t, ev, stubs, key, "0", cty.Zero)
+				jin.extra["count"] = cty.ObjectVal(map[string]cty.Value{"index": cty.Zero})
+				if got := jin.attr(block(t, key, b.Body, "http_target"), "uri").AsString(); got != "https://relaybus-forwarders-test.a.run.app"+route {
+					t.Errorf("%s: %s, want the service's %s", key, got, route)
+				}
+			}
+			if n := countOf(t, ev, c.resource(t, "google_cloud_scheduler_job.forwarders_breaker_probe")); n != 0 {
+				t.Errorf("forwarders_breaker_probe: %d jobs on NATS, where the service answers /breaker:probe 404", n)
 			}
 		})
 	}

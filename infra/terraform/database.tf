@@ -69,7 +69,8 @@
 #                 Σ over services using d of that service's max instances
 # where main is used by publish and every consumer on main, and every
 # database by the relay and dlqreplay and its own consumers (and
-# forwarders.database by the forwarders service, when it is deployed). That must
+# forwarders.database by the forwarders service, when it is deployed: its
+# forwarders.max_instances on Pub/Sub, its one instance on NATS). That must
 # stay within max_connections − reserved_connections (PostgreSQL keeps
 # superuser_reserved_connections, Cloud SQL's own maintenance connects, and an
 # operator needs a psql session). With the defaults (pool 5; publish 20,
@@ -138,7 +139,7 @@ locals {
       # registry's database only. Its consumer is consume.ForwardersConsumer,
       # which no subscription can be (those have dots).
       local.forwarders_enabled && k == var.forwarders.database ? {
-        "${k}/forwarders" = { database = k, kind = "consume", consumer = "forwarders", slug = "forwarders", max_instances = var.forwarders.max_instances }
+        "${k}/forwarders" = { database = k, kind = "consume", consumer = "forwarders", slug = "forwarders", max_instances = local.forwarders_max_instances }
       } : {},
     )
   ]...)
@@ -210,7 +211,7 @@ locals {
       (k == "main" ? var.publish_settings.max_instances : 0)
       + var.relay_settings.max_instances + var.dlqreplay_settings.max_instances
       + sum(concat([0], [for s, c in local.consumers : local.consume_flow[s].max_instances if c.database == k]))
-      + (local.forwarders_enabled && k == var.forwarders.database ? var.forwarders.max_instances : 0)
+      + (local.forwarders_enabled && k == var.forwarders.database ? local.forwarders_max_instances : 0)
     )
   }
   cloudsql_connections      = sum(concat([0], [for k, n in local.database_connections : n if contains(keys(local.cloudsql_databases), k)]))

@@ -592,6 +592,9 @@ resource "time_sleep" "iam_propagation" {
       ] : [], length(local.forwarders_key_secret) > 0 ? [
       google_secret_manager_secret_iam_member.forwarders_key[*].id,
       google_secret_manager_secret_iam_member.dlqreplay_forwarders_key[*].id,
+      # Its NATS credentials (on NATS with credentials_secret only).
+      ] : [], local.forwarders_enabled && length(local.nats_credentials) > 0 ? [
+      google_secret_manager_secret_iam_member.nats_credentials_forwarders[*].id,
     ] : [])))
   }
 }

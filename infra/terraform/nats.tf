@@ -11,7 +11,9 @@
 #     at /secrets/nats/creds, readable by each function's own account;
 #   - JetStream has no push, so every consumer runs in pull mode (pull.tf's
 #     consume services, without their Pub/Sub subscription): always-on
-#     instances pulling the consumer's durable consumer;
+#     instances pulling the consumer's durable consumer; with
+#     forwarders.enabled, the forwarders service (forwarders.tf) pulls every
+#     forwarder's on exactly one always-on instance;
 #   - rollup (ROLLUP_MODE=pull) and the operations API (ARCHIVE_MODE=pull)
 #     pull the rollup's notices and every topic's DLQ monitor themselves, on
 #     min_instances always-on instances each with CPU always allocated; each

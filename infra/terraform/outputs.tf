@@ -41,7 +41,7 @@ output "cloud_sql_instance" {
 }
 
 output "service_accounts" {
-  description = "Service account email of each function and consumer, the Scheduler's, the DLQ monitors' push identity and, with forwarders, the forwarders service's and its pushes' identity."
+  description = "Service account email of each function and consumer, the Scheduler's, the DLQ monitors' push identity and, with forwarders, the forwarders service's and (on Pub/Sub) its pushes' identity."
   value = merge(
     { for k, a in google_service_account.function : k => a.email },
     { for k, a in google_service_account.consume : "consume:${k}" => a.email },
@@ -52,10 +52,10 @@ output "service_accounts" {
 }
 
 output "forwarders" {
-  description = "The forwarders consume service (forwarders.enabled only; null otherwise): its name, the URL each forwarder's subscription pushes to (<url>/<name>) and the push identity."
+  description = "The forwarders consume service (forwarders.enabled only; null otherwise): its name, its URL (on Pub/Sub, each forwarder's subscription pushes to <url>/<name>) and the push identity (null on NATS, where the service pulls)."
   value = local.forwarders_enabled ? {
     service      = google_cloud_run_v2_service.forwarders[0].name
     url          = local.forwarders_url
-    push_account = google_service_account.forwarders_push[0].email
+    push_account = local.forwarders_push ? google_service_account.forwarders_push[0].email : null
   } : null
 }
