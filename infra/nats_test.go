@@ -1,6 +1,7 @@
 package infra
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -110,6 +111,29 @@ func TestNATSTransport(t *testing.T) {
 	if got := len(forEachKeys(t, ev, c.resource(t, "google_secret_manager_secret_iam_member.nats_credentials_consume"))); got != len(top.Consumers()) {
 		t.Errorf("the credentials secret is readable by %d consume services, want %d", got, len(top.Consumers()))
 	}
+	// dlqreplay runs at least min_instances on NATS: its pools are counted
+	// by the larger of that and its max_instances (2 by default), on every
+	// database it uses.
+	roles := jsonValue(t, ev.local("database_roles")).(map[string]any)
+	conns := jsonValue(t, ev.local("database_connections")).(map[string]any)
+	vars["nats"] = cty.ObjectVal(map[string]cty.Value{"url": cty.StringVal("tls://nats.internal:4222"), "min_instances": cty.NumberIntVal(5)})
+	more := c.newEvaluator(t, vars).withStubs()
+	moreRoles := jsonValue(t, more.local("database_roles")).(map[string]any)
+	moreConns := jsonValue(t, more.local("database_connections")).(map[string]any)
+	for _, d := range top.Databases {
+		if got := roles[d.Name+"/dlqreplay"].(map[string]any)["max_instances"]; got != json.Number("2") {
+			t.Errorf("dlqreplay on %s with min_instances 2: counted as %v instances, want its max_instances 2", d.Name, got)
+		}
+		if got := moreRoles[d.Name+"/dlqreplay"].(map[string]any)["max_instances"]; got != json.Number("5") {
+			t.Errorf("dlqreplay on %s with min_instances 5: counted as %v instances, want 5", d.Name, got)
+		}
+		was, _ := conns[d.Name].(json.Number).Int64()
+		now, _ := moreConns[d.Name].(json.Number).Int64()
+		if now != was+5*3 {
+			t.Errorf("database %s: %d connections counted with min_instances 5, want %d (3 more dlqreplay instances × pool 5)", d.Name, now, was+15)
+		}
+	}
+
 	if got := ev.local("nats_credentials"); !got.RawEquals(cty.TupleVal([]cty.Value{cty.StringVal("relaybus-nats-creds")})) && !got.RawEquals(cty.ListVal([]cty.Value{cty.StringVal("relaybus-nats-creds")})) {
 		t.Errorf("nats_credentials %#v, want the secret, mounted by every service", got)
 	}

@@ -70,7 +70,8 @@
 # where main is used by publish and every consumer on main, and every
 # database by the relay and dlqreplay and its own consumers (and
 # forwarders.database by the forwarders service, when it is deployed: its
-# forwarders.max_instances on Pub/Sub, its one instance on NATS). That must
+# forwarders.max_instances on Pub/Sub, its one instance on NATS; dlqreplay's
+# max_instances, or on NATS nats.min_instances if that is more). That must
 # stay within max_connections − reserved_connections (PostgreSQL keeps
 # superuser_reserved_connections, Cloud SQL's own maintenance connects, and an
 # operator needs a psql session). With the defaults (pool 5; publish 20,
@@ -124,7 +125,7 @@ locals {
       k == "main" ? { "${k}/publish" = { database = k, kind = "publish", consumer = "", slug = "publish", max_instances = var.publish_settings.max_instances } } : {},
       {
         "${k}/relay"     = { database = k, kind = "relay", consumer = "", slug = "relay", max_instances = var.relay_settings.max_instances }
-        "${k}/dlqreplay" = { database = k, kind = "dlqreplay", consumer = "", slug = "dlqreplay", max_instances = var.dlqreplay_settings.max_instances }
+        "${k}/dlqreplay" = { database = k, kind = "dlqreplay", consumer = "", slug = "dlqreplay", max_instances = local.dlqreplay_max_instances }
       },
       {
         for s, c in local.consumers : "${k}/${s}" => {
@@ -209,7 +210,7 @@ locals {
   database_connections = {
     for k, d in local.databases : k => var.cloud_sql.pool_max_conns * (
       (k == "main" ? var.publish_settings.max_instances : 0)
-      + var.relay_settings.max_instances + var.dlqreplay_settings.max_instances
+      + var.relay_settings.max_instances + local.dlqreplay_max_instances
       + sum(concat([0], [for s, c in local.consumers : local.consume_flow[s].max_instances if c.database == k]))
       + (local.forwarders_enabled && k == var.forwarders.database ? local.forwarders_max_instances : 0)
     )

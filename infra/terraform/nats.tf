@@ -42,6 +42,11 @@ locals {
   # The functions that pull on NATS instead of taking pushes.
   nats_pullers = local.on_nats ? ["rollup", "dlqreplay"] : []
 
+  # The instances dlqreplay may run: its max_instances, or on NATS at least
+  # the always-on min_instances (run.tf sets both bounds so); database.tf
+  # counts its pools by this.
+  dlqreplay_max_instances = max(var.dlqreplay_settings.max_instances, local.on_nats ? try(var.nats.min_instances, 1) : 0)
+
   # Pub/Sub's resources exist only on Pub/Sub.
   pubsub_topics         = local.on_pubsub ? local.topics : {}
   pubsub_consumers      = local.on_pubsub ? local.consumers : {}
