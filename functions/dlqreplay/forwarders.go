@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaybus/relaybus/internal/forwarders"
+	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
 	"github.com/relaybus/relaybus/internal/ledger/consumers"
 	"github.com/relaybus/relaybus/internal/names"
@@ -574,7 +575,8 @@ func (fa *forwarderAPI) change(r *request, args []string) (any, error) {
 
 // remove deletes a forwarder's subscription (delivery stops, its backlog
 // is dropped), no longer expects it in topic_consumers, and deletes its
-// registry row; its inbox rows and attempts stay until the inbox purge.
+// registry row and its pause state; its inbox rows and attempts stay until
+// the inbox purge.
 func (fa *forwarderAPI) remove(r *request, args []string) (any, error) {
 	name, err := forwarderPath(r, args)
 	if err != nil {
@@ -604,6 +606,11 @@ func (fa *forwarderAPI) remove(r *request, args []string) (any, error) {
 		}
 		if _, err := forwarders.Delete(ctx, db, name); err != nil && !errors.Is(err, forwarders.ErrNotFound) {
 			return "", storeErr(err, name)
+		}
+		// A pause of it (an operator's or its breaker's) goes with it: one
+		// added again under its name must not start paused.
+		if err := inbox.ForgetPauses(ctx, db, name, cur.Topic, cur.Subscription()); err != nil {
+			return "", err
 		}
 		return "removed; subscription " + cur.Subscription() + " deleted", nil
 	})

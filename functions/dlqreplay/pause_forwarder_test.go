@@ -110,6 +110,18 @@ func TestPauseAndResumeAForwarder(t *testing.T) {
 		t.Errorf("after the refused rebuild, the subscription pushes to %q, want %q", got, endpoint)
 	}
 
+	// Removed while paused, its pause record goes with it: one added again
+	// under its name is not held by the old operator's pause.
+	if code := s.call(t, "POST", base+":pause", nil, &st); code != 200 || st["changed"] != true {
+		t.Fatalf("pause again: %d %v", code, st)
+	}
+	if code := s.call(t, "DELETE", "/forwarders/"+name, nil, &st); code != 200 {
+		t.Fatalf("DELETE: %d %v", code, st)
+	}
+	if rec, ok, err := inbox.PushPauseOf(ctx, s.db, sub); err != nil || ok {
+		t.Errorf("after the removal the pause's record is %+v (%v, %v); want none", rec, ok, err)
+	}
+
 	// Not a forwarder, not declared: 404 as before.
 	if code := s.call(t, "POST", "/consumers/"+topic+"/no-such-hook:pause", nil, &st); code != 404 {
 		t.Errorf("pause of an unknown consumer: %d %v, want 404", code, st)

@@ -275,6 +275,7 @@ func TestPauseResumeAndRebuildAPullConsumerOnNATS(t *testing.T) {
 	// and published by the relay, reach the worker through JetStream,
 	// addressed to audit-service, and are applied again.
 	applied1, _, _ := counter.counts()
+	asked := time.Now()
 	code, st = call("POST", "/consumers/"+topic+"/"+consumerID+":rebuild", map[string]any{"history": true, "time": start.UTC().Format(time.RFC3339)})
 	if code != 200 || st["resumed"] != true || inboxRows() != 0 {
 		t.Fatalf("rebuild from the history: %d %v (inbox %d)", code, st, inboxRows())
@@ -284,6 +285,13 @@ func TestPauseResumeAndRebuildAPullConsumerOnNATS(t *testing.T) {
 		t.Fatalf("rebuild from the history started no backfill: %v", st)
 	}
 	for _, b := range bfs {
+		// Its watermark is taken once the pause has settled (300 ms
+		// here): what the consumer applied before the pause took effect
+		// was cleared, and is in the backfill.
+		until, err := time.Parse(time.RFC3339Nano, b.(map[string]any)["until"].(string))
+		if err != nil || until.Before(asked.Add(300*time.Millisecond)) {
+			t.Errorf("backfill until %v (%v), want after the pause settled, at least %v", until, err, asked.Add(300*time.Millisecond))
+		}
 		id := b.(map[string]any)["id"].(string)
 		if code, run := call("POST", "/backfills/"+id+":run", nil); code != 200 || run["state"] != "done" {
 			t.Fatalf("drive backfill %s: %d %v", id, code, run)

@@ -229,6 +229,11 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 		if at.After(time.Now()) {
 			return nil, fail(http.StatusConflict, "future", "time %s is in the future: nothing would be replayed", b.Time)
 		}
+		if b.History {
+			if err := dl.historyReaches(group, at, b.Time); err != nil {
+				return nil, err
+			}
+		}
 	}
 	_, run, err := dl.strictOrProjection(c)
 	if err != nil {
@@ -237,7 +242,9 @@ func (dl *deliveryControl) rebuild(r *request, args []string) (any, error) {
 	plan := map[string]any{"topic": c.Topic, "consumer": c.Service, "subscription": c.Subscription(), "subscriptions": subs, "database": c.Database,
 		"handler": c.Handler, "scope": scopeOf(b.AggregateType), "time": b.Time, "snapshot": b.Snapshot, "retention": retention.String()}
 	// A rebuild from the history: one backfill per subscription of the
-	// group, the topic's events since the time up to now.
+	// group, the topic's events since the time up to now (the dry run's
+	// counts); the rebuild itself moves until to after its pause
+	// (rebuildFromHistory).
 	var specs []history.Spec
 	if b.History {
 		delete(plan, "retention")
@@ -435,7 +442,14 @@ func (dl *deliveryControl) rebuildFromHistory(r *request, c topology.Consumer, a
 		started []history.Backfill
 		matched int64
 	)
+	// The watermark is taken now, once the consumers are paused (and a
+	// pause by flag has settled): every event they applied before the
+	// pause occurred before it, so the clear below removes nothing the
+	// backfills do not deliver again; what occurs after it waits for the
+	// resume, and an event both ways is absorbed by the inbox.
+	until := time.Now().UTC()
 	for _, s := range specs {
+		s.Until = until
 		id := history.NewID(time.Now())
 		bf, err := history.Start(ctx, outboxDB, id, s)
 		if err != nil {
@@ -448,7 +462,17 @@ func (dl *deliveryControl) rebuildFromHistory(r *request, c topology.Consumer, a
 		return stop(err, ids)
 	}
 	if err := resume(); err != nil {
-		return "", err
+		// The state is cleared and the backfills started: they must still
+		// be driven, so the answer names them.
+		dl.logger.ErrorContext(ctx, "dlqreplay: rebuild cleared the state but a consumer could not be resumed", "consumer", c.Service,
+			"backfills", strings.Join(ids, ","), "error", err.Error(), "request_id", r.id)
+		why := "see the service's log (request " + r.id + ")"
+		var ae *apiError
+		if errors.As(err, &ae) {
+			why = ae.Msg
+		}
+		return "", fail(http.StatusInternalServerError, "not_resumed", "rebuild of %s: the state was cleared and backfills %s started, but a consumer could not be resumed: %s. Resume it (relaybus consumers resume), then drive the backfills (relaybus backfill run ID, or POST /backfills/{id}:run)",
+			c.Service, strings.Join(ids, ", "), why)
 	}
 	plan["cleared"], plan["resumed"], plan["done"], plan["backfills"] = n, allResumed(), *done, started
 	return fmt.Sprintf("scope %s, cleared %s, backfills %s started from the history since %s: %d events", scopeOf(aggType), n,
@@ -484,6 +508,30 @@ func scopeOf(aggType string) string {
 
 // topicRetention is the topic's message retention in seconds (the
 // consumer subscriptions' too).
+// historyReaches refuses a rebuild from the history to a time the history
+// of one of group's topics may no longer hold: what it cleared it could
+// not replay. The history keeps a topic's events for its
+// history_retention_days from when the outbox's retention moves them
+// there, so that far back (less retentionMargin) is always held; a topic
+// that keeps no history holds only the outbox's last OUTBOX_RETENTION,
+// which this API does not know, and is refused.
+func (dl *deliveryControl) historyReaches(group []topology.Consumer, at time.Time, asked string) error {
+	for _, g := range group {
+		t := dl.topology.Topic(g.Topic)
+		if t == nil {
+			continue
+		}
+		keep := t.HistoryRetention()
+		if keep == 0 {
+			return fail(http.StatusConflict, "retention", "topic %s keeps no history (history_retention_days: 0): a rebuild from the history could clear what it cannot replay; rebuild by seek instead (without history)", g.Topic)
+		}
+		if earliest := time.Now().Add(-keep + retentionMargin); at.Before(earliest) {
+			return fail(http.StatusConflict, "retention", "topic %s keeps its history for %s: a rebuild from the history reaches back to %s at the earliest, not %s", g.Topic, keep, earliest.UTC().Format(time.RFC3339), asked)
+		}
+	}
+	return nil
+}
+
 func (dl *deliveryControl) topicRetention(topic string) int {
 	if t := dl.topology.Topic(topic); t != nil {
 		return t.MessageRetentionSeconds

@@ -101,6 +101,8 @@ func TestRebuildFromTheHistoryRedelivers(t *testing.T) {
 		{name: "a rate without the history", method: "POST", path: base, headers: alice, body: map[string]any{"time": hourAgo, "rate": 10}, want: 400, code: "invalid_argument"},
 		{name: "an unknown outbox database", method: "POST", path: base, headers: alice, body: map[string]any{"history": true, "time": hourAgo, "database": "nowhere"}, want: 400, code: "invalid_argument"},
 		{name: "a reader may not rebuild", method: "POST", path: base, headers: bob, body: map[string]any{"history": true, "time": hourAgo}, want: 403, code: "forbidden"},
+		{name: "older than the history keeps (90 days)", method: "POST", path: base, headers: alice,
+			body: map[string]any{"history": true, "time": time.Now().Add(-91 * 24 * time.Hour).UTC().Format(time.RFC3339)}, want: 409, code: "retention"},
 	})
 	var dry map[string]any
 	if code := e.callWith(t, "POST", base, bob, map[string]any{"history": true, "time": hourAgo, "dryRun": true}, &dry); code != 200 {

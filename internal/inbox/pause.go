@@ -35,6 +35,7 @@ var (
 	holdSQL        = query("hold")
 	heldTakeSQL    = query("heldtake")
 	heldDoneSQL    = query("helddone")
+	forgetSQL      = query("forgetpauses")
 	heldBatch      = 100
 	heldAttrPaused = "relaybus_held"
 )
@@ -52,6 +53,18 @@ func SetPaused(ctx context.Context, db postgres.DBTX, consumerID, topic string, 
 		return false, fmt.Errorf("inbox: pause state of %s on %s: %w", consumerID, topic, err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// ForgetPauses deletes the pause state of a consumer that is removed
+// (a forwarder): its flag on topic, the deliveries that flag kept, and the
+// push pause record of its subscription. A consumer added again under the
+// same name starts unpaused; what a pause kept for the removed one is
+// dropped with its backlog.
+func ForgetPauses(ctx context.Context, db postgres.DBTX, consumerID, topic, subscription string) error {
+	if _, err := db.Exec(ctx, forgetSQL, consumerID, topic, subscription); err != nil {
+		return fmt.Errorf("inbox: forget the pauses of %s on %s: %w", consumerID, topic, err)
+	}
+	return nil
 }
 
 // PauseState is a consumer's pause on a topic: whether it stands, and how
