@@ -181,13 +181,19 @@ func Begin(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (Beg
 // corrects the outcome with Outcome; a failure rolls the record back with
 // everything else. a's ConsumerID and EventID name the event; its number
 // and outcome are ignored. It returns ErrNumberTaken (wrapped) when a
-// concurrent failed attempt took the number first.
+// concurrent failed attempt took the number first. When a concurrent
+// delivery applied the event while the statement waited for it, nothing
+// is claimed (Applied 0) and tx is left aborted: the caller rolls it back,
+// as it does whenever nothing is claimed.
 func BeginApplied(ctx context.Context, tx postgres.DBTX, a Attempt) (Begun, error) {
 	var b Begun
 	var attempt, applied *int
 	var recorded bool
 	err := tx.QueryRow(ctx, appliedSQL, a.ConsumerID, a.EventID, a.ConsumedAt, a.Topic, a.Subscription,
 		a.MessageID, a.DeliveryAttempt).Scan(&attempt, &b.Claimed, &applied, &recorded, &b.Queued)
+	if appliedConcurrently(err) {
+		return Begun{}, nil
+	}
 	if err != nil {
 		return Begun{}, beginErr(err, a.EventID)
 	}
@@ -225,6 +231,15 @@ func BeginAppliedIn(ctx context.Context, db interface {
 	var recorded bool
 	tx, err := p.BeginWith(ctx, []any{&attempt, &b.Claimed, &applied, &recorded, &b.Queued}, appliedSQL, a.ConsumerID, a.EventID,
 		a.ConsumedAt, a.Topic, a.Subscription, a.MessageID, a.DeliveryAttempt)
+	if appliedConcurrently(err) {
+		// BeginWith rolled its transaction back; the caller gets one to
+		// roll back, as after any delivery that claimed nothing.
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			return nil, Begun{}, fmt.Errorf("inbox: begin: %w", err)
+		}
+		return tx, Begun{}, nil
+	}
 	if err != nil {
 		return nil, Begun{}, beginErr(err, a.EventID)
 	}
@@ -246,6 +261,18 @@ func beginErr(err error, eventID string) error {
 		return fmt.Errorf("inbox: begin attempt at %s: %w", eventID, ErrNumberTaken)
 	}
 	return fmt.Errorf("inbox: begin attempt: %w", err)
+}
+
+// appliedConcurrently says whether err is begin_applied.sql's insert of
+// the inbox row failing on its primary key: a delivery of the same event
+// whose transaction had not committed when the statement's snapshot was
+// taken inserted the row, and committed while the statement waited for it.
+// The event is applied by that delivery (its number unknown here), which
+// is what ON CONFLICT DO NOTHING answered, without the confirmation record
+// a speculative insert writes on every delivery.
+func appliedConcurrently(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505" && pg.ConstraintName == "relaybus_inbox_pkey"
 }
 
 // begun completes what begin_applied.sql returned.

@@ -5,15 +5,18 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/migrate"
+	"github.com/relaybus/relaybus/internal/pgpool"
 	"github.com/relaybus/relaybus/internal/pgtest"
 )
 
@@ -346,5 +349,83 @@ func TestShippedFindsQueueRowsByTupleID(t *testing.T) {
 	}
 	if len(left) != 1 || left[0] != "e2" {
 		t.Fatalf("queued after shipping e1 (by tuple id) and e3 (by key): %v, want [e2]", left)
+	}
+}
+
+// A delivery of an event whose other delivery claimed it and had not
+// committed waits for it; once that one commits, the waiting one claims
+// nothing and reports no error (the event is applied, its number unknown
+// to the waiter), both when it runs in the caller's transaction and when
+// BeginAppliedIn begins it, through a pool that sends the BEGIN with the
+// statement and one that does not. Nothing of the waiter is recorded.
+func TestBeginAppliedOfAnEventAConcurrentDeliveryAppliesClaimsNothing(t *testing.T) {
+	ctx := context.Background()
+	db := migrated(t)
+	pipelined, err := pgpool.New(ctx, db.Config().Copy(), pgpool.RetryPolicy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pipelined.Close)
+	type beginner interface {
+		Begin(ctx context.Context) (pgx.Tx, error)
+	}
+	for _, c := range []struct {
+		name  string
+		begin func(a inbox.Attempt) (pgx.Tx, inbox.Begun, error)
+	}{
+		{"BeginApplied", func(a inbox.Attempt) (pgx.Tx, inbox.Begun, error) {
+			tx, err := db.Begin(ctx)
+			if err != nil {
+				return nil, inbox.Begun{}, err
+			}
+			b, err := inbox.BeginApplied(ctx, tx, a)
+			return tx, b, err
+		}},
+		{"BeginAppliedIn", func(a inbox.Attempt) (pgx.Tx, inbox.Begun, error) {
+			return inbox.BeginAppliedIn(ctx, beginner(db), a)
+		}},
+		{"BeginAppliedIn pipelined", func(a inbox.Attempt) (pgx.Tx, inbox.Begun, error) {
+			return inbox.BeginAppliedIn(ctx, pipelined, a)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			event := "race-" + strings.ReplaceAll(c.name, " ", "-")
+			first, err := db.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Rollback(ctx) //nolint:errcheck // committed below
+			b, err := inbox.BeginApplied(ctx, first, attempt(event, 0, ""))
+			if err != nil || !b.Claimed || b.Attempt != 1 {
+				t.Fatalf("the first delivery: %+v, %v; want claimed as number 1", b, err)
+			}
+			type result struct {
+				b   inbox.Begun
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				tx, b, err := c.begin(attempt(event, 0, ""))
+				if tx != nil {
+					_ = tx.Rollback(ctx)
+				} else if err == nil {
+					err = errors.New("no transaction and no error")
+				}
+				done <- result{b, err}
+			}()
+			eventually.True(t, 10*time.Second, "the second delivery waits on the first's inbox row", func() bool {
+				return count(t, db, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%Begin an attempt that records itself%'`) == 1
+			})
+			if err := first.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil || r.b.Claimed || r.b.Applied != 0 {
+				t.Fatalf("the second delivery: %+v, %v; want nothing claimed, no error", r.b, r.err)
+			}
+			if got := count(t, db, `SELECT count(*) FROM relaybus_attempts WHERE event_id = $1`, event); got != 1 {
+				t.Fatalf("%d attempts recorded, want the first delivery's only", got)
+			}
+		})
 	}
 }

@@ -11,6 +11,14 @@
 -- insert writes a confirmation record to the WAL on every delivery, for a
 -- conflict that almost never happens.)
 --
+-- The inbox row is a plain insert too, for the same reason: the event is
+-- claimed unless its row is there already. A delivery of the same event
+-- whose transaction inserted the row and had not committed when this
+-- statement's snapshot was taken makes the insert wait for it, then fail
+-- on the inbox's primary key when it committed: the caller reads that as
+-- applied by another delivery, number unknown (inbox.BeginApplied), as
+-- ON CONFLICT DO NOTHING answered it.
+--
 -- $1 consumer, $2 event id, $3 consumed at, $4 topic, $5 subscription,
 -- $6 message id, $7 delivery attempt. Returns what begin.sql returns,
 -- whether the attempt was recorded, and its queue row's tuple id (for
@@ -18,7 +26,7 @@
 WITH claimed AS (
     INSERT INTO relaybus_inbox (consumer_id, event_id, attempt_no)
     SELECT $1, $2, coalesce((SELECT max(attempt_no) FROM relaybus_attempts WHERE consumer_id = $1 AND event_id = $2), 0) + 1
-    ON CONFLICT (consumer_id, event_id) DO NOTHING
+    WHERE NOT EXISTS (SELECT 1 FROM relaybus_inbox WHERE consumer_id = $1 AND event_id = $2)
     RETURNING attempt_no
 ), recorded AS (
     INSERT INTO relaybus_attempts (consumer_id, event_id, attempt_no, outcome, consumed_at,
