@@ -140,11 +140,16 @@ func enqueueClaim(ctx context.Context, db postgres.DBTX, args []any) (claimResul
 	return res, nil
 }
 
-// isRace reports whether err is enqueue_claim.sql's own failure on an id
-// another transaction committed while it ran.
+// isRace reports whether err is enqueue_claim.sql's failure on an id
+// another transaction committed while it ran: its own marker, or the
+// outbox's primary key (the insert skips the ids its snapshot holds only).
 func isRace(err error) bool {
 	var pg *pgconn.PgError
-	return errors.As(err, &pg) && pg.Code == "22P02" && strings.Contains(pg.Message, raceMarker)
+	if !errors.As(err, &pg) {
+		return false
+	}
+	return pg.Code == "22P02" && strings.Contains(pg.Message, raceMarker) ||
+		pg.Code == "23505" && pg.ConstraintName == "relaybus_outbox_pkey"
 }
 
 // row is the batch's i-th event as Claim would read it back from the

@@ -197,3 +197,48 @@ func TestEnqueueClaimJudgesAnIDCommittedWhileItRuns(t *testing.T) {
 		t.Fatal("the event beside the clash was written: the call was not all or nothing")
 	}
 }
+
+// An event another transaction enqueued and had not committed when
+// EnqueueClaim's statement began makes the statement wait for it; once it
+// commits, EnqueueClaim answers the event as a duplicate, without an error
+// and without a lease (the aggregate is due, as that Enqueue left it).
+func TestEnqueueClaimOfAnEventAConcurrentTransactionCommitsIsADuplicate(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := outbox.Enqueue(ctx, tx, ev("race-1", "race", 1)); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		enq  []outbox.Enqueued
+		runs []outbox.Run
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		enq, runs, err := outbox.EnqueueClaim(ctx, pool, claimOpts("fast"), ev("race-1", "race", 1))
+		done <- result{enq, runs, err}
+	}()
+	eventually.True(t, 10*time.Second, "EnqueueClaim waits on the uncommitted event", func() bool {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%EnqueueClaim%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || len(r.enq) != 1 || !r.enq[0].Duplicate || len(r.runs) != 0 {
+		t.Fatalf("EnqueueClaim: %+v, %d runs, %v; want race-1 a duplicate, no run, no error", r.enq, len(r.runs), r.err)
+	}
+	if owner, _, due := lease(t, pool, "race"); owner != "" || !due {
+		t.Fatalf("the aggregate: lease owner %q, due %v; want no lease, due", owner, due)
+	}
+}

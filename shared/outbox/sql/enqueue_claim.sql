@@ -24,9 +24,10 @@
 --
 -- An id that neither this statement inserted nor its snapshot holds was
 -- committed by another transaction while the statement ran: the statement
--- then fails with a cast error naming "relaybus-outbox-race" (nothing is
--- written) and the caller runs it again, when the row is visible and is
--- judged a duplicate or a clash as any other.
+-- then fails, on the outbox's primary key or with a cast error naming
+-- "relaybus-outbox-race" (nothing is written), and the caller runs it
+-- again, when the row is visible and is judged a duplicate or a clash as
+-- any other.
 --
 -- A scheduled row not yet due (deliver_at after now) is never leased
 -- here: its aggregate is left due at the head's deliver_at, as Enqueue
@@ -56,14 +57,23 @@ WITH t AS (
     INSERT INTO relaybus_outbox (id, aggregatetype, aggregateid, event_type, version, payload, occurred_at,
         topic, source, schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id,
         initiator, expire_at, target_consumer, traceparent, deliver_at, source_version)
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],
+    SELECT u.* FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bytea[],
         $7::timestamptz[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
         $14::text[], $15::text[], $16::jsonb[], $17::timestamptz[], $18::text[], $19::text[], $20::timestamptz[], $21::text[])
+        AS u(id, aggregatetype, aggregateid, event_type, version, payload, occurred_at, topic, source,
+             schema_version, payload_type, trace_id, span_id, parent_event_id, correlation_id, initiator,
+             expire_at, target_consumer, traceparent, deliver_at, source_version)
     WHERE NOT EXISTS (SELECT 1 FROM clash)
+      -- An id the outbox holds already (the same event: not a clash) is
+      -- skipped here, not by ON CONFLICT DO NOTHING: a speculative insert
+      -- writes a confirmation record to the WAL for every row. An id
+      -- another transaction commits while the statement runs then fails
+      -- the insert on the primary key, and the caller runs the statement
+      -- again, as for the race below.
+      AND NOT EXISTS (SELECT 1 FROM seen WHERE seen.id = u.id)
       -- This statement writes the dispatch rows itself: the outbox's
       -- insert trigger (migrations/008_any_producer.sql) is off for it.
       AND set_config('relaybus.outbox_dispatch', 'off', true) = 'off'
-    ON CONFLICT (id) DO NOTHING
     RETURNING id, aggregatetype, aggregateid, version, created_at, deliver_at
 ), agg AS (
     -- ready: no new row is scheduled after now; head_at: the lowest new
