@@ -234,11 +234,11 @@ func BeginAppliedIn(ctx context.Context, db interface {
 	if appliedConcurrently(err) {
 		// BeginWith rolled its transaction back; the caller gets one to
 		// roll back, as after any delivery that claimed nothing.
-		tx, err := db.Begin(ctx)
+		fresh, err := db.Begin(ctx)
 		if err != nil {
 			return nil, Begun{}, fmt.Errorf("inbox: begin: %w", err)
 		}
-		return tx, Begun{}, nil
+		return fresh, Begun{}, nil
 	}
 	if err != nil {
 		return nil, Begun{}, beginErr(err, a.EventID)
