@@ -105,23 +105,7 @@ func TestForwardersAddExactlyTheirGrants(t *testing.T) {
 			add(dlqreplayMember, stubProject+"/roles/relaybusAttachSubscription", tp.Name)
 		}
 
-		for g, res := range base {
-			if _, kept := on[g]; !kept {
-				t.Errorf("enabling the forwarders takes away %s (%s)", g, res)
-			}
-		}
-		for g, res := range on {
-			if _, before := base[g]; !before && !want[g] {
-				t.Errorf("enabling the forwarders grants %s (%s), which is not theirs", g, res)
-			}
-		}
-		for g := range want {
-			if _, ok := on[g]; !ok {
-				t.Errorf("enabling the forwarders does not grant %s", g)
-			} else if _, before := base[g]; before {
-				t.Errorf("%s is granted with the forwarders off", g)
-			}
-		}
+		addsExactly(t, "", base, on, want)
 	})
 
 	c := loadTerraform(t, terraformDir(t))
@@ -244,6 +228,29 @@ func TestForwardersAreOffByDefault(t *testing.T) {
 	}
 }
 
+// addsExactly checks that enabling the forwarders (where: "" or " on
+// NATS") keeps every grant of base, and that what on adds is exactly want.
+func addsExactly(t *testing.T, where string, base, on map[string]string, want map[string]bool) {
+	t.Helper()
+	for g, res := range base {
+		if _, kept := on[g]; !kept {
+			t.Errorf("enabling the forwarders%s takes away %s (%s)", where, g, res)
+		}
+	}
+	for g, res := range on {
+		if _, before := base[g]; !before && !want[g] {
+			t.Errorf("enabling the forwarders%s grants %s (%s), which is not theirs", where, g, res)
+		}
+	}
+	for g := range want {
+		if _, ok := on[g]; !ok {
+			t.Errorf("enabling the forwarders%s does not grant %s", where, g)
+		} else if _, before := base[g]; before {
+			t.Errorf("%s is granted with the forwarders off", g)
+		}
+	}
+}
+
 // natsOn is var.nats on a TLS server, with the credentials secret named
 // (none when empty).
 func natsOn(credentials string) cty.Value {
@@ -303,23 +310,7 @@ func TestForwardersOnNATSAddExactlyTheirGrants(t *testing.T) {
 		}
 		add(schedulerMember, "roles/run.invoker", "relaybus-forwarders")
 
-		for g, res := range base {
-			if _, kept := on[g]; !kept {
-				t.Errorf("enabling the forwarders on NATS takes away %s (%s)", g, res)
-			}
-		}
-		for g, res := range on {
-			if _, before := base[g]; !before && !want[g] {
-				t.Errorf("enabling the forwarders on NATS grants %s (%s), which is not theirs there", g, res)
-			}
-		}
-		for g := range want {
-			if _, ok := on[g]; !ok {
-				t.Errorf("enabling the forwarders on NATS does not grant %s", g)
-			} else if _, before := base[g]; before {
-				t.Errorf("%s is granted with the forwarders off", g)
-			}
-		}
+		addsExactly(t, " on NATS", base, on, want)
 		for _, b := range forwardersResources(t, c) {
 			key := b.Labels[0] + "." + b.Labels[1]
 			n := instances(t, onEv, b)
