@@ -192,7 +192,9 @@ func (s *forwarderSet) entry(ctx context.Context, name string) (*forwarderEntry,
 	case err != nil:
 		return nil, err
 	}
-	if e != nil && e.f.Revision == f.Revision && (e.until.IsZero() || s.now().Before(e.until)) {
+	// The same row: its revision, and its creation (a forwarder removed and
+	// added again under its name starts again at revision 1).
+	if e != nil && e.f.Revision == f.Revision && e.f.CreatedAt.Equal(f.CreatedAt) && (e.until.IsZero() || s.now().Before(e.until)) {
 		e.checked = s.now()
 		e.busy.Add(1)
 		return e, nil

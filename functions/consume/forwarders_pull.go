@@ -35,9 +35,10 @@ import (
 //
 // The registry is listed every refresh (no more often than every
 // minForwardersListEvery): a forwarder added gets a worker; one removed
-// has its worker drained; one whose maxInFlight changed has its worker
-// drained and then started again with the new bound (never two at once on
-// one subscription: two would each hold a message of one key). A registry
+// has its worker drained; one whose maxInFlight changed, or that was
+// removed and added again between two listings, has its worker drained
+// and then started again (never two at once on one subscription: two
+// would each hold a message of one key). A registry
 // that cannot be listed leaves the workers as they are until it can.
 type forwarderPullers struct {
 	set   *forwarderSet
@@ -61,8 +62,10 @@ const minForwardersListEvery = 50 * time.Millisecond
 // forwarderPuller is one forwarder's running worker.
 type forwarderPuller struct {
 	// maxInFlight is the forwarder's maxInFlight the worker was started
-	// with.
+	// with, created its row's creation (a forwarder removed and added
+	// again between two listings gets a worker of its own).
 	maxInFlight int
+	created     time.Time
 	stop        context.CancelFunc
 	done        chan error
 }
@@ -129,7 +132,7 @@ func (p *forwarderPullers) sync(ctx context.Context) error {
 			stopped = true
 		default:
 		}
-		if !ok || stopped || f.MaxInFlight != r.maxInFlight {
+		if !ok || stopped || f.MaxInFlight != r.maxInFlight || !f.CreatedAt.Equal(r.created) {
 			halt = append(halt, name)
 		}
 	}
@@ -172,7 +175,7 @@ func (p *forwarderPullers) start(ctx context.Context, f forwarders.Forwarder) er
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
-	p.running[f.Name] = &forwarderPuller{maxInFlight: f.MaxInFlight, stop: stop, done: done}
+	p.running[f.Name] = &forwarderPuller{maxInFlight: f.MaxInFlight, created: f.CreatedAt, stop: stop, done: done}
 	p.set.fwd.Logger.InfoContext(ctx, "consume: pulling forwarder", "forwarder", f.Name, "subscription", o.Subscription)
 	return nil
 }

@@ -511,3 +511,38 @@ func TestAForwarderIsBackfilledFromAChosenPoint(t *testing.T) {
 		t.Fatalf("backfill on another topic: %d %s", r.status, r.raw)
 	}
 }
+
+// A forwarder removed and added again under its name, with no delivery
+// in between, is a new forwarder: its next event goes to its new URL, not
+// to the removed one's (both rows are at revision 1; the service tells
+// them apart by their creation).
+func TestAForwarderRemovedAndAddedAgainServesItsNewSettings(t *testing.T) {
+	s := newForwardersStack(t)
+	first, second := newWebhook(t), newWebhook(t)
+	const sub = "shop.order.events.crm-webhook-forwarder"
+	add := func(url string) string {
+		t.Helper()
+		var added map[string]any
+		if code := s.call(t, "POST", "/forwarders", map[string]any{"name": "crm-webhook", "topic": "shop.order.events", "url": url}, &added); code != 200 {
+			t.Fatalf("POST /forwarders: %d %v", code, added)
+		}
+		return fmt.Sprint(added["forwarder"].(map[string]any)["pushEndpoint"])
+	}
+	s.deliver(t, sub, "shop.order.events", add(first.url))
+	one := s.publish(t, "order-8", 1, 1)
+	if ids := first.wait(t, 1); ids[0] != one[0] {
+		t.Fatalf("the first forwarder received %v, want %v", ids, one)
+	}
+	var removed map[string]any
+	if code := s.call(t, "DELETE", "/forwarders/crm-webhook", nil, &removed); code != 200 {
+		t.Fatalf("DELETE: %d %v", code, removed)
+	}
+	s.deliver(t, sub, "shop.order.events", add(second.url))
+	two := s.publish(t, "order-8", 2, 2)
+	if ids := second.wait(t, 1); ids[0] != two[0] {
+		t.Fatalf("the forwarder added again received %v, want %v", ids, two)
+	}
+	if n := first.count(); n != 1 {
+		t.Errorf("the removed forwarder's URL received %d requests, want only the first event", n)
+	}
+}
