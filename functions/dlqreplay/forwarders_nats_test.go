@@ -31,7 +31,6 @@ import (
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/forward"
 	"github.com/relaybus/relaybus/shared/outbox"
-	"github.com/relaybus/relaybus/shared/relay"
 	"github.com/relaybus/relaybus/shared/topology"
 )
 
@@ -425,57 +424,13 @@ func TestAForwarderOnNATSDeadLettersAtMaxAttempts(t *testing.T) {
 // with a real relay on NATS.
 func (s *natsForwardersStack) drain(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	r, err := relay.New(relay.Options{DB: s.db, Publisher: s.nc, Topology: s.top, Retention: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
-	if _, err := r.Drain(ctx, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	drainOutbox(t, s.db, s.nc, s.top)
 }
 
 // From a chosen point on NATS: a forwarder added after events were
 // published is fed them by a backfill (re-pushes addressed to it alone,
 // through the relay), and the next live events follow, in order.
 func TestAForwarderOnNATSIsBackfilledFromAChosenPoint(t *testing.T) {
-	ctx := context.Background()
 	s := newNATSForwardersStack(t)
-	hook := newWebhook(t)
-	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
-	enqueue := func(from, to int64) []string {
-		var evs []*event.Event
-		var ids []string
-		for v := from; v <= to; v++ {
-			id := fmt.Sprintf("o-9-v%d", v)
-			evs = append(evs, &event.Event{ID: id, Type: "order.purchased", Source: "order-service",
-				Topic: "shop.order.events", AggregateID: "o-9", Version: v, Payload: []byte(`{}`)})
-			ids = append(ids, id)
-		}
-		if _, err := outbox.Enqueue(ctx, s.db, evs...); err != nil {
-			t.Fatal(err)
-		}
-		s.drain(t)
-		return ids
-	}
-	earlier := enqueue(1, 3)
-	if a := s.do(t, "POST", "/forwarders", map[string]any{"name": "crm-webhook", "topic": "shop.order.events", "url": hook.url}); a.status != 200 {
-		t.Fatalf("add: %d %s", a.status, a.raw)
-	}
-	b := s.do(t, "POST", "/backfills", map[string]any{"topic": "shop.order.events", "consumer": "crm-webhook", "since": since, "rate": 1000})
-	if b.status != 200 || b.body["matched"] != float64(len(earlier)) {
-		t.Fatalf("backfill: %d %s", b.status, b.raw)
-	}
-	if r := s.do(t, "POST", "/backfills/"+b.body["id"].(string)+":run", nil); r.status != 200 || r.body["state"] != "done" {
-		t.Fatalf("run: %d %s", r.status, r.raw)
-	}
-	s.drain(t)
-	if got := hook.wait(t, len(earlier)); strings.Join(got, ",") != strings.Join(earlier, ",") {
-		t.Fatalf("backfilled %v, want %v", got, earlier)
-	}
-	live := enqueue(4, 5)
-	if got := hook.wait(t, len(live)); strings.Join(got, ",") != strings.Join(live, ",") {
-		t.Fatalf("then live %v, want %v", got, live)
-	}
+	backfillAForwarderFromAChosenPoint(t, s.env, s.drain, nil)
 }

@@ -444,6 +444,60 @@ func (s *forwardersStack) drain(t *testing.T) {
 	drainOutbox(t, s.db, s.fake.Client, s.top)
 }
 
+// backfillAForwarderFromAChosenPoint is the backfill tests' common body,
+// on either broker: three versions of o-9 published, then crm-webhook
+// added (its delivery started, on Pub/Sub, by started), backfilled from a minute ago
+// and its backfill driven and published (drain); the target receives the
+// three in order, then the next two live ones. It returns the backfill's
+// since.
+func backfillAForwarderFromAChosenPoint(t *testing.T, e *env, drain func(*testing.T), started func(forwarder map[string]any)) string {
+	t.Helper()
+	ctx := context.Background()
+	hook := newWebhook(t)
+	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	enqueue := func(from, to int64) []string {
+		var evs []*event.Event
+		var ids []string
+		for v := from; v <= to; v++ {
+			id := fmt.Sprintf("o-9-v%d", v)
+			evs = append(evs, &event.Event{ID: id, Type: "order.purchased", Source: "order-service",
+				Topic: "shop.order.events", AggregateID: "o-9", Version: v, Payload: []byte(`{}`)})
+			ids = append(ids, id)
+		}
+		if _, err := outbox.Enqueue(ctx, e.db, evs...); err != nil {
+			t.Fatal(err)
+		}
+		drain(t)
+		return ids
+	}
+	earlier := enqueue(1, 3)
+
+	a := e.do(t, "POST", "/forwarders", map[string]any{"name": "crm-webhook", "topic": "shop.order.events", "url": hook.url})
+	if a.status != 200 {
+		t.Fatalf("add: %d %s", a.status, a.raw)
+	}
+	if started != nil {
+		started(a.body["forwarder"].(map[string]any))
+	}
+
+	b := e.do(t, "POST", "/backfills", map[string]any{"topic": "shop.order.events", "consumer": "crm-webhook", "since": since, "rate": 1000})
+	if b.status != 200 || b.body["matched"] != float64(len(earlier)) {
+		t.Fatalf("backfill: %d %s", b.status, b.raw)
+	}
+	if r := e.do(t, "POST", "/backfills/"+b.body["id"].(string)+":run", nil); r.status != 200 || r.body["state"] != "done" {
+		t.Fatalf("run: %d %s", r.status, r.raw)
+	}
+	drain(t) // the backfill's re-pushes, addressed to the forwarder alone
+	if got := hook.wait(t, len(earlier)); strings.Join(got, ",") != strings.Join(earlier, ",") {
+		t.Fatalf("backfilled %v, want %v", got, earlier)
+	}
+	live := enqueue(4, 5)
+	if got := hook.wait(t, len(live)); strings.Join(got, ",") != strings.Join(live, ",") {
+		t.Fatalf("then live %v, want %v", got, live)
+	}
+	return since
+}
+
 // drainOutbox publishes what db's outbox holds (events and re-pushes) to
 // pub with a real relay, in one drain.
 func drainOutbox(t *testing.T, db relay.DB, pub relay.Publisher, top *topology.Topology) {
@@ -463,49 +517,10 @@ func drainOutbox(t *testing.T, db relay.DB, pub relay.Publisher, top *topology.T
 // fed them by a backfill from the time the operator chooses (to it alone,
 // through the relay), and the next live events follow, in order.
 func TestAForwarderIsBackfilledFromAChosenPoint(t *testing.T) {
-	ctx := context.Background()
 	s := newForwardersStack(t)
-	hook := newWebhook(t)
-	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
-	enqueue := func(from, to int64) []string {
-		var evs []*event.Event
-		var ids []string
-		for v := from; v <= to; v++ {
-			id := fmt.Sprintf("o-9-v%d", v)
-			evs = append(evs, &event.Event{ID: id, Type: "order.purchased", Source: "order-service",
-				Topic: "shop.order.events", AggregateID: "o-9", Version: v, Payload: []byte(`{}`)})
-			ids = append(ids, id)
-		}
-		if _, err := outbox.Enqueue(ctx, s.db, evs...); err != nil {
-			t.Fatal(err)
-		}
-		s.drain(t)
-		return ids
-	}
-	earlier := enqueue(1, 3)
-
-	a := s.do(t, "POST", "/forwarders", map[string]any{"name": "crm-webhook", "topic": "shop.order.events", "url": hook.url})
-	if a.status != 200 {
-		t.Fatalf("add: %d %s", a.status, a.raw)
-	}
-	fv := a.body["forwarder"].(map[string]any)
-	s.deliver(t, fmt.Sprint(fv["subscription"]), "shop.order.events", fmt.Sprint(fv["pushEndpoint"]))
-
-	b := s.do(t, "POST", "/backfills", map[string]any{"topic": "shop.order.events", "consumer": "crm-webhook", "since": since, "rate": 1000})
-	if b.status != 200 || b.body["matched"] != float64(len(earlier)) {
-		t.Fatalf("backfill: %d %s", b.status, b.raw)
-	}
-	if r := s.do(t, "POST", "/backfills/"+b.body["id"].(string)+":run", nil); r.status != 200 || r.body["state"] != "done" {
-		t.Fatalf("run: %d %s", r.status, r.raw)
-	}
-	s.drain(t) // the backfill's re-pushes, addressed to the forwarder alone
-	if got := hook.wait(t, len(earlier)); strings.Join(got, ",") != strings.Join(earlier, ",") {
-		t.Fatalf("backfilled %v, want %v", got, earlier)
-	}
-	live := enqueue(4, 5)
-	if got := hook.wait(t, len(live)); strings.Join(got, ",") != strings.Join(live, ",") {
-		t.Fatalf("then live %v, want %v", got, live)
-	}
+	since := backfillAForwarderFromAChosenPoint(t, s.env, s.drain, func(fv map[string]any) {
+		s.deliver(t, fmt.Sprint(fv["subscription"]), "shop.order.events", fmt.Sprint(fv["pushEndpoint"]))
+	})
 	// A backfill to a name that is no forwarder of the topic is still refused.
 	if r := s.do(t, "POST", "/backfills", map[string]any{"topic": "member.points.events", "consumer": "crm-webhook", "since": since}); r.status != 400 {
 		t.Fatalf("backfill on another topic: %d %s", r.status, r.raw)
