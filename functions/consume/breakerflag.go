@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/relaybus/relaybus/internal/inbox"
@@ -45,7 +43,7 @@ import (
 // breakerFlag pauses and resumes an Eventarc forward consumer by its flag
 // for its breaker. Its zero value is off.
 type breakerFlag struct {
-	on         bool
+	breakerRuns
 	db         pauseDB
 	pub        event.Publisher
 	pauses     *inbox.PauseFlags
@@ -55,26 +53,13 @@ type breakerFlag struct {
 	breaker    forward.BreakerOptions
 	log        *slog.Logger
 	now        func() time.Time
-	timeout    time.Duration
-
-	pausing atomic.Bool
-	checked atomic.Int64 // unix nanos of the last held check
-	wg      sync.WaitGroup
 }
 
 // transition is the forwarder's OnTransition: when the breaker opens, the
 // consumer is paused by its flag, in the background (the delivery that
 // opened it is answered at once).
 func (p *breakerFlag) transition(ctx context.Context, tr forward.Transition) {
-	if !p.on || tr.To != forward.Open || !p.pausing.CompareAndSwap(false, true) {
-		return
-	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer p.pausing.Store(false)
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
-		defer cancel()
+	p.opened(ctx, tr, func(pctx context.Context) {
 		next := p.now().Add(tr.CoolDown)
 		set, err := inbox.PauseFlagByBreaker(pctx, p.db, p.consumerID, p.topic, tr.Reason, next)
 		if err != nil {
@@ -89,7 +74,7 @@ func (p *breakerFlag) transition(ctx context.Context, tr forward.Transition) {
 		}
 		p.log.WarnContext(pctx, "consume: circuit breaker open; consumer paused by its flag: deliveries are kept and acknowledged, no delivery attempt is spent, until the probe finds the target up",
 			"consumer_id", p.consumerID, "topic", p.topic, "reason", tr.Reason, "next_probe", next.UTC().Format(time.RFC3339))
-	}()
+	})
 }
 
 // held is called after a delivery the breaker held: deliveries reach the
@@ -98,23 +83,12 @@ func (p *breakerFlag) transition(ctx context.Context, tr forward.Transition) {
 // breaker's cool-down ends here, so that the next delivery probes the
 // target. Checked at most once a second.
 func (p *breakerFlag) held(ctx context.Context) {
-	if !p.on || p.pausing.Load() || p.fwd.BreakerState() == forward.Closed {
-		return
-	}
-	now := time.Now()
-	last := p.checked.Load()
-	if now.UnixNano()-last < int64(breakerCheckEvery) || !p.checked.CompareAndSwap(last, now.UnixNano()) {
+	if !p.checkHeld(p.fwd) {
 		return
 	}
 	if _, ok, err := inbox.FlagPauseOf(ctx, p.db, p.consumerID, p.topic); err == nil && !ok {
 		p.fwd.EndCoolDown()
 	}
-}
-
-// close waits for a pause in progress.
-func (p *breakerFlag) close(context.Context) error {
-	p.wg.Wait()
-	return nil
 }
 
 // flagProbeReport is POST /breaker:probe's answer for a consumer paused by

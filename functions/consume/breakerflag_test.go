@@ -58,8 +58,8 @@ func TestBreakerFlagYieldsToOperators(t *testing.T) {
 		t.Fatal(err)
 	}
 	pauses := &inbox.PauseFlags{DB: pool, ConsumerID: c.Service}
-	p := &breakerFlag{on: true, db: pool, pub: fake.Client, pauses: pauses, consumerID: c.Service, topic: c.Topic, fwd: fwd,
-		breaker: forward.BreakerOptions{CoolDown: time.Second, MaxCoolDown: time.Minute}, log: logging.Discard(), now: time.Now, timeout: 10 * time.Second}
+	p := &breakerFlag{breakerRuns: breakerRuns{on: true, timeout: 10 * time.Second}, db: pool, pub: fake.Client, pauses: pauses, consumerID: c.Service, topic: c.Topic, fwd: fwd,
+		breaker: forward.BreakerOptions{CoolDown: time.Second, MaxCoolDown: time.Minute}, log: logging.Discard(), now: time.Now}
 	open := forward.Transition{From: forward.Closed, To: forward.Open, Reason: "answered 503"}
 	breakerPause := func() {
 		t.Helper()

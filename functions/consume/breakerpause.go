@@ -44,11 +44,8 @@ import (
 // for a forward consumer delivered by ordered push on a broker with push
 // endpoints.
 type breakerPause struct {
-	on bool
-	db interface {
-		postgres.DBTX
-		postgres.Beginner
-	}
+	breakerRuns
+	db         pauseDB
 	push       broker.PushConfigurer
 	sub        string
 	consumerID string
@@ -56,12 +53,55 @@ type breakerPause struct {
 	breaker    forward.BreakerOptions
 	log        *slog.Logger
 	now        func() time.Time
+}
+
+// breakerRuns is what both breaker pauses (breakerPause, breakerFlag) do
+// alike: start the pause in the background when the breaker opens, one at
+// a time, and wait for it at close; throttle the check a held delivery
+// makes. Its zero value is off.
+type breakerRuns struct {
+	on bool
 	// timeout bounds one pause or resume (the admin API and the record).
 	timeout time.Duration
 
 	pausing atomic.Bool
 	checked atomic.Int64 // unix nanos of the last held check
 	wg      sync.WaitGroup
+}
+
+// opened runs pause in the background, within timeout, when tr opens the
+// breaker, unless off or a pause is running (the delivery that opened it
+// is answered at once).
+func (b *breakerRuns) opened(ctx context.Context, tr forward.Transition, pause func(context.Context)) {
+	if !b.on || tr.To != forward.Open || !b.pausing.CompareAndSwap(false, true) {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer b.pausing.Store(false)
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
+		defer cancel()
+		pause(pctx)
+	}()
+}
+
+// checkHeld says whether a delivery fwd's breaker held should look now
+// whether the pause stands: on, no pause running, the breaker not closed,
+// and at most once every breakerCheckEvery.
+func (b *breakerRuns) checkHeld(fwd *forward.Forwarder) bool {
+	if !b.on || b.pausing.Load() || fwd.BreakerState() == forward.Closed {
+		return false
+	}
+	now := time.Now().UnixNano()
+	last := b.checked.Load()
+	return now-last >= int64(breakerCheckEvery) && b.checked.CompareAndSwap(last, now)
+}
+
+// close waits for a pause in progress.
+func (b *breakerRuns) close(context.Context) error {
+	b.wg.Wait()
+	return nil
 }
 
 // pauseDB is the consumer's database, where the pause is recorded.
@@ -78,20 +118,12 @@ const breakerCheckEvery = time.Second
 // subscription is paused, in the background (the delivery that opened it
 // is answered at once).
 func (p *breakerPause) transition(ctx context.Context, tr forward.Transition) {
-	if !p.on || tr.To != forward.Open || !p.pausing.CompareAndSwap(false, true) {
-		return
-	}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer p.pausing.Store(false)
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.timeout)
-		defer cancel()
+	p.opened(ctx, tr, func(pctx context.Context) {
 		if err := p.pause(pctx, tr); err != nil {
 			p.log.ErrorContext(pctx, "consume: circuit breaker open, but the push subscription could not be paused; held deliveries count toward its dead-letter policy",
 				"subscription", p.sub, "error", err.Error())
 		}
-	}()
+	})
 }
 
 // pause detaches the push endpoint and records the breaker's pause, unless
@@ -142,12 +174,7 @@ func (p *breakerPause) pause(ctx context.Context, tr forward.Transition) error {
 // delivery probes the target: its success closes the breaker, its failure
 // opens it again and pauses again. Checked at most once a second.
 func (p *breakerPause) held(ctx context.Context) {
-	if !p.on || p.pausing.Load() || p.fwd.BreakerState() == forward.Closed {
-		return
-	}
-	now := time.Now()
-	last := p.checked.Load()
-	if now.UnixNano()-last < int64(breakerCheckEvery) || !p.checked.CompareAndSwap(last, now.UnixNano()) {
+	if !p.checkHeld(p.fwd) {
 		return
 	}
 	if _, ok, err := inbox.PushPauseOf(ctx, p.db, p.sub); err != nil || ok {
@@ -159,12 +186,6 @@ func (p *breakerPause) held(ctx context.Context) {
 	if e, err := p.push.PushEndpoint(ctx, p.sub); err == nil && e.URL != "" {
 		p.fwd.EndCoolDown()
 	}
-}
-
-// close waits for a pause in progress.
-func (p *breakerPause) close(context.Context) error {
-	p.wg.Wait()
-	return nil
 }
 
 // probeReport is POST /breaker:probe's answer.

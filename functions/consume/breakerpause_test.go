@@ -53,8 +53,8 @@ func TestBreakerPauseYieldsToOperators(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &breakerPause{on: true, db: pool, push: fake.Client, sub: sub, consumerID: "archive-service", fwd: fwd,
-		breaker: forward.BreakerOptions{CoolDown: time.Second, MaxCoolDown: time.Minute}, log: logging.Discard(), now: time.Now, timeout: 10 * time.Second}
+	p := &breakerPause{breakerRuns: breakerRuns{on: true, timeout: 10 * time.Second}, db: pool, push: fake.Client, sub: sub, consumerID: "archive-service", fwd: fwd,
+		breaker: forward.BreakerOptions{CoolDown: time.Second, MaxCoolDown: time.Minute}, log: logging.Discard(), now: time.Now}
 	endpoint := broker.PushEndpoint{URL: "https://consume.example/", ServiceAccount: "consume@example.iam.gserviceaccount.com", Audience: "https://consume.example"}
 	set := func(e broker.PushEndpoint) {
 		t.Helper()
