@@ -20,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/names"
+	"github.com/relaybus/relaybus/internal/pack"
 	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
@@ -212,6 +213,10 @@ type Result struct {
 	Duplicate bool `json:"duplicate,omitempty"`
 	// Ignored: the message was addressed to another consumer.
 	Ignored bool `json:"ignored,omitempty"`
+	// Packed is how many events the message carried when it was a pack
+	// (internal/pack; 0 when it was not). A pack's answer is 200 once all
+	// of them are settled; otherwise it is the first unsettled event's.
+	Packed int `json:"packed,omitempty"`
 	// Code and Error say what failed.
 	Code  string `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
@@ -227,6 +232,10 @@ func (r Result) Held() bool { return r.Code == CodeHeld && r.Outcome == "" }
 // Handle processes one delivery:
 //
 //   - a message addressed (target_consumer) to another consumer: 200, ignored;
+//   - a pack (internal/pack, an aggregate's consecutive re-pushes to this
+//     consumer in one message): its events in order, each as below, in
+//     one transaction when they all succeed or park; 200 once all are
+//     settled, else the first unsettled event's answer (see Result.Packed);
 //   - undecodable, or no valid aggregate id (poison): published to
 //     <topic>.dlq with the reason, the attempt recorded, 200;
 //   - already applied (the inbox has it): 200, nothing done or recorded;
@@ -316,6 +325,9 @@ func (e *Engine) handle(ctx context.Context, d delivery.Delivery) Result {
 	if t := msg.Attributes[topology.TargetConsumerAttr]; t != "" && t != e.o.ConsumerID {
 		log.DebugContext(ctx, "consume: addressed to another consumer", "target_consumer", t)
 		return Result{Status: http.StatusOK, Ignored: true}
+	}
+	if pack.Is(msg) {
+		return e.handlePack(ctx, log, d, sub)
 	}
 	lim := e.o.Limits
 	if ref := msg.Attributes[event.AttrClaimCheck]; ref != "" {

@@ -110,33 +110,58 @@ func (r *Resequencer) Stalled() int64 { return r.stalled.Load() }
 
 func (r *Resequencer) now() time.Time { return r.o.Now().UTC() }
 
-// Handle applies, parks or acknowledges c's event (see Resequencer).
+// positionKey is the transaction's value (consumer.Context.TxValue) that
+// holds an aggregate's strict position once this transaction has locked
+// it: the version it is at now.
+type positionKey struct{ aggType, aggID string }
+
+// Handle applies, parks or acknowledges c's event (see Resequencer). The
+// aggregate's position is locked once per transaction: the events of a
+// pack after the first find it in the transaction's values.
 func (r *Resequencer) Handle(ctx context.Context, c *consumer.Context) error {
 	e := c.Event
-	last, err := lockPosition(ctx, c.Tx, c.ConsumerID, e.AggregateType, e.AggregateID)
-	if err != nil {
-		return err
+	key := positionKey{e.AggregateType, e.AggregateID}
+	last, locked := c.TxValue(key).(int64)
+	if !locked {
+		var err error
+		if last, err = lockPosition(ctx, c.Tx, c.ConsumerID, e.AggregateType, e.AggregateID); err != nil {
+			return err
+		}
 	}
+	pos, err := r.handleAt(ctx, c, last)
+	if err == nil {
+		c.SetTxValue(key, pos)
+	}
+	return err
+}
+
+// handleAt handles c's event with its aggregate's position locked at last
+// and returns the position after it.
+func (r *Resequencer) handleAt(ctx context.Context, c *consumer.Context, last int64) (int64, error) {
+	e := c.Event
 	switch {
 	case e.Version <= last:
 		var skipped bool
 		if err := c.Tx.QueryRow(ctx, skippedSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version).Scan(&skipped); err != nil {
-			return consumer.Transient("database", fmt.Errorf("strict: skipped versions: %w", err))
+			return last, consumer.Transient("database", fmt.Errorf("strict: skipped versions: %w", err))
 		}
 		if skipped {
-			return consumer.Permanent("version_skipped", fmt.Errorf("version %d of %s/%s was skipped by an operator (POST /gaps:skip); not applied",
+			return last, consumer.Permanent("version_skipped", fmt.Errorf("version %d of %s/%s was skipped by an operator (POST /gaps:skip); not applied",
 				e.Version, e.AggregateType, e.AggregateID))
 		}
-		return nil // applied before, under another event id
+		return last, nil // applied before, under another event id
 	case e.Version > last+1:
-		return r.park(ctx, c, last)
+		return last, r.park(ctx, c, last)
 	}
-	parkedAbove, err := r.advance(ctx, c)
-	if err != nil || !parkedAbove {
-		return err
+	nextParked, err := r.advance(ctx, c)
+	if err != nil || !nextParked {
+		return e.Version, err
 	}
-	_, err = r.drain(ctx, c, e.AggregateType, e.AggregateID, e.Version)
-	return err
+	applied, err := r.drain(ctx, c, e.AggregateType, e.AggregateID, e.Version)
+	if len(applied) > 0 {
+		return applied[len(applied)-1], err
+	}
+	return e.Version, err
 }
 
 // lockPosition locks the aggregate's position row and returns the last
@@ -156,16 +181,17 @@ func (r *Resequencer) apply(ctx context.Context, c *consumer.Context) error {
 }
 
 // advance moves the position to c's event, runs next, and reports whether
-// events are parked above it (so whether a drain has anything to apply).
-func (r *Resequencer) advance(ctx context.Context, c *consumer.Context) (parkedAbove bool, err error) {
+// the version after it is parked (so whether a drain has anything to
+// apply).
+func (r *Resequencer) advance(ctx context.Context, c *consumer.Context) (nextParked bool, err error) {
 	e := c.Event
-	if err := c.Tx.QueryRow(ctx, advanceSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID).Scan(&parkedAbove); err != nil {
+	if err := c.Tx.QueryRow(ctx, advanceSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID).Scan(&nextParked); err != nil {
 		return false, consumer.Transient("database", fmt.Errorf("strict position: %w", err))
 	}
 	if r.next == nil {
-		return parkedAbove, nil
+		return nextParked, nil
 	}
-	return parkedAbove, r.next.Handle(ctx, c)
+	return nextParked, r.next.Handle(ctx, c)
 }
 
 // park stores c's event until its predecessor is applied.

@@ -1,0 +1,167 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/relaybus/relaybus/internal/cloudevent"
+	"github.com/relaybus/relaybus/internal/delivery"
+	"github.com/relaybus/relaybus/internal/inbox"
+	"github.com/relaybus/relaybus/internal/ledger/model"
+	"github.com/relaybus/relaybus/internal/pack"
+	"github.com/relaybus/relaybus/shared/event"
+	"github.com/relaybus/relaybus/shared/topology"
+)
+
+// handlePack handles a pack (internal/pack: consecutive re-pushes of one
+// aggregate addressed to this consumer, as a backfill sends them): its
+// events in order, each exactly as a delivery of its own would be handled,
+// and answers 200 once every one of them is settled.
+//
+// With a handler that runs in the consumer's transaction, the whole pack
+// is tried first in one transaction: each event claimed in the inbox
+// (duplicates skipped), handled, parked or applied, and the attempts
+// committed together. Anything that would not be a plain success or park
+// there (a handler's error, a database error, an event that does not
+// decode or travels by claim check) rolls that transaction back, and the
+// events are handled one at a time instead (a Remote handler always is):
+// the first that does not settle (503) stops the pack and is the answer,
+// so the broker delivers the pack again and the events before it are
+// duplicates then. At the pack's last delivery attempt, an event whose
+// transient failure is recorded as dead-lettered is published to the
+// dead-letter topic alone, as a poison event is, and the rest of the pack
+// goes on: the broker would otherwise dead-letter the whole pack.
+func (e *Engine) handlePack(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string) Result {
+	msgs, err := pack.Decode(d.Message)
+	if err != nil {
+		return e.undecodable(ctx, log, d, sub, event.ReasonMalformed, err)
+	}
+	if _, remote := e.o.Handler.(Remote); !remote {
+		if res, ok := e.attemptPack(ctx, log, d, sub, msgs); ok {
+			return res
+		}
+	}
+	res := Result{Status: http.StatusOK, Outcome: model.OutcomeSuccess, Packed: len(msgs)}
+	for i, m := range msgs {
+		md := d
+		md.Message = m
+		r := e.handle(ctx, md)
+		if r.Status < 300 {
+			continue
+		}
+		if r.Outcome == model.OutcomeDeadLettered {
+			if err := e.deadLetter(ctx, md, sub, md.Topic(), r.Code, errors.New(r.Error)); err == nil {
+				log.ErrorContext(ctx, "consume: an event of a pack dead-lettered at the pack's last delivery attempt",
+					"event_id", r.EventID, "code", r.Code, "error", r.Error)
+				continue
+			}
+		}
+		r.Packed = len(msgs)
+		r.Error = fmt.Sprintf("event %d of a pack of %d: %s", i+1, len(msgs), r.Error)
+		return r
+	}
+	return res
+}
+
+// packed is an event of a pack applied or parked in the pack's
+// transaction: its attempt and its handler's Context.
+type packed struct {
+	a inbox.Attempt
+	c *Context
+}
+
+// attemptPack handles the events of a pack in one transaction (see
+// handlePack) and reports whether it did: false leaves nothing committed
+// and the events to be handled one at a time.
+func (e *Engine) attemptPack(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string, msgs []event.Message) (Result, bool) {
+	evs := make([]*event.Event, len(msgs))
+	for i, m := range msgs {
+		if m.Attributes[event.AttrClaimCheck] != "" || m.Attributes[topology.TargetConsumerAttr] != e.o.ConsumerID {
+			return Result{}, false
+		}
+		ev, _, err := cloudevent.Decode(m, e.o.Limits)
+		if err != nil {
+			return Result{}, false
+		}
+		evs[i] = &ev
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
+	defer cancel()
+	tx, err := e.o.DB.Begin(ctx)
+	if err != nil {
+		return Result{}, false
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer rcancel()
+	defer tx.Rollback(rctx) //nolint:errcheck // after Commit this is a no-op
+	var (
+		done    []packed
+		emitted []string
+		dups    int
+		values  = map[any]any{} // the Contexts' TxValues
+	)
+	as := make([]inbox.Attempt, len(evs))
+	at := now()
+	for i, ev := range evs {
+		as[i] = inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, Outcome: string(model.OutcomeSuccess),
+			ConsumedAt: at, Topic: ev.Topic, Subscription: sub, MessageID: msgs[i].ID,
+			DeliveryAttempt: d.Message.DeliveryAttempt}
+	}
+	// Every event claimed first, in one round trip, then each handled.
+	bs, err := inbox.BeginAppliedAll(ctx, tx, as)
+	if err != nil {
+		return Result{}, false
+	}
+	for i, ev := range evs {
+		a, b := as[i], bs[i]
+		if !b.Claimed {
+			dups++
+			continue
+		}
+		a.AttemptNo, a.Queued = b.Attempt, b.Queued
+		c := &Context{Event: ev, Tx: tx, ConsumerID: e.o.ConsumerID, Attempt: b.Attempt, DeliveryAttempt: d.Message.DeliveryAttempt,
+			Subscription: sub, MessageID: msgs[i].ID, engine: e, deferAtCommit: true, txValues: values}
+		if err := e.runHandler(ctx, c); err != nil {
+			return Result{}, false
+		}
+		if err := c.flushAtCommit(ctx); err != nil {
+			return Result{}, false
+		}
+		if c.parkCode != "" {
+			a.Outcome, a.ErrorCode, a.ErrorMessage = string(model.OutcomeParked), c.parkCode, c.parkMessage
+			if err := inbox.Outcome(ctx, tx, a); err != nil {
+				return Result{}, false
+			}
+		}
+		emitted = append(emitted, c.emittedIDs...)
+		done = append(done, packed{a: a, c: c})
+	}
+	var kicked func()
+	if tk, ok := e.o.Kicker.(TxKicker); ok && len(emitted) > 0 {
+		if kicked, err = tk.KickIn(ctx, tx, emitted...); err != nil {
+			return Result{}, false
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		// Whether it committed or not, the events handled one at a time
+		// find out: what did commit is a duplicate then.
+		return Result{}, false
+	}
+	after := kicked
+	if after != nil {
+		after = func() {} // the pack's kick goes once, below
+	}
+	for _, p := range done {
+		e.shipLater(ctx, log, p.a)
+		e.afterCommit(ctx, log, p.c, after)
+	}
+	if kicked != nil {
+		kicked()
+	}
+	log.InfoContext(ctx, "consume: pack applied", "events", len(msgs), "handled", len(done), "duplicates", dups)
+	return Result{Status: http.StatusOK, Outcome: model.OutcomeSuccess, Packed: len(msgs), Duplicate: dups == len(msgs)}, true
+}
