@@ -20,6 +20,7 @@ import (
 	"github.com/relaybus/relaybus/internal/eventually"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger"
+	"github.com/relaybus/relaybus/internal/pack"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pull"
 	"github.com/relaybus/relaybus/internal/pullengine"
@@ -50,6 +51,16 @@ func (c *countingEngine) Handle(ctx context.Context, d delivery.Delivery) pull.A
 	switch {
 	case a.Held:
 		c.held++
+	case a.Status == http.StatusOK && pack.Is(d.Message):
+		// A pack acknowledged: each of its events applied (the
+		// rebuild from the history sends them so; the inbox was cleared).
+		inner, err := pack.Decode(d.Message)
+		if err != nil {
+			panic(err)
+		}
+		for _, m := range inner {
+			c.applied[m.Attributes[event.AttrEventID]]++
+		}
 	case a.Status == http.StatusOK && a.Attempt == 0:
 		c.duplicates++
 	case a.Status == http.StatusOK:

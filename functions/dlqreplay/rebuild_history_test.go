@@ -15,6 +15,7 @@ import (
 	"github.com/relaybus/relaybus/functions/dlqreplay"
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/ledger/audit"
+	"github.com/relaybus/relaybus/internal/pack"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
@@ -43,8 +44,9 @@ func TestRebuildFromTheHistoryRedelivers(t *testing.T) {
 	alice, bob := bearerOf(person("alice@example.com")), bearerOf(person("bob@example.com"))
 	eng := auditEngine(t, e, e.fake.Client)
 	drain := func() { t.Helper(); drainOutbox(t, e.db, e.fake.Client, e.top) }
-	// take pulls audit-service's subscription until n messages were
-	// applied, each acknowledged after its answer, and returns them.
+	// take pulls audit-service's subscription until n events were
+	// applied, each message acknowledged after its answer, and returns
+	// them (a pack's each).
 	take := func(n int) []event.Message {
 		t.Helper()
 		tctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -64,7 +66,15 @@ func TestRebuildFromTheHistoryRedelivers(t *testing.T) {
 				if err := l.Ack(ctx); err != nil {
 					t.Fatal(err)
 				}
-				got = append(got, m)
+				if !pack.Is(m) {
+					got = append(got, m)
+					continue
+				}
+				inner, err := pack.Decode(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, inner...)
 			}
 		}
 		return got

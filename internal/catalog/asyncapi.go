@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/relaybus/relaybus/internal/pack"
+
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/topology"
 )
@@ -360,6 +362,7 @@ var pubsubAttributes = []attribute{
 	{event.AttrSourceService, "the producing service (CloudEvents source)"},
 	{event.AttrExpireAt, "after this time (RFC 3339) the event is not consumed but EXPIRED"},
 	{topology.TargetConsumerAttr, "set on a re-push or a dead-letter replay: only this consumer takes the message"},
+	{pack.Attr, "set on a pack, several re-pushes of one aggregate to one consumer in one message: how many (decimal)"},
 }
 
 // cloudEventAttributes are the CloudEvents context and extension

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/history"
+	"github.com/relaybus/relaybus/internal/pack"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/relaybustest"
@@ -52,7 +53,9 @@ func newProducer(t *testing.T) *producer {
 	}
 	fake := pubsubtest.New(t)
 	fake.Provision(t, top)
-	r, err := relay.New(relay.Options{DB: db, Publisher: fake.Client, Topology: top, Retention: -1})
+	// Packs of up to 3 events: the backfill's messages are packs, and
+	// few enough events each that live versions fall between them.
+	r, err := relay.New(relay.Options{DB: db, Publisher: fake.Client, Topology: top, Retention: -1, MaxPack: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,10 +100,21 @@ func (p *producer) history(t *testing.T) {
 	}
 }
 
-func ids(ms []event.Message) []string {
+// ids are the ids of the events ms carry, in order (a pack's each).
+func ids(t *testing.T, ms []event.Message) []string {
+	t.Helper()
 	var out []string
 	for _, m := range ms {
-		out = append(out, m.Attributes[event.AttrEventID])
+		inner := []event.Message{m}
+		if pack.Is(m) {
+			var err error
+			if inner, err = pack.Decode(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, im := range inner {
+			out = append(out, im.Attributes[event.AttrEventID])
+		}
 	}
 	return out
 }
@@ -190,7 +204,7 @@ func TestBackfillMeetsTheLiveStreamWithoutReorder(t *testing.T) {
 	live := p.drain(t)
 	// Order holds per aggregate; the two aggregates' runs may come in
 	// either order, so the seam below takes them by id: A 8, A 9, B 6.
-	got := ids(live)
+	got := ids(t, live)
 	if !slices.Equal(slices.Sorted(slices.Values(got)), []string{"A-v8", "A-v9", "B-v6"}) || slices.Index(got, "A-v8") > slices.Index(got, "A-v9") {
 		t.Fatalf("live messages %v, want A-v8 before A-v9, and B-v6", got)
 	}
@@ -220,8 +234,12 @@ func TestBackfillMeetsTheLiveStreamWithoutReorder(t *testing.T) {
 	}
 	back := p.drain(t)
 	want := []string{"A-v1", "A-v2", "A-v3", "A-v4", "A-v5", "A-v6", "A-v7", "B-v1", "B-v2", "B-v3", "B-v4", "B-v5"}
-	if got := ids(back); !slices.Equal(got, want) {
+	if got := ids(t, back); !slices.Equal(got, want) {
 		t.Fatalf("backfill published %v, want each event once, in order: %v", got, want)
+	}
+	// In packs of 3: A 1-3, A 4-6, A 7, B 1-3, B 4-5.
+	if len(back) != 5 {
+		t.Fatalf("the backfill's 12 events travelled in %d messages, want 5 (packs of up to 3 per aggregate)", len(back))
 	}
 	for _, m := range back {
 		if m.Attributes[topology.TargetConsumerAttr] != newbie || m.OrderingKey == "" {
@@ -230,14 +248,9 @@ func TestBackfillMeetsTheLiveStreamWithoutReorder(t *testing.T) {
 	}
 
 	// Interleaved at the seam: live A 8 before all its predecessors, live
-	// B 6 and A 9 in the middle, one backfilled event delivered twice.
-	seam := []event.Message{live[0]}
-	seam = append(seam, back[:3]...)
-	seam = append(seam, live[2])
-	seam = append(seam, back[3:9]...)
-	seam = append(seam, live[1])
-	seam = append(seam, back[9:]...)
-	seam = append(seam, back[2])
+	// B 6 before B's backfill, live A 9 before A 7, one backfilled pack
+	// delivered twice.
+	seam := []event.Message{live[0], back[0], live[2], back[1], back[3], live[1], back[2], back[4], back[0]}
 
 	strict := relaybustest.New(t, projection.Strict(recorder()), relaybustest.Options{ConsumerID: newbie, DatabaseURL: pgtest.URL(t), Migrate: applied})
 	latest := relaybustest.New(t, projection.Latest(), relaybustest.Options{ConsumerID: newbie, DatabaseURL: pgtest.URL(t)})
@@ -250,7 +263,7 @@ func TestBackfillMeetsTheLiveStreamWithoutReorder(t *testing.T) {
 				t.Fatalf("%s: %+v", m.Attributes[event.AttrEventID], r)
 			}
 		}
-		agg := m.Attributes[event.AttrAggregateID]
+		agg := m.OrderingKey // a pack's events' aggregate
 		v, err := projection.HeldVersion(ctx, latest.DB, topology.HandlerProjection, newbie, "order", agg)
 		if err != nil {
 			t.Fatal(err)

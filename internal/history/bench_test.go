@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/relaybus/relaybus/internal/history"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/migrate"
+	"github.com/relaybus/relaybus/internal/pack"
 	"github.com/relaybus/relaybus/internal/percentile"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
@@ -187,6 +189,14 @@ func benchHistory(b *testing.B, aggregates, versions int) (*pgxpool.Pool, string
 	return db, url, top
 }
 
+// eventsIn is how many events m carries: a pack's count, else 1.
+func eventsIn(m event.Message) int {
+	if n, err := strconv.Atoi(m.Attributes[pack.Attr]); err == nil {
+		return n
+	}
+	return 1
+}
+
 func isClosed(c chan struct{}) bool {
 	select {
 	case <-c:
@@ -243,10 +253,12 @@ func benchEvent(a int, v int64) *event.Event {
 // events on 500 aggregates while live versions of the same aggregates are
 // published past its watermark: the backfill queues its events at its
 // highest rate, a relay publishes them (re-pushes addressed to the
-// consumer) and the live versions to pstest, and the consume engine takes
-// each message the broker acknowledged through a strict handler that
-// records the versions it applies (inbox, version gate, one Postgres
-// transaction per delivery), each ordering key on one of 16 workers.
+// consumer, an aggregate's consecutive ones in packs of up to
+// relay.DefaultMaxPack) and the live versions to pstest, and the consume
+// engine takes each message the broker acknowledged through a strict
+// handler that records the versions it applies (inbox, version gate, one
+// Postgres transaction per delivery, a pack's events together), each
+// ordering key on one of 16 workers.
 //
 // Another consumer of the topic (liveConsumer, the generic projection)
 // takes the live versions and a steady stream of its own aggregates,
@@ -334,7 +346,7 @@ func backfillBench(b *testing.B) {
 					failed.Add(1)
 					firstFailureOnce.Do(func() { firstFailure = fmt.Sprintf("%s: %+v", m.Attributes[event.AttrEventID], r) })
 				}
-				if done.Add(1) == int64(total) {
+				if done.Add(int64(eventsIn(m))) == int64(total) {
 					finishOnce.Do(func() { close(finished) })
 				}
 			}
@@ -572,7 +584,7 @@ func backfillBench(b *testing.B) {
 	}
 	fmt.Printf("# backfill: %d history events on %d aggregates (in relaybus_outbox_history) + %d live versions (%d rounds of one version of every aggregate, every %s, from the backfill's start); backfill rate %d/s (history.MaxRate); relay: DefaultConcurrency, pstest in process; consumer: strict handler recording each applied version, %d workers by ordering key, pool %d; Postgres %s\n",
 		historyN, benchAggregates, benchAggregates*benchLive, benchLive, benchLiveEvery, history.MaxRate, benchWorkers, benchPool, durable)
-	fmt.Printf("# backfill: consumer applied %d versions (inbox %d), lost %d, duplicated %d, reordered %d; broker acknowledged %d backfill messages (%d history events)\n",
+	fmt.Printf("# backfill: consumer applied %d versions (inbox %d), lost %d, duplicated %d, reordered %d; broker acknowledged %d backfill messages (packs of up to relay.DefaultMaxPack; %d history events)\n",
 		done.Load(), inboxed, lost, dup, reorders, backfilledAcked.Load(), historyN)
 	if lost > 0 || dup > 0 || inboxed != total {
 		b.Fatalf("backfill benchmark: %d versions lost, %d applied twice, %d in the inbox of %d: the run prints no figure", lost, dup, inboxed, total)
@@ -641,7 +653,16 @@ func backfillPublishBench(b *testing.B) {
 	}
 	out := func(msgs []event.Message) {
 		for _, m := range msgs {
-			sink.Got(m.OrderingKey, m.Attributes[event.AttrEventID])
+			inner := []event.Message{m}
+			if pack.Is(m) {
+				var err error
+				if inner, err = pack.Decode(m); err != nil {
+					b.Error(err)
+				}
+			}
+			for _, im := range inner {
+				sink.Got(im.OrderingKey, im.Attributes[event.AttrEventID])
+			}
 		}
 	}
 	r, err := relay.New(relay.Options{DB: db, Publisher: tap{next: fake.Client, out: out}, Topology: top, Retention: -1})

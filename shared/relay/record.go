@@ -8,8 +8,10 @@ import (
 	"github.com/relaybus/relaybus/internal/ledger/model"
 
 	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/pack"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
+	"github.com/relaybus/relaybus/shared/topology"
 )
 
 // recordedRun is one settled run on its way to the ledger: its sends, and
@@ -246,11 +248,12 @@ func (r *Relay) repushes(ctx context.Context) (int, error) {
 // publishRepushes publishes the re-pushes qs[idx] of topic, in order, and
 // returns the indexes the broker acknowledged; fail records each other
 // one's failure. A re-push whose message cannot be made (encoding, claim
-// check) fails alone. The rest go as one PublishBatch; when the broker
-// acknowledges only part of it, what it did not is published again one
-// ordering key at a time, a key's re-pushes stopping at its first failure,
-// so a message the broker rejects holds back its own key only and no
-// key's re-pushes reach the broker out of their queued order.
+// check) fails alone. The rest go as one PublishBatch, runs of one
+// aggregate addressed to one consumer as packs (Options.MaxPack); when the
+// broker acknowledges only part of it, what it did not is published again
+// one ordering key at a time, a key's messages stopping at their first
+// failure, so a message the broker rejects holds back its own key only and
+// no key's re-pushes reach the broker out of their queued order.
 func (r *Relay) publishRepushes(ctx context.Context, topic string, qs []outbox.QueuedRepush, idx []int, fail func(int, error)) []int {
 	var (
 		msgs []event.Message
@@ -273,44 +276,125 @@ func (r *Relay) publishRepushes(ctx context.Context, topic string, qs []outbox.Q
 	if len(msgs) == 0 {
 		return nil
 	}
-	n, err := r.publish(ctx, topic, msgs, rows)
-	if err == nil && n < len(msgs) {
-		err = fmt.Errorf("publish to %s: the broker acknowledged %d of %d messages", topic, n, len(msgs))
+	units, members := r.packs(topic, msgs)
+	urows := make([]outbox.Row, len(units))
+	for u, ms := range members {
+		urows[u] = rows[ms[0]]
 	}
-	published := ok[:n:n]
+	n, err := r.publish(ctx, topic, units, urows)
+	if err == nil && n < len(units) {
+		err = fmt.Errorf("publish to %s: the broker acknowledged %d of %d messages", topic, n, len(units))
+	}
+	var published []int
+	for _, ms := range members[:n] {
+		for _, k := range ms {
+			published = append(published, ok[k])
+		}
+	}
 	if err == nil {
 		return published
 	}
 	// Again a key at a time: the keys in the order of their first message.
 	var keys []string
-	byKey := map[string][]int{} // ordering key -> positions in msgs
-	for k := n; k < len(msgs); k++ {
-		key := msgs[k].OrderingKey
+	byKey := map[string][]int{} // ordering key -> positions in units
+	for u := n; u < len(units); u++ {
+		key := units[u].OrderingKey
 		if _, seen := byKey[key]; !seen {
 			keys = append(keys, key)
 		}
-		byKey[key] = append(byKey[key], k)
+		byKey[key] = append(byKey[key], u)
 	}
 	for _, key := range keys {
-		ks := byKey[key]
-		kmsgs, krows := make([]event.Message, len(ks)), make([]outbox.Row, len(ks))
-		for j, k := range ks {
-			kmsgs[j], krows[j] = msgs[k], rows[k]
+		us := byKey[key]
+		kmsgs, krows := make([]event.Message, len(us)), make([]outbox.Row, len(us))
+		for j, u := range us {
+			kmsgs[j], krows[j] = units[u], urows[u]
 		}
 		kn, kerr := 0, err // past the lease's margin, no more keys are tried
 		if ctx.Err() == nil {
 			kn, kerr = r.publish(ctx, topic, kmsgs, krows)
-			if kerr == nil && kn < len(ks) {
-				kerr = fmt.Errorf("publish to %s: the broker acknowledged %d of %d messages", topic, kn, len(ks))
+			if kerr == nil && kn < len(us) {
+				kerr = fmt.Errorf("publish to %s: the broker acknowledged %d of %d messages", topic, kn, len(us))
 			}
 		}
-		for j, k := range ks {
-			if j < kn {
-				published = append(published, ok[k])
-			} else {
-				fail(ok[k], kerr)
+		for j, u := range us {
+			for _, k := range members[u] {
+				if j < kn {
+					published = append(published, ok[k])
+				} else {
+					fail(ok[k], kerr)
+				}
 			}
 		}
 	}
 	return published
+}
+
+// packs returns the messages that carry msgs to topic, in order: each run
+// of consecutive messages of one ordering key addressed to one consumer
+// that takes packs, within Options.MaxPack and pack.MaxBytes, as one pack,
+// every other message alone; members[u] are the positions in msgs that
+// units[u] carries.
+func (r *Relay) packs(topic string, msgs []event.Message) (units []event.Message, members [][]int) {
+	flush := func(from, to int) {
+		if to-from > 1 {
+			if p, err := pack.Encode(msgs[from:to]); err == nil {
+				units = append(units, p)
+				members = append(members, seq(from, to))
+				return
+			}
+			// Unreachable: the run shares its key and target and is
+			// within the bounds; alone, each still goes out.
+		}
+		for k := from; k < to; k++ {
+			units, members = append(units, msgs[k]), append(members, []int{k})
+		}
+	}
+	packable := map[string]bool{}
+	from, size := 0, 0
+	for k, m := range msgs {
+		first := msgs[from]
+		target := m.Attributes[topology.TargetConsumerAttr]
+		p, seen := packable[target]
+		if !seen {
+			p = r.packable(topic, target)
+			packable[target] = p
+		}
+		if k > from && (!p || m.OrderingKey != first.OrderingKey || target != first.Attributes[topology.TargetConsumerAttr] ||
+			k-from >= r.o.MaxPack || size+pack.Size(m) > pack.MaxBytes) {
+			flush(from, k)
+			from, size = k, 0
+		}
+		size += pack.Size(m)
+	}
+	flush(from, len(msgs))
+	return units, members
+}
+
+// packable says whether re-pushes to topic addressed to target may travel
+// in packs: addressed to one consumer, the broker's ordering key set, and
+// no extra filter of the consumer's that would read each event's
+// attributes.
+func (r *Relay) packable(topic, target string) bool {
+	if target == "" || r.o.MaxPack < 2 {
+		return false
+	}
+	if r.o.Topology == nil {
+		return true
+	}
+	for _, c := range r.o.Topology.Consumers() {
+		if c.Topic == topic && c.Service == target && c.ExtraFilter != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// seq is from, from+1, ..., to-1.
+func seq(from, to int) []int {
+	s := make([]int, 0, to-from)
+	for k := from; k < to; k++ {
+		s = append(s, k)
+	}
+	return s
 }

@@ -57,6 +57,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/batch"
 	"github.com/relaybus/relaybus/internal/logging"
+	"github.com/relaybus/relaybus/internal/pack"
 	"github.com/relaybus/relaybus/internal/retry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
@@ -81,6 +82,7 @@ const (
 	DefaultHealDelay    = 30 * time.Second
 	DefaultSettleWait   = 50 * time.Millisecond
 	DefaultLedgerWait   = 100 * time.Millisecond
+	DefaultMaxPack      = 100
 	// purgeBatch bounds one retention delete.
 	purgeBatch = 5000
 	// fastRunLimit bounds the run the fast path publishes per aggregate: an
@@ -173,6 +175,13 @@ type Options struct {
 	History outbox.History
 	// LedgerBudget bounds one batch of ledger writes (DefaultLedgerBudget).
 	LedgerBudget time.Duration
+	// MaxPack is how many consecutive re-pushes of one aggregate addressed
+	// to one consumer travel as one message, a pack (internal/pack), which
+	// the consumer applies in one transaction (DefaultMaxPack; at most
+	// pack.MaxMessages). 1 sends each alone. Re-pushes to a consumer the
+	// Topology declares with an extra filter always go alone: the filter
+	// reads the attributes of each event, which a pack does not carry.
+	MaxPack int
 	// HealDelay is how long after a send the healing step may record it
 	// when the live recorder has not (DefaultHealDelay).
 	HealDelay time.Duration
@@ -274,6 +283,10 @@ func New(o Options) (*Relay, error) {
 	if o.LedgerBudget <= 0 {
 		o.LedgerBudget = DefaultLedgerBudget
 	}
+	if o.MaxPack <= 0 {
+		o.MaxPack = DefaultMaxPack
+	}
+	o.MaxPack = min(o.MaxPack, pack.MaxMessages)
 	if o.HealDelay <= 0 {
 		o.HealDelay = DefaultHealDelay
 	}

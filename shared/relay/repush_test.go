@@ -3,7 +3,10 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
 
+	"github.com/relaybus/relaybus/internal/pack"
 	"github.com/relaybus/relaybus/internal/pgtest"
 	"github.com/relaybus/relaybus/internal/pubsubtest"
 	"github.com/relaybus/relaybus/shared/event"
@@ -197,5 +201,173 @@ func TestRepushClaimOutlivesTheDrainBudget(t *testing.T) {
 		if got := e.rec.versions(a); !slices.Equal(got, []int64{1, 2, 3}) {
 			t.Errorf("%s re-pushed %v, want [1 2 3]", a, got)
 		}
+	}
+}
+
+// queuedInOrder enqueues and drains versions 1..n of each aggregate and
+// queues a re-push of each to target, an aggregate's versions one after
+// another (as a backfill queues them).
+func queuedInOrder(t *testing.T, e *env, r *relay.Relay, target string, aggs []string, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	for _, a := range aggs {
+		for v := int64(1); v <= n; v++ {
+			if _, err := outbox.Enqueue(ctx, e.pool, ev(a, v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitDrained(t, r, e.pool)
+	for _, a := range aggs {
+		for v := int64(1); v <= n; v++ {
+			if _, err := outbox.Repush(ctx, e.pool, ev(a, v), target); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// unpacked is what a publish request carried: each message's aggregate
+// and version in order, the messages in packs read out of them, and how
+// many messages were packs.
+func unpacked(t *testing.T, req []*pb.PubsubMessage) (versions map[string][]string, targets map[string]bool, packs int) {
+	t.Helper()
+	versions, targets = map[string][]string{}, map[string]bool{}
+	for _, m := range req {
+		msgs := []event.Message{{ID: "m", Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey}}
+		if pack.Is(msgs[0]) {
+			packs++
+			var err error
+			if msgs, err = pack.Decode(msgs[0]); err != nil {
+				t.Fatalf("a pack does not decode: %v", err)
+			}
+			if m.Attributes[topology.TargetConsumerAttr] == "" {
+				t.Errorf("a pack of %s has no %s", m.OrderingKey, topology.TargetConsumerAttr)
+			}
+		}
+		for _, im := range msgs {
+			if im.OrderingKey != im.Attributes["aggregate_id"] {
+				t.Errorf("%s v%s travelled under ordering key %q", im.Attributes["aggregate_id"], im.Attributes["version"], im.OrderingKey)
+			}
+			versions[im.Attributes["aggregate_id"]] = append(versions[im.Attributes["aggregate_id"]], im.Attributes["version"])
+			targets[im.Attributes[topology.TargetConsumerAttr]] = true
+		}
+	}
+	return versions, targets, packs
+}
+
+// Re-pushes of one aggregate to one consumer queued one after another go
+// out as packs of up to MaxPack, each aggregate's versions once, in order,
+// addressed to the consumer; MaxPack 1 sends each alone.
+func TestRepushesOfAnAggregateTravelInPacks(t *testing.T) {
+	for _, tc := range []struct {
+		maxPack, wantMsgs, wantPacks int
+	}{
+		{maxPack: 0, wantMsgs: 6, wantPacks: 6}, // DefaultMaxPack (100): 250 versions in 3 packs each
+		{maxPack: 1, wantMsgs: 500, wantPacks: 0},
+	} {
+		t.Run(fmt.Sprint("MaxPack=", tc.maxPack), func(t *testing.T) {
+			ctx := context.Background()
+			log := &requestLog{recorder: newRecorder()}
+			e := newEnvWith(t, log)
+			r := e.relay(t, relay.Options{MaxPack: tc.maxPack})
+			aggs := []string{"order-a", "order-b"}
+			queuedInOrder(t, e, r, "new-service", aggs, 250)
+			log.mu.Lock()
+			before := len(log.requests)
+			log.mu.Unlock()
+			total := 0
+			for total < 500 {
+				sum, err := r.Drain(ctx, time.Minute)
+				if err != nil || sum.Repushed == 0 {
+					t.Fatalf("drain: %+v %v, with %d of 500 re-pushed", sum, err, total)
+				}
+				total += sum.Repushed
+			}
+			log.mu.Lock()
+			var sent []*pb.PubsubMessage
+			for _, req := range log.requests[before:] {
+				sent = append(sent, req...)
+			}
+			log.mu.Unlock()
+			versions, targets, packs := unpacked(t, sent)
+			if len(sent) != tc.wantMsgs || packs != tc.wantPacks {
+				t.Errorf("500 re-pushes went out as %d messages, %d of them packs; want %d and %d", len(sent), packs, tc.wantMsgs, tc.wantPacks)
+			}
+			want := []string{}
+			for v := 1; v <= 250; v++ {
+				want = append(want, fmt.Sprint(v))
+			}
+			for _, a := range aggs {
+				if !slices.Equal(versions[a], want) {
+					t.Errorf("%s re-pushed %v, want versions 1..250 once each, in order", a, versions[a])
+				}
+			}
+			if len(targets) != 1 || !targets["new-service"] {
+				t.Errorf("the re-pushed events were addressed to %v, want new-service alone", targets)
+			}
+		})
+	}
+}
+
+// A consumer whose subscription has an extra filter reads each event's
+// attributes, which a pack does not carry: its re-pushes go out alone.
+func TestRepushesToAFilteredConsumerGoAlone(t *testing.T) {
+	ctx := context.Background()
+	src, err := os.ReadFile("../../infra/topology.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const decl = "      - service: member-service\n"
+	if !strings.Contains(string(src), decl) {
+		t.Fatalf("infra/topology.yaml declares no %q", decl)
+	}
+	path := filepath.Join(t.TempDir(), "topology.yaml")
+	filtered := strings.Replace(string(src), decl, decl+"        filter: attributes.event_type = \"order.purchased\"\n", 1)
+	if err := os.WriteFile(path, []byte(filtered), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	top, err := topology.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &requestLog{recorder: newRecorder()}
+	e := newEnvWith(t, log)
+	r := e.relay(t, relay.Options{})
+	for _, a := range []string{"order-a", "order-b"} {
+		for v := int64(1); v <= 10; v++ {
+			if _, err := outbox.Enqueue(ctx, e.pool, ev(a, v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitDrained(t, r, e.pool)
+	for a, target := range map[string]string{"order-a": "member-service", "order-b": "new-service"} {
+		for v := int64(1); v <= 10; v++ {
+			if _, err := outbox.Repush(ctx, e.pool, ev(a, v), target); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.top = top
+	r = e.relay(t, relay.Options{})
+	log.mu.Lock()
+	before := len(log.requests)
+	log.mu.Unlock()
+	if sum, err := r.Drain(ctx, time.Minute); err != nil || sum.Repushed != 20 {
+		t.Fatalf("drain: %+v %v, want 20 re-pushed", sum, err)
+	}
+	log.mu.Lock()
+	var sent []*pb.PubsubMessage
+	for _, req := range log.requests[before:] {
+		sent = append(sent, req...)
+	}
+	log.mu.Unlock()
+	versions, _, packs := unpacked(t, sent)
+	if len(sent) != 11 || packs != 1 {
+		t.Errorf("sent %d messages, %d of them packs; want member-service's 10 alone and new-service's 10 in one pack", len(sent), packs)
+	}
+	if len(versions["order-a"]) != 10 || len(versions["order-b"]) != 10 {
+		t.Errorf("re-pushed %v, want 10 versions of each aggregate", versions)
 	}
 }
