@@ -270,7 +270,8 @@ func (r Result) Held() bool { return r.Code == CodeHeld && r.Outcome == "" }
 // work a span under it (its child events carry that span's context), and
 // the delivery is counted and timed by outcome (see internal/telemetry).
 func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
-	if !telemetry.Enabled() {
+	if !telemetry.Enabled() || pack.Is(d.Message) {
+		// A pack's events are spanned and counted each (handlePack).
 		return e.handle(ctx, d)
 	}
 	start := time.Now()

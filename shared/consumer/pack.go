@@ -13,9 +13,15 @@ import (
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/model"
 	"github.com/relaybus/relaybus/internal/pack"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/topology"
 )
+
+// CodePackUnfinished is Result.Code of a pack whose time ran out before
+// all its events were handled one at a time: redelivered, it goes on from
+// the first event not handled.
+const CodePackUnfinished = "pack_unfinished"
 
 // handlePack handles a pack (internal/pack: consecutive re-pushes of one
 // aggregate addressed to this consumer, as a backfill sends them): its
@@ -23,44 +29,63 @@ import (
 // and answers 200 once every one of them is settled.
 //
 // With a handler that runs in the consumer's transaction, the whole pack
-// is tried first in one transaction: each event claimed in the inbox
-// (duplicates skipped), handled, parked or applied, and the attempts
-// committed together. Anything that would not be a plain success or park
-// there (a handler's error, a database error, an event that does not
-// decode or travels by claim check) rolls that transaction back, and the
-// events are handled one at a time instead (a Remote handler always is):
-// the first that does not settle (503) stops the pack and is the answer,
-// so the broker delivers the pack again and the events before it are
-// duplicates then. At the pack's last delivery attempt, an event whose
-// transient failure is recorded as dead-lettered is published to the
-// dead-letter topic alone, as a poison event is, and the rest of the pack
-// goes on: the broker would otherwise dead-letter the whole pack.
+// is tried first in one transaction: each event claimed in the inbox just
+// before its handler runs (duplicates skipped), handled, parked or
+// applied, and the attempts committed together. Anything that would not be
+// a plain success or park there (a handler's error, a database error, an
+// event that does not decode or travels by claim check, the transaction's
+// share of the pack's time running out) rolls that transaction back, and
+// the events are handled one at a time instead (a Remote handler always
+// is): the first that does not settle (503) stops the pack and is the
+// answer, with no attempt number (the pack's deliveries are what the
+// broker counts), so the broker delivers the pack again and the events
+// before it are duplicates then.
+//
+// A pack has Options.Timeout in all: half for its transaction, the rest
+// for the events one at a time, where no event is started once it is
+// spent and one was handled (not a duplicate), except at the pack's last
+// delivery attempt; the answer is then 503 pack_unfinished, and each
+// redelivery goes on from the first event not handled. At the pack's last
+// delivery attempt, an event whose transient failure is recorded as
+// dead-lettered is published to the dead-letter topic alone, as a poison
+// event is, and the rest of the pack goes on: the broker would otherwise
+// dead-letter the whole pack.
 func (e *Engine) handlePack(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string) Result {
 	msgs, err := pack.Decode(d.Message)
 	if err != nil {
 		return e.undecodable(ctx, log, d, sub, event.ReasonMalformed, err)
 	}
+	start := time.Now()
 	if _, remote := e.o.Handler.(Remote); !remote {
-		if res, ok := e.attemptPack(ctx, log, d, sub, msgs); ok {
+		if res, ok := e.attemptPack(ctx, log, d, sub, msgs, start.Add(e.o.Timeout/2)); ok {
 			return res
 		}
 	}
+	deadline := start.Add(e.o.Timeout)
+	last := d.Message.DeliveryAttempt >= e.o.MaxDeliveryAttempts
 	res := Result{Status: http.StatusOK, Outcome: model.OutcomeSuccess, Packed: len(msgs)}
+	handled := false // an event not a duplicate: this delivery made progress
 	for i, m := range msgs {
+		if !last && handled && time.Now().After(deadline) {
+			log.WarnContext(ctx, "consume: a pack's time ran out; the rest on its redelivery", "done", i, "events", len(msgs))
+			return Result{Status: http.StatusServiceUnavailable, Packed: len(msgs), Code: CodePackUnfinished,
+				Error: fmt.Sprintf("%d of the pack's %d events handled within %s; the rest on its redelivery", i, len(msgs), e.o.Timeout)}
+		}
 		md := d
 		md.Message = m
-		r := e.handle(ctx, md)
+		r := e.Handle(ctx, md) // each event's own span and metrics
+		handled = handled || !r.Duplicate
 		if r.Status < 300 {
 			continue
 		}
-		if r.Outcome == model.OutcomeDeadLettered {
-			if err := e.deadLetter(ctx, md, sub, md.Topic(), r.Code, errors.New(r.Error)); err == nil {
+		if topic := md.Topic(); r.Outcome == model.OutcomeDeadLettered && topic != "" {
+			if err := e.deadLetter(ctx, md, sub, topic, r.Code, errors.New(r.Error)); err == nil {
 				log.ErrorContext(ctx, "consume: an event of a pack dead-lettered at the pack's last delivery attempt",
 					"event_id", r.EventID, "code", r.Code, "error", r.Error)
 				continue
 			}
 		}
-		r.Packed = len(msgs)
+		r.Packed, r.Attempt = len(msgs), 0
 		r.Error = fmt.Sprintf("event %d of a pack of %d: %s", i+1, len(msgs), r.Error)
 		return r
 	}
@@ -77,7 +102,7 @@ type packed struct {
 // attemptPack handles the events of a pack in one transaction (see
 // handlePack) and reports whether it did: false leaves nothing committed
 // and the events to be handled one at a time.
-func (e *Engine) attemptPack(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string, msgs []event.Message) (Result, bool) {
+func (e *Engine) attemptPack(ctx context.Context, log *slog.Logger, d delivery.Delivery, sub string, msgs []event.Message, deadline time.Time) (Result, bool) {
 	evs := make([]*event.Event, len(msgs))
 	for i, m := range msgs {
 		if m.Attributes[event.AttrClaimCheck] != "" || m.Attributes[topology.TargetConsumerAttr] != e.o.ConsumerID {
@@ -89,7 +114,8 @@ func (e *Engine) attemptPack(ctx context.Context, log *slog.Logger, d delivery.D
 		}
 		evs[i] = &ev
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.o.Timeout)
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	tx, err := e.o.DB.Begin(ctx)
 	if err != nil {
@@ -104,20 +130,18 @@ func (e *Engine) attemptPack(ctx context.Context, log *slog.Logger, d delivery.D
 		dups    int
 		values  = map[any]any{} // the Contexts' TxValues
 	)
-	as := make([]inbox.Attempt, len(evs))
-	at := now()
 	for i, ev := range evs {
-		as[i] = inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, Outcome: string(model.OutcomeSuccess),
-			ConsumedAt: at, Topic: ev.Topic, Subscription: sub, MessageID: msgs[i].ID,
+		// Claimed just before its handler runs, as a delivery of its own
+		// is: a handler that asks whether another event is applied
+		// (event.SideBySide's versions) sees only the pack's events handled
+		// before it.
+		a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, Outcome: string(model.OutcomeSuccess),
+			ConsumedAt: now(), Topic: ev.Topic, Subscription: sub, MessageID: msgs[i].ID,
 			DeliveryAttempt: d.Message.DeliveryAttempt}
-	}
-	// Every event claimed first, in one round trip, then each handled.
-	bs, err := inbox.BeginAppliedAll(ctx, tx, as)
-	if err != nil {
-		return Result{}, false
-	}
-	for i, ev := range evs {
-		a, b := as[i], bs[i]
+		b, err := inbox.BeginApplied(ctx, tx, a)
+		if err != nil {
+			return Result{}, false
+		}
 		if !b.Claimed {
 			dups++
 			continue
@@ -161,6 +185,16 @@ func (e *Engine) attemptPack(ctx context.Context, log *slog.Logger, d delivery.D
 	}
 	if kicked != nil {
 		kicked()
+	}
+	if telemetry.Enabled() {
+		took := time.Since(start) / time.Duration(len(msgs)) // each event's share of the pack's transaction
+		for _, p := range done {
+			outcome := string(model.OutcomeSuccess)
+			if p.c.parkCode != "" {
+				outcome = string(model.OutcomeParked)
+			}
+			telemetry.RecordConsume(ctx, p.a.Topic, sub, e.o.ConsumerID, outcome, took)
+		}
 	}
 	log.InfoContext(ctx, "consume: pack applied", "events", len(msgs), "handled", len(done), "duplicates", dups)
 	return Result{Status: http.StatusOK, Outcome: model.OutcomeSuccess, Packed: len(msgs), Duplicate: dups == len(msgs)}, true

@@ -251,3 +251,63 @@ func TestAPackThroughAStrictHandlerDrainsWhatWasParked(t *testing.T) {
 		t.Errorf("v1..v6 were applied in %d transactions, want the pack's one", len(got.xacts))
 	}
 }
+
+// slow applies each event after a pause: a handler slower than the pack's
+// time budget allows for the whole pack.
+type slow struct {
+	applier
+	each time.Duration
+}
+
+func (s *slow) Handle(ctx context.Context, c *consumer.Context) error {
+	select {
+	case <-time.After(s.each):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.applier.Handle(ctx, c)
+}
+
+type noDeadLetters struct{}
+
+func (noDeadLetters) Publish(context.Context, string, event.Message) (string, error) {
+	return "", errors.New("the test dead-letters nothing")
+}
+
+// A pack whose events take longer together than the engine's Timeout is
+// answered 503 pack_unfinished once its time runs out, with the events
+// handled so far applied; each redelivery goes on from there, and the
+// pack's last delivery attempt handles whatever is left, so every event is
+// applied once, in order, within the broker's attempts.
+func TestAPackSlowerThanItsTimeGoesOnAtEachRedelivery(t *testing.T) {
+	h := &slow{each: 40 * time.Millisecond}
+	k := relaybustest.New(t, h, relaybustest.Options{Migrate: appliedTable})
+	eng, err := consumer.New(consumer.Options{DB: k.DB, ConsumerID: relaybustest.DefaultConsumerID, Handler: h,
+		DeadLetters: noDeadLetters{}, Timeout: 300 * time.Millisecond, MaxDeliveryAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfinished, progress := 0, 0
+	for n := 1; ; n++ {
+		r := eng.Handle(context.Background(), delivery.Delivery{Mode: delivery.ModePush,
+			Subscription: packTopic + "." + relaybustest.DefaultConsumerID + "-sub", Message: packOf(t, relaybustest.DefaultConsumerID, "order-a", 1, 8, n)})
+		if r.Status == 200 {
+			break
+		}
+		if r.Code != consumer.CodePackUnfinished || n == 3 {
+			t.Fatalf("delivery %d: %+v, want 503 pack_unfinished before the last attempt", n, r)
+		}
+		unfinished++
+		applied := len(appliedOf(t, k.DB).ids)
+		if applied <= progress {
+			t.Fatalf("delivery %d left %d events applied, %d before it: a redelivery must go on", n, applied, progress)
+		}
+		progress = applied
+	}
+	if unfinished == 0 {
+		t.Errorf("8 events of 40 ms each within a 300 ms budget finished in one delivery")
+	}
+	if got := appliedOf(t, k.DB).ids; !slices.Equal(got, ids("order-a", seq(1, 8)...)) {
+		t.Errorf("applied %v, want v1..v8 once each, in order", got)
+	}
+}
