@@ -47,10 +47,7 @@ func newProducer(t *testing.T) *producer {
 	if err := outbox.Migrate(context.Background(), db); err != nil {
 		t.Fatal(err)
 	}
-	top, err := topology.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	top := joined(t)
 	fake := pubsubtest.New(t)
 	fake.Provision(t, top)
 	// Packs of up to 3 events: the backfill's messages are packs, and

@@ -132,10 +132,7 @@ func benchHistory(b *testing.B, aggregates, versions int) (*pgxpool.Pool, string
 	if err := outbox.Migrate(ctx, db); err != nil {
 		b.Fatal(err)
 	}
-	top, err := topology.Load("")
-	if err != nil {
-		b.Fatal(err)
-	}
+	top := joined(b)
 	const chunk = 2000
 	var evs []*event.Event
 	flush := func() {

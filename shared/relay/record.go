@@ -9,6 +9,7 @@ import (
 
 	"github.com/relaybus/relaybus/internal/logging"
 	"github.com/relaybus/relaybus/internal/pack"
+	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/outbox"
 	"github.com/relaybus/relaybus/shared/topology"
@@ -339,6 +340,11 @@ func (r *Relay) packs(topic string, msgs []event.Message) (units []event.Message
 	flush := func(from, to int) {
 		if to-from > 1 {
 			if p, err := pack.Encode(msgs[from:to]); err == nil {
+				// A forced trace of the re-push (an operator's) goes on
+				// with the pack.
+				if tp := msgs[from].Attributes[telemetry.AttrTraceparent]; tp != "" {
+					p.Attributes[telemetry.AttrTraceparent] = tp
+				}
 				units = append(units, p)
 				members = append(members, seq(from, to))
 				return
@@ -372,22 +378,37 @@ func (r *Relay) packs(topic string, msgs []event.Message) (units []event.Message
 }
 
 // packable says whether re-pushes to topic addressed to target may travel
-// in packs: addressed to one consumer, the broker's ordering key set, and
-// no extra filter of the consumer's that would read each event's
-// attributes.
+// in packs: only to a consumer the Topology declares on topic that reads
+// them as a consume engine applying events in its own transaction, so
+// not to one
+//   - with an extra filter, which reads each event's attributes, which a
+//     pack does not carry;
+//   - on Eventarc, whose deliveries carry no delivery attempt for the
+//     engine to tell a pack's last delivery by;
+//   - forwarding (handler forward, or a forwarder added at run time, which
+//     the Topology does not know): each event is a call of its own to the
+//     target, and a pack's calls in one delivery would outlast the ack
+//     deadline the forward timeout is kept within;
+//
+// and not on a topic with a schema, whose broker validates each message's
+// data against it.
 func (r *Relay) packable(topic, target string) bool {
-	if target == "" || r.o.MaxPack < 2 {
+	if target == "" || r.o.MaxPack < 2 || r.o.Topology == nil {
 		return false
 	}
-	if r.o.Topology == nil {
-		return true
+	if t := r.o.Topology.Topic(topic); t == nil || len(t.Schemas) > 0 {
+		return false
 	}
+	declared := false
 	for _, c := range r.o.Topology.Consumers() {
-		if c.Topic == topic && c.Service == target && c.ExtraFilter != "" {
-			return false
+		if c.Topic == topic && c.Service == target { // each of its roles' subscriptions takes the re-push
+			if c.ExtraFilter != "" || c.Delivery == topology.DeliveryEventarc || c.Handler == topology.HandlerForward {
+				return false
+			}
+			declared = true
 		}
 	}
-	return true
+	return declared
 }
 
 // seq is from, from+1, ..., to-1.

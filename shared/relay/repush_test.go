@@ -256,9 +256,10 @@ func unpacked(t *testing.T, req []*pb.PubsubMessage) (versions map[string][]stri
 	return versions, targets, packs
 }
 
-// Re-pushes of one aggregate to one consumer queued one after another go
-// out as packs of up to MaxPack, each aggregate's versions once, in order,
-// addressed to the consumer; MaxPack 1 sends each alone.
+// Re-pushes of one aggregate to one consumer the topology declares (push,
+// no filter) queued one after another go out as packs of up to MaxPack,
+// each aggregate's versions once, in order, addressed to the consumer;
+// MaxPack 1 sends each alone.
 func TestRepushesOfAnAggregateTravelInPacks(t *testing.T) {
 	for _, tc := range []struct {
 		maxPack, wantMsgs, wantPacks int
@@ -272,7 +273,7 @@ func TestRepushesOfAnAggregateTravelInPacks(t *testing.T) {
 			e := newEnvWith(t, log)
 			r := e.relay(t, relay.Options{MaxPack: tc.maxPack})
 			aggs := []string{"order-a", "order-b"}
-			queuedInOrder(t, e, r, "new-service", aggs, 250)
+			queuedInOrder(t, e, r, "member-service", aggs, 250)
 			log.mu.Lock()
 			before := len(log.requests)
 			log.mu.Unlock()
@@ -303,16 +304,20 @@ func TestRepushesOfAnAggregateTravelInPacks(t *testing.T) {
 					t.Errorf("%s re-pushed %v, want versions 1..250 once each, in order", a, versions[a])
 				}
 			}
-			if len(targets) != 1 || !targets["new-service"] {
-				t.Errorf("the re-pushed events were addressed to %v, want new-service alone", targets)
+			if len(targets) != 1 || !targets["member-service"] {
+				t.Errorf("the re-pushed events were addressed to %v, want member-service alone", targets)
 			}
 		})
 	}
 }
 
-// A consumer whose subscription has an extra filter reads each event's
-// attributes, which a pack does not carry: its re-pushes go out alone.
-func TestRepushesToAFilteredConsumerGoAlone(t *testing.T) {
+// Re-pushes go alone, not in packs, where a pack would not be read as its
+// events: to a consumer with an extra filter (it reads each event's
+// attributes), on Eventarc (no delivery attempt to tell a pack's last
+// delivery by), to one the topology does not declare (a forwarder added
+// at run time), and on a topic with a schema (the broker validates each
+// message's data). A declared push consumer beside them gets packs.
+func TestRepushesGoAloneWhereAPackWouldNotBeRead(t *testing.T) {
 	ctx := context.Background()
 	src, err := os.ReadFile("../../infra/topology.yaml")
 	if err != nil {
@@ -322,8 +327,10 @@ func TestRepushesToAFilteredConsumerGoAlone(t *testing.T) {
 	if !strings.Contains(string(src), decl) {
 		t.Fatalf("infra/topology.yaml declares no %q", decl)
 	}
+	// member-service filtered; points-service declared beside it, unfiltered.
+	filtered := strings.Replace(string(src), decl, "      - service: points-service\n        handler: projection\n"+
+		decl+"        filter: attributes.event_type = \"order.purchased\"\n", 1)
 	path := filepath.Join(t.TempDir(), "topology.yaml")
-	filtered := strings.Replace(string(src), decl, decl+"        filter: attributes.event_type = \"order.purchased\"\n", 1)
 	if err := os.WriteFile(path, []byte(filtered), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -334,17 +341,33 @@ func TestRepushesToAFilteredConsumerGoAlone(t *testing.T) {
 	log := &requestLog{recorder: newRecorder()}
 	e := newEnvWith(t, log)
 	r := e.relay(t, relay.Options{})
-	for _, a := range []string{"order-a", "order-b"} {
+	type target struct{ topic, agg, consumer string }
+	targets := []target{
+		{topic, "order-a", "member-service"},             // an extra filter
+		{topic, "order-b", "message-service"},            // Eventarc
+		{topic, "order-c", "crm-webhook"},                // not declared: a forwarder added at run time
+		{"member.points.events", "m-1", "audit-service"}, // a topic with a schema
+		{topic, "order-d", "points-service"},             // declared, push, no filter: packs
+	}
+	evOf := func(tg target, v int64) *event.Event {
+		x := ev(tg.agg, v)
+		x.Topic = tg.topic
+		if tg.topic != topic {
+			x.AggregateType, x.Payload, x.PayloadType = "member", []byte("points"), "application/protobuf"
+		}
+		return x
+	}
+	for _, tg := range targets {
 		for v := int64(1); v <= 10; v++ {
-			if _, err := outbox.Enqueue(ctx, e.pool, ev(a, v)); err != nil {
+			if _, err := outbox.Enqueue(ctx, e.pool, evOf(tg, v)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	waitDrained(t, r, e.pool)
-	for a, target := range map[string]string{"order-a": "member-service", "order-b": "new-service"} {
+	for _, tg := range targets {
 		for v := int64(1); v <= 10; v++ {
-			if _, err := outbox.Repush(ctx, e.pool, ev(a, v), target); err != nil {
+			if _, err := outbox.Repush(ctx, e.pool, evOf(tg, v), tg.consumer); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -354,8 +377,8 @@ func TestRepushesToAFilteredConsumerGoAlone(t *testing.T) {
 	log.mu.Lock()
 	before := len(log.requests)
 	log.mu.Unlock()
-	if sum, err := r.Drain(ctx, time.Minute); err != nil || sum.Repushed != 20 {
-		t.Fatalf("drain: %+v %v, want 20 re-pushed", sum, err)
+	if sum, err := r.Drain(ctx, time.Minute); err != nil || sum.Repushed != 50 {
+		t.Fatalf("drain: %+v %v, want 50 re-pushed", sum, err)
 	}
 	log.mu.Lock()
 	var sent []*pb.PubsubMessage
@@ -364,10 +387,12 @@ func TestRepushesToAFilteredConsumerGoAlone(t *testing.T) {
 	}
 	log.mu.Unlock()
 	versions, _, packs := unpacked(t, sent)
-	if len(sent) != 11 || packs != 1 {
-		t.Errorf("sent %d messages, %d of them packs; want member-service's 10 alone and new-service's 10 in one pack", len(sent), packs)
+	if len(sent) != 41 || packs != 1 {
+		t.Errorf("sent %d messages, %d of them packs; want 40 alone and points-service's 10 in one pack", len(sent), packs)
 	}
-	if len(versions["order-a"]) != 10 || len(versions["order-b"]) != 10 {
-		t.Errorf("re-pushed %v, want 10 versions of each aggregate", versions)
+	for _, tg := range targets {
+		if len(versions[tg.agg]) != 10 {
+			t.Errorf("%s re-pushed %v, want its 10 versions", tg.agg, versions[tg.agg])
+		}
 	}
 }
