@@ -200,6 +200,42 @@ func BeginApplied(ctx context.Context, tx postgres.DBTX, a Attempt) (Begun, erro
 	return begun(b, attempt, applied, recorded, a.EventID)
 }
 
+// BeginAppliedAll runs BeginApplied for each of as, in order, in tx, the
+// statements sent together in one round trip (a pack's events, applied in
+// one transaction), and returns what each began. Each event is then
+// claimed before the handler of any runs: only for events whose handlers
+// do not ask whether the others are applied. An attempt's event that
+// a concurrent delivery's transaction claimed and committed while the
+// statements ran fails the whole batch (the inbox's primary key): the
+// caller rolls tx back and takes the events one at a time.
+func BeginAppliedAll(ctx context.Context, tx pgx.Tx, as []Attempt) ([]Begun, error) {
+	var batch pgx.Batch
+	for _, a := range as {
+		batch.Queue(appliedSQL, a.ConsumerID, a.EventID, a.ConsumedAt, a.Topic, a.Subscription, a.MessageID, a.DeliveryAttempt)
+	}
+	res := tx.SendBatch(ctx, &batch)
+	out := make([]Begun, len(as))
+	for i, a := range as {
+		var b Begun
+		var attempt, applied *int
+		var recorded bool
+		if err := res.QueryRow().Scan(&attempt, &b.Claimed, &applied, &recorded, &b.Queued); err != nil {
+			_ = res.Close()
+			return nil, beginErr(err, a.EventID)
+		}
+		b, err := begun(b, attempt, applied, recorded, a.EventID)
+		if err != nil {
+			_ = res.Close()
+			return nil, err
+		}
+		out[i] = b
+	}
+	if err := res.Close(); err != nil {
+		return nil, beginErr(err, "")
+	}
+	return out, nil
+}
+
 // Beginner begins a transaction whose first statement goes out with its
 // BEGIN, in one round trip (a *pgpool.Pool).
 type Beginner interface {

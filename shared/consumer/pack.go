@@ -29,9 +29,10 @@ const CodePackUnfinished = "pack_unfinished"
 // and answers 200 once every one of them is settled.
 //
 // With a handler that runs in the consumer's transaction, the whole pack
-// is tried first in one transaction: each event claimed in the inbox just
-// before its handler runs (duplicates skipped), handled, parked or
-// applied, and the attempts committed together. Anything that would not be
+// is tried first in one transaction: the events claimed in the inbox
+// (together, in one round trip, unless a side-by-side change is among
+// them; duplicates skipped), each handled, parked or applied in order, and
+// the attempts committed together. Anything that would not be
 // a plain success or park there (a handler's error, a database error, an
 // event that does not decode or travels by claim check, the transaction's
 // share of the pack's time running out) rolls that transaction back, and
@@ -130,16 +131,32 @@ func (e *Engine) attemptPack(ctx context.Context, log *slog.Logger, d delivery.D
 		dups    int
 		values  = map[any]any{} // the Contexts' TxValues
 	)
+	as := make([]inbox.Attempt, len(evs))
+	sideBySide := false
 	for i, ev := range evs {
-		// Claimed just before its handler runs, as a delivery of its own
-		// is: a handler that asks whether another event is applied
-		// (event.SideBySide's versions) sees only the pack's events handled
-		// before it.
-		a := inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, Outcome: string(model.OutcomeSuccess),
+		as[i] = inbox.Attempt{ConsumerID: e.o.ConsumerID, EventID: ev.ID, Outcome: string(model.OutcomeSuccess),
 			ConsumedAt: now(), Topic: ev.Topic, Subscription: sub, MessageID: msgs[i].ID,
 			DeliveryAttempt: d.Message.DeliveryAttempt}
-		b, err := inbox.BeginApplied(ctx, tx, a)
-		if err != nil {
+		_, v := event.ChangeOf(ev)
+		sideBySide = sideBySide || v
+	}
+	// The events are claimed together, in one round trip, unless one is a
+	// version of a side-by-side change: its handler (Mux) asks whether
+	// another version is applied, and must see only the events handled
+	// before it, as a delivery of its own would, so each is claimed just
+	// before its handler runs.
+	var bs []inbox.Begun
+	if !sideBySide {
+		if bs, err = inbox.BeginAppliedAll(ctx, tx, as); err != nil {
+			return Result{}, false
+		}
+	}
+	for i, ev := range evs {
+		a := as[i]
+		var b inbox.Begun
+		if bs != nil {
+			b = bs[i]
+		} else if b, err = inbox.BeginApplied(ctx, tx, a); err != nil {
 			return Result{}, false
 		}
 		if !b.Claimed {

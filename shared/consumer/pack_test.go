@@ -311,3 +311,44 @@ func TestAPackSlowerThanItsTimeGoesOnAtEachRedelivery(t *testing.T) {
 		t.Errorf("applied %v, want v1..v8 once each, in order", got)
 	}
 }
+
+// Two versions of one change side by side (event.SideBySide) in one pack,
+// to a consumer that reads both: the change is applied once, from the
+// first version in the pack, exactly as when each is delivered alone (the
+// second sees the first applied; claiming both before either handler ran
+// would have made each see the other and apply neither).
+func TestAPackWithASideBySideChangeAppliesItOnce(t *testing.T) {
+	mux := consumer.NewMux()
+	h := &applier{}
+	mux.Register("order.purchased", "v1", h)
+	mux.Register("order.purchased", "v2", h)
+	k := relaybustest.New(t, mux, relaybustest.Options{Migrate: appliedTable})
+	change := &event.Event{ID: "order-7-purchased", Type: "order.purchased", Topic: packTopic,
+		Source: "order-service", AggregateID: "o-7", Version: 1}
+	evs, err := event.SideBySide(change,
+		event.Encoded{SchemaVersion: "v1", Payload: []byte(`{"amount":42}`)},
+		event.Encoded{SchemaVersion: "v2", Payload: []byte(`{"amountCents":4200}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []event.Message
+	for _, e := range evs {
+		m, err := cloudevent.Encode(e, event.EncodingJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Attributes[topology.TargetConsumerAttr] = relaybustest.DefaultConsumerID
+		msgs = append(msgs, m)
+	}
+	p, err := pack.Encode(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ID, p.Topic, p.DeliveryAttempt = "m-side", packTopic, 1
+	if r := deliver(k, p); r.Status != 200 {
+		t.Fatalf("pack: %+v, want 200", r)
+	}
+	if got := appliedOf(t, k.DB).ids; !slices.Equal(got, []string{evs[0].ID}) {
+		t.Errorf("applied %v, want the change once, from %s (the first version in the pack)", got, evs[0].ID)
+	}
+}
