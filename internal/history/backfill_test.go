@@ -102,18 +102,24 @@ func ids(t *testing.T, ms []event.Message) []string {
 	t.Helper()
 	var out []string
 	for _, m := range ms {
-		inner := []event.Message{m}
-		if pack.Is(m) {
-			var err error
-			if inner, err = pack.Decode(m); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, im := range inner {
+		for _, im := range unpack(t, m) {
 			out = append(out, im.Attributes[event.AttrEventID])
 		}
 	}
 	return out
+}
+
+// unpack is the messages m carries: a pack's, or m itself.
+func unpack(tb testing.TB, m event.Message) []event.Message {
+	tb.Helper()
+	if !pack.Is(m) {
+		return []event.Message{m}
+	}
+	inner, err := pack.Decode(m)
+	if err != nil {
+		tb.Error(err)
+	}
+	return inner
 }
 
 func handle(t *testing.T, k *relaybustest.Kit, consumerID string, m event.Message) consumer.Result {

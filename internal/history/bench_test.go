@@ -650,14 +650,7 @@ func backfillPublishBench(b *testing.B) {
 	}
 	out := func(msgs []event.Message) {
 		for _, m := range msgs {
-			inner := []event.Message{m}
-			if pack.Is(m) {
-				var err error
-				if inner, err = pack.Decode(m); err != nil {
-					b.Error(err)
-				}
-			}
-			for _, im := range inner {
+			for _, im := range unpack(b, m) {
 				sink.Got(im.OrderingKey, im.Attributes[event.AttrEventID])
 			}
 		}

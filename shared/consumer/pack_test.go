@@ -81,6 +81,19 @@ func appliedOf(t *testing.T, db *pgxpool.Pool) applied {
 	return out
 }
 
+// appliedInOneTransaction fails t unless the events applied are want, in
+// order, all in one transaction (the pack's).
+func appliedInOneTransaction(t *testing.T, db *pgxpool.Pool, want []string) {
+	t.Helper()
+	got := appliedOf(t, db)
+	if !slices.Equal(got.ids, want) {
+		t.Fatalf("applied %v, want %v", got.ids, want)
+	}
+	if len(got.xacts) != 1 {
+		t.Errorf("the events were applied in %d transactions, want the pack's one", len(got.xacts))
+	}
+}
+
 // packOf is the pack a relay sends for versions from..to of aggregate agg,
 // addressed to consumer, at delivery attempt n.
 func packOf(t *testing.T, consumerID, agg string, from, to int64, n int) event.Message {
@@ -125,13 +138,7 @@ func TestAPackIsAppliedInOrderInOneTransaction(t *testing.T) {
 	if r.Status != 200 || r.Packed != 50 || r.Duplicate {
 		t.Fatalf("pack: %+v, want 200 with its 50 events applied", r)
 	}
-	got := appliedOf(t, k.DB)
-	if want := ids("order-a", seq(1, 50)...); !slices.Equal(got.ids, want) {
-		t.Fatalf("applied %v, want %v", got.ids, want)
-	}
-	if len(got.xacts) != 1 {
-		t.Errorf("the pack's 50 events were applied in %d transactions, want 1", len(got.xacts))
-	}
+	appliedInOneTransaction(t, k.DB, ids("order-a", seq(1, 50)...))
 	var attempts int
 	if err := k.DB.QueryRow(context.Background(), `SELECT count(*) FROM relaybus_attempts WHERE outcome = 'success'`).Scan(&attempts); err != nil || attempts != 50 {
 		t.Errorf("recorded %d successful attempts (%v), want 50", attempts, err)
@@ -243,13 +250,7 @@ func TestAPackThroughAStrictHandlerDrainsWhatWasParked(t *testing.T) {
 	if r := deliver(k, packOf(t, relaybustest.DefaultConsumerID, "order-a", 1, 6, 1)); r.Status != 200 {
 		t.Fatalf("pack v1..v6: %+v, want 200", r)
 	}
-	got := appliedOf(t, k.DB)
-	if want := ids("order-a", seq(1, 6)...); !slices.Equal(got.ids, want) {
-		t.Fatalf("applied %v, want %v", got.ids, want)
-	}
-	if len(got.xacts) != 1 {
-		t.Errorf("v1..v6 were applied in %d transactions, want the pack's one", len(got.xacts))
-	}
+	appliedInOneTransaction(t, k.DB, ids("order-a", seq(1, 6)...))
 }
 
 // slow applies each event after a pause: a handler slower than the pack's

@@ -46,6 +46,24 @@ type requestLog struct {
 	requests [][]*pb.PubsubMessage
 }
 
+// len is how many publish requests the log holds.
+func (l *requestLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.requests)
+}
+
+// since returns the messages of the requests after the first n, in order.
+func (l *requestLog) since(n int) []*pb.PubsubMessage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var sent []*pb.PubsubMessage
+	for _, req := range l.requests[n:] {
+		sent = append(sent, req...)
+	}
+	return sent
+}
+
 func (l *requestLog) React(req any) (bool, any, error) {
 	l.mu.Lock()
 	l.requests = append(l.requests, req.(*pb.PublishRequest).Messages)
@@ -58,21 +76,43 @@ func (l *requestLog) React(req any) (bool, any, error) {
 // aggregates' versions interleaved in the queue (a1 v1, a2 v1, a1 v2, …).
 func publishedThenRepushed(t *testing.T, e *env, r *relay.Relay, target string, aggs []string, n int64) {
 	t.Helper()
-	ctx := context.Background()
+	published(t, e, r, aggs, n)
+	for v := int64(1); v <= n; v++ {
+		for _, a := range aggs {
+			repush(t, e, target, a, v)
+		}
+	}
+}
+
+// queuedInOrder is publishedThenRepushed with an aggregate's versions
+// queued one after another (as a backfill queues them).
+func queuedInOrder(t *testing.T, e *env, r *relay.Relay, target string, aggs []string, n int64) {
+	t.Helper()
+	published(t, e, r, aggs, n)
 	for _, a := range aggs {
 		for v := int64(1); v <= n; v++ {
-			if _, err := outbox.Enqueue(ctx, e.pool, ev(a, v)); err != nil {
+			repush(t, e, target, a, v)
+		}
+	}
+}
+
+// published enqueues versions 1..n of each aggregate and drains them.
+func published(t *testing.T, e *env, r *relay.Relay, aggs []string, n int64) {
+	t.Helper()
+	for _, a := range aggs {
+		for v := int64(1); v <= n; v++ {
+			if _, err := outbox.Enqueue(context.Background(), e.pool, ev(a, v)); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	waitDrained(t, r, e.pool)
-	for v := int64(1); v <= n; v++ {
-		for _, a := range aggs {
-			if _, err := outbox.Repush(ctx, e.pool, ev(a, v), target); err != nil {
-				t.Fatal(err)
-			}
-		}
+}
+
+func repush(t *testing.T, e *env, target, agg string, v int64) {
+	t.Helper()
+	if _, err := outbox.Repush(context.Background(), e.pool, ev(agg, v), target); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -204,29 +244,6 @@ func TestRepushClaimOutlivesTheDrainBudget(t *testing.T) {
 	}
 }
 
-// queuedInOrder enqueues and drains versions 1..n of each aggregate and
-// queues a re-push of each to target, an aggregate's versions one after
-// another (as a backfill queues them).
-func queuedInOrder(t *testing.T, e *env, r *relay.Relay, target string, aggs []string, n int64) {
-	t.Helper()
-	ctx := context.Background()
-	for _, a := range aggs {
-		for v := int64(1); v <= n; v++ {
-			if _, err := outbox.Enqueue(ctx, e.pool, ev(a, v)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	waitDrained(t, r, e.pool)
-	for _, a := range aggs {
-		for v := int64(1); v <= n; v++ {
-			if _, err := outbox.Repush(ctx, e.pool, ev(a, v), target); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
 // unpacked is what a publish request carried: each message's aggregate
 // and version in order, the messages in packs read out of them, and how
 // many messages were packs.
@@ -274,9 +291,7 @@ func TestRepushesOfAnAggregateTravelInPacks(t *testing.T) {
 			r := e.relay(t, relay.Options{MaxPack: tc.maxPack})
 			aggs := []string{"order-a", "order-b"}
 			queuedInOrder(t, e, r, "member-service", aggs, 250)
-			log.mu.Lock()
-			before := len(log.requests)
-			log.mu.Unlock()
+			before := log.len()
 			total := 0
 			for total < 500 {
 				sum, err := r.Drain(ctx, time.Minute)
@@ -285,12 +300,7 @@ func TestRepushesOfAnAggregateTravelInPacks(t *testing.T) {
 				}
 				total += sum.Repushed
 			}
-			log.mu.Lock()
-			var sent []*pb.PubsubMessage
-			for _, req := range log.requests[before:] {
-				sent = append(sent, req...)
-			}
-			log.mu.Unlock()
+			sent := log.since(before)
 			versions, targets, packs := unpacked(t, sent)
 			if len(sent) != tc.wantMsgs || packs != tc.wantPacks {
 				t.Errorf("500 re-pushes went out as %d messages, %d of them packs; want %d and %d", len(sent), packs, tc.wantMsgs, tc.wantPacks)
@@ -374,18 +384,11 @@ func TestRepushesGoAloneWhereAPackWouldNotBeRead(t *testing.T) {
 	}
 	e.top = top
 	r = e.relay(t, relay.Options{})
-	log.mu.Lock()
-	before := len(log.requests)
-	log.mu.Unlock()
+	before := log.len()
 	if sum, err := r.Drain(ctx, time.Minute); err != nil || sum.Repushed != 50 {
 		t.Fatalf("drain: %+v %v, want 50 re-pushed", sum, err)
 	}
-	log.mu.Lock()
-	var sent []*pb.PubsubMessage
-	for _, req := range log.requests[before:] {
-		sent = append(sent, req...)
-	}
-	log.mu.Unlock()
+	sent := log.since(before)
 	versions, _, packs := unpacked(t, sent)
 	if len(sent) != 41 || packs != 1 {
 		t.Errorf("sent %d messages, %d of them packs; want 40 alone and points-service's 10 in one pack", len(sent), packs)
