@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/relaybus/relaybus/internal/cloudevent"
@@ -205,12 +206,13 @@ func (e *Engine) attemptPack(ctx context.Context, log *slog.Logger, d delivery.D
 	}
 	if telemetry.Enabled() {
 		took := time.Since(start) / time.Duration(len(msgs)) // each event's share of the pack's transaction
+		short := sub[strings.LastIndexByte(sub, '/')+1:]
 		for _, p := range done {
 			outcome := string(model.OutcomeSuccess)
 			if p.c.parkCode != "" {
 				outcome = string(model.OutcomeParked)
 			}
-			telemetry.RecordConsume(ctx, p.a.Topic, sub, e.o.ConsumerID, outcome, took)
+			telemetry.RecordConsume(ctx, p.a.Topic, short, e.o.ConsumerID, outcome, took)
 		}
 	}
 	log.InfoContext(ctx, "consume: pack applied", "events", len(msgs), "handled", len(done), "duplicates", dups)
