@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/relaybus/relaybus/internal/pack"
-
 	"github.com/relaybus/relaybus/shared/event"
 	"github.com/relaybus/relaybus/shared/topology"
 )

@@ -178,9 +178,10 @@ type Options struct {
 	// MaxPack is how many consecutive re-pushes of one aggregate addressed
 	// to one consumer travel as one message, a pack (internal/pack), which
 	// the consumer applies in one transaction (DefaultMaxPack; at most
-	// pack.MaxMessages). 1 sends each alone. Re-pushes to a consumer the
-	// Topology declares with an extra filter always go alone: the filter
-	// reads the attributes of each event, which a pack does not carry.
+	// pack.MaxMessages). 1 sends each alone. Only a consumer the Topology
+	// declares on the topic, delivered by push or pull, with no extra
+	// filter and not forwarding, gets packs, and only on a topic without a
+	// schema; without a Topology every re-push goes alone.
 	MaxPack int
 	// HealDelay is how long after a send the healing step may record it
 	// when the live recorder has not (DefaultHealDelay).
