@@ -76,29 +76,29 @@ type Context struct {
 	// atCommit, when deferAtCommit, is the statement AtCommit queued.
 	atCommit      *lastStatement
 	deferAtCommit bool
-	// txValues are TxValue's, shared by the Contexts of one transaction.
+	// txValues are TxValue's, shared by the Contexts of one pack's
+	// transaction; nil in a transaction of one event.
 	txValues map[any]any
 }
 
 // TxValue returns what a handler stored under key with SetTxValue earlier
-// in this transaction (nil when nothing was): the events of a pack are
-// handled in one transaction, one Context each, and share these values; a
-// delivery of its own has them to itself. A handler keeps there what it
-// learned of the transaction's state (a row it locked, the version it
-// moved it to), so the next event in the same transaction need not ask the
-// database again. The values end with the transaction; ApplyOther's
-// Context, in a savepoint that may roll back, has none of c's and keeps
-// its own.
+// in this transaction (nil when nothing was). The events of a pack are
+// handled in one transaction, one Context each, and share these values: a
+// handler keeps there what it learned of the transaction's state (a row it
+// locked, the version it moved it to), so the next event in the same
+// transaction need not ask the database again. They are a cache across
+// events: a transaction of one event (a delivery of its own, ApplyOther's
+// savepoint, Engine.Do) has no next event to read them, keeps none, and
+// TxValue returns nil there.
 func (c *Context) TxValue(key any) any { return c.txValues[key] }
 
-// SetTxValue stores value under key for the rest of the transaction (see
-// TxValue). Use a key of an unexported type of your own, as with
-// context.WithValue.
+// SetTxValue stores value under key for the rest of the transaction's
+// events (see TxValue; a no-op where there are none). Use a key of an
+// unexported type of your own, as with context.WithValue.
 func (c *Context) SetTxValue(key, value any) {
-	if c.txValues == nil {
-		c.txValues = map[any]any{}
+	if c.txValues != nil {
+		c.txValues[key] = value
 	}
-	c.txValues[key] = value
 }
 
 // lastStatement is a statement AtCommit queued for the commit.
