@@ -303,6 +303,74 @@ func TestParkedEventsThatFailWhenTheirTurnComes(t *testing.T) {
 	}
 }
 
+// Each applied strict delivery writes one version of its aggregate's
+// position row: the lock that orders an aggregate's transactions writes
+// none, and an aggregate's version 1 creates the row at 1. A version that
+// arrives early creates the row at 0 and parks; its predecessor then moves
+// the row once for itself and once for each parked version it applies.
+// Counted inside each delivery's transaction by Postgres' own counters
+// (pg_stat_get_xact_tuples_*, which also hold what earlier transactions of
+// the session have not flushed yet: the test takes the difference between
+// a reading before the strict handler and one by the handler it runs).
+func TestAStrictDeliveryWritesOnePositionVersion(t *testing.T) {
+	pool := pgtest.Schema(t)
+	log := appliedLog(t, pool)
+	type writes struct{ inserted, updated int64 }
+	read := func(ctx context.Context, c *consumer.Context) (writes, error) {
+		var w writes
+		err := c.Tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_inserted(r), pg_stat_get_xact_tuples_updated(r)
+			FROM (SELECT 'relaybus_strict_position'::regclass AS r) x`).Scan(&w.inserted, &w.updated)
+		return w, err
+	}
+	var mu sync.Mutex
+	var before writes // the delivery's, read before the strict handler (deliveries are pushed one at a time)
+	seen := map[int64]writes{}
+	res := projection.Strict(consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
+		w, err := read(ctx, c)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		seen[c.Event.Version] = writes{w.inserted - before.inserted, w.updated - before.updated}
+		mu.Unlock()
+		return log.Handle(ctx, c)
+	}))
+	h := consumer.HandlerFunc(func(ctx context.Context, c *consumer.Context) error {
+		w, err := read(ctx, c)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		before = w
+		mu.Unlock()
+		return res.Handle(ctx, c)
+	})
+	s := newStackWith(t, pool, h, "audit-service", nil)
+	const agg = "order-w"
+	for _, d := range []struct {
+		version int64
+		outcome model.Outcome
+	}{{1, model.OutcomeSuccess}, {2, model.OutcomeSuccess}, {3, model.OutcomeSuccess}, {5, model.OutcomeParked}, {4, model.OutcomeSuccess}} {
+		if a := s.push(t, message(t, orderEvent(agg, d.version)), 1); a.code != 200 || a.res.Outcome != d.outcome {
+			t.Fatalf("v%d: %+v, want 200 %s", d.version, a, d.outcome)
+		}
+	}
+	if applied := appliedVersions(t, s)[agg]; fmt.Sprint(applied) != "[1 2 3 4 5]" {
+		t.Fatalf("applied %v, want [1 2 3 4 5]", applied)
+	}
+	// v4 and v5 are applied in one transaction: v5's handler sees both
+	// moves.
+	want := map[int64]writes{1: {1, 0}, 2: {0, 1}, 3: {0, 1}, 4: {0, 1}, 5: {0, 2}}
+	mu.Lock()
+	defer mu.Unlock()
+	for v, w := range want {
+		if seen[v] != w {
+			t.Errorf("v%d's transaction wrote %d position rows and %d updates by its handler; want %d and %d",
+				v, seen[v].inserted, seen[v].updated, w.inserted, w.updated)
+		}
+	}
+}
+
 // Consumers whose handler keeps no gaps answer 404 on the gap routes.
 func TestGapRoutesNeedAStrictHandler(t *testing.T) {
 	s := newStack(t, projection.Latest(), "member-service")

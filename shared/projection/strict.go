@@ -121,18 +121,33 @@ type positionKey struct{ aggType, aggID string }
 func (r *Resequencer) Handle(ctx context.Context, c *consumer.Context) error {
 	e := c.Event
 	key := positionKey{e.AggregateType, e.AggregateID}
-	last, locked := c.TxValue(key).(int64)
-	if !locked {
-		var err error
-		if last, err = lockPosition(ctx, c.Tx, c.ConsumerID, e.AggregateType, e.AggregateID); err != nil {
-			return err
-		}
+	var pos int64
+	var err error
+	if last, locked := c.TxValue(key).(int64); locked {
+		pos, err = r.handleAt(ctx, c, last)
+	} else {
+		pos, err = r.lockAndHandle(ctx, c)
 	}
-	pos, err := r.handleAt(ctx, c, last)
 	if err == nil {
 		c.SetTxValue(key, pos)
 	}
 	return err
+}
+
+// lockAndHandle locks the position of c's event's aggregate and handles
+// the event, returning the position after it. An aggregate's first event
+// (version 1, no position yet) creates the position at its own version,
+// so it is applied without a second write of the row.
+func (r *Resequencer) lockAndHandle(ctx context.Context, c *consumer.Context) (int64, error) {
+	e := c.Event
+	p, err := lockPosition(ctx, c.Tx, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID)
+	if err != nil {
+		return 0, err
+	}
+	if !p.atEvent {
+		return r.handleAt(ctx, c, p.last)
+	}
+	return r.drainAfter(ctx, c, p.nextParked, r.run(ctx, c))
 }
 
 // handleAt handles c's event with its aggregate's position locked at last
@@ -154,6 +169,14 @@ func (r *Resequencer) handleAt(ctx context.Context, c *consumer.Context, last in
 		return last, r.park(ctx, c, last)
 	}
 	nextParked, err := r.advance(ctx, c)
+	return r.drainAfter(ctx, c, nextParked, err)
+}
+
+// drainAfter follows c's event, applied with err: when it succeeded and
+// the version after it is parked, it applies the parked versions that are
+// now next. It returns the position after them.
+func (r *Resequencer) drainAfter(ctx context.Context, c *consumer.Context, nextParked bool, err error) (int64, error) {
+	e := c.Event
 	if err != nil || !nextParked {
 		return e.Version, err
 	}
@@ -164,14 +187,27 @@ func (r *Resequencer) handleAt(ctx context.Context, c *consumer.Context, last in
 	return e.Version, err
 }
 
-// lockPosition locks the aggregate's position row and returns the last
-// version applied.
-func lockPosition(ctx context.Context, tx pgx.Tx, consumerID, aggType, aggID string) (int64, error) {
-	var last int64
-	if err := tx.QueryRow(ctx, positionSQL, consumerID, aggType, aggID).Scan(&last); err != nil {
-		return 0, consumer.Transient("database", fmt.Errorf("strict position: %w", err))
+// lockedPosition is what lockPosition found.
+type lockedPosition struct {
+	// last is the last version applied.
+	last int64
+	// atEvent: the position was created at the version of the event
+	// handled (its aggregate's first), so that event is applied as far as
+	// the position goes.
+	atEvent bool
+	// nextParked: with atEvent, the version after it is parked.
+	nextParked bool
+}
+
+// lockPosition locks the aggregate's position row, creating it when the
+// aggregate has none, at version (the event handled) when version is 1
+// and at 0 otherwise (version 0: no event).
+func lockPosition(ctx context.Context, tx pgx.Tx, consumerID, aggType, aggID string, version int64, eventID string) (lockedPosition, error) {
+	var p lockedPosition
+	if err := tx.QueryRow(ctx, positionSQL, consumerID, aggType, aggID, version, eventID).Scan(&p.last, &p.atEvent, &p.nextParked); err != nil {
+		return p, consumer.Transient("database", fmt.Errorf("strict position: %w", err))
 	}
-	return last, nil
+	return p, nil
 }
 
 // apply moves the position to c's event and runs next.
@@ -188,10 +224,15 @@ func (r *Resequencer) advance(ctx context.Context, c *consumer.Context) (nextPar
 	if err := c.Tx.QueryRow(ctx, advanceSQL, c.ConsumerID, e.AggregateType, e.AggregateID, e.Version, e.ID).Scan(&nextParked); err != nil {
 		return false, consumer.Transient("database", fmt.Errorf("strict position: %w", err))
 	}
+	return nextParked, r.run(ctx, c)
+}
+
+// run runs next for c's event, whose position has moved.
+func (r *Resequencer) run(ctx context.Context, c *consumer.Context) error {
 	if r.next == nil {
-		return nextParked, nil
+		return nil
 	}
-	return nextParked, r.next.Handle(ctx, c)
+	return r.next.Handle(ctx, c)
 }
 
 // park stores c's event until its predecessor is applied.
@@ -417,11 +458,11 @@ func (r *Resequencer) Check(ctx context.Context, run Runner) (CheckReport, error
 			continue // waiting, and not past its time (or reported already)
 		}
 		err := run.Do(ctx, func(ctx context.Context, c *consumer.Context) error {
-			last, err := lockPosition(ctx, c.Tx, c.ConsumerID, g.AggregateType, g.AggregateID)
+			p, err := lockPosition(ctx, c.Tx, c.ConsumerID, g.AggregateType, g.AggregateID, 0, "")
 			if err != nil {
 				return err
 			}
-			applied, err := r.drain(ctx, c, g.AggregateType, g.AggregateID, last)
+			applied, err := r.drain(ctx, c, g.AggregateType, g.AggregateID, p.last)
 			if err != nil {
 				return err
 			}
@@ -547,10 +588,11 @@ func (r *Resequencer) Skip(ctx context.Context, run Runner, req SkipRequest) (Sk
 		req.AggregateType, res.AggregateType = gaps[0].AggregateType, gaps[0].AggregateType
 	}
 	err := run.Do(ctx, func(ctx context.Context, c *consumer.Context) error {
-		last, err := lockPosition(ctx, c.Tx, c.ConsumerID, req.AggregateType, req.AggregateID)
+		p, err := lockPosition(ctx, c.Tx, c.ConsumerID, req.AggregateType, req.AggregateID, 0, "")
 		if err != nil {
 			return err
 		}
+		last := p.last
 		if req.Version != last+1 {
 			return &GapError{"not_missing", fmt.Sprintf("version %d of %s/%s is not the first missing version: %d is (last applied: %d)",
 				req.Version, req.AggregateType, req.AggregateID, last+1, last)}
