@@ -186,18 +186,12 @@ func Begin(ctx context.Context, tx postgres.DBTX, consumer, eventID string) (Beg
 // is claimed (Applied 0) and tx is left aborted: the caller rolls it back,
 // as it does whenever nothing is claimed.
 func BeginApplied(ctx context.Context, tx postgres.DBTX, a Attempt) (Begun, error) {
-	var b Begun
-	var attempt, applied *int
-	var recorded bool
-	err := tx.QueryRow(ctx, appliedSQL, a.ConsumerID, a.EventID, a.ConsumedAt, a.Topic, a.Subscription,
-		a.MessageID, a.DeliveryAttempt).Scan(&attempt, &b.Claimed, &applied, &recorded, &b.Queued)
+	b, err := scanApplied(tx.QueryRow(ctx, appliedSQL, a.ConsumerID, a.EventID, a.ConsumedAt, a.Topic, a.Subscription,
+		a.MessageID, a.DeliveryAttempt), a.EventID)
 	if appliedConcurrently(err) {
 		return Begun{}, nil
 	}
-	if err != nil {
-		return Begun{}, beginErr(err, a.EventID)
-	}
-	return begun(b, attempt, applied, recorded, a.EventID)
+	return b, err
 }
 
 // BeginAppliedAll runs BeginApplied for each of as, in order, in tx, the
@@ -216,14 +210,7 @@ func BeginAppliedAll(ctx context.Context, tx pgx.Tx, as []Attempt) ([]Begun, err
 	res := tx.SendBatch(ctx, &batch)
 	out := make([]Begun, len(as))
 	for i, a := range as {
-		var b Begun
-		var attempt, applied *int
-		var recorded bool
-		if err := res.QueryRow().Scan(&attempt, &b.Claimed, &applied, &recorded, &b.Queued); err != nil {
-			_ = res.Close()
-			return nil, beginErr(err, a.EventID)
-		}
-		b, err := begun(b, attempt, applied, recorded, a.EventID)
+		b, err := scanApplied(res.QueryRow(), a.EventID)
 		if err != nil {
 			_ = res.Close()
 			return nil, err
@@ -309,6 +296,19 @@ func beginErr(err error, eventID string) error {
 func appliedConcurrently(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg) && pg.Code == "23505" && pg.ConstraintName == "relaybus_inbox_pkey"
+}
+
+// scanApplied reads begin_applied.sql's row for eventID. A failed
+// statement's error is wrapped (beginErr), so appliedConcurrently still
+// recognises it.
+func scanApplied(row pgx.Row, eventID string) (Begun, error) {
+	var b Begun
+	var attempt, applied *int
+	var recorded bool
+	if err := row.Scan(&attempt, &b.Claimed, &applied, &recorded, &b.Queued); err != nil {
+		return Begun{}, beginErr(err, eventID)
+	}
+	return begun(b, attempt, applied, recorded, eventID)
 }
 
 // begun completes what begin_applied.sql returned.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/relaybus/relaybus/internal/cloudevent"
@@ -280,7 +279,7 @@ func (e *Engine) Handle(ctx context.Context, d delivery.Delivery) Result {
 	if sub == "" {
 		sub = e.o.Subscription
 	}
-	sub = sub[strings.LastIndexByte(sub, '/')+1:]
+	sub = names.ResourceID(sub)
 	ctx, span := telemetry.Start(ctx, "process "+msg.Topic, telemetry.KindConsumer, msg.Attributes[telemetry.AttrTraceparent],
 		telemetry.KeySystem.String(telemetry.SystemPubSub), telemetry.KeyDestination.String(msg.Topic),
 		telemetry.KeySubscription.String(sub), telemetry.KeyOperationName.String("process"),

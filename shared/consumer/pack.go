@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/relaybus/relaybus/internal/cloudevent"
 	"github.com/relaybus/relaybus/internal/delivery"
 	"github.com/relaybus/relaybus/internal/inbox"
 	"github.com/relaybus/relaybus/internal/ledger/model"
+	"github.com/relaybus/relaybus/internal/names"
 	"github.com/relaybus/relaybus/internal/pack"
 	"github.com/relaybus/relaybus/internal/telemetry"
 	"github.com/relaybus/relaybus/shared/event"
@@ -206,7 +206,7 @@ func (e *Engine) attemptPack(ctx context.Context, log *slog.Logger, d delivery.D
 	}
 	if telemetry.Enabled() {
 		took := time.Since(start) / time.Duration(len(msgs)) // each event's share of the pack's transaction
-		short := sub[strings.LastIndexByte(sub, '/')+1:]
+		short := names.ResourceID(sub)
 		for _, p := range done {
 			outcome := string(model.OutcomeSuccess)
 			if p.c.parkCode != "" {
